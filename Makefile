@@ -1,0 +1,35 @@
+# gpuscope: `make demo` runs the main job, `make test` the tests; each installs what it needs.
+PYTHON ?= python3
+VENV ?= .venv
+TORCH_VERSION ?= 2.13.0
+# torch is pinned here (a CPU wheel); the package itself accepts torch>=2.1
+TORCH_SPEC ?= torch==$(TORCH_VERSION)
+BIN := $(VENV)/bin
+SCENARIO ?= data
+
+.PHONY: install demo test bench bench-overhead samples dashboards clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+$(VENV)/.installed: $(BIN)/python pyproject.toml
+	$(BIN)/pip install -q "$(TORCH_SPEC)"
+	$(BIN)/pip install -q -e ".[test]"
+	touch $@
+
+install: $(VENV)/.installed
+
+demo: install
+	$(BIN)/gpuscope demo --scenario $(SCENARIO) --out runs/demo
+
+test: install
+	$(BIN)/python -m pytest -q tests
+
+bench-overhead: install
+	$(BIN)/python benchmarks/bench_overhead.py
+
+bench: bench-overhead
+
+clean:
+	rm -rf runs .pytest_cache

@@ -1,0 +1,85 @@
+"""Labels each step data-bound, comm-bound, imbalanced or compute-bound, and the run as a whole.
+
+Per step, across ranks (a synchronous step is as slow as its slowest rank):
+  data share     = mean over ranks of data_ns / step_ns
+  comm share     = mean over ranks of (comm_exposed_ns - wait_ns) / step_ns   (exposed transfer)
+  wait share     = max over ranks of wait_ns / step_ns                       (the waiting ranks)
+Each share over its threshold is a candidate; the largest candidate is the label, the others are
+secondary; with no candidate the step is compute-bound. The run verdict is the label that holds
+the most step time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from .thresholds import Thresholds
+
+DATA, COMM, IMBALANCED, COMPUTE = "data-bound", "comm-bound", "imbalanced", "compute-bound"
+LABELS = (DATA, COMM, IMBALANCED, COMPUTE)
+
+
+def rank_shares(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per-row shares of the step: data, transfer, wait, compute, other (floats in 0..1)."""
+    step = frame["step_ns"].clip(lower=1).astype("float64")
+    transfer = (frame["comm_exposed_ns"] - frame["wait_ns"]).clip(lower=0)
+    return pd.DataFrame({
+        "rank": frame["rank"].to_numpy(), "step": frame["step"].to_numpy(),
+        "data": frame["data_ns"] / step, "transfer": transfer / step,
+        "wait": frame["wait_ns"] / step, "compute": frame["compute_ns"] / step,
+        "other": frame["other_ns"] / step,
+    })
+
+
+def classify_steps(frame: pd.DataFrame, th: Thresholds) -> pd.DataFrame:
+    """One row per step: step, step_ns (slowest rank), the shares, label, secondary labels."""
+    shares = rank_shares(frame)
+    shares["step_ns"] = frame["step_ns"].to_numpy()
+    g = shares.groupby("step", sort=True)
+    steps = pd.DataFrame({
+        "step_ns": g["step_ns"].max(),
+        "data_share": g["data"].mean(),
+        "comm_share": g["transfer"].mean(),
+        "wait_share": g["wait"].max(),
+        "compute_share": g["compute"].mean(),
+        "n_ranks": g["rank"].size(),
+    })
+    cand = np.column_stack([
+        np.where(steps["wait_share"] >= th.wait, steps["wait_share"], -1.0),
+        np.where(steps["data_share"] >= th.data_high, steps["data_share"], -1.0),
+        np.where(steps["comm_share"] >= th.comm, steps["comm_share"], -1.0),
+    ])
+    names = np.array([IMBALANCED, DATA, COMM])
+    best = cand.argmax(axis=1)
+    has = cand.max(axis=1) >= 0
+    steps["label"] = np.where(has, names[best], COMPUTE)
+    secondary = []
+    for row_cand, b, h, data in zip(cand, best, has, steps["data_share"].to_numpy()):
+        extra = [names[i] for i in range(3) if row_cand[i] >= 0 and (not h or i != b)]
+        if th.data_moderate <= data < th.data_high:
+            extra.append("moderately data-bound")
+        secondary.append(extra)
+    steps["secondary"] = secondary
+    return steps.reset_index()
+
+
+@dataclass(frozen=True)
+class Verdict:
+    label: str
+    share: float          # share of total step time carried by steps with that label
+    confidence: str       # high (>= 75%), medium (>= 50%), low
+    time_by_label: dict   # label -> share of step time
+
+
+def run_verdict(steps: pd.DataFrame) -> Verdict:
+    total = float(steps["step_ns"].sum())
+    if total <= 0:
+        return Verdict(COMPUTE, 0.0, "low", {})
+    by = steps.groupby("label")["step_ns"].sum() / total
+    label = str(by.idxmax())
+    share = float(by.max())
+    conf = "high" if share >= 0.75 else "medium" if share >= 0.5 else "low"
+    return Verdict(label, share, conf, {k: round(float(v), 4) for k, v in by.items()})

@@ -1,0 +1,95 @@
+"""The `gpuscope` command line: analyze, demo. Only here do errors become exit codes."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from .errors import GpuscopeError
+
+
+def _write(path: str, text: str) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(text)
+
+
+def cmd_analyze(args) -> int:
+    from rich.console import Console
+
+    from .pipeline import analyze_path
+    from .render_terminal import render
+    from .thresholds import Thresholds
+
+    th = Thresholds().with_overrides(args.thresholds)
+    if args.skip is not None:
+        th = th.with_overrides(f"warmup_steps={args.skip}")
+    report = analyze_path(args.path, th)
+    if not args.quiet:
+        render(report, Console(highlight=False))
+    if args.json:
+        import orjson
+
+        _write(args.json, orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2).decode())
+        if not args.quiet:
+            print(f"JSON report: {args.json}")
+    if args.html:
+        from .render_html import render_html
+
+        _write(args.html, render_html(report))
+        if not args.quiet:
+            print(f"HTML dashboard: {args.html}")
+    return 0
+
+
+def cmd_demo(args) -> int:
+    from .demo.launch import run_demo
+
+    return run_demo(args.scenario, args.out, steps=args.steps, nproc=args.nproc,
+                    profile=not args.no_profile)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="gpuscope", description="Why is distributed training slow, "
+                                 "and what to change.")
+    sub = ap.add_subparsers(dest="command", required=True)
+    a = sub.add_parser("analyze", help="analyze a run dir or torch.profiler traces")
+    a.add_argument("path", help="gpuscope run dir, or folder/file of torch.profiler traces")
+    a.add_argument("--json", metavar="FILE", help="write the JSON report here")
+    a.add_argument("--html", metavar="FILE", help="write the HTML dashboard here")
+    a.add_argument("--thresholds", metavar="K=V,...",
+                   help="override thresholds, e.g. data_high=0.3,wait=0.05")
+    a.add_argument("--skip", type=int, metavar="N", help="warm-up steps to leave out (default 1)")
+    a.add_argument("-q", "--quiet", action="store_true", help="no terminal report")
+    a.set_defaults(func=cmd_analyze)
+    d = sub.add_parser("demo", help="run a 2-process CPU DDP training with a known bottleneck, "
+                       "record it, analyze it")
+    d.add_argument("--scenario", default="data", choices=("data", "comm", "imbalanced", "compute"))
+    d.add_argument("--out", default="runs/demo", help="output folder")
+    d.add_argument("--steps", type=int, default=30)
+    d.add_argument("--nproc", type=int, default=2)
+    d.add_argument("--no-profile", action="store_true", help="skip writing torch.profiler traces")
+    d.set_defaults(func=cmd_demo)
+    return ap
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except GpuscopeError as exc:
+        print(f"gpuscope: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # a bug in gpuscope: one line unless asked for the traceback
+        if os.environ.get("GPUSCOPE_DEBUG"):
+            raise
+        print(f"gpuscope: internal error: {exc!r} (set GPUSCOPE_DEBUG=1 for the traceback)",
+              file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

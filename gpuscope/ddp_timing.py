@@ -1,0 +1,104 @@
+"""Times DDP gradient communication per bucket by wrapping (never replacing) the comm hook.
+
+DDP accepts one comm hook per model, registered before the first backward. gpuscope registers a
+dispatcher that calls the user's hook (or DDP's default all-reduce) and notes, per bucket, when it
+was launched and when its future completed. A hook the user registers later is routed through the
+dispatcher instead of failing with DDP's "can only be registered once".
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from ._log import info_once, warn_once
+
+CommSink = Callable[[int, int, int], None]  # (bucket_index, launch_ns, done_ns)
+
+
+def is_ddp(model) -> bool:
+    return model is not None and hasattr(model, "register_comm_hook") and hasattr(model, "reducer")
+
+
+class DDPCommTimer:
+    """Installs the timing dispatcher on one DDP model and forwards bucket timings to `sink`."""
+
+    def __init__(self, ddp, sink: CommSink):
+        self.ddp = ddp
+        self.sink = sink
+        self.active = False
+        self.reason = ""
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+        self._default_hooks = default_hooks
+        self.inner_hook = default_hooks.allreduce_hook
+        self.inner_state = getattr(ddp, "process_group", None)
+        self.hook_name = "allreduce (DDP default)"
+
+    def install(self) -> bool:
+        ddp = self.ddp
+        if getattr(ddp, "_comm_hooks", None):
+            hook, _ = ddp._comm_hooks[-1]
+            self.reason = (f"a comm hook ({getattr(hook, '__qualname__', hook)}) was registered before "
+                           "gpuscope.record(): communication is taken from DDP's own logging")
+            info_once("ddp-hook-present", "gpuscope: %s", self.reason)
+            return False
+        try:
+            ddp.register_comm_hook(self, _dispatch)
+        except Exception as exc:  # e.g. backward already ran: DDP refuses late registration
+            self.reason = f"could not register the timing comm hook ({exc}); using DDP's own logging"
+            info_once("ddp-hook-failed", "gpuscope: %s", self.reason)
+            return False
+        ddp.register_comm_hook = self._register_user_hook  # route later user hooks through us
+        ddp._register_builtin_comm_hook = self._register_builtin
+        self.active = True
+        return True
+
+    def _register_user_hook(self, state, hook) -> None:
+        self.ddp._check_comm_hook(hook)
+        self.inner_hook, self.inner_state = hook, state
+        self.hook_name = getattr(hook, "__qualname__", repr(hook))
+        self.ddp._comm_hooks.append((hook, state))
+
+    def _register_builtin(self, comm_hook_type) -> None:
+        name = str(comm_hook_type)
+        hook = (self._default_hooks.fp16_compress_hook if "FP16" in name
+                else self._default_hooks.allreduce_hook)
+        self._register_user_hook(getattr(self.ddp, "process_group", None), hook)
+
+    def detach(self) -> None:
+        """Stop reporting; the dispatcher stays registered (DDP cannot unregister) and just forwards."""
+        self.active = False
+
+
+def _dispatch(timer: DDPCommTimer, bucket):
+    launch = time.perf_counter_ns()
+    fut = timer.inner_hook(timer.inner_state, bucket)
+    if not timer.active:
+        return fut
+    try:
+        index = bucket.index()
+        sink = timer.sink
+
+        def _done(f):
+            try:
+                sink(index, launch, time.perf_counter_ns())
+            except Exception:
+                warn_once("ddp-sink", "gpuscope: failed to note a bucket timing", exc_info=True)
+            return f.value()
+
+        return fut.then(_done)
+    except Exception:
+        warn_once("ddp-dispatch", "gpuscope: comm timing failed; gradients unaffected", exc_info=True)
+        return fut
+
+
+def ddp_logging_summary(ddp) -> dict:
+    """What DDP measures itself (sampled iterations), in ns; empty if unavailable."""
+    try:
+        data = ddp._get_ddp_logging_data()
+    except Exception:
+        return {}
+    keys = ("avg_forward_compute_time", "avg_backward_compute_time", "avg_backward_comm_time",
+            "avg_backward_compute_comm_overlap_time", "comm_hook", "backend_name", "bucket_sizes")
+    return {k: data[k] for k in keys if k in data}

@@ -1,0 +1,160 @@
+"""A small DDP training run with one bottleneck injected on purpose; run it under torchrun.
+
+Scenarios (2 ranks, gloo on CPU, a few seconds each):
+
+- ``data``: a Dataset that takes 2 ms per sample to load, read with num_workers=0;
+- ``comm``: a wide model (~8M parameters) fed a batch of 2, so the gradient all-reduce dominates;
+- ``imbalanced``: rank ``--slow-rank`` runs an extra matmul loop every step;
+- ``compute``: a balanced compute-heavy MLP (large batch, few parameters) with in-memory data.
+
+``--profile DIR`` also writes torch.profiler (Kineto) traces there with tensorboard_trace_handler;
+``--no-record`` runs the same loop without gpuscope (for the overhead benchmark).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import BatchSampler, DataLoader, Dataset, DistributedSampler, TensorDataset
+
+SCENARIOS = ("data", "comm", "imbalanced", "compute")
+
+
+class SlowDataset(Dataset):
+    """Synthetic samples that take `delay_s` each to 'load' (like a slow disk or decoder)."""
+
+    def __init__(self, n: int, dim: int, delay_s: float):
+        self.n, self.dim, self.delay_s = n, dim, delay_s
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        time.sleep(self.delay_s)
+        g = torch.Generator().manual_seed(i)
+        return torch.randn(self.dim, generator=g), torch.randint(0, 10, (), generator=g)
+
+
+def mlp(dim: int, hidden: int, depth: int) -> nn.Module:
+    layers: list[nn.Module] = [nn.Linear(dim, hidden), nn.ReLU()]
+    for _ in range(depth - 1):
+        layers += [nn.Linear(hidden, hidden), nn.ReLU()]
+    layers.append(nn.Linear(hidden, 10))
+    return nn.Sequential(*layers)
+
+
+def build(scenario: str, steps: int, world: int):
+    """Model, dataset and loader settings for one scenario."""
+    if scenario == "data":
+        model, dim, batch = mlp(64, 256, 2), 64, 16
+        ds = SlowDataset(batch * steps * world, dim, delay_s=0.002)
+    elif scenario == "comm":
+        model, dim, batch = mlp(256, 1400, 4), 256, 2
+        ds = TensorDataset(torch.randn(batch * steps * world, dim),
+                           torch.randint(0, 10, (batch * steps * world,)))
+    elif scenario in ("compute", "imbalanced"):
+        # many FLOPs per parameter: compute dominates and the all-reduce stays small
+        model, dim, batch = mlp(256, 256, 3), 256, 1024
+        ds = TensorDataset(torch.randn(batch * steps * world, dim),
+                           torch.randint(0, 10, (batch * steps * world,)))
+    else:
+        raise SystemExit(f"unknown scenario {scenario!r}; pick one of {', '.join(SCENARIOS)}")
+    return model, ds, batch
+
+
+def extra_work(ms: float) -> None:
+    """Busy compute for about `ms` milliseconds (matmuls, not sleep: a real slow rank computes)."""
+    a = torch.randn(256, 256)
+    end = time.perf_counter() + ms / 1000
+    while time.perf_counter() < end:
+        a = torch.tanh(a @ a)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--scenario", choices=SCENARIOS, default="data")
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--run-dir", default="runs/demo")
+    ap.add_argument("--slow-rank", type=int, default=1)
+    ap.add_argument("--extra-ms", type=float, default=40.0)
+    ap.add_argument("--profile", metavar="DIR", help="also write torch.profiler traces here")
+    ap.add_argument("--no-record", action="store_true", help="run without gpuscope")
+    ap.add_argument("--timings", metavar="FILE", help="append this rank's step times (JSON line)")
+    args = ap.parse_args(argv)
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    model, ds, batch = build(args.scenario, args.steps, world)
+    ddp = DDP(model)
+    sampler = DistributedSampler(ds, num_replicas=world, rank=rank, shuffle=False)
+    if isinstance(ds, TensorDataset):  # in memory: slice whole batches, no per-sample collate
+        loader = DataLoader(ds, sampler=BatchSampler(sampler, batch, drop_last=False),
+                            batch_size=None, num_workers=0)
+    else:
+        loader = DataLoader(ds, batch_size=batch, sampler=sampler, num_workers=0)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    loss_fn = nn.CrossEntropyLoss()
+    slow = args.scenario == "imbalanced" and rank == args.slow_rank
+
+    prof = None
+    if args.profile:
+        from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+
+        prof = profile(activities=[ProfilerActivity.CPU],
+                       schedule=schedule(wait=1, warmup=1, active=max(1, min(8, args.steps - 2))),
+                       on_trace_ready=tensorboard_trace_handler(args.profile))
+        prof.start()
+
+    def train_step(x, y):
+        opt.zero_grad(set_to_none=True)
+        out = ddp(x)
+        if slow:
+            extra_work(args.extra_ms)
+        loss = loss_fn(out, y)
+        loss.backward()
+        opt.step()
+
+    step_times = []
+    if args.no_record:
+        t = time.perf_counter()
+        for x, y in loader:
+            train_step(x, y)
+            if prof is not None:
+                prof.step()
+            now = time.perf_counter()
+            step_times.append(now - t)
+            t = now
+    else:
+        import gpuscope
+
+        with gpuscope.record(args.run_dir, model=ddp) as rec:
+            t = time.perf_counter()
+            for x, y in rec.data(loader):
+                train_step(x, y)
+                rec.step()
+                if prof is not None:
+                    prof.step()
+                now = time.perf_counter()
+                step_times.append(now - t)
+                t = now
+    if prof is not None:
+        prof.stop()
+    if args.timings:
+        with open(args.timings, "a") as fh:
+            fh.write(json.dumps({"rank": rank, "record": not args.no_record,
+                                 "scenario": args.scenario, "step_s": step_times}) + "\n")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

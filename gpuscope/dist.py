@@ -1,0 +1,51 @@
+"""Where this process sits in the job: rank, local rank, world size, host."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Placement:
+    rank: int
+    local_rank: int
+    world_size: int
+    local_world_size: int
+    host: str
+    source: str  # "torch.distributed" | "env" | "single"
+
+
+def _env_int(name: str, default: int | None = None) -> int | None:
+    value = os.environ.get(name)
+    try:
+        return int(value) if value is not None else default
+    except ValueError:
+        return default
+
+
+def detect_placement() -> Placement:
+    """Rank / world size from torch.distributed when initialized, else RANK/WORLD_SIZE env, else one process.
+
+    torch is only consulted when the training process already imported it.
+    """
+    host = socket.gethostname()
+    local_rank = _env_int("LOCAL_RANK", 0)
+    local_world = _env_int("LOCAL_WORLD_SIZE")
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        try:
+            dist = torch.distributed
+            if dist.is_available() and dist.is_initialized():
+                world = dist.get_world_size()
+                return Placement(dist.get_rank(), local_rank, world, local_world or world, host,
+                                 "torch.distributed")
+        except Exception:  # a broken process group must not stop recording
+            pass
+    rank = _env_int("RANK")
+    world = _env_int("WORLD_SIZE")
+    if rank is not None and world is not None:
+        return Placement(rank, local_rank, world, local_world or world, host, "env")
+    return Placement(0, 0, 1, 1, host, "single")

@@ -1,0 +1,13 @@
+"""The one exception family gpuscope raises; the CLI alone turns it into exit codes."""
+
+
+class GpuscopeError(Exception):
+    """Base of every error gpuscope raises on purpose; the message says how to fix it."""
+
+
+class InputError(GpuscopeError):
+    """The path given to analyze is missing, empty, or not something gpuscope can read."""
+
+
+class TraceFormatError(InputError):
+    """A trace or record file is truncated, corrupt, or not in a known format."""

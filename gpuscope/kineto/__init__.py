@@ -1,0 +1,1 @@
+"""Reading torch.profiler (Kineto) Chrome-trace JSON into a RunTable."""

@@ -1,0 +1,91 @@
+"""Reads the settings the suggestions are about from a DataLoader, a model and the process."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def loader_knobs(loader) -> dict:
+    """DataLoader settings; attributes a plain iterable lacks are simply absent."""
+    out: dict = {"loader": type(loader).__name__}
+    for attr in ("batch_size", "num_workers", "pin_memory", "prefetch_factor",
+                 "persistent_workers", "drop_last"):
+        if hasattr(loader, attr):
+            value = getattr(loader, attr)
+            if value is None or isinstance(value, (bool, int, float, str)):
+                out[attr] = value
+    if out.get("batch_size") is None:
+        bs = getattr(getattr(loader, "batch_sampler", None), "batch_size", None)
+        if isinstance(bs, int):
+            out["batch_size"] = bs
+    try:
+        out["batches_per_epoch"] = len(loader)
+    except Exception:
+        pass
+    return out
+
+
+def batch_size_of(batch) -> int | None:
+    """Leading dimension of the first tensor-like thing in a batch, if any."""
+    seen = 0
+    stack = [batch]
+    while stack and seen < 16:
+        item = stack.pop(0)
+        seen += 1
+        shape = getattr(item, "shape", None)
+        if shape is not None and len(shape) > 0:
+            return int(shape[0])
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return None
+
+
+def model_knobs(model) -> dict:
+    out: dict = {"model": type(model).__name__}
+    try:
+        params = list(model.parameters())
+        out["params"] = int(sum(p.numel() for p in params))
+        out["param_bytes"] = int(sum(p.numel() * p.element_size() for p in params))
+        if params:
+            out["device"] = str(params[0].device)
+            out["param_dtype"] = str(params[0].dtype).replace("torch.", "")
+    except Exception:
+        pass
+    for attr, key in (("bucket_bytes_cap", "bucket_cap_bytes"),
+                      ("find_unused_parameters", "find_unused_parameters"),
+                      ("gradient_as_bucket_view", "gradient_as_bucket_view"),
+                      ("static_graph", "static_graph"),
+                      ("broadcast_buffers", "broadcast_buffers")):
+        value = getattr(model, attr, None)
+        if isinstance(value, (bool, int)):
+            out[key] = value
+    pg = getattr(model, "process_group", None)
+    if pg is not None:
+        try:
+            out["backend"] = str(pg.name()) if hasattr(pg, "name") else None
+        except Exception:
+            pass
+    return out
+
+
+def process_knobs(local_world_size: int) -> dict:
+    torch = sys.modules.get("torch")
+    out: dict = {"cpu_count": os.cpu_count() or 1, "local_world_size": local_world_size,
+                 "python": sys.version.split()[0]}
+    try:
+        out["cpus_available"] = len(os.sched_getaffinity(0))
+    except Exception:
+        out["cpus_available"] = out["cpu_count"]
+    if torch is not None:
+        out["torch"] = getattr(torch, "__version__", None)
+        try:
+            out["torch_threads"] = torch.get_num_threads()
+            out["cuda_available"] = bool(torch.cuda.is_available())
+            if torch.distributed.is_available() and torch.distributed.is_initialized():
+                out["backend"] = str(torch.distributed.get_backend())
+        except Exception:
+            pass
+    return out

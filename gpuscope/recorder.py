@@ -1,0 +1,340 @@
+"""`gpuscope.record`: per-rank step timings taken inside the training loop.
+
+The hot path only takes host timestamps (``time.perf_counter_ns``) and appends to lists; at
+``step()`` a handful of intervals are summed into one row that goes to an append-only file.
+No device synchronization, no collective. Any error inside gpuscope is logged once and
+recording degrades; it never reaches the training loop.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from contextlib import contextmanager
+
+from . import intervals as iv
+from ._log import logger, warn_once
+from .dist import detect_placement
+from .knobs import batch_size_of, loader_knobs, model_knobs, process_knobs
+from .record_format import SCHEMA, STEP_COLUMNS, RecordWriter, rank_file_name
+
+_now = time.perf_counter_ns
+_cpu = time.thread_time_ns
+
+#: phase names that count as communication (blocking, host-visible) when used with rec.phase()
+COMM_PHASES = {"comm", "communication", "allreduce", "all_reduce", "all_gather", "reduce_scatter",
+               "broadcast", "barrier", "send", "recv"}
+_FIXED = {"forward": "forward_ns", "backward": "backward_ns", "optimizer": "optimizer_ns"}
+
+
+class Recorder:
+    """Context manager returned by :func:`record`. See DESIGN.md for the contract."""
+
+    def __init__(self, run_dir, model=None, *, flush_rows: int = 16, flush_s: float = 1.0,
+                 time_optimizer: bool = True, enabled: bool | None = None):
+        if enabled is None:
+            enabled = os.environ.get("GPUSCOPE_DISABLE", "") in ("", "0")
+        self.run_dir = os.fspath(run_dir)
+        self.model = model
+        self.enabled = enabled
+        self._flush_rows = flush_rows
+        self._flush_s = flush_s
+        self._time_optimizer = time_optimizer
+        self._writer: RecordWriter | None = None
+        self._handles: list = []
+        self._comm_timer = None
+        self._knobs: dict = {}
+        self._batch_size_known = False
+        self.placement = None
+        self.steps = 0
+        self.warnings: list[str] = []
+        self._reset_step(None)
+
+    # ----------------------------------------------------------------- lifecycle
+    def __enter__(self) -> "Recorder":
+        if not self.enabled:
+            return self
+        try:
+            self._open()
+        except Exception as exc:
+            self._fail("open", exc)
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        try:
+            self._close(crashed=exc_type is not None)
+        except Exception as err:
+            self._fail("close", err)
+        return False  # never swallow the training loop's own exception
+
+    def _open(self) -> None:
+        self.placement = p = detect_placement()
+        self._t0_perf = _now()
+        self._t0_unix = time.time_ns()
+        self._knobs = {"world_size": p.world_size, **process_knobs(p.local_world_size)}
+        if self.model is not None:
+            self._knobs.update(model_knobs(self.model))
+            self._install_model_hooks(self.model)
+        if self._time_optimizer and "torch" in sys.modules:
+            self._install_optimizer_hooks()
+        header = {"schema": SCHEMA, "rank": p.rank, "local_rank": p.local_rank,
+                  "world_size": p.world_size, "host": p.host, "pid": os.getpid(),
+                  "placement_source": p.source, "start_unix_ns": self._t0_unix,
+                  "clock": "perf_counter_ns", "columns": list(STEP_COLUMNS),
+                  "comm_timing": self._comm_timing_mode(), "knobs": self._knobs}
+        path = os.path.join(self.run_dir, rank_file_name(p.rank))
+        self._writer = RecordWriter(path, header, self._flush_rows, self._flush_s)
+
+    def _close(self, crashed: bool) -> None:
+        if self._writer is None:
+            return
+        end: dict = {"steps": self.steps, "crashed": crashed, "end_unix_ns": self._unix(_now())}
+        if self._comm_timer is not None:
+            from .ddp_timing import ddp_logging_summary
+
+            self._comm_timer.detach()
+            end["ddp_logging"] = ddp_logging_summary(self.model)
+        if self.warnings:
+            end["warnings"] = self.warnings
+        for handle in self._handles:
+            try:
+                handle.remove()
+            except Exception:
+                pass
+        self._handles.clear()
+        writer, self._writer = self._writer, None
+        writer.close(end)
+
+    def _comm_timing_mode(self) -> str:
+        if self._comm_timer is not None and self._comm_timer.active:
+            return "ddp_comm_hook"
+        if self._comm_timer is not None:
+            return "ddp_logging"
+        return "phases"
+
+    # ----------------------------------------------------------------- hooks
+    def _install_model_hooks(self, model) -> None:
+        from .ddp_timing import DDPCommTimer, is_ddp
+
+        if is_ddp(model):
+            self._comm_timer = DDPCommTimer(model, self._on_comm)
+            if not self._comm_timer.install():
+                self.warnings.append(self._comm_timer.reason)
+        if hasattr(model, "register_forward_pre_hook"):
+            self._handles.append(model.register_forward_pre_hook(self._on_forward_start))
+            self._handles.append(model.register_forward_hook(self._on_forward_end))
+
+    def _install_optimizer_hooks(self) -> None:
+        try:
+            from torch.optim.optimizer import (register_optimizer_step_post_hook,
+                                               register_optimizer_step_pre_hook)
+        except Exception:
+            return
+        self._handles.append(register_optimizer_step_pre_hook(self._on_opt_start))
+        self._handles.append(register_optimizer_step_post_hook(self._on_opt_end))
+
+    def _on_forward_start(self, module, args):
+        t = _now()
+        self._mark_start(t)
+        self._fwd_t0 = t
+
+    def _on_forward_end(self, module, args, output):
+        t = _now()
+        if self._fwd_t0 is not None:
+            self._phases.append(("forward", self._fwd_t0, t))
+            self._fwd_t0 = None
+            self._fwd_end = t
+
+    def _on_opt_start(self, optimizer, args, kwargs):
+        t = _now()
+        self._mark_start(t)
+        self._opt_t0 = t
+
+    def _on_opt_end(self, optimizer, args, kwargs):
+        if self._opt_t0 is not None:
+            self._phases.append(("optimizer", self._opt_t0, _now()))
+            self._opt_t0 = None
+
+    def _on_comm(self, bucket_index: int, launch_ns: int, done_ns: int) -> None:
+        self._comm.append((launch_ns, done_ns))  # list.append is atomic under the GIL
+
+    # ----------------------------------------------------------------- public API
+    def data(self, iterable):
+        """Yield from `iterable`, timing how long each batch takes to arrive."""
+        if self.enabled:
+            try:
+                self._note_knobs(loader_knobs(iterable))
+            except Exception as exc:
+                self._fail("data", exc)
+        it = iter(iterable)
+        while True:
+            c0 = _cpu()
+            t0 = _now()
+            try:
+                item = next(it)
+            except StopIteration:
+                return
+            t1 = _now()
+            if self.enabled:
+                if self._step_start is None:
+                    self._step_start = t0
+                self._data_ns += t1 - t0
+                self._data_cpu_ns += _cpu() - c0
+                if not self._batch_size_known:
+                    self._learn_batch_size(item)
+            yield item
+
+    @contextmanager
+    def phase(self, name: str, kind: str | None = None):
+        """Time a named part of the step. kind: "compute" (default) or "comm" (blocking)."""
+        t0 = _now()
+        self._mark_start(t0)
+        try:
+            yield self
+        finally:
+            t1 = _now()
+            if kind is None:
+                kind = "comm" if name.lower() in COMM_PHASES else "compute"
+            if kind == "comm":
+                self._comm_phases.append((t0, t1))
+            else:
+                self._phases.append((name, t0, t1))
+
+    def step(self) -> None:
+        """Close the current step and start the next one."""
+        now = _now()
+        if not self.enabled:
+            return
+        try:
+            if self._step_start is not None:
+                row = self._build_row(now)
+                if self._writer is not None:
+                    self._writer.add_row(row)
+                self.steps += 1
+        except Exception as exc:
+            self._fail("step", exc)
+        self._reset_step(now)
+
+    # ----------------------------------------------------------------- internals
+    def _mark_start(self, t: int) -> None:
+        if self._step_start is None:
+            self._step_start = t
+
+    def _reset_step(self, start) -> None:
+        self._step_start = start
+        self._data_ns = 0
+        self._data_cpu_ns = 0
+        self._phases: list = []
+        self._comm_phases: list = []
+        if not hasattr(self, "_comm"):
+            self._comm: list = []
+        self._fwd_t0 = None
+        self._fwd_end = None
+        self._opt_t0 = None
+
+    def _unix(self, perf_ns: int) -> int:
+        return self._t0_unix + (perf_ns - self._t0_perf)
+
+    def _take_comm(self) -> list:
+        """Bucket intervals completed since the last step (DDP waits for all of them in backward)."""
+        done, self._comm = self._comm, []
+        return done
+
+    def _build_row(self, now: int) -> list:
+        """Sum the step's intervals into one row of STEP_COLUMNS (+ optional extra phases)."""
+        start = self._step_start
+        step_ns = now - start
+        hook_comm = iv.clip(self._take_comm(), start, now)
+        named: dict[str, int] = {}
+        phases = [(n, a, b) for n, a, b in self._phases if b > a]
+        if hook_comm and self._fwd_end is not None and not any(n == "backward" for n, _, _ in phases):
+            # backward (with loss) runs from the end of forward to the optimizer, or to the end of
+            # the last gradient bucket when no optimizer step was seen
+            opt_starts = [a for n, a, _ in phases if n == "optimizer" and a >= self._fwd_end]
+            end = min(opt_starts) if opt_starts else max(b for _, b in hook_comm)
+            phases.append(("backward", self._fwd_end, end))
+        elif self._fwd_end is not None and not any(n == "backward" for n, _, _ in phases):
+            opt_starts = [a for n, a, _ in phases if n == "optimizer" and a >= self._fwd_end]
+            if opt_starts:
+                phases.append(("backward", self._fwd_end, min(opt_starts)))
+        for n, a, b in phases:
+            named[n] = named.get(n, 0) + (b - a)
+
+        # exposed communication: the tail from the last bucket launch (end of backward compute)
+        # to the last bucket done, plus blocking comm phases
+        exposed_iv = list(self._comm_phases)
+        if hook_comm:
+            last_launch = max(a for a, _ in hook_comm)
+            last_done = max(b for _, b in hook_comm)
+            if last_done > last_launch:
+                exposed_iv.append((last_launch, last_done))
+        exposed_m = iv.merge(exposed_iv)
+        comm_m = iv.merge(hook_comm + list(self._comm_phases))
+        comm_ns = iv.total(comm_m)
+        exposed_ns = min(iv.total(exposed_m), step_ns)
+
+        data_ns = min(self._data_ns, step_ns)
+        if phases:
+            compute_m = iv.merge([(a, b) for _, a, b in phases])
+            compute_ns = iv.total(compute_m) - iv.overlap(compute_m, exposed_m)
+            compute_ns = max(0, min(compute_ns, step_ns - data_ns - exposed_ns))
+        else:  # nothing named: all that is not data or comm counts as compute
+            compute_ns = max(0, step_ns - data_ns - exposed_ns)
+        other_ns = max(0, step_ns - data_ns - exposed_ns - compute_ns)
+        fixed = [named.pop(k, 0) for k in ("forward", "backward", "optimizer")]
+        row = [self.steps, self._unix(start), step_ns, data_ns, compute_ns, comm_ns, exposed_ns,
+               other_ns, *fixed, len(hook_comm), self._data_cpu_ns]
+        if named:
+            row.append(named)
+        return row
+
+    def _learn_batch_size(self, item) -> None:
+        self._batch_size_known = True
+        try:
+            if self._knobs.get("batch_size") is None:
+                bs = batch_size_of(item)
+                if bs is not None:
+                    self._note_knobs({"batch_size": bs})
+        except Exception as exc:
+            self._fail("batch", exc)
+
+    def _note_knobs(self, knobs: dict) -> None:
+        knobs = {k: v for k, v in knobs.items() if self._knobs.get(k) != v}
+        if not knobs:
+            return
+        self._knobs.update(knobs)
+        if "batch_size" in knobs and knobs["batch_size"] is not None:
+            self._batch_size_known = True
+        if self._writer is not None:
+            self._writer.add_meta({"knobs": knobs, "at_step": self.steps})
+
+    def _fail(self, where: str, exc: Exception) -> None:
+        """Log once, stop recording, keep the training loop running."""
+        warn_once(f"recorder-{where}", "gpuscope: recording disabled after an internal error in %s: %r",
+                  where, exc, exc_info=True)
+        self.warnings.append(f"internal error in {where}: {exc!r}")
+        self.enabled = False
+        if self._comm_timer is not None:
+            self._comm_timer.detach()
+        if self._writer is not None:
+            try:
+                self._writer.close({"steps": self.steps, "crashed": False,
+                                    "recorder_error": f"{where}: {exc!r}"})
+            except Exception:
+                pass
+            self._writer = None
+
+
+def record(run_dir, model=None, **options) -> Recorder:
+    """Record per-rank step timings into `run_dir`::
+
+        with gpuscope.record("runs/exp1", model=ddp_model) as rec:
+            for batch in rec.data(loader):
+                ...
+                rec.step()
+    """
+    return Recorder(run_dir, model, **options)
+
+
+__all__ = ["Recorder", "record", "logger"]

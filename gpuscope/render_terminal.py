@@ -1,0 +1,98 @@
+"""Renders a Report for the terminal with rich: verdict, per-rank breakdown, stragglers, fixes."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from .report import Report
+
+MS = 1e6
+_COLOR = {"data-bound": "yellow", "comm-bound": "magenta", "imbalanced": "red",
+          "compute-bound": "green"}
+
+
+def _ms(ns: float) -> str:
+    return f"{ns / MS:,.1f}"
+
+
+def render(report: Report, console: Console) -> None:
+    d = report.to_dict()
+    v = report.verdict
+    color = _COLOR.get(v.label, "white")
+    head = Text()
+    head.append("gpuscope ", style="bold")
+    head.append(f"{d['source']} ", style="dim")
+    head.append(f"{d['path']}\n", style="dim")
+    one_host = {r["host"] for r in d["ranks"]}
+    head.append(f"{d['ranks_analysed']} of {d['world_size']} ranks"
+                f"{' on ' + one_host.pop() if len(one_host) == 1 else ''}, {d['steps_analysed']} steps "
+                f"(first {report.thresholds.warmup_steps} left out as warm-up)\n")
+    head.append("Verdict: ", style="bold")
+    head.append(v.label.upper(), style=f"bold {color}")
+    head.append(f"  {v.share:.0%} of step time, confidence {v.confidence}")
+    others = [f"{k} {s:.0%}" for k, s in sorted(v.time_by_label.items(), key=lambda kv: -kv[1])
+              if k != v.label and s > 0]
+    if others:
+        head.append(f"  (also: {', '.join(others)})", style="dim")
+    console.print(head)
+
+    t = Table(title="Per rank: median ms per step, share of step time", title_justify="left")
+    hosts = {r["host"] for r in d["ranks"]}
+    cols = ("rank",) + (("host",) if len(hosts) > 1 else ()) + (
+        "step", "data", "compute", "comm", "exposed", "wait", "other")
+    for col in cols:
+        t.add_column(col, justify="left" if col == "host" else "right", no_wrap=True)
+    straggler_ranks = set(d["stragglers"])
+    shown = d["ranks"] if len(d["ranks"]) <= 16 else _interesting(d["ranks"], straggler_ranks)
+    for r in shown:
+        style = "bold red" if r["rank"] in straggler_ranks else None
+        t.add_row(str(r["rank"]), *([r["host"]] if len(hosts) > 1 else []), f"{r['step_ms']:.1f}",
+                  *(f"{r[p + '_ms']:.1f} {r[p + '_pct']:.0f}%" for p in
+                    ("data", "compute", "comm", "comm_exposed", "wait", "other")), style=style)
+    console.print(t)
+    if len(shown) < len(d["ranks"]):
+        console.print(f"[dim]{len(d['ranks']) - len(shown)} more ranks in the JSON report[/dim]")
+
+    if report.stragglers:
+        for s in report.stragglers:
+            part = f"{s.cause} ({s.cause_detail})" if s.cause_detail else s.cause
+            where = f" on {s.host}" if s.host else ""
+            console.print(f"[bold red]Straggler:[/bold red] rank {s.rank}{where}: slow in "
+                          f"{s.slow_steps_share:.0%} of steps, {_ms(s.excess_ns)} ms busier per step "
+                          f"than the median rank, mostly in {part}")
+    elif "imbalanced" in v.time_by_label:
+        console.print("Stragglers: none consistent (waiting moves between ranks: jitter)")
+    else:
+        console.print("Stragglers: none")
+
+    if d["suggestions"]:
+        console.print(Text("\nSuggestions (best estimated gain first)", style="bold"))
+        for i, s in enumerate(d["suggestions"], 1):
+            console.print(f" {i}. [bold]{s['knob']}[/bold]: {s['current']} -> {s['proposed']}  "
+                          f"[green]~{s['estimated_step_ms']:.1f} ms/step, {s['gain_pct']:+.0f}% "
+                          f"throughput[/green]")
+            console.print(f"    [dim]{s['why']}[/dim]", highlight=False)
+    th = report.thresholds
+    console.print(f"\n[dim]thresholds: data >= {th.data_high:.0%} (moderate {th.data_moderate:.0%}), "
+                  f"exposed comm >= {th.comm:.0%}, wait >= {th.wait:.0%}, straggler in >= "
+                  f"{th.straggler_steps:.0%} of steps[/dim]")
+    for w in d["warnings"]:
+        console.print(f"[yellow]warning:[/yellow] {w}", highlight=False)
+
+
+def _interesting(ranks: list[dict], stragglers: set) -> list[dict]:
+    """For big worlds: stragglers, then the slowest and fastest few ranks."""
+    by_step = sorted(ranks, key=lambda r: r["step_ms"])
+    keep = {r["rank"] for r in by_step[:4] + by_step[-8:]} | stragglers
+    return [r for r in ranks if r["rank"] in keep]
+
+
+def render_text(report: Report, width: int = 100) -> str:
+    """The terminal report as plain text at a fixed width (for tests and logs)."""
+    buf = io.StringIO()
+    render(report, Console(file=buf, width=width, color_system=None, force_terminal=False))
+    return buf.getvalue()

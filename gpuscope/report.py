@@ -1,0 +1,75 @@
+"""Report: the analysis result every renderer consumes, and its stable JSON form."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from .classify import Verdict
+from .runtable import RunTable
+from .stragglers import Straggler
+from .suggest import Suggestion
+from .thresholds import Thresholds
+
+SCHEMA = "gpuscope.report/1"
+MS = 1e6
+
+
+@dataclass
+class Report:
+    table: RunTable
+    steps: pd.DataFrame           # one row per step (classify_steps)
+    rank_summary: pd.DataFrame    # one row per rank: medians and shares
+    verdict: Verdict
+    stragglers: list[Straggler]
+    suggestions: list[Suggestion]
+    thresholds: Thresholds
+    warnings: list[str] = field(default_factory=list)
+    analysed_steps: int = 0
+
+    @property
+    def source(self) -> str:
+        return self.table.source
+
+    def to_dict(self) -> dict:
+        """The JSON report (DESIGN.md keys; times in ms, shares in %)."""
+        r2 = lambda x: round(float(x), 3)  # noqa: E731
+        steps = [{"step": int(s.step), "label": s.label, "step_ms": r2(s.step_ns / MS),
+                  "data_pct": r2(100 * s.data_share), "comm_exposed_pct": r2(100 * s.comm_share),
+                  "wait_pct": r2(100 * s.wait_share), "compute_pct": r2(100 * s.compute_share),
+                  "secondary": list(s.secondary)}
+                 for s in self.steps.itertuples(index=False)]
+        ranks = []
+        for r in self.rank_summary.itertuples(index=False):
+            d = {"rank": int(r.rank), "host": self.table.ranks.get(int(r.rank)).host
+                 if int(r.rank) in self.table.ranks else "",
+                 "steps": int(r.steps), "step_ms": r2(r.step_ns / MS)}
+            for part in ("data", "compute", "comm", "comm_exposed", "wait", "other"):
+                d[f"{part}_ms"] = r2(getattr(r, f"{part}_ns") / MS)
+                d[f"{part}_pct"] = r2(getattr(r, f"{part}_pct"))
+            extra = self.table.extras.get("gpu_breakdown", {}).get(int(r.rank))
+            if extra:
+                d.update(extra)
+            ranks.append(d)
+        return {
+            "schema": SCHEMA, "source": self.source, "path": self.table.path,
+            "world_size": int(self.table.world_size),
+            "ranks_analysed": len(self.rank_summary),
+            "steps_analysed": self.analysed_steps,
+            "verdict": self.verdict.label,
+            "verdict_share": round(self.verdict.share, 4),
+            "confidence": self.verdict.confidence,
+            "time_by_label": self.verdict.time_by_label,
+            "stragglers": [s.rank for s in self.stragglers],
+            "straggler_details": [{"rank": s.rank, "host": s.host, "slow_steps_pct":
+                                   round(100 * s.slow_steps_share, 1),
+                                   "excess_ms": r2(s.excess_ns / MS), "cause": s.cause,
+                                   "cause_detail": s.cause_detail} for s in self.stragglers],
+            "steps": steps,
+            "ranks": ranks,
+            "suggestions": [s.to_dict() for s in self.suggestions],
+            "knobs": self.table.knobs(),
+            "thresholds": self.thresholds.to_dict(),
+            "warnings": list(self.warnings),
+        }

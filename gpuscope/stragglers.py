@@ -1,0 +1,67 @@
+"""Finds stragglers: the same rank(s) the others wait for across most imbalanced steps.
+
+1. In each imbalanced step, the slow ranks are those that waited at most half as long as the
+   rank that waited longest (they arrived last).
+2. A rank slow in at least `straggler_steps` of all analysed steps ("most steps") is a straggler,
+   provided the slow ranks are a minority of the world (else it is the fast ranks that are odd).
+3. For each straggler, the part of the step that differs most from the median rank says why.
+Per-step jitter spreads "slowness" over many ranks, so it names no one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from .thresholds import Thresholds
+
+_CAUSES = ("data_ns", "compute_ns", "other_ns")
+_COMPUTE_PARTS = ("forward_ns", "backward_ns", "optimizer_ns")
+
+
+@dataclass
+class Straggler:
+    rank: int
+    slow_steps_share: float     # share of analysed steps in which this rank was the slow one
+    excess_ns: int              # median busy time (step - wait) above the median rank
+    cause: str                  # "data" | "compute" | "other"
+    cause_detail: str = ""      # e.g. "backward" when the compute excess sits there
+    cause_excess_ns: int = 0
+    host: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+def find_stragglers(frame: pd.DataFrame, steps: pd.DataFrame, th: Thresholds,
+                    hosts: dict[int, str] | None = None) -> list[Straggler]:
+    imb_steps = steps.loc[steps["label"] == "imbalanced", "step"]
+    n_ranks = frame["rank"].nunique()
+    if imb_steps.empty or n_ranks < 2:
+        return []
+    sub = frame[frame["step"].isin(imb_steps)]
+    max_wait = sub.groupby("step")["wait_ns"].transform("max")
+    slow = sub.loc[sub["wait_ns"] <= 0.5 * max_wait, "rank"]
+    share = slow.value_counts() / steps.shape[0]
+    cands = share[share >= th.straggler_steps]
+    if cands.empty or len(cands) > n_ranks / 2:
+        return []
+    frame = frame.assign(backward_ns=(frame["backward_ns"] - frame["comm_exposed_ns"]).clip(lower=0)
+                         if "backward_ns" in frame else 0)  # the wait sits inside backward
+    medians = frame.groupby("rank").median(numeric_only=True)
+    busy = medians["step_ns"] - medians["wait_ns"]
+    others = [r for r in medians.index if r not in cands.index]
+    ref = medians.loc[others].median()
+    ref_busy = float(busy.loc[others].median())
+    out = []
+    for rank, s in cands.sort_values(ascending=False).items():
+        row = medians.loc[rank]
+        diffs = {c[:-3]: float(row[c] - ref[c]) for c in _CAUSES if c in row}
+        cause = max(diffs, key=diffs.get)
+        detail = ""
+        if cause == "compute":
+            parts = {c[:-3]: float(row[c] - ref[c]) for c in _COMPUTE_PARTS if c in row}
+            if parts and max(parts.values()) > 0:
+                detail = max(parts, key=parts.get)
+        out.append(Straggler(int(rank), float(s), int(busy.loc[rank] - ref_busy), cause, detail,
+                             int(diffs[cause]), (hosts or {}).get(int(rank), "")))
+    return out

@@ -1,0 +1,33 @@
+"""Shared test helpers: run demo scenarios under torchrun, build RunTables by hand."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from gpuscope.runtable import RankInfo, RunTable
+
+MS = 1_000_000
+
+
+def table_from_rows(rows: list[dict], knobs: dict | None = None, world: int | None = None) -> RunTable:
+    """RunTable from dicts with rank, step and *_ms values (missing parts are 0)."""
+    cols = ("step", "data", "compute", "comm", "comm_exposed", "other", "forward", "backward",
+            "optimizer")
+    recs = []
+    for r in rows:
+        rec = {"rank": r["rank"], "step": r["step"], "start_ns": r["step"] * 100 * MS}
+        for c in cols[1:]:
+            rec[f"{c}_ns"] = int(r.get(c, 0) * MS)
+        rec["step_ns"] = int(r.get("step_ms", sum(r.get(c, 0) for c in
+                                                   ("data", "compute", "comm_exposed", "other"))) * MS)
+        rec["n_comm"] = 1 if r.get("comm", 0) else 0
+        rec["data_cpu_ns"] = int(r.get("data_cpu", r.get("data", 0)) * MS)
+        rec["wait_ns"] = 0
+        recs.append(rec)
+    frame = pd.DataFrame(recs).sort_values(["rank", "step"]).reset_index(drop=True)
+    ranks = {r: RankInfo(r, f"host{r}", dict(knobs or {})) for r in frame["rank"].unique()}
+    return RunTable(frame, "record", "<hand-built>", ranks, world or len(ranks), [])
+
+
+def balanced(n_steps: int, n_ranks: int, **parts) -> list[dict]:
+    return [{"rank": r, "step": s, **parts} for r in range(n_ranks) for s in range(n_steps)]

@@ -1,0 +1,73 @@
+"""The CLI: reports, JSON keys, and one clear line with exit 2 on bad input."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import gpuscope
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "gpuscope", *args], capture_output=True, text=True)
+
+
+@pytest.fixture
+def small_run(tmp_path):
+    with gpuscope.record(tmp_path / "run") as rec:
+        for _ in rec.data(range(5)):
+            rec.step()
+    return tmp_path / "run"
+
+
+def test_json_report_has_the_design_keys(small_run, tmp_path):
+    out = run_cli("analyze", str(small_run), "--json", str(tmp_path / "r.json"))
+    assert out.returncode == 0, out.stderr
+    assert "Verdict:" in out.stdout
+    d = json.loads((tmp_path / "r.json").read_text())
+    for key in ("schema", "source", "world_size", "verdict", "stragglers", "steps", "ranks",
+                "suggestions", "warnings"):
+        assert key in d
+    assert d["schema"] == "gpuscope.report/1" and d["source"] == "record"
+    assert d["verdict"] in ("data-bound", "comm-bound", "imbalanced", "compute-bound")
+    assert {"step", "label", "step_ms"} <= set(d["steps"][0])
+    assert {"rank", "data_pct", "compute_pct", "comm_exposed_pct", "wait_pct"} <= set(d["ranks"][0])
+
+
+def _bad(path, match):
+    out = run_cli("analyze", str(path))
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert "Traceback" not in out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gpuscope: error:")
+    assert match in lines[0]
+
+
+def test_missing_path(tmp_path):
+    _bad(tmp_path / "nope", "no such file")
+
+
+def test_empty_dir(tmp_path):
+    _bad(tmp_path, "neither a gpuscope run dir")
+
+
+def test_empty_record_file(tmp_path):
+    (tmp_path / "rank-00000.gpuscope.jsonl").write_text("")
+    _bad(tmp_path, "empty record file")
+
+
+def test_corrupt_header(tmp_path):
+    (tmp_path / "rank-00000.gpuscope.jsonl").write_text("{garbage\n[1,2]\n")
+    _bad(tmp_path, "not a gpuscope header")
+
+
+def test_run_with_no_steps(tmp_path):
+    with gpuscope.record(tmp_path):
+        pass
+    _bad(tmp_path, "no steps")
+
+
+def test_bad_threshold(small_run):
+    out = run_cli("analyze", str(small_run), "--thresholds", "nonsense=1")
+    assert out.returncode == 2 and "unknown threshold" in out.stderr

@@ -1,0 +1,134 @@
+"""The recorder in one process: timing of data and phases, the file, and failure containment."""
+
+import json
+import logging
+import os
+import time
+
+import pytest
+
+import gpuscope
+from gpuscope import record_format
+from gpuscope.pipeline import load_table
+
+
+class SlowIterable:
+    """Yields `n` items, each taking `delay` seconds to produce."""
+
+    def __init__(self, n, delay):
+        self.n, self.delay = n, delay
+
+    def __iter__(self):
+        for i in range(self.n):
+            time.sleep(self.delay)
+            yield [i] * 4
+
+
+def _rows(run_dir):
+    path = os.path.join(run_dir, record_format.rank_file_name(0))
+    with open(path) as fh:
+        lines = [json.loads(x) for x in fh]
+    return lines[0], [x for x in lines if isinstance(x, list)], lines[-1]
+
+
+def test_data_and_phases_are_timed(tmp_path, monkeypatch):
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(var, raising=False)
+    with gpuscope.record(tmp_path) as rec:
+        for _ in rec.data(SlowIterable(5, 0.02)):
+            with rec.phase("forward"):
+                time.sleep(0.01)
+            with rec.phase("comm"):
+                time.sleep(0.005)
+            time.sleep(0.003)  # untracked host work: "other"
+            rec.step()
+    header, rows, end = _rows(tmp_path)
+    assert header["rank"] == 0 and header["world_size"] == 1
+    assert header["placement_source"] == "single"
+    assert end == {"end": {**end["end"], "steps": 5, "crashed": False}}
+    assert len(rows) == 5
+    cols = header["columns"]
+    for row in rows:
+        r = dict(zip(cols, row))
+        assert r["data_ns"] >= 20e6 and r["data_ns"] < 60e6
+        assert r["forward_ns"] >= 10e6 and r["compute_ns"] >= 10e6
+        assert r["comm_ns"] >= 5e6 and r["comm_exposed_ns"] == r["comm_ns"]
+        assert r["other_ns"] >= 3e6
+        assert r["data_cpu_ns"] < r["data_ns"] / 2  # sleeping is not CPU work
+        parts = r["data_ns"] + r["compute_ns"] + r["comm_exposed_ns"] + r["other_ns"]
+        assert abs(parts - r["step_ns"]) < 1e5
+
+
+def test_rank_and_world_from_env(tmp_path, monkeypatch):
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("WORLD_SIZE", "8")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    with gpuscope.record(tmp_path) as rec:
+        rec.step()
+    assert os.path.exists(tmp_path / "rank-00003.gpuscope.jsonl")
+    header = json.loads((tmp_path / "rank-00003.gpuscope.jsonl").read_text().splitlines()[0])
+    assert (header["rank"], header["world_size"], header["local_rank"]) == (3, 8, 1)
+    assert header["placement_source"] == "env"
+
+
+def test_knobs_from_dataloader_and_batch(tmp_path):
+    torch = pytest.importorskip("torch")
+    from torch.utils.data import DataLoader, TensorDataset
+
+    ds = TensorDataset(torch.randn(40, 3), torch.zeros(40))
+    loader = DataLoader(ds, batch_size=8, num_workers=0, pin_memory=False)
+    with gpuscope.record(tmp_path) as rec:
+        for _ in rec.data(loader):
+            rec.step()
+    knobs = load_table(tmp_path).knobs()
+    assert knobs["batch_size"] == 8 and knobs["num_workers"] == 0
+    assert knobs["pin_memory"] is False and knobs["batches_per_epoch"] == 5
+
+
+def test_internal_error_does_not_stop_training(tmp_path, monkeypatch, caplog):
+    def broken(self, row):
+        raise OSError("disk full (injected)")
+
+    monkeypatch.setattr(record_format.RecordWriter, "add_row", broken)
+    seen = []
+    with caplog.at_level(logging.WARNING, logger="gpuscope"):
+        with gpuscope.record(tmp_path) as rec:
+            for item in rec.data(range(20)):
+                with rec.phase("forward"):
+                    seen.append(item)
+                rec.step()
+    assert seen == list(range(20))  # every batch still reached the loop
+    msgs = [r for r in caplog.records if "recording disabled" in r.getMessage()]
+    assert len(msgs) == 1  # logged once, not per step
+    assert not rec.enabled
+
+
+def test_unwritable_run_dir_does_not_stop_training(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a dir")
+    out = []
+    with gpuscope.record(blocker / "run") as rec:
+        for x in rec.data([1, 2, 3]):
+            out.append(x)
+            rec.step()
+    assert out == [1, 2, 3]
+
+
+def test_training_exception_propagates_and_is_noted(tmp_path):
+    with pytest.raises(ZeroDivisionError):
+        with gpuscope.record(tmp_path) as rec:
+            for i in rec.data(range(5)):
+                rec.step()
+                if i == 2:
+                    1 / 0
+    table = load_table(tmp_path)
+    assert len(table.frame) == 3
+    assert any("raised an exception" in w for w in table.warnings)
+
+
+def test_disabled_by_env(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUSCOPE_DISABLE", "1")
+    with gpuscope.record(tmp_path / "r") as rec:
+        assert list(rec.data([1, 2])) == [1, 2]
+        rec.step()
+    assert not (tmp_path / "r").exists()

@@ -1,0 +1,164 @@
+"""The classification rules, stragglers and suggestions on hand-built tables."""
+
+import pytest
+
+from gpuscope.pipeline import analyze_table
+from gpuscope.thresholds import Thresholds
+from helpers import balanced, table_from_rows
+
+TH0 = Thresholds(warmup_steps=0)
+
+
+def verdict(rows, th=TH0, **kw):
+    return analyze_table(table_from_rows(rows, **kw), th)
+
+
+def test_pure_compute_is_compute_bound():
+    rep = verdict(balanced(10, 2, compute=90, other=10))
+    assert rep.verdict.label == "compute-bound"
+    assert rep.verdict.share == pytest.approx(1.0)
+    assert rep.suggestions == []
+
+
+@pytest.mark.parametrize("data_ms,label", [(19.9, "compute-bound"), (20.0, "data-bound"),
+                                           (30, "data-bound")])
+def test_data_threshold_is_inclusive_at_20_percent(data_ms, label):
+    rep = verdict(balanced(5, 2, data=data_ms, compute=100 - data_ms))
+    assert rep.verdict.label == label
+
+
+def test_moderate_data_wait_is_secondary_and_gets_a_suggestion():
+    rep = verdict(balanced(5, 2, data=10, compute=90), knobs={"num_workers": 0, "cpu_count": 8,
+                                                                "local_world_size": 2})
+    assert rep.verdict.label == "compute-bound"
+    assert "moderately data-bound" in rep.steps["secondary"].iloc[0]
+    assert rep.suggestions and rep.suggestions[0].knob == "num_workers"
+
+
+def test_comm_threshold_on_exposed_transfer():
+    below = verdict(balanced(5, 2, comm=40, comm_exposed=14.9, compute=85.1))
+    above = verdict(balanced(5, 2, comm=40, comm_exposed=15, compute=85))
+    assert below.verdict.label == "compute-bound"
+    assert above.verdict.label == "comm-bound"
+
+
+def test_hidden_communication_is_not_comm_bound():
+    rep = verdict(balanced(5, 2, comm=80, comm_exposed=2, compute=98))
+    assert rep.verdict.label == "compute-bound"
+
+
+def _straggler_rows(n_steps=10, slow_rank=1, n_ranks=2, extra=40, cause="compute"):
+    """The slow rank computes `extra` ms longer; the others wait for it inside the all-reduce."""
+    rows = []
+    for s in range(n_steps):
+        for r in range(n_ranks):
+            slow = r == slow_rank
+            part = {"compute": 50 + (extra if slow and cause == "compute" else 0),
+                    "data": 5 + (extra if slow and cause == "data" else 0)}
+            exposed = 5 + (0 if slow else extra)
+            rows.append({"rank": r, "step": s, **part, "comm": exposed + 10,
+                         "comm_exposed": exposed, "other": 0})
+    return rows
+
+
+def test_waiting_inside_allreduce_is_imbalanced_not_comm_bound():
+    rep = verdict(_straggler_rows())
+    assert rep.verdict.label == "imbalanced"
+    assert [s.rank for s in rep.stragglers] == [1]
+    assert rep.stragglers[0].cause == "compute"
+    d = rep.to_dict()
+    waits = {r["rank"]: r["wait_ms"] for r in d["ranks"]}
+    assert waits[0] == pytest.approx(40) and waits[1] == 0
+    assert rep.suggestions[0].knob == "straggler"
+    assert rep.suggestions[0].estimated_step_ms == pytest.approx(60, abs=1)
+
+
+def test_straggler_caused_by_data_names_data():
+    rep = verdict(_straggler_rows(cause="data", n_ranks=4, slow_rank=2))
+    assert [s.rank for s in rep.stragglers] == [2]
+    assert rep.stragglers[0].cause == "data"
+    assert "data loading" in rep.suggestions[0].why
+
+
+def test_random_jitter_names_no_straggler():
+    rows = []
+    for s in range(12):
+        slow = s % 4  # a different rank is late each step
+        for r in range(4):
+            exposed = 5 if r == slow else 25
+            rows.append({"rank": r, "step": s, "compute": 70 if r == slow else 50, "comm": exposed,
+                         "comm_exposed": exposed, "other": 0})
+    rep = verdict(rows)
+    assert rep.verdict.label == "imbalanced"
+    assert rep.stragglers == []
+    assert rep.suggestions[0].current == "none consistent"
+
+
+def test_conflicting_shares_largest_wins_and_other_is_secondary():
+    rows = [{"rank": r, "step": s, "data": 25, "comm": 30, "comm_exposed": 30, "compute": 45}
+            for r in range(2) for s in range(5)]
+    rep = verdict(rows)
+    assert rep.verdict.label == "comm-bound"
+    assert "data-bound" in rep.steps["secondary"].iloc[0]
+
+
+def test_thresholds_are_configurable():
+    rows = balanced(5, 2, data=10, compute=90)
+    assert verdict(rows).verdict.label == "compute-bound"
+    assert verdict(rows, th=TH0.with_overrides("data_high=0.08")).verdict.label == "data-bound"
+
+
+def test_unknown_threshold_is_a_clear_error():
+    from gpuscope.errors import InputError
+
+    with pytest.raises(InputError, match="unknown threshold 'dat'"):
+        Thresholds().with_overrides("dat=0.1")
+
+
+def test_verdict_is_the_label_holding_most_time():
+    rows = balanced(3, 2, data=50, compute=50) + [
+        {"rank": r, "step": s, "compute": 100} for r in range(2) for s in range(3, 10)]
+    rep = verdict(rows)
+    assert rep.verdict.label == "compute-bound"
+    assert rep.verdict.time_by_label["data-bound"] == pytest.approx(0.3)
+    assert rep.verdict.confidence == "medium"  # 70% of the time
+
+
+def test_data_bound_worker_count_is_capped_by_cores_per_rank():
+    rows = balanced(5, 2, data=80, compute=20, data_cpu=80)  # CPU-bound loading
+    rep = verdict(rows, knobs={"num_workers": 0, "cpu_count": 8, "cpus_available": 8,
+                               "local_world_size": 2})
+    nw = next(s for s in rep.suggestions if s.knob == "num_workers")
+    assert nw.proposed == 4  # need 4 (80/20), 4 cores per rank
+    assert nw.estimated_step_ms == pytest.approx(20)
+
+
+def test_io_bound_loading_may_use_more_workers_than_cores():
+    rows = balanced(5, 2, data=80, compute=10, data_cpu=1)
+    rep = verdict(rows, knobs={"num_workers": 0, "cpu_count": 2, "local_world_size": 2})
+    nw = next(s for s in rep.suggestions if s.knob == "num_workers")
+    assert nw.proposed == 4 and nw.estimated_step_ms == pytest.approx(20)
+
+
+def test_sync_frequency_brings_exposed_comm_under_target():
+    rows = balanced(5, 2, comm=40, comm_exposed=40, compute=60)
+    rep = verdict(rows, knobs={"batch_size": 8})
+    sync = next(s for s in rep.suggestions if s.knob == "sync_frequency")
+    k = int(sync.proposed.split()[1])
+    assert 40 / k <= 0.05 * (60 + 40 / k) + 1e-9
+    assert 40 / (k - 1) > 0.05 * (60 + 40 / (k - 1))  # the smallest such k
+    assert sync.estimated_step_ms == pytest.approx(60 + 40 / k)
+
+
+def test_warmup_step_is_left_out():
+    rows = [{"rank": r, "step": 0, "data": 900, "compute": 100} for r in range(2)]
+    rows += balanced(5, 2, compute=100)
+    rows = [r if r["step"] == 0 or "data" in r else {**r, "step": r["step"] + 1} for r in rows]
+    assert analyze_table(table_from_rows(rows)).verdict.label == "compute-bound"
+    assert verdict(rows).verdict.time_by_label.get("data-bound", 0) > 0.5
+
+
+def test_mismatched_steps_warn_and_still_analyse():
+    rows = balanced(6, 2, compute=100) + [{"rank": 0, "step": 6, "compute": 100}]
+    rep = verdict(rows)
+    assert any("missing on some ranks" in w for w in rep.warnings)

@@ -1,0 +1,53 @@
+"""Real 2-process gloo DDP runs with a bottleneck injected on purpose get the right diagnosis."""
+
+import gpuscope
+
+
+def _report(scenario_run, scenario):
+    return gpuscope.analyze(scenario_run(scenario)).to_dict()
+
+
+def test_slow_dataset_is_data_bound_and_more_workers_are_suggested(scenario_run):
+    d = _report(scenario_run, "data")
+    assert d["verdict"] == "data-bound", d["time_by_label"]
+    assert d["world_size"] == 2 and d["ranks_analysed"] == 2
+    assert d["stragglers"] == []
+    top = d["suggestions"][0]
+    assert top["knob"] == "num_workers"
+    assert top["current"] == 0 and top["proposed"] >= 1
+    step_ms = sorted(s["step_ms"] for s in d["steps"])[len(d["steps"]) // 2]
+    assert top["estimated_step_ms"] < step_ms
+    assert d["knobs"]["batch_size"] == 16
+
+
+def test_big_model_tiny_batch_is_comm_bound_and_sync_less_often(scenario_run):
+    d = _report(scenario_run, "comm")
+    assert d["verdict"] == "comm-bound", d["time_by_label"]
+    assert d["stragglers"] == []
+    knobs = [s["knob"] for s in d["suggestions"]]
+    assert "sync_frequency" in knobs and "batch_size" in knobs
+    sync = next(s for s in d["suggestions"] if s["knob"] == "sync_frequency")
+    assert sync["current"] == "every 1 step(s)"
+    assert all(r["comm_exposed_pct"] >= 15 for r in d["ranks"])
+
+
+def test_one_rank_with_extra_work_is_imbalanced_and_named(scenario_run):
+    d = _report(scenario_run, "imbalanced")
+    assert d["verdict"] == "imbalanced", d["time_by_label"]
+    assert d["stragglers"] == [1]
+    detail = d["straggler_details"][0]
+    assert detail["cause"] == "compute"
+    # the waiting shows up on rank 0 inside the all-reduce, not as comm-bound
+    r0, r1 = sorted(d["ranks"], key=lambda r: r["rank"])
+    assert r0["wait_pct"] > 20 and r1["wait_pct"] < 5
+    assert d["suggestions"][0]["knob"] == "straggler"
+    assert "rank 1" in d["suggestions"][0]["current"]
+
+
+def test_balanced_compute_heavy_run_is_compute_bound(scenario_run):
+    d = _report(scenario_run, "compute")
+    assert d["verdict"] == "compute-bound", d["time_by_label"]
+    assert d["stragglers"] == []
+    assert all(r["compute_pct"] > 60 for r in d["ranks"])
+    assert d["time_by_label"]["compute-bound"] >= 0.5
+    assert not any(s["knob"] == "sync_frequency" for s in d["suggestions"])
