@@ -1,0 +1,46 @@
+"""Interval algebra on numpy arrays of [start, end) integer ns: union, length, intersection."""
+
+from __future__ import annotations
+
+import numpy as np
+
+_EMPTY = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+
+
+def merge(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted, disjoint union of the intervals (empty and negative ones dropped)."""
+    keep = ends > starts
+    s, e = starts[keep], ends[keep]
+    if s.size == 0:
+        return _EMPTY
+    order = np.argsort(s, kind="stable")
+    s, e = s[order], e[order]
+    reach = np.maximum.accumulate(e)
+    new = np.empty(s.size, dtype=bool)
+    new[0] = True
+    new[1:] = s[1:] > reach[:-1]
+    first = np.flatnonzero(new)
+    last = np.r_[first[1:] - 1, s.size - 1]
+    return s[first], reach[last]
+
+
+def length(spans: tuple[np.ndarray, np.ndarray]) -> int:
+    return int((spans[1] - spans[0]).sum())
+
+
+def union(*sets: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    return merge(np.concatenate([s[0] for s in sets]), np.concatenate([s[1] for s in sets]))
+
+
+def overlap(a, b) -> int:
+    """|a ∩ b| for two merged sets: |a| + |b| - |a ∪ b|."""
+    if a[0].size == 0 or b[0].size == 0:
+        return 0
+    return length(a) + length(b) - length(union(a, b))
+
+
+def clip(spans, lo: int, hi: int):
+    s = np.maximum(spans[0], lo)
+    e = np.minimum(spans[1], hi)
+    keep = e > s
+    return s[keep], e[keep]
