@@ -64,8 +64,8 @@ def analyze_table(table: RunTable, thresholds: Thresholds | None = None) -> Repo
     frame = table.frame
     if frame.empty:
         raise InputError(f"{table.path}: no steps to analyse (the run recorded none)")
-    frame = _drop_warmup(frame, th.warmup_steps, warnings)
-    if table.source == "record":
+    if table.source == "record":  # a profiler schedule already skips warm-up; records do not
+        frame = _drop_warmup(frame, th.warmup_steps, warnings)
         frame = estimate_wait(frame, warnings)
     steps = classify_steps(frame, th)
     verdict = run_verdict(steps)

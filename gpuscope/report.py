@@ -49,8 +49,8 @@ class Report:
                 d[f"{part}_ms"] = r2(getattr(r, f"{part}_ns") / MS)
                 d[f"{part}_pct"] = r2(getattr(r, f"{part}_pct"))
             extra = self.table.extras.get("gpu_breakdown", {}).get(int(r.rank))
-            if extra:
-                d.update(extra)
+            if extra:  # HTA-compatible: idle_pct, compute_pct, non_compute_pct, comm_overlap_pct
+                d["gpu_breakdown"] = extra
             ranks.append(d)
         return {
             "schema": SCHEMA, "source": self.source, "path": self.table.path,

@@ -20,28 +20,37 @@ Scalar = int | float | str | None
 class Args(msgspec.Struct, gc=False):
     correlation: Scalar = None
     stream: Scalar = None
-    external_id: Scalar = msgspec.field(default=None, name="External id")
     collective: Scalar = msgspec.field(default=None, name="Collective name")
     pg_name: Scalar = msgspec.field(default=None, name="Process Group Name")
-    name: Scalar = None  # metadata events ("M"): process / thread names
 
 
-class Event(msgspec.Struct, gc=False):
-    ph: str = ""
+class Event(msgspec.Struct, gc=False, tag_field="ph", tag="X"):
+    """A complete event ("ph": "X"), the only phase gpuscope reads."""
+
     cat: Scalar = None
     name: Scalar = None
-    pid: Scalar = None
     tid: Scalar = None
     ts: Scalar = None
     dur: Scalar = None
     args: Args | None = None
 
 
+# Every other Chrome-trace phase decodes to an empty object: its fields are skipped unread.
+# (Metadata and flow events are most of a big trace: this keeps them from costing memory.)
+_OTHER_PHASES = ("B", "E", "i", "I", "C", "b", "n", "e", "s", "t", "f", "P", "O", "N", "D", "M",
+                 "V", "v", "R", "c", "(", ")")
+_Other = tuple(msgspec.defstruct(f"Skip{i}", [], tag_field="ph", tag=ph, gc=False)
+               for i, ph in enumerate(_OTHER_PHASES))
+AnyEvent = Event | _Other[0] | _Other[1] | _Other[2] | _Other[3] | _Other[4] | _Other[5] | \
+    _Other[6] | _Other[7] | _Other[8] | _Other[9] | _Other[10] | _Other[11] | _Other[12] | \
+    _Other[13] | _Other[14] | _Other[15] | _Other[16] | _Other[17] | _Other[18] | _Other[19] | \
+    _Other[20] | _Other[21]
+
+
 class TraceDoc(msgspec.Struct, gc=False):
-    traceEvents: list[Event] | None = None
-    distributedInfo: msgspec.Raw | None = None
-    deviceProperties: msgspec.Raw | None = None
-    displayTimeUnit: Scalar = None
+    traceEvents: list[AnyEvent] | None = None  # type: ignore[valid-type]
+    distributedInfo: msgspec.Raw = msgspec.Raw(b"null")  # parsed as JSON on its own, later
+
 
 
 _typed = msgspec.json.Decoder(TraceDoc)
@@ -61,8 +70,11 @@ def read_bytes(path: str) -> bytes:
             from None
 
 
-def decode_trace(path: str) -> TraceDoc:
-    """Decode one trace file; raises TraceFormatError with a one-line reason on bad input."""
+def decode_trace(path: str) -> tuple[list, object]:
+    """Events and the parsed `distributedInfo` (None when absent) of one trace file.
+
+    Raises TraceFormatError with a one-line reason on bad input.
+    """
     blob = read_bytes(path)
     if not blob.strip():
         raise TraceFormatError(f"{path}: empty file")
@@ -73,9 +85,15 @@ def decode_trace(path: str) -> TraceDoc:
     except msgspec.DecodeError as exc:
         raise TraceFormatError(f"{path}: not valid JSON ({exc}); truncated or corrupt trace") \
             from None
+    finally:
+        del blob  # the raw text is the biggest thing held: free it before sorting events
     if doc.traceEvents is None:
         raise TraceFormatError(f"{path}: JSON without 'traceEvents': not a torch.profiler trace")
-    return doc
+    try:  # decoded now: a Raw would keep the whole file's text alive
+        info = msgspec.json.decode(doc.distributedInfo)
+    except msgspec.DecodeError:
+        info = "invalid"
+    return doc.traceEvents, info
 
 
 def _decode_loose(path: str, blob: bytes, first_error) -> TraceDoc:
@@ -99,13 +117,13 @@ def _decode_loose(path: str, blob: bytes, first_error) -> TraceDoc:
         args = None
         if a is not None:
             pick = lambda k: a.get(k) if isinstance(a.get(k), scalar) else None  # noqa: E731
-            args = Args(pick("correlation"), pick("stream"), pick("External id"),
-                        pick("Collective name"), pick("Process Group Name"), pick("name"))
+            args = Args(pick("correlation"), pick("stream"), pick("Collective name"),
+                        pick("Process Group Name"))
+        if e.get("ph") != "X":
+            continue
         get = lambda k: e.get(k) if isinstance(e.get(k), scalar) else None  # noqa: E731
-        events.append(Event(str(e.get("ph", "")), get("cat"), get("name"), get("pid"), get("tid"),
-                            get("ts"), get("dur"), args))
-    dist = raw.get("distributedInfo")
-    return TraceDoc(events, msgspec.Raw(msgspec.json.encode(dist)) if dist is not None else None)
+        events.append(Event(get("cat"), get("name"), get("tid"), get("ts"), get("dur"), args))
+    return TraceDoc(events, msgspec.Raw(msgspec.json.encode(raw.get("distributedInfo"))))
 
 
 def file_size(path: str) -> int:

@@ -1,0 +1,55 @@
+"""Which rank a trace file belongs to: distributedInfo (parsed JSON), else its file name.
+
+Never a text search of the JSON, never a silent rank 0: a rank read from the file name or
+assigned for want of any is reported as a warning.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+# rank-3.json.gz, rank_3, rank3, _rank-12., inference_rank_1.json
+_NAME_RANK = re.compile(r"(?:^|[^a-z])rank[-_]?(\d+)(?:[^0-9]|$)", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class RankId:
+    rank: int | None
+    world_size: int | None
+    backend: str | None
+    source: str  # "distributedInfo" | "file name" | "unknown"
+
+
+def _as_int(x) -> int | None:
+    return x if isinstance(x, int) and not isinstance(x, bool) and x >= 0 else None
+
+
+def rank_from_name(path: str) -> int | None:
+    m = _NAME_RANK.search(os.path.basename(path))
+    return int(m.group(1)) if m else None
+
+
+def identify(path: str, info) -> tuple[RankId, list[str]]:
+    """Rank of one trace file, and warnings saying how it was (or was not) found."""
+    name = os.path.basename(path)
+    warnings: list[str] = []
+    world = backend = None
+    if isinstance(info, dict):
+        world = _as_int(info.get("world_size"))
+        backend = info.get("backend") if isinstance(info.get("backend"), str) else None
+        rank = _as_int(info.get("rank"))
+        if rank is not None:
+            return RankId(rank, world, backend, "distributedInfo"), warnings
+        what = "distributedInfo has no rank"
+    elif info == "invalid":
+        what = "distributedInfo is not valid JSON"
+    else:
+        what = "no distributedInfo"
+    rank = rank_from_name(path)
+    if rank is not None:
+        warnings.append(f"{name}: {what}; rank {rank} taken from the file name")
+        return RankId(rank, world, backend, "file name"), warnings
+    warnings.append(f"{name}: {what} and no rank in the file name; rank unknown")
+    return RankId(None, world, backend, "unknown"), warnings

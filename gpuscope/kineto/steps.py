@@ -1,0 +1,113 @@
+"""One rank's Kineto events -> RunTable rows, one per ProfilerStep.
+
+For each step window [start, end) of the host's ProfilerStep#N range:
+1. GPU traces: device work belongs to the step whose host range *launched* it (runtime launch
+   correlated with the kernel); compute = |union of compute kernels|, comm = |union of
+   communication kernels|, exposed = comm not overlapped by compute; data = the part of the
+   DataLoader wait during which the device was idle (the stall the GPU actually sees).
+2. CPU traces: compute = |union of host ops on the training thread| outside the DataLoader wait;
+   comm = |union of collective ranges (gloo:*, nccl:*, ...)|, exposed = the part when the
+   training thread ran no op and fetched no data.
+3. other = step - data - compute - exposed; each part is capped so the parts add up to the step.
+Collectives seen in the step are returned too, for matching across ranks.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import spans
+from .events import (BACKWARD, COMM, COMM_HOST, COMPUTE, DATA, FORWARD, OP, OPTIMIZER, STEP,
+                     RankEvents)
+
+
+def step_windows(ev: RankEvents, drop_last: bool) -> tuple[list[tuple[int, int, int]], list[str]]:
+    """(step id, start, end) of each ProfilerStep, sorted; the last one dropped if asked."""
+    warnings: list[str] = []
+    idx = np.flatnonzero(ev.host_kind == STEP)
+    if idx.size == 0:
+        lo = min([a.min() for a in (ev.host_start, ev.dev_start) if a.size], default=0)
+        hi = max([a.max() for a in (ev.host_end, ev.dev_end) if a.size], default=0)
+        warnings.append("no ProfilerStep ranges: the whole trace is analysed as one step")
+        return [(0, int(lo), int(hi))], warnings
+    order = idx[np.argsort(ev.host_start[idx], kind="stable")]
+    seen, out = set(), []
+    for i in order:
+        sid = int(ev.step_id[i])
+        if sid in seen:
+            continue
+        seen.add(sid)
+        out.append((sid, int(ev.host_start[i]), int(ev.host_end[i])))
+    if len(order) > len(out):
+        warnings.append(f"{len(order) - len(out)} repeated ProfilerStep number(s) ignored")
+    if drop_last and len(out) >= 2:
+        out = out[:-1]  # its device work may be cut off when the profiler stopped (as HTA does)
+    return out, warnings
+
+
+def launch_times(ev: RankEvents) -> np.ndarray:
+    """Host launch time of each device event; its own start where no launch is correlated."""
+    out = ev.dev_start.copy()
+    if ev.launch_corr.size == 0 or ev.dev_corr.size == 0:
+        return out
+    order = np.argsort(ev.launch_corr, kind="stable")
+    corr, ts = ev.launch_corr[order], ev.launch_ts[order]
+    pos = np.clip(np.searchsorted(corr, ev.dev_corr), 0, corr.size - 1)
+    found = (corr[pos] == ev.dev_corr) & (ev.dev_corr >= 0)
+    out[found] = ts[pos[found]]
+    return out
+
+
+def _host(ev: RankEvents, kind: int, lo: int, hi: int, mask=None):
+    sel = (ev.host_kind == kind) & (ev.host_start < hi) & (ev.host_end > lo)
+    if mask is not None:
+        sel &= mask
+    return spans.clip(spans.merge(ev.host_start[sel], ev.host_end[sel]), lo, hi), sel
+
+
+def rank_rows(ev: RankEvents, rank: int, drop_last: bool):
+    """RunTable rows and collective instances (step, key, dur_ns) of one rank."""
+    windows, warnings = step_windows(ev, drop_last)
+    gpu = ev.dev_kind.size > 0
+    launched = launch_times(ev) if gpu else None
+    busy_all = spans.merge(ev.dev_start, ev.dev_end) if gpu else None
+    main = ev.host_tid == ev.step_thread
+    rows, colls = [], []
+    for sid, lo, hi in windows:
+        n_before = len(colls)
+        step_ns = hi - lo
+        data_set, _ = _host(ev, DATA, lo, hi)
+        if gpu:
+            sel = (launched >= lo) & (launched < hi)
+            kind, s, e = ev.dev_kind[sel], ev.dev_start[sel], ev.dev_end[sel]
+            comp = spans.merge(s[kind == COMPUTE], e[kind == COMPUTE])
+            comm = spans.merge(s[kind == COMM], e[kind == COMM])
+            compute_ns = spans.length(comp)
+            comm_ns = spans.length(comm)
+            exposed_ns = comm_ns - spans.overlap(comm, comp)
+            data_ns = spans.length(data_set) - spans.overlap(data_set, busy_all)
+            for j in np.flatnonzero(sel & (ev.dev_kind == COMM)):
+                colls.append((sid, ev.dev_coll[j], int(ev.dev_end[j] - ev.dev_start[j])))
+        else:
+            ops, _ = _host(ev, OP, lo, hi, main)
+            comm, csel = _host(ev, COMM_HOST, lo, hi)
+            compute_ns = spans.length(ops) - spans.overlap(ops, data_set)
+            comm_ns = spans.length(comm)
+            exposed_ns = comm_ns - spans.overlap(comm, spans.union(ops, data_set))
+            data_ns = spans.length(data_set)
+            for j in np.flatnonzero(csel):
+                colls.append((sid, ev.host_coll[j], int(ev.host_end[j] - ev.host_start[j])))
+        data_ns = min(data_ns, step_ns)
+        exposed_ns = max(0, min(exposed_ns, step_ns - data_ns))
+        compute_ns = max(0, min(compute_ns, step_ns - data_ns - exposed_ns))
+        parts = {}
+        for name, sub in (("forward_ns", FORWARD), ("backward_ns", BACKWARD),
+                          ("optimizer_ns", OPTIMIZER)):
+            part, _ = _host(ev, OP, lo, hi, main & (ev.host_sub == sub))
+            parts[name] = spans.length(part)
+        rows.append({"rank": rank, "step": sid, "start_ns": lo, "step_ns": step_ns,
+                     "data_ns": data_ns, "compute_ns": compute_ns, "comm_ns": comm_ns,
+                     "comm_exposed_ns": exposed_ns, "wait_ns": 0,
+                     "other_ns": step_ns - data_ns - compute_ns - exposed_ns, **parts,
+                     "n_comm": len(colls) - n_before, "data_cpu_ns": data_ns})
+    return rows, colls, warnings

@@ -1,0 +1,133 @@
+"""torch.profiler traces from HTA's public test data: every one reads, and the GPU time
+breakdown agrees with what HTA 0.5 itself reports on them (../shared/traces/hta/REFERENCE.md)."""
+
+import gzip
+import os
+
+import pytest
+
+import gpuscope
+from gpuscope.errors import TraceFormatError
+from gpuscope.pipeline import load_table
+
+HTA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "traces", "hta")
+if not os.path.isdir(HTA):  # CI clones the project with shared/ beside it, as here
+    HTA = os.environ.get("GPUSCOPE_HTA_TRACES", HTA)
+pytestmark = pytest.mark.skipif(not os.path.isdir(HTA), reason="shared HTA traces not present")
+
+# (folder, rank): idle %, compute %, non-compute %, kernel_time µs, comm overlap %  (HTA 0.5)
+REFERENCE = {
+    ("trace_filter", 0): (53.56, 17.71, 28.74, 600058, 11.81),
+    ("trace_filter", 1): (54.72, 22.57, 22.72, 600674, 20.05),
+    ("nccl_parser_config", 0): (77.78, 17.26, 4.97, 435586, 14.31),
+    ("ns_resolution_trace", 0): (2.63, 96.75, 0.62, 384634, None),
+}
+
+
+@pytest.mark.parametrize("folder,rank", sorted(REFERENCE))
+def test_gpu_breakdown_agrees_with_hta(folder, rank):
+    d = gpuscope.analyze(os.path.join(HTA, folder)).to_dict()
+    row = next(r for r in d["ranks"] if r["rank"] == rank)
+    got = row["gpu_breakdown"]
+    idle, compute, non_compute, kernel_us, overlap = REFERENCE[(folder, rank)]
+    assert got["idle_pct"] == pytest.approx(idle, abs=0.5)
+    assert got["compute_pct"] == pytest.approx(compute, abs=0.5)
+    assert got["non_compute_pct"] == pytest.approx(non_compute, abs=0.5)
+    assert got["kernel_time_us"] == pytest.approx(kernel_us, rel=1e-5)
+    if overlap is None:
+        assert got["comm_overlap_pct"] is None
+    else:
+        assert got["comm_overlap_pct"] == pytest.approx(overlap, abs=0.5)
+
+
+def test_trace_filter_has_two_of_128_ranks():
+    t = load_table(os.path.join(HTA, "trace_filter"))
+    assert sorted(t.ranks) == [0, 1] and t.world_size == 128
+    assert any("2 of 128 ranks" in w for w in t.warnings)
+    assert all(t.ranks[r].meta["rank_source"] == "distributedInfo" for r in (0, 1))
+
+
+def test_cpu_only_trace_without_gpu_events():
+    t = load_table(os.path.join(HTA, "cpu_only"))
+    assert list(t.ranks) == [34] and t.world_size == 300
+    assert "gpu_breakdown" not in t.extras or not t.extras["gpu_breakdown"]
+    row = t.frame.iloc[0]
+    assert row.comm_ns > 0  # gloo:all_reduce ranges count as communication on CPU
+
+
+@pytest.mark.parametrize("folder", ["rank_unavailable", "distributed_info_unavailable"])
+def test_missing_rank_is_reported_not_silently_zero(folder):
+    t = load_table(os.path.join(HTA, folder))
+    assert any("rank unknown" in w for w in t.warnings)
+    assert any("analysed as rank" in w for w in t.warnings)
+
+
+def test_rank_from_file_name_when_distributed_info_lacks_it(tmp_path):
+    src = os.path.join(HTA, "rank_unavailable", "rank_not_found.json.gz")
+    dst = tmp_path / "job_rank-7.json.gz"
+    dst.write_bytes(open(src, "rb").read())
+    t = load_table(tmp_path)
+    assert list(t.ranks) == [7]
+    assert any("rank 7 taken from the file name" in w for w in t.warnings)
+
+
+def test_old_category_names_read():
+    t = load_table(os.path.join(HTA, "trace_file_list"))
+    assert list(t.ranks) == [1]
+    assert t.extras["gpu_breakdown"][1]["compute_pct"] > 0  # "Kernel" / "Runtime" categories
+
+
+@pytest.mark.parametrize("folder", ["amd_trace", "triton_example", "mtia_trace_single_rank",
+                                    "ns_resolution_trace", "nccl_parser_config"])
+def test_every_trace_reads(folder):
+    d = gpuscope.analyze(os.path.join(HTA, folder)).to_dict()
+    assert d["source"] == "kineto" and d["steps"]
+    assert d["verdict"] in ("data-bound", "comm-bound", "imbalanced", "compute-bound")
+
+
+def test_amd_hip_kernels_are_not_communication():
+    t = load_table(os.path.join(HTA, "amd_trace"))
+    assert t.frame["comm_ns"].sum() == 0
+
+
+# ---- bad input: one clear error each -------------------------------------------------------
+
+def _one(tmp_path, name, data: bytes):
+    p = tmp_path / name
+    p.write_bytes(data)
+    return p
+
+
+def test_truncated_gzip(tmp_path):
+    blob = open(os.path.join(HTA, "cpu_only", os.listdir(os.path.join(HTA, "cpu_only"))[0]),
+                "rb").read()
+    p = _one(tmp_path, "t.pt.trace.json.gz", blob[: len(blob) // 2])
+    with pytest.raises(TraceFormatError, match="truncated"):
+        load_table(p)
+
+
+def test_truncated_json(tmp_path):
+    text = gzip.decompress(open(os.path.join(HTA, "trace_file_list", "inference_rank_1.json.gz"),
+                                "rb").read())
+    p = _one(tmp_path, "t.pt.trace.json", text[: len(text) // 2])
+    with pytest.raises(TraceFormatError, match="not valid JSON"):
+        load_table(p)
+
+
+def test_empty_file(tmp_path):
+    with pytest.raises(TraceFormatError, match="empty file"):
+        load_table(_one(tmp_path, "t.json", b""))
+
+
+def test_non_trace_json(tmp_path):
+    with pytest.raises(TraceFormatError, match="not a torch.profiler trace"):
+        load_table(_one(tmp_path, "t.json", b'{"hello": [1, 2, 3]}'))
+
+
+def test_one_bad_file_among_good_ones_is_skipped_with_a_warning(tmp_path):
+    for f in os.listdir(os.path.join(HTA, "trace_filter")):
+        (tmp_path / f).write_bytes(open(os.path.join(HTA, "trace_filter", f), "rb").read())
+    _one(tmp_path, "sampled_rank-2.json", b'{"traceEvents": [')
+    t = load_table(tmp_path)
+    assert sorted(t.ranks) == [0, 1]
+    assert any(w.startswith("skipped:") for w in t.warnings)
