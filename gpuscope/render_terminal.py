@@ -29,8 +29,9 @@ def render(report: Report, console: Console) -> None:
     head.append(f"{d['path']}\n", style="dim")
     one_host = {r["host"] for r in d["ranks"]}
     head.append(f"{d['ranks_analysed']} of {d['world_size']} ranks"
-                f"{' on ' + one_host.pop() if len(one_host) == 1 else ''}, {d['steps_analysed']} steps "
-                f"(first {report.thresholds.warmup_steps} left out as warm-up)\n")
+                f"{' on ' + one_host.pop() if len(one_host) == 1 else ''}, {d['steps_analysed']} steps"
+                + (f" (first {report.thresholds.warmup_steps} left out as warm-up)"
+                   if d["source"] == "record" else " (profiled steps)") + "\n")
     head.append("Verdict: ", style="bold")
     head.append(v.label.upper(), style=f"bold {color}")
     head.append(f"  {v.share:.0%} of step time, confidence {v.confidence}")

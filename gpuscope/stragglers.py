@@ -58,9 +58,9 @@ def find_stragglers(frame: pd.DataFrame, steps: pd.DataFrame, th: Thresholds,
         diffs = {c[:-3]: float(row[c] - ref[c]) for c in _CAUSES if c in row}
         cause = max(diffs, key=diffs.get)
         detail = ""
-        if cause == "compute":
+        if cause == "compute":  # name the phase only if it carries most of the excess
             parts = {c[:-3]: float(row[c] - ref[c]) for c in _COMPUTE_PARTS if c in row}
-            if parts and max(parts.values()) > 0:
+            if parts and max(parts.values()) >= 0.5 * diffs["compute"]:
                 detail = max(parts, key=parts.get)
         out.append(Straggler(int(rank), float(s), int(busy.loc[rank] - ref_busy), cause, detail,
                              int(diffs[cause]), (hosts or {}).get(int(rank), "")))

@@ -109,9 +109,10 @@ def main(argv=None) -> None:
     if args.profile:
         from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
 
+        # two profiler cycles of 5 active steps: one gzip trace file per rank and cycle
         prof = profile(activities=[ProfilerActivity.CPU],
-                       schedule=schedule(wait=1, warmup=1, active=max(1, min(8, args.steps - 2))),
-                       on_trace_ready=tensorboard_trace_handler(args.profile))
+                       schedule=schedule(wait=1, warmup=1, active=5, repeat=2),
+                       on_trace_ready=tensorboard_trace_handler(args.profile, use_gzip=True))
         prof.start()
 
     def train_step(x, y):
