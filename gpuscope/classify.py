@@ -24,46 +24,57 @@ LABELS = (DATA, COMM, IMBALANCED, COMPUTE)
 
 def rank_shares(frame: pd.DataFrame) -> pd.DataFrame:
     """Per-row shares of the step: data, transfer, wait, compute, other (floats in 0..1)."""
-    step = frame["step_ns"].clip(lower=1).astype("float64")
-    transfer = (frame["comm_exposed_ns"] - frame["wait_ns"]).clip(lower=0)
+    col = lambda c: frame[c].to_numpy(dtype=np.float64)  # noqa: E731
+    step = np.maximum(col("step_ns"), 1.0)
+    transfer = np.maximum(col("comm_exposed_ns") - col("wait_ns"), 0.0)
     return pd.DataFrame({
         "rank": frame["rank"].to_numpy(), "step": frame["step"].to_numpy(),
-        "data": frame["data_ns"] / step, "transfer": transfer / step,
-        "wait": frame["wait_ns"] / step, "compute": frame["compute_ns"] / step,
-        "other": frame["other_ns"] / step,
+        "data": col("data_ns") / step, "transfer": transfer / step, "wait": col("wait_ns") / step,
+        "compute": col("compute_ns") / step, "other": col("other_ns") / step,
     })
+
+
+def _by_step(frame: pd.DataFrame):
+    steps, inv = np.unique(frame["step"].to_numpy(), return_inverse=True)
+    counts = np.bincount(inv, minlength=steps.size)
+    return steps, inv, counts
 
 
 def classify_steps(frame: pd.DataFrame, th: Thresholds) -> pd.DataFrame:
     """One row per step: step, step_ns (slowest rank), the shares, label, secondary labels."""
-    shares = rank_shares(frame)
-    shares["step_ns"] = frame["step_ns"].to_numpy()
-    g = shares.groupby("step", sort=True)
-    steps = pd.DataFrame({
-        "step_ns": g["step_ns"].max(),
-        "data_share": g["data"].mean(),
-        "comm_share": g["transfer"].mean(),
-        "wait_share": g["wait"].max(),
-        "compute_share": g["compute"].mean(),
-        "n_ranks": g["rank"].size(),
+    sh = rank_shares(frame)
+    steps, inv, counts = _by_step(frame)
+    mean = lambda c: np.bincount(inv, sh[c].to_numpy(), steps.size) / counts  # noqa: E731
+
+    def maximum(values):
+        out = np.full(steps.size, -np.inf)
+        np.maximum.at(out, inv, values)
+        return out
+
+    out = pd.DataFrame({
+        "step": steps,
+        "step_ns": maximum(frame["step_ns"].to_numpy(dtype=np.float64)).astype(np.int64),
+        "data_share": mean("data"), "comm_share": mean("transfer"),
+        "wait_share": maximum(sh["wait"].to_numpy()), "compute_share": mean("compute"),
+        "n_ranks": counts,
     })
     cand = np.column_stack([
-        np.where(steps["wait_share"] >= th.wait, steps["wait_share"], -1.0),
-        np.where(steps["data_share"] >= th.data_high, steps["data_share"], -1.0),
-        np.where(steps["comm_share"] >= th.comm, steps["comm_share"], -1.0),
+        np.where(out["wait_share"] >= th.wait, out["wait_share"], -1.0),
+        np.where(out["data_share"] >= th.data_high, out["data_share"], -1.0),
+        np.where(out["comm_share"] >= th.comm, out["comm_share"], -1.0),
     ])
     names = np.array([IMBALANCED, DATA, COMM])
     best = cand.argmax(axis=1)
     has = cand.max(axis=1) >= 0
-    steps["label"] = np.where(has, names[best], COMPUTE)
+    out["label"] = np.where(has, names[best], COMPUTE)
     secondary = []
-    for row_cand, b, h, data in zip(cand, best, has, steps["data_share"].to_numpy()):
-        extra = [names[i] for i in range(3) if row_cand[i] >= 0 and (not h or i != b)]
+    for row_cand, b, h, data in zip(cand, best, has, out["data_share"].to_numpy()):
+        extra = [str(names[i]) for i in range(3) if row_cand[i] >= 0 and (not h or i != b)]
         if th.data_moderate <= data < th.data_high:
             extra.append("moderately data-bound")
         secondary.append(extra)
-    steps["secondary"] = secondary
-    return steps.reset_index()
+    out["secondary"] = secondary
+    return out
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import pandas as pd
 
 from .classify import classify_steps, run_verdict
@@ -49,12 +50,14 @@ def _drop_warmup(frame: pd.DataFrame, n: int, warnings: list[str]) -> pd.DataFra
 
 def summarize_ranks(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per rank: median ns of each part and its share of the summed step time in %."""
-    g = frame.groupby("rank")
-    out = g[[f"{p}_ns" for p in ("step",) + PARTS]].median()
-    sums = g[[f"{p}_ns" for p in ("step",) + PARTS]].sum()
+    cols = [f"{p}_ns" for p in ("step",) + PARTS]
+    out = frame.groupby("rank", sort=True)[cols].median()
+    ranks, inv = np.unique(frame["rank"].to_numpy(), return_inverse=True)
+    total = lambda c: np.bincount(inv, frame[c].to_numpy(np.float64), ranks.size)  # noqa: E731
+    step_total = np.maximum(total("step_ns"), 1.0)
     for p in PARTS:
-        out[f"{p}_pct"] = 100 * sums[f"{p}_ns"] / sums["step_ns"].clip(lower=1)
-    out["steps"] = g.size()
+        out[f"{p}_pct"] = 100 * total(f"{p}_ns") / step_total
+    out["steps"] = np.bincount(inv, minlength=ranks.size)
     return out.reset_index()
 
 

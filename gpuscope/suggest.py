@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+import numpy as np
 import pandas as pd
 
 from .classify import COMM, DATA, IMBALANCED
@@ -51,20 +52,28 @@ class TypicalStep:
 
 
 def typical_step(frame: pd.DataFrame) -> TypicalStep:
-    g = frame.groupby("step")
-    per = pd.DataFrame({
-        "step": g["step_ns"].max(), "data": g["data_ns"].mean(),
-        "transfer": (g["comm_exposed_ns"].mean() - g["wait_ns"].mean()).clip(lower=0),
-        "wait": g["wait_ns"].max(), "compute": g["compute_ns"].mean(),
-        "data_cpu": g["data_cpu_ns"].mean() if "data_cpu_ns" in frame else g["data_ns"].mean(),
-        "n_comm": g["n_comm"].mean() if "n_comm" in frame else g["comm_ns"].mean() * 0,
-        "comm": g["comm_ns"].mean(),
-    })
-    med = per.median()
-    synced = (per["comm"] > 0).mean()
+    steps, inv = np.unique(frame["step"].to_numpy(), return_inverse=True)
+    counts = np.bincount(inv, minlength=steps.size)
+
+    def mean(col: str) -> np.ndarray:
+        if col not in frame:
+            return np.zeros(steps.size)
+        return np.bincount(inv, frame[col].to_numpy(np.float64), steps.size) / counts
+
+    slowest = np.zeros(steps.size)
+    np.maximum.at(slowest, inv, frame["step_ns"].to_numpy(np.float64))
+    most_wait = np.zeros(steps.size)
+    np.maximum.at(most_wait, inv, frame["wait_ns"].to_numpy(np.float64))
+    data = mean("data_ns")
+    data_cpu = mean("data_cpu_ns") if "data_cpu_ns" in frame else data
+    comm = mean("comm_ns")
+    synced = float((comm > 0).mean()) if steps.size else 0.0
     interval = int(round(1 / synced)) if synced > 0 else 1
-    return TypicalStep(*(float(med[k]) for k in ("step", "data", "transfer", "wait", "compute",
-                                                  "data_cpu", "n_comm")), interval)
+    med = lambda a: float(np.median(a)) if a.size else 0.0  # noqa: E731
+    return TypicalStep(med(slowest), med(data), med(np.maximum(mean("comm_exposed_ns")
+                                                                - mean("wait_ns"), 0)),
+                       med(most_wait), med(mean("compute_ns")), med(data_cpu),
+                       med(mean("n_comm")), interval)
 
 
 def _gain(old_step: float, new_step: float, batch_factor: float = 1.0) -> float:

@@ -61,7 +61,7 @@ def build(scenario: str, steps: int, world: int):
                            torch.randint(0, 10, (batch * steps * world,)))
     elif scenario in ("compute", "imbalanced"):
         # many FLOPs per parameter: compute dominates and the all-reduce stays small
-        model, dim, batch = mlp(256, 256, 3), 256, 1024
+        model, dim, batch = mlp(128, 128, 3), 128, 4096
         ds = TensorDataset(torch.randn(batch * steps * world, dim),
                            torch.randint(0, 10, (batch * steps * world,)))
     else:

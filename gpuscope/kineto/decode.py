@@ -14,24 +14,21 @@ import msgspec
 
 from ..errors import TraceFormatError
 
-Scalar = int | float | str | None
-
-
 class Args(msgspec.Struct, gc=False):
-    correlation: Scalar = None
-    stream: Scalar = None
-    collective: Scalar = msgspec.field(default=None, name="Collective name")
-    pg_name: Scalar = msgspec.field(default=None, name="Process Group Name")
+    correlation: int = -1
+    stream: int = -1
+    collective: str | None = msgspec.field(default=None, name="Collective name")
+    pg_name: str | None = msgspec.field(default=None, name="Process Group Name")
 
 
 class Event(msgspec.Struct, gc=False, tag_field="ph", tag="X"):
-    """A complete event ("ph": "X"), the only phase gpuscope reads."""
+    """A complete event ("ph": "X"), the only phase gpuscope reads. Times in µs."""
 
-    cat: Scalar = None
-    name: Scalar = None
-    tid: Scalar = None
-    ts: Scalar = None
-    dur: Scalar = None
+    cat: str = ""
+    name: str = ""
+    tid: int | str = 0
+    ts: float | None = None
+    dur: float = 0.0
     args: Args | None = None
 
 
@@ -48,57 +45,83 @@ AnyEvent = Event | _Other[0] | _Other[1] | _Other[2] | _Other[3] | _Other[4] | _
 
 
 class TraceDoc(msgspec.Struct, gc=False):
-    traceEvents: list[AnyEvent] | None = None  # type: ignore[valid-type]
+    """First pass: the events stay raw (slices of the file's text, validated JSON)."""
+
+    traceEvents: list[msgspec.Raw] | None = None
     distributedInfo: msgspec.Raw = msgspec.Raw(b"null")  # parsed as JSON on its own, later
 
 
-
-_typed = msgspec.json.Decoder(TraceDoc)
+_outline = msgspec.json.Decoder(TraceDoc)
+_batch = msgspec.json.Decoder(list[AnyEvent])  # type: ignore[valid-type]
+BATCH = 4096  # events decoded to objects at a time: bounds the memory held in Python objects
 
 
 def read_bytes(path: str) -> bytes:
-    """The file's JSON text; .gz is decompressed. Truncated archives give a clear error."""
+    """The file's JSON text; .gz is decompressed. Truncated archives give a clear error.
+
+    A gzip member ends with its uncompressed size (mod 4 GiB): sizing zlib's output buffer with
+    it lets the text be produced in one piece instead of pieces joined by a second copy.
+    """
     try:
         with open(path, "rb") as fh:
-            head = fh.read(2)
-            fh.seek(0)
-            if head == b"\x1f\x8b":
-                return gzip.decompress(fh.read())
-            return fh.read()
+            data = fh.read()
+        if data[:2] != b"\x1f\x8b":
+            return data
+        isize = int.from_bytes(data[-4:], "little")
+        try:
+            out = zlib.decompress(data, 31, isize + 64)
+            if len(out) & 0xFFFFFFFF == isize:
+                return out
+        except zlib.error:
+            pass
+        return gzip.decompress(data)  # multi-member or damaged: gzip's own loop and errors
     except (OSError, EOFError, zlib.error) as exc:
         raise TraceFormatError(f"{path}: cannot read trace ({exc}); the file may be truncated") \
             from None
 
 
-def decode_trace(path: str) -> tuple[list, object]:
-    """Events and the parsed `distributedInfo` (None when absent) of one trace file.
+def decode_trace(path: str):
+    """(batches of decoded events, parsed `distributedInfo` or None) for one trace file.
 
+    1. one fast pass validates the JSON and cuts `traceEvents` into raw slices (no objects);
+    2. the batches iterator decodes BATCH slices at a time into typed events, so only one
+       batch of Python objects is alive while the caller turns them into numbers.
     Raises TraceFormatError with a one-line reason on bad input.
     """
     blob = read_bytes(path)
     if not blob.strip():
         raise TraceFormatError(f"{path}: empty file")
     try:
-        doc = _typed.decode(blob)
-    except msgspec.ValidationError as exc:
-        doc = _decode_loose(path, blob, exc)
+        doc = _outline.decode(blob)
+    except msgspec.ValidationError:
+        raw = _loose_doc(path, blob)
+        return iter([_loose_events(raw["traceEvents"])]), raw.get("distributedInfo")
     except msgspec.DecodeError as exc:
         raise TraceFormatError(f"{path}: not valid JSON ({exc}); truncated or corrupt trace") \
             from None
     finally:
-        del blob  # the raw text is the biggest thing held: free it before sorting events
+        del blob
     if doc.traceEvents is None:
         raise TraceFormatError(f"{path}: JSON without 'traceEvents': not a torch.profiler trace")
-    try:  # decoded now: a Raw would keep the whole file's text alive
+    try:
         info = msgspec.json.decode(doc.distributedInfo)
     except msgspec.DecodeError:
         info = "invalid"
-    return doc.traceEvents, info
+    return _batches(doc.traceEvents), info
 
 
-def _decode_loose(path: str, blob: bytes, first_error) -> TraceDoc:
-    """Slow path for traces whose fields have unexpected types: decode untyped, then convert
-    field by field, dropping values that do not fit."""
+def _batches(raws: list):
+    for i in range(0, len(raws), BATCH):
+        chunk = raws[i:i + BATCH]
+        text = b"[" + b",".join(chunk) + b"]"
+        try:
+            yield _batch.decode(text)
+        except msgspec.ValidationError:  # unexpected field types: convert field by field
+            yield _loose_events(msgspec.json.decode(text))
+    raws.clear()
+
+
+def _loose_doc(path: str, blob: bytes) -> dict:
     try:
         raw = msgspec.json.decode(blob)
     except msgspec.DecodeError as exc:
@@ -107,23 +130,34 @@ def _decode_loose(path: str, blob: bytes, first_error) -> TraceDoc:
         raw = {"traceEvents": raw}
     if not isinstance(raw, dict) or not isinstance(raw.get("traceEvents"), list):
         raise TraceFormatError(f"{path}: JSON without a 'traceEvents' list: not a torch.profiler "
-                               f"trace ({first_error})")
-    scalar = (int, float, str)
+                               "trace")
+    return raw
+
+
+def _loose_events(items: list) -> list:
+    """Events of unexpected shape, converted field by field; values that do not fit dropped."""
+    def num(v, default):
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else default
+
+    def integer(v):
+        return int(v) if isinstance(v, int) and not isinstance(v, bool) else -1
+
+    def text(v):
+        return v if isinstance(v, str) else None
+
     events = []
-    for e in raw["traceEvents"]:
-        if not isinstance(e, dict):
+    for e in items:
+        if not isinstance(e, dict) or e.get("ph") != "X":
             continue
         a = e.get("args") if isinstance(e.get("args"), dict) else None
-        args = None
-        if a is not None:
-            pick = lambda k: a.get(k) if isinstance(a.get(k), scalar) else None  # noqa: E731
-            args = Args(pick("correlation"), pick("stream"), pick("Collective name"),
-                        pick("Process Group Name"))
-        if e.get("ph") != "X":
-            continue
-        get = lambda k: e.get(k) if isinstance(e.get(k), scalar) else None  # noqa: E731
-        events.append(Event(get("cat"), get("name"), get("tid"), get("ts"), get("dur"), args))
-    return TraceDoc(events, msgspec.Raw(msgspec.json.encode(raw.get("distributedInfo"))))
+        args = None if a is None else Args(integer(a.get("correlation")), integer(a.get("stream")),
+                                           text(a.get("Collective name")),
+                                           text(a.get("Process Group Name")))
+        tid = e.get("tid")
+        events.append(Event(text(e.get("cat")) or "", text(e.get("name")) or "",
+                            tid if isinstance(tid, (int, str)) else 0, num(e.get("ts"), None),
+                            num(e.get("dur"), 0.0), args))
+    return events
 
 
 def file_size(path: str) -> int:

@@ -10,6 +10,7 @@ and then dropped, so nothing per-event outlives the function but numbers.
 from __future__ import annotations
 
 import math
+import zlib
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -72,22 +73,6 @@ class RankEvents:
                    counts={"events": sum(p.counts.get("events", 0) for p in parts)})
 
 
-def _num(x) -> float | None:
-    if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x):
-        return float(x)
-    if isinstance(x, str):
-        try:
-            return float(x)
-        except ValueError:
-            return None
-    return None
-
-
-def _int(x, default: int = -1) -> int:
-    v = _num(x)
-    return int(v) if v is not None else default
-
-
 def device_kind(name: str, cat: str) -> int:
     if name.startswith("nccl") or name.startswith("rccl") or "gloo" in name[:12]:
         return COMM
@@ -97,9 +82,8 @@ def device_kind(name: str, cat: str) -> int:
     return COMPUTE
 
 
-def collective_key(name: str, args) -> tuple:
-    group = args.pg_name if args is not None and args.pg_name is not None else ""
-    coll = args.collective if args is not None and args.collective is not None else None
+def collective_key(name: str, group, coll) -> tuple:
+    group = group if group is not None else ""
     if coll is None:  # ncclKernel_AllReduce_RING_LL_Sum_float(...) / ncclDevKernel_SendRecv(...)
         base = name.split("(", 1)[0]
         parts = base.split("_")
@@ -117,80 +101,104 @@ def op_part(name: str) -> int:
     return NONE
 
 
-def sort_events(evs: list) -> RankEvents:
-    """One pass over decoded events (emptied as it goes): classify, convert µs floats to ns
-    integers, keep numbers only."""
-    hk, hs, hd, ht, hstep, hsub, hcoll = [], [], [], [], [], [], []
-    loader = ""
-    dk, ds, dd, dc, dst, dcoll = [], [], [], [], [], []
-    lc, lt = [], []
-    tids: dict = {}
-    float_ts = False
-    n_events = len(evs)
-    for i in range(n_events):
-        e = evs[i]
-        evs[i] = None  # release each event once read: the peak stays at the decoded size
-        if type(e) is not Event:
-            continue
-        if not float_ts and isinstance(e.ts, float):
-            float_ts = True
-        ts = _num(e.ts)
-        if ts is None:
-            continue
-        dur = _num(e.dur) or 0.0
-        name = e.name if isinstance(e.name, str) else ""
-        cat = e.cat if isinstance(e.cat, str) else ""
-        args = e.args
-        stream = _int(args.stream) if args is not None else -1
-        if stream >= 0 and cat not in _DEVICE_SKIP_CATS:
-            kind = device_kind(name, cat)
-            dk.append(kind)
-            ds.append(ts)
-            dd.append(dur)
-            dc.append(_int(args.correlation))
-            dst.append(stream)
-            dcoll.append(collective_key(name, args) if kind == COMM else None)
-            continue
-        if args is not None and cat in _LAUNCH_CATS:
-            corr = _int(args.correlation)
-            if corr >= 0:
-                lc.append(corr)
-                lt.append(ts)
-            continue
-        sub, coll = NONE, None
-        if name.startswith("ProfilerStep#"):
-            kind, sid = STEP, _int(name[13:])
-        elif "DataLoader" in name and "__next__" in name:
-            kind, sid = DATA, -1
-            if not loader:
-                loader = "single-process" if "SingleProcess" in name else "multi-process"
-        elif name.startswith(_COMM_HOST_PREFIX):
-            kind, sid, coll = COMM_HOST, -1, ("", name)
-        elif cat in _OP_CATS:
-            kind, sid, sub = OP, -1, op_part(name)
-        else:
-            continue
-        hk.append(kind)
-        hs.append(ts)
-        hd.append(dur)
-        tid = e.tid
-        ht.append(tid if isinstance(tid, int) else tids.setdefault(tid, -1 - len(tids)))
-        hstep.append(sid)
-        hsub.append(sub)
-        hcoll.append(coll)
-    starts = hs + ds + lt
-    base = math.floor(min(starts)) if starts else 0
+# one code per distinct (name, category, has-stream): what an event is, decided once per name
+_SKIP, _DEVICE, _LAUNCH, _HOST = 0, 1, 2, 3
 
-    def ns(values) -> np.ndarray:
-        # subtract a whole-µs base before scaling: keeps sub-µs digits of float timestamps
-        arr = np.asarray(values, dtype=np.float64)
-        return np.rint((arr - base) * 1000.0).astype(np.int64) + base * 1000
 
-    host_start, dev_start = ns(hs), ns(ds)
-    host_end = host_start + np.rint(np.asarray(hd, dtype=np.float64) * 1000.0).astype(np.int64)
-    dev_end = dev_start + np.rint(np.asarray(dd, dtype=np.float64) * 1000.0).astype(np.int64)
-    host_kind = np.asarray(hk, dtype=np.int8)
-    host_tid = np.asarray(ht, dtype=np.int64)
+def _classify(name: str, cat: str, on_stream: bool) -> tuple:
+    """(what, kind, sub, step id, collective key) for one distinct event name."""
+    if on_stream:
+        if cat in _DEVICE_SKIP_CATS:
+            return (_SKIP, 0, 0, -1, None)
+        kind = device_kind(name, cat)
+        return (_DEVICE, kind, 0, -1, None)
+    if cat in _LAUNCH_CATS:
+        return (_LAUNCH, 0, 0, -1, None)
+    if name.startswith("ProfilerStep#"):
+        try:
+            return (_HOST, STEP, NONE, int(name[13:]), None)
+        except ValueError:
+            return (_HOST, STEP, NONE, -1, None)
+    if "DataLoader" in name and "__next__" in name:
+        return (_HOST, DATA, NONE, -1, None)
+    if name.startswith(_COMM_HOST_PREFIX):
+        return (_HOST, COMM_HOST, NONE, -1, ("", name))
+    if cat in _OP_CATS:
+        return (_HOST, OP, op_part(name), -1, None)
+    return (_SKIP, 0, 0, -1, None)
+
+
+def sort_events(batches) -> RankEvents:
+    """Turn batches of decoded events into integer-ns columns, keeping numbers only.
+
+    1. per batch: keep complete events with a timestamp, intern names and categories as ids,
+       and keep ts, dur, stream, correlation, thread; then the batch's objects are dropped;
+    2. classify each distinct (name, category, on a stream) once and map it back by id;
+    3. convert µs floats to absolute ns integers (a whole-µs base is subtracted first, so the
+       sub-µs digits of float timestamps survive).
+    """
+    name_ids: dict = {}
+    cat_ids: dict = {}
+    tid_ids: dict = {}
+    parts: list = []
+    coll_args: dict = {}  # row -> (process group, collective) where the args carry them
+    n_events = n = 0
+    for batch in batches:
+        n_events += len(batch)
+        rows = [(e.name, e.cat, e.ts, e.dur, e.tid, e.args) for e in batch
+                if type(e) is Event and e.ts is not None]
+        del batch
+        if not rows:
+            continue
+        names, cats, ts, dur, tids, args = zip(*rows)
+        del rows
+        nid = np.array([name_ids.setdefault(x, len(name_ids)) for x in names], dtype=np.int64)
+        cid = np.array([cat_ids.setdefault(x, len(cat_ids)) for x in cats], dtype=np.int64)
+        sc = np.array([(-1, -1) if a is None else (a.stream, a.correlation) for a in args],
+                      dtype=np.int64).reshape(-1, 2)
+        for i, a in enumerate(args):
+            if a is not None and (a.collective is not None or a.pg_name is not None):
+                coll_args[n + i] = (a.pg_name, a.collective)
+        # thread ids stay as written; a named one ("stream 7") gets a stable negative number
+        tid_arr = np.array([t if type(t) is int else tid_ids.get(t) or
+                            tid_ids.setdefault(t, -1 - (zlib.crc32(str(t).encode()) & 0x3FFFFFFF))
+                            for t in tids], dtype=np.int64)
+        parts.append((nid, cid, sc[:, 0], sc[:, 1], np.array(ts, dtype=np.float64),
+                      np.array(dur, dtype=np.float64), tid_arr.astype(np.int64)))
+        n += len(names)
+    if parts:
+        nid, cid, streams, corr, ts, dur, tids = (np.concatenate(c) for c in zip(*parts))
+    else:
+        nid = cid = streams = corr = tids = np.zeros(0, np.int64)
+        ts = dur = np.zeros(0, np.float64)
+    del parts
+    uniq_names = list(name_ids)
+    uniq_cats = list(cat_ids)
+    ncat = len(uniq_cats) + 1
+    key = (nid * ncat + cid) * 2 + (streams >= 0)
+    uniq_key, inv = np.unique(key, return_inverse=True)
+    table = [_classify(uniq_names[k // 2 // ncat], uniq_cats[k // 2 % ncat], bool(k % 2))
+             for k in uniq_key.tolist()]
+    col = lambda i, dt: np.array([c[i] for c in table], dtype=dt)[inv]  # noqa: E731
+    what, kind = col(0, np.int8), col(1, np.int8)
+
+    base = math.floor(ts.min()) if n else 0
+    start = np.rint((ts - base) * 1000.0).astype(np.int64) + base * 1000
+    end = start + np.rint(dur * 1000.0).astype(np.int64)
+    float_ts = bool(n) and bool(np.any(ts != np.floor(ts)))
+
+    dev = np.flatnonzero(what == _DEVICE)
+    host = np.flatnonzero(what == _HOST)
+    launch = np.flatnonzero((what == _LAUNCH) & (corr >= 0))
+    dev_coll: list = [None] * dev.size
+    for p in np.flatnonzero(kind[dev] == COMM).tolist():
+        row = int(dev[p])
+        group, coll = coll_args.get(row, (None, None))
+        dev_coll[p] = collective_key(uniq_names[nid[row]], group, coll)
+    host_inv = inv[host]
+    coll_u = [c[4] for c in table]
+    host_kind = kind[host]
+    host_tid = tids[host]
     step_rows = host_kind == STEP
     if step_rows.any():
         values, counts = np.unique(host_tid[step_rows], return_counts=True)
@@ -198,8 +206,18 @@ def sort_events(evs: list) -> RankEvents:
     else:  # no ProfilerStep: the busiest thread stands in for the training thread
         values, counts = np.unique(host_tid, return_counts=True)
         step_thread = int(values[counts.argmax()]) if values.size else -1
+    data_names = [uniq_names[k // 2 // ncat] for k, c in zip(uniq_key.tolist(), table)
+                  if c[0] == _HOST and c[1] == DATA]
+    loader = ""
+    if data_names:
+        loader = ("single-process" if any("SingleProcess" in x for x in data_names)
+                  else "multi-process")
     return RankEvents(
-        host_kind, host_start, host_end, host_tid, np.asarray(hstep, dtype=np.int64),
-        np.asarray(hsub, dtype=np.int8), hcoll, np.asarray(dk, dtype=np.int8), dev_start, dev_end, np.asarray(dc, dtype=np.int64),
-        np.asarray(dst, dtype=np.int64), dcoll, np.asarray(lc, dtype=np.int64), ns(lt),
-        step_thread, float_ts, loader, {"events": n_events})
+        host_kind=host_kind, host_start=start[host], host_end=end[host], host_tid=host_tid,
+        step_id=np.array([c[3] for c in table], dtype=np.int64)[host_inv],
+        host_sub=np.array([c[2] for c in table], dtype=np.int8)[host_inv],
+        host_coll=[coll_u[i] for i in host_inv.tolist()],
+        dev_kind=kind[dev], dev_start=start[dev], dev_end=end[dev], dev_corr=corr[dev],
+        dev_stream=streams[dev], dev_coll=dev_coll, launch_corr=corr[launch],
+        launch_ts=start[launch], step_thread=step_thread, float_ts=float_ts, loader=loader,
+        counts={"events": n_events})

@@ -1,0 +1,139 @@
+"""gpuscope vs Holistic Trace Analysis on the same torch.profiler traces, in one run.
+
+For each trace folder, each tool runs in a fresh process, `--repeat` times (median kept):
+- in-process: imports done first, then the clock and the memory baseline; gpuscope runs its whole
+  analysis (`analyze_path`: read, steps, verdict, suggestions), HTA only its load
+  (`TraceAnalysis(trace_dir=...)`); peak memory is the process's peak RSS over that baseline;
+- end to end: the command a user types (`gpuscope analyze DIR -q` against a python -c that
+  constructs HTA's TraceAnalysis), imports and interpreter start-up included.
+HTA lives in its own virtual environment (benchmarks/.venv-hta, created on first use:
+HolisticTraceAnalysis 0.5.0, which needs pandas < 2.3).
+
+    python benchmarks/bench_vs_hta.py [--repeat 3] [folders ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+SHARED = os.path.join(ROOT, "..", "shared", "traces", "hta")
+HTA_VENV = os.path.join(HERE, ".venv-hta")
+DEFAULT = ["trace_filter", "nccl_parser_config", "ns_resolution_trace", "mtia_trace_single_rank",
+           "sample_traces/imbalanced/kineto"]
+
+_MEASURE = r"""
+import json, resource, sys, time, warnings, logging
+warnings.filterwarnings("ignore"); logging.disable(logging.WARNING)
+def rss():
+    return int(open("/proc/self/statm").read().split()[1]) * 4096
+{imports}
+base = rss()
+t0 = time.perf_counter()
+{work}
+wall = time.perf_counter() - t0
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+print(json.dumps({{"wall_s": wall, "peak_over_base": peak - base, "child_peak": kids}}))
+"""
+
+TOOLS = {
+    "gpuscope": ("import gpuscope.pipeline as p", "p.analyze_path(sys.argv[1])"),
+    "hta": ("from hta.trace_analysis import TraceAnalysis",
+            "TraceAnalysis(trace_dir=sys.argv[1])"),
+}
+
+
+def hta_python() -> str:
+    py = os.path.join(HTA_VENV, "bin", "python")
+    if not os.path.exists(py):
+        subprocess.run([sys.executable, "-m", "venv", HTA_VENV], check=True)
+        subprocess.run([py, "-m", "pip", "install", "-q", "HolisticTraceAnalysis==0.5.0",
+                        "pandas<2.3", "numpy<2.1"], check=True)
+    return py
+
+
+def raw_size(folder: str) -> int:
+    total = 0
+    for root, _, files in os.walk(folder):
+        for f in files:
+            p = os.path.join(root, f)
+            if f.endswith(".gz"):
+                with gzip.open(p, "rb") as fh:
+                    while chunk := fh.read(1 << 22):
+                        total += len(chunk)
+            elif f.endswith(".json"):
+                total += os.path.getsize(p)
+    return total
+
+
+def measure(py: str, tool: str, folder: str) -> dict:
+    imports, work = TOOLS[tool]
+    code = _MEASURE.format(imports=imports, work=work)
+    out = subprocess.run([py, "-c", code, folder], capture_output=True, text=True, check=True,
+                         cwd=ROOT)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def end_to_end(cmd: list[str]) -> float:
+    t = time.perf_counter()
+    subprocess.run(cmd, capture_output=True, check=True, cwd=ROOT)
+    return time.perf_counter() - t
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("folders", nargs="*", default=DEFAULT)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--out", default=os.path.join(HERE, "results", "vs_hta.json"))
+    args = ap.parse_args()
+    pys = {"gpuscope": sys.executable, "hta": hta_python()}
+    gpuscope_cli = [sys.executable, "-m", "gpuscope", "analyze", "-q"]
+    hta_cli = [pys["hta"], "-c", "import sys; from hta.trace_analysis import TraceAnalysis; "
+               "TraceAnalysis(trace_dir=sys.argv[1])"]
+    results = []
+    for name in args.folders:
+        local = os.path.join(ROOT, name)
+        folder = os.path.normpath(local if os.path.isdir(local) else os.path.join(SHARED, name))
+        size = raw_size(folder)
+        row = {"trace": name, "raw_json_mb":
+               round(size / 1e6, 2)}
+        for tool in ("gpuscope", "hta"):
+            runs = [measure(pys[tool], tool, folder) for _ in range(args.repeat)]
+            row[f"{tool}_s"] = round(statistics.median(r["wall_s"] for r in runs), 4)
+            row[f"{tool}_peak_mb"] = round(max(r["peak_over_base"] for r in runs) / 1e6, 1)
+            row[f"{tool}_child_peak_mb"] = round(max(r["child_peak"] for r in runs) / 1e6, 1)
+        row["gpuscope_cli_s"] = round(statistics.median(
+            end_to_end(gpuscope_cli + [folder]) for _ in range(args.repeat)), 3)
+        row["hta_cli_s"] = round(statistics.median(
+            end_to_end(hta_cli + [folder]) for _ in range(args.repeat)), 3)
+        row["time_ratio"] = round(row["gpuscope_s"] / row["hta_s"], 4)
+        row["cli_time_ratio"] = round(row["gpuscope_cli_s"] / row["hta_cli_s"], 3)
+        row["gpuscope_peak_over_raw"] = round(row["gpuscope_peak_mb"] / max(row["raw_json_mb"],
+                                                                             1e-9), 2)
+        row["memory_ratio"] = round(row["gpuscope_peak_mb"] / max(row["hta_peak_mb"], 1e-9), 3)
+        results.append(row)
+        print(json.dumps(row), flush=True)
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w") as fh:
+        json.dump({"cpu_count": os.cpu_count(), "repeat": args.repeat, "rows": results}, fh,
+                  indent=2)
+    print("\n| trace | raw JSON MB | gpuscope analyze s | HTA load s | ratio | gpuscope peak MB "
+          "(x raw) | HTA peak MB | CLI gpuscope s | CLI HTA s |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for r in results:
+        print(f"| {r['trace']} | {r['raw_json_mb']} | {r['gpuscope_s']} | {r['hta_s']} | "
+              f"{r['time_ratio']} | {r['gpuscope_peak_mb']} ({r['gpuscope_peak_over_raw']}x) | "
+              f"{r['hta_peak_mb']} | {r['gpuscope_cli_s']} | {r['hta_cli_s']} |")
+
+
+if __name__ == "__main__":
+    main()

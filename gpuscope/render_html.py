@@ -1,0 +1,279 @@
+"""Renders a Report as one self-contained interactive plotly HTML dashboard.
+
+Panels: verdict and suggestions in words; per-step stacked bars (slowest rank, median rank, or one
+of a few named ranks) with the step labels as a colour strip; a rank x step heatmap (step time
+or wait), binned so 1,000 x 1,000 stays light; per-rank breakdown; GPU telemetry when recorded;
+the HTA-compatible GPU breakdown for Kineto input.
+
+Every name that comes from a run or a trace is data, not markup: it is HTML-escaped in the page
+and in every string handed to plotly (which would otherwise render tags in labels and hovers).
+"""
+
+from __future__ import annotations
+
+import html
+
+import numpy as np
+import pandas as pd
+
+from .classify import LABELS, rank_shares
+from .report import Report
+
+MS = 1e6
+MAX_HEAT_RANKS = 256
+MAX_HEAT_STEPS = 400
+MAX_NAMED_RANKS = 8
+PART_COLORS = {"data": "#e0a100", "compute": "#2e9d5b", "transfer": "#9b59b6", "wait": "#d9534f",
+               "other": "#9aa5b1"}
+LABEL_COLORS = {"data-bound": "#e0a100", "comm-bound": "#9b59b6", "imbalanced": "#d9534f",
+                "compute-bound": "#2e9d5b"}
+
+
+def esc(value) -> str:
+    """Text safe both in HTML and inside plotly labels (plotly renders a subset of tags)."""
+    return html.escape(str(value), quote=True)
+
+
+# ------------------------------------------------------------------------------ figures
+def _parts_ms(frame: pd.DataFrame) -> pd.DataFrame:
+    sh = rank_shares(frame)
+    step_ms = frame["step_ns"].to_numpy() / MS
+    out = pd.DataFrame({"step": frame["step"].to_numpy(), "rank": frame["rank"].to_numpy()})
+    for part in PART_COLORS:
+        out[part] = sh[part].to_numpy() * step_ms
+    out["step_ms"] = step_ms
+    return out
+
+
+def step_bars(report: Report):
+    """Stacked per-step bars for a few views, one dropdown; label strip underneath."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    parts = _parts_ms(report.table.frame)
+    views: dict[str, pd.DataFrame] = {}
+    slowest = parts.loc[parts.groupby("step")["step_ms"].idxmax()].set_index("step")
+    views["slowest rank per step"] = slowest
+    views["median over ranks"] = parts.groupby("step")[list(PART_COLORS) + ["step_ms"]].median()
+    named = [s.rank for s in report.stragglers]
+    by_time = report.rank_summary.sort_values("step_ns", ascending=False)["rank"].tolist()
+    for r in named + [r for r in by_time if r not in named]:
+        if len(views) >= 2 + MAX_NAMED_RANKS:
+            break
+        tag = " (straggler)" if r in named else ""
+        views[f"rank {r}{tag}"] = parts[parts["rank"] == r].set_index("step")
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.9, 0.1],
+                        vertical_spacing=0.03)
+    n_parts = len(PART_COLORS)
+    for i, (name, v) in enumerate(views.items()):
+        for part, color in PART_COLORS.items():
+            fig.add_trace(go.Bar(x=v.index, y=v[part].round(3), name=part, marker_color=color,
+                                 visible=i == 0, legendgroup=part, showlegend=True,
+                                 hovertemplate=f"step %{{x}}<br>{part}: %{{y:.2f}} ms"
+                                               "<extra></extra>"), row=1, col=1)
+    steps = report.steps
+    fig.add_trace(go.Bar(x=steps["step"], y=[1] * len(steps),
+                         marker_color=[LABEL_COLORS.get(x, "#777") for x in steps["label"]],
+                         customdata=steps["label"].map(esc), name="label", showlegend=False,
+                         hovertemplate="step %{x}: %{customdata}<extra></extra>"), row=2, col=1)
+    buttons = []
+    for i, name in enumerate(views):
+        vis = [False] * (n_parts * len(views)) + [True]
+        vis[i * n_parts:(i + 1) * n_parts] = [True] * n_parts
+        buttons.append({"label": esc(name), "method": "update", "args": [{"visible": vis}]})
+    fig.update_layout(barmode="stack", height=460, margin=dict(l=60, r=20, t=50, b=40),
+                      title="Step time breakdown (ms); colour strip: step label",
+                      updatemenus=[{"buttons": buttons, "x": 1.0, "xanchor": "right", "y": 1.18}],
+                      legend=dict(orientation="h", y=-0.12))
+    fig.update_yaxes(title_text="ms", row=1, col=1)
+    fig.update_yaxes(visible=False, row=2, col=1)
+    fig.update_xaxes(title_text="step", row=2, col=1)
+    return fig
+
+
+def _binned(frame: pd.DataFrame, column: str) -> tuple[np.ndarray, list, list]:
+    """rank x step matrix of `column` in ms, averaged into at most MAX_HEAT_* bins."""
+    ranks = np.sort(frame["rank"].unique())
+    steps = np.sort(frame["step"].unique())
+    rbin = max(1, int(np.ceil(len(ranks) / MAX_HEAT_RANKS)))
+    sbin = max(1, int(np.ceil(len(steps) / MAX_HEAT_STEPS)))
+    r_idx = np.searchsorted(ranks, frame["rank"].to_numpy()) // rbin
+    s_idx = np.searchsorted(steps, frame["step"].to_numpy()) // sbin
+    shape = (r_idx.max() + 1, s_idx.max() + 1)
+    total = np.zeros(shape)
+    count = np.zeros(shape)
+    np.add.at(total, (r_idx, s_idx), frame[column].to_numpy() / MS)
+    np.add.at(count, (r_idx, s_idx), 1)
+    with np.errstate(invalid="ignore"):
+        z = np.where(count > 0, total / np.maximum(count, 1), np.nan)
+    ylab = [f"{ranks[i * rbin]}" if rbin == 1 else f"{ranks[i * rbin]}-{ranks[min(len(ranks), (i + 1) * rbin) - 1]}"
+            for i in range(shape[0])]
+    xlab = [int(steps[i * sbin]) for i in range(shape[1])]
+    return np.round(z, 3), ylab, xlab
+
+
+def heatmap(report: Report):
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    for i, (col, title) in enumerate((("step_ns", "step time"), ("wait_ns", "wait"),
+                                      ("data_ns", "data wait"))):
+        z, ylab, xlab = _binned(report.table.frame, col)
+        fig.add_trace(go.Heatmap(z=z, x=xlab, y=ylab, colorscale="Viridis", visible=i == 0,
+                                 colorbar=dict(title="ms"), name=title,
+                                 hovertemplate="ranks %{y}, step %{x}: %{z:.2f} ms<extra></extra>"))
+    buttons = [{"label": t, "method": "update",
+                "args": [{"visible": [j == i for j in range(3)]}]}
+               for i, t in enumerate(("step time", "wait", "data wait"))]
+    fig.update_layout(title="Rank x step (ms): stragglers show as rows", height=420,
+                      margin=dict(l=70, r=20, t=50, b=40), yaxis=dict(title="rank", type="category"),
+                      xaxis=dict(title="step"),
+                      updatemenus=[{"buttons": buttons, "x": 1.0, "xanchor": "right", "y": 1.18}])
+    return fig
+
+
+def rank_bars(report: Report):
+    import plotly.graph_objects as go
+
+    rs = report.rank_summary
+    d = report.to_dict()["ranks"]
+    x = [esc(f"{r['rank']}") for r in d]
+    fig = go.Figure()
+    transfer = (rs["comm_exposed_ns"] - rs["wait_ns"]).clip(lower=0)
+    cols = {"data": rs["data_ns"], "compute": rs["compute_ns"], "transfer": transfer,
+            "wait": rs["wait_ns"], "other": rs["other_ns"]}
+    for part, values in cols.items():
+        fig.add_trace(go.Bar(x=x, y=(values / MS).round(3), name=part,
+                             marker_color=PART_COLORS[part],
+                             hovertemplate=f"rank %{{x}}<br>{part}: %{{y:.2f}} ms<extra></extra>"))
+    fig.update_layout(barmode="stack", title="Per rank: median ms per step", height=380,
+                      xaxis=dict(title="rank", type="category"), yaxis=dict(title="ms"),
+                      margin=dict(l=60, r=20, t=50, b=40), legend=dict(orientation="h", y=-0.2))
+    return fig
+
+
+def gpu_breakdown_bars(report: Report):
+    import plotly.graph_objects as go
+
+    gb = report.table.extras.get("gpu_breakdown") or {}
+    if not gb:
+        return None
+    ranks = sorted(gb)
+    fig = go.Figure()
+    for key, name, color in (("idle_pct", "idle", "#9aa5b1"), ("compute_pct", "compute", "#2e9d5b"),
+                             ("non_compute_pct", "non-compute", "#9b59b6")):
+        fig.add_trace(go.Bar(x=[str(r) for r in ranks], y=[gb[r][key] for r in ranks], name=name,
+                             marker_color=color))
+    overlap = [gb[r].get("comm_overlap_pct") for r in ranks]
+    if any(v is not None for v in overlap):
+        fig.add_trace(go.Scatter(x=[str(r) for r in ranks], y=overlap, mode="markers",
+                                 name="comm overlap %", marker=dict(size=12, color="#d9534f")))
+    fig.update_layout(barmode="stack", title="GPU time breakdown (HTA-compatible, % of kernel time)",
+                      height=360, xaxis=dict(title="rank", type="category"),
+                      yaxis=dict(title="%"), margin=dict(l=60, r=20, t=50, b=40))
+    return fig
+
+
+def telemetry_lines(report: Report):
+    tel = report.table.extras.get("telemetry")
+    if tel is None or len(tel) == 0:
+        return None
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    metrics = [c for c in ("util_pct", "mem_used_bytes", "power_w", "sm_clock_mhz", "temp_c")
+               if c in tel]
+    fig = make_subplots(rows=len(metrics), cols=1, shared_xaxes=True,
+                        subplot_titles=[esc(m) for m in metrics])
+    t0 = tel["t_ns"].min()
+    for i, m in enumerate(metrics, 1):
+        for rank, g in tel.groupby("rank"):
+            fig.add_trace(go.Scattergl(x=(g["t_ns"] - t0) / 1e9, y=g[m], mode="lines",
+                                       name=f"rank {rank}", legendgroup=str(rank),
+                                       showlegend=i == 1), row=i, col=1)
+    fig.update_layout(title="GPU telemetry (NVML) over time (s)", height=180 * len(metrics) + 80)
+    return fig
+
+
+# ------------------------------------------------------------------------------ page
+def _summary_html(report: Report) -> str:
+    d = report.to_dict()
+    v = report.verdict
+    color = LABEL_COLORS.get(v.label, "#333")
+    out = [f'<h1>gpuscope <small>{esc(d["source"])}: {esc(d["path"])}</small></h1>',
+           f'<p class="meta">{d["ranks_analysed"]} of {d["world_size"]} ranks, '
+           f'{d["steps_analysed"]} steps</p>',
+           f'<div class="verdict" style="border-color:{color}"><span class="label" '
+           f'style="background:{color}">{esc(v.label)}</span> {v.share:.0%} of step time, '
+           f'confidence {esc(v.confidence)}']
+    others = [f"{esc(k)} {s:.0%}" for k, s in v.time_by_label.items() if k != v.label and s > 0]
+    if others:
+        out.append(f' <span class="dim">(also: {", ".join(others)})</span>')
+    out.append("</div>")
+    if report.stragglers:
+        items = "".join(
+            f"<li>rank {s.rank}{' on ' + esc(s.host) if s.host else ''}: slow in "
+            f"{s.slow_steps_share:.0%} of steps, {s.excess_ns / MS:.1f} ms busier per step, "
+            f"mostly in {esc(s.cause)}{' (' + esc(s.cause_detail) + ')' if s.cause_detail else ''}"
+            f"</li>" for s in report.stragglers)
+        out.append(f'<h2>Stragglers</h2><ul id="stragglers">{items}</ul>')
+    if d["suggestions"]:
+        items = "".join(
+            f'<li><b>{esc(s["knob"])}</b>: {esc(s["current"])} &rarr; {esc(s["proposed"])} '
+            f'<span class="gain">~{s["estimated_step_ms"]:.1f} ms/step, {s["gain_pct"]:+.0f}% '
+            f'throughput</span><br><span class="why">{esc(s["why"])}</span></li>'
+            for s in d["suggestions"])
+        out.append(f'<h2>Suggestions</h2><ol id="suggestions">{items}</ol>')
+    else:
+        out.append('<h2>Suggestions</h2><p id="suggestions">None: the run is compute-bound.</p>')
+    if d["warnings"]:
+        items = "".join(f"<li>{esc(w)}</li>" for w in d["warnings"])
+        out.append(f'<details id="warnings"><summary>{len(d["warnings"])} warning(s)</summary>'
+                   f"<ul>{items}</ul></details>")
+    th = report.thresholds
+    out.append(f'<p class="dim">thresholds: data &ge; {th.data_high:.0%} (moderate '
+               f'{th.data_moderate:.0%}), exposed comm &ge; {th.comm:.0%}, wait &ge; '
+               f'{th.wait:.0%}</p>')
+    return "\n".join(out)
+
+
+_CSS = """body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222}
+h1{font-size:22px;margin:0 0 4px}h1 small{font-weight:normal;color:#666;font-size:14px}
+h2{font-size:17px;margin:18px 0 6px}.meta,.dim{color:#666}.verdict{border-left:6px solid;
+padding:8px 12px;font-size:18px;background:#fafafa}.label{color:#fff;padding:2px 8px;
+border-radius:4px;text-transform:uppercase;font-weight:bold}.gain{color:#2e7d32}
+.why{color:#555;font-size:14px}.panel{margin-top:18px}li{margin-bottom:6px}"""
+
+
+def figures(report: Report) -> list[tuple[str, object]]:
+    figs = [("panel-steps", step_bars(report)), ("panel-heatmap", heatmap(report)),
+            ("panel-ranks", rank_bars(report))]
+    for pid, fig in (("panel-gpu", gpu_breakdown_bars(report)),
+                     ("panel-telemetry", telemetry_lines(report))):
+        if fig is not None:
+            figs.append((pid, fig))
+    return figs
+
+
+def render_html(report: Report, plotlyjs: str = "inline") -> str:
+    """The dashboard page. plotlyjs: "inline" (self-contained, offline) or a script URL/path
+    (shared plotly.js, for a folder of dashboards)."""
+    import plotly.io as pio
+    from plotly.offline import get_plotlyjs
+
+    if plotlyjs == "inline":
+        script = f"<script>{get_plotlyjs()}</script>"
+    else:
+        script = f'<script src="{esc(plotlyjs)}"></script>'
+    parts = []
+    for pid, fig in figures(report):
+        div = pio.to_html(fig, include_plotlyjs=False, full_html=False, div_id=pid,
+                          config={"displaylogo": False, "responsive": True})
+        parts.append(f'<div class="panel">{div}</div>')
+    title = esc(f"gpuscope: {report.verdict.label} - {report.table.path}")
+    return (f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>{title}</title>'
+            f"<style>{_CSS}</style>{script}</head><body>{_summary_html(report)}"
+            f"{''.join(parts)}</body></html>")
+
+
+__all__ = ["render_html", "esc", "LABELS"]

@@ -1,0 +1,1 @@
+"""The gpuscope TensorBoard plugin (entry point group `tensorboard_plugins`)."""

@@ -1,0 +1,133 @@
+// gpuscope tab for TensorBoard: a run picker and the dashboard's panels.
+// Every string from a run or trace is set with textContent, never parsed as markup.
+
+const COLORS = {"data-bound": "#e0a100", "comm-bound": "#9b59b6", "imbalanced": "#d9534f",
+                "compute-bound": "#2e9d5b"};
+
+function el(tag, attrs = {}, text = null) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
+  if (text !== null) node.textContent = text;
+  return node;
+}
+
+async function getJSON(url) {
+  const response = await fetch(url);
+  if (!response.ok) throw new Error(`${url}: HTTP ${response.status}`);
+  return response.json();
+}
+
+function loadPlotly() {
+  if (window.Plotly) return Promise.resolve();
+  return new Promise((resolve, reject) => {
+    const s = el("script", {src: "./plotly.min.js"});
+    s.onload = resolve;
+    s.onerror = () => reject(new Error("plotly.js failed to load"));
+    document.head.appendChild(s);
+  });
+}
+
+// plotly labels arrive HTML-escaped (plotly renders a few tags); show them as text
+function unescape(text) {
+  const t = document.createElement("textarea");
+  t.innerHTML = text;  // a detached textarea decodes entities and runs nothing
+  return t.value;
+}
+
+function summary(report) {
+  const box = el("div", {id: "summary"});
+  const verdict = el("div", {class: "verdict"});
+  verdict.style.borderColor = COLORS[report.verdict] || "#333";
+  const label = el("span", {class: "label"}, report.verdict);
+  label.style.background = COLORS[report.verdict] || "#333";
+  verdict.append(label, document.createTextNode(
+      ` ${Math.round(100 * report.verdict_share)}% of step time, confidence ${report.confidence}` +
+      ` (${report.ranks_analysed} of ${report.world_size} ranks, ${report.steps_analysed} steps,` +
+      ` ${report.source})`));
+  box.append(verdict);
+  if (report.straggler_details.length) {
+    box.append(el("h3", {}, "Stragglers"));
+    const ul = el("ul", {id: "stragglers"});
+    for (const s of report.straggler_details) {
+      ul.append(el("li", {}, `rank ${s.rank}${s.host ? " on " + s.host : ""}: slow in ` +
+                     `${s.slow_steps_pct}% of steps, ${s.excess_ms.toFixed(1)} ms busier per step, ` +
+                     `mostly in ${s.cause}${s.cause_detail ? " (" + s.cause_detail + ")" : ""}`));
+    }
+    box.append(ul);
+  }
+  box.append(el("h3", {}, "Suggestions"));
+  const ol = el("ol", {id: "suggestions"});
+  for (const s of report.suggestions) {
+    const li = el("li");
+    li.append(el("b", {}, s.knob), document.createTextNode(`: ${s.current} → ${s.proposed} `),
+              el("span", {class: "gain"}, `~${s.estimated_step_ms.toFixed(1)} ms/step, ` +
+                 `${s.gain_pct >= 0 ? "+" : ""}${Math.round(s.gain_pct)}% throughput`),
+              el("div", {class: "why"}, s.why));
+    ol.append(li);
+  }
+  if (!report.suggestions.length) ol.append(el("li", {}, "None: the run is compute-bound."));
+  box.append(ol);
+  if (report.warnings.length) {
+    const det = el("details", {id: "warnings"});
+    det.append(el("summary", {}, `${report.warnings.length} warning(s)`));
+    const ul = el("ul");
+    for (const w of report.warnings) ul.append(el("li", {}, w));
+    det.append(ul);
+    box.append(det);
+  }
+  return box;
+}
+
+async function showRun(run, main) {
+  main.replaceChildren(el("p", {class: "dim"}, `analysing ${run} ...`));
+  let payload;
+  try {
+    payload = await getJSON(`./report?run=${encodeURIComponent(run)}`);
+  } catch (err) {
+    main.replaceChildren(el("p", {class: "error"}, String(err)));
+    return;
+  }
+  if (payload.error) {
+    main.replaceChildren(el("p", {class: "error"}, unescape(payload.error)));
+    return;
+  }
+  main.replaceChildren(summary(payload.report));
+  await loadPlotly();
+  for (const {id, figure} of payload.figures) {
+    const div = el("div", {id, class: "panel"});
+    main.append(div);
+    await window.Plotly.newPlot(div, figure.data, figure.layout,
+                                {displaylogo: false, responsive: true});
+  }
+}
+
+export async function render() {
+  const style = el("style", {}, `body{font-family:system-ui,sans-serif;margin:16px;color:#222}
+    .verdict{border-left:6px solid;padding:8px 12px;font-size:17px;background:#fafafa}
+    .label{color:#fff;padding:2px 8px;border-radius:4px;text-transform:uppercase;font-weight:bold}
+    .gain{color:#2e7d32}.why{color:#555;font-size:13px}.dim{color:#666}.error{color:#b00}
+    .panel{margin-top:16px}`);
+  document.head.append(style);
+  const bar = el("div", {id: "picker"});
+  const select = el("select", {id: "run-select"});
+  const refresh = el("button", {id: "refresh"}, "refresh");
+  const main = el("div", {id: "main"});
+  bar.append(el("label", {for: "run-select"}, "Run: "), select, refresh);
+  document.body.append(bar, main);
+
+  async function listRuns() {
+    const {runs} = await getJSON("./runs");
+    const current = select.value;
+    select.replaceChildren(...runs.map(r => el("option", {value: r.run}, `${r.run} (${r.kind})`)));
+    if (runs.some(r => r.run === current)) select.value = current;
+    return runs;
+  }
+  const runs = await listRuns();
+  if (!runs.length) {
+    main.replaceChildren(el("p", {}, "No gpuscope run dirs or torch.profiler traces under the logdir."));
+    return;
+  }
+  select.addEventListener("change", () => showRun(select.value, main));
+  refresh.addEventListener("click", async () => { await listRuns(); showRun(select.value, main); });
+  await showRun(select.value, main);
+}
