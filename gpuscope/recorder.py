@@ -32,7 +32,8 @@ class Recorder:
     """Context manager returned by :func:`record`. See DESIGN.md for the contract."""
 
     def __init__(self, run_dir, model=None, *, flush_rows: int = 16, flush_s: float = 1.0,
-                 time_optimizer: bool = True, enabled: bool | None = None):
+                 time_optimizer: bool = True, tensorboard: bool = False,
+                 enabled: bool | None = None):
         if enabled is None:
             enabled = os.environ.get("GPUSCOPE_DISABLE", "") in ("", "0")
         self.run_dir = os.fspath(run_dir)
@@ -42,6 +43,9 @@ class Recorder:
         self._flush_s = flush_s
         self._time_optimizer = time_optimizer
         self._writer: RecordWriter | None = None
+        self._tensorboard = tensorboard
+        self._tb = None          # SummaryWriter, created on first flush when tensorboard=True
+        self._tb_rows: list = []
         self._handles: list = []
         self._comm_timer = None
         self._knobs: dict = {}
@@ -95,6 +99,8 @@ class Recorder:
 
             self._comm_timer.detach()
             end["ddp_logging"] = ddp_logging_summary(self.model)
+        if self._tensorboard:
+            self._flush_tensorboard(close=True)
         if self.warnings:
             end["warnings"] = self.warnings
         for handle in self._handles:
@@ -211,6 +217,10 @@ class Recorder:
                 row = self._build_row(now)
                 if self._writer is not None:
                     self._writer.add_row(row)
+                if self._tensorboard:
+                    self._tb_rows.append(row)
+                    if len(self._tb_rows) >= self._flush_rows:
+                        self._flush_tensorboard()
                 self.steps += 1
         except Exception as exc:
             self._fail("step", exc)
@@ -288,6 +298,30 @@ class Recorder:
         if named:
             row.append(named)
         return row
+
+    def _flush_tensorboard(self, close: bool = False) -> None:
+        """Per-step scalars (ms) for TensorBoard's Scalars tab, written in batches off the
+        per-step path; a failure here only turns these scalars off."""
+        rows, self._tb_rows = self._tb_rows, []
+        try:
+            if self._tb is None and (rows or not close):
+                from torch.utils.tensorboard import SummaryWriter
+
+                rank = self.placement.rank if self.placement else 0
+                self._tb = SummaryWriter(os.path.join(self.run_dir, "tensorboard",
+                                                      f"rank-{rank:05d}"))
+            for row in rows:
+                r = dict(zip(STEP_COLUMNS, row))
+                for col in ("step_ns", "data_ns", "compute_ns", "comm_ns", "comm_exposed_ns",
+                            "other_ns"):
+                    self._tb.add_scalar(f"gpuscope/{col[:-3]}_ms", r[col] / 1e6, r["step"])
+            if close and self._tb is not None:
+                self._tb.close()
+                self._tb = None
+        except Exception as exc:
+            warn_once("tensorboard", "gpuscope: TensorBoard scalars disabled: %r", exc)
+            self.warnings.append(f"TensorBoard scalars disabled: {exc!r}")
+            self._tensorboard = False
 
     def _learn_batch_size(self, item) -> None:
         self._batch_size_known = True

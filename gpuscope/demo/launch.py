@@ -37,19 +37,14 @@ def run_demo(scenario: str, out: str, steps: int = 30, nproc: int = 2, profile: 
     print(f"gpuscope demo: {nproc}-process DDP (gloo, CPU), scenario '{scenario}', {steps} steps ...",
           flush=True)
     try:
-        run_training(scenario, record_dir, steps, nproc, trace_dir)
+        run_training(scenario, record_dir, steps, nproc, trace_dir, extra=("--tensorboard",))
     except subprocess.CalledProcessError as exc:
         print(exc.stderr[-3000:], file=sys.stderr)
         print(f"gpuscope demo: training failed (exit {exc.returncode})", file=sys.stderr)
         return 1
     rc = cli.main(["analyze", record_dir, "--json", os.path.join(out, "report.json"),
-                   *(["--html", os.path.join(out, "report.html")] if _has_html() else [])])
+                   "--html", os.path.join(out, "report.html")])
+    if rc == 0 and trace_dir:
+        print(f"\nThe same run as torch.profiler traces: gpuscope analyze {trace_dir}\n"
+              f"In TensorBoard (gpuscope tab + Scalars): tensorboard --logdir {out}")
     return rc
-
-
-def _has_html() -> bool:
-    try:
-        from .. import render_html  # noqa: F401
-    except ImportError:
-        return False
-    return True

@@ -87,6 +87,8 @@ def main(argv=None) -> None:
     ap.add_argument("--profile", metavar="DIR", help="also write torch.profiler traces here")
     ap.add_argument("--no-record", action="store_true", help="run without gpuscope")
     ap.add_argument("--timings", metavar="FILE", help="append this rank's step times (JSON line)")
+    ap.add_argument("--tensorboard", action="store_true",
+                    help="also write per-step scalars for TensorBoard's Scalars tab")
     args = ap.parse_args(argv)
 
     torch.set_num_threads(1)
@@ -137,7 +139,7 @@ def main(argv=None) -> None:
     else:
         import gpuscope
 
-        with gpuscope.record(args.run_dir, model=ddp) as rec:
+        with gpuscope.record(args.run_dir, model=ddp, tensorboard=args.tensorboard) as rec:
             t = time.perf_counter()
             for x, y in rec.data(loader):
                 train_step(x, y)

@@ -56,28 +56,58 @@ _batch = msgspec.json.Decoder(list[AnyEvent])  # type: ignore[valid-type]
 BATCH = 4096  # events decoded to objects at a time: bounds the memory held in Python objects
 
 
-def read_bytes(path: str) -> bytes:
-    """The file's JSON text; .gz is decompressed. Truncated archives give a clear error.
+def read_bytes(path: str):
+    """The file's JSON text (bytes-like); .gz is decompressed. Truncated archives give a clear
+    error.
 
-    A gzip member ends with its uncompressed size (mod 4 GiB): sizing zlib's output buffer with
-    it lets the text be produced in one piece instead of pieces joined by a second copy.
+    A gzip member ends with its uncompressed size (mod 4 GiB): the text is inflated in 1 MiB
+    pieces straight into a buffer of that size, so it exists once, never as pieces plus a join.
     """
     try:
         with open(path, "rb") as fh:
             data = fh.read()
-        if data[:2] != b"\x1f\x8b":
-            return data
-        isize = int.from_bytes(data[-4:], "little")
-        try:
-            out = zlib.decompress(data, 31, isize + 64)
-            if len(out) & 0xFFFFFFFF == isize:
-                return out
-        except zlib.error:
-            pass
-        return gzip.decompress(data)  # multi-member or damaged: gzip's own loop and errors
+    except OSError as exc:
+        raise TraceFormatError(f"{path}: cannot read trace ({exc})") from None
+    if data[:2] != b"\x1f\x8b":
+        return data
+    try:
+        return _gunzip_in_place(data)
+    except _NotSimple:
+        pass
+    except zlib.error as exc:
+        raise TraceFormatError(f"{path}: corrupt gzip data ({exc})") from None
+    try:
+        return gzip.decompress(data)  # multi-member archives: gzip's own loop
     except (OSError, EOFError, zlib.error) as exc:
         raise TraceFormatError(f"{path}: cannot read trace ({exc}); the file may be truncated") \
             from None
+
+
+class _NotSimple(Exception):
+    """The archive is not one gzip member whose size the trailer gives."""
+
+
+def _gunzip_in_place(data: bytes) -> bytearray:
+    size = int.from_bytes(data[-4:], "little") if len(data) >= 18 else 0
+    out = bytearray(size)
+    view = memoryview(out)
+    inflate = zlib.decompressobj(wbits=31)
+    pos, tail = 0, data
+    while not inflate.eof:
+        piece = inflate.decompress(tail, 1 << 20)
+        if pos + len(piece) > size:
+            raise _NotSimple
+        view[pos:pos + len(piece)] = piece
+        pos += len(piece)
+        tail = inflate.unconsumed_tail
+        if not piece and not tail:
+            break
+    if not inflate.eof:
+        raise zlib.error("the archive ends early: truncated file")
+    if pos != size or inflate.unused_data:
+        raise _NotSimple
+    view.release()
+    return out
 
 
 def decode_trace(path: str):
@@ -89,7 +119,7 @@ def decode_trace(path: str):
     Raises TraceFormatError with a one-line reason on bad input.
     """
     blob = read_bytes(path)
-    if not blob.strip():
+    if not bytes(blob[:4096]).strip() and not bytes(blob).strip():
         raise TraceFormatError(f"{path}: empty file")
     try:
         doc = _outline.decode(blob)

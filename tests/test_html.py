@@ -1,0 +1,142 @@
+"""The HTML dashboard: self-contained, loads in headless Chromium without errors, escapes
+names from runs and traces, and stays light for 1,000 ranks x 1,000 steps."""
+
+import json
+import os
+import re
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import gpuscope
+from gpuscope.pipeline import analyze_table
+from gpuscope.render_html import render_html
+from gpuscope.runtable import RankInfo, RunTable
+from gpuscope.thresholds import Thresholds
+
+from browser import Page, launch
+
+SAMPLES = os.path.join(os.path.dirname(__file__), "..", "sample_traces")
+HTA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "traces", "hta")
+EVIL = '<img src=x onerror="alert(1)">'
+
+
+@pytest.fixture(scope="module")
+def browser():
+    pw, b = launch()
+    yield b
+    b.close()
+    pw.stop()
+
+
+def _evil_run(tmp_path):
+    """A real recorded run whose host name is markup (as a hostile or odd hostname would be)."""
+    src = os.path.join(SAMPLES, "imbalanced", "record")
+    dst = tmp_path / "run"
+    shutil.copytree(src, dst)
+    for f in dst.iterdir():
+        lines = f.read_text().splitlines()
+        header = json.loads(lines[0])
+        header["host"] = EVIL
+        lines[0] = json.dumps(header)
+        f.write_text("\n".join(lines) + "\n")
+    return dst
+
+
+def test_offline_self_contained(tmp_path):
+    from plotly.offline import get_plotlyjs
+
+    html = render_html(gpuscope.analyze(os.path.join(SAMPLES, "data", "record")))
+    assert get_plotlyjs() in html  # plotly.js inlined once
+    ours = html.replace(get_plotlyjs(), "")
+    assert "cdn.plot.ly" not in ours and not re.search(r'(src|href)="https?:', ours)
+    assert ours.count("Plotly.newPlot") >= 3
+
+
+def test_markup_in_names_is_escaped(tmp_path):
+    html = render_html(gpuscope.analyze(_evil_run(tmp_path)))
+    assert EVIL not in html
+    assert "&lt;img src=x" in html
+
+
+@pytest.mark.parametrize("source", ["sample_traces/imbalanced/record",
+                                    "sample_traces/imbalanced/kineto", "hta:trace_filter"])
+def test_dashboard_loads_in_chromium(browser, tmp_path, source):
+    path = (os.path.join(HTA, source[4:]) if source.startswith("hta:")
+            else os.path.join(SAMPLES, "..", source))
+    if not os.path.exists(path):
+        pytest.skip("trace folder missing")
+    out = tmp_path / "report.html"
+    out.write_text(render_html(gpuscope.analyze(path)))
+    p = Page(browser)
+    external = []
+    p.page.route("**/*", lambda route: (external.append(route.request.url), route.abort())
+                 if not route.request.url.startswith(("file:", "data:")) else route.continue_())
+    p.page.goto(out.as_uri())
+    p.page.wait_for_selector("#panel-ranks .main-svg", timeout=20000)
+    assert external == []  # opens offline: nothing fetched from the network
+    ids = p.page.eval_on_selector_all(".js-plotly-plot", "els => els.map(e => e.id)")
+    assert {"panel-steps", "panel-heatmap", "panel-ranks"} <= set(ids)
+    if source.startswith("hta:"):
+        assert "panel-gpu" in ids  # the HTA-compatible breakdown for Kineto GPU traces
+    assert p.page.locator(".verdict .label").inner_text().lower() in (
+        "data-bound", "comm-bound", "imbalanced", "compute-bound")
+    assert p.errors == []
+    p.screenshot(f"dashboard_{source.replace('/', '_').replace(':', '_')}.png")
+
+
+def test_escaped_page_runs_no_injected_markup(browser, tmp_path):
+    out = tmp_path / "evil.html"
+    out.write_text(render_html(gpuscope.analyze(_evil_run(tmp_path))))
+    p = Page(browser)
+    p.page.goto(out.as_uri())
+    p.page.wait_for_selector("#panel-ranks .main-svg", timeout=20000)
+    box = p.page.locator("#panel-ranks .bars path").first.bounding_box()
+    p.page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)  # hover label
+    p.page.wait_for_timeout(300)
+    assert p.page.locator("img[src=x]").count() == 0
+    assert p.dialogs == [] and p.errors == []
+    assert EVIL in p.page.locator("#stragglers").inner_text()  # shown as text
+
+
+def _big_table(n_ranks=1000, n_steps=1000) -> RunTable:
+    rng = np.random.default_rng(0)
+    rank = np.repeat(np.arange(n_ranks), n_steps)
+    step = np.tile(np.arange(n_steps), n_ranks)
+    compute = rng.normal(80e6, 2e6, rank.size).astype(np.int64)
+    compute[rank == 7] += 30_000_000  # one straggler
+    busy = compute + 5_000_000
+    slowest = pd.Series(busy).groupby(step).transform("max").to_numpy()
+    exposed = (slowest - busy + 3_000_000).astype(np.int64)
+    frame = pd.DataFrame({"rank": rank, "step": step, "start_ns": step * 120_000_000,
+                          "step_ns": slowest + 3_000_000 + 5_000_000, "data_ns": 5_000_000,
+                          "compute_ns": compute, "comm_ns": exposed + 20_000_000,
+                          "comm_exposed_ns": exposed, "wait_ns": 0, "other_ns": 0,
+                          "forward_ns": 0, "backward_ns": 0, "optimizer_ns": 0, "n_comm": 4,
+                          "data_cpu_ns": 5_000_000})
+    frame["other_ns"] = (frame["step_ns"] - frame["data_ns"] - frame["compute_ns"]
+                         - frame["comm_exposed_ns"]).clip(lower=0)
+    ranks = {r: RankInfo(r, f"node{r // 8}") for r in range(n_ranks)}
+    return RunTable(frame, "record", "<synthetic 1000x1000>", ranks, n_ranks, [])
+
+
+def test_thousand_ranks_by_thousand_steps_stays_light(browser, tmp_path):
+    report = analyze_table(_big_table(), Thresholds())
+    assert [s.rank for s in report.stragglers] == [7]
+    from gpuscope.render_html import figures
+
+    traces = {pid: len(fig.data) for pid, fig in figures(report)}
+    assert traces["panel-heatmap"] == 3 and sum(traces.values()) < 80  # aggregated, not per rank
+    html = render_html(report, plotlyjs="plotly.min.js")  # measure our part, not plotly.js
+    assert len(html) < 3_000_000
+    out = tmp_path / "big.html"
+    out.write_text(html)
+    from plotly.offline import get_plotlyjs
+
+    (tmp_path / "plotly.min.js").write_text(get_plotlyjs())
+    p = Page(browser)
+    p.page.goto(out.as_uri())
+    p.page.wait_for_selector("#panel-heatmap .main-svg", timeout=30000)
+    assert p.errors == []
