@@ -16,6 +16,8 @@ ARTIFACTS = os.path.join(os.path.dirname(__file__), "..", "build", "screenshots"
 def launch():
     """A playwright Browser; skips the test when no Chromium is installed (CI installs it)."""
     if not os.path.exists(CHROMIUM):
+        if os.environ.get("GPUSCOPE_REQUIRE_BROWSER"):  # CI: a missing browser is a failure
+            pytest.fail(f"no Chromium at {CHROMIUM}")
         pytest.skip("no Chromium at /usr/bin/chromium (apt-get install chromium)")
     from playwright.sync_api import sync_playwright
 
