@@ -28,6 +28,7 @@ class DDPCommTimer:
         self.sink = sink
         self.active = False
         self.reason = ""
+        self.device = None  # DeviceTimer on CUDA: bucket times on the GPU's timeline too
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
         self._default_hooks = default_hooks
@@ -73,6 +74,8 @@ class DDPCommTimer:
 
 def _dispatch(timer: DDPCommTimer, bucket):
     launch = time.perf_counter_ns()
+    device = timer.device if timer.active else None
+    dev_launch = device.comm_launch() if device is not None else None
     fut = timer.inner_hook(timer.inner_state, bucket)
     if not timer.active:
         return fut
@@ -83,6 +86,8 @@ def _dispatch(timer: DDPCommTimer, bucket):
         def _done(f):
             try:
                 sink(index, launch, time.perf_counter_ns())
+                if dev_launch is not None:
+                    device.comm_done(dev_launch)
             except Exception:
                 warn_once("ddp-sink", "gpuscope: failed to note a bucket timing", exc_info=True)
             return f.value()

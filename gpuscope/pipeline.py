@@ -74,15 +74,29 @@ def analyze_table(table: RunTable, thresholds: Thresholds | None = None) -> Repo
     verdict = run_verdict(steps)
     hosts = {r: info.host for r, info in table.ranks.items()}
     stragglers = find_stragglers(frame, steps, th, hosts)
+    knobs = table.knobs()
+    extras = dict(table.extras)
+    tel = extras.get("telemetry")
+    if tel is not None and len(tel):
+        from .telemetry import join_steps, memory_used_fraction, straggler_evidence, summarize
+
+        summary = summarize(tel)
+        extras["telemetry_summary"] = summary
+        frame = join_steps(frame, tel)
+        for s in stragglers:
+            s.extra["telemetry"] = straggler_evidence(summary, s.rank)
+        used = memory_used_fraction(summary, table.ranks)
+        if used is not None:
+            knobs["memory_used_fraction"] = used
     # suggestions for the verdict and for any label holding a material share of the time
     labels = {verdict.label} | {k for k, v in verdict.time_by_label.items() if v >= 0.2}
     data_share = float(steps["data_share"].median())
-    suggestions = suggest(frame, labels, stragglers, table.knobs(), th, data_share)
+    suggestions = suggest(frame, labels, stragglers, knobs, th, data_share)
     if len(table.ranks) == 1 and table.world_size > 1:
         warnings.append("only one rank's data: waiting for other ranks cannot be told apart from "
                         "transfer, so imbalance is not detected")
     analysed = RunTable(frame, table.source, table.path, table.ranks, table.world_size,
-                        table.warnings, table.extras)
+                        table.warnings, extras)
     return Report(analysed, steps, summarize_ranks(frame), verdict, stragglers, suggestions, th,
                   warnings, analysed_steps=int(steps.shape[0]))
 

@@ -21,7 +21,8 @@ def is_run_dir(path: str) -> bool:
 
 
 def read_rank_file(path: str, warnings: list[str]) -> tuple[dict, list[list], dict]:
-    """Header, step rows and closing record of one rank file.
+    """Header, step rows and closing record of one rank file (device times and NVML samples
+    go into header["_device"] and header["_nvml"]).
 
     A last line cut mid-write is dropped; a file without its end record (killed run) gets a warning.
     """
@@ -41,6 +42,7 @@ def read_rank_file(path: str, warnings: list[str]) -> tuple[dict, list[list], di
     cols = header.get("columns") or list(STEP_COLUMNS)
     knobs = dict(header.get("knobs") or {})
     rows, end, bad = [], {}, 0
+    device, nvml = [], []
     body = lines[1:]
     cut_tail = bool(body) and body[-1] != b""  # file does not end with a newline
     for i, line in enumerate(body):
@@ -61,6 +63,10 @@ def read_rank_file(path: str, warnings: list[str]) -> tuple[dict, list[list], di
                 knobs.update(obj["knobs"])
             if "end" in obj:
                 end = obj["end"]
+            if isinstance(obj.get("device"), list):
+                device += obj["device"]
+            if isinstance(obj.get("nvml"), list):
+                nvml += obj["nvml"]
     if bad:
         warnings.append(f"{name}: {bad} corrupt line(s) skipped")
     if not end:
@@ -73,6 +79,8 @@ def read_rank_file(path: str, warnings: list[str]) -> tuple[dict, list[list], di
         warnings.append(f"{name}: recording stopped early: {end['recorder_error']}")
     header["knobs"] = knobs
     header["_columns"] = cols
+    header["_device"] = device
+    header["_nvml"] = nvml
     return header, rows, end
 
 
@@ -89,12 +97,46 @@ def _frame(rank: int, cols: list[str], rows: list[list]) -> pd.DataFrame:
     return df
 
 
+def _apply_device_times(df: pd.DataFrame, device: list[dict]) -> pd.DataFrame:
+    """On CUDA runs, the GPU's own timeline replaces host guesses where it was measured:
+    data = the stall the GPU saw, comm = NCCL time, exposed = the last bucket's tail; compute
+    is what remains of the step."""
+    if not device or df.empty:
+        return df
+    dev = pd.DataFrame(device).drop_duplicates("step").set_index("step")
+    df = df.join(dev, on="step")
+    has = df.get("gpu_data_stall_ns", pd.Series(np.nan, index=df.index)).notna()
+    if has.any():
+        df.loc[has, "data_ns"] = df.loc[has, "gpu_data_stall_ns"].astype("int64")
+        for col in ("gpu_comm_ns", "gpu_comm_exposed_ns"):
+            if col not in df:
+                df[col] = 0
+        df.loc[has, "comm_ns"] = df.loc[has, "gpu_comm_ns"].fillna(0).astype("int64")
+        df.loc[has, "comm_exposed_ns"] = (df.loc[has, "gpu_comm_exposed_ns"].fillna(0)
+                                          .astype("int64").clip(upper=df.loc[has, "step_ns"]))
+        rest = df["step_ns"] - df["data_ns"] - df["comm_exposed_ns"]
+        df.loc[has, "compute_ns"] = rest[has].clip(lower=0)
+        df.loc[has, "other_ns"] = 0
+    return df
+
+
+def _telemetry(rank: int, samples: list) -> pd.DataFrame | None:
+    from .nvml import FIELDS
+
+    good = [s for s in samples if isinstance(s, list) and len(s) == len(FIELDS)]
+    if not good:
+        return None
+    t = pd.DataFrame(good, columns=list(FIELDS))
+    t.insert(0, "rank", rank)
+    return t
+
+
 def read_run_dir(path: str) -> RunTable:
     files = sorted(glob.glob(os.path.join(path, FILE_GLOB)))
     if not files:
         raise InputError(f"{path}: no gpuscope record files ({FILE_GLOB}) here")
     warnings: list[str] = []
-    frames, ranks, world = [], {}, 0
+    frames, ranks, world, telemetry = [], {}, 0, []
     for f in files:
         header, rows, end = read_rank_file(f, warnings)
         rank = int(header.get("rank", -1))
@@ -103,10 +145,14 @@ def read_run_dir(path: str) -> RunTable:
         world = max(world, int(header.get("world_size") or 1))
         ranks[rank] = RankInfo(rank, header.get("host", ""), header["knobs"],
                                {k: header.get(k) for k in ("pid", "comm_timing", "start_unix_ns",
-                                                           "placement_source", "local_rank")}
+                                                           "placement_source", "local_rank", "gpu")}
                                | {"end": end})
+        tel = _telemetry(rank, header["_nvml"])
+        if tel is not None:
+            telemetry.append(tel)
         if rows:
-            frames.append(_frame(rank, header["_columns"], rows))
+            frames.append(_apply_device_times(_frame(rank, header["_columns"], rows),
+                                              header["_device"]))
         else:
             warnings.append(f"{os.path.basename(f)}: rank {rank} recorded no steps")
     missing = sorted(set(range(world)) - set(ranks))
@@ -118,4 +164,5 @@ def read_run_dir(path: str) -> RunTable:
     if "wait_ns" not in frame:
         frame["wait_ns"] = 0
     frame = frame.sort_values(["rank", "step"], kind="stable").reset_index(drop=True)
-    return RunTable(frame, "record", path, ranks, world or len(ranks), warnings)
+    extras = {"telemetry": pd.concat(telemetry, ignore_index=True)} if telemetry else {}
+    return RunTable(frame, "record", path, ranks, world or len(ranks), warnings, extras)

@@ -33,7 +33,8 @@ class Recorder:
 
     def __init__(self, run_dir, model=None, *, flush_rows: int = 16, flush_s: float = 1.0,
                  time_optimizer: bool = True, tensorboard: bool = False,
-                 enabled: bool | None = None):
+                 telemetry: bool = True, telemetry_hz: float = 5.0,
+                 device_timing: bool | None = None, enabled: bool | None = None):
         if enabled is None:
             enabled = os.environ.get("GPUSCOPE_DISABLE", "") in ("", "0")
         self.run_dir = os.fspath(run_dir)
@@ -44,6 +45,11 @@ class Recorder:
         self._time_optimizer = time_optimizer
         self._writer: RecordWriter | None = None
         self._tensorboard = tensorboard
+        self._telemetry = telemetry
+        self._telemetry_hz = telemetry_hz
+        self._sampler = None
+        self._device_timing = device_timing
+        self._dev = None         # DeviceTimer when the model trains on a CUDA device
         self._tb = None          # SummaryWriter, created on first flush when tensorboard=True
         self._tb_rows: list = []
         self._handles: list = []
@@ -82,18 +88,39 @@ class Recorder:
             self._install_model_hooks(self.model)
         if self._time_optimizer and "torch" in sys.modules:
             self._install_optimizer_hooks()
+        gpu: dict = {}
+        if self._wants_device_timing():
+            from . import cuda_timing
+
+            self._dev = cuda_timing.DeviceTimer(cuda_timing.backend_factory())
+            if self._comm_timer is not None:
+                self._comm_timer.device = self._dev
+            gpu["device_timing"] = "cuda_events"
+        if self._telemetry:
+            from .nvml import Sampler
+
+            self._sampler = Sampler(p.local_rank, self._telemetry_hz).start()
+            gpu.update(self._sampler.device or {"telemetry": f"off: {self._sampler.reason}"})
         header = {"schema": SCHEMA, "rank": p.rank, "local_rank": p.local_rank,
                   "world_size": p.world_size, "host": p.host, "pid": os.getpid(),
                   "placement_source": p.source, "start_unix_ns": self._t0_unix,
                   "clock": "perf_counter_ns", "columns": list(STEP_COLUMNS),
-                  "comm_timing": self._comm_timing_mode(), "knobs": self._knobs}
+                  "comm_timing": self._comm_timing_mode(), "knobs": self._knobs, "gpu": gpu}
         path = os.path.join(self.run_dir, rank_file_name(p.rank))
         self._writer = RecordWriter(path, header, self._flush_rows, self._flush_s)
 
     def _close(self, crashed: bool) -> None:
         if self._writer is None:
             return
+        self._flush_side_channels(final=True)
         end: dict = {"steps": self.steps, "crashed": crashed, "end_unix_ns": self._unix(_now())}
+        if self._dev is not None:
+            try:
+                import torch
+
+                end["max_memory_allocated_bytes"] = int(torch.cuda.max_memory_allocated())
+            except Exception:
+                pass
         if self._comm_timer is not None:
             from .ddp_timing import ddp_logging_summary
 
@@ -111,6 +138,30 @@ class Recorder:
         self._handles.clear()
         writer, self._writer = self._writer, None
         writer.close(end)
+
+    def _wants_device_timing(self) -> bool:
+        if self._device_timing is not None:
+            return bool(self._device_timing)
+        return str(self._knobs.get("device", "")).startswith("cuda")
+
+    def _flush_side_channels(self, final: bool = False) -> None:
+        """Device times of finished steps and NVML samples, written beside the step rows."""
+        if self._writer is None:
+            return
+        if self._dev is not None:
+            try:
+                rows = self._dev.resolve(wait=final)
+                if rows:
+                    self._writer.add_meta({"device": rows})
+            except Exception as exc:
+                warn_once("device-timing", "gpuscope: device timing off: %r", exc)
+                self._dev = None
+        if self._sampler is not None:
+            samples = self._sampler.drain()
+            if samples:
+                self._writer.add_meta({"nvml": samples})
+            if final:
+                self._sampler.stop()
 
     def _comm_timing_mode(self) -> str:
         if self._comm_timer is not None and self._comm_timer.active:
@@ -187,6 +238,8 @@ class Recorder:
                     self._step_start = t0
                 self._data_ns += t1 - t0
                 self._data_cpu_ns += _cpu() - c0
+                if self._dev is not None:
+                    self._dev.batch_ready()
                 if not self._batch_size_known:
                     self._learn_batch_size(item)
             yield item
@@ -214,6 +267,8 @@ class Recorder:
             return
         try:
             if self._step_start is not None:
+                if self._dev is not None:
+                    self._dev.step_end(self.steps)
                 row = self._build_row(now)
                 if self._writer is not None:
                     self._writer.add_row(row)
@@ -222,6 +277,8 @@ class Recorder:
                     if len(self._tb_rows) >= self._flush_rows:
                         self._flush_tensorboard()
                 self.steps += 1
+                if self.steps % self._flush_rows == 0:
+                    self._flush_side_channels()
         except Exception as exc:
             self._fail("step", exc)
         self._reset_step(now)
@@ -351,6 +408,8 @@ class Recorder:
         self.enabled = False
         if self._comm_timer is not None:
             self._comm_timer.detach()
+        if self._sampler is not None:
+            self._sampler.stop()
         if self._writer is not None:
             try:
                 self._writer.close({"steps": self.steps, "crashed": False,

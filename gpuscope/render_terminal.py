@@ -58,6 +58,17 @@ def render(report: Report, console: Console) -> None:
     if len(shown) < len(d["ranks"]):
         console.print(f"[dim]{len(d['ranks']) - len(shown)} more ranks in the JSON report[/dim]")
 
+    tel = report.table.extras.get("telemetry_summary")
+    if tel:
+        tt = Table(title="GPU telemetry (NVML)", title_justify="left")
+        for col in ("rank", "util %", "mem peak %", "power W", "SM MHz", "temp max °C", "throttle"):
+            tt.add_column(col, justify="right")
+        for rank in sorted(tel)[:16]:
+            g = tel[rank]
+            tt.add_row(str(rank), f"{g['util_pct']:.0f}", f"{g['mem_used_max_pct']:.0f}",
+                       f"{g['power_w']:.0f}", f"{g['sm_clock_mhz']:.0f}", str(g["temp_max_c"]),
+                       ", ".join(g["throttle"]) or "-")
+        console.print(tt)
     if report.stragglers:
         for s in report.stragglers:
             part = f"{s.cause} ({s.cause_detail})" if s.cause_detail else s.cause

@@ -48,6 +48,9 @@ class Report:
             for part in ("data", "compute", "comm", "comm_exposed", "wait", "other"):
                 d[f"{part}_ms"] = r2(getattr(r, f"{part}_ns") / MS)
                 d[f"{part}_pct"] = r2(getattr(r, f"{part}_pct"))
+            tel = (self.table.extras.get("telemetry_summary") or {}).get(int(r.rank))
+            if tel:
+                d["telemetry"] = tel
             extra = self.table.extras.get("gpu_breakdown", {}).get(int(r.rank))
             if extra:  # HTA-compatible: idle_pct, compute_pct, non_compute_pct, comm_overlap_pct
                 d["gpu_breakdown"] = extra
@@ -65,7 +68,9 @@ class Report:
             "straggler_details": [{"rank": s.rank, "host": s.host, "slow_steps_pct":
                                    round(100 * s.slow_steps_share, 1),
                                    "excess_ms": r2(s.excess_ns / MS), "cause": s.cause,
-                                   "cause_detail": s.cause_detail} for s in self.stragglers],
+                                   "cause_detail": s.cause_detail,
+                                   "telemetry": s.extra.get("telemetry", "")}
+                                  for s in self.stragglers],
             "steps": steps,
             "ranks": ranks,
             "suggestions": [s.to_dict() for s in self.suggestions],

@@ -141,13 +141,19 @@ def suggest_comm(t: TypicalStep, knobs: dict, th: Thresholds) -> list[Suggestion
         f"steps brings it under {th.comm_target:.0%}; the effective global batch grows {k}x "
         "(scale the learning rate or steps accordingly)", COMM, _gain(t.step, est)))
     bs = knobs.get("batch_size")
-    if isinstance(bs, int) and bs > 0:
+    used = knobs.get("memory_used_fraction")
+    headroom = int(0.9 / used) if used else None  # how many times the batch fits in memory
+    if isinstance(bs, int) and bs > 0 and (headroom is None or headroom >= 2):
         m = 4 if T > rest else 2
+        if headroom is not None:
+            m = min(m, headroom)
         new_step = rest * m + T  # compute scales with the batch, the gradient size does not
         out.append(Suggestion(
             "batch_size", bs, bs * m, new_step / MS,
             f"the all-reduce costs the same {T / MS:.1f} ms whatever the batch; {m}x the per-rank "
-            f"batch spreads it over {m}x the samples (if memory allows; the global batch grows too)",
+            f"batch spreads it over {m}x the samples ("
+            + (f"GPU memory peaks at {used:.0%}, so {m}x fits" if used else "if memory allows")
+            + "; the global batch grows too)",
             COMM, _gain(t.step, new_step, m)))
     if knobs.get("param_dtype", "float32") == "float32":
         est = t.step - T / 2
@@ -179,11 +185,13 @@ def suggest_imbalance(t: TypicalStep, stragglers: list[Straggler], knobs: dict) 
             "other": "it spends longer outside data and compute: host overhead, Python work or "
                      "synchronization specific to that rank",
         }
+        evidence = s.extra.get("telemetry")
         out.append(Suggestion(
             "straggler", f"rank {s.rank}{where}", "match the median rank", est / MS,
             f"the other ranks wait {t.wait / MS:.1f} ms per step for rank {s.rank} (slow in "
             f"{s.slow_steps_share:.0%} of steps); it spends {s.cause_excess_ns / MS:+.1f} ms "
-            f"more per step in {part} than the median rank: {fixes[s.cause]}", IMBALANCED,
+            f"more per step in {part} than the median rank"
+            + (f"; {evidence}" if evidence else "") + f": {fixes[s.cause]}", IMBALANCED,
             _gain(t.step, est)))
     return out
 

@@ -1,0 +1,198 @@
+"""GPU code paths without a GPU: NVML and CUDA events behind seams.
+
+What is real here: the no-driver path (this machine has no NVIDIA driver, so the real pynvml
+raises and telemetry must switch itself off), the recorder, the reader and the analysis.
+What is faked, and only that: `FakeNvml` replays scripted NVML readings in place of a driver,
+and `FakeCuda` stands in for CUDA events with a scripted GPU timeline. The real CUDA/NVML paths
+are exercised on a GPU machine by scripts/gpu_check.sh.
+"""
+
+import json
+import logging
+import os
+import time
+
+import pandas as pd
+import pytest
+
+import gpuscope
+from gpuscope import cuda_timing, nvml
+from gpuscope.pipeline import analyze_table, load_table
+from gpuscope.thresholds import Thresholds
+from helpers import table_from_rows
+
+GiB = 1 << 30
+
+
+def test_without_a_driver_telemetry_switches_off_with_one_line(tmp_path, caplog):
+    pytest.importorskip("pynvml")
+    with caplog.at_level(logging.INFO, logger="gpuscope"):
+        s = nvml.Sampler(0, 5).start()
+        s2 = nvml.Sampler(0, 5).start()
+    assert not s.active and not s2.active
+    assert "NVML" in s.reason
+    assert len([r for r in caplog.records if "telemetry off" in r.getMessage()]) <= 1
+    with gpuscope.record(tmp_path) as rec:  # recording is unaffected
+        for _ in rec.data(range(3)):
+            rec.step()
+    header = json.loads((tmp_path / "rank-00000.gpuscope.jsonl").read_text().splitlines()[0])
+    assert header["gpu"]["telemetry"].startswith("off:")
+
+
+class FakeNvml:
+    """Fake NVML (no driver here): replays a GPU at `clock` MHz, `util`%, 40 GiB of 80 used."""
+
+    clock, util, throttle = 1980, 90, 0
+
+    def __init__(self):
+        self.calls = 0
+
+    def handle(self, **selector):
+        self.selector = selector
+        return "gpu0"
+
+    def describe(self, h):
+        return {"name": "Fake H100", "pci_bus_id": "00000000:01:00.0", "uuid": "GPU-fake"}
+
+    def sample(self, h):
+        self.calls += 1
+        return (time.time_ns(), self.util, 40 * GiB, 80 * GiB, 350.0, self.clock, 61,
+                self.throttle)
+
+    def shutdown(self):
+        pass
+
+
+def test_samples_are_recorded_joined_to_steps_and_reported(tmp_path, monkeypatch):
+    monkeypatch.setattr(nvml, "api_factory", FakeNvml)
+    with gpuscope.record(tmp_path, telemetry_hz=10) as rec:
+        for _ in rec.data(range(8)):
+            time.sleep(0.06)
+            rec.step()
+    table = load_table(tmp_path)
+    tel = table.extras["telemetry"]
+    assert len(tel) >= 3 and set(tel["sm_clock_mhz"]) == {1980}
+    assert table.ranks[0].meta["gpu"]["name"] == "Fake H100"
+    report = gpuscope.analyze(tmp_path)
+    d = report.to_dict()
+    assert d["ranks"][0]["telemetry"]["mem_used_max_pct"] == 50.0
+    assert report.table.frame["gpu_util_pct"].notna().any()
+    from gpuscope.render_terminal import render_text
+
+    assert "GPU telemetry (NVML)" in render_text(report)
+
+
+def test_device_is_chosen_from_cuda_visible_devices(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    assert nvml.device_selector(1) == {"index": 5}
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-aaaa,GPU-bbbb")
+    assert nvml.device_selector(0) == {"uuid": "GPU-aaaa"}
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert nvml.device_selector(2) == {"index": 2}
+
+
+def _straggler_table(mem_frac=0.5):
+    rows = []
+    for s in range(10):
+        for r in range(4):
+            slow = r == 2
+            exposed = 5 if slow else 45
+            rows.append({"rank": r, "step": s, "compute": 90 if slow else 50, "comm": exposed,
+                         "comm_exposed": exposed, "data": 5})
+    table = table_from_rows(rows, knobs={"batch_size": 32})
+    t0 = int(table.frame["start_ns"].min())
+    tel = pd.DataFrame([{"rank": r, "t_ns": t0 + k * 50_000_000, "util_pct": 95,
+                         "mem_used_bytes": int(mem_frac * 80 * GiB), "mem_total_bytes": 80 * GiB,
+                         "power_w": 300.0, "sm_clock_mhz": 1200 if r == 2 else 1980,
+                         "temp_c": 88 if r == 2 else 60, "throttle": 0x40 if r == 2 else 0}
+                        for r in range(4) for k in range(20)])
+    table.extras["telemetry"] = tel
+    return table
+
+
+def test_straggler_explanation_cites_clocks_heat_and_throttling():
+    report = analyze_table(_straggler_table(), Thresholds(warmup_steps=0))
+    assert [s.rank for s in report.stragglers] == [2]
+    why = report.suggestions[0].why
+    assert "SM clock averages 1200 MHz" in why and "hw_thermal" in why and "hotter" in why
+    assert "1200" in report.to_dict()["straggler_details"][0]["telemetry"]
+
+
+def test_memory_headroom_limits_the_batch_size_suggestion():
+    def batch(mem):
+        table = _straggler_table(mem)
+        rows = [{"rank": r, "step": s, "compute": 50, "comm": 40, "comm_exposed": 40}
+                for r in range(2) for s in range(6)]
+        t = table_from_rows(rows, knobs={"batch_size": 32})
+        t.extras["telemetry"] = table.extras["telemetry"][table.extras["telemetry"]["rank"] < 2]
+        t.extras["telemetry"]["t_ns"] = int(t.frame["start_ns"].min())
+        rep = analyze_table(t, Thresholds(warmup_steps=0))
+        return next((s for s in rep.suggestions if s.knob == "batch_size"), None)
+
+    assert batch(0.2).proposed == 32 * 2 and "GPU memory peaks at 20%" in batch(0.2).why
+    assert batch(0.6) is None  # no room for 2x the batch
+
+
+class FakeCuda:
+    """Fake CUDA events (no GPU here): each record() takes the next time from a scripted GPU
+    timeline; an event counts as complete once the fake GPU clock has passed it."""
+
+    def __init__(self, timeline):
+        self.timeline = list(timeline)
+        self.now = 0
+        self.created = 0
+
+    def new_event(self):
+        self.created += 1
+        return {"t": None}
+
+    def record(self, ev):
+        ev["t"] = self.timeline.pop(0)
+
+    def done(self, ev):
+        return ev["t"] is not None and ev["t"] <= self.now
+
+    def elapsed_ns(self, a, b):
+        return b["t"] - a["t"]
+
+    def synchronize(self):
+        self.now = float("inf")
+
+
+def test_device_timer_resolves_gpu_stall_and_comm_without_blocking():
+    # step 0: ready 0, comm 20->50, end 100 | step 1: ready 130 (GPU idle 30 ns waiting for
+    # data), end 200 | step 2: ready 200 (queued behind step 1: no stall), end 290
+    fake = FakeCuda([0, 20, 50, 100, 130, 200, 200, 290])
+    t = cuda_timing.DeviceTimer(fake)
+    t.batch_ready()
+    launch = t.comm_launch()
+    t.comm_done(launch)
+    t.step_end(0)
+    for step in (1, 2):
+        t.batch_ready()
+        t.step_end(step)
+    fake.now = 150  # only step 0 has finished on the GPU
+    first = t.resolve()
+    assert first == [{"step": 0, "gpu_comm_ns": 30, "gpu_comm_exposed_ns": 30}]
+    rest = t.resolve(wait=True)
+    assert rest == [{"step": 1, "gpu_comm_ns": 0, "gpu_step_ns": 100, "gpu_data_stall_ns": 30},
+                    {"step": 2, "gpu_comm_ns": 0, "gpu_step_ns": 90, "gpu_data_stall_ns": 0}]
+    assert fake.created <= 64  # events come from the pool
+
+
+def test_recorder_uses_device_times_for_data_on_cuda(tmp_path, monkeypatch):
+    # GPU timeline: each step's batch arrives 5 ms after the GPU went idle, steps end 20 ms later
+    timeline = []
+    for k in range(6):
+        timeline += [k * 25_000_000 + 5_000_000, k * 25_000_000 + 25_000_000]
+    monkeypatch.setattr(cuda_timing, "backend_factory", lambda: FakeCuda(timeline))
+    with gpuscope.record(tmp_path, device_timing=True, telemetry=False) as rec:
+        for _ in rec.data(range(6)):
+            time.sleep(0.002)
+            rec.step()
+    table = load_table(tmp_path)
+    f = table.frame
+    assert table.ranks[0].meta["gpu"]["device_timing"] == "cuda_events"
+    later = f[f["step"] >= 1]
+    assert (later["gpu_data_stall_ns"] == 5_000_000).all()
+    assert (later["data_ns"] == 5_000_000).all()  # the stall the GPU saw, not host time
