@@ -111,11 +111,9 @@ def _gunzip_in_place(data: bytes) -> bytearray:
 
 
 def decode_trace(path: str):
-    """(batches of decoded events, parsed `distributedInfo` or None) for one trace file.
+    """(events, parsed `distributedInfo` or None) for one trace file, where events is a list of
+    raw slices of the file's text (validated JSON, no objects yet) to pass to `batches()`.
 
-    1. one fast pass validates the JSON and cuts `traceEvents` into raw slices (no objects);
-    2. the batches iterator decodes BATCH slices at a time into typed events, so only one
-       batch of Python objects is alive while the caller turns them into numbers.
     Raises TraceFormatError with a one-line reason on bad input.
     """
     blob = read_bytes(path)
@@ -125,7 +123,7 @@ def decode_trace(path: str):
         doc = _outline.decode(blob)
     except msgspec.ValidationError:
         raw = _loose_doc(path, blob)
-        return iter([_loose_events(raw["traceEvents"])]), raw.get("distributedInfo")
+        return _loose_events(raw["traceEvents"]), raw.get("distributedInfo")
     except msgspec.DecodeError as exc:
         raise TraceFormatError(f"{path}: not valid JSON ({exc}); truncated or corrupt trace") \
             from None
@@ -137,10 +135,15 @@ def decode_trace(path: str):
         info = msgspec.json.decode(doc.distributedInfo)
     except msgspec.DecodeError:
         info = "invalid"
-    return _batches(doc.traceEvents), info
+    return doc.traceEvents, info
 
 
-def _batches(raws: list):
+def batches(raws: list):
+    """Decode BATCH raw events at a time into typed events: only one batch of Python objects
+    is alive while the caller turns them into numbers. The list is emptied as it goes."""
+    if raws and not isinstance(raws[0], msgspec.Raw):  # already decoded (loose path)
+        yield raws
+        return
     for i in range(0, len(raws), BATCH):
         chunk = raws[i:i + BATCH]
         text = b"[" + b",".join(chunk) + b"]"

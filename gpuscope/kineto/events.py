@@ -154,15 +154,18 @@ def sort_events(batches) -> RankEvents:
         del rows
         nid = np.array([name_ids.setdefault(x, len(name_ids)) for x in names], dtype=np.int64)
         cid = np.array([cat_ids.setdefault(x, len(cat_ids)) for x in cats], dtype=np.int64)
-        sc = np.array([(-1, -1) if a is None else (a.stream, a.correlation) for a in args],
-                      dtype=np.int64).reshape(-1, 2)
-        for i, a in enumerate(args):
-            if a is not None and (a.collective is not None or a.pg_name is not None):
-                coll_args[n + i] = (a.pg_name, a.collective)
-        # thread ids stay as written; a named one ("stream 7") gets a stable negative number
-        tid_arr = np.array([t if type(t) is int else tid_ids.get(t) or
-                            tid_ids.setdefault(t, -1 - (zlib.crc32(str(t).encode()) & 0x3FFFFFFF))
-                            for t in tids], dtype=np.int64)
+        sc = np.array([(-1, -1, 0) if a is None else
+                       (a.stream, a.correlation, a.collective is not None or a.pg_name is not None)
+                       for a in args], dtype=np.int64).reshape(-1, 3)
+        for i in np.flatnonzero(sc[:, 2]).tolist():
+            coll_args[n + i] = (args[i].pg_name, args[i].collective)
+        tid_arr = np.array(tids)
+        if tid_arr.dtype.kind not in "iu":
+            # thread ids stay as written; a named one ("stream 7") gets a stable negative number
+            tid_arr = np.array([t if type(t) is int else tid_ids.get(t) or
+                                tid_ids.setdefault(t, -1 - (zlib.crc32(str(t).encode())
+                                                            & 0x3FFFFFFF))
+                                for t in tids], dtype=np.int64)
         parts.append((nid, cid, sc[:, 0], sc[:, 1], np.array(ts, dtype=np.float64),
                       np.array(dur, dtype=np.float64), tid_arr.astype(np.int64)))
         n += len(names)

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from concurrent.futures import ProcessPoolExecutor
 
 import pandas as pd
@@ -17,30 +18,95 @@ import pandas as pd
 from ..errors import InputError, TraceFormatError
 from ..runtable import RankInfo, RunTable, empty_frame
 from .collectives import match_collectives
-from .decode import decode_trace, file_size
+from .decode import BATCH, batches, decode_trace, file_size
 from .events import STEP, RankEvents, sort_events
 from .hta import gpu_breakdown
 from .rank import RankId, identify
 from .steps import rank_rows
 
-PARALLEL_MIN_BYTES = 4 << 20  # below this, process start-up costs more than it saves
+PARALLEL_MIN_BYTES = 4 << 20  # a process pool pays for itself above this (more than 2 cores)
 
 
-def parse_file(path: str) -> tuple[str, object, RankEvents]:
-    events, info = decode_trace(path)
-    return path, info, sort_events(events)
+SPLIT_MIN_EVENTS = 4 * BATCH  # a file this big is sorted by two processes when allowed
+
+
+def _can_fork() -> bool:
+    return (hasattr(os, "fork") and (os.cpu_count() or 1) >= 2
+            and threading.active_count() == 1)  # never fork a threaded host (TensorBoard)
+
+
+def _in_child(work):
+    """Start `work()` in a forked process (it sees this process's memory as it is now)."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    recv, send = ctx.Pipe(duplex=False)
+
+    def target():
+        try:
+            send.send(("ok", work()))
+        except BaseException as exc:  # reported; the parent then does the work itself
+            send.send(("error", repr(exc)))
+        finally:
+            send.close()
+
+    child = ctx.Process(target=target, daemon=True)
+    child.start()
+    send.close()
+    return child, recv
+
+
+def _collect(child, recv):
+    try:
+        status, value = recv.recv()
+    except (EOFError, OSError) as exc:
+        status, value = "error", repr(exc)
+    child.join(timeout=60)
+    return status, value
+
+
+def parse_file(path: str, split: bool = False) -> tuple[str, object, RankEvents]:
+    """Decode and sort one file. With `split`, a big file's second half is sorted in a forked
+    process while this one sorts the first; the halves are joined like two profiler cycles."""
+    raws, info = decode_trace(path)
+    if not (split and len(raws) >= SPLIT_MIN_EVENTS and _can_fork()):
+        return path, info, sort_events(batches(raws))
+    mid = (len(raws) // 2) // BATCH * BATCH
+    child, recv = _in_child(lambda: sort_events(batches(raws[mid:])))
+    first = sort_events(batches(raws[:mid]))
+    status, second = _collect(child, recv)
+    if status != "ok":
+        second = sort_events(batches(raws[mid:]))
+    return path, info, RankEvents.concat([first, second])
 
 
 def _parse_all(files: list[str], jobs: int | None) -> list:
-    big = sum(file_size(f) for f in files)
-    jobs = jobs if jobs is not None else min(len(files), os.cpu_count() or 1)
-    if jobs > 1 and len(files) > 1 and big >= PARALLEL_MIN_BYTES:
+    """Parse every file: two processes share the work when there are two cores (files split
+    in two groups by size, or one big file in two halves); a pool when there are more."""
+    jobs = jobs if jobs is not None else min(max(len(files), 2), os.cpu_count() or 1)
+    if jobs <= 1 or not _can_fork():
+        return [parse_file(f) for f in files]
+    if len(files) == 1:
+        return [parse_file(files[0], split=True)]
+    sizes = [file_size(f) for f in files]
+    if jobs > 2 and len(files) > 2 and sum(sizes) >= PARALLEL_MIN_BYTES:
         import multiprocessing as mp
 
-        ctx = mp.get_context("fork") if hasattr(os, "fork") else None
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("fork")) as pool:
             return list(pool.map(parse_file, files))
-    return [parse_file(f) for f in files]
+    order = sorted(range(len(files)), key=lambda i: -sizes[i])
+    mine, theirs, load = [], [], [0, 0]
+    for i in order:  # greedy split into two groups of about equal bytes
+        (mine if load[0] <= load[1] else theirs).append(i)
+        load[0 if mine and mine[-1] == i else 1] += sizes[i]
+    child, recv = _in_child(lambda: [parse_file(files[i]) for i in theirs])
+    done = {i: parse_file(files[i]) for i in mine}
+    status, value = _collect(child, recv)
+    if status == "ok":
+        done.update(zip(theirs, value))
+    else:  # e.g. a bad file in the child's group: redo here, where the error is raised
+        done.update({i: parse_file(files[i]) for i in theirs})
+    return [done[i] for i in range(len(files))]
 
 
 def host_of(path: str) -> str:
