@@ -50,6 +50,21 @@ def cmd_demo(args) -> int:
                     profile=not args.no_profile)
 
 
+def cmd_doctor(args) -> int:
+    from rich.console import Console
+
+    from .doctor import render, run_doctor
+
+    checks, code = run_doctor(smoke=not args.no_smoke)
+    render(checks, Console(highlight=False))
+    if args.json:
+        import json
+
+        _write(args.json, json.dumps({"ok": code == 0, "checks": [c.__dict__ for c in checks]},
+                                     indent=2))
+    return code
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="gpuscope", description="Why is distributed training slow, "
                                  "and what to change.")
@@ -71,6 +86,10 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--nproc", type=int, default=2)
     d.add_argument("--no-profile", action="store_true", help="skip writing torch.profiler traces")
     d.set_defaults(func=cmd_demo)
+    doc = sub.add_parser("doctor", help="check GPUs, versions, topology and run a smoke test")
+    doc.add_argument("--no-smoke", action="store_true", help="skip the multi-process smoke test")
+    doc.add_argument("--json", metavar="FILE", help="write the checks as JSON")
+    doc.set_defaults(func=cmd_doctor)
     return ap
 
 

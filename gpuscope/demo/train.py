@@ -69,12 +69,14 @@ def build(scenario: str, steps: int, world: int):
     return model, ds, batch
 
 
-def extra_work(ms: float) -> None:
+def extra_work(ms: float, device=None) -> None:
     """Busy compute for about `ms` milliseconds (matmuls, not sleep: a real slow rank computes)."""
-    a = torch.randn(256, 256)
+    a = torch.randn(256, 256, device=device)
     end = time.perf_counter() + ms / 1000
     while time.perf_counter() < end:
         a = torch.tanh(a @ a)
+        if a.is_cuda:
+            torch.cuda.synchronize()
 
 
 def main(argv=None) -> None:
@@ -87,16 +89,27 @@ def main(argv=None) -> None:
     ap.add_argument("--profile", metavar="DIR", help="also write torch.profiler traces here")
     ap.add_argument("--no-record", action="store_true", help="run without gpuscope")
     ap.add_argument("--timings", metavar="FILE", help="append this rank's step times (JSON line)")
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda (one GPU per local rank)")
+    ap.add_argument("--backend", default=None, help="gloo (default on CPU) or nccl (on CUDA)")
     ap.add_argument("--tensorboard", action="store_true",
                     help="also write per-step scalars for TensorBoard's Scalars tab")
     args = ap.parse_args(argv)
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    dist.init_process_group("gloo")
+    cuda = args.device.startswith("cuda")
+    dist.init_process_group(args.backend or ("nccl" if cuda else "gloo"))
     rank, world = dist.get_rank(), dist.get_world_size()
     model, ds, batch = build(args.scenario, args.steps, world)
-    ddp = DDP(model)
+    if cuda:  # one GPU per local rank; several ranks may share one GPU with gloo
+        local = int(os.environ.get("LOCAL_RANK", 0)) % torch.cuda.device_count()
+        device = torch.device("cuda", local)
+        torch.cuda.set_device(device)
+        model = model.to(device)
+        ddp = DDP(model, device_ids=[local])
+    else:
+        device = torch.device("cpu")
+        ddp = DDP(model)
     sampler = DistributedSampler(ds, num_replicas=world, rank=rank, shuffle=False)
     if isinstance(ds, TensorDataset):  # in memory: slice whole batches, no per-sample collate
         loader = DataLoader(ds, sampler=BatchSampler(sampler, batch, drop_last=False),
@@ -112,16 +125,18 @@ def main(argv=None) -> None:
         from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
 
         # two profiler cycles of 5 active steps: one gzip trace file per rank and cycle
-        prof = profile(activities=[ProfilerActivity.CPU],
+        prof = profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else []),
                        schedule=schedule(wait=1, warmup=1, active=5, repeat=2),
                        on_trace_ready=tensorboard_trace_handler(args.profile, use_gzip=True))
         prof.start()
 
     def train_step(x, y):
+        if cuda:
+            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         opt.zero_grad(set_to_none=True)
         out = ddp(x)
         if slow:
-            extra_work(args.extra_ms)
+            extra_work(args.extra_ms, device)
         loss = loss_fn(out, y)
         loss.backward()
         opt.step()
