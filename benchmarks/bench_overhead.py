@@ -51,6 +51,52 @@ def recorder_cost_per_step(n: int = 20000) -> float:
     return (spent - base) / n
 
 
+_DDP_COST = r"""
+import json, os, statistics, sys, tempfile, time
+import torch, torch.distributed as dist
+from torch import nn
+import gpuscope
+torch.set_num_threads(1)
+d = tempfile.mkdtemp()
+dist.init_process_group("gloo", init_method=f"file://{d}/store", rank=0, world_size=1)
+model = nn.parallel.DistributedDataParallel(nn.Linear(8, 8))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x = torch.randn(4, 8)
+data = [x] * 400
+
+def loop(it, rec=None):
+    t = time.perf_counter()
+    for b in it:
+        opt.zero_grad(); model(b).sum().backward(); opt.step()
+        if rec is not None: rec.step()
+    return (time.perf_counter() - t) / len(data)
+
+with gpuscope.record(os.path.join(d, "run"), model=model, telemetry=True) as rec:
+    loop(rec.data(data), rec)  # warm
+    with_ = [loop(rec.data(data), rec) for _ in range(7)]
+    # the hooks stay installed while recording: measure "without" after the block
+loop(data)
+# a fresh model without gpuscope's hooks for the baseline
+model = nn.parallel.DistributedDataParallel(nn.Linear(8, 8))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+loop(data)
+without = [loop(data) for _ in range(7)]
+print(json.dumps({"with_us": statistics.median(with_) * 1e6,
+                  "without_us": statistics.median(without) * 1e6}))
+"""
+
+
+def recorder_cost_ddp() -> dict:
+    """Per-step cost of the whole recorder on a tiny one-rank DDP model (forward and optimizer
+    hooks, the comm hook wrapper, NVML probe, data wrapper, step()): the tiny model makes the
+    fixed per-step cost visible."""
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-c", _DDP_COST], capture_output=True, text=True,
+                         check=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scenario", default="compute")
@@ -73,6 +119,8 @@ def main() -> None:
         with_ = step_times(timings, True, args.warmup)
     med_without, med_with = statistics.median(without), statistics.median(with_)
     per_step = recorder_cost_per_step()
+    ddp = recorder_cost_ddp()
+    ddp_cost = (ddp["with_us"] - ddp["without_us"]) / 1e6
     result = {
         "scenario": args.scenario, "runs_each": args.runs, "steps_per_run": args.steps,
         "ranks": 2, "median_step_ms_without": round(med_without * 1e3, 3),
@@ -81,6 +129,10 @@ def main() -> None:
         "overhead_pct": round((med_with / med_without - 1) * 100, 2),
         "recorder_cost_us_per_step": round(per_step * 1e6, 2),
         "recorder_cost_pct_of_step": round(per_step / med_without * 100, 3),
+        "ddp_tiny_step_us_without": round(ddp["without_us"], 1),
+        "ddp_tiny_step_us_with": round(ddp["with_us"], 1),
+        "recorder_cost_ddp_us_per_step": round(ddp_cost * 1e6, 1),
+        "recorder_cost_ddp_pct_of_step": round(ddp_cost / med_without * 100, 3),
         "cpu_count": os.cpu_count(),
     }
     os.makedirs(os.path.dirname(args.out), exist_ok=True)

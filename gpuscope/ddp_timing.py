@@ -32,9 +32,10 @@ class DDPCommTimer:
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
         self._default_hooks = default_hooks
-        self.inner_hook = default_hooks.allreduce_hook
+        self.inner_hook = _mean_allreduce  # what DDP does without a hook, in as few calls
         self.inner_state = getattr(ddp, "process_group", None)
         self.hook_name = "allreduce (DDP default)"
+        self.unwrap = True  # the inner future holds [tensor]; ours hands DDP the tensor
 
     def install(self) -> bool:
         ddp = self.ddp
@@ -57,7 +58,7 @@ class DDPCommTimer:
 
     def _register_user_hook(self, state, hook) -> None:
         self.ddp._check_comm_hook(hook)
-        self.inner_hook, self.inner_state = hook, state
+        self.inner_hook, self.inner_state, self.unwrap = hook, state, False
         self.hook_name = getattr(hook, "__qualname__", repr(hook))
         self.ddp._comm_hooks.append((hook, state))
 
@@ -72,13 +73,24 @@ class DDPCommTimer:
         self.active = False
 
 
+def _mean_allreduce(process_group, bucket):
+    """DDP's default reduction (average over ranks) as one division and one async all-reduce."""
+    import torch.distributed as dist
+
+    group = process_group if process_group is not None else dist.group.WORLD
+    buf = bucket.buffer()
+    buf.div_(group.size())
+    return group.allreduce([buf]).get_future()
+
+
 def _dispatch(timer: DDPCommTimer, bucket):
     launch = time.perf_counter_ns()
     device = timer.device if timer.active else None
     dev_launch = device.comm_launch() if device is not None else None
     fut = timer.inner_hook(timer.inner_state, bucket)
+    unwrap = timer.unwrap
     if not timer.active:
-        return fut
+        return fut.then(_first) if unwrap else fut
     try:
         index = bucket.index()
         sink = timer.sink
@@ -90,12 +102,16 @@ def _dispatch(timer: DDPCommTimer, bucket):
                     device.comm_done(dev_launch)
             except Exception:
                 warn_once("ddp-sink", "gpuscope: failed to note a bucket timing", exc_info=True)
-            return f.value()
+            return f.value()[0] if unwrap else f.value()
 
         return fut.then(_done)
     except Exception:
         warn_once("ddp-dispatch", "gpuscope: comm timing failed; gradients unaffected", exc_info=True)
-        return fut
+        return fut.then(_first) if unwrap else fut
+
+
+def _first(f):
+    return f.value()[0]
 
 
 def ddp_logging_summary(ddp) -> dict:

@@ -71,6 +71,13 @@ class RecordWriter:
                     or time.perf_counter_ns() - self._last_flush >= self.flush_ns):
                 self._flush_locked()
 
+    def add_rows(self, rows: list[list]) -> None:
+        """Append rows and write them out (the recorder batches them already)."""
+        lines = [_dumps(r) for r in rows]
+        with self._lock:
+            self._buf.extend(lines)
+            self._flush_locked()
+
     def add_meta(self, obj: dict) -> None:
         with self._lock:
             self._buf.append(_dumps(obj))

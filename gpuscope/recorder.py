@@ -42,6 +42,8 @@ class Recorder:
         self.enabled = enabled
         self._flush_rows = flush_rows
         self._flush_s = flush_s
+        self._flush_ns = int(flush_s * 1e9)
+        self._raw: list = []
         self._time_optimizer = time_optimizer
         self._writer: RecordWriter | None = None
         self._tensorboard = tensorboard
@@ -112,6 +114,8 @@ class Recorder:
     def _close(self, crashed: bool) -> None:
         if self._writer is None:
             return
+        if self._raw:
+            self._flush_rows_now()
         self._flush_side_channels(final=True)
         end: dict = {"steps": self.steps, "crashed": crashed, "end_unix_ns": self._unix(_now())}
         if self._dev is not None:
@@ -269,19 +273,27 @@ class Recorder:
             if self._step_start is not None:
                 if self._dev is not None:
                     self._dev.step_end(self.steps)
-                row = self._build_row(now)
-                if self._writer is not None:
-                    self._writer.add_row(row)
-                if self._tensorboard:
-                    self._tb_rows.append(row)
-                    if len(self._tb_rows) >= self._flush_rows:
-                        self._flush_tensorboard()
+                comm, self._comm = self._comm, []
+                # the raw intervals only: rows are summed in batches, off the per-step path
+                self._raw.append((self.steps, self._step_start, now, self._data_ns,
+                                  self._data_cpu_ns, self._phases, self._comm_phases, comm,
+                                  self._fwd_end))
                 self.steps += 1
-                if self.steps % self._flush_rows == 0:
-                    self._flush_side_channels()
+                if len(self._raw) >= self._flush_rows or now - self._raw[0][1] >= self._flush_ns:
+                    self._flush_rows_now()
         except Exception as exc:
             self._fail("step", exc)
         self._reset_step(now)
+
+    def _flush_rows_now(self) -> None:
+        raw, self._raw = self._raw, []
+        rows = [self._build_row(*r) for r in raw]
+        if self._writer is not None:
+            self._writer.add_rows(rows)
+        if self._tensorboard:
+            self._tb_rows.extend(rows)
+            self._flush_tensorboard()
+        self._flush_side_channels()
 
     # ----------------------------------------------------------------- internals
     def _mark_start(self, t: int) -> None:
@@ -303,45 +315,40 @@ class Recorder:
     def _unix(self, perf_ns: int) -> int:
         return self._t0_unix + (perf_ns - self._t0_perf)
 
-    def _take_comm(self) -> list:
-        """Bucket intervals completed since the last step (DDP waits for all of them in backward)."""
-        done, self._comm = self._comm, []
-        return done
-
-    def _build_row(self, now: int) -> list:
-        """Sum the step's intervals into one row of STEP_COLUMNS (+ optional extra phases)."""
-        start = self._step_start
+    def _build_row(self, step: int, start: int, now: int, data_ns: int, data_cpu_ns: int,
+                   raw_phases: list, comm_phases: list, comm: list, fwd_end) -> list:
+        """Sum one step's intervals into a row of STEP_COLUMNS (+ optional extra phases)."""
         step_ns = now - start
-        hook_comm = iv.clip(self._take_comm(), start, now)
+        hook_comm = iv.clip(comm, start, now)
         named: dict[str, int] = {}
-        phases = [(n, a, b) for n, a, b in self._phases if b > a]
-        if hook_comm and self._fwd_end is not None and not any(n == "backward" for n, _, _ in phases):
+        phases = [(n, a, b) for n, a, b in raw_phases if b > a]
+        if hook_comm and fwd_end is not None and not any(n == "backward" for n, _, _ in phases):
             # backward (with loss) runs from the end of forward to the optimizer, or to the end of
             # the last gradient bucket when no optimizer step was seen
-            opt_starts = [a for n, a, _ in phases if n == "optimizer" and a >= self._fwd_end]
+            opt_starts = [a for n, a, _ in phases if n == "optimizer" and a >= fwd_end]
             end = min(opt_starts) if opt_starts else max(b for _, b in hook_comm)
-            phases.append(("backward", self._fwd_end, end))
-        elif self._fwd_end is not None and not any(n == "backward" for n, _, _ in phases):
-            opt_starts = [a for n, a, _ in phases if n == "optimizer" and a >= self._fwd_end]
+            phases.append(("backward", fwd_end, end))
+        elif fwd_end is not None and not any(n == "backward" for n, _, _ in phases):
+            opt_starts = [a for n, a, _ in phases if n == "optimizer" and a >= fwd_end]
             if opt_starts:
-                phases.append(("backward", self._fwd_end, min(opt_starts)))
+                phases.append(("backward", fwd_end, min(opt_starts)))
         for n, a, b in phases:
             named[n] = named.get(n, 0) + (b - a)
 
         # exposed communication: the tail from the last bucket launch (end of backward compute)
         # to the last bucket done, plus blocking comm phases
-        exposed_iv = list(self._comm_phases)
+        exposed_iv = list(comm_phases)
         if hook_comm:
             last_launch = max(a for a, _ in hook_comm)
             last_done = max(b for _, b in hook_comm)
             if last_done > last_launch:
                 exposed_iv.append((last_launch, last_done))
         exposed_m = iv.merge(exposed_iv)
-        comm_m = iv.merge(hook_comm + list(self._comm_phases))
+        comm_m = iv.merge(hook_comm + list(comm_phases))
         comm_ns = iv.total(comm_m)
         exposed_ns = min(iv.total(exposed_m), step_ns)
 
-        data_ns = min(self._data_ns, step_ns)
+        data_ns = min(data_ns, step_ns)
         if phases:
             compute_m = iv.merge([(a, b) for _, a, b in phases])
             compute_ns = iv.total(compute_m) - iv.overlap(compute_m, exposed_m)
@@ -350,8 +357,8 @@ class Recorder:
             compute_ns = max(0, step_ns - data_ns - exposed_ns)
         other_ns = max(0, step_ns - data_ns - exposed_ns - compute_ns)
         fixed = [named.pop(k, 0) for k in ("forward", "backward", "optimizer")]
-        row = [self.steps, self._unix(start), step_ns, data_ns, compute_ns, comm_ns, exposed_ns,
-               other_ns, *fixed, len(hook_comm), self._data_cpu_ns]
+        row = [step, self._unix(start), step_ns, data_ns, compute_ns, comm_ns, exposed_ns,
+               other_ns, *fixed, len(hook_comm), data_cpu_ns]
         if named:
             row.append(named)
         return row

@@ -89,7 +89,7 @@ def test_internal_error_does_not_stop_training(tmp_path, monkeypatch, caplog):
     def broken(self, row):
         raise OSError("disk full (injected)")
 
-    monkeypatch.setattr(record_format.RecordWriter, "add_row", broken)
+    monkeypatch.setattr(record_format.RecordWriter, "add_rows", broken)
     seen = []
     with caplog.at_level(logging.WARNING, logger="gpuscope"):
         with gpuscope.record(tmp_path) as rec:

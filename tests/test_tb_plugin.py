@@ -110,11 +110,10 @@ def test_static_route_serves_only_its_files(server, path):
 def test_new_runs_are_noticed_and_growing_runs_reread(server):
     base, logdir = server
     live = logdir / "live"
-    rec = gpuscope.record(live)
+    rec = gpuscope.record(live, flush_rows=1)  # every step on disk at once
     rec.__enter__()
     for _ in rec.data(range(6)):
         rec.step()
-    rec._writer.flush()
     time.sleep(3.5)  # the run list is re-scanned at most every 3 s
     status, body = get(base, "/data/plugin/gpuscope/runs")
     assert "live" in {r["run"] for r in body["runs"]}
