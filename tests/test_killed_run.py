@@ -2,12 +2,12 @@
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 
 import gpuscope
-from gpuscope.demo.launch import torchrun_cmd
 from gpuscope.record_format import rank_file_name
 
 
@@ -19,24 +19,41 @@ def _rows(path):
         return 0
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def test_sigkill_mid_run_keeps_completed_steps(tmp_path):
+    """Both ranks are started by hand in one process group (torchrun would put its workers
+    out of reach of the signal) and killed together with SIGKILL."""
     run_dir = tmp_path / "run"
-    cmd = torchrun_cmd(2, "--scenario", "compute", "--steps", "2000", "--run-dir", str(run_dir))
-    proc = subprocess.Popen(cmd, env=dict(os.environ, OMP_NUM_THREADS="1"),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    port = str(_free_port())
+    procs = []
     try:
+        for rank in (0, 1):
+            env = dict(os.environ, OMP_NUM_THREADS="1", RANK=str(rank), LOCAL_RANK=str(rank),
+                       WORLD_SIZE="2", LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
+                       MASTER_PORT=port)
+            group = {"process_group": 0 if rank == 0 else procs[0].pid}
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "gpuscope.demo.train", "--scenario", "compute",
+                 "--steps", "2000", "--run-dir", str(run_dir)], env=env,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **group))
         deadline = time.time() + 120
         while time.time() < deadline:
             if all(_rows(run_dir / rank_file_name(r)) >= 40 for r in (0, 1)):
                 break
-            assert proc.poll() is None, "training ended before it could be killed"
+            assert all(p.poll() is None for p in procs), "training ended before it was killed"
             time.sleep(0.2)
         else:
             raise AssertionError("no steps recorded in time")
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)  # torchrun and both ranks, no chance to clean up
-        proc.wait(timeout=30)
+        os.killpg(procs[0].pid, signal.SIGKILL)  # both ranks at once, no chance to clean up
+        for p in procs:
+            p.wait(timeout=30)
+    assert all(p.returncode == -signal.SIGKILL for p in procs)
     rep = gpuscope.analyze(run_dir)
     d = rep.to_dict()
     assert d["ranks_analysed"] == 2 and d["steps_analysed"] >= 39

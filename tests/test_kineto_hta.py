@@ -10,9 +10,11 @@ import gpuscope
 from gpuscope.errors import TraceFormatError
 from gpuscope.pipeline import load_table
 
-HTA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "traces", "hta")
-if not os.path.isdir(HTA):  # CI clones the project with shared/ beside it, as here
-    HTA = os.environ.get("GPUSCOPE_HTA_TRACES", HTA)
+# the shared traces sit beside the checkout (../shared), in CI as here
+HTA = os.environ.get("GPUSCOPE_HTA_TRACES") or os.path.join(os.path.dirname(__file__), "..", "..",
+                                                            "shared", "traces", "hta")
+if not os.path.isdir(HTA) and os.environ.get("GPUSCOPE_REQUIRE_SHARED"):
+    raise RuntimeError(f"HTA traces not found at {HTA} (CI requires them)")
 pytestmark = pytest.mark.skipif(not os.path.isdir(HTA), reason="shared HTA traces not present")
 
 # (folder, rank): idle %, compute %, non-compute %, kernel_time µs, comm overlap %  (HTA 0.5)

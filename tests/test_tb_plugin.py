@@ -78,13 +78,15 @@ def test_runs_route_lists_record_and_kineto_runs(server):
     assert runs[EVIL_DIR] == "record"
 
 
-def test_report_route_gives_the_same_findings_as_the_cli(server):
+@pytest.mark.parametrize("run,verdict,stragglers", [("exp1", "imbalanced", [1]),
+                                                    ("nested/traces", "compute-bound", [])])
+def test_report_route_gives_the_same_findings_as_the_cli(server, run, verdict, stragglers):
     base, logdir = server
-    status, body = get(base, "/data/plugin/gpuscope/report?run=exp1")
+    status, body = get(base, "/data/plugin/gpuscope/report?run=" + run)
     assert status == 200
-    expected = gpuscope.analyze(logdir / "exp1").to_dict()
-    assert body["report"]["verdict"] == expected["verdict"] == "imbalanced"
-    assert body["report"]["stragglers"] == expected["stragglers"] == [1]
+    expected = gpuscope.analyze(logdir / run).to_dict()
+    assert body["report"]["verdict"] == expected["verdict"] == verdict
+    assert body["report"]["stragglers"] == expected["stragglers"] == stragglers
     assert [s["knob"] for s in body["report"]["suggestions"]] == \
         [s["knob"] for s in expected["suggestions"]]
     assert {f["id"] for f in body["figures"]} >= {"panel-steps", "panel-heatmap", "panel-ranks"}

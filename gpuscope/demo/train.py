@@ -50,8 +50,12 @@ def mlp(dim: int, hidden: int, depth: int) -> nn.Module:
     return nn.Sequential(*layers)
 
 
+EPOCH_STEPS = 32  # the dataset holds this many batches per rank; longer runs take more epochs
+
+
 def build(scenario: str, steps: int, world: int):
     """Model, dataset and loader settings for one scenario."""
+    steps = min(steps, EPOCH_STEPS)
     if scenario == "data":
         model, dim, batch = mlp(64, 256, 2), 64, 16
         ds = SlowDataset(batch * steps * world, dim, delay_s=0.002)
@@ -141,29 +145,31 @@ def main(argv=None) -> None:
         loss.backward()
         opt.step()
 
-    step_times = []
-    if args.no_record:
-        t = time.perf_counter()
-        for x, y in loader:
-            train_step(x, y)
-            if prof is not None:
-                prof.step()
-            now = time.perf_counter()
-            step_times.append(now - t)
-            t = now
-    else:
-        import gpuscope
+    step_times: list[float] = []
 
-        with gpuscope.record(args.run_dir, model=ddp, tensorboard=args.tensorboard) as rec:
-            t = time.perf_counter()
-            for x, y in rec.data(loader):
+    def run(wrap, step_done) -> None:
+        """Train for args.steps steps, epoch after epoch over the loader."""
+        t = time.perf_counter()
+        for epoch in range(10**9):
+            sampler.set_epoch(epoch)
+            for x, y in wrap(loader):
                 train_step(x, y)
-                rec.step()
+                step_done()
                 if prof is not None:
                     prof.step()
                 now = time.perf_counter()
                 step_times.append(now - t)
                 t = now
+                if len(step_times) >= args.steps:
+                    return
+
+    if args.no_record:
+        run(lambda it: it, lambda: None)
+    else:
+        import gpuscope
+
+        with gpuscope.record(args.run_dir, model=ddp, tensorboard=args.tensorboard) as rec:
+            run(rec.data, rec.step)
     if prof is not None:
         prof.stop()
     if args.timings:
