@@ -22,6 +22,12 @@ def cmd_analyze(args) -> int:
     from .render_terminal import render
     from .thresholds import Thresholds
 
+    if args.html:
+        try:
+            import plotly  # noqa: F401
+        except ImportError:
+            raise GpuscopeError("the HTML dashboard needs plotly: pip install 'gpuscope[html]'") \
+                from None
     th = Thresholds().with_overrides(args.thresholds)
     if args.skip is not None:
         th = th.with_overrides(f"warmup_steps={args.skip}")
