@@ -11,6 +11,7 @@ Instances missing on some ranks are left unmatched and counted in a warning, nev
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 
@@ -18,30 +19,43 @@ def match_collectives(colls: dict[int, list], frame: pd.DataFrame, warnings: lis
     """Return `frame` with wait_ns filled from matched collectives."""
     frame = frame.copy()
     frame["wait_ns"] = 0
-    rows = []
+    if sum(1 for items in colls.values() if items) < 2:
+        return frame
+    keys: dict = {}
+    rank_l, step_l, key_l, n_l, dur_l = [], [], [], [], []
     for rank, items in colls.items():
         seen: dict = {}
         for step, key, dur in items:
             k = (step, key)
             n = seen[k] = seen.get(k, -1) + 1
-            rows.append((rank, step, f"{key[0]}/{key[1]}", n, dur))
-    if len({r[0] for r in rows}) < 2:
-        return frame
-    inst = pd.DataFrame(rows, columns=["rank", "step", "key", "n", "dur"])
-    ranks_per_step = frame.groupby("step")["rank"].nunique().rename("ranks_with_step")
-    g = inst.groupby(["step", "key", "n"])
-    inst["seen_on"] = g["rank"].transform("nunique")
-    inst["transfer"] = g["dur"].transform("min")
-    inst = inst.join(ranks_per_step, on="step")
-    full = inst["seen_on"] == inst["ranks_with_step"]
+            rank_l.append(rank)
+            step_l.append(step)
+            key_l.append(keys.setdefault(key, len(keys)))
+            n_l.append(n)
+            dur_l.append(dur)
+    rank_a, step_a = np.array(rank_l), np.array(step_l)
+    dur = np.array(dur_l, dtype=np.int64)
+    # one id per instance (step, group/collective, occurrence)
+    inst = np.unique(np.column_stack([step_a, key_l, n_l]), axis=0, return_inverse=True)[1]
+    inst = inst.reshape(-1)
+    n_inst = int(inst.max()) + 1
+    seen_on = np.bincount(inst, minlength=n_inst)
+    transfer = np.full(n_inst, np.iinfo(np.int64).max)
+    np.minimum.at(transfer, inst, dur)
+    fr_rank = frame["rank"].to_numpy()
+    fr_step = frame["step"].to_numpy()
+    steps_u, ranks_per_step = np.unique(fr_step, return_counts=True)
+    with_step = ranks_per_step[np.clip(np.searchsorted(steps_u, step_a), 0, steps_u.size - 1)]
+    full = seen_on[inst] == with_step
     unmatched = int((~full).sum())
     if unmatched:
         warnings.append(f"{unmatched} collective instance(s) are not present on every rank "
                         "(matched by name and order per step); their waiting is not estimated")
-    inst = inst[full]
-    inst["wait"] = inst["dur"] - inst["transfer"]
-    wait = inst.groupby(["rank", "step"])["wait"].sum()
-    idx = pd.MultiIndex.from_frame(frame[["rank", "step"]])
-    frame["wait_ns"] = (wait.reindex(idx).fillna(0).to_numpy().astype("int64")
-                        .clip(0, frame["comm_exposed_ns"].to_numpy()))
+    wait = np.where(full, dur - transfer[inst], 0)
+    row_of = {(r, s): i for i, (r, s) in enumerate(zip(fr_rank.tolist(), fr_step.tolist()))}
+    total = np.zeros(len(frame), dtype=np.int64)
+    rows = np.array([row_of.get(k, -1) for k in zip(rank_l, step_l)])
+    ok = rows >= 0
+    np.add.at(total, rows[ok], wait[ok])
+    frame["wait_ns"] = np.minimum(total, frame["comm_exposed_ns"].to_numpy())
     return frame

@@ -51,7 +51,16 @@ class TraceDoc(msgspec.Struct, gc=False):
     distributedInfo: msgspec.Raw = msgspec.Raw(b"null")  # parsed as JSON on its own, later
 
 
+class SmallDoc(msgspec.Struct, gc=False):
+    """Small files: events decoded to objects in one pass (the memory is small anyway)."""
+
+    traceEvents: list[AnyEvent] | None = None  # type: ignore[valid-type]
+    distributedInfo: msgspec.Raw = msgspec.Raw(b"null")
+
+
+SMALL = 8 << 20  # bytes of JSON below which one typed pass beats two
 _outline = msgspec.json.Decoder(TraceDoc)
+_small = msgspec.json.Decoder(SmallDoc)
 _batch = msgspec.json.Decoder(list[AnyEvent])  # type: ignore[valid-type]
 BATCH = 4096  # events decoded to objects at a time: bounds the memory held in Python objects
 
@@ -120,7 +129,7 @@ def decode_trace(path: str):
     if not bytes(blob[:4096]).strip() and not bytes(blob).strip():
         raise TraceFormatError(f"{path}: empty file")
     try:
-        doc = _outline.decode(blob)
+        doc = (_small if len(blob) < SMALL else _outline).decode(blob)
     except msgspec.ValidationError:
         raw = _loose_doc(path, blob)
         return _loose_events(raw["traceEvents"]), raw.get("distributedInfo")
@@ -135,13 +144,14 @@ def decode_trace(path: str):
         info = msgspec.json.decode(doc.distributedInfo)
     except msgspec.DecodeError:
         info = "invalid"
+    doc.distributedInfo = msgspec.Raw(b"null")  # a Raw would keep the whole text alive
     return doc.traceEvents, info
 
 
 def batches(raws: list):
     """Decode BATCH raw events at a time into typed events: only one batch of Python objects
     is alive while the caller turns them into numbers. The list is emptied as it goes."""
-    if raws and not isinstance(raws[0], msgspec.Raw):  # already decoded (loose path)
+    if raws and not isinstance(raws[0], msgspec.Raw):  # already decoded (small file, loose path)
         yield raws
         return
     for i in range(0, len(raws), BATCH):
