@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import threading
-import time
 
 SCHEMA = "gpuscope.record/1"
 FILE_GLOB = "rank-*.gpuscope.jsonl"
@@ -48,28 +47,18 @@ def _dumps(obj) -> str:
 
 
 class RecordWriter:
-    """Buffers lines in memory and appends them to the rank file every `flush_rows` rows or
-    `flush_s` seconds, so a killed run loses only its last few steps. Thread-safe."""
+    """Appends lines to the rank file and flushes them to the OS at once (the recorder batches
+    rows every `flush_rows` steps or `flush_s` seconds), so a killed run loses only its last few
+    steps. Thread-safe."""
 
-    def __init__(self, path: str, header: dict, flush_rows: int = 16, flush_s: float = 1.0):
+    def __init__(self, path: str, header: dict):
         self.path = path
-        self.flush_rows = flush_rows
-        self.flush_ns = int(flush_s * 1e9)
         self._lock = threading.Lock()
         self._buf: list[str] = []
-        self._last_flush = time.perf_counter_ns()
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         self._fh = open(path, "a", encoding="utf-8")
         self._fh.write(_dumps(header) + "\n")
         self._fh.flush()
-
-    def add_row(self, row: list) -> None:
-        line = _dumps(row)
-        with self._lock:
-            self._buf.append(line)
-            if (len(self._buf) >= self.flush_rows
-                    or time.perf_counter_ns() - self._last_flush >= self.flush_ns):
-                self._flush_locked()
 
     def add_rows(self, rows: list[list]) -> None:
         """Append rows and write them out (the recorder batches them already)."""
@@ -89,7 +78,6 @@ class RecordWriter:
         self._fh.write("\n".join(self._buf) + "\n")
         self._fh.flush()
         self._buf.clear()
-        self._last_flush = time.perf_counter_ns()
 
     def flush(self) -> None:
         with self._lock:

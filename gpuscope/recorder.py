@@ -109,7 +109,7 @@ class Recorder:
                   "clock": "perf_counter_ns", "columns": list(STEP_COLUMNS),
                   "comm_timing": self._comm_timing_mode(), "knobs": self._knobs, "gpu": gpu}
         path = os.path.join(self.run_dir, rank_file_name(p.rank))
-        self._writer = RecordWriter(path, header, self._flush_rows, self._flush_s)
+        self._writer = RecordWriter(path, header)
 
     def _close(self, crashed: bool) -> None:
         if self._writer is None:
@@ -130,6 +130,7 @@ class Recorder:
 
             self._comm_timer.detach()
             end["ddp_logging"] = ddp_logging_summary(self.model)
+            end["comm_hook"] = self._comm_timer.hook_name
         if self._tensorboard:
             self._flush_tensorboard(close=True)
         if self.warnings:

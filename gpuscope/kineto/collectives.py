@@ -33,7 +33,7 @@ def match_collectives(colls: dict[int, list], frame: pd.DataFrame, warnings: lis
             key_l.append(keys.setdefault(key, len(keys)))
             n_l.append(n)
             dur_l.append(dur)
-    rank_a, step_a = np.array(rank_l), np.array(step_l)
+    step_a = np.array(step_l)
     dur = np.array(dur_l, dtype=np.int64)
     # one id per instance (step, group/collective, occurrence)
     inst = np.unique(np.column_stack([step_a, key_l, n_l]), axis=0, return_inverse=True)[1]
