@@ -77,9 +77,12 @@ def test_samples_are_recorded_joined_to_steps_and_reported(tmp_path, monkeypatch
     d = report.to_dict()
     assert d["ranks"][0]["telemetry"]["mem_used_max_pct"] == 50.0
     assert report.table.frame["gpu_util_pct"].notna().any()
+    from gpuscope.render_html import figures
     from gpuscope.render_terminal import render_text
 
     assert "GPU telemetry (NVML)" in render_text(report)
+    panels = dict(figures(report))
+    assert "panel-telemetry" in panels and len(panels["panel-telemetry"].data) == 5
 
 
 def test_device_is_chosen_from_cuda_visible_devices(monkeypatch):
