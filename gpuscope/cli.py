@@ -56,6 +56,36 @@ def cmd_demo(args) -> int:
                     profile=not args.no_profile)
 
 
+def cmd_scaling(args) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from .pipeline import analyze_path
+    from .scaling import scaling_dict, scaling_points
+
+    points = scaling_points([analyze_path(p) for p in args.paths])
+    d = scaling_dict(points)
+    unit = "samples/s" if points[0].batch_per_rank else "steps/s"
+    t = Table(title="Scaling", title_justify="left")
+    for col in ("ranks", "step ms", unit, "eff.", "exp. comm %", "wait %", "verdict"):
+        t.add_column(col, justify="left" if col == "verdict" else "right", no_wrap=True)
+    for p in points:
+        t.add_row(str(p.world_size), f"{p.step_ms:.1f}", f"{p.throughput:,.1f}",
+                  f"{p.efficiency:.0%}", f"{p.comm_exposed_pct:.0f}", f"{p.wait_pct:.0f}",
+                  p.verdict)
+    console = Console(highlight=False)
+    console.print(t)
+    for p in points:
+        console.print(f"[dim]{p.world_size} ranks: {p.path}[/dim]")
+    console.print(("Adding ranks stops paying at " + str(d["stops_paying_at"]) + ": "
+                   if d["stops_paying_at"] else "") + d["why"])
+    if args.json:
+        import json
+
+        _write(args.json, json.dumps(d, indent=2))
+    return 0
+
+
 def cmd_doctor(args) -> int:
     from rich.console import Console
 
@@ -92,6 +122,10 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--nproc", type=int, default=2)
     d.add_argument("--no-profile", action="store_true", help="skip writing torch.profiler traces")
     d.set_defaults(func=cmd_demo)
+    sc = sub.add_parser("scaling", help="compare runs of one training at several world sizes")
+    sc.add_argument("paths", nargs="+", help="run dirs or trace folders, one per world size")
+    sc.add_argument("--json", metavar="FILE", help="write the scaling table as JSON")
+    sc.set_defaults(func=cmd_scaling)
     doc = sub.add_parser("doctor", help="check GPUs, versions, topology and run a smoke test")
     doc.add_argument("--no-smoke", action="store_true", help="skip the multi-process smoke test")
     doc.add_argument("--json", metavar="FILE", help="write the checks as JSON")

@@ -1,0 +1,48 @@
+"""Scaling across world sizes: efficiency and where adding ranks stops paying."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from gpuscope.errors import InputError
+from gpuscope.pipeline import analyze_table
+from gpuscope.scaling import scaling_dict, scaling_points
+from gpuscope.thresholds import Thresholds
+from helpers import table_from_rows
+
+
+def _run(world: int, compute: float, comm: float, batch: int = 32):
+    rows = [{"rank": r, "step": s, "compute": compute, "comm": comm, "comm_exposed": comm}
+            for r in range(world) for s in range(5)]
+    t = table_from_rows(rows, knobs={"batch_size": batch}, world=world)
+    t.path = f"run{world}"
+    return analyze_table(t, Thresholds(warmup_steps=0))
+
+
+def test_efficiency_and_where_it_stops_paying():
+    # communication grows with the world: 100 ms compute, +2 / +10 / +60 / +200 ms exposed comm
+    reports = [_run(8, 100, 60), _run(2, 100, 2), _run(4, 100, 10), _run(16, 100, 200)]
+    points = scaling_points(reports)
+    assert [p.world_size for p in points] == [2, 4, 8, 16]
+    assert points[0].efficiency == 1.0
+    assert points[1].efficiency == pytest.approx(102 / 110, abs=1e-3)
+    d = scaling_dict(points)
+    # 4 -> 8 ranks: 8*32/0.160 over 4*32/0.110 = 1.375x, under half the ideal 2x gain
+    assert d["stops_paying_at"] == 8
+    assert "1.37x instead of 2x" in d["why"]
+    assert "exposed communication and waiting grow" in d["why"]
+
+
+def test_one_world_size_or_mixed_batches_is_a_clear_error():
+    with pytest.raises(InputError, match="different world sizes"):
+        scaling_points([_run(2, 100, 2), _run(2, 100, 3)])
+    with pytest.raises(InputError, match="per-rank batch"):
+        scaling_points([_run(2, 100, 2), _run(4, 100, 3, batch=64)])
+
+
+def test_cli_on_sample_runs_of_one_size_exits_2(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "gpuscope", "scaling", "sample_traces/data/record",
+                          "sample_traces/comm/record"], capture_output=True, text=True)
+    assert out.returncode == 2 and "different world sizes" in out.stderr
