@@ -13,11 +13,11 @@ import sys
 import time
 from contextlib import contextmanager
 
-from . import intervals as iv
 from ._log import logger, warn_once
 from .dist import detect_placement
 from .knobs import batch_size_of, loader_knobs, model_knobs, process_knobs
 from .record_format import SCHEMA, STEP_COLUMNS, RecordWriter, rank_file_name
+from .step_row import sum_step
 
 _now = time.perf_counter_ns
 _cpu = time.thread_time_ns
@@ -288,7 +288,7 @@ class Recorder:
 
     def _flush_rows_now(self) -> None:
         raw, self._raw = self._raw, []
-        rows = [self._build_row(*r) for r in raw]
+        rows = [sum_step(*r, start_unix=self._unix(r[1])) for r in raw]
         if self._writer is not None:
             self._writer.add_rows(rows)
         if self._tensorboard:
@@ -316,73 +316,21 @@ class Recorder:
     def _unix(self, perf_ns: int) -> int:
         return self._t0_unix + (perf_ns - self._t0_perf)
 
-    def _build_row(self, step: int, start: int, now: int, data_ns: int, data_cpu_ns: int,
-                   raw_phases: list, comm_phases: list, comm: list, fwd_end) -> list:
-        """Sum one step's intervals into a row of STEP_COLUMNS (+ optional extra phases)."""
-        step_ns = now - start
-        hook_comm = iv.clip(comm, start, now)
-        named: dict[str, int] = {}
-        phases = [(n, a, b) for n, a, b in raw_phases if b > a]
-        if hook_comm and fwd_end is not None and not any(n == "backward" for n, _, _ in phases):
-            # backward (with loss) runs from the end of forward to the optimizer, or to the end of
-            # the last gradient bucket when no optimizer step was seen
-            opt_starts = [a for n, a, _ in phases if n == "optimizer" and a >= fwd_end]
-            end = min(opt_starts) if opt_starts else max(b for _, b in hook_comm)
-            phases.append(("backward", fwd_end, end))
-        elif fwd_end is not None and not any(n == "backward" for n, _, _ in phases):
-            opt_starts = [a for n, a, _ in phases if n == "optimizer" and a >= fwd_end]
-            if opt_starts:
-                phases.append(("backward", fwd_end, min(opt_starts)))
-        for n, a, b in phases:
-            named[n] = named.get(n, 0) + (b - a)
-
-        # exposed communication: the tail from the last bucket launch (end of backward compute)
-        # to the last bucket done, plus blocking comm phases
-        exposed_iv = list(comm_phases)
-        if hook_comm:
-            last_launch = max(a for a, _ in hook_comm)
-            last_done = max(b for _, b in hook_comm)
-            if last_done > last_launch:
-                exposed_iv.append((last_launch, last_done))
-        exposed_m = iv.merge(exposed_iv)
-        comm_m = iv.merge(hook_comm + list(comm_phases))
-        comm_ns = iv.total(comm_m)
-        exposed_ns = min(iv.total(exposed_m), step_ns)
-
-        data_ns = min(data_ns, step_ns)
-        if phases:
-            compute_m = iv.merge([(a, b) for _, a, b in phases])
-            compute_ns = iv.total(compute_m) - iv.overlap(compute_m, exposed_m)
-            compute_ns = max(0, min(compute_ns, step_ns - data_ns - exposed_ns))
-        else:  # nothing named: all that is not data or comm counts as compute
-            compute_ns = max(0, step_ns - data_ns - exposed_ns)
-        other_ns = max(0, step_ns - data_ns - exposed_ns - compute_ns)
-        fixed = [named.pop(k, 0) for k in ("forward", "backward", "optimizer")]
-        row = [step, self._unix(start), step_ns, data_ns, compute_ns, comm_ns, exposed_ns,
-               other_ns, *fixed, len(hook_comm), data_cpu_ns]
-        if named:
-            row.append(named)
-        return row
 
     def _flush_tensorboard(self, close: bool = False) -> None:
-        """Per-step scalars (ms) for TensorBoard's Scalars tab, written in batches off the
-        per-step path; a failure here only turns these scalars off."""
+        """Per-step scalars for TensorBoard, in batches; a failure only turns them off."""
         rows, self._tb_rows = self._tb_rows, []
         try:
-            if self._tb is None and (rows or not close):
-                from torch.utils.tensorboard import SummaryWriter
+            if self._tb is None and rows:
+                from .tb_scalars import ScalarWriter
 
                 rank = self.placement.rank if self.placement else 0
-                self._tb = SummaryWriter(os.path.join(self.run_dir, "tensorboard",
-                                                      f"rank-{rank:05d}"))
-            for row in rows:
-                r = dict(zip(STEP_COLUMNS, row))
-                for col in ("step_ns", "data_ns", "compute_ns", "comm_ns", "comm_exposed_ns",
-                            "other_ns"):
-                    self._tb.add_scalar(f"gpuscope/{col[:-3]}_ms", r[col] / 1e6, r["step"])
-            if close and self._tb is not None:
-                self._tb.close()
-                self._tb = None
+                self._tb = ScalarWriter(self.run_dir, rank)
+            if self._tb is not None:
+                self._tb.write(rows)
+                if close:
+                    self._tb.close()
+                    self._tb = None
         except Exception as exc:
             warn_once("tensorboard", "gpuscope: TensorBoard scalars disabled: %r", exc)
             self.warnings.append(f"TensorBoard scalars disabled: {exc!r}")
