@@ -27,7 +27,7 @@ def render(report: Report, console: Console) -> None:
     head.append("gpuscope ", style="bold")
     head.append(f"{d['source']} ", style="dim")
     head.append(f"{d['path']}\n", style="dim")
-    one_host = {r["host"] for r in d["ranks"]}
+    one_host = {r["host"] for r in d["ranks"] if r["host"]}
     head.append(f"{d['ranks_analysed']} of {d['world_size']} ranks"
                 f"{' on ' + one_host.pop() if len(one_host) == 1 else ''}, {d['steps_analysed']} steps"
                 + (f" (first {report.thresholds.warmup_steps} left out as warm-up)"
@@ -41,7 +41,15 @@ def render(report: Report, console: Console) -> None:
         head.append(f"  (also: {', '.join(others)})", style="dim")
     console.print(head)
 
-    t = Table(title="Per rank: median ms per step, share of step time", title_justify="left")
+    parts = ("data", "compute", "comm", "comm_exposed", "wait", "other")
+    heads = ("data", "compute", "comm", "exposed", "wait", "other")
+    widths = [max([len(h)] + [len(f"{r[p + '_ms']:.1f} {r[p + '_pct']:.0f}%") for r in d["ranks"]])
+              for h, p in zip(heads, parts)]
+    step_w = max([4] + [len(f"{r['step_ms']:.1f}") for r in d["ranks"]])
+    wide = 4 + step_w + sum(widths) + 3 * 8 + 1 <= console.width  # ms and % fit side by side
+    t = Table(title="Per rank: " + ("median ms per step, share of step time" if wide else
+                                    "median step ms, share of step time per part"),
+              title_justify="left")
     hosts = {r["host"] for r in d["ranks"]}
     cols = ("rank",) + (("host",) if len(hosts) > 1 else ()) + (
         "step", "data", "compute", "comm", "exposed", "wait", "other")
@@ -52,12 +60,25 @@ def render(report: Report, console: Console) -> None:
     for r in shown:
         style = "bold red" if r["rank"] in straggler_ranks else None
         t.add_row(str(r["rank"]), *([r["host"]] if len(hosts) > 1 else []), f"{r['step_ms']:.1f}",
-                  *(f"{r[p + '_ms']:.1f} {r[p + '_pct']:.0f}%" for p in
-                    ("data", "compute", "comm", "comm_exposed", "wait", "other")), style=style)
+                  *((f"{r[p + '_ms']:.1f} {r[p + '_pct']:.0f}%" if wide else
+                     f"{r[p + '_pct']:.0f}%") for p in
+                    parts), style=style)
     console.print(t)
     if len(shown) < len(d["ranks"]):
         console.print(f"[dim]{len(d['ranks']) - len(shown)} more ranks in the JSON report[/dim]")
 
+    gb = report.table.extras.get("gpu_breakdown")
+    if gb:
+        gt = Table(title="GPU time (HTA-compatible, % of kernel time)", title_justify="left")
+        for col in ("rank", "idle", "compute", "non-compute", "comm overlap", "kernel time ms"):
+            gt.add_column(col, justify="right")
+        for rank in sorted(gb)[:16]:
+            g = gb[rank]
+            ov = g.get("comm_overlap_pct")
+            gt.add_row(str(rank), f"{g['idle_pct']:.2f}", f"{g['compute_pct']:.2f}",
+                       f"{g['non_compute_pct']:.2f}", "-" if ov is None else f"{ov:.2f}",
+                       f"{g['kernel_time_us'] / 1e3:,.1f}")
+        console.print(gt)
     tel = report.table.extras.get("telemetry_summary")
     if tel:
         tt = Table(title="GPU telemetry (NVML)", title_justify="left")

@@ -71,3 +71,18 @@ def test_run_with_no_steps(tmp_path):
 def test_bad_threshold(small_run):
     out = run_cli("analyze", str(small_run), "--thresholds", "nonsense=1")
     assert out.returncode == 2 and "unknown threshold" in out.stderr
+
+
+def test_terminal_table_shows_ms_beside_shares_only_when_they_fit():
+    import os
+
+    from gpuscope.render_terminal import render_text
+
+    rep = gpuscope.analyze(os.path.join(os.path.dirname(__file__), "..", "sample_traces",
+                                        "imbalanced", "record"))
+    narrow, wide = render_text(rep, width=60), render_text(rep, width=140)
+    assert "median step ms, share of step time per part" in narrow
+    assert "median ms per step, share of step time" in wide
+    for text in (narrow, wide):
+        assert "Verdict: IMBALANCED" in text and "Straggler:" in text
+        assert "…" not in text  # nothing cut off
