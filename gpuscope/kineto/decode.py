@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
 import zlib
 
 import msgspec
@@ -74,7 +75,8 @@ def read_bytes(path: str):
     """
     try:
         with open(path, "rb") as fh:
-            data = fh.read()
+            data = bytearray(os.fstat(fh.fileno()).st_size)  # mutable: see split_events
+            fh.readinto(data)
     except OSError as exc:
         raise TraceFormatError(f"{path}: cannot read trace ({exc})") from None
     if data[:2] != b"\x1f\x8b":
@@ -117,6 +119,55 @@ def _gunzip_in_place(data: bytes) -> bytearray:
         raise _NotSimple
     view.release()
     return out
+
+
+class _Skeleton(msgspec.Struct, gc=False):
+    """The document with `traceEvents` skipped over as one raw span (parsed, not built)."""
+
+    traceEvents: msgspec.Raw = msgspec.Raw(b"null")
+    distributedInfo: msgspec.Raw = msgspec.Raw(b"null")
+
+
+_skeleton = msgspec.json.Decoder(_Skeleton)
+_BOUNDARY = re.compile(rb"\}\s*,(\s+)\{")
+
+
+def split_events(blob: bytearray):
+    """Cut the `traceEvents` array of a document in two halves at an event boundary, in place.
+
+    Returns (distributedInfo, first, second): `first` and `second` are memoryviews of `blob`
+    that are each a JSON array of events (the separator between the halves is overwritten
+    with "]" and "[" - no copy). None when the document does not lend itself to it; callers
+    then decode it the usual way. A cut that fell inside a string would leave either half
+    invalid JSON, which the halves' own decoding reports.
+    """
+    try:
+        doc = _skeleton.decode(blob)
+        info = msgspec.json.decode(doc.distributedInfo)
+    except msgspec.DecodeError:
+        return None
+    with memoryview(doc.traceEvents) as rv:
+        size = rv.nbytes
+        head, tail = bytes(rv[:64]), bytes(rv[-64:])
+    del doc
+    start = blob.find(b"[", blob.find(b'"traceEvents"'))
+    if size < 4096 or start < 0 or blob[start:start + 64] != head \
+            or blob[start + size - 64:start + size] != tail:
+        return None
+    match = _BOUNDARY.search(blob, start + size // 2, start + size - 1)
+    if match is None:
+        return None
+    comma = match.start() + match.group(0).index(b",")
+    space = match.start(1)  # whitespace before "{": becomes the second half's "["
+    blob[comma] = ord("]")
+    blob[space] = ord("[")
+    view = memoryview(blob)
+    return info, view[start:comma + 1], view[space:start + size]
+
+
+def events_of(text) -> list:
+    """The raw events (list of msgspec.Raw) of a JSON array of events, for `batches()`."""
+    return msgspec.json.decode(text, type=list[msgspec.Raw])
 
 
 def decode_trace(path: str):

@@ -13,12 +13,14 @@ import os
 import threading
 from concurrent.futures import ProcessPoolExecutor
 
+import msgspec
 import pandas as pd
 
 from ..errors import InputError, TraceFormatError
 from ..runtable import RankInfo, RunTable, empty_frame
 from .collectives import match_collectives
-from .decode import BATCH, batches, decode_trace, file_size
+from .decode import (BATCH, batches, decode_trace, events_of, file_size, read_bytes,
+                     split_events)
 from .events import STEP, RankEvents, sort_events
 from .hta import gpu_breakdown
 from .rank import RankId, identify
@@ -28,6 +30,7 @@ PARALLEL_MIN_BYTES = 4 << 20  # a process pool pays for itself above this (more 
 
 
 SPLIT_MIN_EVENTS = 4 * BATCH  # a file this big is sorted by two processes when allowed
+SPLIT_TEXT_BYTES = 16 << 20   # JSON text from which the text itself is cut in two
 
 
 def _can_fork() -> bool:
@@ -66,8 +69,23 @@ def _collect(child, recv):
 
 
 def parse_file(path: str, split: bool = False) -> tuple[str, object, RankEvents]:
-    """Decode and sort one file. With `split`, a big file's second half is sorted in a forked
-    process while this one sorts the first; the halves are joined like two profiler cycles."""
+    """Decode and sort one file. With `split`, a big file's text is cut in two at an event
+    boundary and each half is decoded and sorted by its own process (fork); the halves are
+    joined like two profiler cycles. Anything unexpected falls back to one process."""
+    if split and _can_fork() and file_size(path) >= SPLIT_TEXT_BYTES // 64:
+        blob = read_bytes(path)
+        cut = split_events(blob) if len(blob) >= SPLIT_TEXT_BYTES else None
+        if cut is not None:
+            info, first, second = cut
+            child, recv = _in_child(lambda: sort_events(batches(events_of(second))))
+            try:
+                mine = sort_events(batches(events_of(first)))
+            except msgspec.DecodeError:
+                mine = None
+            status, theirs = _collect(child, recv)
+            if mine is not None and status == "ok":
+                return path, info, RankEvents.concat([mine, theirs])
+        cut = first = second = blob = None  # fall back: read and decode the file in one piece
     raws, info = decode_trace(path)
     if not (split and len(raws) >= SPLIT_MIN_EVENTS and _can_fork()):
         return path, info, sort_events(batches(raws))
