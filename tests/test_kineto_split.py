@@ -30,7 +30,7 @@ def test_split_equals_one_process_on_a_real_trace(small_cut, monkeypatch):
         pytest.skip("shared HTA traces not present")
     calls = []
     real = reader.decode_trace
-    monkeypatch.setattr(reader, "decode_trace", lambda p: calls.append(p) or real(p))
+    monkeypatch.setattr(reader, "decode_trace", lambda p, b=None: calls.append(p) or real(p, b))
     split = reader.parse_file(path, split=True)
     assert calls == []  # really cut in two
     whole = reader.parse_file(path, split=False)
@@ -49,7 +49,7 @@ def test_a_cut_inside_a_string_falls_back_to_one_process(small_cut, tmp_path, mo
                                indent=1))
     calls = []
     real = reader.decode_trace
-    monkeypatch.setattr(reader, "decode_trace", lambda p: calls.append(p) or real(p))
+    monkeypatch.setattr(reader, "decode_trace", lambda p, b=None: calls.append(p) or real(p, b))
     split = reader.parse_file(str(path), split=True)
     assert calls == [str(path)]  # the cut was refused and the file decoded in one piece
     whole = reader.parse_file(str(path), split=False)

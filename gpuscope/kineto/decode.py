@@ -170,13 +170,14 @@ def events_of(text) -> list:
     return msgspec.json.decode(text, type=list[msgspec.Raw])
 
 
-def decode_trace(path: str):
+def decode_trace(path: str, blob=None):
     """(events, parsed `distributedInfo` or None) for one trace file, where events is a list of
     raw slices of the file's text (validated JSON, no objects yet) to pass to `batches()`.
 
     Raises TraceFormatError with a one-line reason on bad input.
     """
-    blob = read_bytes(path)
+    if blob is None:
+        blob = read_bytes(path)
     if not bytes(blob[:4096]).strip() and not bytes(blob).strip():
         raise TraceFormatError(f"{path}: empty file")
     try:

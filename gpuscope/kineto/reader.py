@@ -72,6 +72,7 @@ def parse_file(path: str, split: bool = False) -> tuple[str, object, RankEvents]
     """Decode and sort one file. With `split`, a big file's text is cut in two at an event
     boundary and each half is decoded and sorted by its own process (fork); the halves are
     joined like two profiler cycles. Anything unexpected falls back to one process."""
+    blob = None
     if split and _can_fork() and file_size(path) >= SPLIT_TEXT_BYTES // 64:
         blob = read_bytes(path)
         cut = split_events(blob) if len(blob) >= SPLIT_TEXT_BYTES else None
@@ -85,8 +86,11 @@ def parse_file(path: str, split: bool = False) -> tuple[str, object, RankEvents]
             status, theirs = _collect(child, recv)
             if mine is not None and status == "ok":
                 return path, info, RankEvents.concat([mine, theirs])
-        cut = first = second = blob = None  # fall back: read and decode the file in one piece
-    raws, info = decode_trace(path)
+            # the cut was refused: decode the file in one piece, from a fresh read (the cut
+            # patched two bytes of this text)
+            cut = first = second = blob = None
+    raws, info = decode_trace(path, blob)
+    blob = None
     if not (split and len(raws) >= SPLIT_MIN_EVENTS and _can_fork()):
         return path, info, sort_events(batches(raws))
     mid = (len(raws) // 2) // BATCH * BATCH
