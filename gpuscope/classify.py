@@ -19,7 +19,6 @@ import pandas as pd
 from .thresholds import Thresholds
 
 DATA, COMM, IMBALANCED, COMPUTE = "data-bound", "comm-bound", "imbalanced", "compute-bound"
-LABELS = (DATA, COMM, IMBALANCED, COMPUTE)
 
 
 def rank_shares(frame: pd.DataFrame) -> pd.DataFrame:

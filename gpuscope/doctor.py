@@ -167,7 +167,7 @@ def check_environment(probe: Probe) -> list[Check]:
 
 
 # ----------------------------------------------------------------------------- smoke test
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -216,7 +216,7 @@ def smoke_test(world: int, backend: str, timeout: float = 120) -> Check:
     name = f"smoke test ({backend}, {world} process{'es' if world > 1 else ''})"
     with tempfile.TemporaryDirectory() as out:
         try:
-            ctx = tmp.start_processes(_smoke_worker, args=(world, _free_port(), backend, out),
+            ctx = tmp.start_processes(_smoke_worker, args=(world, free_port(), backend, out),
                                       nprocs=world, join=False, start_method="spawn")
             deadline = time.time() + timeout
             while not ctx.join(timeout=1):

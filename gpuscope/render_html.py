@@ -16,7 +16,7 @@ import html
 import numpy as np
 import pandas as pd
 
-from .classify import LABELS, rank_shares
+from .classify import rank_shares
 from .report import Report
 
 MS = 1e6
@@ -277,4 +277,4 @@ def render_html(report: Report, plotlyjs: str = "inline") -> str:
             f"{''.join(parts)}</body></html>")
 
 
-__all__ = ["render_html", "esc", "LABELS"]
+__all__ = ["render_html", "esc", "figures"]

@@ -41,7 +41,7 @@ class RunTable:
         return sorted(self.ranks)
 
     def knobs(self) -> dict:
-        """Knobs of the lowest rank, overlaid with nothing: ranks normally share their settings."""
+        """Knobs of the lowest rank (ranks normally share their settings)."""
         if not self.ranks:
             return {}
         return dict(self.ranks[self.rank_ids[0]].knobs)

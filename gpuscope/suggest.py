@@ -43,7 +43,6 @@ class TypicalStep:
     wait: float
     compute: float
     data_cpu: float
-    n_comm: float
     sync_interval: int
 
     @property
@@ -73,7 +72,7 @@ def typical_step(frame: pd.DataFrame) -> TypicalStep:
     return TypicalStep(med(slowest), med(data), med(np.maximum(mean("comm_exposed_ns")
                                                                 - mean("wait_ns"), 0)),
                        med(most_wait), med(mean("compute_ns")), med(data_cpu),
-                       med(mean("n_comm")), interval)
+                       interval)
 
 
 def _gain(old_step: float, new_step: float, batch_factor: float = 1.0) -> float:

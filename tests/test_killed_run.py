@@ -2,12 +2,12 @@
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 
 import gpuscope
+from gpuscope.doctor import free_port
 from gpuscope.record_format import rank_file_name
 
 
@@ -19,17 +19,12 @@ def _rows(path):
         return 0
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def test_sigkill_mid_run_keeps_completed_steps(tmp_path):
     """Both ranks are started by hand in one process group (torchrun would put its workers
     out of reach of the signal) and killed together with SIGKILL."""
     run_dir = tmp_path / "run"
-    port = str(_free_port())
+    port = str(free_port())
     procs = []
     try:
         for rank in (0, 1):

@@ -94,6 +94,19 @@ def test_random_jitter_names_no_straggler():
     assert rep.suggestions[0].current == "none consistent"
 
 
+def test_one_fast_rank_waiting_for_the_rest_names_no_majority_of_stragglers():
+    # rank 0 finishes early every step and waits; ranks 1-3 are the "slow" majority
+    rows = []
+    for s in range(10):
+        for r in range(4):
+            exposed = 30 if r == 0 else 2
+            rows.append({"rank": r, "step": s, "compute": 50 if r == 0 else 78, "comm": exposed,
+                         "comm_exposed": exposed, "other": 0})
+    rep = verdict(rows)
+    assert rep.verdict.label == "imbalanced"
+    assert rep.stragglers == []  # three of four ranks are not stragglers: rank 0 is the odd one
+
+
 def test_conflicting_shares_largest_wins_and_other_is_secondary():
     rows = [{"rank": r, "step": s, "data": 25, "comm": 30, "comm_exposed": 30, "compute": 45}
             for r in range(2) for s in range(5)]

@@ -4,7 +4,6 @@ runs, a run still being written, path traversal, and the tab in headless Chromiu
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -14,16 +13,12 @@ import urllib.request
 import pytest
 
 import gpuscope
+from gpuscope.doctor import free_port
 from browser import Page, launch
 
 SAMPLES = os.path.join(os.path.dirname(__file__), "..", "sample_traces")
 EVIL_DIR = "<img src=x onerror=alert(1)>"
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def get(base, path, raw=False):
@@ -42,7 +37,7 @@ def server(tmp_path_factory):
     shutil.copytree(os.path.join(SAMPLES, "compute", "kineto"), logdir / "nested" / "traces")
     shutil.copytree(os.path.join(SAMPLES, "data", "record"), logdir / EVIL_DIR)
     (logdir.parent / "secret.json").write_text('{"traceEvents": []}')
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir),
                              "--host", "127.0.0.1", "--port", str(port), "--load_fast", "false"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

@@ -117,10 +117,12 @@ def _parse_all(files: list[str], jobs: int | None) -> list:
         with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("fork")) as pool:
             return list(pool.map(parse_file, files))
     order = sorted(range(len(files)), key=lambda i: -sizes[i])
-    mine, theirs, load = [], [], [0, 0]
+    groups, load = ([], []), [0, 0]
     for i in order:  # greedy split into two groups of about equal bytes
-        (mine if load[0] <= load[1] else theirs).append(i)
-        load[0 if mine and mine[-1] == i else 1] += sizes[i]
+        g = 0 if load[0] <= load[1] else 1
+        groups[g].append(i)
+        load[g] += sizes[i]
+    mine, theirs = groups
     child, recv = _in_child(lambda: [parse_file(files[i]) for i in theirs])
     done = {i: parse_file(files[i]) for i in mine}
     status, value = _collect(child, recv)
