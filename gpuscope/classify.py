@@ -7,6 +7,12 @@ Per step, across ranks (a synchronous step is as slow as its slowest rank):
 Each share over its threshold is a candidate; the largest candidate is the label, the others are
 secondary; with no candidate the step is compute-bound. The run verdict is the label that holds
 the most step time.
+
+Waiting makes a step imbalanced only when it follows a persistent pattern (consistency.py): the
+step's last rank is one that is late step after step, or a rank that always waits waited. Waiting
+that moves between ranks at random is jitter: the step keeps its other label, "jitter" is listed
+as secondary, and the report says how much time it costs. With fewer than three steps the two
+cannot be told apart and waiting over the threshold counts as imbalanced.
 """
 
 from __future__ import annotations
@@ -16,9 +22,11 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from .consistency import Roles, persistent_steps
 from .thresholds import Thresholds
 
 DATA, COMM, IMBALANCED, COMPUTE = "data-bound", "comm-bound", "imbalanced", "compute-bound"
+JITTER = "jitter"
 
 
 def rank_shares(frame: pd.DataFrame) -> pd.DataFrame:
@@ -39,8 +47,11 @@ def _by_step(frame: pd.DataFrame):
     return steps, inv, counts
 
 
-def classify_steps(frame: pd.DataFrame, th: Thresholds) -> pd.DataFrame:
-    """One row per step: step, step_ns (slowest rank), the shares, label, secondary labels."""
+def classify_steps(frame: pd.DataFrame, th: Thresholds, roles: Roles | None = None) -> pd.DataFrame:
+    """One row per step: step, step_ns (slowest rank), the shares, label, secondary labels.
+
+    `roles` (consistency.find_roles) tells persistent waiting from jitter; None counts all
+    waiting over the threshold as imbalanced."""
     sh = rank_shares(frame)
     steps, inv, counts = _by_step(frame)
     mean = lambda c: np.bincount(inv, sh[c].to_numpy(), steps.size) / counts  # noqa: E731
@@ -57,8 +68,14 @@ def classify_steps(frame: pd.DataFrame, th: Thresholds) -> pd.DataFrame:
         "wait_share": maximum(sh["wait"].to_numpy()), "compute_share": mean("compute"),
         "n_ranks": counts,
     })
+    waits = out["wait_share"].to_numpy() >= th.wait
+    jitter = np.zeros(steps.size, dtype=bool)
+    if roles is not None and roles.decided:
+        jitter = waits & ~persistent_steps(roles, steps)
+        waits &= ~jitter
+    out["jitter"] = jitter
     cand = np.column_stack([
-        np.where(out["wait_share"] >= th.wait, out["wait_share"], -1.0),
+        np.where(waits, out["wait_share"], -1.0),
         np.where(out["data_share"] >= th.data_high, out["data_share"], -1.0),
         np.where(out["comm_share"] >= th.comm, out["comm_share"], -1.0),
     ])
@@ -67,13 +84,25 @@ def classify_steps(frame: pd.DataFrame, th: Thresholds) -> pd.DataFrame:
     has = cand.max(axis=1) >= 0
     out["label"] = np.where(has, names[best], COMPUTE)
     secondary = []
-    for row_cand, b, h, data in zip(cand, best, has, out["data_share"].to_numpy()):
+    for row_cand, b, h, data, jit in zip(cand, best, has, out["data_share"].to_numpy(), jitter):
         extra = [str(names[i]) for i in range(3) if row_cand[i] >= 0 and (not h or i != b)]
+        if jit:
+            extra.append(JITTER)
         if th.data_moderate <= data < th.data_high:
             extra.append("moderately data-bound")
         secondary.append(extra)
     out["secondary"] = secondary
     return out
+
+
+def jitter_cost(steps: pd.DataFrame) -> tuple[float, float]:
+    """(share of step time in jitter steps, share of step time lost waiting in them)."""
+    total = float(steps["step_ns"].sum())
+    if total <= 0 or "jitter" not in steps:
+        return 0.0, 0.0
+    j = steps[steps["jitter"]]
+    step_ns = j["step_ns"].to_numpy(np.float64)
+    return float(step_ns.sum() / total), float((step_ns * j["wait_share"].to_numpy()).sum() / total)
 
 
 @dataclass(frozen=True)

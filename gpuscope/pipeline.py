@@ -7,7 +7,8 @@ import os
 import numpy as np
 import pandas as pd
 
-from .classify import classify_steps, run_verdict
+from .classify import classify_steps, jitter_cost, run_verdict
+from .consistency import find_roles
 from .errors import InputError
 from .read_record import is_run_dir, read_run_dir
 from .report import Report
@@ -70,10 +71,14 @@ def analyze_table(table: RunTable, thresholds: Thresholds | None = None) -> Repo
     if table.source == "record":  # a profiler schedule already skips warm-up; records do not
         frame = _drop_warmup(frame, th.warmup_steps, warnings)
         frame = estimate_wait(frame, warnings)
-    steps = classify_steps(frame, th)
+    roles = find_roles(frame)
+    if frame["rank"].nunique() > 1 and not roles.decided and (frame["wait_ns"] > 0).any():
+        warnings.append(f"only {roles.n_steps} step(s) recorded on every rank: too few to tell a "
+                        "consistent straggler from per-step jitter")
+    steps = classify_steps(frame, th, roles)
     verdict = run_verdict(steps)
     hosts = {r: info.host for r, info in table.ranks.items()}
-    stragglers = find_stragglers(frame, steps, th, hosts)
+    stragglers = find_stragglers(frame, steps, th, hosts, roles)
     knobs = table.knobs()
     extras = dict(table.extras)
     tel = extras.get("telemetry")
@@ -91,14 +96,16 @@ def analyze_table(table: RunTable, thresholds: Thresholds | None = None) -> Repo
     # suggestions for the verdict and for any label holding a material share of the time
     labels = {verdict.label} | {k for k, v in verdict.time_by_label.items() if v >= 0.2}
     data_share = float(steps["data_share"].median())
-    suggestions = suggest(frame, labels, stragglers, knobs, th, data_share)
+    jitter = jitter_cost(steps)
+    suggestions = suggest(frame, labels, stragglers, knobs, th, data_share, roles.early, jitter)
     if len(table.ranks) == 1 and table.world_size > 1:
         warnings.append("only one rank's data: waiting for other ranks cannot be told apart from "
                         "transfer, so imbalance is not detected")
     analysed = RunTable(frame, table.source, table.path, table.ranks, table.world_size,
                         table.warnings, extras)
     return Report(analysed, steps, summarize_ranks(frame), verdict, stragglers, suggestions, th,
-                  warnings, analysed_steps=int(steps.shape[0]))
+                  warnings, analysed_steps=int(steps.shape[0]), jitter=jitter,
+                  consistent_early=sorted(roles.early))
 
 
 def analyze_path(path, thresholds: Thresholds | None = None) -> Report:

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from .classify import rank_shares
-from .report import Report
+from .report import Report, jitter_note
 
 MS = 1e6
 MAX_HEAT_RANKS = 256
@@ -218,6 +218,9 @@ def _summary_html(report: Report) -> str:
             f"mostly in {esc(s.cause)}{' (' + esc(s.cause_detail) + ')' if s.cause_detail else ''}"
             f"</li>" for s in report.stragglers)
         out.append(f'<h2>Stragglers</h2><ul id="stragglers">{items}</ul>')
+    note = jitter_note(d["jitter"])
+    if note:
+        out.append(f'<p id="jitter">{esc(note)}</p>')
     if d["suggestions"]:
         items = "".join(
             f'<li><b>{esc(s["knob"])}</b>: {esc(s["current"])} &rarr; {esc(s["proposed"])} '

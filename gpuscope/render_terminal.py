@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from .report import Report
+from .report import Report, jitter_note
 
 MS = 1e6
 _COLOR = {"data-bound": "yellow", "comm-bound": "magenta", "imbalanced": "red",
@@ -97,10 +97,16 @@ def render(report: Report, console: Console) -> None:
             console.print(f"[bold red]Straggler:[/bold red] rank {s.rank}{where}: slow in "
                           f"{s.slow_steps_share:.0%} of steps, {_ms(s.excess_ns)} ms busier per step "
                           f"than the median rank, mostly in {part}")
+    elif report.consistent_early:
+        console.print(f"Stragglers: none named: rank(s) {', '.join(map(str, report.consistent_early))} "
+                      "wait for all the others every step")
     elif "imbalanced" in v.time_by_label:
-        console.print("Stragglers: none consistent (waiting moves between ranks: jitter)")
+        console.print("Stragglers: none named (too few steps to tell a straggler from jitter)")
     else:
         console.print("Stragglers: none")
+    note = jitter_note(d["jitter"])
+    if note:
+        console.print(f"[yellow]{note}[/yellow]")
 
     if d["suggestions"]:
         console.print(Text("\nSuggestions (best estimated gain first)", style="bold"))

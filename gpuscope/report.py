@@ -16,6 +16,15 @@ SCHEMA = "gpuscope.report/1"
 MS = 1e6
 
 
+def jitter_note(jitter: dict) -> str:
+    """One line on waiting that moves between ranks ("" when it costs under 1% of step time)."""
+    if jitter.get("wait_pct", 0) < 1:
+        return ""
+    return (f"Rank jitter: {jitter['wait_pct']:.1f}% of step time is spent waiting in steps where "
+            f"the late rank changes from step to step ({jitter['steps_time_pct']:.0f}% of step "
+            "time): no consistent straggler")
+
+
 @dataclass
 class Report:
     table: RunTable
@@ -27,6 +36,8 @@ class Report:
     thresholds: Thresholds
     warnings: list[str] = field(default_factory=list)
     analysed_steps: int = 0
+    jitter: tuple[float, float] = (0.0, 0.0)   # (step-time share of jitter steps, share lost waiting)
+    consistent_early: list[int] = field(default_factory=list)  # ranks that wait every step
 
     @property
     def source(self) -> str:
@@ -71,6 +82,8 @@ class Report:
                                    "cause_detail": s.cause_detail,
                                    "telemetry": s.extra.get("telemetry", "")}
                                   for s in self.stragglers],
+            "jitter": {"steps_time_pct": round(100 * self.jitter[0], 2),
+                       "wait_pct": round(100 * self.jitter[1], 2)},
             "steps": steps,
             "ranks": ranks,
             "suggestions": [s.to_dict() for s in self.suggestions],

@@ -2,10 +2,12 @@
 
 1. In each imbalanced step, the slow ranks are those that waited at most half as long as the
    rank that waited longest (they arrived last).
-2. A rank slow in at least `straggler_steps` of all analysed steps ("most steps") is a straggler,
-   provided the slow ranks are a minority of the world (else it is the fast ranks that are odd).
+2. A rank that is consistently late (consistency.py) and slow in at least `straggler_steps` of
+   the imbalanced steps is a straggler, provided such ranks are a minority of the world (else it
+   is the fast ranks that are odd). With too few steps to test consistency, a rank slow in that
+   share of all analysed steps is named.
 3. For each straggler, the part of the step that differs most from the median rank says why.
-Per-step jitter spreads "slowness" over many ranks, so it names no one.
+Per-step jitter is never consistent, so it names no one.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from .consistency import Roles
 from .thresholds import Thresholds
 
 _CAUSES = ("data_ns", "compute_ns", "other_ns")
@@ -33,7 +36,8 @@ class Straggler:
 
 
 def find_stragglers(frame: pd.DataFrame, steps: pd.DataFrame, th: Thresholds,
-                    hosts: dict[int, str] | None = None) -> list[Straggler]:
+                    hosts: dict[int, str] | None = None,
+                    roles: Roles | None = None) -> list[Straggler]:
     imb_steps = steps.loc[steps["label"] == "imbalanced", "step"]
     n_ranks = frame["rank"].nunique()
     if imb_steps.empty or n_ranks < 2:
@@ -41,7 +45,11 @@ def find_stragglers(frame: pd.DataFrame, steps: pd.DataFrame, th: Thresholds,
     sub = frame[frame["step"].isin(imb_steps)]
     max_wait = sub.groupby("step")["wait_ns"].transform("max")
     slow = sub.loc[sub["wait_ns"] <= 0.5 * max_wait, "rank"]
-    share = slow.value_counts() / steps.shape[0]
+    if roles is not None and roles.decided:
+        share = slow.value_counts() / imb_steps.size
+        share = share[share.index.isin(roles.late)]
+    else:
+        share = slow.value_counts() / steps.shape[0]
     cands = share[share >= th.straggler_steps]
     if cands.empty or len(cands) > n_ranks / 2:
         return []

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pandas as pd
 
-from .classify import COMM, DATA, IMBALANCED
+from .classify import COMM, DATA, IMBALANCED, JITTER
 from .stragglers import Straggler
 from .thresholds import Thresholds
 
@@ -163,13 +163,22 @@ def suggest_comm(t: TypicalStep, knobs: dict, th: Thresholds) -> list[Suggestion
     return out
 
 
-def suggest_imbalance(t: TypicalStep, stragglers: list[Straggler], knobs: dict) -> list[Suggestion]:
+def suggest_imbalance(t: TypicalStep, stragglers: list[Straggler], knobs: dict,
+                      early: set[int] | None = None) -> list[Suggestion]:
     if not stragglers:
-        return [Suggestion(
-            "straggler", "none consistent", "reduce per-step variance", (t.step - t.wait) / MS,
-            f"ranks wait up to {t.wait / MS:.1f} ms per step for each other, but no rank is slow in "
-            "most steps: look for uneven inputs (sort or bucket samples by length), noisy neighbours "
-            "and periodic host work (logging, checkpointing)", IMBALANCED, _gain(t.step, t.step - t.wait))]
+        if early:
+            names = ", ".join(str(r) for r in sorted(early))
+            current = f"rank(s) {names} wait for the rest every step"
+            why = (f"rank(s) {names} consistently finish first and wait up to {t.wait / MS:.1f} ms "
+                   "for the others, which are all slower: look at what those ranks do less of "
+                   "(a smaller data shard, skipped logging or eval) or what slows the rest (shared "
+                   "hosts, clocks); DataParallel's master GPU is the classic case")
+        else:
+            current = "none consistent"
+            why = (f"ranks wait up to {t.wait / MS:.1f} ms per step for each other, but too few "
+                   "steps show who is late: record more steps to name a straggler")
+        return [Suggestion("straggler", current, "match the median rank", (t.step - t.wait) / MS,
+                           why, IMBALANCED, _gain(t.step, t.step - t.wait))]
     out = []
     for s in stragglers:
         est = t.step - t.wait
@@ -195,15 +204,33 @@ def suggest_imbalance(t: TypicalStep, stragglers: list[Straggler], knobs: dict) 
     return out
 
 
+def suggest_jitter(t: TypicalStep, steps_share: float, wait_share: float) -> list[Suggestion]:
+    """Waiting that moves between ranks: no one rank to fix, so even out the per-step work."""
+    est = t.step * (1 - wait_share)
+    return [Suggestion(
+        "rank_jitter", f"waiting moves between ranks ({steps_share:.0%} of step time)",
+        "even out per-step work", est / MS,
+        f"ranks lose {wait_share:.1%} of step time waiting for each other, but no rank is late "
+        "step after step: look for uneven inputs (sort or bucket samples by length), noisy "
+        "neighbours or CPU oversubscription on the hosts, and host work that runs on some steps "
+        "(logging, checkpointing, garbage collection)", JITTER, _gain(t.step, est))]
+
+
 def suggest(frame: pd.DataFrame, labels: set[str], stragglers: list[Straggler], knobs: dict,
-            th: Thresholds, data_share: float) -> list[Suggestion]:
-    """Suggestions for every bottleneck present (label or secondary), best estimated gain first."""
+            th: Thresholds, data_share: float, early: set[int] | None = None,
+            jitter: tuple[float, float] = (0.0, 0.0)) -> list[Suggestion]:
+    """Suggestions for every bottleneck present (label or secondary), best estimated gain first.
+
+    `jitter` is (share of step time in jitter steps, share lost waiting in them); it gets a
+    suggestion when those steps hold a material share (>= 20%) of the time."""
     if frame.empty:
         return []
     t = typical_step(frame)
     out: list[Suggestion] = []
     if IMBALANCED in labels:
-        out += suggest_imbalance(t, stragglers, knobs)
+        out += suggest_imbalance(t, stragglers, knobs, early)
+    if jitter[0] >= 0.2 and jitter[1] > 0:
+        out += suggest_jitter(t, *jitter)
     if DATA in labels or data_share >= th.data_moderate:
         out += suggest_data(t, knobs, th)
     if COMM in labels:

@@ -11,7 +11,7 @@ class Thresholds:
     data_moderate: float = 0.05   # "moderately" data-bound: reported, label only if nothing else
     comm: float = 0.15            # exposed transfer share for comm-bound; XProf 15%
     wait: float = 0.10            # wait share on the waiting ranks for imbalanced
-    straggler_steps: float = 0.5  # a straggler is slow in at least this share of imbalanced steps
+    straggler_steps: float = 0.5  # a consistently late rank slow in >= this share of imbalanced steps
     comm_target: float = 0.05     # sync-frequency suggestion aims exposed comm below this
     warmup_steps: int = 1         # first steps per rank left out (lazy init, allocator warm-up)
 

@@ -80,7 +80,7 @@ def test_straggler_caused_by_data_names_data():
     assert "data loading" in rep.suggestions[0].why
 
 
-def test_random_jitter_names_no_straggler():
+def test_random_jitter_is_not_imbalance_but_its_cost_is_reported():
     rows = []
     for s in range(12):
         slow = s % 4  # a different rank is late each step
@@ -89,9 +89,36 @@ def test_random_jitter_names_no_straggler():
             rows.append({"rank": r, "step": s, "compute": 70 if r == slow else 50, "comm": exposed,
                          "comm_exposed": exposed, "other": 0})
     rep = verdict(rows)
-    assert rep.verdict.label == "imbalanced"
+    assert rep.verdict.label == "compute-bound"
     assert rep.stragglers == []
-    assert rep.suggestions[0].current == "none consistent"
+    assert all("jitter" in sec for sec in rep.steps["secondary"])
+    d = rep.to_dict()
+    assert d["jitter"]["steps_time_pct"] == pytest.approx(100)
+    assert d["jitter"]["wait_pct"] == pytest.approx(100 * 20 / 75, abs=0.1)  # 20 of 75 ms waited
+    top = rep.suggestions[0]
+    assert top.knob == "rank_jitter"
+    assert top.estimated_step_ms == pytest.approx(55, abs=0.5)
+
+
+def test_periodic_straggler_is_consistent_and_named():
+    # rank 2 checkpoints every third step (+60 ms); the other steps are balanced
+    rows = []
+    for s in range(30):
+        for r in range(4):
+            extra = 60 if (r == 2 and s % 3 == 0) else 0
+            exposed = 5 + (0 if r == 2 or s % 3 else 60)
+            rows.append({"rank": r, "step": s, "compute": 50 + extra, "comm": exposed + 5,
+                         "comm_exposed": exposed, "other": 0})
+    rep = verdict(rows)
+    assert [s.rank for s in rep.stragglers] == [2]
+    assert rep.verdict.label == "imbalanced"
+    assert set(rep.steps.loc[rep.steps["label"] == "imbalanced", "step"]) == set(range(0, 30, 3))
+
+
+def test_too_few_steps_to_tell_jitter_from_a_straggler_warns():
+    rep = verdict(_straggler_rows(n_steps=2))
+    assert rep.verdict.label == "imbalanced"
+    assert any("too few to tell" in w for w in rep.warnings)
 
 
 def test_one_fast_rank_waiting_for_the_rest_names_no_majority_of_stragglers():
@@ -175,3 +202,19 @@ def test_mismatched_steps_warn_and_still_analyse():
     rows = balanced(6, 2, compute=100) + [{"rank": 0, "step": 6, "compute": 100}]
     rep = verdict(rows)
     assert any("missing on some ranks" in w for w in rep.warnings)
+
+
+def test_jitter_is_shown_in_terminal_and_dashboard():
+    from gpuscope.render_html import render_html
+    from gpuscope.render_terminal import render_text
+
+    rows = []
+    for s in range(12):
+        for r in range(2):
+            late = r == s % 2
+            exposed = 5 if late else 25
+            rows.append({"rank": r, "step": s, "compute": 70 if late else 50, "comm": exposed,
+                         "comm_exposed": exposed, "other": 0})
+    rep = verdict(rows)
+    assert "Rank jitter: 26.7% of step time" in render_text(rep)
+    assert '<p id="jitter">Rank jitter: 26.7%' in render_html(rep)

@@ -46,7 +46,7 @@ def test_one_rank_with_extra_work_is_imbalanced_and_named(scenario_run):
 
 def test_balanced_compute_heavy_run_is_compute_bound(scenario_run):
     d = _report(scenario_run, "compute")
-    assert d["verdict"] == "compute-bound", d["time_by_label"]
+    assert d["verdict"] == "compute-bound", (d["time_by_label"], d["jitter"], d["stragglers"])
     assert d["stragglers"] == []
     assert all(r["compute_pct"] > 60 for r in d["ranks"])
     assert d["time_by_label"]["compute-bound"] >= 0.5

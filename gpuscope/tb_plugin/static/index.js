@@ -55,6 +55,13 @@ function summary(report) {
     }
     box.append(ul);
   }
+  const jitter = report.jitter || {wait_pct: 0};
+  if (jitter.wait_pct >= 1) {
+    box.append(el("p", {id: "jitter"},
+        `Rank jitter: ${jitter.wait_pct.toFixed(1)}% of step time is spent waiting in steps where ` +
+        `the late rank changes from step to step (${Math.round(jitter.steps_time_pct)}% of step ` +
+        `time): no consistent straggler`));
+  }
   box.append(el("h3", {}, "Suggestions"));
   const ol = el("ol", {id: "suggestions"});
   for (const s of report.suggestions) {

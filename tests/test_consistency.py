@@ -1,0 +1,47 @@
+"""Persistent lateness vs per-step jitter (consistency.find_roles) on seeded random runs."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gpuscope.consistency import find_roles, t_critical
+
+
+def _frame(late_ms: np.ndarray) -> pd.DataFrame:
+    """Ranks x steps of arrival lateness (ms); each rank waits for the latest one."""
+    n_ranks, n_steps = late_ms.shape
+    wait = late_ms.max(axis=0) - late_ms
+    return pd.DataFrame({"rank": np.repeat(np.arange(n_ranks), n_steps),
+                         "step": np.tile(np.arange(n_steps), n_ranks),
+                         "wait_ns": (wait.ravel() * 1e6).astype(np.int64)})
+
+
+@pytest.mark.parametrize("n_ranks", [2, 8])
+def test_random_lateness_is_rarely_called_consistent(n_ranks):
+    rng = np.random.default_rng(7)
+    flagged = 0
+    for _ in range(300):
+        roles = find_roles(_frame(rng.exponential(5.0, size=(n_ranks, 25))))
+        flagged += bool(roles.late)
+    assert flagged <= 6  # about 0.1% per rank by design; 2% is far outside chance
+
+
+def test_a_noisy_straggler_is_found_in_a_few_steps():
+    rng = np.random.default_rng(3)
+    late = rng.normal(0, 4, size=(8, 6))
+    late[5] += 15  # rank 5 is 15 ms late on average, noise sd 4 ms
+    roles = find_roles(_frame(late))
+    assert roles.late == {5}
+
+
+def test_equal_offsets_every_step_are_consistent_and_no_offset_is_not():
+    late = np.zeros((2, 5))
+    late[1] = 10
+    assert find_roles(_frame(late)).late == {1}
+    assert find_roles(_frame(np.zeros((2, 5)))).late == set()
+
+
+def test_critical_values_fall_with_more_steps():
+    values = [t_critical(d) for d in (1, 2, 5, 10, 22, 50, 200, 5000)]
+    assert values == sorted(values, reverse=True)
+    assert t_critical(5000) == pytest.approx(3.09, abs=0.01)
