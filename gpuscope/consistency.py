@@ -8,7 +8,10 @@ recorded measures how consistent that offset is, so a large, steady offset is fo
 steps and random lateness is not called a straggler however many steps wait.
 
 The test is one-sided at 0.1% per rank (Student's t critical values below): random jitter makes
-a rank look consistent in about one run in a thousand.
+a rank look consistent in about one run in a thousand. Significance alone is not enough over many
+steps, where a tiny steady offset (a rank that always starts its collective 1% later) becomes
+significant; the offset must also be material: the waiting it causes, on average, is at least
+`min_share` of the typical step (the imbalance threshold).
 """
 
 from __future__ import annotations
@@ -54,8 +57,11 @@ class Roles:
         return bool(self.late or self.early)
 
 
-def find_roles(frame: pd.DataFrame) -> Roles:
-    """Per-rank lateness consistency over the steps that every rank recorded."""
+def find_roles(frame: pd.DataFrame, min_share: float = 0.0) -> Roles:
+    """Per-rank lateness consistency over the steps that every rank recorded.
+
+    `min_share`: the smallest steady offset that counts, as a share of the median step (slowest
+    rank); one late rank among n makes the others wait n/(n-1) times its offset below the mean."""
     wait = frame.pivot_table(index="step", columns="rank", values="wait_ns", aggfunc="sum")
     wait = wait.dropna()
     roles = Roles(n_steps=int(wait.shape[0]))
@@ -71,12 +77,20 @@ def find_roles(frame: pd.DataFrame) -> Roles:
     mean = x.mean(axis=0)
     sd = x.std(axis=0, ddof=1)
     crit = t_critical(n - 1)
+    typical = 0.0
+    if min_share > 0:
+        slowest = frame.groupby("step")["step_ns"].max().reindex(wait.index)
+        typical = float(slowest.median())
+    n_ranks = x.shape[1]
+    material = np.abs(mean) * n_ranks / (n_ranks - 1) >= min_share * typical
     for j, rank in enumerate(wait.columns):
         if sd[j] > 0:
             t = mean[j] / (sd[j] / math.sqrt(n))
         else:  # the same offset every step: consistent if there is one at all
             t = math.copysign(math.inf, mean[j]) if abs(mean[j]) > 1e-9 * (max_wait.max() + 1) else 0.0
         roles.t[int(rank)] = float(t)
+        if not material[j]:
+            continue
         if t <= -crit:
             roles.late.add(int(rank))
         elif t >= crit:

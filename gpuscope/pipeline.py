@@ -71,7 +71,7 @@ def analyze_table(table: RunTable, thresholds: Thresholds | None = None) -> Repo
     if table.source == "record":  # a profiler schedule already skips warm-up; records do not
         frame = _drop_warmup(frame, th.warmup_steps, warnings)
         frame = estimate_wait(frame, warnings)
-    roles = find_roles(frame)
+    roles = find_roles(frame, th.wait)
     if frame["rank"].nunique() > 1 and not roles.decided and (frame["wait_ns"] > 0).any():
         warnings.append(f"only {roles.n_steps} step(s) recorded on every rank: too few to tell a "
                         "consistent straggler from per-step jitter")

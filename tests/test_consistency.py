@@ -45,3 +45,14 @@ def test_critical_values_fall_with_more_steps():
     values = [t_critical(d) for d in (1, 2, 5, 10, 22, 50, 200, 5000)]
     assert values == sorted(values, reverse=True)
     assert t_critical(5000) == pytest.approx(3.09, abs=0.01)
+
+
+def test_a_tiny_steady_offset_is_not_material():
+    rng = np.random.default_rng(5)
+    late = rng.normal(0, 1, size=(2, 200))
+    late[1] += 1.0  # always 1 ms late: significant over 200 steps, but 1% of a 100 ms step
+    frame = _frame(late).assign(step_ns=100_000_000)
+    assert find_roles(frame).late == {1}
+    assert find_roles(frame, min_share=0.10).late == set()
+    late[1] += 10.0  # 11 ms late: the other rank waits 11% of the step
+    assert find_roles(_frame(late).assign(step_ns=100_000_000), min_share=0.10).late == {1}
