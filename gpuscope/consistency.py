@@ -46,7 +46,9 @@ class Roles:
     early: set[int] = field(default_factory=set)
     t: dict[int, float] = field(default_factory=dict)   # per rank; < 0: arrives late
     n_steps: int = 0                                     # steps every rank recorded
-    slow: pd.DataFrame | None = None                     # step x rank: arrived last (bool)
+    steps: np.ndarray | None = None                      # the steps every rank recorded
+    ranks: np.ndarray | None = None
+    slow: np.ndarray | None = None                       # steps x ranks: arrived last (bool)
 
     @property
     def decided(self) -> bool:
@@ -62,14 +64,17 @@ def find_roles(frame: pd.DataFrame, min_share: float = 0.0) -> Roles:
 
     `min_share`: the smallest steady offset that counts, as a share of the median step (slowest
     rank); one late rank among n makes the others wait n/(n-1) times its offset below the mean."""
-    wait = frame.pivot_table(index="step", columns="rank", values="wait_ns", aggfunc="sum")
-    wait = wait.dropna()
-    roles = Roles(n_steps=int(wait.shape[0]))
-    if wait.shape[1] < 2 or wait.empty:
+    steps, si = np.unique(frame["step"].to_numpy(), return_inverse=True)
+    ranks, ri = np.unique(frame["rank"].to_numpy(), return_inverse=True)
+    w = np.full((steps.size, ranks.size), np.nan)
+    w[si, ri] = frame["wait_ns"].to_numpy(np.float64)
+    complete = ~np.isnan(w).any(axis=1)
+    w, steps = w[complete], steps[complete]
+    roles = Roles(n_steps=int(steps.size))
+    if ranks.size < 2 or not steps.size:
         return roles
-    w = wait.to_numpy(np.float64)
     max_wait = w.max(axis=1, keepdims=True)
-    roles.slow = pd.DataFrame(w <= 0.5 * max_wait, index=wait.index, columns=wait.columns)
+    roles.steps, roles.ranks, roles.slow = steps, ranks, w <= 0.5 * max_wait
     if not roles.decided:
         return roles
     x = w - w.mean(axis=1, keepdims=True)            # > 0: waited more than the step's mean
@@ -79,11 +84,12 @@ def find_roles(frame: pd.DataFrame, min_share: float = 0.0) -> Roles:
     crit = t_critical(n - 1)
     typical = 0.0
     if min_share > 0:
-        slowest = frame.groupby("step")["step_ns"].max().reindex(wait.index)
-        typical = float(slowest.median())
+        slowest = np.zeros(si.max() + 1)
+        np.maximum.at(slowest, si, frame["step_ns"].to_numpy(np.float64))
+        typical = float(np.median(slowest[complete]))
     n_ranks = x.shape[1]
     material = np.abs(mean) * n_ranks / (n_ranks - 1) >= min_share * typical
-    for j, rank in enumerate(wait.columns):
+    for j, rank in enumerate(ranks):
         if sd[j] > 0:
             t = mean[j] / (sd[j] / math.sqrt(n))
         else:  # the same offset every step: consistent if there is one at all
@@ -103,10 +109,12 @@ def persistent_steps(roles: Roles, steps: np.ndarray) -> np.ndarray:
     out = np.zeros(len(steps), dtype=bool)
     if roles.slow is None or not roles.persistent:
         return out
-    slow = roles.slow.reindex(steps)
+    pos = np.searchsorted(roles.steps, steps).clip(max=roles.steps.size - 1)
+    known = roles.steps[pos] == steps
+    rows = roles.slow[pos]
+    col = {int(r): j for j, r in enumerate(roles.ranks)}
     for rank in roles.late:
-        out |= slow[rank].fillna(False).to_numpy(dtype=bool)
+        out |= known & rows[:, col[rank]]
     for rank in roles.early:
-        col = slow[rank]
-        out |= (~col.fillna(True).astype(bool)).to_numpy(dtype=bool)
+        out |= known & ~rows[:, col[rank]]
     return out
