@@ -14,6 +14,7 @@ import zlib
 from dataclasses import dataclass, field
 
 import numpy as np
+import pandas as pd
 
 from .decode import Event
 
@@ -128,6 +129,14 @@ def _classify(name: str, cat: str, on_stream: bool) -> tuple:
     return (_SKIP, 0, 0, -1, None)
 
 
+def _intern(values: list, ids: dict) -> np.ndarray:
+    """Ids of `values` in `ids` (new values get the next ids): hashed in C, one dict step per
+    distinct value."""
+    codes, uniq = pd.factorize(np.array(values, dtype=object))
+    local = np.array([ids.setdefault(x, len(ids)) for x in uniq.tolist()], dtype=np.int64)
+    return local[codes]
+
+
 def sort_events(batches) -> RankEvents:
     """Turn batches of decoded events into integer-ns columns, keeping numbers only.
 
@@ -145,20 +154,28 @@ def sort_events(batches) -> RankEvents:
     n_events = n = 0
     for batch in batches:
         n_events += len(batch)
-        rows = [(e.name, e.cat, e.ts, e.dur, e.tid, e.args) for e in batch
-                if type(e) is Event and e.ts is not None]
+        keep = [e for e in batch if type(e) is Event and e.ts is not None]
         del batch
-        if not rows:
+        if not keep:
             continue
-        names, cats, ts, dur, tids, args = zip(*rows)
-        del rows
-        nid = np.array([name_ids.setdefault(x, len(name_ids)) for x in names], dtype=np.int64)
-        cid = np.array([cat_ids.setdefault(x, len(cat_ids)) for x in cats], dtype=np.int64)
-        sc = np.array([(-1, -1, 0) if a is None else
-                       (a.stream, a.correlation, a.collective is not None or a.pg_name is not None)
-                       for a in args], dtype=np.int64).reshape(-1, 3)
-        for i in np.flatnonzero(sc[:, 2]).tolist():
-            coll_args[n + i] = (args[i].pg_name, args[i].collective)
+        m = len(keep)
+        nid = _intern([e.name for e in keep], name_ids)
+        cid = _intern([e.cat for e in keep], cat_ids)
+        args = [e.args for e in keep]
+        has = np.array([a is not None for a in args], dtype=bool)
+        present = [a for a in args if a is not None]
+        stream = np.full(m, -1, dtype=np.int64)
+        corr = np.full(m, -1, dtype=np.int64)
+        if present:
+            stream[has] = [a.stream for a in present]
+            corr[has] = [a.correlation for a in present]
+            for i in np.flatnonzero(has)[[a.collective is not None or a.pg_name is not None
+                                          for a in present]].tolist():
+                coll_args[n + i] = (args[i].pg_name, args[i].collective)
+        ts = np.array([e.ts for e in keep], dtype=np.float64)
+        dur = np.array([e.dur for e in keep], dtype=np.float64)
+        tids = [e.tid for e in keep]
+        del keep, args, present
         tid_arr = np.array(tids)
         if tid_arr.dtype.kind not in "iu":
             # thread ids stay as written; a named one ("stream 7") gets a stable negative number
@@ -166,9 +183,8 @@ def sort_events(batches) -> RankEvents:
                                 tid_ids.setdefault(t, -1 - (zlib.crc32(str(t).encode())
                                                             & 0x3FFFFFFF))
                                 for t in tids], dtype=np.int64)
-        parts.append((nid, cid, sc[:, 0], sc[:, 1], np.array(ts, dtype=np.float64),
-                      np.array(dur, dtype=np.float64), tid_arr.astype(np.int64)))
-        n += len(names)
+        parts.append((nid, cid, stream, corr, ts, dur, tid_arr.astype(np.int64)))
+        n += m
     if parts:
         nid, cid, streams, corr, ts, dur, tids = (np.concatenate(c) for c in zip(*parts))
     else:
