@@ -147,6 +147,10 @@ def test_tab_renders_in_chromium(server):
         frame.select_option("#run-select", EVIL_DIR)  # markup in a run name stays text
         frame.wait_for_selector("#panel-ranks .main-svg", timeout=60000)
         assert frame.locator("img[src=x]").count() == 0 and p.dialogs == []
+        frame.select_option("#run-select", "nested/traces")  # its ranks wait with no straggler
+        frame.wait_for_selector("#jitter", timeout=60000)
+        expected = gpuscope.analyze(os.path.join(SAMPLES, "compute", "kineto")).to_dict()["jitter"]
+        assert f"{expected['wait_pct']:.1f}% of step time" in frame.locator("#jitter").inner_text()
         frame.select_option("#run-select", "exp1")
         frame.wait_for_selector("#stragglers", timeout=60000)
         frame.wait_for_selector("#panel-ranks .main-svg", timeout=60000)
