@@ -28,6 +28,21 @@ def test_cli_table_json_and_exit_code(tmp_path):
     assert d["ok"] is True and any(c["name"] == "versions" for c in d["checks"])
 
 
+def test_a_crash_in_teardown_after_the_checks_passed_is_reported_not_failed():
+    from doctor_workers import crash_after_result
+
+    check = smoke_test(2, "gloo", timeout=60, worker=crash_after_result)
+    assert check.status == PASS
+    assert "crashed while shutting down" in check.detail and "signal SIGABRT" in check.detail
+
+
+def test_a_rank_that_dies_before_its_checks_fails_the_smoke_test():
+    from doctor_workers import crash_before_result
+
+    check = smoke_test(2, "gloo", timeout=60, worker=crash_before_result)
+    assert check.status == FAIL and "SIGABRT" in check.detail
+
+
 def test_a_collective_that_cannot_run_fails_clearly():
     check = smoke_test(2, "nccl", timeout=60)  # this CPU build of torch has no NCCL
     assert check.status == FAIL and check.detail
