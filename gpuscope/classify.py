@@ -29,16 +29,19 @@ DATA, COMM, IMBALANCED, COMPUTE = "data-bound", "comm-bound", "imbalanced", "com
 JITTER = "jitter"
 
 
-def rank_shares(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per-row shares of the step: data, transfer, wait, compute, other (floats in 0..1)."""
+def _shares(frame: pd.DataFrame) -> dict[str, np.ndarray]:
     col = lambda c: frame[c].to_numpy(dtype=np.float64)  # noqa: E731
     step = np.maximum(col("step_ns"), 1.0)
     transfer = np.maximum(col("comm_exposed_ns") - col("wait_ns"), 0.0)
-    return pd.DataFrame({
-        "rank": frame["rank"].to_numpy(), "step": frame["step"].to_numpy(),
-        "data": col("data_ns") / step, "transfer": transfer / step, "wait": col("wait_ns") / step,
-        "compute": col("compute_ns") / step, "other": col("other_ns") / step,
-    })
+    return {"data": col("data_ns") / step, "transfer": transfer / step,
+            "wait": col("wait_ns") / step, "compute": col("compute_ns") / step,
+            "other": col("other_ns") / step}
+
+
+def rank_shares(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per-row shares of the step: data, transfer, wait, compute, other (floats in 0..1)."""
+    return pd.DataFrame({"rank": frame["rank"].to_numpy(), "step": frame["step"].to_numpy(),
+                         **_shares(frame)})
 
 
 def _by_step(frame: pd.DataFrame):
@@ -52,9 +55,9 @@ def classify_steps(frame: pd.DataFrame, th: Thresholds, roles: Roles | None = No
 
     `roles` (consistency.find_roles) tells persistent waiting from jitter; None counts all
     waiting over the threshold as imbalanced."""
-    sh = rank_shares(frame)
+    sh = _shares(frame)
     steps, inv, counts = _by_step(frame)
-    mean = lambda c: np.bincount(inv, sh[c].to_numpy(), steps.size) / counts  # noqa: E731
+    mean = lambda c: np.bincount(inv, sh[c], steps.size) / counts  # noqa: E731
 
     def maximum(values):
         out = np.full(steps.size, -np.inf)
@@ -65,7 +68,7 @@ def classify_steps(frame: pd.DataFrame, th: Thresholds, roles: Roles | None = No
         "step": steps,
         "step_ns": maximum(frame["step_ns"].to_numpy(dtype=np.float64)).astype(np.int64),
         "data_share": mean("data"), "comm_share": mean("transfer"),
-        "wait_share": maximum(sh["wait"].to_numpy()), "compute_share": mean("compute"),
+        "wait_share": maximum(sh["wait"]), "compute_share": mean("compute"),
         "n_ranks": counts,
     })
     waits = out["wait_share"].to_numpy() >= th.wait
@@ -114,11 +117,13 @@ class Verdict:
 
 
 def run_verdict(steps: pd.DataFrame) -> Verdict:
-    total = float(steps["step_ns"].sum())
+    step_ns = steps["step_ns"].to_numpy(np.float64)
+    total = float(step_ns.sum())
     if total <= 0:
         return Verdict(COMPUTE, 0.0, "low", {})
-    by = steps.groupby("label")["step_ns"].sum() / total
-    label = str(by.idxmax())
-    share = float(by.max())
+    labels, inv = np.unique(steps["label"].to_numpy(dtype=object).astype(str), return_inverse=True)
+    by = np.bincount(inv, step_ns, labels.size) / total
+    best = int(by.argmax())
+    label, share = str(labels[best]), float(by[best])
     conf = "high" if share >= 0.75 else "medium" if share >= 0.5 else "low"
-    return Verdict(label, share, conf, {k: round(float(v), 4) for k, v in by.items()})
+    return Verdict(label, share, conf, {str(k): round(float(v), 4) for k, v in zip(labels, by)})

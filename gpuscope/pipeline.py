@@ -49,17 +49,27 @@ def _drop_warmup(frame: pd.DataFrame, n: int, warnings: list[str]) -> pd.DataFra
     return kept
 
 
+def group_medians(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted unique keys, median of `values` per key): one lexsort, no per-group Python."""
+    order = np.lexsort((values, keys))
+    k, v = keys[order], values[order].astype(np.float64)
+    uniq, starts, counts = np.unique(k, return_index=True, return_counts=True)
+    return uniq, (v[starts + (counts - 1) // 2] + v[starts + counts // 2]) / 2
+
+
 def summarize_ranks(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per rank: median ns of each part and its share of the summed step time in %."""
-    cols = [f"{p}_ns" for p in ("step",) + PARTS]
-    out = frame.groupby("rank", sort=True)[cols].median()
     ranks, inv = np.unique(frame["rank"].to_numpy(), return_inverse=True)
+    out = {"rank": ranks}
+    keys = frame["rank"].to_numpy()
+    for c in [f"{p}_ns" for p in ("step",) + PARTS]:
+        out[c] = group_medians(keys, frame[c].to_numpy())[1]
     total = lambda c: np.bincount(inv, frame[c].to_numpy(np.float64), ranks.size)  # noqa: E731
     step_total = np.maximum(total("step_ns"), 1.0)
     for p in PARTS:
         out[f"{p}_pct"] = 100 * total(f"{p}_ns") / step_total
     out["steps"] = np.bincount(inv, minlength=ranks.size)
-    return out.reset_index()
+    return pd.DataFrame(out)
 
 
 def analyze_table(table: RunTable, thresholds: Thresholds | None = None) -> Report:

@@ -38,3 +38,4 @@ def test_user_phases_that_are_not_fixed_columns_are_kept():
 def test_comm_outside_the_step_is_clipped():
     r = row(comm=[(-50, 20)], raw_phases=[("forward", 10, 30)], fwd_end=30)
     assert r["comm_ns"] == 20
+

@@ -9,6 +9,7 @@ and then dropped, so nothing per-event outlives the function but numbers.
 
 from __future__ import annotations
 
+import functools
 import math
 import zlib
 from dataclasses import dataclass, field
@@ -106,6 +107,7 @@ def op_part(name: str) -> int:
 _SKIP, _DEVICE, _LAUNCH, _HOST = 0, 1, 2, 3
 
 
+@functools.lru_cache(maxsize=1 << 16)  # names repeat across files, ranks and traces
 def _classify(name: str, cat: str, on_stream: bool) -> tuple:
     """(what, kind, sub, step id, collective key) for one distinct event name."""
     if on_stream:
@@ -176,14 +178,16 @@ def sort_events(batches) -> RankEvents:
         dur = np.array([e.dur for e in keep], dtype=np.float64)
         tids = [e.tid for e in keep]
         del keep, args, present
-        tid_arr = np.array(tids)
-        if tid_arr.dtype.kind not in "iu":
+        if all(type(t) is int for t in tids):
+            tid_arr = np.array(tids, dtype=np.int64)
+        else:
             # thread ids stay as written; a named one ("stream 7") gets a stable negative number
+            codes, uniq = pd.factorize(np.array(tids, dtype=object))
             tid_arr = np.array([t if type(t) is int else tid_ids.get(t) or
                                 tid_ids.setdefault(t, -1 - (zlib.crc32(str(t).encode())
                                                             & 0x3FFFFFFF))
-                                for t in tids], dtype=np.int64)
-        parts.append((nid, cid, stream, corr, ts, dur, tid_arr.astype(np.int64)))
+                                for t in uniq.tolist()], dtype=np.int64)[codes]
+        parts.append((nid, cid, stream, corr, ts, dur, tid_arr))
         n += m
     if parts:
         nid, cid, streams, corr, ts, dur, tids = (np.concatenate(c) for c in zip(*parts))
