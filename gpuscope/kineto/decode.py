@@ -70,7 +70,7 @@ def read_bytes(path: str):
     """The file's JSON text (bytes-like); .gz is decompressed. Truncated archives give a clear
     error.
 
-    A gzip member ends with its uncompressed size (mod 4 GiB): the text is inflated in 256 KiB
+    A gzip member ends with its uncompressed size (mod 4 GiB): the text is inflated in 512 KiB
     pieces straight into a buffer of that size, so it exists once, never as pieces plus a join.
     """
     try:
@@ -105,7 +105,7 @@ def _gunzip_in_place(data: bytes) -> bytearray:
     inflate = zlib.decompressobj(wbits=31)
     pos, tail = 0, data
     while not inflate.eof:
-        piece = inflate.decompress(tail, 1 << 18)
+        piece = inflate.decompress(tail, 1 << 19)
         if pos + len(piece) > size:
             raise _NotSimple
         view[pos:pos + len(piece)] = piece
