@@ -77,6 +77,7 @@ def read_rank_file(path: str, warnings: list[str]) -> tuple[dict, list[list], di
         warnings.append(f"{name}: training raised an exception after step {end.get('steps')}")
     if end.get("recorder_error"):
         warnings.append(f"{name}: recording stopped early: {end['recorder_error']}")
+    warnings += [f"{name}: {w}" for w in end.get("warnings", [])]  # the recorder's own
     header["knobs"] = knobs
     header["_columns"] = cols
     header["_device"] = device

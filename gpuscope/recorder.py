@@ -322,15 +322,20 @@ class Recorder:
         rows, self._tb_rows = self._tb_rows, []
         try:
             if self._tb is None and rows:
-                from .tb_scalars import ScalarWriter
+                from .tb_scalars import BackgroundScalars
 
                 rank = self.placement.rank if self.placement else 0
-                self._tb = ScalarWriter(self.run_dir, rank)
+                self._tb = BackgroundScalars(self.run_dir, rank)
             if self._tb is not None:
-                self._tb.write(rows)
+                tb = self._tb
+                if rows:
+                    tb.write(rows)
                 if close:
-                    self._tb.close()
+                    tb.close()
+                if close or tb.error is not None:
                     self._tb = None
+                if tb.error is not None:
+                    raise tb.error
         except Exception as exc:
             warn_once("tensorboard", "gpuscope: TensorBoard scalars disabled: %r", exc)
             self.warnings.append(f"TensorBoard scalars disabled: {exc!r}")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import queue
+import threading
 
 from .record_format import STEP_COLUMNS
 
@@ -26,3 +28,39 @@ class ScalarWriter:
 
     def close(self) -> None:
         self._w.close()
+
+
+class BackgroundScalars:
+    """A ScalarWriter on its own daemon thread, fed through a queue: importing
+    torch.utils.tensorboard (~100 ms) and writing events stay off the training step.
+
+    `error` holds what stopped the thread, if anything; `close` waits at most `timeout` s."""
+
+    def __init__(self, run_dir: str, rank: int):
+        self.error: Exception | None = None
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, args=(run_dir, rank),
+                                        name="gpuscope-tensorboard", daemon=True)
+        self._thread.start()
+
+    def _run(self, run_dir: str, rank: int) -> None:
+        writer = None
+        try:
+            writer = ScalarWriter(run_dir, rank)
+            while (rows := self._queue.get()) is not None:
+                writer.write(rows)
+        except Exception as exc:
+            self.error = exc
+        finally:
+            if writer is not None:
+                try:
+                    writer.close()
+                except Exception as exc:
+                    self.error = self.error or exc
+
+    def write(self, rows: list[list]) -> None:
+        self._queue.put(rows)
+
+    def close(self, timeout: float = 30.0) -> None:
+        self._queue.put(None)
+        self._thread.join(timeout)

@@ -132,6 +132,7 @@ def test_one_fast_rank_waiting_for_the_rest_names_no_majority_of_stragglers():
     rep = verdict(rows)
     assert rep.verdict.label == "imbalanced"
     assert rep.stragglers == []  # three of four ranks are not stragglers: rank 0 is the odd one
+    assert rep.suggestions[0].current == "rank(s) 0 wait for the rest every step"
 
 
 def test_conflicting_shares_largest_wins_and_other_is_secondary():
@@ -218,3 +219,21 @@ def test_jitter_is_shown_in_terminal_and_dashboard():
     rep = verdict(rows)
     assert "Rank jitter: 26.7% of step time" in render_text(rep)
     assert '<p id="jitter">Rank jitter: 26.7%' in render_html(rep)
+
+
+def test_steps_where_another_rank_is_late_are_jitter_beside_a_straggler():
+    rows = []
+    odd = {4, 11, 17}  # rank 0 is the late one in these steps only
+    for s in range(20):
+        late = 0 if s in odd else 1
+        for r in range(2):
+            exposed = 5 if r == late else 35
+            rows.append({"rank": r, "step": s, "compute": 80 if r == late else 50,
+                         "comm": exposed, "comm_exposed": exposed, "other": 0})
+    rep = verdict(rows)
+    assert [s.rank for s in rep.stragglers] == [1]
+    labels = dict(zip(rep.steps["step"], rep.steps["label"]))
+    assert all(labels[s] == "imbalanced" for s in range(20) if s not in odd)
+    assert all(labels[s] != "imbalanced" for s in odd)
+    assert all("jitter" in sec for step, sec in zip(rep.steps["step"], rep.steps["secondary"])
+               if step in odd)

@@ -174,3 +174,41 @@ def test_recorder_writes_scalars_for_the_scalars_tab(tmp_path):
     tags = acc.Tags()["scalars"]
     assert "gpuscope/step_ms" in tags and "gpuscope/data_ms" in tags
     assert len(acc.Scalars("gpuscope/step_ms")) == 20
+
+
+def test_scalars_are_written_off_the_training_thread(tmp_path, monkeypatch):
+    import threading
+
+    from gpuscope import tb_scalars
+
+    threads = []
+    real = tb_scalars.ScalarWriter.write
+
+    def spy(self, rows):
+        threads.append(threading.current_thread())
+        real(self, rows)
+
+    monkeypatch.setattr(tb_scalars.ScalarWriter, "write", spy)
+    with gpuscope.record(tmp_path / "run", tensorboard=True) as rec:
+        for _ in rec.data(range(40)):
+            rec.step()
+    assert threads and all(t is not threading.main_thread() for t in threads)
+
+
+def test_a_failing_scalar_writer_only_turns_scalars_off(tmp_path, monkeypatch):
+    from gpuscope import tb_scalars
+    from gpuscope.pipeline import load_table
+
+    def broken(self, run_dir, rank):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(tb_scalars.ScalarWriter, "__init__", broken)
+    seen = 0
+    with gpuscope.record(tmp_path / "run", tensorboard=True) as rec:
+        for _ in rec.data(range(40)):
+            seen += 1
+            rec.step()
+    assert seen == 40
+    table = load_table(str(tmp_path / "run"))
+    assert len(table.frame) == 40
+    assert any("TensorBoard scalars disabled" in w and "disk full" in w for w in table.warnings)
