@@ -139,7 +139,13 @@ def read_run_dir(path: str) -> RunTable:
     warnings: list[str] = []
     frames, ranks, world, telemetry = [], {}, 0, []
     for f in files:
-        header, rows, end = read_rank_file(f, warnings)
+        try:
+            header, rows, end = read_rank_file(f, warnings)
+        except TraceFormatError as exc:
+            if len(files) == 1:
+                raise
+            warnings.append(f"skipped: {exc}")  # the other ranks are still analysed
+            continue
         rank = int(header.get("rank", -1))
         if rank in ranks:
             warnings.append(f"{os.path.basename(f)}: a second file for rank {rank}; appended")
@@ -156,10 +162,12 @@ def read_run_dir(path: str) -> RunTable:
                                               header["_device"]))
         else:
             warnings.append(f"{os.path.basename(f)}: rank {rank} recorded no steps")
+    if not ranks:
+        raise TraceFormatError(f"{path}: no readable record file ({warnings[0][9:]})")
     missing = sorted(set(range(world)) - set(ranks))
     if missing:
         shown = ", ".join(map(str, missing[:10])) + (" ..." if len(missing) > 10 else "")
-        warnings.append(f"{len(missing)} of {world} ranks have no record file (ranks {shown}); "
+        warnings.append(f"{len(missing)} of {world} ranks have no readable record file (ranks {shown}); "
                         "analysis covers the others")
     frame = pd.concat(frames, ignore_index=True) if frames else empty_frame()
     if "wait_ns" not in frame:

@@ -86,3 +86,20 @@ def test_terminal_table_shows_ms_beside_shares_only_when_they_fit():
     for text in (narrow, wide):
         assert "Verdict: IMBALANCED" in text and "Straggler:" in text
         assert "…" not in text  # nothing cut off
+
+
+def test_one_unreadable_rank_file_is_skipped_and_the_rest_analysed(tmp_path):
+    import os
+
+    from gpuscope.pipeline import load_table
+
+    with gpuscope.record(tmp_path / "run") as rec:
+        for _ in rec.data(range(5)):
+            rec.step()
+    (tmp_path / "run" / "rank-00001.gpuscope.jsonl").write_text("{garbage\n[1,2]\n")
+    table = load_table(str(tmp_path / "run"))
+    assert sorted(table.ranks) == [0] and len(table.frame) == 5
+    assert any(w.startswith("skipped:") and "rank-00001" in w for w in table.warnings)
+    os.remove(tmp_path / "run" / "rank-00000.gpuscope.jsonl")
+    (tmp_path / "run" / "rank-00002.gpuscope.jsonl").write_text("")
+    _bad(tmp_path / "run", "no readable record file")
