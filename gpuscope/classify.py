@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from .consistency import Roles, persistent_steps
+from .groups import Groups
 from .thresholds import Thresholds
 
 DATA, COMM, IMBALANCED, COMPUTE = "data-bound", "comm-bound", "imbalanced", "compute-bound"
@@ -44,32 +45,20 @@ def rank_shares(frame: pd.DataFrame) -> pd.DataFrame:
                          **_shares(frame)})
 
 
-def _by_step(frame: pd.DataFrame):
-    steps, inv = np.unique(frame["step"].to_numpy(), return_inverse=True)
-    counts = np.bincount(inv, minlength=steps.size)
-    return steps, inv, counts
-
-
 def classify_steps(frame: pd.DataFrame, th: Thresholds, roles: Roles | None = None) -> pd.DataFrame:
     """One row per step: step, step_ns (slowest rank), the shares, label, secondary labels.
 
     `roles` (consistency.find_roles) tells persistent waiting from jitter; None counts all
     waiting over the threshold as imbalanced."""
     sh = _shares(frame)
-    steps, inv, counts = _by_step(frame)
-    mean = lambda c: np.bincount(inv, sh[c], steps.size) / counts  # noqa: E731
-
-    def maximum(values):
-        out = np.full(steps.size, -np.inf)
-        np.maximum.at(out, inv, values)
-        return out
-
+    g = Groups(frame["step"].to_numpy())
+    steps = g.keys
     out = pd.DataFrame({
         "step": steps,
-        "step_ns": maximum(frame["step_ns"].to_numpy(dtype=np.float64)).astype(np.int64),
-        "data_share": mean("data"), "comm_share": mean("transfer"),
-        "wait_share": maximum(sh["wait"]), "compute_share": mean("compute"),
-        "n_ranks": counts,
+        "step_ns": g.max(frame["step_ns"].to_numpy()).astype(np.int64),
+        "data_share": g.mean(sh["data"]), "comm_share": g.mean(sh["transfer"]),
+        "wait_share": g.max(sh["wait"]), "compute_share": g.mean(sh["compute"]),
+        "n_ranks": g.counts,
     })
     waits = out["wait_share"].to_numpy() >= th.wait
     jitter = np.zeros(steps.size, dtype=bool)

@@ -9,6 +9,7 @@ import pandas as pd
 
 from .classify import classify_steps, jitter_cost, run_verdict
 from .consistency import find_roles
+from .groups import Groups
 from .errors import InputError
 from .read_record import is_run_dir, read_run_dir
 from .report import Report
@@ -49,26 +50,16 @@ def _drop_warmup(frame: pd.DataFrame, n: int, warnings: list[str]) -> pd.DataFra
     return kept
 
 
-def group_medians(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(sorted unique keys, median of `values` per key): one lexsort, no per-group Python."""
-    order = np.lexsort((values, keys))
-    k, v = keys[order], values[order].astype(np.float64)
-    uniq, starts, counts = np.unique(k, return_index=True, return_counts=True)
-    return uniq, (v[starts + (counts - 1) // 2] + v[starts + counts // 2]) / 2
-
-
 def summarize_ranks(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per rank: median ns of each part and its share of the summed step time in %."""
-    ranks, inv = np.unique(frame["rank"].to_numpy(), return_inverse=True)
-    out = {"rank": ranks}
-    keys = frame["rank"].to_numpy()
+    g = Groups(frame["rank"].to_numpy())
+    out = {"rank": g.keys}
     for c in [f"{p}_ns" for p in ("step",) + PARTS]:
-        out[c] = group_medians(keys, frame[c].to_numpy())[1]
-    total = lambda c: np.bincount(inv, frame[c].to_numpy(np.float64), ranks.size)  # noqa: E731
-    step_total = np.maximum(total("step_ns"), 1.0)
+        out[c] = g.median(frame[c].to_numpy())
+    step_total = np.maximum(g.sum(frame["step_ns"].to_numpy()), 1.0)
     for p in PARTS:
-        out[f"{p}_pct"] = 100 * total(f"{p}_ns") / step_total
-    out["steps"] = np.bincount(inv, minlength=ranks.size)
+        out[f"{p}_pct"] = 100 * g.sum(frame[f"{p}_ns"].to_numpy()) / step_total
+    out["steps"] = g.counts
     return pd.DataFrame(out)
 
 
@@ -88,7 +79,7 @@ def analyze_table(table: RunTable, thresholds: Thresholds | None = None) -> Repo
     steps = classify_steps(frame, th, roles)
     verdict = run_verdict(steps)
     hosts = {r: info.host for r, info in table.ranks.items()}
-    stragglers = find_stragglers(frame, steps, th, hosts, roles)
+    stragglers = find_stragglers(frame, steps, th, roles, hosts)
     knobs = table.knobs()
     extras = dict(table.extras)
     tel = extras.get("telemetry")

@@ -52,8 +52,7 @@ class Recorder:
         self._sampler = None
         self._device_timing = device_timing
         self._dev = None         # DeviceTimer when the model trains on a CUDA device
-        self._tb = None          # SummaryWriter, created on first flush when tensorboard=True
-        self._tb_rows: list = []
+        self._tb = None          # BackgroundScalars, created on first flush when tensorboard=True
         self._handles: list = []
         self._comm_timer = None
         self._knobs: dict = {}
@@ -132,7 +131,7 @@ class Recorder:
             end["ddp_logging"] = ddp_logging_summary(self.model)
             end["comm_hook"] = self._comm_timer.hook_name
         if self._tensorboard:
-            self._flush_tensorboard(close=True)
+            self._flush_tensorboard([], close=True)
         if self.warnings:
             end["warnings"] = self.warnings
         for handle in self._handles:
@@ -292,8 +291,7 @@ class Recorder:
         if self._writer is not None:
             self._writer.add_rows(rows)
         if self._tensorboard:
-            self._tb_rows.extend(rows)
-            self._flush_tensorboard()
+            self._flush_tensorboard(rows)
         self._flush_side_channels()
 
     # ----------------------------------------------------------------- internals
@@ -317,9 +315,8 @@ class Recorder:
         return self._t0_unix + (perf_ns - self._t0_perf)
 
 
-    def _flush_tensorboard(self, close: bool = False) -> None:
+    def _flush_tensorboard(self, rows: list, close: bool = False) -> None:
         """Per-step scalars for TensorBoard, in batches; a failure only turns them off."""
-        rows, self._tb_rows = self._tb_rows, []
         try:
             if self._tb is None and rows:
                 from .tb_scalars import BackgroundScalars

@@ -22,16 +22,13 @@ def sum_step(step: int, start: int, now: int, data_ns: int, data_cpu_ns: int, ra
     hook_comm = iv.clip(comm, start, now)
     named: dict[str, int] = {}
     phases = [(n, a, b) for n, a, b in raw_phases if b > a]
-    if hook_comm and fwd_end is not None and not any(n == "backward" for n, _, _ in phases):
+    if fwd_end is not None and not any(n == "backward" for n, _, _ in phases):
         # backward (with loss) runs from the end of forward to the optimizer, or to the end of
         # the last gradient bucket when no optimizer step was seen
         opt_starts = [a for n, a, _ in phases if n == "optimizer" and a >= fwd_end]
-        end = min(opt_starts) if opt_starts else max(b for _, b in hook_comm)
-        phases.append(("backward", fwd_end, end))
-    elif fwd_end is not None and not any(n == "backward" for n, _, _ in phases):
-        opt_starts = [a for n, a, _ in phases if n == "optimizer" and a >= fwd_end]
-        if opt_starts:
-            phases.append(("backward", fwd_end, min(opt_starts)))
+        end = min(opt_starts) if opt_starts else max((b for _, b in hook_comm), default=None)
+        if end is not None:
+            phases.append(("backward", fwd_end, end))
     for n, a, b in phases:
         named[n] = named.get(n, 0) + (b - a)
 

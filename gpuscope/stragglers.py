@@ -1,7 +1,7 @@
 """Finds stragglers: the same rank(s) the others wait for across most imbalanced steps.
 
 1. In each imbalanced step, the slow ranks are those that waited at most half as long as the
-   rank that waited longest (they arrived last).
+   rank that waited longest (they arrived last; consistency.find_roles marks them).
 2. A rank that is consistently late (consistency.py) and slow in at least `straggler_steps` of
    the imbalanced steps is a straggler, provided such ranks are a minority of the world (else it
    is the fast ranks that are odd). With too few steps to test consistency, a rank slow in that
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 
 from .consistency import Roles
@@ -35,21 +36,18 @@ class Straggler:
     extra: dict = field(default_factory=dict)
 
 
-def find_stragglers(frame: pd.DataFrame, steps: pd.DataFrame, th: Thresholds,
-                    hosts: dict[int, str] | None = None,
-                    roles: Roles | None = None) -> list[Straggler]:
-    imb_steps = steps.loc[steps["label"] == "imbalanced", "step"]
+def find_stragglers(frame: pd.DataFrame, steps: pd.DataFrame, th: Thresholds, roles: Roles,
+                    hosts: dict[int, str] | None = None) -> list[Straggler]:
     n_ranks = frame["rank"].nunique()
-    if imb_steps.empty or n_ranks < 2:
+    imb = steps.loc[steps["label"] == "imbalanced", "step"].to_numpy()
+    if imb.size == 0 or roles.slow is None:
         return []
-    sub = frame[frame["step"].isin(imb_steps)]
-    max_wait = sub.groupby("step")["wait_ns"].transform("max")
-    slow = sub.loc[sub["wait_ns"] <= 0.5 * max_wait, "rank"]
-    if roles is not None and roles.decided:
-        share = slow.value_counts() / imb_steps.size
-        share = share[share.index.isin(roles.late)]
+    in_imb = np.isin(roles.steps, imb)
+    slow = pd.Series(roles.slow[in_imb].sum(axis=0), index=roles.ranks)  # steps arrived last
+    if roles.decided:
+        share = slow[slow.index.isin(roles.late)] / max(int(in_imb.sum()), 1)
     else:
-        share = slow.value_counts() / steps.shape[0]
+        share = slow / steps.shape[0]
     cands = share[share >= th.straggler_steps]
     if cands.empty or len(cands) > n_ranks / 2:
         return []

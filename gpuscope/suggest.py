@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from .classify import COMM, DATA, IMBALANCED, JITTER
+from .groups import Groups
 from .stragglers import Straggler
 from .thresholds import Thresholds
 
@@ -51,22 +52,17 @@ class TypicalStep:
 
 
 def typical_step(frame: pd.DataFrame) -> TypicalStep:
-    steps, inv = np.unique(frame["step"].to_numpy(), return_inverse=True)
-    counts = np.bincount(inv, minlength=steps.size)
+    g = Groups(frame["step"].to_numpy())
 
     def mean(col: str) -> np.ndarray:
-        if col not in frame:
-            return np.zeros(steps.size)
-        return np.bincount(inv, frame[col].to_numpy(np.float64), steps.size) / counts
+        return g.mean(frame[col].to_numpy()) if col in frame else np.zeros(g.keys.size)
 
-    slowest = np.zeros(steps.size)
-    np.maximum.at(slowest, inv, frame["step_ns"].to_numpy(np.float64))
-    most_wait = np.zeros(steps.size)
-    np.maximum.at(most_wait, inv, frame["wait_ns"].to_numpy(np.float64))
+    slowest = g.max(frame["step_ns"].to_numpy())
+    most_wait = g.max(frame["wait_ns"].to_numpy())
     data = mean("data_ns")
     data_cpu = mean("data_cpu_ns") if "data_cpu_ns" in frame else data
     comm = mean("comm_ns")
-    synced = float((comm > 0).mean()) if steps.size else 0.0
+    synced = float((comm > 0).mean()) if g.keys.size else 0.0
     interval = int(round(1 / synced)) if synced > 0 else 1
     med = lambda a: float(np.median(a)) if a.size else 0.0  # noqa: E731
     return TypicalStep(med(slowest), med(data), med(np.maximum(mean("comm_exposed_ns")

@@ -61,6 +61,6 @@ class BackgroundScalars:
     def write(self, rows: list[list]) -> None:
         self._queue.put(rows)
 
-    def close(self, timeout: float = 30.0) -> None:
+    def close(self, timeout: float = 10.0) -> None:
         self._queue.put(None)
         self._thread.join(timeout)

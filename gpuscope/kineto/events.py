@@ -131,11 +131,21 @@ def _classify(name: str, cat: str, on_stream: bool) -> tuple:
     return (_SKIP, 0, 0, -1, None)
 
 
-def _intern(values: list, ids: dict) -> np.ndarray:
-    """Ids of `values` in `ids` (new values get the next ids): hashed in C, one dict step per
-    distinct value."""
+def _next_id(value, ids: dict) -> int:
+    return len(ids)
+
+
+def _thread_id(tid, ids: dict) -> int:
+    """Thread ids stay as written; a named one ("stream 7") gets a stable negative number."""
+    return tid if type(tid) is int else -1 - (zlib.crc32(str(tid).encode()) & 0x3FFFFFFF)
+
+
+def _intern(values: list, ids: dict, new_id=_next_id) -> np.ndarray:
+    """Ids of `values` in `ids` (a new value gets new_id(value, ids)): hashed in C, one dict step
+    per distinct value."""
     codes, uniq = pd.factorize(np.array(values, dtype=object))
-    local = np.array([ids.setdefault(x, len(ids)) for x in uniq.tolist()], dtype=np.int64)
+    local = np.array([ids[x] if x in ids else ids.setdefault(x, new_id(x, ids))
+                      for x in uniq.tolist()], dtype=np.int64)
     return local[codes]
 
 
@@ -178,15 +188,8 @@ def sort_events(batches) -> RankEvents:
         dur = np.array([e.dur for e in keep], dtype=np.float64)
         tids = [e.tid for e in keep]
         del keep, args, present
-        if all(type(t) is int for t in tids):
-            tid_arr = np.array(tids, dtype=np.int64)
-        else:
-            # thread ids stay as written; a named one ("stream 7") gets a stable negative number
-            codes, uniq = pd.factorize(np.array(tids, dtype=object))
-            tid_arr = np.array([t if type(t) is int else tid_ids.get(t) or
-                                tid_ids.setdefault(t, -1 - (zlib.crc32(str(t).encode())
-                                                            & 0x3FFFFFFF))
-                                for t in uniq.tolist()], dtype=np.int64)[codes]
+        tid_arr = (np.array(tids, dtype=np.int64) if all(type(t) is int for t in tids)
+                   else _intern(tids, tid_ids, _thread_id))
         parts.append((nid, cid, stream, corr, ts, dur, tid_arr))
         n += m
     if parts:
