@@ -7,7 +7,7 @@ TORCH_SPEC ?= torch==$(TORCH_VERSION)
 BIN := $(VENV)/bin
 SCENARIO ?= data
 
-.PHONY: install demo test bench bench-overhead samples dashboards clean
+.PHONY: install demo test test-fast bench bench-overhead samples dashboards clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,9 @@ demo: install
 
 test: install
 	$(BIN)/python -m pytest -q tests
+
+test-fast: install   # everything but the tests that start other processes (~30 s)
+	$(BIN)/python -m pytest -q -m "not slow" tests
 
 bench-overhead: install
 	$(BIN)/python benchmarks/bench_overhead.py

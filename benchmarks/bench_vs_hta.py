@@ -46,7 +46,8 @@ print(json.dumps({{"wall_s": wall, "peak_over_base": peak - base, "child_peak": 
 """
 
 TOOLS = {
-    "gpuscope": ("import gpuscope.pipeline as p, gpuscope.kineto.reader", "p.analyze_path(sys.argv[1])"),
+    "gpuscope": ("import gpuscope, gpuscope.analyze.pipeline, gpuscope.readers.kineto.reader",
+                 "gpuscope.analyze(sys.argv[1])"),
     "hta": ("from hta.trace_analysis import TraceAnalysis",
             "TraceAnalysis(trace_dir=sys.argv[1])"),
 }

@@ -1,21 +1,38 @@
 """gpuscope: why is multi-GPU PyTorch training slow, and what to change.
 
-``import gpuscope`` stays light (no torch, pandas or plotly): the analysis side is imported
-only when asked for.
+``import gpuscope`` stays light (no torch, numpy, pandas or plotly): it loads the recorder and the
+Report type; the analysis side is imported when `analyze` is first called.
+
+Names and packages: ``gpuscope.record`` and ``gpuscope.analyze`` are functions; the packages of
+the same names (gpuscope/record/, gpuscope/analyze/) are imported here first, so that loading
+their modules later never rebinds these names. Reach them with ``from gpuscope.record import ...``.
 """
 
+from __future__ import annotations
+
+from . import analyze as _analyze_package  # noqa: F401  (empty __init__: see above)
 from .errors import GpuscopeError, InputError, TraceFormatError
-from .recorder import Recorder, record
+from .record.recorder import Recorder, record
+from .report import Report
+from .thresholds import Thresholds
 
 __version__ = "0.1.0"
 
 
-def analyze(path, **options):
-    """Analyze a run dir or Kineto trace folder/file; returns a :class:`gpuscope.report.Report`."""
-    from .pipeline import analyze_path
+def analyze(path, *, thresholds: Thresholds | dict | str | None = None,
+            skip: int | None = None) -> Report:
+    """Analyze a run dir (or one of its rank files) or a folder/file of torch.profiler traces.
 
-    return analyze_path(path, **options)
+    thresholds: a Thresholds, or overrides as {"wait": 0.05} or "wait=0.05,comm=0.2".
+    skip: warm-up steps to leave out per rank (default: 1 for recorded runs, 0 for traces).
+    """
+    from .analyze.pipeline import analyze_table
+    from .readers import read_path
+
+    if not isinstance(thresholds, Thresholds):
+        thresholds = Thresholds().with_overrides(thresholds)
+    return analyze_table(read_path(path), thresholds, skip=skip)
 
 
-__all__ = ["record", "Recorder", "analyze", "GpuscopeError", "InputError", "TraceFormatError",
-           "__version__"]
+__all__ = ["record", "Recorder", "analyze", "Report", "Thresholds", "GpuscopeError",
+           "InputError", "TraceFormatError", "__version__"]

@@ -1,4 +1,5 @@
-"""The `gpuscope` command line: analyze, demo. Only here do errors become exit codes."""
+"""The `gpuscope` command line. Only here do errors become exit codes: 0 on success, 2 with one
+line on bad input, 1 on a failed check or an internal error."""
 
 from __future__ import annotations
 
@@ -9,96 +10,87 @@ import sys
 from .errors import GpuscopeError
 
 
-def _write(path: str, text: str) -> None:
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.write(text)
+def _need_plotly() -> None:
+    try:
+        import plotly  # noqa: F401
+    except ImportError:
+        raise GpuscopeError("the HTML dashboard needs plotly: pip install 'gpuscope[html]'") \
+            from None
 
 
 def cmd_analyze(args) -> int:
-    from rich.console import Console
-
-    from .pipeline import analyze_path
-    from .render_terminal import render
-    from .thresholds import Thresholds
+    from . import analyze
 
     if args.html:
-        try:
-            import plotly  # noqa: F401
-        except ImportError:
-            raise GpuscopeError("the HTML dashboard needs plotly: pip install 'gpuscope[html]'") \
-                from None
-    th = Thresholds().with_overrides(args.thresholds)
-    if args.skip is not None:
-        th = th.with_overrides(f"warmup_steps={args.skip}")
-    report = analyze_path(args.path, th)
-    if not args.quiet:
-        render(report, Console(highlight=False))
+        _need_plotly()
+    report = analyze(args.path, thresholds=args.thresholds, skip=args.skip)
+    # the files first: a reader that closes stdout early (| head) must not lose them
     if args.json:
-        import orjson
-
-        _write(args.json, orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2).decode())
-        if not args.quiet:
-            print(f"JSON report: {args.json}")
+        report.write_json(args.json)
     if args.html:
-        from .render_html import render_html
-
-        _write(args.html, render_html(report))
-        if not args.quiet:
+        report.write_html(args.html)
+    if not args.quiet:
+        report.print()
+        if args.json:
+            print(f"JSON report: {args.json}")
+        if args.html:
             print(f"HTML dashboard: {args.html}")
     return 0
 
 
 def cmd_demo(args) -> int:
-    from .demo.launch import run_demo
+    from .demo.launch import DemoFailed, run_demo
 
-    return run_demo(args.scenario, args.out, steps=args.steps, nproc=args.nproc,
-                    profile=not args.no_profile)
+    print(f"gpuscope demo: {args.nproc}-process DDP (gloo, CPU), scenario '{args.scenario}', "
+          f"{args.steps} steps ...", flush=True)
+    try:
+        result = run_demo(args.scenario, args.out, steps=args.steps, nproc=args.nproc,
+                          profile=not args.no_profile)
+    except DemoFailed as exc:
+        print(f"gpuscope demo: {exc}", file=sys.stderr)
+        return 1
+    result.report.print()
+    print(f"JSON report: {result.json_path}\nHTML dashboard: {result.html_path}")
+    if result.trace_dir:
+        print(f"\nThe same run as torch.profiler traces: gpuscope analyze {result.trace_dir}\n"
+              f"In TensorBoard (gpuscope tab + Scalars): tensorboard --logdir {result.out}")
+    return 0
 
 
 def cmd_scaling(args) -> int:
-    from rich.console import Console
-    from rich.table import Table
+    import json
 
-    from .pipeline import analyze_path
-    from .scaling import scaling_dict, scaling_points
+    from . import analyze
+    from .analyze.scaling import scaling_dict, scaling_points, stops_paying
+    from .render import scaling
 
-    points = scaling_points([analyze_path(p) for p in args.paths])
-    d = scaling_dict(points)
-    unit = "samples/s" if points[0].batch_per_rank else "steps/s"
-    t = Table(title="Scaling", title_justify="left")
-    for col in ("ranks", "step ms", unit, "eff.", "exp. comm %", "wait %", "verdict"):
-        t.add_column(col, justify="left" if col == "verdict" else "right", no_wrap=True)
-    for p in points:
-        t.add_row(str(p.world_size), f"{p.step_ms:.1f}", f"{p.throughput:,.1f}",
-                  f"{p.efficiency:.0%}", f"{p.comm_exposed_pct:.0f}", f"{p.wait_pct:.0f}",
-                  p.verdict)
-    console = Console(highlight=False)
-    console.print(t)
-    for p in points:
-        console.print(f"[dim]{p.world_size} ranks: {p.path}[/dim]")
-    console.print(("Adding ranks stops paying at " + str(d["stops_paying_at"]) + ": "
-                   if d["stops_paying_at"] else "") + d["why"])
+    points = scaling_points([analyze(p) for p in args.paths])
+    at, why = stops_paying(points)
     if args.json:
-        import json
-
-        _write(args.json, json.dumps(d, indent=2))
+        _write(args.json, json.dumps(scaling_dict(points), indent=2))
+    print(scaling.render(points, at, why, color=sys.stdout.isatty()), end="")
     return 0
 
 
 def cmd_doctor(args) -> int:
+    import json
+
     from rich.console import Console
 
     from .doctor import render, run_doctor
 
     checks, code = run_doctor(smoke=not args.no_smoke)
-    render(checks, Console(highlight=False))
     if args.json:
-        import json
-
         _write(args.json, json.dumps({"ok": code == 0, "checks": [c.__dict__ for c in checks]},
                                      indent=2))
+    render(checks, Console(highlight=False))
     return code
+
+
+def _write(path: str, text: str) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(text)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -106,12 +98,15 @@ def build_parser() -> argparse.ArgumentParser:
                                  "and what to change.")
     sub = ap.add_subparsers(dest="command", required=True)
     a = sub.add_parser("analyze", help="analyze a run dir or torch.profiler traces")
-    a.add_argument("path", help="gpuscope run dir, or folder/file of torch.profiler traces")
+    a.add_argument("path", help="gpuscope run dir (or one of its rank files), or a folder/file "
+                   "of torch.profiler traces")
     a.add_argument("--json", metavar="FILE", help="write the JSON report here")
     a.add_argument("--html", metavar="FILE", help="write the HTML dashboard here")
     a.add_argument("--thresholds", metavar="K=V,...",
                    help="override thresholds, e.g. data_high=0.3,wait=0.05")
-    a.add_argument("--skip", type=int, metavar="N", help="warm-up steps to leave out (default 1)")
+    a.add_argument("--skip", type=int, metavar="N",
+                   help="warm-up steps to leave out per rank (default: 1 for a run dir, 0 for "
+                   "profiler traces)")
     a.add_argument("-q", "--quiet", action="store_true", help="no terminal report")
     a.set_defaults(func=cmd_analyze)
     d = sub.add_parser("demo", help="run a 2-process CPU DDP training with a known bottleneck, "
@@ -133,10 +128,23 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+def _quiet_stdout() -> None:
+    """stdout was closed by its reader (`| head`): send what is left to /dev/null, so that
+    Python's own flush at exit does not complain."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
+    except BrokenPipeError:
+        _quiet_stdout()
+        return 0
     except GpuscopeError as exc:
         print(f"gpuscope: error: {exc}", file=sys.stderr)
         return 2

@@ -70,7 +70,7 @@ class Probe:
 
     def nvml(self) -> dict:
         """Driver facts from NVML, or {"error": why}."""
-        from .nvml import NvmlApi, NvmlUnavailable
+        from .record.nvml import NvmlApi, NvmlUnavailable
 
         try:
             api = NvmlApi()

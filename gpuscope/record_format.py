@@ -1,24 +1,27 @@
-"""The per-rank record file: one header line, then step rows; append-only JSON lines.
+"""The per-rank record file: its name, header, step columns and side records.
 
-Layout of ``rank-00000.gpuscope.jsonl``::
+Layout of ``rank-00000.gpuscope.jsonl`` (a later recording into the same run dir writes
+``rank-00000-2.gpuscope.jsonl``, and so on: files are never appended to by a second run)::
 
     {"schema": "gpuscope.record/1", "rank": 0, ..., "columns": [...]}   header (object)
     [0, 1700000000000000000, 12000000, ...]                              one step row (array)
-    {"knobs": {...}}                                                     knob update (object)
+    {"knobs": {...}, "at_step": 12}                                      knob update (object)
+    {"device": [...]} / {"nvml": [[...], ...]}                           CUDA times, NVML samples
     {"end": {"steps": 100, ...}}                                         clean close (object)
 
 Rows are arrays in the order of ``STEP_COLUMNS``; an optional trailing object holds named phases
-that are not one of the fixed columns. All times are integer nanoseconds.
+that are not one of the fixed columns. All times are integer nanoseconds. Both sides (the recorder
+and the reader) take these names from here.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import threading
+import re
 
 SCHEMA = "gpuscope.record/1"
 FILE_GLOB = "rank-*.gpuscope.jsonl"
+FILE_SUFFIX = ".gpuscope.jsonl"
+_NAME = re.compile(r"^rank-(\d+)(?:-(\d+))?\.gpuscope\.jsonl$")
 
 STEP_COLUMNS = (
     "step",             # step index on this rank, from 0
@@ -37,57 +40,28 @@ STEP_COLUMNS = (
                         # runs in-process and is CPU-bound, ~0 when it waits on I/O or workers
 )
 
+#: one NVML sample (record side writes them as arrays in this order under {"nvml": [...]})
+NVML_FIELDS = ("t_ns", "util_pct", "mem_used_bytes", "mem_total_bytes", "power_w", "sm_clock_mhz",
+               "temp_c", "throttle")
 
-def rank_file_name(rank: int) -> str:
-    return f"rank-{rank:05d}.gpuscope.jsonl"
+#: clock throttle reason bits (nvml.h: nvmlClocksEventReason*)
+THROTTLE_BITS = {0x1: "gpu_idle", 0x2: "app_clocks", 0x4: "sw_power_cap", 0x8: "hw_slowdown",
+                 0x10: "sync_boost", 0x20: "sw_thermal", 0x40: "hw_thermal",
+                 0x80: "hw_power_brake", 0x100: "display_clocks"}
 
 
-def _dumps(obj) -> str:
-    return json.dumps(obj, separators=(",", ":"), default=str)
+def throttle_names(mask: int) -> list[str]:
+    """Names of the throttle reasons set in `mask` (idle is not throttling)."""
+    return [name for bit, name in THROTTLE_BITS.items() if mask & bit and name != "gpu_idle"]
 
 
-class RecordWriter:
-    """Appends lines to the rank file and flushes them to the OS at once (the recorder batches
-    rows every `flush_rows` steps or `flush_s` seconds), so a killed run loses only its last few
-    steps. Thread-safe."""
+def rank_file_name(rank: int, recording: int = 1) -> str:
+    """File name of `rank`'s file in the `recording`-th recording made into one run dir."""
+    tail = "" if recording <= 1 else f"-{recording}"
+    return f"rank-{rank:05d}{tail}{FILE_SUFFIX}"
 
-    def __init__(self, path: str, header: dict):
-        self.path = path
-        self._lock = threading.Lock()
-        self._buf: list[str] = []
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        self._fh = open(path, "a", encoding="utf-8")
-        self._fh.write(_dumps(header) + "\n")
-        self._fh.flush()
 
-    def add_rows(self, rows: list[list]) -> None:
-        """Append rows and write them out (the recorder batches them already)."""
-        lines = [_dumps(r) for r in rows]
-        with self._lock:
-            self._buf.extend(lines)
-            self._flush_locked()
-
-    def add_meta(self, obj: dict) -> None:
-        with self._lock:
-            self._buf.append(_dumps(obj))
-            self._flush_locked()
-
-    def _flush_locked(self) -> None:
-        if self._fh is None or not self._buf:
-            return
-        self._fh.write("\n".join(self._buf) + "\n")
-        self._fh.flush()
-        self._buf.clear()
-
-    def flush(self) -> None:
-        with self._lock:
-            self._flush_locked()
-
-    def close(self, end: dict | None = None) -> None:
-        with self._lock:
-            if end is not None:
-                self._buf.append(_dumps({"end": end}))
-            self._flush_locked()
-            if self._fh is not None:
-                self._fh.close()
-                self._fh = None
+def parse_file_name(name: str) -> tuple[int, int] | None:
+    """(rank, recording) of a record file name, or None when it is not one."""
+    m = _NAME.match(name)
+    return (int(m.group(1)), int(m.group(2) or 1)) if m else None

@@ -1,93 +1,356 @@
-"""Report: the analysis result every renderer consumes, and its stable JSON form."""
+"""Report: the typed result of an analysis, its stable JSON form (`to_dict` / `from_dict`), and
+the ways out (print, JSON, HTML).
+
+Times inside are integer (or median) nanoseconds and shares are fractions 0..1 unless a field
+says `_pct`; the JSON form uses ms and % (DESIGN.md keys). `from_dict(to_dict())` gives back an
+equal Report, less the rank x step table (`table`), which the JSON does not carry.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import os
+import sys
+from dataclasses import asdict, dataclass, field, fields
+from typing import TYPE_CHECKING
 
-import pandas as pd
-
-from .classify import Verdict
-from .runtable import RunTable
-from .stragglers import Straggler
-from .suggest import Suggestion
+from .errors import InputError
 from .thresholds import Thresholds
+from .vocab import JITTER, MS, PARTS
+
+if TYPE_CHECKING:  # the table needs pandas; a Report read from JSON has none
+    from .runtable import RunTable
 
 SCHEMA = "gpuscope.report/1"
-MS = 1e6
 
 
-def jitter_note(jitter: dict) -> str:
-    """One line on waiting that moves between ranks ("" when it costs under 1% of step time)."""
-    if jitter.get("wait_pct", 0) < 1:
-        return ""
-    return (f"Rank jitter: {jitter['wait_pct']:.1f}% of step time is spent waiting in steps where "
-            f"the late rank changes from step to step ({jitter['steps_time_pct']:.0f}% of step "
-            "time): no consistent straggler")
+def _r3(x) -> float:
+    return round(float(x), 3)
+
+
+def _ns(ms) -> int:
+    return int(round(float(ms) * MS))
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The run's label: the one that holds the most step time."""
+
+    label: str
+    share: float          # share of total step time carried by steps with that label
+    confidence: str       # high (>= 75%), medium (>= 50%), low
+    time_by_label: dict   # label -> share of step time
+
+
+@dataclass(frozen=True)
+class Jitter:
+    """Waiting in steps where the late rank changes from step to step (no consistent straggler)."""
+
+    steps_share: float = 0.0   # share of step time in those steps
+    wait_share: float = 0.0    # share of step time lost waiting in them
+
+    def note(self) -> str:
+        """One line on it ("" when it costs under 1% of step time)."""
+        d = self.to_dict()
+        if d["wait_pct"] < 1:
+            return ""
+        return (f"Rank jitter: {d['wait_pct']:.1f}% of step time is spent waiting in steps where "
+                f"the late rank changes from step to step ({d['steps_time_pct']:.0f}% of step "
+                "time): no consistent straggler")
+
+    def to_dict(self) -> dict:
+        return {"steps_time_pct": round(100 * self.steps_share, 2),
+                "wait_pct": round(100 * self.wait_share, 2)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Jitter":
+        return cls(d["steps_time_pct"] / 100, d["wait_pct"] / 100)
+
+
+@dataclass(frozen=True)
+class TelemetrySummary:
+    """One rank's NVML samples summed up."""
+
+    samples: int
+    util_pct: float            # mean utilization
+    mem_used_max_pct: float    # peak memory in use, % of the device's
+    power_w: float             # mean power
+    sm_clock_mhz: float        # mean SM clock
+    sm_clock_min_mhz: int
+    temp_max_c: int
+    throttle: tuple[str, ...]  # throttle reasons seen (idle excluded)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["throttle"] = list(self.throttle)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TelemetrySummary":
+        return cls(**{**d, "throttle": tuple(d.get("throttle", ()))})
+
+
+@dataclass(frozen=True)
+class GpuBreakdown:
+    """HTA-compatible GPU time breakdown of one rank, % of kernel time (Kineto GPU input)."""
+
+    idle_pct: float
+    compute_pct: float
+    non_compute_pct: float
+    kernel_time_us: float
+    comm_overlap_pct: float | None   # None without communication kernels
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "GpuBreakdown":
+        return cls(**d)
+
+
+@dataclass
+class Straggler:
+    """A rank the others wait for, consistently."""
+
+    rank: int
+    slow_steps_share: float     # share of imbalanced steps in which it arrived last
+    excess_ns: int              # median busy time (step - wait) above the median rank
+    cause: str                  # "data" | "compute" | "other"
+    cause_detail: str = ""      # e.g. "backward" when the compute excess sits there
+    cause_excess_ns: int = 0
+    host: str = ""
+    telemetry: str = ""         # what its GPU shows against the others (NVML), if anything
+
+    @property
+    def part(self) -> str:
+        return f"{self.cause} ({self.cause_detail})" if self.cause_detail else self.cause
+
+    def to_dict(self) -> dict:
+        return {"rank": self.rank, "host": self.host,
+                "slow_steps_pct": round(100 * self.slow_steps_share, 1),
+                "excess_ms": _r3(self.excess_ns / MS), "cause": self.cause,
+                "cause_detail": self.cause_detail, "telemetry": self.telemetry}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Straggler":
+        return cls(d["rank"], d["slow_steps_pct"] / 100, _ns(d["excess_ms"]), d["cause"],
+                   d.get("cause_detail", ""), host=d.get("host", ""),
+                   telemetry=d.get("telemetry", ""))
+
+
+@dataclass
+class Suggestion:
+    """One change to make: the knob, its current and proposed value, the step time expected."""
+
+    knob: str
+    current: object
+    proposed: object
+    estimated_step_ms: float
+    why: str
+    addresses: str            # the label it fixes
+    gain_pct: float = 0.0     # throughput gain (samples/s) the estimate implies
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["estimated_step_ms"] = _r3(self.estimated_step_ms)
+        d["gain_pct"] = round(float(self.gain_pct), 1)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Suggestion":
+        return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """One step across ranks (a synchronous step is as slow as its slowest rank)."""
+
+    step: int
+    label: str
+    step_ns: int                  # the slowest rank's
+    data_share: float             # mean over ranks of data / step
+    comm_share: float             # mean over ranks of exposed transfer / step
+    wait_share: float             # max over ranks of wait / step
+    compute_share: float          # mean over ranks of compute / step
+    secondary: tuple[str, ...] = ()
+
+    @property
+    def jitter(self) -> bool:
+        return JITTER in self.secondary
+
+    def to_dict(self) -> dict:
+        return {"step": self.step, "label": self.label, "step_ms": _r3(self.step_ns / MS),
+                "data_pct": _r3(100 * self.data_share),
+                "comm_exposed_pct": _r3(100 * self.comm_share),
+                "wait_pct": _r3(100 * self.wait_share),
+                "compute_pct": _r3(100 * self.compute_share), "secondary": list(self.secondary)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "StepResult":
+        return cls(d["step"], d["label"], _ns(d["step_ms"]), d["data_pct"] / 100,
+                   d["comm_exposed_pct"] / 100, d["wait_pct"] / 100, d["compute_pct"] / 100,
+                   tuple(d.get("secondary", ())))
+
+
+@dataclass(frozen=True)
+class RankResult:
+    """One rank over the analysed steps: the median ns of each part, and each part's share of
+    the rank's summed step time in %."""
+
+    rank: int
+    host: str
+    steps: int
+    step_ns: float
+    data_ns: float
+    compute_ns: float
+    comm_ns: float
+    comm_exposed_ns: float
+    wait_ns: float
+    other_ns: float
+    data_pct: float
+    compute_pct: float
+    comm_pct: float
+    comm_exposed_pct: float
+    wait_pct: float
+    other_pct: float
+    telemetry: TelemetrySummary | None = None
+    gpu_breakdown: GpuBreakdown | None = None
+
+    def part_ns(self, part: str) -> float:
+        return getattr(self, f"{part}_ns")
+
+    def part_pct(self, part: str) -> float:
+        return getattr(self, f"{part}_pct")
+
+    @property
+    def transfer_ns(self) -> float:
+        """Median exposed communication that is moving bytes, not waiting."""
+        return max(self.comm_exposed_ns - self.wait_ns, 0.0)
+
+    def to_dict(self) -> dict:
+        d = {"rank": self.rank, "host": self.host, "steps": self.steps,
+             "step_ms": _r3(self.step_ns / MS)}
+        for part in PARTS:
+            d[f"{part}_ms"] = _r3(self.part_ns(part) / MS)
+            d[f"{part}_pct"] = _r3(self.part_pct(part))
+        if self.telemetry is not None:
+            d["telemetry"] = self.telemetry.to_dict()
+        if self.gpu_breakdown is not None:
+            d["gpu_breakdown"] = self.gpu_breakdown.to_dict()
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "RankResult":
+        parts = {f"{p}_ns": d[f"{p}_ms"] * MS for p in PARTS}
+        pcts = {f"{p}_pct": d[f"{p}_pct"] for p in PARTS}
+        tel, gb = d.get("telemetry"), d.get("gpu_breakdown")
+        return cls(d["rank"], d.get("host", ""), d["steps"], d["step_ms"] * MS, **parts, **pcts,
+                   telemetry=TelemetrySummary.from_dict(tel) if tel else None,
+                   gpu_breakdown=GpuBreakdown.from_dict(gb) if gb else None)
 
 
 @dataclass
 class Report:
-    table: RunTable
-    steps: pd.DataFrame           # one row per step (classify_steps)
-    rank_summary: pd.DataFrame    # one row per rank: medians and shares
+    """What an analysis found. Renderers read these fields; `to_dict` is the JSON contract."""
+
+    source: str                     # "record" | "kineto"
+    path: str
+    world_size: int
     verdict: Verdict
+    steps: list[StepResult]
+    ranks: list[RankResult]
     stragglers: list[Straggler]
     suggestions: list[Suggestion]
-    thresholds: Thresholds
+    thresholds: Thresholds          # as applied (warm-up steps resolved for the source)
+    jitter: Jitter = field(default_factory=Jitter)
+    knobs: dict = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
-    analysed_steps: int = 0
-    jitter: tuple[float, float] = (0.0, 0.0)   # (step-time share of jitter steps, share lost waiting)
-    consistent_early: list[int] = field(default_factory=list)  # ranks that wait every step
+    early_ranks: list[int] = field(default_factory=list)  # ranks that wait for all others
+    #: the analysed rank x step table (with wait and telemetry joined); None when read from JSON
+    table: RunTable | None = field(default=None, compare=False, repr=False)
 
     @property
-    def source(self) -> str:
-        return self.table.source
+    def straggler_ranks(self) -> list[int]:
+        return [s.rank for s in self.stragglers]
 
     def to_dict(self) -> dict:
         """The JSON report (DESIGN.md keys; times in ms, shares in %)."""
-        r2 = lambda x: round(float(x), 3)  # noqa: E731
-        steps = [{"step": int(s.step), "label": s.label, "step_ms": r2(s.step_ns / MS),
-                  "data_pct": r2(100 * s.data_share), "comm_exposed_pct": r2(100 * s.comm_share),
-                  "wait_pct": r2(100 * s.wait_share), "compute_pct": r2(100 * s.compute_share),
-                  "secondary": list(s.secondary)}
-                 for s in self.steps.itertuples(index=False)]
-        ranks = []
-        for r in self.rank_summary.itertuples(index=False):
-            d = {"rank": int(r.rank), "host": self.table.ranks.get(int(r.rank)).host
-                 if int(r.rank) in self.table.ranks else "",
-                 "steps": int(r.steps), "step_ms": r2(r.step_ns / MS)}
-            for part in ("data", "compute", "comm", "comm_exposed", "wait", "other"):
-                d[f"{part}_ms"] = r2(getattr(r, f"{part}_ns") / MS)
-                d[f"{part}_pct"] = r2(getattr(r, f"{part}_pct"))
-            tel = (self.table.extras.get("telemetry_summary") or {}).get(int(r.rank))
-            if tel:
-                d["telemetry"] = tel
-            extra = self.table.extras.get("gpu_breakdown", {}).get(int(r.rank))
-            if extra:  # HTA-compatible: idle_pct, compute_pct, non_compute_pct, comm_overlap_pct
-                d["gpu_breakdown"] = extra
-            ranks.append(d)
-        return {
-            "schema": SCHEMA, "source": self.source, "path": self.table.path,
-            "world_size": int(self.table.world_size),
-            "ranks_analysed": len(self.rank_summary),
-            "steps_analysed": self.analysed_steps,
+        d = {
+            "schema": SCHEMA, "source": self.source, "path": self.path,
+            "world_size": int(self.world_size),
+            "ranks_analysed": len(self.ranks),
+            "steps_analysed": len(self.steps),
             "verdict": self.verdict.label,
             "verdict_share": round(self.verdict.share, 4),
             "confidence": self.verdict.confidence,
             "time_by_label": self.verdict.time_by_label,
-            "stragglers": [s.rank for s in self.stragglers],
-            "straggler_details": [{"rank": s.rank, "host": s.host, "slow_steps_pct":
-                                   round(100 * s.slow_steps_share, 1),
-                                   "excess_ms": r2(s.excess_ns / MS), "cause": s.cause,
-                                   "cause_detail": s.cause_detail,
-                                   "telemetry": s.extra.get("telemetry", "")}
-                                  for s in self.stragglers],
-            "jitter": {"steps_time_pct": round(100 * self.jitter[0], 2),
-                       "wait_pct": round(100 * self.jitter[1], 2)},
-            "steps": steps,
-            "ranks": ranks,
+            "stragglers": self.straggler_ranks,
+            "straggler_details": [s.to_dict() for s in self.stragglers],
+            "jitter": self.jitter.to_dict(),
+            "steps": [s.to_dict() for s in self.steps],
+            "ranks": [r.to_dict() for r in self.ranks],
             "suggestions": [s.to_dict() for s in self.suggestions],
-            "knobs": self.table.knobs(),
+            "knobs": self.knobs,
             "thresholds": self.thresholds.to_dict(),
             "warnings": list(self.warnings),
         }
+        if self.early_ranks:
+            d["early_ranks"] = list(self.early_ranks)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Report":
+        """Read back a saved JSON report (`to_dict`'s form)."""
+        if not isinstance(d, dict) or d.get("schema") != SCHEMA:
+            got = d.get("schema") if isinstance(d, dict) else type(d).__name__
+            raise InputError(f"not a {SCHEMA} JSON report (schema {got!r})")
+        try:
+            verdict = Verdict(d["verdict"], d["verdict_share"], d["confidence"],
+                              dict(d["time_by_label"]))
+            return cls(
+                d["source"], d["path"], d["world_size"], verdict,
+                [StepResult.from_dict(s) for s in d["steps"]],
+                [RankResult.from_dict(r) for r in d["ranks"]],
+                [Straggler.from_dict(s) for s in d["straggler_details"]],
+                [Suggestion.from_dict(s) for s in d["suggestions"]],
+                Thresholds(**d["thresholds"]), Jitter.from_dict(d["jitter"]),
+                dict(d["knobs"]), list(d["warnings"]), list(d.get("early_ranks", [])))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InputError(f"a {SCHEMA} report with a missing or malformed field ({exc!r})") \
+                from None
+
+    @classmethod
+    def read_json(cls, path) -> "Report":
+        import msgspec
+
+        try:
+            with open(path, "rb") as fh:
+                return cls.from_dict(msgspec.json.decode(fh.read()))
+        except (OSError, msgspec.DecodeError) as exc:
+            raise InputError(f"{path}: cannot read the report ({exc})") from None
+
+    # ------------------------------------------------------------------ ways out
+    def write_json(self, path) -> None:
+        from .render import json
+
+        _write(path, json.render(self))
+
+    def write_html(self, path, plotlyjs: str = "inline") -> None:
+        from .render import html
+
+        _write(path, html.render(self, plotlyjs=plotlyjs))
+
+    def print(self, file=None, width: int | None = None) -> None:
+        """The terminal report on `file` (stdout), in colour when it is a terminal."""
+        from .render import terminal
+
+        file = file or sys.stdout
+        color = bool(getattr(file, "isatty", lambda: False)())
+        file.write(terminal.render(self, width=width, color=color))
+        file.flush()
+
+
+def _write(path, data: str | bytes) -> None:
+    path = os.fspath(path)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "wb") as fh:
+        fh.write(data.encode() if isinstance(data, str) else data)

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
+import numpy as np
 import pandas as pd
+
+if TYPE_CHECKING:
+    from .report import GpuBreakdown
 
 #: columns every reader fills (integer ns unless noted); readers may add more
 TIME_COLUMNS = ("step_ns", "data_ns", "compute_ns", "comm_ns", "comm_exposed_ns", "wait_ns",
@@ -34,7 +39,10 @@ class RunTable:
     ranks: dict[int, RankInfo]
     world_size: int
     warnings: list[str] = field(default_factory=list)
-    extras: dict = field(default_factory=dict)  # reader-specific results (e.g. HTA breakdown)
+    #: NVML samples, one row each: rank + record_format.NVML_FIELDS (recorded runs on GPUs)
+    telemetry: pd.DataFrame | None = None
+    #: HTA-compatible GPU time breakdown per rank (Kineto traces with device events)
+    gpu_breakdown: dict[int, GpuBreakdown] = field(default_factory=dict)
 
     @property
     def rank_ids(self) -> list[int]:
@@ -50,3 +58,14 @@ class RunTable:
 def empty_frame() -> pd.DataFrame:
     cols = list(KEY_COLUMNS) + list(TIME_COLUMNS) + list(DETAIL_COLUMNS)
     return pd.DataFrame({c: pd.Series(dtype="int64") for c in cols})
+
+
+def shares(frame: pd.DataFrame) -> dict[str, np.ndarray]:
+    """Per row, the disjoint parts of the step as fractions of it: data, transfer (exposed comm
+    minus waiting), wait, compute, other."""
+    col = lambda c: frame[c].to_numpy(dtype=np.float64)  # noqa: E731
+    step = np.maximum(col("step_ns"), 1.0)
+    transfer = np.maximum(col("comm_exposed_ns") - col("wait_ns"), 0.0)
+    return {"data": col("data_ns") / step, "transfer": transfer / step,
+            "wait": col("wait_ns") / step, "compute": col("compute_ns") / step,
+            "other": col("other_ns") / step}

@@ -17,7 +17,8 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, ROOT)
 
 import gpuscope  # noqa: E402
-from gpuscope.render_html import render_html  # noqa: E402
+from gpuscope.render import html as html_report  # noqa: E402
+
 
 OUT = os.path.join(ROOT, "dashboards")
 SAMPLES = os.path.join(ROOT, "sample_traces")
@@ -41,7 +42,7 @@ def main() -> None:
             report = gpuscope.analyze(os.path.relpath(path, ROOT))
             name = f"{scenario}-{source}.html"
             with open(os.path.join(OUT, name), "w") as fh:
-                fh.write(render_html(report, plotlyjs="plotly.min.js"))
+                fh.write(html_report.render(report, plotlyjs="plotly.min.js"))
             items.append((name, scenario, source, report.verdict.label))
             print(name, report.verdict.label)
     rows = "".join(f'<li><a href="{html.escape(n)}">{html.escape(s)} ({html.escape(src)})</a>: '

@@ -16,6 +16,26 @@ from gpuscope.demo.launch import run_training  # noqa: E402
 _BALANCED = ("data", "comm", "compute")
 
 
+#: fixtures that start other processes: torchrun training, a TensorBoard server, Chromium
+_SLOW_FIXTURES = {"scenario_run", "server", "browser"}
+
+
+def pytest_collection_modifyitems(items):
+    """Tests that use a multi-process fixture are `slow` (`pytest -m "not slow"` skips them)."""
+    for item in items:
+        if _SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(autouse=True)
+def fresh_log_once():
+    """gpuscope logs each kind of internal error once per process: each test starts afresh."""
+    from gpuscope import _log
+
+    _log._seen.clear()
+    yield
+
+
 @pytest.fixture(scope="session")
 def scenario_run(tmp_path_factory):
     """Run a demo scenario once per session (2-rank gloo DDP under torchrun); returns its run dir."""

@@ -76,7 +76,7 @@ def test_bad_threshold(small_run):
 def test_terminal_table_shows_ms_beside_shares_only_when_they_fit():
     import os
 
-    from gpuscope.render_terminal import render_text
+    from gpuscope.render.terminal import render as render_text
 
     rep = gpuscope.analyze(os.path.join(os.path.dirname(__file__), "..", "sample_traces",
                                         "imbalanced", "record"))
@@ -91,7 +91,7 @@ def test_terminal_table_shows_ms_beside_shares_only_when_they_fit():
 def test_one_unreadable_rank_file_is_skipped_and_the_rest_analysed(tmp_path):
     import os
 
-    from gpuscope.pipeline import load_table
+    from gpuscope.readers import read_path as load_table
 
     with gpuscope.record(tmp_path / "run") as rec:
         for _ in rec.data(range(5)):
@@ -103,3 +103,43 @@ def test_one_unreadable_rank_file_is_skipped_and_the_rest_analysed(tmp_path):
     os.remove(tmp_path / "run" / "rank-00000.gpuscope.jsonl")
     (tmp_path / "run" / "rank-00002.gpuscope.jsonl").write_text("")
     _bad(tmp_path / "run", "no readable record file")
+
+
+@pytest.mark.parametrize("spec,match", [("wait=abc", "must be a number"),
+                                        ("wait=2", "between 0 and 1"),
+                                        ("wait", "name=value"),
+                                        ("warmup_steps=-1", "whole number")])
+def test_bad_threshold_value_is_bad_input(small_run, spec, match):
+    out = run_cli("analyze", str(small_run), "--thresholds", spec)
+    assert out.returncode == 2, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and match in lines[0] and "Traceback" not in out.stderr
+
+
+def test_files_are_written_when_stdout_is_closed_early(small_run, tmp_path):
+    """`gpuscope analyze DIR --json r.json | head -1`: the reader stops reading at once."""
+    out = subprocess.run(["bash", "-c", "set -o pipefail; "
+                          f"{sys.executable} -m gpuscope analyze {small_run} --json "
+                          f"{tmp_path / 'r.json'} --html {tmp_path / 'r.html'} | head -c 1"],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stderr == ""
+    assert json.loads((tmp_path / "r.json").read_text())["schema"] == "gpuscope.report/1"
+    assert (tmp_path / "r.html").stat().st_size > 0
+
+
+def test_skip_applies_to_records_and_to_profiler_traces():
+    import os
+
+    base = os.path.join(os.path.dirname(__file__), "..", "sample_traces", "compute")
+    rec = gpuscope.analyze(os.path.join(base, "record"), skip=3).to_dict()
+    assert rec["thresholds"]["warmup_steps"] == 3
+    assert min(s["step"] for s in rec["steps"]) == 3
+    traces = os.path.join(base, "kineto")
+    all_steps = gpuscope.analyze(traces).to_dict()
+    assert all_steps["thresholds"]["warmup_steps"] == 0  # a profiler schedule skipped warm-up
+    skipped = gpuscope.analyze(traces, skip=2).to_dict()
+    assert skipped["steps_analysed"] == all_steps["steps_analysed"] - 2
+    assert skipped["thresholds"]["warmup_steps"] == 2
+    out = run_cli("analyze", traces, "--skip", "2", "-q", "--json", "/dev/stdout")
+    assert json.loads(out.stdout)["steps_analysed"] == skipped["steps_analysed"]

@@ -2,7 +2,7 @@
 
 import pandas as pd
 
-from gpuscope.kineto.collectives import match_collectives
+from gpuscope.readers.kineto.collectives import match_collectives
 
 MS = 1_000_000
 

@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpuscope.consistency import find_roles, t_critical
+from gpuscope.analyze.consistency import find_roles, t_critical
 
 
 def _frame(late_ms: np.ndarray) -> pd.DataFrame:

@@ -82,3 +82,33 @@ def test_hook_registered_before_record_falls_back_to_ddp_logging(pg, tmp_path):
     assert len(rows) == 4
     end = json.loads(open(tmp_path / "rank-00000.gpuscope.jsonl").read().splitlines()[-1])["end"]
     assert "ddp_logging" in end and any("comm hook" in w for w in end["warnings"])
+
+
+def test_after_stop_the_comm_hook_only_forwards_and_holds_nothing(pg, tmp_path):
+    """DDP cannot unregister a comm hook: after the recording the dispatcher stays, forwards to
+    the same all-reduce, takes no timings and no longer keeps the recorder alive."""
+    import gc
+    import weakref
+
+    model = _model()
+    rec = gpuscope.record(tmp_path, model=model)
+    with rec:
+        _train(model, rec, steps=3)
+    timer = model._comm_hooks[0][1] if hasattr(model, "_comm_hooks") and model._comm_hooks \
+        else None
+    size = os.path.getsize(tmp_path / "rank-00000.gpuscope.jsonl")
+    ref = weakref.ref(rec)
+    del rec
+    gc.collect()
+    assert ref() is None  # the hook no longer holds the recorder
+    reference = _model()
+    reference.load_state_dict(model.state_dict())
+    x = torch.randn(8, 32)
+    for m in (model, reference):
+        m.zero_grad()
+        m(x).sum().backward()
+    for a, b in zip(model.parameters(), reference.parameters()):
+        assert torch.equal(a.grad, b.grad)  # the same reduction as DDP's own
+    assert os.path.getsize(tmp_path / "rank-00000.gpuscope.jsonl") == size
+    if timer is not None:
+        assert timer.sink is None and not timer.active

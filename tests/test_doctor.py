@@ -4,12 +4,15 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from gpuscope import doctor
 from gpuscope.doctor import FAIL, PASS, SKIP, WARN, check_environment, run_doctor, smoke_test
 
 GiB = 1 << 30
 
 
+@pytest.mark.slow
 def test_cpu_machine_says_so_and_checks_gloo_for_real():
     checks, code = run_doctor()
     by = {c.name: c for c in checks}
@@ -20,6 +23,7 @@ def test_cpu_machine_says_so_and_checks_gloo_for_real():
     assert code == 0
 
 
+@pytest.mark.slow
 def test_cli_table_json_and_exit_code(tmp_path):
     out = subprocess.run([sys.executable, "-m", "gpuscope", "doctor", "--no-smoke", "--json",
                           str(tmp_path / "d.json")], capture_output=True, text=True)
@@ -28,6 +32,7 @@ def test_cli_table_json_and_exit_code(tmp_path):
     assert d["ok"] is True and any(c["name"] == "versions" for c in d["checks"])
 
 
+@pytest.mark.slow
 def test_a_crash_in_teardown_after_the_checks_passed_is_reported_not_failed():
     from doctor_workers import crash_after_result
 
@@ -36,6 +41,7 @@ def test_a_crash_in_teardown_after_the_checks_passed_is_reported_not_failed():
     assert "crashed while shutting down" in check.detail and "signal SIGABRT" in check.detail
 
 
+@pytest.mark.slow
 def test_a_rank_that_dies_before_its_checks_fails_the_smoke_test():
     from doctor_workers import crash_before_result
 
@@ -43,6 +49,7 @@ def test_a_rank_that_dies_before_its_checks_fails_the_smoke_test():
     assert check.status == FAIL and "SIGABRT" in check.detail
 
 
+@pytest.mark.slow
 def test_a_collective_that_cannot_run_fails_clearly():
     check = smoke_test(2, "nccl", timeout=60)  # this CPU build of torch has no NCCL
     assert check.status == FAIL and check.detail

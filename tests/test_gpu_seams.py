@@ -16,8 +16,9 @@ import pandas as pd
 import pytest
 
 import gpuscope
-from gpuscope import cuda_timing, nvml
-from gpuscope.pipeline import analyze_table, load_table
+from gpuscope.record import cuda_timing, nvml
+from gpuscope.analyze.pipeline import analyze_table
+from gpuscope.readers import read_path as load_table
 from gpuscope.thresholds import Thresholds
 from helpers import table_from_rows
 
@@ -70,15 +71,15 @@ def test_samples_are_recorded_joined_to_steps_and_reported(tmp_path, monkeypatch
             time.sleep(0.06)
             rec.step()
     table = load_table(tmp_path)
-    tel = table.extras["telemetry"]
+    tel = table.telemetry
     assert len(tel) >= 3 and set(tel["sm_clock_mhz"]) == {1980}
     assert table.ranks[0].meta["gpu"]["name"] == "Fake H100"
     report = gpuscope.analyze(tmp_path)
     d = report.to_dict()
     assert d["ranks"][0]["telemetry"]["mem_used_max_pct"] == 50.0
     assert report.table.frame["gpu_util_pct"].notna().any()
-    from gpuscope.render_html import figures
-    from gpuscope.render_terminal import render_text
+    from gpuscope.render.html import figures
+    from gpuscope.render.terminal import render as render_text
 
     assert "GPU telemetry (NVML)" in render_text(report)
     panels = dict(figures(report))
@@ -109,7 +110,7 @@ def _straggler_table(mem_frac=0.5):
                          "power_w": 300.0, "sm_clock_mhz": 1200 if r == 2 else 1980,
                          "temp_c": 88 if r == 2 else 60, "throttle": 0x40 if r == 2 else 0}
                         for r in range(4) for k in range(20)])
-    table.extras["telemetry"] = tel
+    table.telemetry = tel
     return table
 
 
@@ -127,8 +128,8 @@ def test_memory_headroom_limits_the_batch_size_suggestion():
         rows = [{"rank": r, "step": s, "compute": 50, "comm": 40, "comm_exposed": 40}
                 for r in range(2) for s in range(6)]
         t = table_from_rows(rows, knobs={"batch_size": 32})
-        t.extras["telemetry"] = table.extras["telemetry"][table.extras["telemetry"]["rank"] < 2]
-        t.extras["telemetry"]["t_ns"] = int(t.frame["start_ns"].min())
+        t.telemetry = table.telemetry[table.telemetry["rank"] < 2].copy()
+        t.telemetry["t_ns"] = int(t.frame["start_ns"].min())
         rep = analyze_table(t, Thresholds(warmup_steps=0))
         return next((s for s in rep.suggestions if s.knob == "batch_size"), None)
 

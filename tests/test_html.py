@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 
 import gpuscope
-from gpuscope.pipeline import analyze_table
-from gpuscope.render_html import render_html
+from gpuscope.analyze.pipeline import analyze_table
+from gpuscope.render.html import render as render_html
 from gpuscope.runtable import RankInfo, RunTable
 from gpuscope.thresholds import Thresholds
 
@@ -125,7 +125,7 @@ def _big_table(n_ranks=1000, n_steps=1000) -> RunTable:
 def test_thousand_ranks_by_thousand_steps_stays_light(browser, tmp_path):
     report = analyze_table(_big_table(), Thresholds())
     assert [s.rank for s in report.stragglers] == [7]
-    from gpuscope.render_html import figures
+    from gpuscope.render.html import figures
 
     traces = {pid: len(fig.data) for pid, fig in figures(report)}
     assert traces["panel-heatmap"] == 3 and sum(traces.values()) < 80  # aggregated, not per rank

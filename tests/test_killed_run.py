@@ -6,6 +6,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 import gpuscope
 from gpuscope.doctor import free_port
 from gpuscope.record_format import rank_file_name
@@ -20,6 +22,7 @@ def _rows(path):
 
 
 
+@pytest.mark.slow
 def test_sigkill_mid_run_keeps_completed_steps(tmp_path):
     """Both ranks are started by hand in one process group (torchrun would put its workers
     out of reach of the signal) and killed together with SIGKILL."""

@@ -8,7 +8,7 @@ import pytest
 
 import gpuscope
 from gpuscope.errors import TraceFormatError
-from gpuscope.pipeline import load_table
+from gpuscope.readers import read_path as load_table
 
 # the shared traces sit beside the checkout (../shared), in CI as here
 HTA = os.environ.get("GPUSCOPE_HTA_TRACES") or os.path.join(os.path.dirname(__file__), "..", "..",
@@ -52,7 +52,7 @@ def test_trace_filter_has_two_of_128_ranks():
 def test_cpu_only_trace_without_gpu_events():
     t = load_table(os.path.join(HTA, "cpu_only"))
     assert list(t.ranks) == [34] and t.world_size == 300
-    assert "gpu_breakdown" not in t.extras or not t.extras["gpu_breakdown"]
+    assert not t.gpu_breakdown
     row = t.frame.iloc[0]
     assert row.comm_ns > 0  # gloo:all_reduce ranges count as communication on CPU
 
@@ -76,7 +76,7 @@ def test_rank_from_file_name_when_distributed_info_lacks_it(tmp_path):
 def test_old_category_names_read():
     t = load_table(os.path.join(HTA, "trace_file_list"))
     assert list(t.ranks) == [1]
-    assert t.extras["gpu_breakdown"][1]["compute_pct"] > 0  # "Kernel" / "Runtime" categories
+    assert t.gpu_breakdown[1].compute_pct > 0  # "Kernel" / "Runtime" categories
 
 
 @pytest.mark.parametrize("folder", ["amd_trace", "triton_example", "mtia_trace_single_rank",

@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from gpuscope.kineto import reader
+from gpuscope.readers.kineto import reader
 
 HTA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "traces", "hta")
 FIELDS = ("host_kind", "host_start", "host_end", "host_tid", "step_id", "dev_kind", "dev_start",

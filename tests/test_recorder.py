@@ -9,7 +9,8 @@ import pytest
 
 import gpuscope
 from gpuscope import record_format
-from gpuscope.pipeline import load_table
+from gpuscope.readers import read_path as load_table
+from gpuscope.record import writer
 
 
 class SlowIterable:
@@ -89,7 +90,7 @@ def test_internal_error_does_not_stop_training(tmp_path, monkeypatch, caplog):
     def broken(self, row):
         raise OSError("disk full (injected)")
 
-    monkeypatch.setattr(record_format.RecordWriter, "add_rows", broken)
+    monkeypatch.setattr(writer.RecordWriter, "add_rows", broken)
     seen = []
     with caplog.at_level(logging.WARNING, logger="gpuscope"):
         with gpuscope.record(tmp_path) as rec:
@@ -98,9 +99,9 @@ def test_internal_error_does_not_stop_training(tmp_path, monkeypatch, caplog):
                     seen.append(item)
                 rec.step()
     assert seen == list(range(20))  # every batch still reached the loop
-    msgs = [r for r in caplog.records if "recording disabled" in r.getMessage()]
+    msgs = [r for r in caplog.records if "recording stopped" in r.getMessage()]
     assert len(msgs) == 1  # logged once, not per step
-    assert not rec.enabled
+    assert not rec.active
 
 
 def test_unwritable_run_dir_does_not_stop_training(tmp_path):

@@ -2,7 +2,7 @@
 
 import pytest
 
-from gpuscope.pipeline import analyze_table
+from gpuscope.analyze.pipeline import analyze_table
 from gpuscope.thresholds import Thresholds
 from helpers import balanced, table_from_rows
 
@@ -31,7 +31,7 @@ def test_moderate_data_wait_is_secondary_and_gets_a_suggestion():
     rep = verdict(balanced(5, 2, data=10, compute=90), knobs={"num_workers": 0, "cpu_count": 8,
                                                                 "local_world_size": 2})
     assert rep.verdict.label == "compute-bound"
-    assert "moderately data-bound" in rep.steps["secondary"].iloc[0]
+    assert "moderately data-bound" in rep.steps[0].secondary
     assert rep.suggestions and rep.suggestions[0].knob == "num_workers"
 
 
@@ -91,7 +91,7 @@ def test_random_jitter_is_not_imbalance_but_its_cost_is_reported():
     rep = verdict(rows)
     assert rep.verdict.label == "compute-bound"
     assert rep.stragglers == []
-    assert all("jitter" in sec for sec in rep.steps["secondary"])
+    assert all(s.jitter for s in rep.steps)
     d = rep.to_dict()
     assert d["jitter"]["steps_time_pct"] == pytest.approx(100)
     assert d["jitter"]["wait_pct"] == pytest.approx(100 * 20 / 75, abs=0.1)  # 20 of 75 ms waited
@@ -112,7 +112,7 @@ def test_periodic_straggler_is_consistent_and_named():
     rep = verdict(rows)
     assert [s.rank for s in rep.stragglers] == [2]
     assert rep.verdict.label == "imbalanced"
-    assert set(rep.steps.loc[rep.steps["label"] == "imbalanced", "step"]) == set(range(0, 30, 3))
+    assert {s.step for s in rep.steps if s.label == "imbalanced"} == set(range(0, 30, 3))
 
 
 def test_too_few_steps_to_tell_jitter_from_a_straggler_warns():
@@ -140,7 +140,7 @@ def test_conflicting_shares_largest_wins_and_other_is_secondary():
             for r in range(2) for s in range(5)]
     rep = verdict(rows)
     assert rep.verdict.label == "comm-bound"
-    assert "data-bound" in rep.steps["secondary"].iloc[0]
+    assert "data-bound" in rep.steps[0].secondary
 
 
 def test_thresholds_are_configurable():
@@ -206,8 +206,8 @@ def test_mismatched_steps_warn_and_still_analyse():
 
 
 def test_jitter_is_shown_in_terminal_and_dashboard():
-    from gpuscope.render_html import render_html
-    from gpuscope.render_terminal import render_text
+    from gpuscope.render.html import render as render_html
+    from gpuscope.render.terminal import render as render_text
 
     rows = []
     for s in range(12):
@@ -232,8 +232,7 @@ def test_steps_where_another_rank_is_late_are_jitter_beside_a_straggler():
                          "comm": exposed, "comm_exposed": exposed, "other": 0})
     rep = verdict(rows)
     assert [s.rank for s in rep.stragglers] == [1]
-    labels = dict(zip(rep.steps["step"], rep.steps["label"]))
+    labels = {s.step: s.label for s in rep.steps}
     assert all(labels[s] == "imbalanced" for s in range(20) if s not in odd)
     assert all(labels[s] != "imbalanced" for s in odd)
-    assert all("jitter" in sec for step, sec in zip(rep.steps["step"], rep.steps["secondary"])
-               if step in odd)
+    assert all(s.jitter for s in rep.steps if s.step in odd)

@@ -32,7 +32,7 @@ def test_samples_are_small():
 
 
 def test_kineto_sample_has_two_profiler_cycles_per_rank():
-    from gpuscope.pipeline import load_table
+    from gpuscope.readers import read_path as load_table
 
     t = load_table(os.path.join(SAMPLES, "compute", "kineto"))
     assert all(len(info.meta["files"]) == 2 for info in t.ranks.values())

@@ -7,8 +7,8 @@ import sys
 import pytest
 
 from gpuscope.errors import InputError
-from gpuscope.pipeline import analyze_table
-from gpuscope.scaling import scaling_dict, scaling_points
+from gpuscope.analyze.pipeline import analyze_table
+from gpuscope.analyze.scaling import scaling_dict, scaling_points
 from gpuscope.thresholds import Thresholds
 from helpers import table_from_rows
 

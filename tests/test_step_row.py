@@ -1,7 +1,7 @@
 """sum_step: one step's recorded intervals -> a row (times in ns on a made-up clock)."""
 
 from gpuscope.record_format import STEP_COLUMNS
-from gpuscope.step_row import sum_step
+from gpuscope.record.step_row import sum_step
 
 
 def row(**kw):

@@ -179,7 +179,7 @@ def test_recorder_writes_scalars_for_the_scalars_tab(tmp_path):
 def test_scalars_are_written_off_the_training_thread(tmp_path, monkeypatch):
     import threading
 
-    from gpuscope import tb_scalars
+    from gpuscope.record import tb_scalars
 
     threads = []
     real = tb_scalars.ScalarWriter.write
@@ -196,8 +196,8 @@ def test_scalars_are_written_off_the_training_thread(tmp_path, monkeypatch):
 
 
 def test_a_failing_scalar_writer_only_turns_scalars_off(tmp_path, monkeypatch):
-    from gpuscope import tb_scalars
-    from gpuscope.pipeline import load_table
+    from gpuscope.record import tb_scalars
+    from gpuscope.readers import read_path as load_table
 
     def broken(self, run_dir, rank):
         raise OSError("disk full")

@@ -1,4 +1,4 @@
-"""`gpuscope demo`: launch the scenario under torchrun, then analyze and report what it recorded."""
+"""`gpuscope demo`: launch a scenario under torchrun, then analyze what it recorded."""
 
 from __future__ import annotations
 
@@ -6,6 +6,9 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
+
+from ..errors import GpuscopeError
 
 
 def torchrun_cmd(nproc: int, *train_args: str) -> list[str]:
@@ -26,25 +29,41 @@ def run_training(scenario: str, run_dir: str, steps: int = 30, nproc: int = 2,
         raise subprocess.CalledProcessError(proc.returncode, proc.args, proc.stdout, proc.stderr)
 
 
-def run_demo(scenario: str, out: str, steps: int = 30, nproc: int = 2, profile: bool = True) -> int:
-    from .. import cli
+class DemoFailed(GpuscopeError):
+    """The demo's training run did not finish."""
+
+
+@dataclass
+class DemoResult:
+    """What `run_demo` made."""
+
+    report: object              # gpuscope.Report of the recorded run
+    record_dir: str
+    trace_dir: str | None       # the same run as torch.profiler traces
+    json_path: str
+    html_path: str
+    out: str
+
+
+def run_demo(scenario: str, out: str, steps: int = 30, nproc: int = 2,
+             profile: bool = True) -> DemoResult:
+    """Train the scenario (recorded, and profiled when `profile`), analyze the record, and write
+    report.json and report.html into `out`. Raises DemoFailed with the training's output."""
+    from .. import analyze
 
     record_dir = os.path.join(out, "record")
     trace_dir = os.path.join(out, "kineto") if profile else None
     for d in (record_dir, trace_dir):
         if d and os.path.isdir(d):
             shutil.rmtree(d)
-    print(f"gpuscope demo: {nproc}-process DDP (gloo, CPU), scenario '{scenario}', {steps} steps ...",
-          flush=True)
     try:
         run_training(scenario, record_dir, steps, nproc, trace_dir, extra=("--tensorboard",))
     except subprocess.CalledProcessError as exc:
-        print(exc.stderr[-3000:], file=sys.stderr)
-        print(f"gpuscope demo: training failed (exit {exc.returncode})", file=sys.stderr)
-        return 1
-    rc = cli.main(["analyze", record_dir, "--json", os.path.join(out, "report.json"),
-                   "--html", os.path.join(out, "report.html")])
-    if rc == 0 and trace_dir:
-        print(f"\nThe same run as torch.profiler traces: gpuscope analyze {trace_dir}\n"
-              f"In TensorBoard (gpuscope tab + Scalars): tensorboard --logdir {out}")
-    return rc
+        raise DemoFailed(f"training failed (exit {exc.returncode}):\n{exc.stderr[-3000:]}") \
+            from None
+    report = analyze(record_dir)
+    result = DemoResult(report, record_dir, trace_dir, os.path.join(out, "report.json"),
+                        os.path.join(out, "report.html"), out)
+    report.write_json(result.json_path)
+    report.write_html(result.html_path)
+    return result

@@ -1,6 +1,7 @@
 """NVML telemetry: a background thread that reads (never sets) one GPU's state at 1-10 Hz.
 
-Per sample: utilization %, memory used / total, power, SM clock, temperature, throttle reasons.
+Per sample (record_format.NVML_FIELDS): utilization %, memory used / total, power, SM clock,
+temperature, throttle reasons.
 The device is the one this rank uses: matched by PCI bus id when torch can tell it, else through
 CUDA_VISIBLE_DEVICES (index or UUID), else the local rank. Without a driver the sampler switches
 itself off with one info line. Everything NVML goes through `NvmlApi`, the seam tests replace.
@@ -13,11 +14,7 @@ import sys
 import threading
 import time
 
-from ._log import info_once, warn_once
-
-FIELDS = ("t_ns", "util_pct", "mem_used_bytes", "mem_total_bytes", "power_w", "sm_clock_mhz",
-          "temp_c", "throttle")
-
+from .._log import info_once, warn_once
 
 class NvmlUnavailable(Exception):
     """No usable NVML here (no driver, no library, no such device)."""
@@ -49,6 +46,7 @@ class NvmlApi:
         return self.nv.nvmlDeviceGetHandleByIndex(index or 0)
 
     def sample(self, h) -> tuple:
+        """One sample, in the order of record_format.NVML_FIELDS."""
         nv = self.nv
         util = nv.nvmlDeviceGetUtilizationRates(h).gpu
         mem = nv.nvmlDeviceGetMemoryInfo(h)
@@ -84,16 +82,6 @@ class NvmlApi:
 
 def _text(x) -> str:
     return x.decode() if isinstance(x, bytes) else str(x)
-
-
-# throttle reason bits (nvml.h: nvmlClocksEventReason*)
-THROTTLE_BITS = {0x1: "gpu_idle", 0x2: "app_clocks", 0x4: "sw_power_cap", 0x8: "hw_slowdown",
-                 0x10: "sync_boost", 0x20: "sw_thermal", 0x40: "hw_thermal",
-                 0x80: "hw_power_brake", 0x100: "display_clocks"}
-
-
-def throttle_names(mask: int) -> list[str]:
-    return [name for bit, name in THROTTLE_BITS.items() if mask & bit and name != "gpu_idle"]
 
 
 def device_selector(local_rank: int) -> dict:
@@ -166,8 +154,12 @@ class Sampler:
         return out
 
     def stop(self) -> None:
+        """Stop sampling and release NVML; safe to call more than once."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=2.0)
-        if hasattr(self, "api"):
-            self.api.shutdown()
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join(timeout=2.0)
+        api = self.__dict__.pop("api", None)
+        if api is not None:
+            api.shutdown()
+        self.active = False

@@ -12,34 +12,22 @@ Per-step jitter is never consistent, so it names no one.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 import pandas as pd
 
+from ..report import Straggler
+from ..thresholds import Thresholds
+from ..vocab import COMPUTE_PHASES, IMBALANCED
 from .consistency import Roles
-from .thresholds import Thresholds
 
 _CAUSES = ("data_ns", "compute_ns", "other_ns")
-_COMPUTE_PARTS = ("forward_ns", "backward_ns", "optimizer_ns")
-
-
-@dataclass
-class Straggler:
-    rank: int
-    slow_steps_share: float     # share of analysed steps in which this rank was the slow one
-    excess_ns: int              # median busy time (step - wait) above the median rank
-    cause: str                  # "data" | "compute" | "other"
-    cause_detail: str = ""      # e.g. "backward" when the compute excess sits there
-    cause_excess_ns: int = 0
-    host: str = ""
-    extra: dict = field(default_factory=dict)
+_COMPUTE_PARTS = tuple(f"{p}_ns" for p in COMPUTE_PHASES)
 
 
 def find_stragglers(frame: pd.DataFrame, steps: pd.DataFrame, th: Thresholds, roles: Roles,
                     hosts: dict[int, str] | None = None) -> list[Straggler]:
     n_ranks = frame["rank"].nunique()
-    imb = steps.loc[steps["label"] == "imbalanced", "step"].to_numpy()
+    imb = steps.loc[steps["label"] == IMBALANCED, "step"].to_numpy()
     if imb.size == 0 or roles.slow is None:
         return []
     in_imb = np.isin(roles.steps, imb)

@@ -4,34 +4,29 @@ estimate of the step time after the change (all estimates from measured times, i
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
-from .classify import COMM, DATA, IMBALANCED, JITTER
+from ..report import Jitter, Straggler, Suggestion
+from ..thresholds import Thresholds
+from ..vocab import COMM, DATA, IMBALANCED, JITTER, MS
 from .groups import Groups
-from .stragglers import Straggler
-from .thresholds import Thresholds
-
-MS = 1e6
 
 
 @dataclass
-class Suggestion:
-    knob: str
-    current: object
-    proposed: object
-    estimated_step_ms: float
-    why: str
-    addresses: str            # the label it fixes
-    gain_pct: float = 0.0     # throughput gain (samples/s) the estimate implies
+class Findings:
+    """What the analysis found that the suggestions are drawn from."""
 
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d["estimated_step_ms"] = round(float(self.estimated_step_ms), 3)
-        d["gain_pct"] = round(float(self.gain_pct), 1)
-        return d
+    frame: pd.DataFrame             # the analysed rank x step table (wait filled)
+    labels: set[str]                # the verdict and every label holding a material share
+    thresholds: Thresholds
+    knobs: dict
+    stragglers: list[Straggler] = field(default_factory=list)
+    early_ranks: set[int] = field(default_factory=set)  # ranks that wait for all others
+    data_share: float = 0.0         # median step's data share
+    jitter: Jitter = field(default_factory=Jitter)
 
 
 @dataclass(frozen=True)
@@ -189,7 +184,7 @@ def suggest_imbalance(t: TypicalStep, stragglers: list[Straggler], knobs: dict,
             "other": "it spends longer outside data and compute: host overhead, Python work or "
                      "synchronization specific to that rank",
         }
-        evidence = s.extra.get("telemetry")
+        evidence = s.telemetry
         out.append(Suggestion(
             "straggler", f"rank {s.rank}{where}", "match the median rank", est / MS,
             f"the other ranks wait {t.wait / MS:.1f} ms per step for rank {s.rank} (slow in "
@@ -200,11 +195,12 @@ def suggest_imbalance(t: TypicalStep, stragglers: list[Straggler], knobs: dict,
     return out
 
 
-def suggest_jitter(t: TypicalStep, steps_share: float, wait_share: float) -> list[Suggestion]:
+def suggest_jitter(t: TypicalStep, jitter: Jitter) -> list[Suggestion]:
     """Waiting that moves between ranks: no one rank to fix, so even out the per-step work."""
+    wait_share = jitter.wait_share
     est = t.step * (1 - wait_share)
     return [Suggestion(
-        "rank_jitter", f"waiting moves between ranks ({steps_share:.0%} of step time)",
+        "rank_jitter", f"waiting moves between ranks ({jitter.steps_share:.0%} of step time)",
         "even out per-step work", est / MS,
         f"ranks lose {wait_share:.1%} of step time waiting for each other, but no rank is late "
         "step after step: look for uneven inputs (sort or bucket samples by length), noisy "
@@ -212,22 +208,20 @@ def suggest_jitter(t: TypicalStep, steps_share: float, wait_share: float) -> lis
         "(logging, checkpointing, garbage collection)", JITTER, _gain(t.step, est))]
 
 
-def suggest(frame: pd.DataFrame, labels: set[str], stragglers: list[Straggler], knobs: dict,
-            th: Thresholds, data_share: float, early: set[int] | None = None,
-            jitter: tuple[float, float] = (0.0, 0.0)) -> list[Suggestion]:
+def suggest(found: Findings) -> list[Suggestion]:
     """Suggestions for every bottleneck present (label or secondary), best estimated gain first.
 
-    `jitter` is (share of step time in jitter steps, share lost waiting in them); it gets a
-    suggestion when those steps hold a material share (>= 20%) of the time."""
+    Jitter gets a suggestion when its steps hold a material share (>= 20%) of the time."""
+    frame, labels, th, knobs = found.frame, found.labels, found.thresholds, found.knobs
     if frame.empty:
         return []
     t = typical_step(frame)
     out: list[Suggestion] = []
     if IMBALANCED in labels:
-        out += suggest_imbalance(t, stragglers, knobs, early)
-    if jitter[0] >= 0.2 and jitter[1] > 0:
-        out += suggest_jitter(t, *jitter)
-    if DATA in labels or data_share >= th.data_moderate:
+        out += suggest_imbalance(t, found.stragglers, knobs, found.early_ranks)
+    if found.jitter.steps_share >= 0.2 and found.jitter.wait_share > 0:
+        out += suggest_jitter(t, found.jitter)
+    if DATA in labels or found.data_share >= th.data_moderate:
         out += suggest_data(t, knobs, th)
     if COMM in labels:
         out += suggest_comm(t, knobs, th)

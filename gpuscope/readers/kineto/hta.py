@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...report import GpuBreakdown
 from . import spans
 from .events import COMM, COMPUTE, STEP, RankEvents
 
@@ -30,7 +31,7 @@ def launched_before_last_step(ev: RankEvents) -> np.ndarray:
     return np.isin(ev.dev_corr, early)
 
 
-def gpu_breakdown(ev: RankEvents, drop_last_step: bool) -> dict | None:
+def gpu_breakdown(ev: RankEvents, drop_last_step: bool) -> GpuBreakdown | None:
     if ev.dev_kind.size == 0:
         return None
     keep = launched_before_last_step(ev) if drop_last_step else np.ones(ev.dev_kind.size, bool)
@@ -49,11 +50,9 @@ def gpu_breakdown(ev: RankEvents, drop_last_step: bool) -> dict | None:
     comm = spans.merge(start[kind == COMM], end[kind == COMM])
     compute = spans.length(comp)
     comm_len = spans.length(comm)
-    out = {
-        "idle_pct": round(100 * idle / kernel_time, 2),
-        "compute_pct": round(100 * compute / kernel_time, 2),
-        "non_compute_pct": round(100 * (kernel_time - compute - idle) / kernel_time, 2),
-        "kernel_time_us": round(kernel_time / 1000, 1),
-        "comm_overlap_pct": round(100 * spans.overlap(comp, comm) / comm_len, 2) if comm_len else None,
-    }
-    return out
+    return GpuBreakdown(
+        idle_pct=round(100 * idle / kernel_time, 2),
+        compute_pct=round(100 * compute / kernel_time, 2),
+        non_compute_pct=round(100 * (kernel_time - compute - idle) / kernel_time, 2),
+        kernel_time_us=round(kernel_time / 1000, 1),
+        comm_overlap_pct=round(100 * spans.overlap(comp, comm) / comm_len, 2) if comm_len else None)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from ._log import info_once, warn_once
+from .._log import info_once, warn_once
 
 CommSink = Callable[[int, int, int], None]  # (bucket_index, launch_ns, done_ns)
 
@@ -69,8 +69,11 @@ class DDPCommTimer:
         self._register_user_hook(getattr(self.ddp, "process_group", None), hook)
 
     def detach(self) -> None:
-        """Stop reporting; the dispatcher stays registered (DDP cannot unregister) and just forwards."""
+        """Stop reporting and let go of the recorder: the dispatcher stays registered (DDP cannot
+        unregister a hook) and from now on only forwards to the inner hook, with no timing."""
         self.active = False
+        self.sink = None
+        self.device = None
 
 
 def _mean_allreduce(process_group, bucket):
@@ -84,16 +87,17 @@ def _mean_allreduce(process_group, bucket):
 
 
 def _dispatch(timer: DDPCommTimer, bucket):
+    unwrap = timer.unwrap
+    sink = timer.sink if timer.active else None
+    if sink is None:  # detached: exactly what DDP would do without gpuscope
+        fut = timer.inner_hook(timer.inner_state, bucket)
+        return fut.then(_first) if unwrap else fut
     launch = time.perf_counter_ns()
-    device = timer.device if timer.active else None
+    device = timer.device
     dev_launch = device.comm_launch() if device is not None else None
     fut = timer.inner_hook(timer.inner_state, bucket)
-    unwrap = timer.unwrap
-    if not timer.active:
-        return fut.then(_first) if unwrap else fut
     try:
         index = bucket.index()
-        sink = timer.sink
 
         def _done(f):
             try:

@@ -13,7 +13,7 @@ import zlib
 
 import msgspec
 
-from ..errors import TraceFormatError
+from ...errors import TraceFormatError
 
 class Args(msgspec.Struct, gc=False):
     correlation: int = -1
@@ -98,8 +98,15 @@ class _NotSimple(Exception):
     """The archive is not one gzip member whose size the trailer gives."""
 
 
+#: deflate expands at most ~1032:1; a trailer claiming more is not a size (a truncated file ends
+#: mid-stream, and its last four bytes are arbitrary)
+MAX_DEFLATE_RATIO = 1032
+
+
 def _gunzip_in_place(data: bytes) -> bytearray:
     size = int.from_bytes(data[-4:], "little") if len(data) >= 18 else 0
+    if size > MAX_DEFLATE_RATIO * len(data):
+        raise _NotSimple
     out = bytearray(size)
     view = memoryview(out)
     inflate = zlib.decompressobj(wbits=31)

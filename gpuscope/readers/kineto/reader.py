@@ -16,8 +16,8 @@ from concurrent.futures import ProcessPoolExecutor
 import msgspec
 import pandas as pd
 
-from ..errors import InputError, TraceFormatError
-from ..runtable import RankInfo, RunTable, empty_frame
+from ...errors import InputError, TraceFormatError
+from ...runtable import RankInfo, RunTable, empty_frame
 from .collectives import match_collectives
 from .decode import (BATCH, batches, decode_trace, events_of, file_size, read_bytes,
                      split_events)
@@ -217,5 +217,4 @@ def read_kineto(path: str, files: list[str], jobs: int | None = None) -> RunTabl
         warnings.append(f"traces for {len(ranks)} of {world} ranks; the others are missing")
     if frame.empty:
         raise InputError(f"{path}: the traces hold no events gpuscope can use")
-    return RunTable(frame, "kineto", path, ranks, world, warnings,
-                    extras={"gpu_breakdown": breakdown})
+    return RunTable(frame, "kineto", path, ranks, world, warnings, gpu_breakdown=breakdown)

@@ -1,4 +1,4 @@
-"""Where this process sits in the job: rank, local rank, world size, host."""
+"""Where this process sits in the job: rank, local rank, world size, host, and the job's id."""
 
 from __future__ import annotations
 
@@ -49,3 +49,18 @@ def detect_placement() -> Placement:
     if rank is not None and world is not None:
         return Placement(rank, local_rank, world, local_world or world, host, "env")
     return Placement(0, 0, 1, 1, host, "single")
+
+
+def job_id() -> str:
+    """An id every rank of this job shares, from the launcher's environment ("" if none):
+    GPUSCOPE_RUN_ID, else torchrun's run id and restart count, else SLURM's job and step."""
+    env = os.environ
+    if env.get("GPUSCOPE_RUN_ID"):
+        return env["GPUSCOPE_RUN_ID"]
+    run = env.get("TORCHELASTIC_RUN_ID", "")
+    if run and run != "none":
+        return f"torchelastic:{run}:{env.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+    if env.get("SLURM_JOB_ID"):
+        return (f"slurm:{env['SLURM_JOB_ID']}:{env.get('SLURM_STEP_ID', '')}:"
+                f"{env.get('SLURM_RESTART_COUNT', '0')}")
+    return ""

@@ -7,26 +7,28 @@ the HTA-compatible GPU breakdown for Kineto input.
 
 Every name that comes from a run or a trace is data, not markup: it is HTML-escaped in the page
 and in every string handed to plotly (which would otherwise render tags in labels and hovers).
+
+A Report read back from JSON has no rank x step table: its page shows the per-step bars from the
+steps' shares and leaves out the panels that need every rank's steps (heatmap, telemetry).
 """
 
 from __future__ import annotations
 
 import html
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
-from .classify import rank_shares
-from .report import Report, jitter_note
+from ..runtable import shares
+from ..vocab import LABEL_COLORS, MS, STACK_COLORS
 
-MS = 1e6
+if TYPE_CHECKING:
+    from ..report import Report
+
 MAX_HEAT_RANKS = 256
 MAX_HEAT_STEPS = 400
 MAX_NAMED_RANKS = 8
-PART_COLORS = {"data": "#e0a100", "compute": "#2e9d5b", "transfer": "#9b59b6", "wait": "#d9534f",
-               "other": "#9aa5b1"}
-LABEL_COLORS = {"data-bound": "#e0a100", "comm-bound": "#9b59b6", "imbalanced": "#d9534f",
-                "compute-bound": "#2e9d5b"}
 
 
 def esc(value) -> str:
@@ -36,13 +38,40 @@ def esc(value) -> str:
 
 # ------------------------------------------------------------------------------ figures
 def _parts_ms(frame: pd.DataFrame) -> pd.DataFrame:
-    sh = rank_shares(frame)
+    sh = shares(frame)
     step_ms = frame["step_ns"].to_numpy() / MS
     out = pd.DataFrame({"step": frame["step"].to_numpy(), "rank": frame["rank"].to_numpy()})
-    for part in PART_COLORS:
-        out[part] = sh[part].to_numpy() * step_ms
+    for part in STACK_COLORS:
+        out[part] = sh[part] * step_ms
     out["step_ms"] = step_ms
     return out
+
+
+def _step_views(report: Report) -> dict[str, pd.DataFrame]:
+    """Per-step parts (ms) for the dropdown: slowest rank, median, stragglers and slow ranks."""
+    if report.table is None:  # read back from JSON: the steps' own shares
+        st = report.steps
+        step_ms = np.array([s.step_ns for s in st], dtype=np.float64) / MS
+        v = pd.DataFrame({"data": [s.data_share for s in st],
+                          "compute": [s.compute_share for s in st],
+                          "transfer": [s.comm_share for s in st],
+                          "wait": [s.wait_share for s in st]},
+                         index=pd.Index([s.step for s in st], name="step")).mul(step_ms, axis=0)
+        v["other"] = np.maximum(step_ms - v.sum(axis=1).to_numpy(), 0)
+        return {"per step (saved report: mean shares)": v}
+    parts = _parts_ms(report.table.frame)
+    views: dict[str, pd.DataFrame] = {}
+    slowest = parts.loc[parts.groupby("step")["step_ms"].idxmax()].set_index("step")
+    views["slowest rank per step"] = slowest
+    views["median over ranks"] = parts.groupby("step")[list(STACK_COLORS) + ["step_ms"]].median()
+    named = report.straggler_ranks
+    by_time = [r.rank for r in sorted(report.ranks, key=lambda r: -r.step_ns)]
+    for r in named + [r for r in by_time if r not in named]:
+        if len(views) >= 2 + MAX_NAMED_RANKS:
+            break
+        tag = " (straggler)" if r in named else ""
+        views[f"rank {r}{tag}"] = parts[parts["rank"] == r].set_index("step")
+    return views
 
 
 def step_bars(report: Report):
@@ -50,32 +79,21 @@ def step_bars(report: Report):
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    parts = _parts_ms(report.table.frame)
-    views: dict[str, pd.DataFrame] = {}
-    slowest = parts.loc[parts.groupby("step")["step_ms"].idxmax()].set_index("step")
-    views["slowest rank per step"] = slowest
-    views["median over ranks"] = parts.groupby("step")[list(PART_COLORS) + ["step_ms"]].median()
-    named = [s.rank for s in report.stragglers]
-    by_time = report.rank_summary.sort_values("step_ns", ascending=False)["rank"].tolist()
-    for r in named + [r for r in by_time if r not in named]:
-        if len(views) >= 2 + MAX_NAMED_RANKS:
-            break
-        tag = " (straggler)" if r in named else ""
-        views[f"rank {r}{tag}"] = parts[parts["rank"] == r].set_index("step")
+    views = _step_views(report)
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.9, 0.1],
                         vertical_spacing=0.03)
-    n_parts = len(PART_COLORS)
+    n_parts = len(STACK_COLORS)
     for i, (name, v) in enumerate(views.items()):
-        for part, color in PART_COLORS.items():
+        for part, color in STACK_COLORS.items():
             fig.add_trace(go.Bar(x=v.index.to_numpy(np.int32), y=v[part].to_numpy(np.float32),
                                  name=part, marker_color=color,
                                  visible=i == 0, legendgroup=part, showlegend=True,
                                  hovertemplate=f"step %{{x}}<br>{part}: %{{y:.2f}} ms"
                                                "<extra></extra>"), row=1, col=1)
     steps = report.steps
-    fig.add_trace(go.Bar(x=steps["step"], y=[1] * len(steps),
-                         marker_color=[LABEL_COLORS.get(x, "#777") for x in steps["label"]],
-                         customdata=steps["label"].map(esc), name="label", showlegend=False,
+    fig.add_trace(go.Bar(x=[s.step for s in steps], y=[1] * len(steps),
+                         marker_color=[LABEL_COLORS.get(s.label, "#777") for s in steps],
+                         customdata=[esc(s.label) for s in steps], name="label", showlegend=False,
                          hovertemplate="step %{x}: %{customdata}<extra></extra>"), row=2, col=1)
     buttons = []
     for i, name in enumerate(views):
@@ -114,6 +132,8 @@ def _binned(frame: pd.DataFrame, column: str) -> tuple[np.ndarray, list, list]:
 
 
 def heatmap(report: Report):
+    if report.table is None:
+        return None
     import plotly.graph_objects as go
 
     fig = go.Figure()
@@ -136,16 +156,14 @@ def heatmap(report: Report):
 def rank_bars(report: Report):
     import plotly.graph_objects as go
 
-    rs = report.rank_summary
-    d = report.to_dict()["ranks"]
-    x = [esc(f"{r['rank']}") for r in d]
+    ranks = report.ranks
+    x = [esc(f"{r.rank}") for r in ranks]
     fig = go.Figure()
-    transfer = (rs["comm_exposed_ns"] - rs["wait_ns"]).clip(lower=0)
-    cols = {"data": rs["data_ns"], "compute": rs["compute_ns"], "transfer": transfer,
-            "wait": rs["wait_ns"], "other": rs["other_ns"]}
-    for part, values in cols.items():
+    for part in STACK_COLORS:
+        values = np.array([r.transfer_ns if part == "transfer" else r.part_ns(part)
+                           for r in ranks], dtype=np.float64)
         fig.add_trace(go.Bar(x=x, y=(values / MS).round(3), name=part,
-                             marker_color=PART_COLORS[part],
+                             marker_color=STACK_COLORS[part],
                              hovertemplate=f"rank %{{x}}<br>{part}: %{{y:.2f}} ms<extra></extra>"))
     fig.update_layout(barmode="stack", title="Per rank: median ms per step", height=380,
                       xaxis=dict(title="rank", type="category"), yaxis=dict(title="ms"),
@@ -156,7 +174,7 @@ def rank_bars(report: Report):
 def gpu_breakdown_bars(report: Report):
     import plotly.graph_objects as go
 
-    gb = report.table.extras.get("gpu_breakdown") or {}
+    gb = {r.rank: r.gpu_breakdown.to_dict() for r in report.ranks if r.gpu_breakdown is not None}
     if not gb:
         return None
     ranks = sorted(gb)
@@ -176,7 +194,7 @@ def gpu_breakdown_bars(report: Report):
 
 
 def telemetry_lines(report: Report):
-    tel = report.table.extras.get("telemetry")
+    tel = report.table.telemetry if report.table is not None else None
     if tel is None or len(tel) == 0:
         return None
     import plotly.graph_objects as go
@@ -198,12 +216,11 @@ def telemetry_lines(report: Report):
 
 # ------------------------------------------------------------------------------ page
 def _summary_html(report: Report) -> str:
-    d = report.to_dict()
     v = report.verdict
     color = LABEL_COLORS.get(v.label, "#333")
-    out = [f'<h1>gpuscope <small>{esc(d["source"])}: {esc(d["path"])}</small></h1>',
-           f'<p class="meta">{d["ranks_analysed"]} of {d["world_size"]} ranks, '
-           f'{d["steps_analysed"]} steps</p>',
+    out = [f'<h1>gpuscope <small>{esc(report.source)}: {esc(report.path)}</small></h1>',
+           f'<p class="meta">{len(report.ranks)} of {report.world_size} ranks, '
+           f'{len(report.steps)} steps</p>',
            f'<div class="verdict" style="border-color:{color}"><span class="label" '
            f'style="background:{color}">{esc(v.label)}</span> {v.share:.0%} of step time, '
            f'confidence {esc(v.confidence)}']
@@ -215,25 +232,27 @@ def _summary_html(report: Report) -> str:
         items = "".join(
             f"<li>rank {s.rank}{' on ' + esc(s.host) if s.host else ''}: slow in "
             f"{s.slow_steps_share:.0%} of steps, {s.excess_ns / MS:.1f} ms busier per step, "
-            f"mostly in {esc(s.cause)}{' (' + esc(s.cause_detail) + ')' if s.cause_detail else ''}"
-            f"</li>" for s in report.stragglers)
+            f"mostly in {esc(s.part)}</li>" for s in report.stragglers)
         out.append(f'<h2>Stragglers</h2><ul id="stragglers">{items}</ul>')
-    note = jitter_note(d["jitter"])
+    note = report.jitter.note()
     if note:
         out.append(f'<p id="jitter">{esc(note)}</p>')
-    if d["suggestions"]:
+    if report.suggestions:
         items = "".join(
-            f'<li><b>{esc(s["knob"])}</b>: {esc(s["current"])} &rarr; {esc(s["proposed"])} '
-            f'<span class="gain">~{s["estimated_step_ms"]:.1f} ms/step, {s["gain_pct"]:+.0f}% '
-            f'throughput</span><br><span class="why">{esc(s["why"])}</span></li>'
-            for s in d["suggestions"])
+            f'<li><b>{esc(s.knob)}</b>: {esc(s.current)} &rarr; {esc(s.proposed)} '
+            f'<span class="gain">~{s.estimated_step_ms:.1f} ms/step, {s.gain_pct:+.0f}% '
+            f'throughput</span><br><span class="why">{esc(s.why)}</span></li>'
+            for s in report.suggestions)
         out.append(f'<h2>Suggestions</h2><ol id="suggestions">{items}</ol>')
     else:
         out.append('<h2>Suggestions</h2><p id="suggestions">None: the run is compute-bound.</p>')
-    if d["warnings"]:
-        items = "".join(f"<li>{esc(w)}</li>" for w in d["warnings"])
-        out.append(f'<details id="warnings"><summary>{len(d["warnings"])} warning(s)</summary>'
+    if report.warnings:
+        items = "".join(f"<li>{esc(w)}</li>" for w in report.warnings)
+        out.append(f'<details id="warnings"><summary>{len(report.warnings)} warning(s)</summary>'
                    f"<ul>{items}</ul></details>")
+    if report.table is None:
+        out.append('<p class="dim">read from a saved JSON report: the rank x step panels need '
+                   'the run itself (gpuscope analyze RUN --html FILE)</p>')
     th = report.thresholds
     out.append(f'<p class="dim">thresholds: data &ge; {th.data_high:.0%} (moderate '
                f'{th.data_moderate:.0%}), exposed comm &ge; {th.comm:.0%}, wait &ge; '
@@ -250,16 +269,14 @@ border-radius:4px;text-transform:uppercase;font-weight:bold}.gain{color:#2e7d32}
 
 
 def figures(report: Report) -> list[tuple[str, object]]:
-    figs = [("panel-steps", step_bars(report)), ("panel-heatmap", heatmap(report)),
-            ("panel-ranks", rank_bars(report))]
-    for pid, fig in (("panel-gpu", gpu_breakdown_bars(report)),
-                     ("panel-telemetry", telemetry_lines(report))):
-        if fig is not None:
-            figs.append((pid, fig))
-    return figs
+    """(div id, plotly figure) of every panel the report has data for."""
+    figs = (("panel-steps", step_bars(report)), ("panel-heatmap", heatmap(report)),
+            ("panel-ranks", rank_bars(report)), ("panel-gpu", gpu_breakdown_bars(report)),
+            ("panel-telemetry", telemetry_lines(report)))
+    return [(pid, fig) for pid, fig in figs if fig is not None]
 
 
-def render_html(report: Report, plotlyjs: str = "inline") -> str:
+def render(report: Report, *, plotlyjs: str = "inline") -> str:
     """The dashboard page. plotlyjs: "inline" (self-contained, offline) or a script URL/path
     (shared plotly.js, for a folder of dashboards)."""
     import plotly.io as pio
@@ -274,10 +291,7 @@ def render_html(report: Report, plotlyjs: str = "inline") -> str:
         div = pio.to_html(fig, include_plotlyjs=False, full_html=False, div_id=pid,
                           config={"displaylogo": False, "responsive": True})
         parts.append(f'<div class="panel">{div}</div>')
-    title = esc(f"gpuscope: {report.verdict.label} - {report.table.path}")
+    title = esc(f"gpuscope: {report.verdict.label} - {report.path}")
     return (f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>{title}</title>'
             f"<style>{_CSS}</style>{script}</head><body>{_summary_html(report)}"
             f"{''.join(parts)}</body></html>")
-
-
-__all__ = ["render_html", "esc", "figures"]

@@ -13,10 +13,9 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from .errors import InputError
-from .report import Report
-
-MS = 1e6
+from ..errors import InputError
+from ..report import Report
+from ..vocab import MS
 
 
 @dataclass
@@ -38,14 +37,13 @@ def scaling_points(reports: list[Report]) -> list[ScalePoint]:
         raise InputError("scaling needs two or more runs")
     rows = []
     for r in reports:
-        step_ms = float(np.median(r.steps["step_ns"])) / MS
-        bs = r.table.knobs().get("batch_size")
+        step_ms = float(np.median([s.step_ns for s in r.steps])) / MS
+        bs = r.knobs.get("batch_size")
         bs = bs if isinstance(bs, int) and bs > 0 else None
-        per_step = (bs or 1) * r.table.world_size
-        rs = r.rank_summary
-        rows.append([r.table.path, int(r.table.world_size), step_ms, bs,
-                     per_step / (step_ms / 1e3), float(rs["comm_exposed_pct"].mean()),
-                     float(rs["wait_pct"].mean()), float(rs["data_pct"].mean()), r.verdict.label])
+        per_step = (bs or 1) * r.world_size
+        mean = lambda part: float(np.mean([x.part_pct(part) for x in r.ranks]))  # noqa: E731
+        rows.append([r.path, int(r.world_size), step_ms, bs, per_step / (step_ms / 1e3),
+                     mean("comm_exposed"), mean("wait"), mean("data"), r.verdict.label])
     rows.sort(key=lambda x: x[1])
     if len({x[1] for x in rows}) < 2:
         raise InputError("scaling needs runs at different world sizes "

@@ -1,23 +1,31 @@
 """`gpuscope.record`: per-rank step timings taken inside the training loop.
 
-The hot path only takes host timestamps (``time.perf_counter_ns``) and appends to lists; at
-``step()`` a handful of intervals are summed into one row that goes to an append-only file.
-No device synchronization, no collective. Any error inside gpuscope is logged once and
-recording degrades; it never reaches the training loop.
+The hot path only takes host timestamps (``time.perf_counter_ns``) and appends to lists; rows are
+summed every few steps and go to an append-only file. No device synchronization, no collective.
+
+Lifecycle: ``start()`` (or entering the ``with`` block) opens the file and installs the hooks;
+``stop()`` (or leaving it) writes what is left and tears everything down. Every way out - a clean
+stop, an exception in training, an error inside gpuscope, the interpreter exiting without
+``stop()`` - goes through the one teardown: hooks removed, comm timer detached, sampler and
+TensorBoard thread stopped, file closed. Per-step state is kept only while recording is active,
+so a disabled or failed recorder holds nothing. Any error inside gpuscope is logged once and
+recording stops; it never reaches the training loop.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 import time
 from contextlib import contextmanager
 
-from ._log import logger, warn_once
-from .dist import detect_placement
+from .._log import warn_once
+from ..record_format import SCHEMA, STEP_COLUMNS
 from .knobs import batch_size_of, loader_knobs, model_knobs, process_knobs
-from .record_format import SCHEMA, STEP_COLUMNS, RecordWriter, rank_file_name
+from .placement import detect_placement, job_id
 from .step_row import sum_step
+from .writer import RecordWriter
 
 _now = time.perf_counter_ns
 _cpu = time.thread_time_ns
@@ -25,11 +33,12 @@ _cpu = time.thread_time_ns
 #: phase names that count as communication (blocking, host-visible) when used with rec.phase()
 COMM_PHASES = {"comm", "communication", "allreduce", "all_reduce", "all_gather", "reduce_scatter",
                "broadcast", "barrier", "send", "recv"}
-_FIXED = {"forward": "forward_ns", "backward": "backward_ns", "optimizer": "optimizer_ns"}
+
+_NEW, _RUNNING, _STOPPED = "new", "running", "stopped"
 
 
 class Recorder:
-    """Context manager returned by :func:`record`. See DESIGN.md for the contract."""
+    """Returned by :func:`record`: a context manager, or ``start()`` / ``stop()``. See DESIGN.md."""
 
     def __init__(self, run_dir, model=None, *, flush_rows: int = 16, flush_s: float = 1.0,
                  time_optimizer: bool = True, tensorboard: bool = False,
@@ -39,48 +48,85 @@ class Recorder:
             enabled = os.environ.get("GPUSCOPE_DISABLE", "") in ("", "0")
         self.run_dir = os.fspath(run_dir)
         self.model = model
-        self.enabled = enabled
-        self._flush_rows = flush_rows
-        self._flush_s = flush_s
-        self._flush_ns = int(flush_s * 1e9)
-        self._raw: list = []
-        self._time_optimizer = time_optimizer
-        self._writer: RecordWriter | None = None
-        self._tensorboard = tensorboard
-        self._telemetry = telemetry
-        self._telemetry_hz = telemetry_hz
-        self._sampler = None
-        self._device_timing = device_timing
-        self._dev = None         # DeviceTimer when the model trains on a CUDA device
-        self._tb = None          # BackgroundScalars, created on first flush when tensorboard=True
-        self._handles: list = []
-        self._comm_timer = None
-        self._knobs: dict = {}
-        self._batch_size_known = False
+        self.enabled = bool(enabled)
+        self.path: str | None = None  # this recording's rank file, once started
         self.placement = None
         self.steps = 0
         self.warnings: list[str] = []
+        self._flush_rows = flush_rows
+        self._flush_ns = int(flush_s * 1e9)
+        self._time_optimizer = time_optimizer
+        self._tensorboard = tensorboard
+        self._telemetry = telemetry
+        self._telemetry_hz = telemetry_hz
+        self._device_timing = device_timing
+        self._state = _NEW
+        self._active = False     # per-step state is kept only while this is True
+        self._writer: RecordWriter | None = None
+        self._sampler = None     # nvml.Sampler
+        self._dev = None         # cuda_timing.DeviceTimer when the model trains on a CUDA device
+        self._tb = None          # tb_scalars.BackgroundScalars, created on the first flush
+        self._comm_timer = None  # ddp_timing.DDPCommTimer on a DDP model
+        self._handles: list = []
+        self._knobs: dict = {}
+        self._batch_size_known = False
+        self._raw: list = []
+        self._comm: list = []
         self._reset_step(None)
 
     # ----------------------------------------------------------------- lifecycle
-    def __enter__(self) -> "Recorder":
+    def start(self) -> "Recorder":
+        """Start recording (once); returns self. Never raises into training."""
+        if self._state != _NEW:
+            warn_once("recorder-restart", "gpuscope: a recorder starts once; create a new one "
+                                          "with gpuscope.record() for another recording")
+            return self
+        self._state = _RUNNING
         if not self.enabled:
             return self
         try:
             self._open()
+            self._active = True
+            atexit.register(self._at_exit)
         except Exception as exc:
             self._fail("open", exc)
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def stop(self, crashed: bool = False) -> None:
+        """Write what is left and tear down; safe to call more than once."""
+        if self._state != _RUNNING:
+            return
+        self._state = _STOPPED
+        end = None
         try:
-            self._close(crashed=exc_type is not None)
-        except Exception as err:
-            self._fail("close", err)
+            if self._active:
+                end = self._finish(crashed)
+        except Exception as exc:
+            self._fail("close", exc)
+        finally:
+            self._teardown(end)
+
+    @property
+    def active(self) -> bool:
+        """True while steps are being recorded."""
+        return self._active
+
+    def __enter__(self) -> "Recorder":
+        return self.start()
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        self.stop(crashed=exc_type is not None)
         return False  # never swallow the training loop's own exception
+
+    def _at_exit(self) -> None:
+        """The interpreter is exiting and stop() was never called (start() without stop())."""
+        self.stop(crashed=getattr(sys, "last_value", None) is not None)
 
     def _open(self) -> None:
         self.placement = p = detect_placement()
+        # the file first: nothing is hooked into training unless the recording can be written
+        self._writer = RecordWriter(self.run_dir, p.rank)
+        self.path = self._writer.path
         self._t0_perf = _now()
         self._t0_unix = time.time_ns()
         self._knobs = {"world_size": p.world_size, **process_knobs(p.local_world_size)}
@@ -102,17 +148,16 @@ class Recorder:
 
             self._sampler = Sampler(p.local_rank, self._telemetry_hz).start()
             gpu.update(self._sampler.device or {"telemetry": f"off: {self._sampler.reason}"})
-        header = {"schema": SCHEMA, "rank": p.rank, "local_rank": p.local_rank,
-                  "world_size": p.world_size, "host": p.host, "pid": os.getpid(),
-                  "placement_source": p.source, "start_unix_ns": self._t0_unix,
-                  "clock": "perf_counter_ns", "columns": list(STEP_COLUMNS),
-                  "comm_timing": self._comm_timing_mode(), "knobs": self._knobs, "gpu": gpu}
-        path = os.path.join(self.run_dir, rank_file_name(p.rank))
-        self._writer = RecordWriter(path, header)
+        self._writer.write_header({
+            "schema": SCHEMA, "rank": p.rank, "local_rank": p.local_rank,
+            "world_size": p.world_size, "host": p.host, "pid": os.getpid(),
+            "placement_source": p.source, "run_id": job_id(),
+            "recording": self._writer.recording, "start_unix_ns": self._t0_unix,
+            "clock": "perf_counter_ns", "columns": list(STEP_COLUMNS),
+            "comm_timing": self._comm_timing_mode(), "knobs": self._knobs, "gpu": gpu})
 
-    def _close(self, crashed: bool) -> None:
-        if self._writer is None:
-            return
+    def _finish(self, crashed: bool) -> dict:
+        """Flush the last rows and side channels; the end record."""
         if self._raw:
             self._flush_rows_now()
         self._flush_side_channels(final=True)
@@ -127,21 +172,52 @@ class Recorder:
         if self._comm_timer is not None:
             from .ddp_timing import ddp_logging_summary
 
-            self._comm_timer.detach()
             end["ddp_logging"] = ddp_logging_summary(self.model)
             end["comm_hook"] = self._comm_timer.hook_name
-        if self._tensorboard:
-            self._flush_tensorboard([], close=True)
+        if self._tb is not None:
+            self._close_tensorboard()
         if self.warnings:
             end["warnings"] = self.warnings
+        return end
+
+    def _teardown(self, end: dict | None = None) -> None:
+        """The one way out, run on every exit path; idempotent, never raises."""
+        self._active = False
+        self._reset_step(None)
+        self._raw, self._comm = [], []
+        try:
+            atexit.unregister(self._at_exit)
+        except Exception:
+            pass
         for handle in self._handles:
             try:
                 handle.remove()
             except Exception:
                 pass
         self._handles.clear()
+        timer, self._comm_timer = self._comm_timer, None
+        if timer is not None:
+            timer.detach()  # DDP cannot unregister its hook: it now only forwards
+        sampler, self._sampler = self._sampler, None
+        if sampler is not None:
+            try:
+                sampler.stop()
+            except Exception:
+                pass
+        tb, self._tb = self._tb, None
+        if tb is not None:
+            try:
+                tb.close()
+            except Exception:
+                pass
+        self._dev = None
         writer, self._writer = self._writer, None
-        writer.close(end)
+        if writer is not None:
+            try:
+                writer.close(end)
+            except Exception as exc:
+                warn_once("recorder-final-close", "gpuscope: could not close %s: %r",
+                          writer.path, exc)
 
     def _wants_device_timing(self) -> bool:
         if self._device_timing is not None:
@@ -159,13 +235,12 @@ class Recorder:
                     self._writer.add_meta({"device": rows})
             except Exception as exc:
                 warn_once("device-timing", "gpuscope: device timing off: %r", exc)
+                self.warnings.append(f"device timing off: {exc!r}")
                 self._dev = None
         if self._sampler is not None:
             samples = self._sampler.drain()
             if samples:
                 self._writer.add_meta({"nvml": samples})
-            if final:
-                self._sampler.stop()
 
     def _comm_timing_mode(self) -> str:
         if self._comm_timer is not None and self._comm_timer.active:
@@ -196,34 +271,37 @@ class Recorder:
         self._handles.append(register_optimizer_step_post_hook(self._on_opt_end))
 
     def _on_forward_start(self, module, args):
-        t = _now()
-        self._mark_start(t)
-        self._fwd_t0 = t
+        if self._active:
+            t = _now()
+            self._mark_start(t)
+            self._fwd_t0 = t
 
     def _on_forward_end(self, module, args, output):
-        t = _now()
-        if self._fwd_t0 is not None:
+        if self._active and self._fwd_t0 is not None:
+            t = _now()
             self._phases.append(("forward", self._fwd_t0, t))
             self._fwd_t0 = None
             self._fwd_end = t
 
     def _on_opt_start(self, optimizer, args, kwargs):
-        t = _now()
-        self._mark_start(t)
-        self._opt_t0 = t
+        if self._active:
+            t = _now()
+            self._mark_start(t)
+            self._opt_t0 = t
 
     def _on_opt_end(self, optimizer, args, kwargs):
-        if self._opt_t0 is not None:
+        if self._active and self._opt_t0 is not None:
             self._phases.append(("optimizer", self._opt_t0, _now()))
             self._opt_t0 = None
 
     def _on_comm(self, bucket_index: int, launch_ns: int, done_ns: int) -> None:
-        self._comm.append((launch_ns, done_ns))  # list.append is atomic under the GIL
+        if self._active:
+            self._comm.append((launch_ns, done_ns))  # list.append is atomic under the GIL
 
     # ----------------------------------------------------------------- public API
     def data(self, iterable):
         """Yield from `iterable`, timing how long each batch takes to arrive."""
-        if self.enabled:
+        if self._active:
             try:
                 self._note_knobs(loader_knobs(iterable))
             except Exception as exc:
@@ -236,8 +314,8 @@ class Recorder:
                 item = next(it)
             except StopIteration:
                 return
-            t1 = _now()
-            if self.enabled:
+            if self._active:
+                t1 = _now()
                 if self._step_start is None:
                     self._step_start = t0
                 self._data_ns += t1 - t0
@@ -251,24 +329,28 @@ class Recorder:
     @contextmanager
     def phase(self, name: str, kind: str | None = None):
         """Time a named part of the step. kind: "compute" (default) or "comm" (blocking)."""
+        if not self._active:
+            yield self
+            return
         t0 = _now()
         self._mark_start(t0)
         try:
             yield self
         finally:
-            t1 = _now()
-            if kind is None:
-                kind = "comm" if name.lower() in COMM_PHASES else "compute"
-            if kind == "comm":
-                self._comm_phases.append((t0, t1))
-            else:
-                self._phases.append((name, t0, t1))
+            if self._active:
+                t1 = _now()
+                if kind is None:
+                    kind = "comm" if name.lower() in COMM_PHASES else "compute"
+                if kind == "comm":
+                    self._comm_phases.append((t0, t1))
+                else:
+                    self._phases.append((name, t0, t1))
 
     def step(self) -> None:
         """Close the current step and start the next one."""
-        now = _now()
-        if not self.enabled:
+        if not self._active:
             return
+        now = _now()
         try:
             if self._step_start is not None:
                 if self._dev is not None:
@@ -283,6 +365,7 @@ class Recorder:
                     self._flush_rows_now()
         except Exception as exc:
             self._fail("step", exc)
+            return
         self._reset_step(now)
 
     def _flush_rows_now(self) -> None:
@@ -291,7 +374,7 @@ class Recorder:
         if self._writer is not None:
             self._writer.add_rows(rows)
         if self._tensorboard:
-            self._flush_tensorboard(rows)
+            self._write_tensorboard(rows)
         self._flush_side_channels()
 
     # ----------------------------------------------------------------- internals
@@ -305,8 +388,6 @@ class Recorder:
         self._data_cpu_ns = 0
         self._phases: list = []
         self._comm_phases: list = []
-        if not hasattr(self, "_comm"):
-            self._comm: list = []
         self._fwd_t0 = None
         self._fwd_end = None
         self._opt_t0 = None
@@ -314,29 +395,33 @@ class Recorder:
     def _unix(self, perf_ns: int) -> int:
         return self._t0_unix + (perf_ns - self._t0_perf)
 
-
-    def _flush_tensorboard(self, rows: list, close: bool = False) -> None:
-        """Per-step scalars for TensorBoard, in batches; a failure only turns them off."""
+    def _write_tensorboard(self, rows: list) -> None:
+        """Per-step scalars for TensorBoard, on a background thread; a failure only turns them off."""
         try:
-            if self._tb is None and rows:
+            if self._tb is None:
                 from .tb_scalars import BackgroundScalars
 
-                rank = self.placement.rank if self.placement else 0
-                self._tb = BackgroundScalars(self.run_dir, rank)
-            if self._tb is not None:
-                tb = self._tb
-                if rows:
-                    tb.write(rows)
-                if close:
-                    tb.close()
-                if close or tb.error is not None:
-                    self._tb = None
-                if tb.error is not None:
-                    raise tb.error
+                name = os.path.basename(self.path or "rank").split(".", 1)[0]
+                self._tb = BackgroundScalars(self.run_dir, name)
+            self._tb.write(rows)
+            if self._tb.error is not None:
+                raise self._tb.error
         except Exception as exc:
-            warn_once("tensorboard", "gpuscope: TensorBoard scalars disabled: %r", exc)
-            self.warnings.append(f"TensorBoard scalars disabled: {exc!r}")
-            self._tensorboard = False
+            self._tensorboard_failed(exc)
+
+    def _close_tensorboard(self) -> None:
+        tb, self._tb = self._tb, None
+        tb.close()
+        if tb.error is not None:
+            self._tensorboard_failed(tb.error)
+
+    def _tensorboard_failed(self, exc: Exception) -> None:
+        warn_once("tensorboard", "gpuscope: TensorBoard scalars disabled: %r", exc)
+        self.warnings.append(f"TensorBoard scalars disabled: {exc!r}")
+        self._tensorboard = False
+        tb, self._tb = self._tb, None
+        if tb is not None:
+            tb.close(timeout=1.0)
 
     def _learn_batch_size(self, item) -> None:
         self._batch_size_known = True
@@ -353,28 +438,18 @@ class Recorder:
         if not knobs:
             return
         self._knobs.update(knobs)
-        if "batch_size" in knobs and knobs["batch_size"] is not None:
+        if knobs.get("batch_size") is not None:
             self._batch_size_known = True
-        if self._writer is not None:
+        if self._writer is not None and self._active:
             self._writer.add_meta({"knobs": knobs, "at_step": self.steps})
 
     def _fail(self, where: str, exc: Exception) -> None:
-        """Log once, stop recording, keep the training loop running."""
-        warn_once(f"recorder-{where}", "gpuscope: recording disabled after an internal error in %s: %r",
-                  where, exc, exc_info=True)
+        """Log once, stop recording and tear down; the training loop goes on."""
+        warn_once(f"recorder-{where}", "gpuscope: recording stopped after an internal error in "
+                  "%s: %r", where, exc, exc_info=True)
         self.warnings.append(f"internal error in {where}: {exc!r}")
-        self.enabled = False
-        if self._comm_timer is not None:
-            self._comm_timer.detach()
-        if self._sampler is not None:
-            self._sampler.stop()
-        if self._writer is not None:
-            try:
-                self._writer.close({"steps": self.steps, "crashed": False,
-                                    "recorder_error": f"{where}: {exc!r}"})
-            except Exception:
-                pass
-            self._writer = None
+        self._teardown({"steps": self.steps, "crashed": False,
+                        "recorder_error": f"{where}: {exc!r}", "warnings": self.warnings})
 
 
 def record(run_dir, model=None, **options) -> Recorder:
@@ -384,8 +459,10 @@ def record(run_dir, model=None, **options) -> Recorder:
             for batch in rec.data(loader):
                 ...
                 rec.step()
+
+    or ``rec = gpuscope.record(...); rec.start(); ...; rec.stop()`` around a top-level loop.
     """
     return Recorder(run_dir, model, **options)
 
 
-__all__ = ["Recorder", "record", "logger"]
+__all__ = ["Recorder", "record"]

@@ -1,8 +1,6 @@
 // gpuscope tab for TensorBoard: a run picker and the dashboard's panels.
 // Every string from a run or trace is set with textContent, never parsed as markup.
-
-const COLORS = {"data-bound": "#e0a100", "comm-bound": "#9b59b6", "imbalanced": "#d9534f",
-                "compute-bound": "#2e9d5b"};
+// The label colours come with each report (gpuscope's vocabulary), not from here.
 
 function el(tag, attrs = {}, text = null) {
   const node = document.createElement(tag);
@@ -34,12 +32,12 @@ function unescape(text) {
   return t.value;
 }
 
-function summary(report) {
+function summary(report, colors) {
   const box = el("div", {id: "summary"});
   const verdict = el("div", {class: "verdict"});
-  verdict.style.borderColor = COLORS[report.verdict] || "#333";
+  verdict.style.borderColor = colors[report.verdict] || "#333";
   const label = el("span", {class: "label"}, report.verdict);
-  label.style.background = COLORS[report.verdict] || "#333";
+  label.style.background = colors[report.verdict] || "#333";
   verdict.append(label, document.createTextNode(
       ` ${Math.round(100 * report.verdict_share)}% of step time, confidence ${report.confidence}` +
       ` (${report.ranks_analysed} of ${report.world_size} ranks, ${report.steps_analysed} steps,` +
@@ -98,7 +96,7 @@ async function showRun(run, main) {
     main.replaceChildren(el("p", {class: "error"}, unescape(payload.error)));
     return;
   }
-  main.replaceChildren(summary(payload.report));
+  main.replaceChildren(summary(payload.report, payload.colors || {}));
   await loadPlotly();
   for (const {id, figure} of payload.figures) {
     const div = el("div", {id, class: "panel"});

@@ -6,19 +6,19 @@ import os
 import queue
 import threading
 
-from .record_format import STEP_COLUMNS
+from ..record_format import STEP_COLUMNS
 
 SCALARS = ("step_ns", "data_ns", "compute_ns", "comm_ns", "comm_exposed_ns", "other_ns")
 
 
 class ScalarWriter:
-    """Writes rows of STEP_COLUMNS to `run_dir/tensorboard/rank-NNNNN/` (torch's SummaryWriter,
-    imported only when asked for)."""
+    """Writes rows of STEP_COLUMNS to `run_dir/tensorboard/<name>/` (torch's SummaryWriter,
+    imported only when asked for); `name` is the rank file's (rank-00000, rank-00000-2, ...)."""
 
-    def __init__(self, run_dir: str, rank: int):
+    def __init__(self, run_dir: str, name: str):
         from torch.utils.tensorboard import SummaryWriter
 
-        self._w = SummaryWriter(os.path.join(run_dir, "tensorboard", f"rank-{rank:05d}"))
+        self._w = SummaryWriter(os.path.join(run_dir, "tensorboard", name))
 
     def write(self, rows: list[list]) -> None:
         for row in rows:
@@ -36,17 +36,17 @@ class BackgroundScalars:
 
     `error` holds what stopped the thread, if anything; `close` waits at most `timeout` s."""
 
-    def __init__(self, run_dir: str, rank: int):
+    def __init__(self, run_dir: str, name: str):
         self.error: Exception | None = None
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._run, args=(run_dir, rank),
+        self._thread = threading.Thread(target=self._run, args=(run_dir, name),
                                         name="gpuscope-tensorboard", daemon=True)
         self._thread.start()
 
-    def _run(self, run_dir: str, rank: int) -> None:
+    def _run(self, run_dir: str, name: str) -> None:
         writer = None
         try:
-            writer = ScalarWriter(run_dir, rank)
+            writer = ScalarWriter(run_dir, name)
             while (rows := self._queue.get()) is not None:
                 writer.write(rows)
         except Exception as exc:

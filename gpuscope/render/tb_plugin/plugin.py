@@ -21,7 +21,7 @@ import time
 
 from werkzeug import wrappers
 
-from ..errors import GpuscopeError
+from ...errors import GpuscopeError
 
 PLUGIN_NAME = "gpuscope"
 STATIC = os.path.join(os.path.dirname(__file__), "static")
@@ -42,10 +42,7 @@ def _json(data, status: int = 200) -> wrappers.Response:
 
 def find_runs(logdir: str, max_depth: int = MAX_DEPTH) -> dict[str, str]:
     """{relative name: kind} for gpuscope run dirs ("record") and trace folders ("kineto")."""
-    from ..kineto.detect import SUFFIXES
-    from ..record_format import FILE_GLOB
-
-    suffix = FILE_GLOB.split("*", 1)[1]
+    from ...record_format import FILE_SUFFIX as suffix
     runs: dict[str, str] = {}
     root = os.path.realpath(logdir)
     for dirpath, dirnames, filenames in os.walk(root):
@@ -115,17 +112,18 @@ class RunIndex:
 
 
 def build_payload(path: str, run: str) -> dict:
-    from ..pipeline import analyze_path
-    from ..render_html import esc, figures
+    from ... import analyze
+    from ...vocab import LABEL_COLORS
+    from ..html import esc, figures
 
     try:
-        report = analyze_path(path)
+        report = analyze(path)
     except GpuscopeError as exc:
         return {"run": esc(run), "error": esc(exc)}
-    d = report.to_dict()
-    d["path"] = run  # never the absolute path on the server
+    report.path = run  # never the absolute path on the server
     figs = [{"id": pid, "figure": json.loads(fig.to_json())} for pid, fig in figures(report)]
-    return {"run": run, "report": d, "figures": figs, "title": esc(f"{d['verdict']}: {run}")}
+    return {"run": run, "report": report.to_dict(), "figures": figs, "colors": LABEL_COLORS,
+            "title": esc(f"{report.verdict.label}: {run}")}
 
 
 class GpuscopePlugin(base_plugin.TBPlugin if base_plugin else object):

@@ -17,32 +17,15 @@ cannot be told apart and waiting over the threshold counts as imbalanced.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import pandas as pd
 
+from ..report import Jitter, StepResult, Verdict
+from ..runtable import shares
+from ..thresholds import Thresholds
+from ..vocab import COMM, COMPUTE, DATA, IMBALANCED, JITTER, MODERATE_DATA
 from .consistency import Roles, persistent_steps
 from .groups import Groups
-from .thresholds import Thresholds
-
-DATA, COMM, IMBALANCED, COMPUTE = "data-bound", "comm-bound", "imbalanced", "compute-bound"
-JITTER = "jitter"
-
-
-def _shares(frame: pd.DataFrame) -> dict[str, np.ndarray]:
-    col = lambda c: frame[c].to_numpy(dtype=np.float64)  # noqa: E731
-    step = np.maximum(col("step_ns"), 1.0)
-    transfer = np.maximum(col("comm_exposed_ns") - col("wait_ns"), 0.0)
-    return {"data": col("data_ns") / step, "transfer": transfer / step,
-            "wait": col("wait_ns") / step, "compute": col("compute_ns") / step,
-            "other": col("other_ns") / step}
-
-
-def rank_shares(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per-row shares of the step: data, transfer, wait, compute, other (floats in 0..1)."""
-    return pd.DataFrame({"rank": frame["rank"].to_numpy(), "step": frame["step"].to_numpy(),
-                         **_shares(frame)})
 
 
 def classify_steps(frame: pd.DataFrame, th: Thresholds, roles: Roles | None = None) -> pd.DataFrame:
@@ -50,7 +33,7 @@ def classify_steps(frame: pd.DataFrame, th: Thresholds, roles: Roles | None = No
 
     `roles` (consistency.find_roles) tells persistent waiting from jitter; None counts all
     waiting over the threshold as imbalanced."""
-    sh = _shares(frame)
+    sh = shares(frame)
     g = Groups(frame["step"].to_numpy())
     steps = g.keys
     out = pd.DataFrame({
@@ -81,28 +64,29 @@ def classify_steps(frame: pd.DataFrame, th: Thresholds, roles: Roles | None = No
         if jit:
             extra.append(JITTER)
         if th.data_moderate <= data < th.data_high:
-            extra.append("moderately data-bound")
+            extra.append(MODERATE_DATA)
         secondary.append(extra)
     out["secondary"] = secondary
     return out
 
 
-def jitter_cost(steps: pd.DataFrame) -> tuple[float, float]:
-    """(share of step time in jitter steps, share of step time lost waiting in them)."""
+def jitter_cost(steps: pd.DataFrame) -> Jitter:
+    """Share of step time in jitter steps, and share of step time lost waiting in them."""
     total = float(steps["step_ns"].sum())
     if total <= 0 or "jitter" not in steps:
-        return 0.0, 0.0
+        return Jitter()
     j = steps[steps["jitter"]]
     step_ns = j["step_ns"].to_numpy(np.float64)
-    return float(step_ns.sum() / total), float((step_ns * j["wait_share"].to_numpy()).sum() / total)
+    return Jitter(float(step_ns.sum() / total),
+                  float((step_ns * j["wait_share"].to_numpy()).sum() / total))
 
 
-@dataclass(frozen=True)
-class Verdict:
-    label: str
-    share: float          # share of total step time carried by steps with that label
-    confidence: str       # high (>= 75%), medium (>= 50%), low
-    time_by_label: dict   # label -> share of step time
+def step_results(steps: pd.DataFrame) -> list[StepResult]:
+    """The typed per-step results of `classify_steps`' table."""
+    cols = [steps[c].tolist() for c in ("step", "label", "step_ns", "data_share", "comm_share",
+                                        "wait_share", "compute_share", "secondary")]
+    return [StepResult(int(st), str(lb), int(ns), d, c, w, cp, tuple(sec))
+            for st, lb, ns, d, c, w, cp, sec in zip(*cols)]
 
 
 def run_verdict(steps: pd.DataFrame) -> Verdict:

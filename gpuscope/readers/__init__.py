@@ -1,0 +1,28 @@
+"""Readers: a gpuscope run dir (record.py) or torch.profiler traces (kineto/) -> RunTable."""
+
+from __future__ import annotations
+
+import os
+
+from ..errors import InputError
+from ..runtable import RunTable
+
+
+def read_path(path) -> RunTable:
+    """Read a gpuscope run dir (or one of its rank files), or a torch.profiler trace folder or
+    file; which one is detected."""
+    from .record import is_record_file, is_run_dir, read_run_dir
+
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise InputError(f"{path}: no such file or directory")
+    if is_run_dir(path) or is_record_file(path):
+        return read_run_dir(path)
+    from .kineto.detect import find_trace_files
+    from .kineto.reader import read_kineto
+
+    files = find_trace_files(path)
+    if files:
+        return read_kineto(path, files)
+    raise InputError(f"{path}: neither a gpuscope run dir (rank-*.gpuscope.jsonl) nor torch.profiler "
+                     "traces (*.pt.trace.json[.gz] / *.json[.gz])")

@@ -1,0 +1,14 @@
+"""The JSON report: `Report.to_dict()` as indented UTF-8 JSON (orjson; NaN never written)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..report import Report
+
+
+def render(report: Report) -> bytes:
+    import orjson
+
+    return orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2)

@@ -1,0 +1,165 @@
+"""The terminal report (rich): verdict, per-rank breakdown, GPU tables, stragglers, suggestions."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from ..vocab import IMBALANCED, LABEL_STYLES, MS, PART_HEADS, PARTS
+from ._console import text_console
+
+if TYPE_CHECKING:
+    from ..report import RankResult, Report
+
+MAX_RANK_ROWS = 16
+
+
+# Numbers are shown from the JSON report's precision (ms to 3 decimals, % to 3, gains to 1), so a
+# report read back from JSON prints exactly like the one it was saved from.
+def _ms(ns: float) -> float:
+    return round(ns / MS, 3)
+
+
+def _pct(share: float, digits: int = 3) -> float:
+    return round(100 * share, digits)
+
+
+def render(report: Report, *, width: int | None = None, color: bool = False) -> str:
+    """The report as text, `width` columns wide (the terminal's, else 100); ANSI colours if
+    `color`."""
+    console, buf = text_console(width, color)
+    write(report, console)
+    return buf.getvalue()
+
+
+def write(report: Report, console: Console) -> None:
+    """Print the report on a rich Console."""
+    _header(report, console)
+    _rank_table(report, console)
+    _gpu_tables(report, console)
+    _stragglers(report, console)
+    _suggestions(report, console)
+    th = report.thresholds
+    console.print(f"\n[dim]thresholds: data >= {th.data_high:.0%} (moderate {th.data_moderate:.0%}), "
+                  f"exposed comm >= {th.comm:.0%}, wait >= {th.wait:.0%}, straggler in >= "
+                  f"{th.straggler_steps:.0%} of steps[/dim]")
+    for w in report.warnings:  # names from runs are text, never markup
+        console.print(Text.assemble(("warning:", "yellow"), f" {w}"))
+
+
+def _header(report: Report, console: Console) -> None:
+    v = report.verdict
+    head = Text()
+    head.append("gpuscope ", style="bold")
+    head.append(f"{report.source} ", style="dim")
+    head.append(f"{report.path}\n", style="dim")
+    hosts = {r.host for r in report.ranks if r.host}
+    skip = report.thresholds.warmup_steps or 0
+    head.append(f"{len(report.ranks)} of {report.world_size} ranks"
+                f"{' on ' + hosts.pop() if len(hosts) == 1 else ''}, {len(report.steps)} steps"
+                + (f" (first {skip} left out as warm-up)" if skip else
+                   " (profiled steps)" if report.source == "kineto" else "") + "\n")
+    head.append("Verdict: ", style="bold")
+    head.append(v.label.upper(), style=f"bold {LABEL_STYLES.get(v.label, 'white')}")
+    head.append(f"  {_pct(v.share, 2):.0f}% of step time, confidence {v.confidence}")
+    others = [f"{k} {s:.0%}" for k, s in sorted(v.time_by_label.items(), key=lambda kv: -kv[1])
+              if k != v.label and s > 0]
+    if others:
+        head.append(f"  (also: {', '.join(others)})", style="dim")
+    console.print(head)
+
+
+def _cell(r: RankResult, part: str, wide: bool) -> str:
+    pct = f"{round(r.part_pct(part), 3):.0f}%"
+    return f"{_ms(r.part_ns(part)):.1f} {pct}" if wide else pct
+
+
+def _rank_table(report: Report, console: Console) -> None:
+    ranks = report.ranks
+    widths = [max([len(PART_HEADS[p])] + [len(_cell(r, p, True)) for r in ranks]) for p in PARTS]
+    step_w = max([4] + [len(f"{_ms(r.step_ns):.1f}") for r in ranks])
+    wide = 4 + step_w + sum(widths) + 3 * 8 + 1 <= console.width  # ms and % fit side by side
+    t = Table(title="Per rank: " + ("median ms per step, share of step time" if wide else
+                                    "median step ms, share of step time per part"),
+              title_justify="left")
+    several_hosts = len({r.host for r in ranks}) > 1
+    for col in ("rank",) + (("host",) if several_hosts else ()) + ("step",) + \
+            tuple(PART_HEADS[p] for p in PARTS):
+        t.add_column(col, justify="left" if col == "host" else "right", no_wrap=True)
+    stragglers = set(report.straggler_ranks)
+    shown = ranks if len(ranks) <= MAX_RANK_ROWS else _interesting(ranks, stragglers)
+    for r in shown:
+        t.add_row(str(r.rank), *([Text(r.host)] if several_hosts else []), f"{_ms(r.step_ns):.1f}",
+                  *(_cell(r, p, wide) for p in PARTS),
+                  style="bold red" if r.rank in stragglers else None)
+    console.print(t)
+    if len(shown) < len(ranks):
+        console.print(f"[dim]{len(ranks) - len(shown)} more ranks in the JSON report[/dim]")
+
+
+def _interesting(ranks: list[RankResult], stragglers: set) -> list[RankResult]:
+    """For big worlds: stragglers, then the slowest and fastest few ranks."""
+    by_step = sorted(ranks, key=lambda r: r.step_ns)
+    keep = {r.rank for r in by_step[:4] + by_step[-8:]} | stragglers
+    return [r for r in ranks if r.rank in keep]
+
+
+def _gpu_tables(report: Report, console: Console) -> None:
+    with_gb = [r for r in report.ranks if r.gpu_breakdown is not None][:MAX_RANK_ROWS]
+    if with_gb:
+        gt = Table(title="GPU time (HTA-compatible, % of kernel time)", title_justify="left")
+        for col in ("rank", "idle", "compute", "non-compute", "comm overlap", "kernel time ms"):
+            gt.add_column(col, justify="right")
+        for r in with_gb:
+            g = r.gpu_breakdown
+            ov = g.comm_overlap_pct
+            gt.add_row(str(r.rank), f"{g.idle_pct:.2f}", f"{g.compute_pct:.2f}",
+                       f"{g.non_compute_pct:.2f}", "-" if ov is None else f"{ov:.2f}",
+                       f"{g.kernel_time_us / 1e3:,.1f}")
+        console.print(gt)
+    with_tel = [r for r in report.ranks if r.telemetry is not None][:MAX_RANK_ROWS]
+    if with_tel:
+        tt = Table(title="GPU telemetry (NVML)", title_justify="left")
+        for col in ("rank", "util %", "mem peak %", "power W", "SM MHz", "temp max °C", "throttle"):
+            tt.add_column(col, justify="right")
+        for r in with_tel:
+            g = r.telemetry
+            tt.add_row(str(r.rank), f"{g.util_pct:.0f}", f"{g.mem_used_max_pct:.0f}",
+                       f"{g.power_w:.0f}", f"{g.sm_clock_mhz:.0f}", str(g.temp_max_c),
+                       ", ".join(g.throttle) or "-")
+        console.print(tt)
+
+
+def _stragglers(report: Report, console: Console) -> None:
+    if report.stragglers:
+        for s in report.stragglers:
+            where = f" on {s.host}" if s.host else ""
+            console.print(Text.assemble(
+                ("Straggler:", "bold red"), f" rank {s.rank}{where}: slow in "
+                f"{_pct(s.slow_steps_share, 1):.0f}% of steps, {_ms(s.excess_ns):,.1f} ms busier per step "
+                f"than the median rank, mostly in {s.part}"))
+    elif report.early_ranks:
+        console.print(f"Stragglers: none named: rank(s) {', '.join(map(str, report.early_ranks))} "
+                      "wait for all the others every step")
+    elif IMBALANCED in report.verdict.time_by_label:
+        console.print("Stragglers: none named (too few steps to tell a straggler from jitter)")
+    else:
+        console.print("Stragglers: none")
+    note = report.jitter.note()
+    if note:
+        console.print(Text(note, style="yellow"))
+
+
+def _suggestions(report: Report, console: Console) -> None:
+    if not report.suggestions:
+        return
+    console.print(Text("\nSuggestions (best estimated gain first)", style="bold"))
+    for i, s in enumerate(report.suggestions, 1):
+        console.print(Text.assemble(
+            f" {i}. ", (s.knob, "bold"), f": {s.current} -> {s.proposed}  ",
+            (f"~{round(s.estimated_step_ms, 3):.1f} ms/step, {round(s.gain_pct, 1):+.0f}% "
+             "throughput", "green")))
+        console.print(Text(f"    {s.why}", style="dim"))

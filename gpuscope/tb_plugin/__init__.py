@@ -1,1 +1,0 @@
-"""The gpuscope TensorBoard plugin (entry point group `tensorboard_plugins`)."""

@@ -1,0 +1,187 @@
+"""The package's layout holds: the recorder side stays light and never reaches into the analysis
+side, no module imports one that imports it back, and the public names stay what they are."""
+
+import ast
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.join(os.path.dirname(__file__), "..", "gpuscope")
+HEAVY = ("pandas", "plotly", "tensorboard", "numpy", "rich", "msgspec", "orjson", "torch")
+SIDES = ("record", "readers", "analyze", "render")
+
+
+def _modules() -> dict[str, str]:
+    """module name -> file, for every module of the package."""
+    out = {}
+    for dirpath, _, files in os.walk(ROOT):
+        for f in files:
+            if f.endswith(".py"):
+                rel = os.path.relpath(os.path.join(dirpath, f), os.path.dirname(ROOT))[:-3]
+                name = rel.replace(os.sep, ".").removesuffix(".__init__")
+                out[name] = os.path.join(dirpath, f)
+    return out
+
+
+MODULES = _modules()
+
+
+def _bound_names(path: str) -> set[str]:
+    """Names a module binds at its top level (defs, classes, imports, assignments)."""
+    names = set()
+    for node in ast.parse(open(path).read()).body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update(a.asname or a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    return names
+
+
+#: package -> names its __init__ binds: `from gpuscope import analyze` is the function it
+#: defines, not the package gpuscope/analyze/
+BOUND = {m: _bound_names(p) for m, p in MODULES.items() if p.endswith("__init__.py")}
+
+
+def _is_type_checking(node) -> bool:
+    return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+
+
+def _imports(name: str, path: str) -> set[str]:
+    """Modules `name` imports at run time, at any depth of the file (lazy imports in functions
+    count; `if TYPE_CHECKING:` blocks do not). Relative imports are resolved."""
+    package = name if path.endswith("__init__.py") else name.rpartition(".")[0]
+    found: set[str] = set()
+
+    def visit(node):
+        if _is_type_checking(node):
+            return
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[:len(base) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module
+            found.add(mod)
+            for a in node.names:  # `from . import x` where x is a module
+                if f"{mod}.{a.name}" in MODULES and a.name not in BOUND.get(mod, ()):
+                    found.add(f"{mod}.{a.name}")
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(open(path).read()))
+    return found
+
+
+GRAPH = {name: _imports(name, path) for name, path in MODULES.items()}
+
+
+def _side(mod: str) -> str | None:
+    parts = mod.split(".")
+    return parts[1] if len(parts) > 1 and parts[0] == "gpuscope" and parts[1] in SIDES else None
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if _side(m) == "record"))
+def test_record_side_imports_nothing_heavy_and_nothing_of_the_analysis_side(module):
+    bad = sorted(m for m in GRAPH[module]
+                 if m.split(".")[0] in ("pandas", "numpy", "plotly")
+                 or _side(m) in ("readers", "analyze", "render"))
+    assert bad == [], f"{module} imports {bad}"
+
+
+def test_every_side_imports_only_what_lies_below_it():
+    allowed = {"readers": {"readers"}, "analyze": {"analyze"}, "render": {"render"},
+               "record": {"record"}}
+    bad = []
+    for module, imports in GRAPH.items():
+        side = _side(module)
+        if side is None:
+            continue
+        for m in imports:
+            other = _side(m)
+            if other is not None and other not in allowed[side]:
+                bad.append(f"{module} -> {m}")
+    assert bad == []
+
+
+def test_no_import_cycles():
+    """Tarjan's strongly connected components over gpuscope's own modules."""
+    graph = {m: {i for i in deps if i in MODULES and i != m} for m, deps in GRAPH.items()}
+    index, low, stack, on, cycles = {}, {}, [], set(), []
+
+    def strong(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                strong(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                cycles.append(sorted(comp))
+
+    sys.setrecursionlimit(10_000)
+    for v in graph:
+        if v not in index:
+            strong(v)
+    assert cycles == []
+
+
+def test_the_checker_sees_a_cycle_and_a_lazy_import():
+    """The checks above can fail: a lazy import inside a function is seen (cli -> demo)."""
+    assert "gpuscope.demo.launch" in GRAPH["gpuscope.cli"]
+    assert "gpuscope.analyze.pipeline" in GRAPH["gpuscope"]
+    assert "gpuscope.report" not in GRAPH["gpuscope.render.html"]  # TYPE_CHECKING only
+
+
+def _run(code: str) -> str:
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+def test_import_gpuscope_and_recording_stay_light(tmp_path):
+    code = ("import sys, json, gpuscope\n"
+            f"rec = gpuscope.record({str(tmp_path)!r})\n"
+            "with rec:\n"
+            "    for _ in rec.data(range(3)):\n"
+            "        rec.step()\n"
+            f"print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))")
+    assert json.loads(_run(code)) == []
+
+
+def test_every_record_module_loads_light():
+    mods = sorted(m for m in MODULES if _side(m) == "record")
+    code = ("import sys, json, importlib\n"
+            f"for m in {mods!r}: importlib.import_module(m)\n"
+            f"print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))")
+    assert json.loads(_run(code)) == []
+
+
+def test_analysis_side_is_importable_on_demand():
+    code = "import sys, gpuscope.analyze.pipeline; print('pandas' in sys.modules)"
+    assert _run(code) == "True"  # the check above can fail: pandas does get loaded here
+
+
+def test_record_and_analyze_stay_functions_after_their_packages_load():
+    code = ("import gpuscope, gpuscope.analyze.pipeline, gpuscope.record.nvml\n"
+            "from gpuscope.analyze import scaling\n"
+            "print(callable(gpuscope.record), callable(gpuscope.analyze),\n"
+            "      gpuscope.Report.__name__, gpuscope.Thresholds.__name__)")
+    assert _run(code) == "True True Report Thresholds"

@@ -1,0 +1,209 @@
+"""The recorder leaves nothing behind: disabled or failed it holds no per-step state, every exit
+removes its hooks and lets go of the recorder, a second recording never mixes with the first, and
+start()/stop() work beside the context manager (also when stop() is never called)."""
+
+import gc
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import weakref
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+from torch.optim import optimizer as optim_mod  # noqa: E402
+
+import gpuscope  # noqa: E402
+from gpuscope.record import recorder as recorder_mod  # noqa: E402
+from gpuscope.readers.record import RankFile, group_recordings  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def single_process(monkeypatch):
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "GPUSCOPE_DISABLE", "TORCHELASTIC_RUN_ID",
+                "SLURM_JOB_ID", "GPUSCOPE_RUN_ID"):
+        monkeypatch.delenv(var, raising=False)
+
+
+def held(rec) -> int:
+    """Entries the recorder holds in its own containers (its warnings list aside)."""
+    return sum(len(v) for k, v in vars(rec).items()
+               if isinstance(v, (list, dict, set)) and k not in ("warnings", "_knobs"))
+
+
+def global_optimizer_hooks() -> int:
+    return len(optim_mod._global_optimizer_pre_hooks) + len(optim_mod._global_optimizer_post_hooks)
+
+
+def model_hooks(model) -> int:
+    return len(model._forward_hooks) + len(model._forward_pre_hooks)
+
+
+def train(rec, model, opt, steps):
+    seen = 0
+    for x in rec.data(torch.randn(8, 16) for _ in range(steps)):
+        with rec.phase("loss"):
+            loss = model(x).pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        rec.step()
+        seen += 1
+    return seen
+
+
+def test_disabled_recorder_keeps_no_per_step_state(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUSCOPE_DISABLE", "1")
+    model = nn.Linear(16, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    before = global_optimizer_hooks()
+    with gpuscope.record(tmp_path / "run", model=model) as rec:
+        assert model_hooks(model) == 0 and global_optimizer_hooks() == before
+        assert train(rec, model, opt, 500) == 500
+        assert held(rec) == 0
+    assert not (tmp_path / "run").exists()
+
+
+def test_internal_error_mid_run_removes_every_hook_and_keeps_nothing(tmp_path, monkeypatch):
+    def broken(*args, **kwargs):
+        raise ValueError("bug in row summing (injected)")
+
+    monkeypatch.setattr(recorder_mod, "sum_step", broken)
+    model = nn.Linear(16, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    before = global_optimizer_hooks()
+    with gpuscope.record(tmp_path, model=model, flush_rows=4) as rec:
+        assert model_hooks(model) == 2 and global_optimizer_hooks() == before + 2
+        assert train(rec, model, opt, 300) == 300  # training goes on past the error
+        assert not rec.active
+        assert model_hooks(model) == 0 and global_optimizer_hooks() == before  # at once
+        assert held(rec) == 0
+    lines = (tmp_path / "rank-00000.gpuscope.jsonl").read_text().splitlines()
+    end = json.loads(lines[-1])["end"]
+    assert "bug in row summing" in end["recorder_error"]
+
+
+def test_unwritable_run_dir_installs_nothing(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a dir")
+    model = nn.Linear(16, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    before = global_optimizer_hooks()
+    with gpuscope.record(blocker / "run", model=model) as rec:
+        assert model_hooks(model) == 0 and global_optimizer_hooks() == before
+        assert train(rec, model, opt, 50) == 50
+        assert held(rec) == 0
+    assert model_hooks(model) == 0 and global_optimizer_hooks() == before
+    assert any("internal error in open" in w for w in rec.warnings)
+
+
+@pytest.mark.parametrize("how", ["clean", "exception"])
+def test_every_exit_lets_go_of_the_recorder(tmp_path, how):
+    model = nn.Linear(16, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    before = global_optimizer_hooks()
+    rec = gpuscope.record(tmp_path, model=model)
+    try:
+        with rec:
+            train(rec, model, opt, 5)
+            if how == "exception":
+                raise KeyError("training failed")
+    except KeyError:
+        pass
+    assert model_hooks(model) == 0 and global_optimizer_hooks() == before
+    ref = weakref.ref(rec)
+    del rec
+    gc.collect()
+    assert ref() is None  # no hook, thread or atexit entry keeps it alive
+
+
+def test_start_and_stop_beside_the_context_manager(tmp_path, caplog):
+    model = nn.Linear(16, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    rec = gpuscope.record(tmp_path, model=model)
+    assert rec.start() is rec and rec.active
+    train(rec, model, opt, 6)
+    rec.stop()
+    rec.stop()  # harmless
+    assert not rec.active and model_hooks(model) == 0
+    rec.start()  # a recorder starts once: a warning, no second recording
+    assert not rec.active
+    assert os.listdir(tmp_path) == ["rank-00000.gpuscope.jsonl"]
+    d = gpuscope.analyze(tmp_path).to_dict()
+    assert d["steps_analysed"] == 5 and not d["warnings"]
+
+
+@pytest.mark.parametrize("crash", [False, True])
+def test_start_without_stop_is_closed_at_interpreter_exit(tmp_path, crash):
+    script = textwrap.dedent(f"""
+        import gpuscope
+        rec = gpuscope.record({str(tmp_path)!r}, flush_rows=1000, flush_s=1000)
+        rec.start()
+        for _ in rec.data(range(7)):
+            rec.step()
+        if {crash}:
+            raise RuntimeError("training died")
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert (out.returncode != 0) == crash, out.stderr
+    lines = (tmp_path / "rank-00000.gpuscope.jsonl").read_text().splitlines()
+    rows = [x for x in lines if x.startswith("[")]
+    assert len(rows) == 7  # the buffered rows were written at exit
+    end = json.loads(lines[-1])["end"]
+    assert end["steps"] == 7 and end["crashed"] is crash
+
+
+def _record(run_dir, ranks, steps, sleep_s):
+    """One recording of `ranks` ranks (recorders run side by side, like ranks of one job)."""
+    import time
+
+    recs = []
+    for r in ranks:
+        os.environ.update(RANK=str(r), WORLD_SIZE=str(len(ranks)), LOCAL_RANK=str(r))
+        recs.append(gpuscope.record(run_dir).start())
+    for _ in range(steps):
+        for rec in recs:
+            for _ in rec.data([0]):
+                time.sleep(sleep_s)
+        for rec in recs:
+            rec.step()
+    for rec in recs:
+        rec.stop()
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        del os.environ[var]
+
+
+def test_a_second_recording_into_one_run_dir_is_never_merged(tmp_path):
+    _record(tmp_path, [0, 1], 12, 0.001)
+    _record(tmp_path, [0, 1], 12, 0.01)
+    assert sorted(os.listdir(tmp_path)) == ["rank-00000-2.gpuscope.jsonl",
+                                            "rank-00000.gpuscope.jsonl",
+                                            "rank-00001-2.gpuscope.jsonl",
+                                            "rank-00001.gpuscope.jsonl"]
+    newest = gpuscope.analyze(tmp_path)
+    assert len(newest.table.frame) == 2 * 11  # one recording: 12 steps a rank, 1 warm-up
+    assert min(s.step_ns for s in newest.steps) > 9e6  # the second run's 10 ms steps
+    (note,) = [w for w in newest.warnings if "recordings" in w]
+    assert "holds 2 recordings" in note and "rank-00000.gpuscope.jsonl" in note
+    assert not any("missing" in w for w in newest.warnings)
+    older = gpuscope.analyze(tmp_path / "rank-00001.gpuscope.jsonl")
+    assert len(older.table.frame) == 2 * 11
+    assert max(s.step_ns for s in older.steps) < 9e6  # the first run's ~1 ms steps
+
+
+def test_recordings_are_told_apart_by_time_and_job_id():
+    def f(start, end, rank=0, rid=""):
+        return RankFile(f"r{rank}-{start}", {"rank": rank, "start_unix_ns": start, "run_id": rid},
+                        [], {"end_unix_ns": end})
+
+    # two ranks overlap; a third file starts after both ended: a later recording
+    groups = group_recordings([f(0, 100), f(5, 110, 1), f(200, 300)])
+    assert [[x.path for x in g] for g in groups] == [["r0-0", "r1-5"], ["r0-200"]]
+    # overlapping in time but launched as different jobs
+    groups = group_recordings([f(0, 100, 0, "job-a"), f(5, 110, 1, "job-b")])
+    assert len(groups) == 2
+    # a rank killed at once (span of no length) still joins its recording
+    assert len(group_recordings([f(0, 100), f(50, 50, 1)])) == 1
