@@ -2,7 +2,7 @@
 
 For each trace folder, each tool runs in a fresh process, `--repeat` times (median kept):
 - in-process: imports done first, then the clock and the memory baseline; gpuscope runs its whole
-  analysis (`analyze_path`: read, steps, verdict, suggestions), HTA only its load
+  analysis (`gpuscope.analyze`: read, steps, verdict, suggestions), HTA only its load
   (`TraceAnalysis(trace_dir=...)`); peak memory is the process's peak RSS over that baseline;
 - end to end: the command a user types (`gpuscope analyze DIR -q` against a python -c that
   constructs HTA's TraceAnalysis), imports and interpreter start-up included.
@@ -46,7 +46,8 @@ print(json.dumps({{"wall_s": wall, "peak_over_base": peak - base, "child_peak": 
 """
 
 TOOLS = {
-    "gpuscope": ("import gpuscope, gpuscope.analyze.pipeline, gpuscope.readers.kineto.reader",
+    "gpuscope": ("import gpuscope, gpuscope.analyze.pipeline, gpuscope.readers.record, "
+                 "gpuscope.readers.kineto.reader, gpuscope.readers.kineto.detect",
                  "gpuscope.analyze(sys.argv[1])"),
     "hta": ("from hta.trace_analysis import TraceAnalysis",
             "TraceAnalysis(trace_dir=sys.argv[1])"),

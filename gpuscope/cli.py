@@ -7,6 +7,7 @@ import argparse
 import os
 import sys
 
+from .demo import SCENARIOS
 from .errors import GpuscopeError
 
 
@@ -111,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     a.set_defaults(func=cmd_analyze)
     d = sub.add_parser("demo", help="run a 2-process CPU DDP training with a known bottleneck, "
                        "record it, analyze it")
-    d.add_argument("--scenario", default="data", choices=("data", "comm", "imbalanced", "compute"))
+    d.add_argument("--scenario", default="data", choices=SCENARIOS)
     d.add_argument("--out", default="runs/demo", help="output folder")
     d.add_argument("--steps", type=int, default=30)
     d.add_argument("--nproc", type=int, default=2)

@@ -18,7 +18,7 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from gpuscope.demo.launch import run_training  # noqa: E402
-from gpuscope.demo.train import SCENARIOS  # noqa: E402
+from gpuscope.demo import SCENARIOS  # noqa: E402
 
 EXPECTED = {"data": "data-bound", "comm": "comm-bound", "imbalanced": "imbalanced",
             "compute": "compute-bound"}

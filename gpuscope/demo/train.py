@@ -24,7 +24,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import BatchSampler, DataLoader, Dataset, DistributedSampler, TensorDataset
 
-SCENARIOS = ("data", "comm", "imbalanced", "compute")
+from . import SCENARIOS
 
 
 class SlowDataset(Dataset):

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from collections import deque
 
+from ..vocab import MS
+
 
 class CudaBackend:
     """torch.cuda events on the current stream."""
@@ -37,7 +39,7 @@ class CudaBackend:
         return bool(event.query())
 
     def elapsed_ns(self, start, end) -> int:
-        return int(start.elapsed_time(end) * 1e6)
+        return int(start.elapsed_time(end) * MS)  # elapsed_time is in ms
 
     def synchronize(self) -> None:
         self.torch.cuda.synchronize()

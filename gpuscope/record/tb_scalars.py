@@ -7,6 +7,7 @@ import queue
 import threading
 
 from ..record_format import STEP_COLUMNS
+from ..vocab import MS
 
 SCALARS = ("step_ns", "data_ns", "compute_ns", "comm_ns", "comm_exposed_ns", "other_ns")
 
@@ -24,7 +25,7 @@ class ScalarWriter:
         for row in rows:
             r = dict(zip(STEP_COLUMNS, row))
             for col in SCALARS:
-                self._w.add_scalar(f"gpuscope/{col[:-3]}_ms", r[col] / 1e6, r["step"])
+                self._w.add_scalar(f"gpuscope/{col[:-3]}_ms", r[col] / MS, r["step"])
 
     def close(self) -> None:
         self._w.close()

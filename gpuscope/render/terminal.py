@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rich.console import Console
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
@@ -162,4 +163,4 @@ def _suggestions(report: Report, console: Console) -> None:
             f" {i}. ", (s.knob, "bold"), f": {s.current} -> {s.proposed}  ",
             (f"~{round(s.estimated_step_ms, 3):.1f} ms/step, {round(s.gain_pct, 1):+.0f}% "
              "throughput", "green")))
-        console.print(Text(f"    {s.why}", style="dim"))
+        console.print(Padding(Text(s.why, style="dim"), (0, 0, 0, 4)))
