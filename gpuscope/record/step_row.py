@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..vocab import COMPUTE_PHASES
 from . import intervals as iv
 
 
@@ -53,7 +54,7 @@ def sum_step(step: int, start: int, now: int, data_ns: int, data_cpu_ns: int, ra
     else:  # nothing named: all that is not data or comm counts as compute
         compute_ns = max(0, step_ns - data_ns - exposed_ns)
     other_ns = max(0, step_ns - data_ns - exposed_ns - compute_ns)
-    fixed = [named.pop(k, 0) for k in ("forward", "backward", "optimizer")]
+    fixed = [named.pop(k, 0) for k in COMPUTE_PHASES]  # the fixed columns, in their order
     row = [step, start_unix, step_ns, data_ns, compute_ns, comm_ns, exposed_ns,
            other_ns, *fixed, len(hook_comm), data_cpu_ns]
     if named:
