@@ -6,6 +6,7 @@ A second, noise-free figure: the recorder's own cost per step (data wrapper + ho
 timed in a tight loop in one process, against the median step time.
 
     python benchmarks/bench_overhead.py [--scenario compute] [--runs 5] [--steps 60]
+    python benchmarks/bench_overhead.py --device cuda --nproc 1   # on a GPU (NCCL), CUDA events on
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -103,6 +105,9 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda (one GPU per local rank)")
+    ap.add_argument("--nproc", type=int, default=2)
+    ap.add_argument("--backend", default=None, help="gloo / nccl (default: by device)")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results",
                                                   "overhead.json"))
     args = ap.parse_args()
@@ -110,9 +115,14 @@ def main() -> None:
         timings = os.path.join(tmp, "timings.jsonl")
         for i in range(args.runs):
             for record in (False, True):
-                extra = ("--timings", timings) + (() if record else ("--no-record",))
-                run_training(args.scenario, os.path.join(tmp, f"run{i}"), args.steps, 2,
-                             extra=extra)
+                extra = ("--timings", timings, "--device", args.device) + \
+                    (("--backend", args.backend) if args.backend else ()) + \
+                    (() if record else ("--no-record",))
+                try:
+                    run_training(args.scenario, os.path.join(tmp, f"run{i}"), args.steps,
+                                 args.nproc, extra=extra)
+                except subprocess.CalledProcessError as exc:
+                    sys.exit(f"training failed (exit {exc.returncode}):\n{exc.stderr[-3000:]}")
                 print(f"run {i + 1}/{args.runs} {'with' if record else 'without'} gpuscope",
                       flush=True)
         without = step_times(timings, False, args.warmup)
@@ -123,7 +133,8 @@ def main() -> None:
     ddp_cost = (ddp["with_us"] - ddp["without_us"]) / 1e6
     result = {
         "scenario": args.scenario, "runs_each": args.runs, "steps_per_run": args.steps,
-        "ranks": 2, "median_step_ms_without": round(med_without * 1e3, 3),
+        "ranks": args.nproc, "device": args.device,
+        "median_step_ms_without": round(med_without * 1e3, 3),
         "median_step_ms_with": round(med_with * 1e3, 3),
         "ratio_with_over_without": round(med_with / med_without, 4),
         "overhead_pct": round((med_with / med_without - 1) * 100, 2),

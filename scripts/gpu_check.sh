@@ -1,30 +1,83 @@
 #!/usr/bin/env bash
-# The GPU checks, as one script for a machine with an NVIDIA GPU (not run in CI, which has none):
-#   1. gpuscope doctor (real NVML, CUDA, NCCL smoke test);
-#   2. the GPU-path tests with the real backends;
-#   3. the demo on CUDA: 1 rank with NCCL, and 2 ranks on the one GPU with gloo;
-#   4. the recording-overhead benchmark on the GPU;
-# copying what they produce to $OUT (or ./gpu_results) for sample_traces/ and the README.
+# The GPU checks, as one script for a machine with an NVIDIA GPU (not run in CI, which has none).
+# Each check has its own time limit and its own log; one failing does not stop the others.
+#   1. gpuscope doctor: real NVML, CUDA, NCCL smoke test;
+#   2. the quick test suite on a machine where CUDA is available;
+#   3. the demo on CUDA: 1 rank with NCCL (CUDA events, NVML), and 2 ranks on one GPU with gloo,
+#      each recorded and profiled (CUDA Kineto traces with NCCL / gloo);
+#   4. FSDP2 (NCCL) and nn.DataParallel on the GPU, recorded and profiled;
+#   5. the recording overhead on the GPU, side by side with and without gpuscope;
+# everything lands in $OUT (default gpu_results): summary.txt, log.txt, gpu_runs.tgz.
+# Python packages gpuscope needs that the machine lacks can come as wheels in .whl/ (see the
+# device notes); they are installed into /tmp/site first.
 set -uo pipefail
 OUT=${OUT:-gpu_results}
 mkdir -p "$OUT"
+W=$(mktemp -d)
 PY=${PYTHON:-python3}
-export OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1
-nvidia-smi -L | tee "$OUT/nvidia-smi.txt"
-$PY -m gpuscope doctor --json "$OUT/doctor.json" 2>&1 | tee "$OUT/doctor.txt"
-$PY -m pytest -q tests/test_gpu_seams.py tests/test_doctor.py 2>&1 | tail -5 | tee "$OUT/tests.txt"
-for scen in data imbalanced; do
-  rm -rf "runs/gpu_$scen"
-  $PY -m torch.distributed.run --standalone --nproc_per_node 1 -m gpuscope.demo.train \
-      --scenario "$scen" --device cuda --steps 40 --run-dir "runs/gpu_$scen/record" \
-      --profile "runs/gpu_$scen/kineto" 2>&1 | tail -3
-  $PY -m gpuscope analyze "runs/gpu_$scen/record" --json "$OUT/gpu_${scen}_record.json" \
-      | tee "$OUT/gpu_${scen}_record.txt"
-  $PY -m gpuscope analyze "runs/gpu_$scen/kineto" --json "$OUT/gpu_${scen}_kineto.json" -q
+if ls .whl/*.whl >/dev/null 2>&1; then
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+      --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+fi
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} OMP_NUM_THREADS=4 PYTHONUNBUFFERED=1
+: > "$OUT/summary.txt"
+
+pack() {  # after every step, so that a run cut short still returns what it made
+  cat "$W"/*.log > "$OUT/log.txt" 2>/dev/null
+  tar czf "$OUT/gpu_runs.tgz" -C "$W" . 2>/dev/null
+}
+
+step() {  # step NAME SECONDS command...
+  local name=$1 limit=$2; shift 2
+  local t0=$SECONDS
+  echo "=== $name: $*"
+  timeout "$limit" "$@" > "$W/$name.log" 2>&1
+  local rc=$?
+  echo "$name rc=$rc $((SECONDS - t0))s" | tee -a "$OUT/summary.txt"
+  tail -n 25 "$W/$name.log"
+  pack
+}
+
+nvidia-smi -L | tee "$OUT/summary.txt"
+$PY -c "import torch, sys; print('python', sys.version.split()[0], 'torch', torch.__version__,
+'cuda', torch.version.cuda, 'nccl', torch.cuda.nccl.version(), torch.cuda.get_device_name(0))" \
+  | tee -a "$OUT/summary.txt"
+
+step doctor 60 $PY -m gpuscope doctor --json "$W/doctor.json"
+step tests 120 $PY -m pytest -q -x -p no:cacheprovider -m "not slow" tests
+
+demo() {  # demo NAME NPROC SCENARIO EXTRA...
+  mkdir -p "$W/$1"
+  local name=$1 nproc=$2 scen=$3; shift 3
+  step "$name" 90 $PY -m torch.distributed.run --standalone --nproc_per_node "$nproc" \
+      -m gpuscope.demo.train --scenario "$scen" --device cuda --steps 40 \
+      --run-dir "$W/$name/record" --profile "$W/$name/kineto" "$@"
+  for src in record kineto; do
+    $PY -m gpuscope analyze "$W/$name/$src" --json "$W/$name/$src.json" > "$W/$name/$src.txt" 2>&1
+    echo "$name/$src analyze rc=$?" | tee -a "$OUT/summary.txt"
+    head -n 12 "$W/$name/$src.txt"
+  done
+}
+demo cuda_data 1 data
+demo cuda_imbalanced_gloo 2 imbalanced --backend gloo
+
+for mode in fsdp dp; do
+  mkdir -p "$W/$mode"
+  if [ $mode = fsdp ]; then
+    step $mode 90 $PY -m torch.distributed.run --standalone --nproc_per_node 1 \
+        scripts/gpu_parallel.py --mode fsdp --out "$W/$mode"
+  else
+    step $mode 90 $PY scripts/gpu_parallel.py --mode dp --out "$W/$mode"
+  fi
+  for src in record kineto; do
+    $PY -m gpuscope analyze "$W/$mode/$src" --json "$W/$mode/$src.json" > "$W/$mode/$src.txt" 2>&1
+    echo "$mode/$src analyze rc=$?" | tee -a "$OUT/summary.txt"
+    head -n 14 "$W/$mode/$src.txt"
+  done
 done
-rm -rf runs/gpu_2rank
-$PY -m torch.distributed.run --standalone --nproc_per_node 2 -m gpuscope.demo.train \
-    --scenario imbalanced --device cuda --backend gloo --steps 40 \
-    --run-dir runs/gpu_2rank/record 2>&1 | tail -3
-$PY -m gpuscope analyze runs/gpu_2rank/record --json "$OUT/gpu_2rank.json" | tee "$OUT/gpu_2rank.txt"
-tar czf "$OUT/gpu_runs.tgz" runs/gpu_data runs/gpu_imbalanced runs/gpu_2rank 2>/dev/null
+
+step overhead 200 $PY benchmarks/bench_overhead.py --device cuda --nproc 1 --runs 4 --steps 100 \
+    --out "$W/overhead_gpu.json"
+cat "$W/overhead_gpu.json" 2>/dev/null
+pack
+ls -la "$OUT"
