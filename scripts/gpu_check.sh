@@ -8,6 +8,9 @@
 #   4. FSDP2 (NCCL) and nn.DataParallel on the GPU, recorded and profiled;
 #   5. the recording overhead on the GPU, side by side with and without gpuscope;
 # everything lands in $OUT (default gpu_results): summary.txt, log.txt, gpu_runs.tgz.
+# ONLY="tests cuda_data" runs just the checks named (default: all). Then
+#   tar xzf gpu_runs.tgz -C DIR && python scripts/gpu_samples.py DIR --summary summary.txt
+# copies the CUDA runs into sample_traces/cuda/.
 # Python packages gpuscope needs that the machine lacks can come as wheels in .whl/ (see the
 # device notes); they are installed into /tmp/site first.
 set -uo pipefail
@@ -27,8 +30,11 @@ pack() {  # after every step, so that a run cut short still returns what it made
   tar czf "$OUT/gpu_runs.tgz" -C "$W" . 2>/dev/null
 }
 
+wanted() { [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" $1 "* ]]; }
+
 step() {  # step NAME SECONDS command...
   local name=$1 limit=$2; shift 2
+  wanted "$name" || return 0
   local t0=$SECONDS
   echo "=== $name: $*"
   timeout "$limit" "$@" > "$W/$name.log" 2>&1
@@ -44,9 +50,10 @@ $PY -c "import torch, sys; print('python', sys.version.split()[0], 'torch', torc
   | tee -a "$OUT/summary.txt"
 
 step doctor 60 $PY -m gpuscope doctor --json "$W/doctor.json"
-step tests 120 $PY -m pytest -q -x -p no:cacheprovider -m "not slow" tests
+step tests 120 $PY -m pytest -q -p no:cacheprovider -m "not slow" tests
 
 demo() {  # demo NAME NPROC SCENARIO EXTRA...
+  wanted "$1" || return 0
   mkdir -p "$W/$1"
   local name=$1 nproc=$2 scen=$3; shift 3
   step "$name" 90 $PY -m torch.distributed.run --standalone --nproc_per_node "$nproc" \
@@ -62,6 +69,7 @@ demo cuda_data 1 data
 demo cuda_imbalanced_gloo 2 imbalanced --backend gloo
 
 for mode in fsdp dp; do
+  wanted $mode || continue
   mkdir -p "$W/$mode"
   if [ $mode = fsdp ]; then
     step $mode 90 $PY -m torch.distributed.run --standalone --nproc_per_node 1 \

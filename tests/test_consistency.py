@@ -56,3 +56,26 @@ def test_a_tiny_steady_offset_is_not_material():
     assert find_roles(frame, min_share=0.10).late == set()
     late[1] += 10.0  # 11 ms late: the other rank waits 11% of the step
     assert find_roles(_frame(late).assign(step_ns=100_000_000), min_share=0.10).late == {1}
+
+
+def test_a_straggler_is_found_despite_a_few_huge_steps():
+    """Seen on a GPU: rank 1 is 40 ms late in every step, and in two steps its profiler writes
+    a trace for 0.7 s. The outliers swell the t statistic's spread; the order test is immune."""
+    rng = np.random.default_rng(11)
+    late = rng.normal(0, 2, size=(2, 39))
+    late[1] += 40
+    late[1, [6, 13]] += 700
+    frame = _frame(late).assign(step_ns=50_000_000)
+    roles = find_roles(frame, min_share=0.10)
+    assert roles.late == {1}
+    assert abs(roles.t[1]) < t_critical(38)  # the t-test alone would have missed it
+
+
+def test_order_test_keeps_random_lateness_rare_with_outliers():
+    rng = np.random.default_rng(13)
+    flagged = 0
+    for _ in range(300):
+        late = rng.exponential(5.0, size=(4, 30))
+        late[rng.integers(0, 4), rng.integers(0, 30)] += 500  # one huge step somewhere
+        flagged += bool(find_roles(_frame(late)).late)
+    assert flagged <= 6

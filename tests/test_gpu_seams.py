@@ -25,8 +25,23 @@ from helpers import table_from_rows
 GiB = 1 << 30
 
 
-def test_without_a_driver_telemetry_switches_off_with_one_line(tmp_path, caplog):
+def _no_driver():
+    """The real NVML as a machine without an NVIDIA driver has it (the fake stands in on GPU
+    machines, where the real one would find a GPU)."""
+    try:
+        nvml.NvmlApi().shutdown()
+    except nvml.NvmlUnavailable:
+        return nvml.NvmlApi  # the real thing: no driver here
+
+    def unavailable():
+        raise nvml.NvmlUnavailable("NVML unavailable (NVML Shared Library Not Found) (faked)")
+
+    return unavailable
+
+
+def test_without_a_driver_telemetry_switches_off_with_one_line(tmp_path, caplog, monkeypatch):
     pytest.importorskip("pynvml")
+    monkeypatch.setattr(nvml, "api_factory", _no_driver())
     with caplog.at_level(logging.INFO, logger="gpuscope"):
         s = nvml.Sampler(0, 5).start()
         s2 = nvml.Sampler(0, 5).start()
@@ -184,19 +199,37 @@ def test_device_timer_resolves_gpu_stall_and_comm_without_blocking():
     assert fake.created <= 64  # events come from the pool
 
 
-def test_recorder_uses_device_times_for_data_on_cuda(tmp_path, monkeypatch):
-    # GPU timeline: each step's batch arrives 5 ms after the GPU went idle, steps end 20 ms later
+def _gpu_gap_run(tmp_path, monkeypatch, load_s, between_s):
+    """6 steps on a scripted GPU that sits idle 5 ms before each batch arrives; the host takes
+    `load_s` in next() and spends `between_s` elsewhere between steps."""
     timeline = []
     for k in range(6):
         timeline += [k * 25_000_000 + 5_000_000, k * 25_000_000 + 25_000_000]
     monkeypatch.setattr(cuda_timing, "backend_factory", lambda: FakeCuda(timeline))
+
+    def loader():
+        for i in range(6):
+            time.sleep(load_s)
+            yield i
+
     with gpuscope.record(tmp_path, device_timing=True, telemetry=False) as rec:
-        for _ in rec.data(range(6)):
-            time.sleep(0.002)
+        for _ in rec.data(loader()):
             rec.step()
+            time.sleep(between_s)  # e.g. a checkpoint or a profiler writing its trace
     table = load_table(tmp_path)
-    f = table.frame
     assert table.ranks[0].meta["gpu"]["device_timing"] == "cuda_events"
-    later = f[f["step"] >= 1]
+    later = table.frame[table.frame["step"] >= 1]
     assert (later["gpu_data_stall_ns"] == 5_000_000).all()
-    assert (later["data_ns"] == 5_000_000).all()  # the stall the GPU saw, not host time
+    return later
+
+
+def test_a_gpu_idle_while_the_host_waits_for_data_is_a_data_stall(tmp_path, monkeypatch):
+    later = _gpu_gap_run(tmp_path, monkeypatch, load_s=0.008, between_s=0)
+    # the host waited >= 8 ms, the GPU only saw 5 ms of it (queued work covered the rest)
+    assert (later["data_ns"] == 5_000_000).all()
+
+
+def test_a_gpu_idle_while_the_host_works_elsewhere_is_not_data(tmp_path, monkeypatch):
+    later = _gpu_gap_run(tmp_path, monkeypatch, load_s=0, between_s=0.008)
+    assert (later["data_ns"] < 1_000_000).all()  # the host barely waited in next()
+    assert (later["other_ns"] + later["data_ns"] == 5_000_000).all()  # the gap is "other"

@@ -12,6 +12,14 @@ a rank look consistent in about one run in a thousand. Significance alone is not
 steps, where a tiny steady offset (a rank that always starts its collective 1% later) becomes
 significant; the offset must also be material: the waiting it causes, on average, is at least
 `min_share` of the typical step (the imbalance threshold).
+
+A few huge steps (a profiler or checkpoint writing for a second on one rank) inflate the t
+statistic's spread and can hide a straggler that is late in every other step. So a second test
+runs beside it that only looks at order: per step, each rank's rank of wait among the ranks
+(ties share the average rank). When ranks are exchangeable each step's ranks are a random
+permutation, so a rank's mean rank is (n + 1) / 2 with variance (n^2 - 1) / (12 S) over S steps
+(less with ties: conservative); a normal z beyond the same 0.1% point, with the median offset
+material, is consistent too. Outliers cannot move an order.
 """
 
 from __future__ import annotations
@@ -89,19 +97,28 @@ def find_roles(frame: pd.DataFrame, min_share: float = 0.0) -> Roles:
         typical = float(np.median(slowest[complete]))
     n_ranks = x.shape[1]
     material = np.abs(mean) * n_ranks / (n_ranks - 1) >= min_share * typical
+    z = rank_z(w)
+    material_median = np.abs(np.median(x, axis=0)) * n_ranks / (n_ranks - 1) >= min_share * typical
     for j, rank in enumerate(ranks):
         if sd[j] > 0:
             t = mean[j] / (sd[j] / math.sqrt(n))
         else:  # the same offset every step: consistent if there is one at all
             t = math.copysign(math.inf, mean[j]) if abs(mean[j]) > 1e-9 * (max_wait.max() + 1) else 0.0
         roles.t[int(rank)] = float(t)
-        if not material[j]:
-            continue
-        if t <= -crit:
+        if (material[j] and t <= -crit) or (material_median[j] and z[j] <= -_Z_001):
             roles.late.add(int(rank))
-        elif t >= crit:
+        elif (material[j] and t >= crit) or (material_median[j] and z[j] >= _Z_001):
             roles.early.add(int(rank))
     return roles
+
+
+def rank_z(w: np.ndarray) -> np.ndarray:
+    """Per rank (column), the z score of its mean within-step rank of wait (steps x ranks):
+    < 0 waits least (arrives last), > 0 waits most."""
+    steps, n = w.shape
+    order = pd.DataFrame(w).rank(axis=1, method="average").to_numpy()
+    sd = math.sqrt((n * n - 1) / 12 / steps)
+    return (order.mean(axis=0) - (n + 1) / 2) / sd
 
 
 def persistent_steps(roles: Roles, steps: np.ndarray) -> np.ndarray:

@@ -200,25 +200,34 @@ def _frame(rank: int, cols: list[str], rows: list[list]) -> pd.DataFrame:
 
 
 def _apply_device_times(df: pd.DataFrame, device: list[dict]) -> pd.DataFrame:
-    """On CUDA runs, the GPU's own timeline replaces host guesses where it was measured:
-    data = the stall the GPU saw, comm = NCCL time, exposed = the last bucket's tail; compute
-    is what remains of the step."""
+    """On CUDA runs, the GPU's own timeline replaces host guesses where it was measured.
+
+    The GPU sits idle from the end of the previous step's work until the batch arrives (the
+    gap). The part of that gap the host spent blocked in next() is the data stall the GPU saw
+    (min(gap, host data wait): the gap ends when the batch arrives, and so does the wait); the
+    rest of the gap the host spent elsewhere (a checkpoint, a profiler writing its trace,
+    logging) and is "other". comm = NCCL time on the GPU, exposed = the last bucket's tail;
+    compute is what remains of the step."""
     if not device or df.empty:
         return df
     dev = pd.DataFrame(device).drop_duplicates("step").set_index("step")
     df = df.join(dev, on="step")
     has = df.get("gpu_data_stall_ns", pd.Series(np.nan, index=df.index)).notna()
     if has.any():
-        df.loc[has, "data_ns"] = df.loc[has, "gpu_data_stall_ns"].astype("int64")
+        gap = df.loc[has, "gpu_data_stall_ns"].astype("int64")
+        stall = np.minimum(gap, df.loc[has, "data_ns"])
+        df.loc[has, "data_ns"] = stall
         for col in ("gpu_comm_ns", "gpu_comm_exposed_ns"):
             if col not in df:
                 df[col] = 0
         df.loc[has, "comm_ns"] = df.loc[has, "gpu_comm_ns"].fillna(0).astype("int64")
         df.loc[has, "comm_exposed_ns"] = (df.loc[has, "gpu_comm_exposed_ns"].fillna(0)
                                           .astype("int64").clip(upper=df.loc[has, "step_ns"]))
-        rest = df["step_ns"] - df["data_ns"] - df["comm_exposed_ns"]
+        other = np.minimum(gap - stall, (df["step_ns"] - df["data_ns"]
+                                         - df["comm_exposed_ns"]).clip(lower=0)[has])
+        df.loc[has, "other_ns"] = other
+        rest = df["step_ns"] - df["data_ns"] - df["comm_exposed_ns"] - df["other_ns"]
         df.loc[has, "compute_ns"] = rest[has].clip(lower=0)
-        df.loc[has, "other_ns"] = 0
     return df
 
 

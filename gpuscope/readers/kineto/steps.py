@@ -3,8 +3,10 @@
 For each step window [start, end) of the host's ProfilerStep#N range:
 1. GPU traces: device work belongs to the step whose host range *launched* it (runtime launch
    correlated with the kernel); compute = |union of compute kernels|, comm = |union of
-   communication kernels|, exposed = comm not overlapped by compute; data = the part of the
-   DataLoader wait during which the device was idle (the stall the GPU actually sees).
+   communication kernels and of host-side collectives that no kernel stands for (gloo on CUDA
+   tensors copies to the host and reduces there while the GPU idles)|, exposed = comm not
+   overlapped by compute; data = the part of the DataLoader wait during which the device was
+   idle (the stall the GPU actually sees).
 2. CPU traces: compute = |union of host ops on the training thread| outside the DataLoader wait;
    comm = |union of collective ranges (gloo:*, nccl:*, ...)|, exposed = the part when the
    training thread ran no op and fetched no data.
@@ -72,6 +74,10 @@ def rank_rows(ev: RankEvents, rank: int, drop_last: bool):
     launched = launch_times(ev) if gpu else None
     busy_all = spans.merge(ev.dev_start, ev.dev_end) if gpu else None
     main = ev.host_tid == ev.step_thread
+    # host collectives that run on the CPU even in a GPU trace (gloo, MPI); NCCL's host ranges
+    # only enqueue its kernels, which are counted on the device
+    cpu_coll = np.array([c is not None and not c[1].startswith("nccl:") for c in ev.host_coll],
+                        dtype=bool) if gpu else None
     rows, colls = [], []
     for sid, lo, hi in windows:
         n_before = len(colls)
@@ -81,13 +87,16 @@ def rank_rows(ev: RankEvents, rank: int, drop_last: bool):
             sel = (launched >= lo) & (launched < hi)
             kind, s, e = ev.dev_kind[sel], ev.dev_start[sel], ev.dev_end[sel]
             comp = spans.merge(s[kind == COMPUTE], e[kind == COMPUTE])
-            comm = spans.merge(s[kind == COMM], e[kind == COMM])
+            host_comm, hsel = _host(ev, COMM_HOST, lo, hi, cpu_coll)
+            comm = spans.union(spans.merge(s[kind == COMM], e[kind == COMM]), host_comm)
             compute_ns = spans.length(comp)
             comm_ns = spans.length(comm)
             exposed_ns = comm_ns - spans.overlap(comm, comp)
             data_ns = spans.length(data_set) - spans.overlap(data_set, busy_all)
             for j in np.flatnonzero(sel & (ev.dev_kind == COMM)):
                 colls.append((sid, ev.dev_coll[j], int(ev.dev_end[j] - ev.dev_start[j])))
+            for j in np.flatnonzero(hsel):
+                colls.append((sid, ev.host_coll[j], int(ev.host_end[j] - ev.host_start[j])))
         else:
             ops, _ = _host(ev, OP, lo, hi, main)
             comm, csel = _host(ev, COMM_HOST, lo, hi)
