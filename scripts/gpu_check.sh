@@ -87,5 +87,25 @@ done
 step overhead 200 $PY benchmarks/bench_overhead.py --device cuda --nproc 1 --runs 4 --steps 100 \
     --out "$W/overhead_gpu.json"
 cat "$W/overhead_gpu.json" 2>/dev/null
+
+# the same side by side on a heavier step (a 4096-wide, 8-layer MLP, batch 64; ~20 ms on an H200)
+overhead_big() {
+  for i in 1 2 3; do
+    $PY scripts/gpu_parallel.py --mode dp --no-profile --no-record --steps 80 --out "$W/big" || return 1
+    $PY scripts/gpu_parallel.py --mode dp --no-profile --steps 80 --out "$W/big" || return 1
+  done
+  $PY - "$W/big/timings.json" <<'PYEOF'
+import json, statistics, sys
+runs = [json.loads(line) for line in open(sys.argv[1])]
+med = {rec: statistics.median(s for r in runs if r["record"] == rec for s in r["step_s"][5:])
+       for rec in (False, True)}
+print(json.dumps({"median_step_ms_without": round(med[False] * 1e3, 3),
+                  "median_step_ms_with": round(med[True] * 1e3, 3),
+                  "ratio_with_over_without": round(med[True] / med[False], 4)}))
+PYEOF
+}
+export -f overhead_big
+export W PY
+step overhead_big 120 bash -c overhead_big
 pack
 ls -la "$OUT"

@@ -40,6 +40,8 @@ def main() -> None:
     ap.add_argument("--width", type=int, default=4096)
     ap.add_argument("--depth", type=int, default=8)
     ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--no-record", action="store_true", help="the same run without gpuscope")
+    ap.add_argument("--no-profile", action="store_true", help="without torch.profiler")
     args = ap.parse_args()
     torch.manual_seed(0)
     if args.mode == "fsdp":
@@ -68,11 +70,14 @@ def main() -> None:
                    schedule=schedule(wait=2, warmup=1, active=4, repeat=1),
                    on_trace_ready=tensorboard_trace_handler(os.path.join(args.out, "kineto"),
                                                             use_gzip=True))
+    rec = gpuscope.record(os.path.join(args.out, "record"), model=wrapped,
+                          enabled=not args.no_record)
     times = []
-    prof.start()
+    if not args.no_profile:
+        prof.start()
     torch.cuda.synchronize()
     start = t = time.perf_counter()
-    with gpuscope.record(os.path.join(args.out, "record"), model=wrapped) as rec:
+    with rec:
         for x, y in rec.data(data):
             x, y = x.cuda(non_blocking=True), y.cuda(non_blocking=True)
             loss = nn.functional.mse_loss(wrapped(x), y)
@@ -80,17 +85,21 @@ def main() -> None:
             opt.step()
             opt.zero_grad(set_to_none=True)
             rec.step()
-            prof.step()
+            if not args.no_profile:
+                prof.step()
             now = time.perf_counter()
             times.append(now - t)
             t = now
         torch.cuda.synchronize()
         total = time.perf_counter() - start
-    prof.stop()
+    if not args.no_profile:
+        prof.stop()
     if rank == 0:
-        with open(os.path.join(args.out, "timings.json"), "w") as fh:
-            json.dump({"mode": args.mode, "step_s": times, "total_s": total,
-                       "devices": torch.cuda.device_count()}, fh)
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "timings.json"), "a") as fh:
+            fh.write(json.dumps({"mode": args.mode, "record": not args.no_record,
+                                 "step_s": times, "total_s": total,
+                                 "devices": torch.cuda.device_count()}) + "\n")
     if args.mode == "fsdp":
         torch.distributed.destroy_process_group()
 
