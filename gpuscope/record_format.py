@@ -9,8 +9,11 @@ Layout of ``rank-00000.gpuscope.jsonl`` (a later recording into the same run dir
     {"device": [...]} / {"nvml": [[...], ...]}                           CUDA times, NVML samples
     {"end": {"steps": 100, ...}}                                         clean close (object)
 
-Rows are arrays in the order of ``STEP_COLUMNS``; an optional trailing object holds named phases
-that are not one of the fixed columns. All times are integer nanoseconds. Both sides (the recorder
+Rows are arrays in the order of the header's "columns" (``STEP_COLUMNS`` when written); an
+optional trailing object holds named phases that are not one of the fixed columns and, under
+"_comm", the step's collectives by "kind:group": [comm_ns, exposed_ns, count]. One row is one
+micro-step (one rec.step()); with gradient accumulation, several make one optimizer step. All
+times are integer nanoseconds. Both sides (the recorder
 and the reader) take these names from here.
 """
 
@@ -38,7 +41,12 @@ STEP_COLUMNS = (
     "n_comm",           # collectives completed in the step
     "data_cpu_ns",      # CPU time of the training thread inside next(): ~data_ns when loading
                         # runs in-process and is CPU-bound, ~0 when it waits on I/O or workers
+    "synced",           # gradients were synchronized in this micro-step: 1, 0, -1 unknown
+    "between_ns",       # part of other_ns before the step's first event: the loop's own work
+                        # after the previous rec.step() (logging, checkpoints, a profiler)
 )
+#: columns a file written before a column was added lacks, and the value to assume
+COLUMN_DEFAULTS = {"synced": -1, "between_ns": 0}
 
 #: one NVML sample (record side writes them as arrays in this order under {"nvml": [...]})
 NVML_FIELDS = ("t_ns", "util_pct", "mem_used_bytes", "mem_total_bytes", "power_w", "sm_clock_mhz",

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from .errors import InputError
 from .thresholds import Thresholds
-from .vocab import JITTER, MS, PARTS
+from .vocab import COMPUTE_PHASES, JITTER, MS, PARTS
 
 if TYPE_CHECKING:  # the table needs pandas; a Report read from JSON has none
     from .runtable import RunTable
@@ -164,7 +164,7 @@ class Suggestion:
 class StepResult:
     """One step across ranks (a synchronous step is as slow as its slowest rank)."""
 
-    step: int
+    step: int                     # with accumulation: the optimizer step's last micro-step
     label: str
     step_ns: int                  # the slowest rank's
     data_share: float             # mean over ranks of data / step
@@ -172,29 +172,38 @@ class StepResult:
     wait_share: float             # max over ranks of wait / step
     compute_share: float          # mean over ranks of compute / step
     secondary: tuple[str, ...] = ()
+    micro_steps: int = 1          # micro-steps (rec.step() calls) in this optimizer step
+    host_share: float = 0.0       # mean over ranks of GPU-waits-on-host / step (GPU traces)
 
     @property
     def jitter(self) -> bool:
         return JITTER in self.secondary
 
     def to_dict(self) -> dict:
-        return {"step": self.step, "label": self.label, "step_ms": _r3(self.step_ns / MS),
-                "data_pct": _r3(100 * self.data_share),
-                "comm_exposed_pct": _r3(100 * self.comm_share),
-                "wait_pct": _r3(100 * self.wait_share),
-                "compute_pct": _r3(100 * self.compute_share), "secondary": list(self.secondary)}
+        d = {"step": self.step, "label": self.label, "step_ms": _r3(self.step_ns / MS),
+             "data_pct": _r3(100 * self.data_share),
+             "comm_exposed_pct": _r3(100 * self.comm_share),
+             "wait_pct": _r3(100 * self.wait_share),
+             "compute_pct": _r3(100 * self.compute_share), "secondary": list(self.secondary)}
+        if self.micro_steps != 1:
+            d["micro_steps"] = self.micro_steps
+        if self.host_share:
+            d["host_pct"] = _r3(100 * self.host_share)
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "StepResult":
         return cls(d["step"], d["label"], _ns(d["step_ms"]), d["data_pct"] / 100,
                    d["comm_exposed_pct"] / 100, d["wait_pct"] / 100, d["compute_pct"] / 100,
-                   tuple(d.get("secondary", ())))
+                   tuple(d.get("secondary", ())), d.get("micro_steps", 1),
+                   d.get("host_pct", 0.0) / 100)
 
 
 @dataclass(frozen=True)
 class RankResult:
-    """One rank over the analysed steps: the median ns of each part, and each part's share of
-    the rank's summed step time in %."""
+    """One rank over the analysed steps: the median ns of each part (`<part>_ns`), each part's
+    share of the rank's summed step time in % (`<part>_pct`), the mean step, and where known the
+    compute phases, collectives by kind (mean ns per step) and what "other" holds."""
 
     rank: int
     host: str
@@ -214,12 +223,22 @@ class RankResult:
     other_pct: float
     telemetry: TelemetrySummary | None = None
     gpu_breakdown: GpuBreakdown | None = None
+    step_mean_ns: float = 0.0
+    phases_ns: dict = field(default_factory=dict)   # forward / backward / optimizer: median ns
+    phases_pct: dict = field(default_factory=dict)  # and share of step time, %
+    comm_by_kind: dict = field(default_factory=dict)  # kind -> mean ns per step
+    between_pct: float | None = None  # share of step time between rec.step() and the next step
+    host_pct: float | None = None     # share of step time the GPU waited on the host to launch
 
     def part_ns(self, part: str) -> float:
         return getattr(self, f"{part}_ns")
 
     def part_pct(self, part: str) -> float:
         return getattr(self, f"{part}_pct")
+
+    def mean_ms(self, part: str) -> float:
+        """Mean ms per step of a part (its share of the mean step)."""
+        return self.step_mean_ns * self.part_pct(part) / 100 / MS
 
     @property
     def transfer_ns(self) -> float:
@@ -232,6 +251,17 @@ class RankResult:
         for part in PARTS:
             d[f"{part}_ms"] = _r3(self.part_ns(part) / MS)
             d[f"{part}_pct"] = _r3(self.part_pct(part))
+        if self.step_mean_ns:
+            d["step_mean_ms"] = _r3(self.step_mean_ns / MS)
+        for phase, ns in self.phases_ns.items():
+            d[f"{phase}_ms"] = _r3(ns / MS)
+            d[f"{phase}_pct"] = _r3(self.phases_pct.get(phase, 0.0))
+        if self.comm_by_kind:
+            d["comm_by_kind"] = {k: _r3(v / MS) for k, v in self.comm_by_kind.items()}
+        if self.between_pct is not None:
+            d["between_pct"] = _r3(self.between_pct)
+        if self.host_pct is not None:
+            d["host_pct"] = _r3(self.host_pct)
         if self.telemetry is not None:
             d["telemetry"] = self.telemetry.to_dict()
         if self.gpu_breakdown is not None:
@@ -243,9 +273,15 @@ class RankResult:
         parts = {f"{p}_ns": d[f"{p}_ms"] * MS for p in PARTS}
         pcts = {f"{p}_pct": d[f"{p}_pct"] for p in PARTS}
         tel, gb = d.get("telemetry"), d.get("gpu_breakdown")
+        phases = [p for p in COMPUTE_PHASES if f"{p}_ms" in d]
         return cls(d["rank"], d.get("host", ""), d["steps"], d["step_ms"] * MS, **parts, **pcts,
                    telemetry=TelemetrySummary.from_dict(tel) if tel else None,
-                   gpu_breakdown=GpuBreakdown.from_dict(gb) if gb else None)
+                   gpu_breakdown=GpuBreakdown.from_dict(gb) if gb else None,
+                   step_mean_ns=d.get("step_mean_ms", 0.0) * MS,
+                   phases_ns={p: d[f"{p}_ms"] * MS for p in phases},
+                   phases_pct={p: d.get(f"{p}_pct", 0.0) for p in phases},
+                   comm_by_kind={k: v * MS for k, v in d.get("comm_by_kind", {}).items()},
+                   between_pct=d.get("between_pct"), host_pct=d.get("host_pct"))
 
 
 @dataclass

@@ -16,6 +16,8 @@ TIME_COLUMNS = ("step_ns", "data_ns", "compute_ns", "comm_ns", "comm_exposed_ns"
                 "other_ns")
 DETAIL_COLUMNS = ("forward_ns", "backward_ns", "optimizer_ns", "n_comm", "data_cpu_ns")
 KEY_COLUMNS = ("rank", "step", "start_ns")
+#: the long table of collectives per step: key = "kind:group"
+COMM_COLUMNS = ("rank", "step", "key", "comm_ns", "exposed_ns", "count")
 
 
 @dataclass
@@ -43,6 +45,8 @@ class RunTable:
     telemetry: pd.DataFrame | None = None
     #: HTA-compatible GPU time breakdown per rank (Kineto traces with device events)
     gpu_breakdown: dict[int, GpuBreakdown] = field(default_factory=dict)
+    #: collectives per rank and step by kind and process group (COMM_COLUMNS), where timed
+    comm: pd.DataFrame | None = None
 
     @property
     def rank_ids(self) -> list[int]:
@@ -62,10 +66,12 @@ def empty_frame() -> pd.DataFrame:
 
 def shares(frame: pd.DataFrame) -> dict[str, np.ndarray]:
     """Per row, the disjoint parts of the step as fractions of it: data, transfer (exposed comm
-    minus waiting), wait, compute, other."""
+    minus waiting), wait, compute, other; and host, the part of other in which the GPU waited
+    for the host to launch work (0 where unknown)."""
     col = lambda c: frame[c].to_numpy(dtype=np.float64)  # noqa: E731
     step = np.maximum(col("step_ns"), 1.0)
     transfer = np.maximum(col("comm_exposed_ns") - col("wait_ns"), 0.0)
+    host = col("host_ns") / step if "host_ns" in frame else np.zeros(len(frame))
     return {"data": col("data_ns") / step, "transfer": transfer / step,
             "wait": col("wait_ns") / step, "compute": col("compute_ns") / step,
-            "other": col("other_ns") / step}
+            "other": col("other_ns") / step, "host": host}

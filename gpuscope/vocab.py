@@ -15,9 +15,13 @@ STACK_COLORS = {"data": "#e0a100", "compute": "#2e9d5b", "transfer": "#9b59b6", 
 COMPUTE_PHASES = ("forward", "backward", "optimizer")
 
 # step labels
-DATA, COMM, IMBALANCED, COMPUTE = "data-bound", "comm-bound", "imbalanced", "compute-bound"
-LABELS = (DATA, COMM, IMBALANCED, COMPUTE)
+DATA, COMM, IMBALANCED, HOST, COMPUTE = ("data-bound", "comm-bound", "imbalanced", "host-bound",
+                                         "compute-bound")
+LABELS = (DATA, COMM, IMBALANCED, HOST, COMPUTE)
 JITTER = "jitter"                       # secondary: waiting with no consistent late rank
 MODERATE_DATA = "moderately data-bound"  # secondary: data wait between the two thresholds
-LABEL_COLORS = {DATA: "#e0a100", COMM: "#9b59b6", IMBALANCED: "#d9534f", COMPUTE: "#2e9d5b"}
-LABEL_STYLES = {DATA: "yellow", COMM: "magenta", IMBALANCED: "red", COMPUTE: "green"}  # terminal
+#: label colours, distinct from the part colours above (a label strip sits under the parts)
+LABEL_COLORS = {DATA: "#2b6cb0", COMM: "#dd6b20", IMBALANCED: "#b83280", HOST: "#975a16",
+                COMPUTE: "#2c7a7b"}
+LABEL_STYLES = {DATA: "yellow", COMM: "magenta", IMBALANCED: "red", HOST: "cyan",
+                COMPUTE: "green"}  # terminal

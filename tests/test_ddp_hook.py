@@ -44,7 +44,7 @@ def test_buckets_are_timed_and_phases_found(pg, tmp_path):
     with gpuscope.record(tmp_path, model=model) as rec:
         _train(model, rec)
     header, rows = _rows(tmp_path)
-    assert header["comm_timing"] == "ddp_comm_hook"
+    assert "ddp_comm_hook" in header["comm_timing"].split("+")
     assert header["knobs"]["bucket_cap_bytes"] == model.bucket_bytes_cap
     assert header["knobs"]["params"] == sum(p.numel() for p in model.parameters())
     for r in rows:
@@ -78,7 +78,7 @@ def test_hook_registered_before_record_falls_back_to_ddp_logging(pg, tmp_path):
     with gpuscope.record(tmp_path, model=model) as rec:
         _train(model, rec)
     header, rows = _rows(tmp_path)
-    assert header["comm_timing"] == "ddp_logging"
+    assert "ddp_logging" in header["comm_timing"].split("+")
     assert len(rows) == 4
     end = json.loads(open(tmp_path / "rank-00000.gpuscope.jsonl").read().splitlines()[-1])["end"]
     assert "ddp_logging" in end and any("comm hook" in w for w in end["warnings"])

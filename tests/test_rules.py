@@ -157,8 +157,8 @@ def test_unknown_threshold_is_a_clear_error():
 
 
 def test_verdict_is_the_label_holding_most_time():
-    rows = balanced(3, 2, data=50, compute=50) + [
-        {"rank": r, "step": s, "compute": 100} for r in range(2) for s in range(3, 10)]
+    rows = balanced(3, 2, data=50, compute=50, comm=1) + [
+        {"rank": r, "step": s, "compute": 100, "comm": 1} for r in range(2) for s in range(3, 10)]
     rep = verdict(rows)
     assert rep.verdict.label == "compute-bound"
     assert rep.verdict.time_by_label["data-bound"] == pytest.approx(0.3)
@@ -171,14 +171,14 @@ def test_data_bound_worker_count_is_capped_by_cores_per_rank():
                                "local_world_size": 2})
     nw = next(s for s in rep.suggestions if s.knob == "num_workers")
     assert nw.proposed == 4  # need 4 (80/20), 4 cores per rank
-    assert nw.estimated_step_ms == pytest.approx(20)
+    assert nw.estimated_step_ms == pytest.approx(20 + 0.5)  # + what a worker costs per batch
 
 
 def test_io_bound_loading_may_use_more_workers_than_cores():
     rows = balanced(5, 2, data=80, compute=10, data_cpu=1)
     rep = verdict(rows, knobs={"num_workers": 0, "cpu_count": 2, "local_world_size": 2})
     nw = next(s for s in rep.suggestions if s.knob == "num_workers")
-    assert nw.proposed == 4 and nw.estimated_step_ms == pytest.approx(20)
+    assert nw.proposed == 4 and nw.estimated_step_ms == pytest.approx(20 + 0.5)
 
 
 def test_sync_frequency_brings_exposed_comm_under_target():
@@ -236,3 +236,59 @@ def test_steps_where_another_rank_is_late_are_jitter_beside_a_straggler():
     assert all(labels[s] == "imbalanced" for s in range(20) if s not in odd)
     assert all(labels[s] != "imbalanced" for s in odd)
     assert all(s.jitter for s in rep.steps if s.step in odd)
+
+
+def test_no_communication_timed_on_several_ranks_warns_and_lowers_confidence():
+    rep = verdict(balanced(6, 2, compute=90, other=10))
+    assert rep.verdict.label == "compute-bound" and rep.verdict.confidence == "low"
+    assert any("no communication was timed" in w for w in rep.warnings)
+    one = verdict(balanced(6, 1, compute=90, other=10))
+    assert one.verdict.confidence == "high" and not one.warnings
+
+
+@pytest.mark.parametrize("knobs,why", [
+    # the DDP tutorial: 0.1 ms loads, in-process, CPU-bound, 1 core per rank
+    ({"num_workers": 0, "cpu_count": 2, "local_world_size": 2, "dataloader": True}, "1 CPU core"),
+    # more cores, but a worker costs more per batch than loading does
+    ({"num_workers": 0, "cpu_count": 16, "local_world_size": 2, "dataloader": True},
+     "would not make the step faster"),
+    # not a DataLoader at all
+    ({"dataloader": False, "loader": "generator"}, "not a torch DataLoader"),
+])
+def test_no_worker_suggestion_where_workers_would_not_help(knobs, why):
+    rows = balanced(8, 2, data=0.3, compute=1.0, comm=0.01, data_cpu=0.3)
+    rep = verdict(rows, knobs=knobs, th=Thresholds(warmup_steps=0, data_high=0.2))
+    assert rep.verdict.label == "data-bound"
+    assert not any(s.knob == "num_workers" for s in rep.suggestions)
+    assert any(w.startswith("no suggestion for data-bound") and why in w for w in rep.warnings)
+
+
+def test_accumulation_is_analysed_per_optimizer_step():
+    # 4 micro-steps per optimizer step; only the last one synchronizes (40 ms exposed)
+    rows = []
+    for r in range(2):
+        for s in range(24):
+            last = s % 4 == 3
+            rows.append({"rank": r, "step": s, "forward": 5, "backward": 10, "compute": 15,
+                         "optimizer": 2 if last else 0, "comm": 40 if last else 0,
+                         "comm_exposed": 40 if last else 0})
+    rep = verdict(rows, knobs={"batch_size": 8, "world_size": 2})
+    assert len(rep.steps) == 6 and {s.micro_steps for s in rep.steps} == {4}
+    assert rep.knobs["sync_interval"] == 4
+    assert rep.verdict.label == "comm-bound"  # 40 of 100 ms per optimizer step
+    sync = next(s for s in rep.suggestions if s.knob == "sync_frequency")
+    assert sync.current.startswith("accumulation 4")
+    k = int(sync.proposed.split()[1]) // 4
+    assert "8 x 4 x 2 = 64" in sync.why and f"8 x {4 * k} x 2 = {64 * k}" in sync.why
+    assert sync.estimated_step_ms == pytest.approx(60 + 40 / k)
+
+
+def test_host_bound_when_the_gpu_waits_on_launches():
+    rows = balanced(6, 2, compute=40, other=60, comm=1)
+    table = table_from_rows(rows)
+    table.frame["host_ns"] = 50_000_000  # 50 of 100 ms the GPU idled waiting for the host
+    rep = analyze_table(table, TH0)
+    assert rep.verdict.label == "host-bound"
+    top = rep.suggestions[0]
+    assert top.knob == "host_overhead" and top.estimated_step_ms == pytest.approx(50)
+    assert rep.ranks[0].host_pct == pytest.approx(50)

@@ -1,41 +1,79 @@
-"""sum_step: one step's recorded intervals -> a row (times in ns on a made-up clock)."""
+"""sum_step: one micro-step's recorded intervals -> a row (times in ns on a made-up clock)."""
 
+from gpuscope.record.step_row import DDP_KEY, Raw, sum_step
 from gpuscope.record_format import STEP_COLUMNS
-from gpuscope.record.step_row import sum_step
+
+
+def raw(**kw) -> Raw:
+    args = dict(step=3, start=0, end=100, first=None, data_ns=10, data_cpu_ns=1, phases=[],
+                exposed=[], buckets=[], colls=[], fwd_end=None, synced=-1)
+    args.update(kw)
+    return Raw(**args)
 
 
 def row(**kw):
-    args = dict(step=3, start=0, now=100, data_ns=10, data_cpu_ns=1, raw_phases=[],
-                comm_phases=[], comm=[], fwd_end=None, start_unix=5)
-    args.update(kw)
-    return dict(zip(STEP_COLUMNS, sum_step(**args)))
+    out = sum_step(raw(**kw), start_unix=5)
+    d = dict(zip(STEP_COLUMNS, out))
+    d["extra"] = out[len(STEP_COLUMNS)] if len(out) > len(STEP_COLUMNS) else {}
+    return d
 
 
 def test_ddp_step_backward_inferred_and_exposed_tail():
     # data 0-10, forward 10-30, backward 30-80 with buckets 50-60 (hidden) and 70-90 (tail),
     # optimizer 90-95
-    r = row(raw_phases=[("forward", 10, 30), ("optimizer", 90, 95)],
-            comm=[(50, 60), (70, 90)], fwd_end=30)
+    r = row(phases=[("forward", 10, 30), ("optimizer", 90, 95)],
+            buckets=[(50, 60), (70, 90)], fwd_end=30)
     assert r["backward_ns"] == 60          # forward end -> optimizer start
     assert r["comm_ns"] == 30 and r["n_comm"] == 2
     assert r["comm_exposed_ns"] == 20      # last launch (70) -> last done (90)
     assert r["compute_ns"] == 85 - 20      # 10..95 minus the exposed tail
     assert r["other_ns"] == 100 - 10 - 65 - 20
     assert r["start_ns"] == 5 and r["step"] == 3
+    assert r["extra"]["_comm"] == {DDP_KEY: [30, 20, 2]}
+
+
+def test_measured_backward_wins_over_the_inferred_one():
+    # a micro-step that does not synchronize: no bucket, no optimizer, backward measured
+    r = row(phases=[("forward", 10, 30), ("backward", 35, 80)], fwd_end=30, synced=0)
+    assert r["backward_ns"] == 45 and r["compute_ns"] == 65 and r["synced"] == 0
+
+
+def test_forward_and_backward_inside_an_optimizer_closure_are_not_optimizer():
+    # LBFGS / Lightning: optimizer.step(closure) 10-90 runs forward 20-40 and backward 40-70
+    r = row(phases=[("optimizer", 10, 90), ("forward", 20, 40), ("backward", 40, 70)],
+            fwd_end=40)
+    assert (r["forward_ns"], r["backward_ns"], r["optimizer_ns"]) == (20, 30, 30)
+    assert r["forward_ns"] + r["backward_ns"] + r["optimizer_ns"] == r["compute_ns"]
+
+
+def test_collectives_blocking_and_waited_by_kind_and_group():
+    # an async all-gather 20-60 waited on 50-60; a blocking all-reduce 70-80
+    r = row(phases=[("forward", 10, 90)],
+            colls=[("all_gather:1", 20, 60), ("all_reduce:default", 70, 80)],
+            exposed=[(50, 60, "all_gather:1"), (70, 80, "all_reduce:default")])
+    assert r["comm_ns"] == 50 and r["comm_exposed_ns"] == 20 and r["n_comm"] == 2
+    assert r["compute_ns"] == 80 - 20  # the forward minus the time it was blocked
+    assert r["extra"]["_comm"] == {"all_gather:1": [40, 10, 1], "all_reduce:default": [10, 10, 1]}
 
 
 def test_without_phases_everything_else_is_compute():
-    r = row(comm_phases=[(40, 60)])
+    r = row(exposed=[(40, 60, "phase:comm")])
     assert r["comm_exposed_ns"] == 20 and r["compute_ns"] == 70 and r["other_ns"] == 0
 
 
 def test_user_phases_that_are_not_fixed_columns_are_kept():
-    out = sum_step(1, 0, 100, 0, 0, [("forward", 0, 40), ("loss", 40, 50)], [], [], None, 0)
+    out = sum_step(raw(start=0, end=100, data_ns=0, phases=[("forward", 0, 40), ("loss", 40, 50)]),
+                   0)
     assert out[-1] == {"loss": 10}
     assert dict(zip(STEP_COLUMNS, out))["compute_ns"] == 50
 
 
 def test_comm_outside_the_step_is_clipped():
-    r = row(comm=[(-50, 20)], raw_phases=[("forward", 10, 30)], fwd_end=30)
+    r = row(buckets=[(-50, 20)], phases=[("forward", 10, 30)], fwd_end=30)
     assert r["comm_ns"] == 20
 
+
+def test_the_loops_own_work_before_the_step_is_named():
+    # rec.step() at 0; the loop logs until 25, then fetches the batch (25-35), forward 35-60
+    r = row(first=25, data_ns=10, phases=[("forward", 35, 60)])
+    assert r["other_ns"] == 100 - 10 - 25 and r["between_ns"] == 25

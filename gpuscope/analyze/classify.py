@@ -23,7 +23,7 @@ import pandas as pd
 from ..report import Jitter, StepResult, Verdict
 from ..runtable import shares
 from ..thresholds import Thresholds
-from ..vocab import COMM, COMPUTE, DATA, IMBALANCED, JITTER, MODERATE_DATA
+from ..vocab import COMM, COMPUTE, DATA, HOST, IMBALANCED, JITTER, MODERATE_DATA
 from .consistency import Roles, persistent_steps
 from .groups import Groups
 
@@ -41,7 +41,9 @@ def classify_steps(frame: pd.DataFrame, th: Thresholds, roles: Roles | None = No
         "step_ns": g.max(frame["step_ns"].to_numpy()).astype(np.int64),
         "data_share": g.mean(sh["data"]), "comm_share": g.mean(sh["transfer"]),
         "wait_share": g.max(sh["wait"]), "compute_share": g.mean(sh["compute"]),
-        "n_ranks": g.counts,
+        "host_share": g.mean(sh["host"]), "n_ranks": g.counts,
+        "micro_steps": (g.max(frame["micro_steps"].to_numpy()).astype(np.int64)
+                        if "micro_steps" in frame else np.ones(steps.size, np.int64)),
     })
     waits = out["wait_share"].to_numpy() >= th.wait
     jitter = np.zeros(steps.size, dtype=bool)
@@ -53,14 +55,16 @@ def classify_steps(frame: pd.DataFrame, th: Thresholds, roles: Roles | None = No
         np.where(waits, out["wait_share"], -1.0),
         np.where(out["data_share"] >= th.data_high, out["data_share"], -1.0),
         np.where(out["comm_share"] >= th.comm, out["comm_share"], -1.0),
+        np.where(out["host_share"] >= th.host, out["host_share"], -1.0),
     ])
-    names = np.array([IMBALANCED, DATA, COMM])
+    names = np.array([IMBALANCED, DATA, COMM, HOST])
     best = cand.argmax(axis=1)
     has = cand.max(axis=1) >= 0
     out["label"] = np.where(has, names[best], COMPUTE)
     secondary = []
     for row_cand, b, h, data, jit in zip(cand, best, has, out["data_share"].to_numpy(), jitter):
-        extra = [str(names[i]) for i in range(3) if row_cand[i] >= 0 and (not h or i != b)]
+        extra = [str(names[i]) for i in range(names.size)
+                 if row_cand[i] >= 0 and (not h or i != b)]
         if jit:
             extra.append(JITTER)
         if th.data_moderate <= data < th.data_high:
@@ -84,9 +88,10 @@ def jitter_cost(steps: pd.DataFrame) -> Jitter:
 def step_results(steps: pd.DataFrame) -> list[StepResult]:
     """The typed per-step results of `classify_steps`' table."""
     cols = [steps[c].tolist() for c in ("step", "label", "step_ns", "data_share", "comm_share",
-                                        "wait_share", "compute_share", "secondary")]
-    return [StepResult(int(st), str(lb), int(ns), d, c, w, cp, tuple(sec))
-            for st, lb, ns, d, c, w, cp, sec in zip(*cols)]
+                                        "wait_share", "compute_share", "secondary",
+                                        "micro_steps", "host_share")]
+    return [StepResult(int(st), str(lb), int(ns), d, c, w, cp, tuple(sec), int(k), hs)
+            for st, lb, ns, d, c, w, cp, sec, k, hs in zip(*cols)]
 
 
 def run_verdict(steps: pd.DataFrame) -> Verdict:

@@ -1,7 +1,9 @@
-"""The analysis: RunTable -> warm-up dropped -> wait split -> step labels -> stragglers ->
-telemetry -> suggestions -> Report."""
+"""The analysis: RunTable -> sync cycles -> warm-up dropped -> wait split -> step labels ->
+stragglers -> telemetry -> suggestions -> Report."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -10,12 +12,13 @@ from ..errors import InputError
 from ..report import RankResult, Report
 from ..runtable import RunTable
 from ..thresholds import Thresholds
-from ..vocab import PARTS
+from ..vocab import COMPUTE, COMPUTE_PHASES, PARTS
 from .classify import classify_steps, jitter_cost, run_verdict, step_results
 from .consistency import find_roles
+from .cycles import cycle_ends, group_cycles, sync_interval
 from .groups import Groups
 from .stragglers import find_stragglers
-from .suggest import Findings, suggest
+from .suggest import Findings, suggest, unaddressed
 from .wait import estimate_wait
 
 
@@ -24,34 +27,97 @@ def drop_warmup(frame: pd.DataFrame, n: int, warnings: list[str]) -> pd.DataFram
     would leave nothing)."""
     if n <= 0 or frame.empty:
         return frame
-    first = frame.groupby("rank")["step"].transform("min")
-    kept = frame[frame["step"] >= first + n]
+    kept = frame[frame.groupby("rank").cumcount().to_numpy() >= n]
     if kept.empty:
         warnings.append(f"only {frame['step'].nunique()} step(s): warm-up steps kept in the analysis")
         return frame
     return kept
 
 
-def summarize_ranks(table: RunTable, frame: pd.DataFrame, telemetry: dict) -> list[RankResult]:
-    """Per rank: median ns of each part and its share of the rank's summed step time in %."""
+def to_cycles(frame: pd.DataFrame, ends, warnings: list[str]):
+    """Micro-steps summed into optimizer steps; returns (frame, micro-step -> cycle map)."""
+    cycles, mapping = group_cycles(frame, ends)
+    last = cycles.groupby("rank")["step"].transform("max") == cycles["step"]
+    partial = last & (cycles["micro_steps"] < sync_interval(cycles))
+    if partial.any() and (~partial).any():
+        warnings.append(f"the last {int(cycles.loc[partial, 'micro_steps'].max())} micro-step(s) "
+                        "did not complete an optimizer step and are left out")
+        cycles = cycles[~partial].reset_index(drop=True)
+    return cycles, mapping
+
+
+def comm_by_kind(table: RunTable, frame: pd.DataFrame, mapping,
+                 column: str = "comm_ns") -> dict[int, dict]:
+    """Per rank: {kind: mean ns per analysed step} of the timed collectives (their time, or
+    with column="exposed_ns" the part the step was blocked on)."""
+    comm = table.comm
+    if comm is None or comm.empty:
+        return {}
+    comm = comm.assign(kind=comm["key"].str.split(":", n=1).str[0])
+    if mapping is not None:
+        comm = comm.merge(mapping, on=["rank", "step"], how="inner")
+        comm["step"] = comm["cycle_step"]
+    kept = frame[["rank", "step"]]
+    comm = comm.merge(kept, on=["rank", "step"], how="inner")
+    n_steps = kept.groupby("rank").size()
+    total = comm.groupby(["rank", "kind"])[column].sum()
+    out: dict[int, dict] = {}
+    for (rank, kind), ns in total.items():
+        out.setdefault(int(rank), {})[str(kind)] = float(ns) / int(n_steps.get(rank, 1))
+    return out
+
+
+def summarize_ranks(table: RunTable, frame: pd.DataFrame, telemetry: dict,
+                    by_kind: dict) -> list[RankResult]:
+    """Per rank: median ns of each part, its share of the rank's summed step time in %, and
+    the mean step; the compute phases, collectives by kind and the breakdown of "other"
+    where known."""
     g = Groups(frame["rank"].to_numpy())
     med = {p: g.median(frame[f"{p}_ns"].to_numpy()).tolist() for p in ("step",) + PARTS}
     step_total = np.maximum(g.sum(frame["step_ns"].to_numpy()), 1.0)
-    pct = {p: (100 * g.sum(frame[f"{p}_ns"].to_numpy()) / step_total).tolist() for p in PARTS}
+    share = lambda col: (100 * g.sum(frame[col].to_numpy()) / step_total).tolist()  # noqa: E731
+    pct = {p: share(f"{p}_ns") for p in PARTS}
+    mean_step = (step_total / g.counts).tolist()
+    phases = [p for p in COMPUTE_PHASES if f"{p}_ns" in frame and frame[f"{p}_ns"].any()]
+    phase_med = {p: g.median(frame[f"{p}_ns"].to_numpy()).tolist() for p in phases}
+    phase_pct = {p: share(f"{p}_ns") for p in phases}
+    between = share("between_ns") if table.source == "record" and "between_ns" in frame else None
+    host = share("host_ns") if "host_ns" in frame and frame["host_ns"].any() else None
     out = []
     for i, rank in enumerate(g.keys.tolist()):
         info = table.ranks.get(rank)
         out.append(RankResult(
             rank, info.host if info else "", int(g.counts[i]), med["step"][i],
             *(med[p][i] for p in PARTS), *(pct[p][i] for p in PARTS),
-            telemetry=telemetry.get(rank), gpu_breakdown=table.gpu_breakdown.get(rank)))
+            telemetry=telemetry.get(rank), gpu_breakdown=table.gpu_breakdown.get(rank),
+            step_mean_ns=mean_step[i], phases_ns={p: phase_med[p][i] for p in phases},
+            phases_pct={p: phase_pct[p][i] for p in phases},
+            comm_by_kind=by_kind.get(rank, {}),
+            between_pct=between[i] if between is not None else None,
+            host_pct=host[i] if host is not None else None))
     return out
+
+
+def comm_unseen(table: RunTable, frame: pd.DataFrame) -> str:
+    """A warning when a multi-rank run shows no communication at all ("" otherwise)."""
+    if table.world_size < 2 or frame["comm_ns"].any() or frame["n_comm"].any():
+        return ""
+    if table.source == "kineto":
+        return (f"{table.world_size} ranks, but the traces hold no collective (no NCCL kernel, "
+                "no gloo / nccl range): waiting and transfer cannot be told from compute, so the "
+                "verdict may be wrong; profile with record_shapes off but CPU and CUDA activities "
+                "on, on every rank")
+    return (f"{table.world_size} ranks, but no communication was timed: pass the DDP or FSDP "
+            "model itself as record(model=...), not the module inside it, or mark your own "
+            "collectives with rec.phase('comm'); until then waiting and transfer count as "
+            "compute and the verdict may be wrong")
 
 
 def analyze_table(table: RunTable, thresholds: Thresholds | None = None,
                   skip: int | None = None) -> Report:
-    """Analyse one RunTable. `skip`: warm-up steps to leave out per rank (default: the
-    thresholds' warmup_steps, else 1 for recorded runs and 0 for profiler traces)."""
+    """Analyse one RunTable. `skip`: warm-up steps (optimizer steps, when the run accumulates
+    gradients) to leave out per rank (default: the thresholds' warmup_steps, else 1 for
+    recorded runs and 0 for profiler traces)."""
     th = thresholds or Thresholds()
     if skip is not None:
         th = th.with_overrides({"warmup_steps": skip})
@@ -60,18 +126,33 @@ def analyze_table(table: RunTable, thresholds: Thresholds | None = None,
     frame = table.frame
     if frame.empty:
         raise InputError(f"{table.path}: no steps to analyse (the run recorded none)")
-    frame = drop_warmup(frame, th.warmup_steps, warnings)
-    if table.source == "record":  # Kineto tables come with waits from matched collectives
-        frame = estimate_wait(frame, warnings)
+    record = table.source == "record"  # Kineto tables come with waits from matched collectives
+    ends = cycle_ends(frame)
+    mapping = None
+    if ends is not None:  # accumulation: waits per micro-step, then optimizer steps
+        if record:
+            frame = estimate_wait(frame, warnings)
+        frame, mapping = to_cycles(frame, ends, warnings)
+        frame = drop_warmup(frame, th.warmup_steps, warnings)
+    else:
+        frame = drop_warmup(frame, th.warmup_steps, warnings)
+        if record:
+            frame = estimate_wait(frame, warnings)
+    knobs = table.knobs()
+    if mapping is not None:
+        knobs["sync_interval"] = sync_interval(frame)
     roles = find_roles(frame, th.wait)
     if frame["rank"].nunique() > 1 and not roles.decided and (frame["wait_ns"] > 0).any():
         warnings.append(f"only {roles.n_steps} step(s) recorded on every rank: too few to tell a "
                         "consistent straggler from per-step jitter")
     steps = classify_steps(frame, th, roles)
     verdict = run_verdict(steps)
+    unseen = comm_unseen(table, frame)
+    if unseen:
+        warnings.append(unseen)
+        verdict = replace(verdict, confidence="low")
     hosts = {r: info.host for r, info in table.ranks.items()}
     stragglers = find_stragglers(frame, steps, th, roles, hosts)
-    knobs = table.knobs()
     telemetry: dict = {}
     if table.telemetry is not None and len(table.telemetry):
         from .telemetry import join_steps, memory_used_fraction, straggler_evidence, summarize
@@ -86,14 +167,22 @@ def analyze_table(table: RunTable, thresholds: Thresholds | None = None,
     # suggestions for the verdict and for any label holding a material share of the time
     labels = {verdict.label} | {k for k, v in verdict.time_by_label.items() if v >= 0.2}
     jitter = jitter_cost(steps)
-    suggestions = suggest(Findings(frame, labels, th, knobs, stragglers, roles.early,
-                                   float(steps["data_share"].median()), jitter))
+    exposed = comm_by_kind(table, frame, mapping, "exposed_ns")
+    kinds = {k for per_rank in exposed.values() for k in per_rank}
+    found = Findings(frame, labels, th, knobs, stragglers, roles.early,
+                     float(steps["data_share"].median()), jitter,
+                     {k: float(np.mean([r.get(k, 0.0) for r in exposed.values()])) for k in kinds})
+    suggestions = suggest(found)
+    if verdict.label != COMPUTE:
+        why = unaddressed(found, verdict.label, suggestions)
+        if why:
+            warnings.append(why)
     if len(table.ranks) == 1 and table.world_size > 1:
         warnings.append("only one rank's data: waiting for other ranks cannot be told apart from "
                         "transfer, so imbalance is not detected")
     analysed = RunTable(frame, table.source, table.path, table.ranks, table.world_size,
-                        table.warnings, table.telemetry, table.gpu_breakdown)
+                        table.warnings, table.telemetry, table.gpu_breakdown, table.comm)
+    ranks = summarize_ranks(table, frame, telemetry, comm_by_kind(table, frame, mapping))
     return Report(table.source, table.path, int(table.world_size), verdict, step_results(steps),
-                  summarize_ranks(table, frame, telemetry), stragglers, suggestions, th,
-                  jitter=jitter, knobs=knobs, warnings=warnings,
-                  early_ranks=sorted(roles.early), table=analysed)
+                  ranks, stragglers, suggestions, th, jitter=jitter, knobs=knobs,
+                  warnings=warnings, early_ranks=sorted(roles.early), table=analysed)

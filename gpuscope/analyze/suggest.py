@@ -11,8 +11,14 @@ import pandas as pd
 
 from ..report import Jitter, Straggler, Suggestion
 from ..thresholds import Thresholds
-from ..vocab import COMM, DATA, IMBALANCED, JITTER, MS
+from ..vocab import COMM, DATA, HOST, IMBALANCED, JITTER, MS
 from .groups import Groups
+
+#: what a DataLoader worker process costs the loop per batch, measured with
+#: benchmarks/bench_workers.py (loading that costs nothing, num_workers 1 against 0, on a 2-core
+#: VM: 0.34-0.61 ms per batch of 4-256 KB, +0.5-0.75 ms per MB beyond)
+WORKER_BATCH_NS = 500_000
+WORKER_NS_PER_BYTE = 0.5
 
 
 @dataclass
@@ -27,6 +33,7 @@ class Findings:
     early_ranks: set[int] = field(default_factory=set)  # ranks that wait for all others
     data_share: float = 0.0         # median step's data share
     jitter: Jitter = field(default_factory=Jitter)
+    exposed_by_kind: dict = field(default_factory=dict)  # kind -> mean exposed ns per step
 
 
 @dataclass(frozen=True)
@@ -40,6 +47,7 @@ class TypicalStep:
     compute: float
     data_cpu: float
     sync_interval: int
+    host: float = 0.0    # GPU idle waiting for the host to launch (GPU traces)
 
     @property
     def busy(self) -> float:  # time the step needs besides data
@@ -57,13 +65,16 @@ def typical_step(frame: pd.DataFrame) -> TypicalStep:
     data = mean("data_ns")
     data_cpu = mean("data_cpu_ns") if "data_cpu_ns" in frame else data
     comm = mean("comm_ns")
-    synced = float((comm > 0).mean()) if g.keys.size else 0.0
-    interval = int(round(1 / synced)) if synced > 0 else 1
+    if "micro_steps" in frame:  # rows are optimizer steps of several micro-steps
+        interval = int(np.median(frame["micro_steps"].to_numpy()))
+    else:  # rows are micro-steps: how often one of them communicated
+        synced = float((comm > 0).mean()) if g.keys.size else 0.0
+        interval = int(round(1 / synced)) if synced > 0 else 1
     med = lambda a: float(np.median(a)) if a.size else 0.0  # noqa: E731
     return TypicalStep(med(slowest), med(data), med(np.maximum(mean("comm_exposed_ns")
                                                                 - mean("wait_ns"), 0)),
                        med(most_wait), med(mean("compute_ns")), med(data_cpu),
-                       interval)
+                       interval, med(mean("host_ns")))
 
 
 def _gain(old_step: float, new_step: float, batch_factor: float = 1.0) -> float:
@@ -71,9 +82,20 @@ def _gain(old_step: float, new_step: float, batch_factor: float = 1.0) -> float:
     return (old_step * batch_factor / max(new_step, 1.0) - 1) * 100
 
 
-def suggest_data(t: TypicalStep, knobs: dict, th: Thresholds) -> list[Suggestion]:
-    """More DataLoader workers sized from load time per batch vs compute time, capped by cores."""
+def worker_cost_ns(knobs: dict) -> float:
+    """What one worker process costs the loop per batch (WORKER_* above)."""
+    nbytes = knobs.get("batch_bytes")
+    return WORKER_BATCH_NS + WORKER_NS_PER_BYTE * (nbytes if isinstance(nbytes, int) else 0)
+
+
+def suggest_data(t: TypicalStep, knobs: dict, th: Thresholds) -> tuple[list[Suggestion], str]:
+    """More DataLoader workers, sized from load time per batch against the rest of the step and
+    capped by cores, when that pays for what a worker costs; else why not."""
     out: list[Suggestion] = []
+    if knobs.get("dataloader") is False:
+        return out, (f"batches come from a {knobs.get('loader', 'plain iterable')}, not a torch "
+                     "DataLoader: make loading itself faster, or move it into a DataLoader whose "
+                     "worker processes load ahead")
     workers = knobs.get("num_workers")
     cpus = max(1, int(knobs.get("cpus_available") or knobs.get("cpu_count") or 1))
     per_rank = max(1, cpus // max(1, int(knobs.get("local_world_size") or 1)))
@@ -84,17 +106,29 @@ def suggest_data(t: TypicalStep, knobs: dict, th: Thresholds) -> list[Suggestion
     else:
         load = cur * t.step  # steady state: `cur` workers deliver one batch per step
         io_bound = False
-    need = math.ceil(load / t.busy) if t.busy > 0 else 1
     cap = per_rank * 4 if io_bound else per_rank
+    if cur == 0 and not io_bound and per_rank < 2:
+        return out, (f"loading is CPU-bound ({100 * t.data_cpu / max(t.data, 1):.0f}% of a core "
+                     "while waiting) and there is 1 CPU core per rank: a worker process would "
+                     "take its CPU time from training; make loading cheaper (pre-process once, "
+                     "cache decoded samples) or give each rank more cores")
+    need = math.ceil(load / t.busy) if t.busy > 0 else 1
     proposed = max(min(max(need, 1), cap, 32), cur + 1)
-    est = max(t.busy, load / proposed)
+    cost = worker_cost_ns(knobs)
+    est = max(t.busy, load / proposed) + (cost if cur == 0 else 0.0)
+    if cur == 0 and (t.step - est < max(0.05 * t.step, 2 * cost)):
+        return out, (f"a batch loads in {load / MS:.2f} ms; a worker process costs the loop about "
+                     f"{cost / MS:.1f} ms per batch (benchmarks/bench_workers.py), so workers would "
+                     "not make the step faster")
     kind = ("mostly waiting (I/O-like: the training thread used "
             f"{100 * t.data_cpu / max(t.data, 1):.0f}% CPU while loading)" if cur == 0 and io_bound
             else "CPU-bound" if cur == 0 else "")
     why = (f"each step waits {t.data / MS:.1f} ms for data against {t.busy / MS:.1f} ms of other work; "
            f"a batch takes ~{load / MS:.1f} ms to load{' (' + kind + ')' if kind else ''}, so "
            f"{need} worker(s) would hide it; {per_rank} CPU core(s) per rank"
-           f"{', and loading is I/O-like, so up to 4 workers per core' if io_bound else ''}")
+           f"{', and loading is I/O-like, so up to 4 workers per core' if io_bound else ''}"
+           + (f"; a worker costs ~{cost / MS:.1f} ms per batch to hand over, included"
+              if cur == 0 else ""))
     out.append(Suggestion("num_workers", cur, proposed, est / MS, why, DATA, _gain(t.step, est)))
     if knobs.get("device", "cpu").startswith("cuda") and not knobs.get("pin_memory"):
         out.append(Suggestion("pin_memory", False, True, (t.step - 0.1 * t.data) / MS,
@@ -109,28 +143,63 @@ def suggest_data(t: TypicalStep, knobs: dict, th: Thresholds) -> list[Suggestion
         pf = knobs.get("prefetch_factor") or 2
         out.append(Suggestion("prefetch_factor", pf, pf * 2, t.step / MS,
                               "more batches in flight per worker absorb uneven load times", DATA, 0.0))
-    return out
+    return out, ""
 
 
-def suggest_comm(t: TypicalStep, knobs: dict, th: Thresholds) -> list[Suggestion]:
-    """Sync gradients less often, or do more work per sync, from measured transfer and compute."""
+def _global_batch(knobs: dict, micro: int, accum: int) -> str:
+    world = knobs.get("world_size") or 1
+    return f"{micro} x {accum} x {world} = {micro * accum * world}"
+
+
+def suggest_comm(t: TypicalStep, knobs: dict, th: Thresholds,
+                 exposed_by_kind: dict | None = None) -> list[Suggestion]:
+    """Sync gradients less often, or do more work per sync, from measured transfer and compute;
+    for FSDP, the all-gathers apart."""
     out: list[Suggestion] = []
     T, rest = t.transfer, max(t.step - t.transfer, 1.0)
     if T <= 0:
         return out
-    # average step with sync every k steps: rest + T/k; want T/k <= target * (rest + T/k)
-    k = math.ceil((1 - th.comm_target) * T / (th.comm_target * rest))
-    k = max(2, min(k, 32))
+    by_kind = exposed_by_kind or {}
+    total = sum(by_kind.values())
+    gather = T * by_kind.get("all_gather", 0.0) / total if total > 0 else 0.0
+    grads = T - gather  # the part that gradient accumulation avoids (all-reduce/reduce-scatter)
     cur = max(1, t.sync_interval)
-    est = rest + T / k
-    out.append(Suggestion(
-        "sync_frequency", f"every {cur} step(s)", f"every {k * cur} steps",
-        est / MS,
-        f"{T / MS:.1f} ms of each {t.step / MS:.1f} ms step is exposed gradient all-reduce that "
-        f"compute does not hide; accumulating gradients with DDP no_sync() for {k - 1} of every {k} "
-        f"steps brings it under {th.comm_target:.0%}; the effective global batch grows {k}x "
-        "(scale the learning rate or steps accordingly)", COMM, _gain(t.step, est)))
     bs = knobs.get("batch_size")
+    if grads > 0:
+        # average per current step with sync every k: rest + G/k; want G/k <= target * step
+        k = math.ceil((1 - th.comm_target) * grads / (th.comm_target * (rest + gather)))
+        k = max(2, min(k, 32))
+        est = rest + gather + grads / k
+        fsdp = "reduce_scatter" in by_kind
+        how = ("model.set_requires_gradient_sync(False) on FSDP" if fsdp
+               else "DDP no_sync() (or model.require_backward_grad_sync = False)")
+        batch = (f"; the global batch grows {k}x, from {_global_batch(knobs, bs, cur)} to "
+                 f"{_global_batch(knobs, bs, k * cur)} samples (per-rank micro-batch x "
+                 "accumulation x ranks)" if isinstance(bs, int) and bs > 0
+                 else f"; the effective global batch grows {k}x")
+        if cur == 1:
+            current, proposed = f"every {cur} step(s)", f"every {k * cur} steps"
+            what = (f"accumulating gradients with {how} for {k - 1} of every {k} steps brings "
+                    f"it under {th.comm_target:.0%}")
+        else:
+            current = f"accumulation {cur} (sync every {cur} micro-steps)"
+            proposed = f"accumulation {k * cur}"
+            what = (f"the run accumulates {cur} micro-steps per optimizer step; {k * cur} would "
+                    f"bring it under {th.comm_target:.0%} ({how})")
+        out.append(Suggestion(
+            "sync_frequency", current, proposed, est / MS,
+            f"{grads / MS:.1f} ms of each {t.step / MS:.1f} ms step is exposed gradient "
+            f"synchronization that compute does not hide; {what}{batch} (scale the learning "
+            "rate or steps accordingly); estimate per step of today's global batch", COMM,
+            _gain(t.step, est)))
+    if gather > 0:
+        est = t.step - gather / 2
+        out.append(Suggestion(
+            "reshard_after_forward", True, False, est / MS,
+            f"{gather / MS:.1f} ms per step is exposed FSDP all-gather; keeping the gathered "
+            "parameters from forward to backward (fully_shard(..., reshard_after_forward=False)) "
+            "saves the backward all-gathers, about half, at the cost of holding them in memory",
+            COMM, _gain(t.step, est)))
     used = knobs.get("memory_used_fraction")
     headroom = int(0.9 / used) if used else None  # how many times the batch fits in memory
     if isinstance(bs, int) and bs > 0 and (headroom is None or headroom >= 2):
@@ -140,18 +209,40 @@ def suggest_comm(t: TypicalStep, knobs: dict, th: Thresholds) -> list[Suggestion
         new_step = rest * m + T  # compute scales with the batch, the gradient size does not
         out.append(Suggestion(
             "batch_size", bs, bs * m, new_step / MS,
-            f"the all-reduce costs the same {T / MS:.1f} ms whatever the batch; {m}x the per-rank "
-            f"batch spreads it over {m}x the samples ("
+            f"the collectives cost the same {T / MS:.1f} ms whatever the batch; {m}x the per-rank "
+            f"micro-batch spreads them over {m}x the samples ("
             + (f"GPU memory peaks at {used:.0%}, so {m}x fits" if used else "if memory allows")
-            + "; the global batch grows too)",
+            + f"; the global batch grows from {_global_batch(knobs, bs, cur)} to "
+            f"{_global_batch(knobs, bs * m, cur)})",
             COMM, _gain(t.step, new_step, m)))
     if knobs.get("param_dtype", "float32") == "float32":
         est = t.step - T / 2
-        out.append(Suggestion(
-            "grad_compression", "none (fp32 gradients)", "bf16_compress_hook", est / MS,
-            "a bf16 compression comm hook halves the bytes each all-reduce moves "
-            "(ddp.register_comm_hook(None, bf16_compress_hook))", COMM, _gain(t.step, est)))
+        if gather > 0:
+            out.append(Suggestion(
+                "mixed_precision", "fp32 parameters", "bf16 parameters for communication", est / MS,
+                "FSDP's MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) "
+                "halves the bytes each all-gather moves", COMM, _gain(t.step, est)))
+        else:
+            out.append(Suggestion(
+                "grad_compression", "none (fp32 gradients)", "bf16_compress_hook", est / MS,
+                "a bf16 compression comm hook halves the bytes each all-reduce moves "
+                "(ddp.register_comm_hook(None, bf16_compress_hook))", COMM, _gain(t.step, est)))
     return out
+
+
+def suggest_host(t: TypicalStep) -> list[Suggestion]:
+    """The GPU waits for the host to launch work: fewer, larger launches."""
+    if t.host <= 0:
+        return []
+    est = t.step - t.host
+    return [Suggestion(
+        "host_overhead", f"GPU idle {t.host / MS:.1f} ms per step waiting for launches",
+        "CUDA graphs / torch.compile", est / MS,
+        f"the GPU sits idle {t.host / MS:.1f} ms of each {t.step / MS:.1f} ms step after a kernel "
+        "ends and before the host has launched the next: capture the step in CUDA graphs "
+        "(torch.compile(mode='reduce-overhead')) or fuse kernels with torch.compile, remove host "
+        "syncs from the loop (.item(), .cpu(), printing tensors), or give each launch more work "
+        "(a larger batch)", HOST, _gain(t.step, est))]
 
 
 def suggest_imbalance(t: TypicalStep, stragglers: list[Straggler], knobs: dict,
@@ -212,17 +303,37 @@ def suggest(found: Findings) -> list[Suggestion]:
     """Suggestions for every bottleneck present (label or secondary), best estimated gain first.
 
     Jitter gets a suggestion when its steps hold a material share (>= 20%) of the time."""
+    return _suggest(found)[0]
+
+
+def _suggest(found: Findings) -> tuple[list[Suggestion], dict[str, str]]:
+    """(suggestions, label -> why none was made for it)."""
     frame, labels, th, knobs = found.frame, found.labels, found.thresholds, found.knobs
     if frame.empty:
-        return []
+        return [], {}
     t = typical_step(frame)
     out: list[Suggestion] = []
+    why_not: dict[str, str] = {}
     if IMBALANCED in labels:
         out += suggest_imbalance(t, found.stragglers, knobs, found.early_ranks)
     if found.jitter.steps_share >= 0.2 and found.jitter.wait_share > 0:
         out += suggest_jitter(t, found.jitter)
     if DATA in labels or found.data_share >= th.data_moderate:
-        out += suggest_data(t, knobs, th)
+        data, why_not[DATA] = suggest_data(t, knobs, th)
+        out += data
     if COMM in labels:
-        out += suggest_comm(t, knobs, th)
-    return sorted(out, key=lambda s: -s.gain_pct)
+        out += suggest_comm(t, knobs, th, found.exposed_by_kind)
+        if t.transfer <= 0:
+            why_not[COMM] = ("comm-bound steps are a minority: the typical step has no exposed "
+                             "transfer, so no change to how often gradients sync is suggested")
+    if HOST in labels:
+        out += suggest_host(t)
+    return sorted(out, key=lambda s: -s.gain_pct), why_not
+
+
+def unaddressed(found: Findings, label: str, suggestions: list[Suggestion]) -> str:
+    """Why no suggestion addresses the verdict `label` ("" when one does)."""
+    if any(s.addresses == label for s in suggestions):
+        return ""
+    why = _suggest(found)[1].get(label) or "no change with a measurable gain could be estimated"
+    return f"no suggestion for {label}: {why}"

@@ -19,8 +19,9 @@ import numpy as np
 import pandas as pd
 
 from ..errors import InputError, TraceFormatError
-from ..record_format import FILE_GLOB, FILE_SUFFIX, NVML_FIELDS, SCHEMA, STEP_COLUMNS
-from ..runtable import RankInfo, RunTable, empty_frame
+from ..record_format import (COLUMN_DEFAULTS, FILE_GLOB, FILE_SUFFIX, NVML_FIELDS, SCHEMA,
+                             STEP_COLUMNS)
+from ..runtable import COMM_COLUMNS, RankInfo, RunTable, empty_frame
 
 _decode = msgspec.json.Decoder().decode
 
@@ -186,17 +187,32 @@ def _pick_recording(path: str, files: list[RankFile], want: str | None,
     return [by_rank[r] for r in sorted(by_rank)]
 
 
-def _frame(rank: int, cols: list[str], rows: list[list]) -> pd.DataFrame:
+def _frame(rank: int, cols: list[str], rows: list[list]) -> tuple[pd.DataFrame, list]:
+    """The rank's step rows as a frame (columns a file of an older version lacks get their
+    default), and its collectives as (rank, step, key, comm_ns, exposed_ns, count) records."""
     width = len(cols)
     fixed = [r[:width] for r in rows if len(r) >= width]
     arr = np.array(fixed, dtype=np.int64) if fixed else np.zeros((0, width), dtype=np.int64)
     df = pd.DataFrame(arr, columns=cols)
     df.insert(0, "rank", rank)
+    for col, default in COLUMN_DEFAULTS.items():
+        if col not in df:
+            df[col] = default
     extra = [r[width] if len(r) > width and isinstance(r[width], dict) else None for r in rows
              if len(r) >= width]
+    comm = []
     if any(extra):
-        df["phases"] = extra
-    return df
+        phases = []
+        for step, e in zip(df["step"].tolist(), extra):
+            if e and "_comm" in e:
+                e = dict(e)
+                for key, v in (e.pop("_comm") or {}).items():
+                    if isinstance(v, list) and len(v) == 3:
+                        comm.append((rank, step, str(key), *v))
+            phases.append(e or None)
+        if any(phases):
+            df["phases"] = phases
+    return df, comm
 
 
 def _apply_device_times(df: pd.DataFrame, device: list[dict]) -> pd.DataFrame:
@@ -263,7 +279,7 @@ def read_run_dir(path: str) -> RunTable:
         for f in files:
             f.path = os.path.abspath(f.path)
     chosen = _pick_recording(path, files, want, warnings)
-    frames, ranks, world, telemetry = [], {}, 0, []
+    frames, ranks, world, telemetry, comm = [], {}, 0, [], []
     for f in chosen:
         warnings += f.warnings
         header, rank = f.header, f.rank
@@ -277,7 +293,9 @@ def read_run_dir(path: str) -> RunTable:
         if tel is not None:
             telemetry.append(tel)
         if f.rows:
-            frames.append(_apply_device_times(_frame(rank, header["columns"], f.rows), f.device))
+            frame, rank_comm = _frame(rank, header["columns"], f.rows)
+            frames.append(_apply_device_times(frame, f.device))
+            comm += rank_comm
         else:
             warnings.append(f"{os.path.basename(f.path)}: rank {rank} recorded no steps")
     missing = sorted(set(range(world)) - set(ranks))
@@ -290,4 +308,6 @@ def read_run_dir(path: str) -> RunTable:
         frame["wait_ns"] = 0
     frame = frame.sort_values(["rank", "step"], kind="stable").reset_index(drop=True)
     tel = pd.concat(telemetry, ignore_index=True) if telemetry else None
-    return RunTable(frame, "record", path, ranks, world or len(ranks), warnings, telemetry=tel)
+    comm_frame = pd.DataFrame(comm, columns=list(COMM_COLUMNS)) if comm else None
+    return RunTable(frame, "record", path, ranks, world or len(ranks), warnings, telemetry=tel,
+                    comm=comm_frame)

@@ -12,6 +12,7 @@ import time
 from typing import Callable
 
 from .._log import info_once, warn_once
+from .collectives import quiet
 
 CommSink = Callable[[int, int, int], None]  # (bucket_index, launch_ns, done_ns)
 
@@ -95,7 +96,8 @@ def _dispatch(timer: DDPCommTimer, bucket):
     launch = time.perf_counter_ns()
     device = timer.device
     dev_launch = device.comm_launch() if device is not None else None
-    fut = timer.inner_hook(timer.inner_state, bucket)
+    with quiet():  # a user hook's dist.all_reduce is this bucket, already timed here
+        fut = timer.inner_hook(timer.inner_state, bucket)
     try:
         index = bucket.index()
 

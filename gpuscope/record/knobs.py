@@ -7,8 +7,10 @@ import sys
 
 
 def loader_knobs(loader) -> dict:
-    """DataLoader settings; attributes a plain iterable lacks are simply absent."""
-    out: dict = {"loader": type(loader).__name__}
+    """DataLoader settings; attributes a plain iterable lacks are simply absent. `dataloader`
+    says whether it is a torch DataLoader (worker processes are a knob only there)."""
+    names = {c.__name__ for c in type(loader).__mro__}
+    out: dict = {"loader": type(loader).__name__, "dataloader": "DataLoader" in names}
     for attr in ("batch_size", "num_workers", "pin_memory", "prefetch_factor",
                  "persistent_workers", "drop_last"):
         if hasattr(loader, attr):
@@ -26,21 +28,46 @@ def loader_knobs(loader) -> dict:
     return out
 
 
-def batch_size_of(batch) -> int | None:
-    """Leading dimension of the first tensor-like thing in a batch, if any."""
+def _tensors(batch, limit: int = 32):
+    """Tensor-like things in a batch (a tensor, or nested sequences / mappings), breadth first."""
     seen = 0
     stack = [batch]
-    while stack and seen < 16:
+    while stack and seen < limit:
         item = stack.pop(0)
         seen += 1
         shape = getattr(item, "shape", None)
-        if shape is not None and len(shape) > 0:
-            return int(shape[0])
-        if isinstance(item, dict):
+        if shape is not None:
+            yield item
+        elif isinstance(item, dict):
             stack.extend(item.values())
         elif isinstance(item, (list, tuple)):
             stack.extend(item)
+
+
+def batch_size_of(batch) -> int | None:
+    """Leading dimension of the first tensor-like thing in a batch, if any."""
+    for t in _tensors(batch):
+        if len(t.shape) > 0:
+            return int(t.shape[0])
     return None
+
+
+def batch_knobs(batch, want_size: bool = True) -> dict:
+    """The batch's size (leading dimension) and bytes, from the first batch seen."""
+    out: dict = {}
+    if want_size:
+        size = batch_size_of(batch)
+        if size is not None:
+            out["batch_size"] = size
+    nbytes = 0
+    for t in _tensors(batch):
+        try:
+            nbytes += int(t.numel()) * int(t.element_size())
+        except Exception:
+            pass
+    if nbytes:
+        out["batch_bytes"] = nbytes
+    return out
 
 
 def model_knobs(model) -> dict:

@@ -22,9 +22,11 @@ from contextlib import contextmanager
 
 from .._log import warn_once
 from ..record_format import SCHEMA, STEP_COLUMNS
-from .knobs import batch_size_of, loader_knobs, model_knobs, process_knobs
+from .hooks import Hooks
+from .knobs import batch_knobs, loader_knobs, model_knobs, process_knobs
 from .placement import detect_placement, job_id
 from .step_row import sum_step
+from .step_state import StepState
 from .writer import RecordWriter
 
 _now = time.perf_counter_ns
@@ -60,33 +62,32 @@ class Recorder:
         self._telemetry = telemetry
         self._telemetry_hz = telemetry_hz
         self._device_timing = device_timing
-        self._state = _NEW
+        self._status = _NEW
         self._active = False     # per-step state is kept only while this is True
         self._writer: RecordWriter | None = None
         self._sampler = None     # nvml.Sampler
         self._dev = None         # cuda_timing.DeviceTimer when the model trains on a CUDA device
         self._tb = None          # tb_scalars.BackgroundScalars, created on the first flush
-        self._comm_timer = None  # ddp_timing.DDPCommTimer on a DDP model
-        self._handles: list = []
+        self._hooks: Hooks | None = None
+        self._state = StepState()  # the micro-step being recorded
         self._knobs: dict = {}
         self._batch_size_known = False
         self._raw: list = []
-        self._comm: list = []
-        self._reset_step(None)
+        self._micro = 0          # micro-steps since the last optimizer step
 
     # ----------------------------------------------------------------- lifecycle
     def start(self) -> "Recorder":
         """Start recording (once); returns self. Never raises into training."""
-        if self._state != _NEW:
+        if self._status != _NEW:
             warn_once("recorder-restart", "gpuscope: a recorder starts once; create a new one "
                                           "with gpuscope.record() for another recording")
             return self
-        self._state = _RUNNING
+        self._status = _RUNNING
         if not self.enabled:
             return self
         try:
             self._open()
-            self._active = True
+            self._active = self._state.active = True
             atexit.register(self._at_exit)
         except Exception as exc:
             self._fail("open", exc)
@@ -94,9 +95,9 @@ class Recorder:
 
     def stop(self, crashed: bool = False) -> None:
         """Write what is left and tear down; safe to call more than once."""
-        if self._state != _RUNNING:
+        if self._status != _RUNNING:
             return
-        self._state = _STOPPED
+        self._status = _STOPPED
         end = None
         try:
             if self._active:
@@ -132,16 +133,16 @@ class Recorder:
         self._knobs = {"world_size": p.world_size, **process_knobs(p.local_world_size)}
         if self.model is not None:
             self._knobs.update(model_knobs(self.model))
-            self._install_model_hooks(self.model)
-        if self._time_optimizer and "torch" in sys.modules:
-            self._install_optimizer_hooks()
+        self._hooks = Hooks(self._state, self.model, self._time_optimizer)
+        self._hooks.install()
+        self.warnings += self._hooks.warnings
         gpu: dict = {}
         if self._wants_device_timing():
             from . import cuda_timing
 
             self._dev = cuda_timing.DeviceTimer(cuda_timing.backend_factory())
-            if self._comm_timer is not None:
-                self._comm_timer.device = self._dev
+            if self._hooks.ddp is not None:
+                self._hooks.ddp.device = self._dev
             gpu["device_timing"] = "cuda_events"
         if self._telemetry:
             from .nvml import Sampler
@@ -169,11 +170,12 @@ class Recorder:
                 end["max_memory_allocated_bytes"] = int(torch.cuda.max_memory_allocated())
             except Exception:
                 pass
-        if self._comm_timer is not None:
+        ddp = self._hooks.ddp if self._hooks is not None else None
+        if ddp is not None:
             from .ddp_timing import ddp_logging_summary
 
             end["ddp_logging"] = ddp_logging_summary(self.model)
-            end["comm_hook"] = self._comm_timer.hook_name
+            end["comm_hook"] = ddp.hook_name
         if self._tb is not None:
             self._close_tensorboard()
         if self.warnings:
@@ -182,22 +184,16 @@ class Recorder:
 
     def _teardown(self, end: dict | None = None) -> None:
         """The one way out, run on every exit path; idempotent, never raises."""
-        self._active = False
-        self._reset_step(None)
-        self._raw, self._comm = [], []
+        self._active = self._state.active = False
+        self._state.clear()
+        self._raw = []
         try:
             atexit.unregister(self._at_exit)
         except Exception:
             pass
-        for handle in self._handles:
-            try:
-                handle.remove()
-            except Exception:
-                pass
-        self._handles.clear()
-        timer, self._comm_timer = self._comm_timer, None
-        if timer is not None:
-            timer.detach()  # DDP cannot unregister its hook: it now only forwards
+        hooks, self._hooks = self._hooks, None
+        if hooks is not None:
+            hooks.remove()
         sampler, self._sampler = self._sampler, None
         if sampler is not None:
             try:
@@ -243,60 +239,15 @@ class Recorder:
                 self._writer.add_meta({"nvml": samples})
 
     def _comm_timing_mode(self) -> str:
-        if self._comm_timer is not None and self._comm_timer.active:
-            return "ddp_comm_hook"
-        if self._comm_timer is not None:
-            return "ddp_logging"
-        return "phases"
-
-    # ----------------------------------------------------------------- hooks
-    def _install_model_hooks(self, model) -> None:
-        from .ddp_timing import DDPCommTimer, is_ddp
-
-        if is_ddp(model):
-            self._comm_timer = DDPCommTimer(model, self._on_comm)
-            if not self._comm_timer.install():
-                self.warnings.append(self._comm_timer.reason)
-        if hasattr(model, "register_forward_pre_hook"):
-            self._handles.append(model.register_forward_pre_hook(self._on_forward_start))
-            self._handles.append(model.register_forward_hook(self._on_forward_end))
-
-    def _install_optimizer_hooks(self) -> None:
-        try:
-            from torch.optim.optimizer import (register_optimizer_step_post_hook,
-                                               register_optimizer_step_pre_hook)
-        except Exception:
-            return
-        self._handles.append(register_optimizer_step_pre_hook(self._on_opt_start))
-        self._handles.append(register_optimizer_step_post_hook(self._on_opt_end))
-
-    def _on_forward_start(self, module, args):
-        if self._active:
-            t = _now()
-            self._mark_start(t)
-            self._fwd_t0 = t
-
-    def _on_forward_end(self, module, args, output):
-        if self._active and self._fwd_t0 is not None:
-            t = _now()
-            self._phases.append(("forward", self._fwd_t0, t))
-            self._fwd_t0 = None
-            self._fwd_end = t
-
-    def _on_opt_start(self, optimizer, args, kwargs):
-        if self._active:
-            t = _now()
-            self._mark_start(t)
-            self._opt_t0 = t
-
-    def _on_opt_end(self, optimizer, args, kwargs):
-        if self._active and self._opt_t0 is not None:
-            self._phases.append(("optimizer", self._opt_t0, _now()))
-            self._opt_t0 = None
-
-    def _on_comm(self, bucket_index: int, launch_ns: int, done_ns: int) -> None:
-        if self._active:
-            self._comm.append((launch_ns, done_ns))  # list.append is atomic under the GIL
+        """How communication is timed: DDP's comm hook, DDP's own logging (another hook was
+        there first), torch.distributed's collectives, or only rec.phase("comm")."""
+        hooks = self._hooks
+        modes = []
+        if hooks is not None and hooks.ddp is not None:
+            modes.append("ddp_comm_hook" if hooks.ddp.active else "ddp_logging")
+        if hooks is not None and hooks.collectives is not None:
+            modes.append("collectives")
+        return "+".join(modes) or "phases"
 
     # ----------------------------------------------------------------- public API
     def data(self, iterable):
@@ -316,10 +267,10 @@ class Recorder:
                 return
             if self._active:
                 t1 = _now()
-                if self._step_start is None:
-                    self._step_start = t0
-                self._data_ns += t1 - t0
-                self._data_cpu_ns += _cpu() - c0
+                st = self._state
+                st.mark(t0)
+                st.data_ns += t1 - t0
+                st.data_cpu_ns += _cpu() - c0
                 if self._dev is not None:
                     self._dev.batch_ready()
                 if not self._batch_size_known:
@@ -333,7 +284,7 @@ class Recorder:
             yield self
             return
         t0 = _now()
-        self._mark_start(t0)
+        self._state.mark(t0)
         try:
             yield self
         finally:
@@ -342,35 +293,40 @@ class Recorder:
                 if kind is None:
                     kind = "comm" if name.lower() in COMM_PHASES else "compute"
                 if kind == "comm":
-                    self._comm_phases.append((t0, t1))
+                    self._state.exposed.append((t0, t1, f"phase:{name}"))
                 else:
-                    self._phases.append((name, t0, t1))
+                    self._state.phases.append((name, t0, t1))
 
     def step(self) -> None:
         """Close the current step and start the next one."""
         if not self._active:
             return
         now = _now()
+        st = self._state
         try:
-            if self._step_start is not None:
+            opt_ran = st.opt_ran
+            raw = st.close(self.steps, now)
+            if raw is not None:
                 if self._dev is not None:
                     self._dev.step_end(self.steps)
-                comm, self._comm = self._comm, []
                 # the raw intervals only: rows are summed in batches, off the per-step path
-                self._raw.append((self.steps, self._step_start, now, self._data_ns,
-                                  self._data_cpu_ns, self._phases, self._comm_phases, comm,
-                                  self._fwd_end))
+                self._raw.append(raw)
                 self.steps += 1
-                if len(self._raw) >= self._flush_rows or now - self._raw[0][1] >= self._flush_ns:
+                self._micro += 1
+                if opt_ran:
+                    if self._knobs.get("sync_interval") != self._micro:
+                        self._note_knobs({"sync_interval": self._micro})
+                    self._micro = 0
+                if len(self._raw) >= self._flush_rows or now - self._raw[0].start >= self._flush_ns:
                     self._flush_rows_now()
         except Exception as exc:
             self._fail("step", exc)
             return
-        self._reset_step(now)
+        st.reset(now)
 
     def _flush_rows_now(self) -> None:
         raw, self._raw = self._raw, []
-        rows = [sum_step(*r, start_unix=self._unix(r[1])) for r in raw]
+        rows = [sum_step(r, start_unix=self._unix(r.start)) for r in raw]
         if self._writer is not None:
             self._writer.add_rows(rows)
         if self._tensorboard:
@@ -378,20 +334,6 @@ class Recorder:
         self._flush_side_channels()
 
     # ----------------------------------------------------------------- internals
-    def _mark_start(self, t: int) -> None:
-        if self._step_start is None:
-            self._step_start = t
-
-    def _reset_step(self, start) -> None:
-        self._step_start = start
-        self._data_ns = 0
-        self._data_cpu_ns = 0
-        self._phases: list = []
-        self._comm_phases: list = []
-        self._fwd_t0 = None
-        self._fwd_end = None
-        self._opt_t0 = None
-
     def _unix(self, perf_ns: int) -> int:
         return self._t0_unix + (perf_ns - self._t0_perf)
 
@@ -426,10 +368,7 @@ class Recorder:
     def _learn_batch_size(self, item) -> None:
         self._batch_size_known = True
         try:
-            if self._knobs.get("batch_size") is None:
-                bs = batch_size_of(item)
-                if bs is not None:
-                    self._note_knobs({"batch_size": bs})
+            self._note_knobs(batch_knobs(item, self._knobs.get("batch_size") is None))
         except Exception as exc:
             self._fail("batch", exc)
 

@@ -1,52 +1,79 @@
-"""Turns the intervals one training step recorded into one row of the record file."""
+"""Turns the intervals one training micro-step recorded into one row of the record file."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from ..vocab import COMPUTE_PHASES
 from . import intervals as iv
 
+DDP_KEY = "all_reduce:ddp"  # DDP's gradient buckets, in the per-collective breakdown
 
-def sum_step(step: int, start: int, now: int, data_ns: int, data_cpu_ns: int, raw_phases: list,
-             comm_phases: list, comm: list, fwd_end, start_unix: int) -> list:
-    """Sum one step's intervals (host perf_counter ns) into a row of STEP_COLUMNS, plus a
-    trailing {name: ns} for phases that are not one of the fixed columns.
 
-    1. backward, when not named by the user, runs from the end of forward to the optimizer (or
-       to the last gradient bucket when no optimizer step was seen);
-    2. exposed communication is the tail from the last bucket launch (the end of backward
-       compute) to the last bucket done, plus blocking `comm` phases;
-    3. compute is the union of the compute phases minus what overlaps exposed communication;
+@dataclass(slots=True)
+class Raw:
+    """What one micro-step recorded, host perf_counter ns."""
+
+    step: int
+    start: int
+    end: int
+    first: int | None     # first event of the step (batch fetch, forward, a phase)
+    data_ns: int
+    data_cpu_ns: int
+    phases: list          # (name, t0, t1): forward, backward, optimizer and user phases
+    exposed: list         # (t0, t1, key): blocking collectives, waits on async ones, comm phases
+    buckets: list         # (launch, done): DDP gradient buckets
+    colls: list           # (key, launch, done): collectives through torch.distributed
+    fwd_end: int | None
+    synced: int           # gradients synchronized in this micro-step: 1, 0, or -1 unknown
+
+
+def sum_step(r: Raw, start_unix: int) -> list:
+    """Sum one micro-step's intervals into a row of STEP_COLUMNS, plus a trailing object with
+    phases that are not fixed columns and, under "_comm", {"kind:group": [comm_ns, exposed_ns,
+    count]}.
+
+    1. backward is what the autograd hooks measured; without them it runs from the end of
+       forward to the optimizer (or to the last gradient bucket when no optimizer step ran);
+    2. the optimizer's time excludes forward and backward run inside it (closures: LBFGS,
+       Lightning);
+    3. exposed communication: the tail from DDP's last bucket launch (the end of backward
+       compute) to its last bucket done, blocking collectives and waits on async ones;
+    4. compute is the union of the compute phases minus what overlaps exposed communication;
        with no phase at all, everything that is not data or exposed comm counts as compute;
-    4. other is what remains of the step.
+    5. other is what remains of the step; `between_ns`, the part of it before the step's first
+       event (what the loop did after the previous rec.step()).
     """
-    step_ns = now - start
-    hook_comm = iv.clip(comm, start, now)
+    start, end = r.start, r.end
+    step_ns = end - start
+    buckets = iv.clip(r.buckets, start, end)
+    phases = [(n, a, b) for n, a, b in r.phases if b > a]
+    if r.fwd_end is not None and not any(n == "backward" for n, _, _ in phases):
+        opt_starts = [a for n, a, _ in phases if n == "optimizer" and a >= r.fwd_end]
+        bwd_end = min(opt_starts) if opt_starts else max((b for _, b in buckets), default=None)
+        if bwd_end is not None:
+            phases.append(("backward", r.fwd_end, bwd_end))
     named: dict[str, int] = {}
-    phases = [(n, a, b) for n, a, b in raw_phases if b > a]
-    if fwd_end is not None and not any(n == "backward" for n, _, _ in phases):
-        # backward (with loss) runs from the end of forward to the optimizer, or to the end of
-        # the last gradient bucket when no optimizer step was seen
-        opt_starts = [a for n, a, _ in phases if n == "optimizer" and a >= fwd_end]
-        end = min(opt_starts) if opt_starts else max((b for _, b in hook_comm), default=None)
-        if end is not None:
-            phases.append(("backward", fwd_end, end))
     for n, a, b in phases:
         named[n] = named.get(n, 0) + (b - a)
+    if "optimizer" in named:  # forward / backward inside optimizer.step(closure)
+        opt = iv.merge([(a, b) for n, a, b in phases if n == "optimizer"])
+        inner = iv.merge([(a, b) for n, a, b in phases if n in ("forward", "backward")])
+        named["optimizer"] = iv.total(opt) - iv.overlap(opt, inner)
 
-    # exposed communication: the tail from the last bucket launch (end of backward compute)
-    # to the last bucket done, plus blocking comm phases
-    exposed_iv = list(comm_phases)
-    if hook_comm:
-        last_launch = max(a for a, _ in hook_comm)
-        last_done = max(b for _, b in hook_comm)
+    exposed = [(a, b, k) for a, b, k in r.exposed if b > a]
+    if buckets:
+        last_launch = max(a for a, _ in buckets)
+        last_done = max(b for _, b in buckets)
         if last_done > last_launch:
-            exposed_iv.append((last_launch, last_done))
-    exposed_m = iv.merge(exposed_iv)
-    comm_m = iv.merge(hook_comm + list(comm_phases))
-    comm_ns = iv.total(comm_m)
-    exposed_ns = min(iv.total(exposed_m), step_ns)
+            exposed.append((last_launch, last_done, DDP_KEY))
+    colls = [(k, a, b) for k, a, b in r.colls if b > a]
+    exposed_m = iv.merge([(a, b) for a, b, _ in exposed])
+    comm_m = iv.merge(buckets + [(a, b) for _, a, b in colls] + [(a, b) for a, b, _ in exposed])
+    comm_ns = iv.total(iv.clip(comm_m, start, end))
+    exposed_ns = min(iv.total(iv.clip(exposed_m, start, end)), step_ns)
 
-    data_ns = min(data_ns, step_ns)
+    data_ns = min(r.data_ns, step_ns)
     if phases:
         compute_m = iv.merge([(a, b) for _, a, b in phases])
         compute_ns = iv.total(compute_m) - iv.overlap(compute_m, exposed_m)
@@ -54,9 +81,32 @@ def sum_step(step: int, start: int, now: int, data_ns: int, data_cpu_ns: int, ra
     else:  # nothing named: all that is not data or comm counts as compute
         compute_ns = max(0, step_ns - data_ns - exposed_ns)
     other_ns = max(0, step_ns - data_ns - exposed_ns - compute_ns)
+    between = 0 if r.first is None else min(max(0, r.first - start), other_ns)
     fixed = [named.pop(k, 0) for k in COMPUTE_PHASES]  # the fixed columns, in their order
-    row = [step, start_unix, step_ns, data_ns, compute_ns, comm_ns, exposed_ns,
-           other_ns, *fixed, len(hook_comm), data_cpu_ns]
+    row = [r.step, start_unix, step_ns, data_ns, compute_ns, comm_ns, exposed_ns,
+           other_ns, *fixed, len(buckets) + len(colls), r.data_cpu_ns, r.synced, between]
+    if buckets or colls or exposed:
+        named["_comm"] = _by_key(buckets, colls, exposed)
     if named:
         row.append(named)
     return row
+
+
+def _by_key(buckets: list, colls: list, exposed: list) -> dict:
+    """{"kind:group": [comm_ns, exposed_ns, count]} for the step."""
+    spans: dict[str, list] = {}
+    counts: dict[str, int] = {}
+    if buckets:
+        spans[DDP_KEY] = list(buckets)
+        counts[DDP_KEY] = len(buckets)
+    for k, a, b in colls:
+        spans.setdefault(k, []).append((a, b))
+        counts[k] = counts.get(k, 0) + 1
+    blocked: dict[str, list] = {}
+    for a, b, k in exposed:
+        blocked.setdefault(k, []).append((a, b))
+    out = {}
+    for k in spans.keys() | blocked.keys():
+        m = iv.merge(spans.get(k, []) + blocked.get(k, []))
+        out[k] = [iv.total(m), iv.total(iv.merge(blocked.get(k, []))), counts.get(k, 0)]
+    return out

@@ -1,0 +1,228 @@
+"""Times the collectives that go through torch.distributed's Python API: FSDP's all-gathers and
+reduce-scatters (FSDP1 and FSDP2 both call it), and those the training code issues itself.
+
+Why this seam: c10d offers no per-collective hook that works on every backend (the process
+group's completion hook is NCCL-only, private, and fires from NCCL's watchdog thread), DDP's
+comm hook covers DDP's buckets only (ddp_timing.py), and FSDP2's set_custom_all_gather /
+set_custom_reduce_scatter exist only in recent torch and would displace a user's own. Every FSDP
+version and user code call the functions of `torch.distributed` by attribute, so while a
+recording runs gpuscope puts a thin timing wrapper in front of those functions, and of
+`Work.wait`, and puts the originals back when the recording ends. A wrapper notes, per call: the
+kind, the process group, when it was launched and when it completed (an async call's future),
+and how long the calling thread was blocked (a blocking call, or `wait()` on an async one):
+blocked time is exposed communication. Collectives issued from inside another timed collective
+(or from DDP's comm hook, which times its buckets itself) are not counted twice.
+
+On CUDA with NCCL the host only sees enqueueing and waiting, not the transfer on the GPU; the
+report says so, and torch.profiler traces give the device view.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+import threading
+import time
+
+_now = time.perf_counter_ns
+
+#: torch.distributed function -> kind of collective
+KINDS = {
+    "all_reduce": "all_reduce", "all_reduce_coalesced": "all_reduce",
+    "all_gather": "all_gather", "all_gather_into_tensor": "all_gather",
+    "all_gather_single": "all_gather", "_all_gather_base": "all_gather",
+    "all_gather_coalesced": "all_gather",
+    "reduce_scatter": "reduce_scatter", "reduce_scatter_tensor": "reduce_scatter",
+    "reduce_scatter_single": "reduce_scatter", "_reduce_scatter_base": "reduce_scatter",
+    "broadcast": "broadcast", "reduce": "reduce", "gather": "gather", "scatter": "scatter",
+    "all_to_all": "all_to_all", "all_to_all_single": "all_to_all",
+    "send": "send", "recv": "recv", "isend": "send", "irecv": "recv",
+    "batch_isend_irecv": "send_recv", "barrier": "barrier", "monitored_barrier": "barrier",
+}
+
+_tls = threading.local()
+_lock = threading.Lock()
+_timers: list = []          # active CollectiveTimers (the wrappers report to the newest)
+_originals: dict = {}       # (module, name) -> original function, while wrappers are installed
+
+
+class quiet:
+    """Collectives issued inside this block are not counted (DDP's comm hook times its own)."""
+
+    def __enter__(self):
+        _tls.depth = getattr(_tls, "depth", 0) + 1
+
+    def __exit__(self, *exc):
+        _tls.depth -= 1
+        return False
+
+
+_names: dict = {}
+
+
+def group_name(group) -> str:
+    """A process group's name ("default" for the default group), cached per group object."""
+    if group is None:
+        return "default"
+    key = id(group)
+    name = _names.get(key)
+    if name is None:
+        try:
+            name = str(group.group_name)
+        except Exception:
+            name = f"pg{len(_names)}"
+        if len(_names) > 4096:
+            _names.clear()
+        _names[key] = name
+    return name
+
+
+def _sink():
+    return _timers[-1] if _timers and not getattr(_tls, "depth", 0) else None
+
+
+def _group_index(fn) -> int:
+    try:
+        return list(inspect.signature(fn).parameters).index("group")
+    except (TypeError, ValueError):
+        return -1
+
+
+def _wrap(name: str, fn):
+    kind = KINDS[name]
+    gi = _group_index(fn)
+
+    def timed(*args, **kwargs):
+        timer = _sink()
+        if timer is None:
+            return fn(*args, **kwargs)
+        group = kwargs.get("group", args[gi] if 0 <= gi < len(args) else None)
+        t0 = _now()
+        _tls.depth = getattr(_tls, "depth", 0) + 1
+        try:
+            out = fn(*args, **kwargs)
+        finally:
+            _tls.depth -= 1
+        timer.issued(kind, group, t0, _now(), out)
+        return out
+
+    timed.__wrapped__ = fn
+    timed.__name__ = getattr(fn, "__name__", name)
+    timed.__doc__ = getattr(fn, "__doc__", None)
+    timed._gpuscope = True
+    return timed
+
+
+def _wrap_wait(fn):
+    def wait(self, *args, **kwargs):
+        timer = _sink()
+        if timer is None:
+            return fn(self, *args, **kwargs)
+        t0 = _now()
+        try:
+            return fn(self, *args, **kwargs)
+        finally:
+            timer.waited(self, t0, _now())
+
+    wait.__wrapped__ = fn
+    wait._gpuscope = True
+    return wait
+
+
+def _install() -> None:
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d as c10d
+
+    for name in KINDS:
+        fn = getattr(c10d, name, None)
+        if fn is None or getattr(fn, "_gpuscope", False):
+            continue
+        wrapped = _wrap(name, fn)
+        for module in (c10d, dist):
+            if getattr(module, name, None) is fn:
+                _originals[(module, name)] = fn
+                setattr(module, name, wrapped)
+    work = getattr(c10d, "Work", None)
+    if work is not None and not getattr(work.wait, "_gpuscope", False):
+        _originals[(work, "wait")] = work.wait
+        work.wait = _wrap_wait(work.wait)
+
+
+def _restore() -> None:
+    for (owner, name), fn in _originals.items():
+        current = getattr(owner, name, None)
+        if getattr(current, "__wrapped__", None) is fn:  # ours, not patched over by someone else
+            setattr(owner, name, fn)
+    _originals.clear()
+
+
+class CollectiveTimer:
+    """Reports collectives to `sink(key, launch_ns, done_ns, blocked)` and blocked waits to
+    `on_wait(key, t0, t1)`, key = "kind:group", from the moment it is attached until detach()."""
+
+    def __init__(self, sink, on_wait):
+        self.sink = sink
+        self.on_wait = on_wait
+        self.active = False
+        self.reason = ""
+        self._pending: dict = {}  # id(work) -> kind, for waits on an async collective
+
+    def attach(self) -> bool:
+        if "torch" not in sys.modules:
+            return False
+        try:
+            import torch.distributed as dist
+
+            if not dist.is_available():
+                return False
+            with _lock:
+                if not _timers:
+                    _install()
+                _timers.append(self)
+            self.active = True
+        except Exception as exc:  # an unexpected torch layout: no timing, training unaffected
+            self.reason = f"collective timing off ({exc!r})"
+        return self.active
+
+    def detach(self) -> None:
+        if not self.active:
+            return
+        self.active = False
+        with _lock:
+            if self in _timers:
+                _timers.remove(self)
+            if not _timers:
+                _restore()
+        self.sink = self.on_wait = None
+        self._pending.clear()
+
+    # called by the wrappers, on whatever thread issued the collective
+    def issued(self, kind: str, group, t0: int, t1: int, out) -> None:
+        sink = self.sink
+        if sink is None:
+            return
+        key = f"{kind}:{group_name(group)}"
+        works = out if isinstance(out, list) else [out] if out is not None else []
+        works = [w for w in works if hasattr(w, "get_future")]
+        if not works:  # a blocking call: all of it exposed
+            sink(key, t0, t1, True)
+            return
+        if len(self._pending) > 8192:  # works nobody waited on
+            self._pending.clear()
+        for w in works:
+            self._pending[id(w)] = key
+            try:
+                w.get_future().then(lambda f: self._done(key, t0))
+            except Exception:  # no future on this backend: the launch is all we know
+                sink(key, t0, t1, False)
+
+    def _done(self, key: str, t0: int) -> None:
+        sink = self.sink
+        if sink is not None:
+            sink(key, t0, _now(), False)
+
+    def waited(self, work, t0: int, t1: int) -> None:
+        on_wait = self.on_wait
+        key = self._pending.pop(id(work), None)
+        if on_wait is not None and key is not None:
+            on_wait(key, t0, t1)

@@ -1,0 +1,115 @@
+"""The intervals of the micro-step being recorded, filled by the recorder and its hooks.
+
+Every method is a few appends under the GIL; nothing is kept while `active` is False, so a
+disabled or stopped recorder holds no per-step state.
+"""
+
+from __future__ import annotations
+
+import time
+
+from .step_row import Raw
+
+_now = time.perf_counter_ns
+
+
+class StepState:
+    def __init__(self):
+        self.active = False
+        self.buckets: list = []      # DDP buckets may complete on another thread: kept across
+        self.colls: list = []        # resets, handed over at close()
+        self.sync_flag = None        # probe's answer at the last forward: will backward sync?
+        self.reset(None)
+
+    def reset(self, start) -> None:
+        self.start = start
+        self.first = None
+        self.data_ns = 0
+        self.data_cpu_ns = 0
+        self.phases: list = []
+        self.exposed: list = []
+        self.fwd_t0 = None
+        self.fwd_end = None
+        self.bwd_t0 = None
+        self.opt_t0 = None
+        self.opt_ran = False
+
+    def clear(self) -> None:
+        self.reset(None)
+        self.buckets, self.colls = [], []
+
+    def mark(self, t: int) -> None:
+        """An event of the step happened at `t` (the first one starts the step if needed)."""
+        if self.first is None:
+            self.first = t
+            if self.start is None:
+                self.start = t
+
+    def close(self, step: int, now: int) -> Raw | None:
+        """The finished micro-step's intervals (None if nothing happened in it)."""
+        if self.start is None:
+            return None
+        buckets, self.buckets = self.buckets, []
+        colls, self.colls = self.colls, []
+        if self.sync_flag is not None:
+            synced = int(bool(self.sync_flag))
+        else:
+            synced = 1 if buckets or colls else -1
+        return Raw(step, self.start, now, self.first, self.data_ns, self.data_cpu_ns,
+                   self.phases, self.exposed, buckets, colls, self.fwd_end, synced)
+
+    # ---------------------------------------------------------------- hook callbacks
+    def forward_start(self, sync_flag) -> None:
+        if self.active:
+            t = _now()
+            self.mark(t)
+            self.fwd_t0 = t
+            self.sync_flag = sync_flag
+
+    def forward_end(self) -> bool:
+        """True when a forward was open (the caller then watches its output's backward)."""
+        if self.active and self.fwd_t0 is not None:
+            t = _now()
+            self.phases.append(("forward", self.fwd_t0, t))
+            self.fwd_t0 = None
+            self.fwd_end = t
+            return True
+        return False
+
+    def backward_start(self) -> bool:
+        """True when this starts a backward (the caller queues backward_end for its end)."""
+        if self.active and self.bwd_t0 is None:
+            self.bwd_t0 = _now()
+            return True
+        return False
+
+    def backward_end(self) -> None:
+        if self.active and self.bwd_t0 is not None:
+            self.phases.append(("backward", self.bwd_t0, _now()))
+        self.bwd_t0 = None
+
+    def optimizer_start(self) -> None:
+        if self.active:
+            t = _now()
+            self.mark(t)
+            self.opt_t0 = t
+
+    def optimizer_end(self) -> None:
+        if self.active and self.opt_t0 is not None:
+            self.phases.append(("optimizer", self.opt_t0, _now()))
+            self.opt_t0 = None
+            self.opt_ran = True
+
+    def bucket(self, index: int, launch: int, done: int) -> None:
+        if self.active:
+            self.buckets.append((launch, done))
+
+    def collective(self, key: str, launch: int, done: int, blocked: bool) -> None:
+        if self.active:
+            self.colls.append((key, launch, done))
+            if blocked:
+                self.exposed.append((launch, done, key))
+
+    def waited(self, key: str, t0: int, t1: int) -> None:
+        if self.active:
+            self.exposed.append((t0, t1, key))
