@@ -84,7 +84,20 @@ def test_old_category_names_read():
 def test_every_trace_reads(folder):
     d = gpuscope.analyze(os.path.join(HTA, folder)).to_dict()
     assert d["source"] == "kineto" and d["steps"]
-    assert d["verdict"] in ("data-bound", "comm-bound", "imbalanced", "compute-bound")
+    assert d["verdict"] in ("data-bound", "comm-bound", "imbalanced", "host-bound",
+                            "compute-bound")
+
+
+def test_gpu_idle_waiting_for_the_host_is_named_host_bound():
+    """trace_filter: the GPU is idle 54% of kernel time (HTA), and HTA's own idle-time breakdown
+    puts most of it on host waits. It was called comm-bound with "other" the largest part."""
+    rep = gpuscope.analyze(os.path.join(HTA, "trace_filter"))
+    assert rep.verdict.label == "host-bound"
+    for r in rep.ranks:
+        assert 25 <= r.host_pct <= r.other_pct  # a part of "other", named
+    top = rep.suggestions[0]
+    assert top.knob == "host_overhead" and "CUDA graphs" in top.why
+    assert any(s.knob == "sync_frequency" for s in rep.suggestions)  # comm is still material
 
 
 def test_amd_hip_kernels_are_not_communication():

@@ -23,7 +23,7 @@ def test_ddp_step_backward_inferred_and_exposed_tail():
     # optimizer 90-95
     r = row(phases=[("forward", 10, 30), ("optimizer", 90, 95)],
             buckets=[(50, 60), (70, 90)], fwd_end=30)
-    assert r["backward_ns"] == 60          # forward end -> optimizer start
+    assert r["backward_ns"] == 40          # forward end -> optimizer start, less the exposed tail
     assert r["comm_ns"] == 30 and r["n_comm"] == 2
     assert r["comm_exposed_ns"] == 20      # last launch (70) -> last done (90)
     assert r["compute_ns"] == 85 - 20      # 10..95 minus the exposed tail

@@ -12,7 +12,7 @@ from ..errors import InputError
 from ..report import RankResult, Report
 from ..runtable import RunTable
 from ..thresholds import Thresholds
-from ..vocab import COMPUTE, COMPUTE_PHASES, PARTS
+from ..vocab import COMPUTE, COMPUTE_PHASES, LABELS, PARTS
 from .classify import classify_steps, jitter_cost, run_verdict, step_results
 from .consistency import find_roles
 from .cycles import cycle_ends, group_cycles, sync_interval
@@ -113,6 +113,17 @@ def comm_unseen(table: RunTable, frame: pd.DataFrame) -> str:
             "compute and the verdict may be wrong")
 
 
+def secondary_labels(steps: pd.DataFrame, min_share: float) -> set[str]:
+    """Labels that steps holding at least `min_share` of the step time have as secondary."""
+    total = float(steps["step_ns"].sum()) or 1.0
+    time: dict[str, float] = {}
+    for ns, sec in zip(steps["step_ns"].tolist(), steps["secondary"].tolist()):
+        for label in sec:
+            if label in LABELS:
+                time[label] = time.get(label, 0.0) + ns
+    return {k for k, v in time.items() if v / total >= min_share}
+
+
 def analyze_table(table: RunTable, thresholds: Thresholds | None = None,
                   skip: int | None = None) -> Report:
     """Analyse one RunTable. `skip`: warm-up steps (optimizer steps, when the run accumulates
@@ -166,6 +177,7 @@ def analyze_table(table: RunTable, thresholds: Thresholds | None = None,
             knobs["memory_used_fraction"] = used
     # suggestions for the verdict and for any label holding a material share of the time
     labels = {verdict.label} | {k for k, v in verdict.time_by_label.items() if v >= 0.2}
+    labels |= secondary_labels(steps, 0.2)
     jitter = jitter_cost(steps)
     exposed = comm_by_kind(table, frame, mapping, "exposed_ns")
     kinds = {k for per_rank in exposed.values() for k in per_rank}

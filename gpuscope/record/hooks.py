@@ -1,10 +1,11 @@
 """Hooks that feed a StepState from the training process, and take themselves out again.
 
-- the model: forward pre/post hooks; a hook on the forward's output that fires when backward
-  reaches it, and an autograd-engine callback at the end of that backward (so backward is timed
-  in every micro-step, synchronized or not); whether this micro-step's backward will synchronize
+- the model: forward pre/post hooks, and whether this micro-step's backward will synchronize
   gradients (DDP's require_backward_grad_sync, which no_sync() clears; FSDP2's reduce_grads,
   which set_requires_gradient_sync() sets; FSDP1's _sync_gradients);
+- backward: torch.autograd.backward (which loss.backward() calls) is wrapped while a recording
+  runs, so every backward is timed in every micro-step, synchronized or not, the loss
+  function's own backward included, whatever the model returns;
 - DDP's gradient buckets (ddp_timing.py), torch's global optimizer step hooks, and the
   collectives issued through torch.distributed (collectives.py).
 """
@@ -12,28 +13,46 @@
 from __future__ import annotations
 
 import sys
+import threading
 
-from .._log import warn_once
+_lock = threading.Lock()
+_backward_states: list = []   # StepStates to report backward to (the newest gets it)
+_backward_original = None
 
 
-def find_grad_tensor(output, depth: int = 0):
-    """The first tensor that requires grad in a forward's output (tensor, sequence, mapping,
-    or an object with tensor attributes such as a transformers ModelOutput)."""
-    if getattr(output, "requires_grad", False) and hasattr(output, "register_hook"):
-        return output
-    if depth >= 2:
-        return None
-    if isinstance(output, dict):
-        items = list(output.values())
-    elif isinstance(output, (list, tuple)):
-        items = list(output)
-    else:
-        return None
-    for item in items[:16]:
-        found = find_grad_tensor(item, depth + 1)
-        if found is not None:
-            return found
-    return None
+def _timed_backward(*args, **kwargs):
+    state = _backward_states[-1] if _backward_states else None
+    if state is None or not state.backward_start():
+        return _backward_original(*args, **kwargs)
+    try:
+        return _backward_original(*args, **kwargs)
+    finally:
+        state.backward_end()
+
+
+def _attach_backward(state) -> None:
+    global _backward_original
+    import torch.autograd
+
+    with _lock:
+        if not _backward_states:
+            _backward_original = torch.autograd.backward
+            _timed_backward.__wrapped__ = _backward_original
+            torch.autograd.backward = _timed_backward
+        _backward_states.append(state)
+
+
+def _detach_backward(state) -> None:
+    global _backward_original
+    with _lock:
+        if state in _backward_states:
+            _backward_states.remove(state)
+        if not _backward_states and _backward_original is not None:
+            import torch.autograd
+
+            if torch.autograd.backward is _timed_backward:
+                torch.autograd.backward = _backward_original
+            _backward_original = None
 
 
 def sync_probe(model):
@@ -74,6 +93,7 @@ class Hooks:
         self.warnings: list[str] = []
         self._probe = None
         self._time_optimizer = time_optimizer
+        self._backward = False
 
     def install(self) -> None:
         model, state = self.model, self.state
@@ -89,6 +109,8 @@ class Hooks:
                 self.handles.append(model.register_forward_pre_hook(self._forward_start))
                 self.handles.append(model.register_forward_hook(self._forward_end))
         if "torch" in sys.modules:
+            _attach_backward(state)
+            self._backward = True
             if self._time_optimizer:
                 self._install_optimizer_hooks()
             from .collectives import CollectiveTimer
@@ -122,6 +144,9 @@ class Hooks:
                 timer.detach()  # DDP cannot unregister its hook: it now only forwards
         self.collectives = None
         self._probe = None
+        if self._backward:
+            _detach_backward(self.state)
+            self._backward = False
 
     # ------------------------------------------------------------------ model hooks
     def _forward_start(self, module, args):
@@ -134,18 +159,4 @@ class Hooks:
         self.state.forward_start(flag)
 
     def _forward_end(self, module, args, output):
-        if self.state.forward_end():
-            tensor = find_grad_tensor(output)
-            if tensor is not None:
-                tensor.register_hook(self._backward_reached)
-
-    def _backward_reached(self, grad):
-        if self.state.backward_start():
-            try:
-                from torch.autograd import Variable
-
-                Variable._execution_engine.queue_callback(self.state.backward_end)
-            except Exception as exc:
-                warn_once("backward-timing", "gpuscope: backward timing off: %r", exc)
-                self.state.backward_end()
-        return None
+        self.state.forward_end()

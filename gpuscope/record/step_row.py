@@ -33,10 +33,11 @@ def sum_step(r: Raw, start_unix: int) -> list:
     phases that are not fixed columns and, under "_comm", {"kind:group": [comm_ns, exposed_ns,
     count]}.
 
-    1. backward is what the autograd hooks measured; without them it runs from the end of
+    1. backward is the time inside torch.autograd.backward; without it, it runs from the end of
        forward to the optimizer (or to the last gradient bucket when no optimizer step ran);
     2. the optimizer's time excludes forward and backward run inside it (closures: LBFGS,
-       Lightning);
+       Lightning); forward and backward exclude the time they were blocked on communication
+       (FSDP's all-gather waits, DDP's last buckets);
     3. exposed communication: the tail from DDP's last bucket launch (the end of backward
        compute) to its last bucket done, blocking collectives and waits on async ones;
     4. compute is the union of the compute phases minus what overlaps exposed communication;
@@ -56,19 +57,22 @@ def sum_step(r: Raw, start_unix: int) -> list:
     named: dict[str, int] = {}
     for n, a, b in phases:
         named[n] = named.get(n, 0) + (b - a)
-    if "optimizer" in named:  # forward / backward inside optimizer.step(closure)
-        opt = iv.merge([(a, b) for n, a, b in phases if n == "optimizer"])
-        inner = iv.merge([(a, b) for n, a, b in phases if n in ("forward", "backward")])
-        named["optimizer"] = iv.total(opt) - iv.overlap(opt, inner)
-
     exposed = [(a, b, k) for a, b, k in r.exposed if b > a]
     if buckets:
         last_launch = max(a for a, _ in buckets)
         last_done = max(b for _, b in buckets)
         if last_done > last_launch:
             exposed.append((last_launch, last_done, DDP_KEY))
-    colls = [(k, a, b) for k, a, b in r.colls if b > a]
     exposed_m = iv.merge([(a, b) for a, b, _ in exposed])
+    if "optimizer" in named:  # forward / backward inside optimizer.step(closure)
+        opt = iv.merge([(a, b) for n, a, b in phases if n == "optimizer"])
+        inner = iv.merge([(a, b) for n, a, b in phases if n in ("forward", "backward")])
+        named["optimizer"] = iv.total(opt) - iv.overlap(opt, inner)
+    for name in ("forward", "backward"):  # a phase blocked on communication is not computing
+        if name in named and exposed_m:
+            spans = iv.merge([(a, b) for n, a, b in phases if n == name])
+            named[name] = iv.total(spans) - iv.overlap(spans, exposed_m)
+    colls = [(k, a, b) for k, a, b in r.colls if b > a]
     comm_m = iv.merge(buckets + [(a, b) for _, a, b in colls] + [(a, b) for a, b, _ in exposed])
     comm_ns = iv.total(iv.clip(comm_m, start, end))
     exposed_ns = min(iv.total(iv.clip(exposed_m, start, end)), step_ns)

@@ -66,20 +66,20 @@ class StepState:
             self.fwd_t0 = t
             self.sync_flag = sync_flag
 
-    def forward_end(self) -> bool:
-        """True when a forward was open (the caller then watches its output's backward)."""
+    def forward_end(self) -> None:
         if self.active and self.fwd_t0 is not None:
             t = _now()
             self.phases.append(("forward", self.fwd_t0, t))
             self.fwd_t0 = None
             self.fwd_end = t
-            return True
-        return False
 
     def backward_start(self) -> bool:
-        """True when this starts a backward (the caller queues backward_end for its end)."""
+        """True when this starts a backward (not one nested in another); the caller then calls
+        backward_end when it returns."""
         if self.active and self.bwd_t0 is None:
-            self.bwd_t0 = _now()
+            t = _now()
+            self.mark(t)
+            self.bwd_t0 = t
             return True
         return False
 

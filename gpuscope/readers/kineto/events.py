@@ -32,6 +32,8 @@ _COMM_HOST_PREFIX = ("gloo:", "nccl:", "mpi:", "ucc:")  # the collective itself 
 _OP_CATS = {"cpu_op", "Operator", "user_annotation", "python_function"}
 _LAUNCH_CATS = {"cuda_runtime", "cuda_driver", "Runtime", "mtia_runtime", "hip_runtime",
                 "xpu_runtime", "privateuse1_runtime"}
+#: ranges on the training thread that wait on collectives (FSDP2, FSDP1, c10d's launch ops)
+WAIT_RANGE_PREFIXES = ("FSDP::", "FullyShardedDataParallel.", "c10d::", "record_param_comms")
 
 
 @dataclass
@@ -44,6 +46,7 @@ class RankEvents:
     host_tid: np.ndarray        # thread id as in the trace (names get negative ids)
     step_id: np.ndarray         # N of ProfilerStep#N for STEP rows, else -1
     host_sub: np.ndarray        # FORWARD / BACKWARD / OPTIMIZER for OP rows, else NONE
+    host_wait: np.ndarray       # OP rows that only wait on collectives (FSDP::*, c10d::*, ...)
     host_coll: list             # for COMM_HOST rows: ("", name) used to match across ranks
     dev_kind: np.ndarray        # COMPUTE / COMM / MEMORY
     dev_start: np.ndarray
@@ -65,6 +68,7 @@ class RankEvents:
             return parts[0]
         arrays = {}
         for name in ("host_kind", "host_start", "host_end", "host_tid", "step_id", "host_sub",
+                     "host_wait",
                      "dev_kind", "dev_start", "dev_end", "dev_corr", "dev_stream", "launch_corr",
                      "launch_ts"):
             arrays[name] = np.concatenate([getattr(p, name) for p in parts])
@@ -109,26 +113,27 @@ _SKIP, _DEVICE, _LAUNCH, _HOST = 0, 1, 2, 3
 
 @functools.lru_cache(maxsize=1 << 16)  # names repeat across files, ranks and traces
 def _classify(name: str, cat: str, on_stream: bool) -> tuple:
-    """(what, kind, sub, step id, collective key) for one distinct event name."""
+    """(what, kind, sub, step id, collective key, waits on collectives) for one distinct event
+    name."""
     if on_stream:
         if cat in _DEVICE_SKIP_CATS:
-            return (_SKIP, 0, 0, -1, None)
+            return (_SKIP, 0, 0, -1, None, False)
         kind = device_kind(name, cat)
-        return (_DEVICE, kind, 0, -1, None)
+        return (_DEVICE, kind, 0, -1, None, False)
     if cat in _LAUNCH_CATS:
-        return (_LAUNCH, 0, 0, -1, None)
+        return (_LAUNCH, 0, 0, -1, None, False)
     if name.startswith("ProfilerStep#"):
         try:
-            return (_HOST, STEP, NONE, int(name[13:]), None)
+            return (_HOST, STEP, NONE, int(name[13:]), None, False)
         except ValueError:
-            return (_HOST, STEP, NONE, -1, None)
+            return (_HOST, STEP, NONE, -1, None, False)
     if "DataLoader" in name and "__next__" in name:
-        return (_HOST, DATA, NONE, -1, None)
+        return (_HOST, DATA, NONE, -1, None, False)
     if name.startswith(_COMM_HOST_PREFIX):
-        return (_HOST, COMM_HOST, NONE, -1, ("", name))
+        return (_HOST, COMM_HOST, NONE, -1, ("", name), False)
     if cat in _OP_CATS:
-        return (_HOST, OP, op_part(name), -1, None)
-    return (_SKIP, 0, 0, -1, None)
+        return (_HOST, OP, op_part(name), -1, None, name.startswith(WAIT_RANGE_PREFIXES))
+    return (_SKIP, 0, 0, -1, None, False)
 
 
 def _next_id(value, ids: dict) -> int:
@@ -242,6 +247,7 @@ def sort_events(batches) -> RankEvents:
         host_kind=host_kind, host_start=start[host], host_end=end[host], host_tid=host_tid,
         step_id=np.array([c[3] for c in table], dtype=np.int64)[host_inv],
         host_sub=np.array([c[2] for c in table], dtype=np.int8)[host_inv],
+        host_wait=np.array([c[5] for c in table], dtype=bool)[host_inv],
         host_coll=[coll_u[i] for i in host_inv.tolist()],
         dev_kind=kind[dev], dev_start=start[dev], dev_end=end[dev], dev_corr=corr[dev],
         dev_stream=streams[dev], dev_coll=dev_coll, launch_corr=corr[launch],

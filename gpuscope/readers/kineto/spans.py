@@ -39,6 +39,18 @@ def overlap(a, b) -> int:
     return length(a) + length(b) - length(union(a, b))
 
 
+def subtract(a, b):
+    """The parts of merged set `a` outside merged set `b`."""
+    if a[0].size == 0 or b[0].size == 0:
+        return a
+    pts = np.unique(np.concatenate([a[0], a[1], b[0], b[1]]))
+    lo, hi = pts[:-1], pts[1:]
+    inside = lambda s: (np.searchsorted(s[0], lo, "right")  # noqa: E731
+                        - np.searchsorted(s[1], lo, "right")) > 0
+    keep = inside(a) & ~inside(b)
+    return merge(lo[keep], hi[keep])
+
+
 def clip(spans, lo: int, hi: int):
     s = np.maximum(spans[0], lo)
     e = np.minimum(spans[1], hi)

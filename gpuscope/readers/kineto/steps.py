@@ -6,10 +6,15 @@ For each step window [start, end) of the host's ProfilerStep#N range:
    communication kernels and of host-side collectives that no kernel stands for (gloo on CUDA
    tensors copies to the host and reduces there while the GPU idles)|, exposed = comm not
    overlapped by compute; data = the part of the DataLoader wait during which the device was
-   idle (the stall the GPU actually sees).
-2. CPU traces: compute = |union of host ops on the training thread| outside the DataLoader wait;
-   comm = |union of collective ranges (gloo:*, nccl:*, ...)|, exposed = the part when the
-   training thread ran no op and fetched no data.
+   idle (the stall the GPU actually sees); host = GPU idle gaps between kernels that the host
+   caused (the next kernel was launched after the GPU had gone idle, as HTA's idle-time
+   breakdown counts "host wait"), outside data waits and host collectives: a part of other.
+2. CPU traces: comm = |union of collective ranges (gloo:*, nccl:*, ...)| on any thread;
+   exposed = the part of it when the training thread was not working: outside its ops and
+   DataLoader waits, or inside a range that only waits on collectives (FSDP::all_gather,
+   FSDP::pre_forward, c10d::..., FSDP1's FullyShardedDataParallel.*) with no op of its own
+   running; compute = |union of host ops on the training thread| outside the DataLoader wait
+   and the exposed communication.
 3. other = step - data - compute - exposed; each part is capped so the parts add up to the step.
 Collectives seen in the step are returned too, for matching across ranks.
 """
@@ -78,6 +83,8 @@ def rank_rows(ev: RankEvents, rank: int, drop_last: bool):
     # only enqueue its kernels, which are counted on the device
     cpu_coll = np.array([c is not None and not c[1].startswith("nccl:") for c in ev.host_coll],
                         dtype=bool) if gpu else None
+    leaf = leaf_ops(ev, main) if not gpu else None
+    waits = main & ev.host_wait if not gpu else None
     rows, colls = [], []
     for sid, lo, hi in windows:
         n_before = len(colls)
@@ -93,6 +100,8 @@ def rank_rows(ev: RankEvents, rank: int, drop_last: bool):
             comm_ns = spans.length(comm)
             exposed_ns = comm_ns - spans.overlap(comm, comp)
             data_ns = spans.length(data_set) - spans.overlap(data_set, busy_all)
+            gaps = host_gaps(s, e, launched[sel])
+            host_ns = spans.length(spans.subtract(gaps, spans.union(data_set, comm)))
             for j in np.flatnonzero(sel & (ev.dev_kind == COMM)):
                 colls.append((sid, ev.dev_coll[j], int(ev.dev_end[j] - ev.dev_start[j])))
             for j in np.flatnonzero(hsel):
@@ -100,15 +109,24 @@ def rank_rows(ev: RankEvents, rank: int, drop_last: bool):
         else:
             ops, _ = _host(ev, OP, lo, hi, main)
             comm, csel = _host(ev, COMM_HOST, lo, hi)
-            compute_ns = spans.length(ops) - spans.overlap(ops, data_set)
+            waiting, _ = _host(ev, OP, lo, hi, waits)
+            if waiting[0].size:  # inside wait ranges only the ops running in them work
+                leaves, _ = _host(ev, OP, lo, hi, leaf)
+                busy = spans.subtract(ops, spans.subtract(waiting, leaves))
+            else:
+                busy = ops
+            exposed = spans.subtract(comm, spans.union(busy, data_set))
+            compute_ns = spans.length(spans.subtract(ops, spans.union(data_set, exposed)))
             comm_ns = spans.length(comm)
-            exposed_ns = comm_ns - spans.overlap(comm, spans.union(ops, data_set))
+            exposed_ns = spans.length(exposed)
             data_ns = spans.length(data_set)
+            host_ns = 0
             for j in np.flatnonzero(csel):
                 colls.append((sid, ev.host_coll[j], int(ev.host_end[j] - ev.host_start[j])))
         data_ns = min(data_ns, step_ns)
         exposed_ns = max(0, min(exposed_ns, step_ns - data_ns))
         compute_ns = max(0, min(compute_ns, step_ns - data_ns - exposed_ns))
+        host_ns = max(0, min(host_ns, step_ns - data_ns - exposed_ns - compute_ns))
         parts = {}
         for name, sub in (("forward_ns", FORWARD), ("backward_ns", BACKWARD),
                           ("optimizer_ns", OPTIMIZER)):
@@ -118,5 +136,32 @@ def rank_rows(ev: RankEvents, rank: int, drop_last: bool):
                      "data_ns": data_ns, "compute_ns": compute_ns, "comm_ns": comm_ns,
                      "comm_exposed_ns": exposed_ns, "wait_ns": 0,
                      "other_ns": step_ns - data_ns - compute_ns - exposed_ns, **parts,
-                     "n_comm": len(colls) - n_before, "data_cpu_ns": data_ns})
+                     "n_comm": len(colls) - n_before, "data_cpu_ns": data_ns,
+                     "host_ns": host_ns})
     return rows, colls, warnings
+
+
+def leaf_ops(ev: RankEvents, main: np.ndarray) -> np.ndarray:
+    """Mask of the training thread's ops with no op inside them. Ranges on one thread nest, so
+    sorted by start (the longer first), an op is a leaf when the next one starts after it ends."""
+    out = np.zeros(ev.host_kind.size, dtype=bool)
+    idx = np.flatnonzero(main & (ev.host_kind == OP))
+    if idx.size == 0:
+        return out
+    order = idx[np.lexsort((-ev.host_end[idx], ev.host_start[idx]))]
+    start, end = ev.host_start[order], ev.host_end[order]
+    out[order] = np.r_[start[1:] >= end[:-1], True]
+    return out
+
+
+def host_gaps(start: np.ndarray, end: np.ndarray, launched: np.ndarray):
+    """GPU-idle gaps between device events that the host caused: the next event was launched
+    only after every earlier one had ended (HTA's "host wait", over all streams)."""
+    if start.size < 2:
+        return spans.merge(start[:0], end[:0])
+    order = np.argsort(start, kind="stable")
+    s, e, ln = start[order], end[order], launched[order]
+    reach = np.maximum.accumulate(e)[:-1]  # GPU busy until here before event i+1
+    gap = s[1:] > reach
+    host = gap & (ln[1:] > reach)
+    return spans.merge(reach[host], s[1:][host])
