@@ -46,7 +46,7 @@ STEP_COLUMNS = (
                         # after the previous rec.step() (logging, checkpoints, a profiler)
 )
 #: columns a file written before a column was added lacks, and the value to assume
-COLUMN_DEFAULTS = {"synced": -1, "between_ns": 0}
+COLUMN_DEFAULTS = {"synced": -1}
 
 #: one NVML sample (record side writes them as arrays in this order under {"nvml": [...]})
 NVML_FIELDS = ("t_ns", "util_pct", "mem_used_bytes", "mem_total_bytes", "power_w", "sm_clock_mhz",

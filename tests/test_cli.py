@@ -81,8 +81,8 @@ def test_terminal_table_shows_ms_beside_shares_only_when_they_fit():
     rep = gpuscope.analyze(os.path.join(os.path.dirname(__file__), "..", "sample_traces",
                                         "imbalanced", "record"))
     narrow, wide = render_text(rep, width=70), render_text(rep, width=140)
-    assert "median step ms, share of step time per part" in narrow
-    assert "median ms per step, share of step time" in wide
+    assert "share of step time per part; step: mean ms" in narrow
+    assert "mean ms per step and share of step time" in wide
     for text in (narrow, wide):
         assert "Verdict: IMBALANCED" in text and "Straggler:" in text
         assert "…" not in text  # nothing cut off

@@ -81,7 +81,8 @@ def summarize_ranks(table: RunTable, frame: pd.DataFrame, telemetry: dict,
     phases = [p for p in COMPUTE_PHASES if f"{p}_ns" in frame and frame[f"{p}_ns"].any()]
     phase_med = {p: g.median(frame[f"{p}_ns"].to_numpy()).tolist() for p in phases}
     phase_pct = {p: share(f"{p}_ns") for p in phases}
-    between = share("between_ns") if table.source == "record" and "between_ns" in frame else None
+    between = (share("between_ns") if table.source == "record" and "between_ns" in frame
+               and frame["between_ns"].notna().all() else None)
     host = share("host_ns") if "host_ns" in frame and frame["host_ns"].any() else None
     out = []
     for i, rank in enumerate(g.keys.tolist()):

@@ -95,13 +95,18 @@ def step_bars(report: Report):
                          marker_color=[LABEL_COLORS.get(s.label, "#777") for s in steps],
                          customdata=[esc(s.label) for s in steps], name="label", showlegend=False,
                          hovertemplate="step %{x}: %{customdata}<extra></extra>"), row=2, col=1)
+    labels = [lb for lb in LABEL_COLORS if any(s.label == lb for s in steps)]
+    for lb in labels:  # the strip's legend: one entry per label present
+        fig.add_trace(go.Bar(x=[None], y=[None], marker_color=LABEL_COLORS[lb],
+                             name=f"step: {lb}", legendgroup="labels", showlegend=True,
+                             hoverinfo="skip"), row=2, col=1)
     buttons = []
     for i, name in enumerate(views):
-        vis = [False] * (n_parts * len(views)) + [True]
+        vis = [False] * (n_parts * len(views)) + [True] * (1 + len(labels))
         vis[i * n_parts:(i + 1) * n_parts] = [True] * n_parts
         buttons.append({"label": esc(name), "method": "update", "args": [{"visible": vis}]})
-    fig.update_layout(barmode="stack", height=460, margin=dict(l=60, r=20, t=50, b=40),
-                      title="Step time breakdown (ms); colour strip: step label",
+    fig.update_layout(barmode="stack", height=480, margin=dict(l=60, r=20, t=50, b=40),
+                      title="Step time breakdown (ms); strip underneath: each step's label",
                       updatemenus=[{"buttons": buttons, "x": 1.0, "xanchor": "right", "y": 1.18}],
                       legend=dict(orientation="h", y=-0.12))
     fig.update_yaxes(title_text="ms", row=1, col=1)
@@ -110,8 +115,10 @@ def step_bars(report: Report):
     return fig
 
 
-def _binned(frame: pd.DataFrame, column: str) -> tuple[np.ndarray, list, list]:
-    """rank x step matrix of `column` in ms, averaged into at most MAX_HEAT_* bins."""
+def _binned(frame: pd.DataFrame, column: str,
+            how: str = "mean") -> tuple[np.ndarray, list, list]:
+    """rank x step matrix of `column` in ms in at most MAX_HEAT_* bins, each bin the mean, max or
+    min of its cells: with "max" one outlier rank among the binned ones still shows."""
     ranks = np.sort(frame["rank"].unique())
     steps = np.sort(frame["step"].unique())
     rbin = max(1, int(np.ceil(len(ranks) / MAX_HEAT_RANKS)))
@@ -119,12 +126,18 @@ def _binned(frame: pd.DataFrame, column: str) -> tuple[np.ndarray, list, list]:
     r_idx = np.searchsorted(ranks, frame["rank"].to_numpy()) // rbin
     s_idx = np.searchsorted(steps, frame["step"].to_numpy()) // sbin
     shape = (r_idx.max() + 1, s_idx.max() + 1)
-    total = np.zeros(shape)
+    values = frame[column].to_numpy(np.float64) / MS
     count = np.zeros(shape)
-    np.add.at(total, (r_idx, s_idx), frame[column].to_numpy() / MS)
     np.add.at(count, (r_idx, s_idx), 1)
-    with np.errstate(invalid="ignore"):
-        z = np.where(count > 0, total / np.maximum(count, 1), np.nan)
+    if how == "mean":
+        total = np.zeros(shape)
+        np.add.at(total, (r_idx, s_idx), values)
+        with np.errstate(invalid="ignore"):
+            z = np.where(count > 0, total / np.maximum(count, 1), np.nan)
+    else:
+        z = np.full(shape, -np.inf if how == "max" else np.inf)
+        (np.maximum if how == "max" else np.minimum).at(z, (r_idx, s_idx), values)
+        z = np.where(count > 0, z, np.nan)
     ylab = [f"{ranks[i * rbin]}" if rbin == 1 else f"{ranks[i * rbin]}-{ranks[min(len(ranks), (i + 1) * rbin) - 1]}"
             for i in range(shape[0])]
     xlab = steps[::sbin][: shape[1]].astype(np.int32)
@@ -136,17 +149,24 @@ def heatmap(report: Report):
         return None
     import plotly.graph_objects as go
 
+    frame = report.table.frame.assign(busy_ns=report.table.frame["step_ns"]
+                                      - report.table.frame["wait_ns"])
+    # what differs between ranks first: in a synchronous step every rank's step time is the
+    # same, but a straggler is busier and the others wait
+    views = (("busy_ns", "busy (step minus waiting), max per bin", "max"),
+             ("wait_ns", "wait, min per bin", "min"), ("data_ns", "data wait, max per bin", "max"),
+             ("step_ns", "step time, mean per bin", "mean"))
     fig = go.Figure()
-    for i, (col, title) in enumerate((("step_ns", "step time"), ("wait_ns", "wait"),
-                                      ("data_ns", "data wait"))):
-        z, ylab, xlab = _binned(report.table.frame, col)
+    for i, (col, title, how) in enumerate(views):
+        z, ylab, xlab = _binned(frame, col, how)
         fig.add_trace(go.Heatmap(z=z, x=xlab, y=ylab, colorscale="Viridis", visible=i == 0,
-                                 colorbar=dict(title="ms"), name=title,
+                                 colorbar=dict(title="ms"), name=esc(title),
                                  hovertemplate="ranks %{y}, step %{x}: %{z:.2f} ms<extra></extra>"))
-    buttons = [{"label": t, "method": "update",
-                "args": [{"visible": [j == i for j in range(3)]}]}
-               for i, t in enumerate(("step time", "wait", "data wait"))]
-    fig.update_layout(title="Rank x step (ms): stragglers show as rows", height=420,
+    buttons = [{"label": esc(title), "method": "update",
+                "args": [{"visible": [j == i for j in range(len(views))]}]}
+               for i, (_, title, _) in enumerate(views)]
+    fig.update_layout(title="Rank x step (ms): a straggler shows as a bright row of busy time",
+                      height=420,
                       margin=dict(l=70, r=20, t=50, b=40), yaxis=dict(title="rank", type="category"),
                       xaxis=dict(title="step"),
                       updatemenus=[{"buttons": buttons, "x": 1.0, "xanchor": "right", "y": 1.18}])
@@ -166,6 +186,34 @@ def rank_bars(report: Report):
                              marker_color=STACK_COLORS[part],
                              hovertemplate=f"rank %{{x}}<br>{part}: %{{y:.2f}} ms<extra></extra>"))
     fig.update_layout(barmode="stack", title="Per rank: median ms per step", height=380,
+                      xaxis=dict(title="rank", type="category"), yaxis=dict(title="ms"),
+                      margin=dict(l=60, r=20, t=50, b=40), legend=dict(orientation="h", y=-0.2))
+    return fig
+
+
+def phase_bars(report: Report):
+    """Per rank: forward, backward, optimizer and each kind of collective, mean ms per step."""
+    ranks = report.ranks
+    phases = [p for p in ("forward", "backward", "optimizer") if any(p in r.phases_pct
+                                                                      for r in ranks)]
+    kinds = sorted({k for r in ranks for k in r.comm_by_kind})
+    if not phases and not kinds:
+        return None
+    import plotly.graph_objects as go
+
+    x = [esc(f"{r.rank}") for r in ranks]
+    fig = go.Figure()
+    for p in phases:
+        y = [r.step_mean_ns * r.phases_pct.get(p, 0.0) / 100 / MS for r in ranks]
+        fig.add_trace(go.Bar(x=x, y=np.round(y, 3), name=p,
+                             hovertemplate=f"rank %{{x}}<br>{p}: %{{y:.2f}} ms<extra></extra>"))
+    for k in kinds:
+        y = [r.comm_by_kind.get(k, 0.0) / MS for r in ranks]
+        fig.add_trace(go.Bar(x=x, y=np.round(y, 3), name=esc(k), marker_pattern_shape="/",
+                             hovertemplate=f"rank %{{x}}<br>{esc(k)}: %{{y:.2f}} ms"
+                                           "<extra></extra>"))
+    fig.update_layout(barmode="group", height=360,
+                      title="Compute by phase and collectives by kind: mean ms per step",
                       xaxis=dict(title="rank", type="category"), yaxis=dict(title="ms"),
                       margin=dict(l=60, r=20, t=50, b=40), legend=dict(orientation="h", y=-0.2))
     return fig
@@ -215,12 +263,18 @@ def telemetry_lines(report: Report):
 
 
 # ------------------------------------------------------------------------------ page
+def _steps_text(report: Report) -> str:
+    micro = report.knobs.get("sync_interval") or 1
+    n = len(report.steps)
+    return f"{n} optimizer steps of {micro} micro-steps" if micro > 1 else f"{n} steps"
+
+
 def _summary_html(report: Report) -> str:
     v = report.verdict
     color = LABEL_COLORS.get(v.label, "#333")
     out = [f'<h1>gpuscope <small>{esc(report.source)}: {esc(report.path)}</small></h1>',
            f'<p class="meta">{len(report.ranks)} of {report.world_size} ranks, '
-           f'{len(report.steps)} steps</p>',
+           f'{_steps_text(report)}</p>',
            f'<div class="verdict" style="border-color:{color}"><span class="label" '
            f'style="background:{color}">{esc(v.label)}</span> {v.share:.0%} of step time, '
            f'confidence {esc(v.confidence)}']
@@ -271,7 +325,8 @@ border-radius:4px;text-transform:uppercase;font-weight:bold}.gain{color:#2e7d32}
 def figures(report: Report) -> list[tuple[str, object]]:
     """(div id, plotly figure) of every panel the report has data for."""
     figs = (("panel-steps", step_bars(report)), ("panel-heatmap", heatmap(report)),
-            ("panel-ranks", rank_bars(report)), ("panel-gpu", gpu_breakdown_bars(report)),
+            ("panel-ranks", rank_bars(report)), ("panel-phases", phase_bars(report)),
+            ("panel-gpu", gpu_breakdown_bars(report)),
             ("panel-telemetry", telemetry_lines(report)))
     return [(pid, fig) for pid, fig in figs if fig is not None]
 

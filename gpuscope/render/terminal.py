@@ -9,7 +9,9 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from ..vocab import IMBALANCED, LABEL_STYLES, MS, PART_HEADS, PARTS
+from ..vocab import COMPUTE_PHASES, IMBALANCED, LABEL_STYLES, MS, PART_HEADS, PARTS
+
+PHASE_HEADS = {"forward": "fwd", "backward": "bwd", "optimizer": "opt"}
 from ._console import text_console
 
 if TYPE_CHECKING:
@@ -40,6 +42,7 @@ def write(report: Report, console: Console) -> None:
     """Print the report on a rich Console."""
     _header(report, console)
     _rank_table(report, console)
+    _comm_and_other(report, console)
     _gpu_tables(report, console)
     _stragglers(report, console)
     _suggestions(report, console)
@@ -59,8 +62,11 @@ def _header(report: Report, console: Console) -> None:
     head.append(f"{report.path}\n", style="dim")
     hosts = {r.host for r in report.ranks if r.host}
     skip = report.thresholds.warmup_steps or 0
+    micro = report.knobs.get("sync_interval") or 1
+    steps = (f"{len(report.steps)} optimizer steps of {micro} micro-steps" if micro > 1
+             else f"{len(report.steps)} steps")
     head.append(f"{len(report.ranks)} of {report.world_size} ranks"
-                f"{' on ' + hosts.pop() if len(hosts) == 1 else ''}, {len(report.steps)} steps"
+                f"{' on ' + hosts.pop() if len(hosts) == 1 else ''}, {steps}"
                 + (f" (first {skip} left out as warm-up)" if skip else
                    " (profiled steps)" if report.source == "kineto" else "") + "\n")
     head.append("Verdict: ", style="bold")
@@ -73,32 +79,80 @@ def _header(report: Report, console: Console) -> None:
     console.print(head)
 
 
+def _mean_ns(r: RankResult) -> float:
+    return r.step_mean_ns or r.step_ns  # a report saved before means were kept: the median
+
+
 def _cell(r: RankResult, part: str, wide: bool) -> str:
-    pct = f"{round(r.part_pct(part), 3):.0f}%"
-    return f"{_ms(r.part_ns(part)):.1f} {pct}" if wide else pct
+    """One statistic per cell: the part's share of the rank's step time, and (wide) the mean
+    ms per step it amounts to."""
+    pct = round(r.part_pct(part), 3)
+    return f"{_share_ms(r, pct):.1f} {pct:.0f}%" if wide else f"{pct:.0f}%"
+
+
+def _share_ms(r: RankResult, pct: float) -> float:
+    """Mean ms per step of a share, from the JSON report's precision of both."""
+    return _ms(_mean_ns(r)) * round(pct, 3) / 100
+
+
+def _phase_cell(r: RankResult, phase: str) -> str:
+    if phase not in r.phases_pct:
+        return "-"
+    return f"{_share_ms(r, r.phases_pct[phase]):.1f}"
 
 
 def _rank_table(report: Report, console: Console) -> None:
     ranks = report.ranks
     widths = [max([len(PART_HEADS[p])] + [len(_cell(r, p, True)) for r in ranks]) for p in PARTS]
-    step_w = max([4] + [len(f"{_ms(r.step_ns):.1f}") for r in ranks])
+    step_w = max([4] + [len(f"{_ms(_mean_ns(r)):.1f}") for r in ranks])
     wide = 4 + step_w + sum(widths) + 3 * 8 + 1 <= console.width  # ms and % fit side by side
-    t = Table(title="Per rank: " + ("median ms per step, share of step time" if wide else
-                                    "median step ms, share of step time per part"),
+    phases = [p for p in COMPUTE_PHASES if any(p in r.phases_pct for r in ranks)]
+    phase_w = sum(max(len(PHASE_HEADS[p]), 5) + 3 for p in phases)
+    with_phases = wide and 4 + step_w + sum(widths) + 3 * 8 + 1 + phase_w <= console.width
+    t = Table(title="Per rank: " + ("mean ms per step and share of step time" if wide else
+                                    "share of step time per part; step: mean ms"),
               title_justify="left")
     several_hosts = len({r.host for r in ranks}) > 1
-    for col in ("rank",) + (("host",) if several_hosts else ()) + ("step",) + \
-            tuple(PART_HEADS[p] for p in PARTS):
+    heads = ("rank",) + (("host",) if several_hosts else ()) + ("step",) + \
+        tuple(PART_HEADS[p] for p in PARTS) + \
+        (tuple(PHASE_HEADS[p] for p in phases) if with_phases else ())
+    for col in heads:
         t.add_column(col, justify="left" if col == "host" else "right", no_wrap=True)
     stragglers = set(report.straggler_ranks)
     shown = ranks if len(ranks) <= MAX_RANK_ROWS else _interesting(ranks, stragglers)
     for r in shown:
-        t.add_row(str(r.rank), *([Text(r.host)] if several_hosts else []), f"{_ms(r.step_ns):.1f}",
-                  *(_cell(r, p, wide) for p in PARTS),
+        t.add_row(str(r.rank), *([Text(r.host)] if several_hosts else []),
+                  f"{_ms(_mean_ns(r)):.1f}", *(_cell(r, p, wide) for p in PARTS),
+                  *((_phase_cell(r, p) for p in phases) if with_phases else ()),
                   style="bold red" if r.rank in stragglers else None)
     console.print(t)
     if len(shown) < len(ranks):
         console.print(f"[dim]{len(ranks) - len(shown)} more ranks in the JSON report[/dim]")
+
+
+def _comm_and_other(report: Report, console: Console) -> None:
+    """Collectives by kind, and what "other" holds where gpuscope can tell."""
+    ranks = report.ranks
+    kinds = sorted({k for r in ranks for k in r.comm_by_kind})
+    if kinds:
+        mean = {k: sum(r.comm_by_kind.get(k, 0.0) for r in ranks) / len(ranks) for k in kinds}
+        console.print(Text("Collectives, mean ms per step over ranks: " + ", ".join(
+            f"{k} {_ms(v):.1f}" for k, v in sorted(mean.items(), key=lambda kv: -kv[1]))))
+    other = sum(r.other_pct for r in ranks) / len(ranks)
+    if other < 5:
+        return
+    between = [r.between_pct for r in ranks if r.between_pct is not None]
+    host = [r.host_pct for r in ranks if r.host_pct is not None]
+    if between:
+        b = sum(between) / len(between)
+        console.print(Text(f"Other, {other:.0f}% of step time: {b:.0f}% is the loop's own work "
+                           "between rec.step() and the next step (logging, checkpoints, a "
+                           "profiler, evaluation); the rest is Python and launch overhead inside "
+                           "the step"))
+    elif host:
+        h = sum(host) / len(host)
+        console.print(Text(f"Other, {other:.0f}% of step time: in {h:.0f}% the GPU sat idle "
+                           "waiting for the host to launch work"))
 
 
 def _interesting(ranks: list[RankResult], stragglers: set) -> list[RankResult]:
