@@ -4,7 +4,8 @@ Scenarios (2 ranks, gloo on CPU, a few seconds each):
 
 - ``data``: a Dataset that takes 2 ms per sample to load, read with num_workers=0;
 - ``comm``: a wide model (~8M parameters) fed a batch of 2, so the gradient all-reduce dominates;
-- ``imbalanced``: rank ``--slow-rank`` runs an extra matmul loop every step;
+- ``imbalanced``: rank ``--slow-rank``'s forward runs an extra matmul loop every step (as a rank
+  with longer inputs or a slower device would);
 - ``compute``: a balanced compute-heavy MLP (large batch, few parameters) with in-memory data.
 
 ``--profile DIR`` also writes torch.profiler (Kineto) traces there with tensorboard_trace_handler;
@@ -83,6 +84,20 @@ def extra_work(ms: float, device=None) -> None:
             torch.cuda.synchronize()
 
 
+class Slowed(nn.Module):
+    """`inner` whose forward also computes for `ms` more milliseconds (0: not slowed)."""
+
+    def __init__(self, inner: nn.Module, ms: float):
+        super().__init__()
+        self.inner, self.ms = inner, ms
+
+    def forward(self, x):
+        out = self.inner(x)
+        if self.ms:
+            extra_work(self.ms, x.device)
+        return out
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scenario", choices=SCENARIOS, default="data")
@@ -105,6 +120,8 @@ def main(argv=None) -> None:
     dist.init_process_group(args.backend or ("nccl" if cuda else "gloo"))
     rank, world = dist.get_rank(), dist.get_world_size()
     model, ds, batch = build(args.scenario, args.steps, world)
+    slow = args.scenario == "imbalanced" and rank == args.slow_rank
+    model = Slowed(model, args.extra_ms if slow else 0.0)
     if cuda:  # one GPU per local rank; several ranks may share one GPU with gloo
         local = int(os.environ.get("LOCAL_RANK", 0)) % torch.cuda.device_count()
         device = torch.device("cuda", local)
@@ -122,7 +139,6 @@ def main(argv=None) -> None:
         loader = DataLoader(ds, batch_size=batch, sampler=sampler, num_workers=0)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
     loss_fn = nn.CrossEntropyLoss()
-    slow = args.scenario == "imbalanced" and rank == args.slow_rank
 
     prof = None
     if args.profile:
@@ -139,8 +155,6 @@ def main(argv=None) -> None:
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         opt.zero_grad(set_to_none=True)
         out = ddp(x)
-        if slow:
-            extra_work(args.extra_ms, device)
         loss = loss_fn(out, y)
         loss.backward()
         opt.step()
