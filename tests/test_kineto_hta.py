@@ -146,3 +146,14 @@ def test_one_bad_file_among_good_ones_is_skipped_with_a_warning(tmp_path):
     t = load_table(tmp_path)
     assert sorted(t.ranks) == [0, 1]
     assert any(w.startswith("skipped:") for w in t.warnings)
+
+
+def test_multi_rank_traces_without_any_collective_warn(tmp_path):
+    """Two ranks (told by their file names) and not one collective: waiting and transfer
+    cannot be told from compute, and the report says so instead of a confident verdict."""
+    src = os.path.join(HTA, "amd_trace", "mi250_minitoy_train_ROCm6_2_kineto.json.gz")
+    for r in (0, 1):
+        (tmp_path / f"job_rank-{r}.json.gz").write_bytes(open(src, "rb").read())
+    rep = gpuscope.analyze(tmp_path)
+    assert rep.world_size == 2 and rep.verdict.confidence == "low"
+    assert any("no collective" in w for w in rep.warnings)

@@ -19,6 +19,8 @@ Cases:
   nomodel    DDP, but record() is not given the model
   closure    DDP with torch.optim.LBFGS and a closure (forward/backward inside step())
   autocast   DDP under torch.autocast("cpu", dtype=torch.bfloat16)
+  tutorial   the shape of pytorch/examples' DDP tutorial series: a tiny Linear(20, 1), a
+             DataLoader of random samples with a DistributedSampler, batch 32
 """
 
 from __future__ import annotations
@@ -253,6 +255,52 @@ def case_fsdp2(args, rank, tim):
             fully_shard(layer)
     fully_shard(model)
     return _ddp_loop(args, rank, tim, model, model, batch=4)
+
+
+def case_tutorial(args, rank, tim):
+    from torch.utils.data import DataLoader, Dataset, DistributedSampler
+
+    class Samples(Dataset):
+        def __init__(self, n):
+            self.data = [(torch.rand(20), torch.rand(1)) for _ in range(n)]
+
+        def __len__(self):
+            return len(self.data)
+
+        def __getitem__(self, i):
+            return self.data[i]
+
+    torch.manual_seed(0)
+    data = Samples(2048)
+    loader = DataLoader(data, batch_size=32, pin_memory=False, shuffle=False,
+                        sampler=DistributedSampler(data))
+    model = DDP(nn.Linear(20, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    with gpuscope.record(args.run_dir, model=model) as rec:
+        for epoch in range(2):
+            loader.sampler.set_epoch(epoch)
+            it = iter(rec.data(loader))
+            while True:
+                t = _now()
+                try:
+                    source, targets = next(it)
+                except StopIteration:
+                    break
+                tim.part("data", t)
+                opt.zero_grad()
+                t = _now()
+                out = model(source)
+                loss = F.mse_loss(out, targets)
+                tim.part("forward", t)
+                t = _now()
+                loss.backward()
+                tim.part("backward", t)
+                t = _now()
+                opt.step()
+                tim.part("optimizer", t)
+                rec.step()
+                tim.step()
+    return {}
 
 
 CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}
