@@ -9,8 +9,9 @@ import sys
 def loader_knobs(loader) -> dict:
     """DataLoader settings; attributes a plain iterable lacks are simply absent. `dataloader`
     says whether it is a torch DataLoader (worker processes are a knob only there)."""
-    names = {c.__name__ for c in type(loader).__mro__}
-    out: dict = {"loader": type(loader).__name__, "dataloader": "DataLoader" in names}
+    names = [c.__name__ for c in type(loader).__mro__]
+    out: dict = {"loader": type(loader).__name__,
+                 "dataloader": any("DataLoader" in n for n in names)}  # torch's, or a wrapper
     for attr in ("batch_size", "num_workers", "pin_memory", "prefetch_factor",
                  "persistent_workers", "drop_last"):
         if hasattr(loader, attr):

@@ -71,7 +71,7 @@ class Recorder:
         self._hooks: Hooks | None = None
         self._state = StepState()  # the micro-step being recorded
         self._knobs: dict = {}
-        self._batch_size_known = False
+        self._batch_seen = False
         self._raw: list = []
         self._micro = 0          # micro-steps since the last optimizer step
 
@@ -252,30 +252,57 @@ class Recorder:
     # ----------------------------------------------------------------- public API
     def data(self, iterable):
         """Yield from `iterable`, timing how long each batch takes to arrive."""
+        self.note_loader(iterable)
+        return self.timed(iter(iterable))
+
+    def note_loader(self, loader) -> None:
+        """Take the loader's settings (batch size, workers, ...) as knobs."""
         if self._active:
             try:
-                self._note_knobs(loader_knobs(iterable))
+                self._note_knobs(loader_knobs(loader))
             except Exception as exc:
                 self._fail("data", exc)
-        it = iter(iterable)
+
+    def timed(self, iterator):
+        """Yield from an iterator, timing each next() as the wait for a batch."""
         while True:
             c0 = _cpu()
             t0 = _now()
             try:
-                item = next(it)
+                item = next(iterator)
             except StopIteration:
                 return
             if self._active:
-                t1 = _now()
-                st = self._state
-                st.mark(t0)
-                st.data_ns += t1 - t0
-                st.data_cpu_ns += _cpu() - c0
-                if self._dev is not None:
-                    self._dev.batch_ready()
-                if not self._batch_size_known:
-                    self._learn_batch_size(item)
+                self.batch_fetched(t0, _now(), _cpu() - c0, item)
             yield item
+
+    def batch_fetched(self, t0: int, t1: int, cpu_ns: int | None = None, batch=None) -> None:
+        """A batch was fetched between t0 and t1 (perf_counter_ns) by a loop gpuscope does not
+        drive itself (a Trainer); `cpu_ns`: the fetching thread's CPU time meanwhile."""
+        if not self._active:
+            return
+        st = self._state
+        st.mark(t0)
+        st.data_ns += t1 - t0
+        st.data_cpu_ns += (t1 - t0) if cpu_ns is None else cpu_ns
+        if self._dev is not None:
+            self._dev.batch_ready()
+        if batch is not None:
+            self.note_batch(batch)
+
+    def note_batch(self, batch) -> None:
+        """Learn the batch size and bytes from a batch (the first one seen)."""
+        if self._active and not self._batch_seen:
+            self._learn_batch_size(batch)
+
+    def note_knobs(self, knobs: dict) -> None:
+        """Settings the suggestions are about that gpuscope cannot see itself (a Trainer's
+        per-device batch, accumulation steps, dataloader workers)."""
+        if self._active:
+            try:
+                self._note_knobs({k: v for k, v in knobs.items() if v is not None})
+            except Exception as exc:
+                self._fail("knobs", exc)
 
     @contextmanager
     def phase(self, name: str, kind: str | None = None):
@@ -366,7 +393,8 @@ class Recorder:
             tb.close(timeout=1.0)
 
     def _learn_batch_size(self, item) -> None:
-        self._batch_size_known = True
+        """The first batch's size (unless a knob gave it) and bytes."""
+        self._batch_seen = True
         try:
             self._note_knobs(batch_knobs(item, self._knobs.get("batch_size") is None))
         except Exception as exc:
@@ -377,8 +405,6 @@ class Recorder:
         if not knobs:
             return
         self._knobs.update(knobs)
-        if knobs.get("batch_size") is not None:
-            self._batch_size_known = True
         if self._writer is not None and self._active:
             self._writer.add_meta({"knobs": knobs, "at_step": self.steps})
 

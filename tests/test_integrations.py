@@ -1,0 +1,63 @@
+"""One line in a Trainer: transformers' and Lightning's Trainers with GpuscopeCallback, 2 ranks on
+gloo (tests/workloads/trainers.py), with and without gradient accumulation, against a plain
+callback's perf_counter at every micro-step end."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import gpuscope
+
+pytestmark = pytest.mark.slow
+SCRIPT = os.path.join(os.path.dirname(__file__), "workloads", "trainers.py")
+
+
+@pytest.fixture(scope="session")
+def trainer_run(tmp_path_factory):
+    cache: dict = {}
+
+    def run(trainer: str, accum: int) -> str:
+        key = (trainer, accum)
+        if key not in cache:
+            pytest.importorskip("transformers" if trainer == "hf" else "lightning")
+            out = tmp_path_factory.mktemp(f"{trainer}{accum}")
+            proc = subprocess.run(
+                [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                 "--nproc_per_node", "2", SCRIPT, "--trainer", trainer, "--accum", str(accum),
+                 "--out", str(out)], capture_output=True, text=True, timeout=300,
+                env=dict(os.environ, OMP_NUM_THREADS="1"))
+            assert proc.returncode == 0, proc.stderr[-3000:]
+            cache[key] = str(out)
+        return cache[key]
+
+    return run
+
+
+@pytest.mark.parametrize("trainer", ["hf", "lightning"])
+@pytest.mark.parametrize("accum", [1, 4])
+def test_one_line_in_a_trainer_records_the_run(trainer_run, trainer, accum):
+    out = trainer_run(trainer, accum)
+    rep = gpuscope.analyze(os.path.join(out, "record"))
+    assert len(rep.ranks) == 2 and not any("no communication" in w for w in rep.warnings)
+    assert rep.knobs.get("sync_interval", 1) == accum
+    assert {s.micro_steps for s in rep.steps} == {accum}
+    frame = rep.table.frame
+    assert (frame["data_ns"] > 0).all()  # the Trainer's own batch fetches, timed
+    for phase in ("forward", "backward", "optimizer"):
+        assert (frame[f"{phase}_ns"] > 0).all(), phase
+    knobs = rep.knobs
+    assert knobs["batch_size"] == (8 if trainer == "hf" else 16) and knobs["num_workers"] == 0
+    assert knobs.get("gradient_accumulation_steps", knobs.get("accumulate_grad_batches")) == accum
+    for r in rep.ranks:
+        assert "all_reduce" in r.comm_by_kind and r.other_pct < 25
+        marks = np.array(json.load(open(os.path.join(out, f"timings-rank{r.rank}.json")))
+                         ["micro_end_s"]) * 1e3
+        micro = np.diff(marks)  # micro-steps after the first
+        n = (len(micro) + 1) // accum * accum - 1
+        cycles = np.r_[np.nan, micro[:n]].reshape(-1, accum)[1:].sum(axis=1)  # warm-up left out
+        assert abs(r.step_mean_ns / 1e6 - cycles.mean()) <= 0.10 * cycles.mean(), \
+            (r.step_mean_ns / 1e6, cycles.mean())

@@ -1,0 +1,114 @@
+"""transformers' Trainer and Lightning's Trainer with gpuscope's one-line callback, on CPU/gloo.
+
+    python -m torch.distributed.run --standalone --nproc_per_node 2 tests/workloads/trainers.py \\
+        --trainer hf|lightning --out DIR [--accum 4] [--steps 8] [--profile]
+
+Tiny models built from a config (no downloads), synthetic data. Beside gpuscope, a plain
+callback of the framework's own notes perf_counter at every micro-step end (the independent
+timing): DIR/timings-rank<r>.json. With --profile, torch.profiler traces go to DIR/kineto.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+
+_now = time.perf_counter
+
+
+def save(out: str, marks: list[float], **extra) -> None:
+    rank = int(os.environ.get("RANK", 0))
+    with open(os.path.join(out, f"timings-rank{rank}.json"), "w") as fh:
+        json.dump({"micro_end_s": marks, **extra}, fh)
+
+
+def run_hf(args) -> None:
+    from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainerCallback, TrainingArguments
+
+    from gpuscope.integrations.hf import GpuscopeCallback
+
+    marks: list[float] = []
+
+    class Marks(TrainerCallback):  # the independent timing: perf_counter at each micro-step end
+        def on_substep_end(self, *a, **k):
+            marks.append(_now())
+
+        def on_step_end(self, *a, **k):
+            marks.append(_now())
+
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_head=2, n_embd=64, vocab_size=256,
+                                       n_positions=64))
+    data = [{"input_ids": ids, "labels": ids}
+            for ids in torch.randint(0, 256, (args.steps * args.accum * 2 * 8 + 64, 64))]
+    targs = TrainingArguments(output_dir=os.path.join(args.out, "hf"), use_cpu=True,
+                              ddp_backend="gloo", per_device_train_batch_size=8,
+                              gradient_accumulation_steps=args.accum, max_steps=args.steps,
+                              logging_steps=10_000, save_strategy="no", report_to=[],
+                              dataloader_num_workers=0, disable_tqdm=True)
+    callbacks = [GpuscopeCallback(os.path.join(args.out, "record")), Marks()]
+    trainer = Trainer(model=model, args=targs, train_dataset=data, callbacks=callbacks)
+    trainer.train()
+    save(args.out, marks, accum=args.accum)
+
+
+def run_lightning(args) -> None:
+    import lightning.pytorch as pl
+    from torch import nn
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from gpuscope.integrations.lightning import GpuscopeCallback
+
+    marks: list[float] = []
+
+    class Marks(pl.Callback):
+        def on_train_batch_end(self, *a, **k):
+            marks.append(_now())
+
+    class Net(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Sequential(nn.Linear(64, 512), nn.ReLU(), nn.Linear(512, 512),
+                                     nn.ReLU(), nn.Linear(512, 10))
+
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            return nn.functional.cross_entropy(self.net(x), y)
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    torch.manual_seed(0)
+    n = args.steps * args.accum * 2 * 16 + 64
+    loader = DataLoader(TensorDataset(torch.randn(n, 64), torch.randint(0, 10, (n,))),
+                        batch_size=16, num_workers=0)
+    trainer = pl.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_steps=args.steps,
+                         accumulate_grad_batches=args.accum, logger=False,
+                         enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False,
+                         callbacks=[GpuscopeCallback(os.path.join(args.out, "record")), Marks()])
+    trainer.fit(Net(), loader)
+    save(args.out, marks, accum=args.accum)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--trainer", choices=("hf", "lightning"), required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--accum", type=int, default=1)
+    ap.add_argument("--steps", type=int, default=8)
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    os.makedirs(args.out, exist_ok=True)
+    (run_hf if args.trainer == "hf" else run_lightning)(args)
+
+
+if __name__ == "__main__":
+    main()
