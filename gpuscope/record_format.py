@@ -58,6 +58,17 @@ THROTTLE_BITS = {0x1: "gpu_idle", 0x2: "app_clocks", 0x4: "sw_power_cap", 0x8: "
                  0x80: "hw_power_brake", 0x100: "display_clocks"}
 
 
+def comm_kind(key: str) -> str:
+    """The kind of a collective's key "kind:group" (point-to-point: "recv_prev:3" = from rank 3,
+    the previous in rank order)."""
+    return key.split(":", 1)[0]
+
+
+def is_p2p(kind: str) -> bool:
+    """Point-to-point (send / recv), as between pipeline stages."""
+    return kind.startswith(("send", "recv"))
+
+
 def throttle_names(mask: int) -> list[str]:
     """Names of the throttle reasons set in `mask` (idle is not throttling)."""
     return [name for bit, name in THROTTLE_BITS.items() if mask & bit and name != "gpu_idle"]

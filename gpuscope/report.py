@@ -119,6 +119,7 @@ class Straggler:
     cause_excess_ns: int = 0
     host: str = ""
     telemetry: str = ""         # what its GPU shows against the others (NVML), if anything
+    group: list = field(default_factory=list)  # the ranks it makes wait (its process group)
 
     @property
     def part(self) -> str:
@@ -128,13 +129,77 @@ class Straggler:
         return {"rank": self.rank, "host": self.host,
                 "slow_steps_pct": round(100 * self.slow_steps_share, 1),
                 "excess_ms": _r3(self.excess_ns / MS), "cause": self.cause,
-                "cause_detail": self.cause_detail, "telemetry": self.telemetry}
+                "cause_detail": self.cause_detail, "telemetry": self.telemetry,
+                **({"group": list(self.group)} if self.group else {})}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Straggler":
         return cls(d["rank"], d["slow_steps_pct"] / 100, _ns(d["excess_ms"]), d["cause"],
                    d.get("cause_detail", ""), host=d.get("host", ""),
-                   telemetry=d.get("telemetry", ""))
+                   telemetry=d.get("telemetry", ""), group=list(d.get("group", [])))
+
+
+@dataclass(frozen=True)
+class StageResult:
+    """One pipeline stage (a rank with point-to-point communication), mean ns per step."""
+
+    rank: int
+    stage: int | None          # index in its pipeline (None: unknown order, profiler traces)
+    pipeline: int | None       # which pipeline (replica) it belongs to
+    step_ns: float
+    busy_ns: float             # step minus waiting on other ranks and on other stages
+    compute_ns: float
+    wait_prev_ns: float        # blocked on the previous stage (its activations)
+    wait_next_ns: float        # blocked on the next stage (its gradients)
+    bubble_ns: float           # all point-to-point waiting (the two above, or without peers)
+    microbatches: int | None   # forward calls per step
+
+    def to_dict(self) -> dict:
+        d = {"rank": self.rank, "stage": self.stage, "pipeline": self.pipeline}
+        for k in ("step", "busy", "compute", "wait_prev", "wait_next", "bubble"):
+            d[f"{k}_ms"] = _r3(getattr(self, f"{k}_ns") / MS)
+        d["bubble_pct"] = round(100 * self.bubble_ns / max(self.step_ns, 1.0), 2)
+        d["microbatches"] = self.microbatches
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "StageResult":
+        ns = {f"{k}_ns": d[f"{k}_ms"] * MS
+              for k in ("step", "busy", "compute", "wait_prev", "wait_next", "bubble")}
+        return cls(d["rank"], d.get("stage"), d.get("pipeline"), microbatches=d.get("microbatches"),
+                   **ns)
+
+
+@dataclass(frozen=True)
+class PipelineResult:
+    """Pipeline parallelism: per stage its busy time and waiting, the bubble against the
+    schedule's ideal, and the slowest stage."""
+
+    stages: tuple[StageResult, ...]
+    n_stages: int
+    microbatches: int | None
+    bubble_share: float          # mean over stages of bubble / step
+    ideal_bubble_share: float | None   # (S - 1) / (M + S - 1): GPipe and 1F1B, balanced stages
+    slowest_rank: int
+    imbalance: float             # slowest stage's busy over the mean stage's
+
+    def slowest(self) -> StageResult:
+        return next(s for s in self.stages if s.rank == self.slowest_rank)
+
+    def to_dict(self) -> dict:
+        return {"stages": [s.to_dict() for s in self.stages], "n_stages": self.n_stages,
+                "microbatches": self.microbatches,
+                "bubble_pct": round(100 * self.bubble_share, 2),
+                "ideal_bubble_pct": (round(100 * self.ideal_bubble_share, 2)
+                                     if self.ideal_bubble_share is not None else None),
+                "slowest_rank": self.slowest_rank, "imbalance": round(self.imbalance, 3)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "PipelineResult":
+        ideal = d.get("ideal_bubble_pct")
+        return cls(tuple(StageResult.from_dict(s) for s in d["stages"]), d["n_stages"],
+                   d.get("microbatches"), d["bubble_pct"] / 100,
+                   ideal / 100 if ideal is not None else None, d["slowest_rank"], d["imbalance"])
 
 
 @dataclass
@@ -174,6 +239,7 @@ class StepResult:
     secondary: tuple[str, ...] = ()
     micro_steps: int = 1          # micro-steps (rec.step() calls) in this optimizer step
     host_share: float = 0.0       # mean over ranks of GPU-waits-on-host / step (GPU traces)
+    bubble_share: float = 0.0     # max over ranks of waiting on another pipeline stage / step
 
     @property
     def jitter(self) -> bool:
@@ -189,6 +255,8 @@ class StepResult:
             d["micro_steps"] = self.micro_steps
         if self.host_share:
             d["host_pct"] = _r3(100 * self.host_share)
+        if self.bubble_share:
+            d["bubble_pct"] = _r3(100 * self.bubble_share)
         return d
 
     @classmethod
@@ -196,7 +264,7 @@ class StepResult:
         return cls(d["step"], d["label"], _ns(d["step_ms"]), d["data_pct"] / 100,
                    d["comm_exposed_pct"] / 100, d["wait_pct"] / 100, d["compute_pct"] / 100,
                    tuple(d.get("secondary", ())), d.get("micro_steps", 1),
-                   d.get("host_pct", 0.0) / 100)
+                   d.get("host_pct", 0.0) / 100, d.get("bubble_pct", 0.0) / 100)
 
 
 @dataclass(frozen=True)
@@ -229,6 +297,8 @@ class RankResult:
     comm_by_kind: dict = field(default_factory=dict)  # kind -> mean ns per step
     between_pct: float | None = None  # share of step time between rec.step() and the next step
     host_pct: float | None = None     # share of step time the GPU waited on the host to launch
+    bubble_ns: float = 0.0   # median exposed point-to-point wait (a pipeline stage's bubble)
+    bubble_pct: float = 0.0
 
     def part_ns(self, part: str) -> float:
         return getattr(self, f"{part}_ns")
@@ -243,7 +313,7 @@ class RankResult:
     @property
     def transfer_ns(self) -> float:
         """Median exposed communication that is moving bytes, not waiting."""
-        return max(self.comm_exposed_ns - self.wait_ns, 0.0)
+        return max(self.comm_exposed_ns - self.wait_ns - self.bubble_ns, 0.0)
 
     def to_dict(self) -> dict:
         d = {"rank": self.rank, "host": self.host, "steps": self.steps,
@@ -262,6 +332,9 @@ class RankResult:
             d["between_pct"] = _r3(self.between_pct)
         if self.host_pct is not None:
             d["host_pct"] = _r3(self.host_pct)
+        if self.bubble_ns or self.bubble_pct:
+            d["bubble_ms"] = _r3(self.bubble_ns / MS)
+            d["bubble_pct"] = _r3(self.bubble_pct)
         if self.telemetry is not None:
             d["telemetry"] = self.telemetry.to_dict()
         if self.gpu_breakdown is not None:
@@ -281,7 +354,8 @@ class RankResult:
                    phases_ns={p: d[f"{p}_ms"] * MS for p in phases},
                    phases_pct={p: d.get(f"{p}_pct", 0.0) for p in phases},
                    comm_by_kind={k: v * MS for k, v in d.get("comm_by_kind", {}).items()},
-                   between_pct=d.get("between_pct"), host_pct=d.get("host_pct"))
+                   between_pct=d.get("between_pct"), host_pct=d.get("host_pct"),
+                   bubble_ns=d.get("bubble_ms", 0.0) * MS, bubble_pct=d.get("bubble_pct", 0.0))
 
 
 @dataclass
@@ -301,6 +375,8 @@ class Report:
     knobs: dict = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     early_ranks: list[int] = field(default_factory=list)  # ranks that wait for all others
+    layout: dict = field(default_factory=dict)  # process groups and pipelines (layout.Layout)
+    pipeline: PipelineResult | None = None
     #: the analysed rank x step table (with wait and telemetry joined); None when read from JSON
     table: RunTable | None = field(default=None, compare=False, repr=False)
 
@@ -331,6 +407,10 @@ class Report:
         }
         if self.early_ranks:
             d["early_ranks"] = list(self.early_ranks)
+        if self.layout:
+            d["layout"] = self.layout
+        if self.pipeline is not None:
+            d["pipeline"] = self.pipeline.to_dict()
         return d
 
     @classmethod
@@ -349,7 +429,9 @@ class Report:
                 [Straggler.from_dict(s) for s in d["straggler_details"]],
                 [Suggestion.from_dict(s) for s in d["suggestions"]],
                 Thresholds(**d["thresholds"]), Jitter.from_dict(d["jitter"]),
-                dict(d["knobs"]), list(d["warnings"]), list(d.get("early_ranks", [])))
+                dict(d["knobs"]), list(d["warnings"]), list(d.get("early_ranks", [])),
+                dict(d.get("layout", {})),
+                PipelineResult.from_dict(d["pipeline"]) if d.get("pipeline") else None)
         except (KeyError, TypeError, ValueError) as exc:
             raise InputError(f"a {SCHEMA} report with a missing or malformed field ({exc!r})") \
                 from None

@@ -66,12 +66,15 @@ def empty_frame() -> pd.DataFrame:
 
 def shares(frame: pd.DataFrame) -> dict[str, np.ndarray]:
     """Per row, the disjoint parts of the step as fractions of it: data, transfer (exposed comm
-    minus waiting), wait, compute, other; and host, the part of other in which the GPU waited
+    minus waiting and bubble), wait (for slower ranks in a collective), bubble (waiting on
+    another pipeline stage), compute, other; and host, the part of other in which the GPU waited
     for the host to launch work (0 where unknown)."""
     col = lambda c: frame[c].to_numpy(dtype=np.float64)  # noqa: E731
+    zeros = np.zeros(len(frame))
     step = np.maximum(col("step_ns"), 1.0)
-    transfer = np.maximum(col("comm_exposed_ns") - col("wait_ns"), 0.0)
-    host = col("host_ns") / step if "host_ns" in frame else np.zeros(len(frame))
+    bubble = col("bubble_ns") if "bubble_ns" in frame else zeros
+    transfer = np.maximum(col("comm_exposed_ns") - col("wait_ns") - bubble, 0.0)
+    host = col("host_ns") / step if "host_ns" in frame else zeros
     return {"data": col("data_ns") / step, "transfer": transfer / step,
-            "wait": col("wait_ns") / step, "compute": col("compute_ns") / step,
-            "other": col("other_ns") / step, "host": host}
+            "wait": col("wait_ns") / step, "bubble": bubble / step,
+            "compute": col("compute_ns") / step, "other": col("other_ns") / step, "host": host}

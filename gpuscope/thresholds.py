@@ -17,6 +17,7 @@ class Thresholds:
     data_moderate: float = 0.05   # "moderately" data-bound: reported, label only if nothing else
     comm: float = 0.15            # exposed transfer share for comm-bound; XProf 15%
     host: float = 0.15            # GPU idle waiting for the host to launch, for host-bound
+    bubble: float = 0.15          # a pipeline stage waiting on its neighbours, for pipeline-bound
     wait: float = 0.10            # wait share on the waiting ranks for imbalanced
     straggler_steps: float = 0.5  # a consistently late rank slow in >= this share of imbalanced steps
     comm_target: float = 0.05     # sync-frequency suggestion aims exposed comm below this

@@ -10,18 +10,18 @@ PART_HEADS = {"data": "data", "compute": "compute", "comm": "comm", "comm_expose
               "wait": "wait", "other": "other"}
 #: the disjoint parts drawn stacked (transfer = exposed comm minus waiting), with their colours
 STACK_COLORS = {"data": "#e0a100", "compute": "#2e9d5b", "transfer": "#9b59b6", "wait": "#d9534f",
-                "other": "#9aa5b1"}
+                "bubble": "#5bc0de", "other": "#9aa5b1"}
 #: named sub-phases of compute, each a RunTable column f"{name}_ns"
 COMPUTE_PHASES = ("forward", "backward", "optimizer")
 
 # step labels
-DATA, COMM, IMBALANCED, HOST, COMPUTE = ("data-bound", "comm-bound", "imbalanced", "host-bound",
-                                         "compute-bound")
-LABELS = (DATA, COMM, IMBALANCED, HOST, COMPUTE)
+DATA, COMM, IMBALANCED, HOST, PIPELINE, COMPUTE = (
+    "data-bound", "comm-bound", "imbalanced", "host-bound", "pipeline-bound", "compute-bound")
+LABELS = (DATA, COMM, IMBALANCED, HOST, PIPELINE, COMPUTE)
 JITTER = "jitter"                       # secondary: waiting with no consistent late rank
 MODERATE_DATA = "moderately data-bound"  # secondary: data wait between the two thresholds
 #: label colours, distinct from the part colours above (a label strip sits under the parts)
 LABEL_COLORS = {DATA: "#2b6cb0", COMM: "#dd6b20", IMBALANCED: "#b83280", HOST: "#975a16",
-                COMPUTE: "#2c7a7b"}
+                PIPELINE: "#4a5568", COMPUTE: "#2c7a7b"}
 LABEL_STYLES = {DATA: "yellow", COMM: "magenta", IMBALANCED: "red", HOST: "cyan",
-                COMPUTE: "green"}  # terminal
+                PIPELINE: "blue", COMPUTE: "green"}  # terminal

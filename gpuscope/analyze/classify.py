@@ -23,7 +23,7 @@ import pandas as pd
 from ..report import Jitter, StepResult, Verdict
 from ..runtable import shares
 from ..thresholds import Thresholds
-from ..vocab import COMM, COMPUTE, DATA, HOST, IMBALANCED, JITTER, MODERATE_DATA
+from ..vocab import COMM, COMPUTE, DATA, HOST, IMBALANCED, JITTER, MODERATE_DATA, PIPELINE
 from .consistency import Roles, persistent_steps
 from .groups import Groups
 
@@ -41,7 +41,8 @@ def classify_steps(frame: pd.DataFrame, th: Thresholds, roles: Roles | None = No
         "step_ns": g.max(frame["step_ns"].to_numpy()).astype(np.int64),
         "data_share": g.mean(sh["data"]), "comm_share": g.mean(sh["transfer"]),
         "wait_share": g.max(sh["wait"]), "compute_share": g.mean(sh["compute"]),
-        "host_share": g.mean(sh["host"]), "n_ranks": g.counts,
+        "host_share": g.mean(sh["host"]), "bubble_share": g.max(sh["bubble"]),
+        "n_ranks": g.counts,
         "micro_steps": (g.max(frame["micro_steps"].to_numpy()).astype(np.int64)
                         if "micro_steps" in frame else np.ones(steps.size, np.int64)),
     })
@@ -56,8 +57,9 @@ def classify_steps(frame: pd.DataFrame, th: Thresholds, roles: Roles | None = No
         np.where(out["data_share"] >= th.data_high, out["data_share"], -1.0),
         np.where(out["comm_share"] >= th.comm, out["comm_share"], -1.0),
         np.where(out["host_share"] >= th.host, out["host_share"], -1.0),
+        np.where(out["bubble_share"] >= th.bubble, out["bubble_share"], -1.0),
     ])
-    names = np.array([IMBALANCED, DATA, COMM, HOST])
+    names = np.array([IMBALANCED, DATA, COMM, HOST, PIPELINE])
     best = cand.argmax(axis=1)
     has = cand.max(axis=1) >= 0
     out["label"] = np.where(has, names[best], COMPUTE)
@@ -89,9 +91,9 @@ def step_results(steps: pd.DataFrame) -> list[StepResult]:
     """The typed per-step results of `classify_steps`' table."""
     cols = [steps[c].tolist() for c in ("step", "label", "step_ns", "data_share", "comm_share",
                                         "wait_share", "compute_share", "secondary",
-                                        "micro_steps", "host_share")]
-    return [StepResult(int(st), str(lb), int(ns), d, c, w, cp, tuple(sec), int(k), hs)
-            for st, lb, ns, d, c, w, cp, sec, k, hs in zip(*cols)]
+                                        "micro_steps", "host_share", "bubble_share")]
+    return [StepResult(int(st), str(lb), int(ns), d, c, w, cp, tuple(sec), int(k), hs, bs)
+            for st, lb, ns, d, c, w, cp, sec, k, hs, bs in zip(*cols)]
 
 
 def run_verdict(steps: pd.DataFrame) -> Verdict:

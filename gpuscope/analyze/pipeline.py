@@ -12,13 +12,15 @@ from ..errors import InputError
 from ..report import RankResult, Report
 from ..runtable import RunTable
 from ..thresholds import Thresholds
-from ..vocab import COMPUTE, COMPUTE_PHASES, LABELS, PARTS
+from ..vocab import COMPUTE, COMPUTE_PHASES, LABELS, PARTS, PIPELINE
 from .classify import classify_steps, jitter_cost, run_verdict, step_results
 from .consistency import find_roles
 from .cycles import cycle_ends, group_cycles, sync_interval
 from .groups import Groups
+from .layout import find_layout, split_bubble
+from .stages import suggest_pipeline, summarize_pipeline
 from .stragglers import find_stragglers
-from .suggest import Findings, suggest, unaddressed
+from .suggest import Findings, suggest, typical_step, unaddressed
 from .wait import estimate_wait
 
 
@@ -84,6 +86,9 @@ def summarize_ranks(table: RunTable, frame: pd.DataFrame, telemetry: dict,
     between = (share("between_ns") if table.source == "record" and "between_ns" in frame
                and frame["between_ns"].notna().all() else None)
     host = share("host_ns") if "host_ns" in frame and frame["host_ns"].any() else None
+    has_bubble = "bubble_ns" in frame and frame["bubble_ns"].any()
+    bubble_med = g.median(frame["bubble_ns"].to_numpy()).tolist() if has_bubble else None
+    bubble_pct = share("bubble_ns") if has_bubble else None
     out = []
     for i, rank in enumerate(g.keys.tolist()):
         info = table.ranks.get(rank)
@@ -95,7 +100,9 @@ def summarize_ranks(table: RunTable, frame: pd.DataFrame, telemetry: dict,
             phases_pct={p: phase_pct[p][i] for p in phases},
             comm_by_kind=by_kind.get(rank, {}),
             between_pct=between[i] if between is not None else None,
-            host_pct=host[i] if host is not None else None))
+            host_pct=host[i] if host is not None else None,
+            bubble_ns=bubble_med[i] if has_bubble else 0.0,
+            bubble_pct=bubble_pct[i] if has_bubble else 0.0))
     return out
 
 
@@ -143,13 +150,15 @@ def analyze_table(table: RunTable, thresholds: Thresholds | None = None,
     mapping = None
     if ends is not None:  # accumulation: waits per micro-step, then optimizer steps
         if record:
-            frame = estimate_wait(frame, warnings)
+            frame = estimate_wait(frame, warnings, table.comm)
         frame, mapping = to_cycles(frame, ends, warnings)
         frame = drop_warmup(frame, th.warmup_steps, warnings)
     else:
         frame = drop_warmup(frame, th.warmup_steps, warnings)
         if record:
-            frame = estimate_wait(frame, warnings)
+            frame = estimate_wait(frame, warnings, table.comm)
+    layout = find_layout(table)
+    frame = split_bubble(frame, layout)
     knobs = table.knobs()
     if mapping is not None:
         knobs["sync_interval"] = sync_interval(frame)
@@ -164,7 +173,7 @@ def analyze_table(table: RunTable, thresholds: Thresholds | None = None,
         warnings.append(unseen)
         verdict = replace(verdict, confidence="low")
     hosts = {r: info.host for r, info in table.ranks.items()}
-    stragglers = find_stragglers(frame, steps, th, roles, hosts)
+    stragglers = find_stragglers(frame, steps, th, roles, hosts, layout)
     telemetry: dict = {}
     if table.telemetry is not None and len(table.telemetry):
         from .telemetry import join_steps, memory_used_fraction, straggler_evidence, summarize
@@ -186,6 +195,11 @@ def analyze_table(table: RunTable, thresholds: Thresholds | None = None,
                      float(steps["data_share"].median()), jitter,
                      {k: float(np.mean([r.get(k, 0.0) for r in exposed.values()])) for k in kinds})
     suggestions = suggest(found)
+    pipeline = summarize_pipeline(table, frame, layout, exposed)
+    if PIPELINE in labels:
+        suggestions = sorted(suggestions + suggest_pipeline(pipeline, table,
+                                                            typical_step(frame).step),
+                             key=lambda s: -s.gain_pct)
     if verdict.label != COMPUTE:
         why = unaddressed(found, verdict.label, suggestions)
         if why:
@@ -198,4 +212,6 @@ def analyze_table(table: RunTable, thresholds: Thresholds | None = None,
     ranks = summarize_ranks(table, frame, telemetry, comm_by_kind(table, frame, mapping))
     return Report(table.source, table.path, int(table.world_size), verdict, step_results(steps),
                   ranks, stragglers, suggestions, th, jitter=jitter, knobs=knobs,
-                  warnings=warnings, early_ranks=sorted(roles.early), table=analysed)
+                  warnings=warnings, early_ranks=sorted(roles.early),
+                  layout=layout.to_dict() if layout.groups or layout.pipelined else {},
+                  pipeline=pipeline, table=analysed)

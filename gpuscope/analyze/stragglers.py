@@ -19,13 +19,15 @@ from ..report import Straggler
 from ..thresholds import Thresholds
 from ..vocab import COMPUTE_PHASES, IMBALANCED
 from .consistency import Roles
+from .layout import Layout
 
 _CAUSES = ("data_ns", "compute_ns", "other_ns")
 _COMPUTE_PARTS = tuple(f"{p}_ns" for p in COMPUTE_PHASES)
 
 
 def find_stragglers(frame: pd.DataFrame, steps: pd.DataFrame, th: Thresholds, roles: Roles,
-                    hosts: dict[int, str] | None = None) -> list[Straggler]:
+                    hosts: dict[int, str] | None = None,
+                    layout: Layout | None = None) -> list[Straggler]:
     n_ranks = frame["rank"].nunique()
     imb = steps.loc[steps["label"] == IMBALANCED, "step"].to_numpy()
     if imb.size == 0 or roles.slow is None:
@@ -43,6 +45,8 @@ def find_stragglers(frame: pd.DataFrame, steps: pd.DataFrame, th: Thresholds, ro
                          if "backward_ns" in frame else 0)  # the wait sits inside backward
     medians = frame.groupby("rank").median(numeric_only=True)
     busy = medians["step_ns"] - medians["wait_ns"]
+    if "bubble_ns" in medians:  # waiting on another pipeline stage is not being slow
+        busy = busy - medians["bubble_ns"]
     others = [r for r in medians.index if r not in cands.index]
     ref = medians.loc[others].median()
     ref_busy = float(busy.loc[others].median())
@@ -56,6 +60,8 @@ def find_stragglers(frame: pd.DataFrame, steps: pd.DataFrame, th: Thresholds, ro
             parts = {c[:-3]: float(row[c] - ref[c]) for c in _COMPUTE_PARTS if c in row}
             if parts and max(parts.values()) >= 0.5 * diffs["compute"]:
                 detail = max(parts, key=parts.get)
+        group = layout.peer_group(int(rank)) if layout is not None else None
         out.append(Straggler(int(rank), float(s), int(busy.loc[rank] - ref_busy), cause, detail,
-                             int(diffs[cause]), (hosts or {}).get(int(rank), "")))
+                             int(diffs[cause]), (hosts or {}).get(int(rank), ""),
+                             group=list(group[1]) if group else []))
     return out

@@ -71,8 +71,8 @@ def typical_step(frame: pd.DataFrame) -> TypicalStep:
         synced = float((comm > 0).mean()) if g.keys.size else 0.0
         interval = int(round(1 / synced)) if synced > 0 else 1
     med = lambda a: float(np.median(a)) if a.size else 0.0  # noqa: E731
-    return TypicalStep(med(slowest), med(data), med(np.maximum(mean("comm_exposed_ns")
-                                                                - mean("wait_ns"), 0)),
+    transfer = mean("comm_exposed_ns") - mean("wait_ns") - mean("bubble_ns")
+    return TypicalStep(med(slowest), med(data), med(np.maximum(transfer, 0)),
                        med(most_wait), med(mean("compute_ns")), med(data_cpu),
                        interval, med(mean("host_ns")))
 

@@ -20,7 +20,7 @@ import pandas as pd
 
 from ..errors import InputError, TraceFormatError
 from ..record_format import (COLUMN_DEFAULTS, FILE_GLOB, FILE_SUFFIX, NVML_FIELDS, SCHEMA,
-                             STEP_COLUMNS)
+                             STEP_COLUMNS, comm_kind, is_p2p)
 from ..runtable import COMM_COLUMNS, RankInfo, RunTable, empty_frame
 
 _decode = msgspec.json.Decoder().decode
@@ -256,6 +256,19 @@ def _telemetry(rank: int, samples: list) -> pd.DataFrame | None:
     return t
 
 
+def with_bubble(frame: pd.DataFrame, comm: pd.DataFrame) -> pd.DataFrame:
+    """`bubble_ns`: the step's exposed point-to-point communication (waiting on another
+    pipeline stage), from the collectives table."""
+    p2p = comm[[is_p2p(comm_kind(k)) for k in comm["key"].tolist()]]
+    if p2p.empty:
+        return frame
+    bubble = p2p.groupby(["rank", "step"])["exposed_ns"].sum().rename("bubble_ns")
+    frame = frame.join(bubble, on=["rank", "step"])
+    frame["bubble_ns"] = frame["bubble_ns"].fillna(0).astype("int64").clip(
+        upper=frame["comm_exposed_ns"])
+    return frame
+
+
 def read_run_dir(path: str) -> RunTable:
     """A run dir (its newest recording), or one rank file (the recording it belongs to)."""
     want = None
@@ -309,5 +322,7 @@ def read_run_dir(path: str) -> RunTable:
     frame = frame.sort_values(["rank", "step"], kind="stable").reset_index(drop=True)
     tel = pd.concat(telemetry, ignore_index=True) if telemetry else None
     comm_frame = pd.DataFrame(comm, columns=list(COMM_COLUMNS)) if comm else None
+    if comm_frame is not None:
+        frame = with_bubble(frame, comm_frame)
     return RunTable(frame, "record", path, ranks, world or len(ranks), warnings, telemetry=tel,
                     comm=comm_frame)

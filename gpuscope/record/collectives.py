@@ -58,6 +58,21 @@ class quiet:
 
 
 _names: dict = {}
+_members: dict = {}  # group name -> its global ranks (groups other than the default one)
+
+
+def _ranks_of(group) -> list | None:
+    try:
+        import torch.distributed as dist
+
+        return [int(r) for r in dist.get_process_group_ranks(group)]
+    except Exception:
+        return None
+
+
+def members() -> dict:
+    """{group name: global ranks} of the non-default process groups seen so far."""
+    return dict(_members)
 
 
 def group_name(group) -> str:
@@ -74,6 +89,10 @@ def group_name(group) -> str:
         if len(_names) > 4096:
             _names.clear()
         _names[key] = name
+        if name not in _members and len(_members) < 1024:
+            ranks = _ranks_of(group)
+            if ranks is not None:
+                _members[name] = ranks
     return name
 
 
@@ -81,29 +100,77 @@ def _sink():
     return _timers[-1] if _timers and not getattr(_tls, "depth", 0) else None
 
 
-def _group_index(fn) -> int:
+def _param_index(fn, name: str) -> int:
     try:
-        return list(inspect.signature(fn).parameters).index("group")
+        return list(inspect.signature(fn).parameters).index(name)
     except (TypeError, ValueError):
         return -1
 
 
+#: point-to-point kinds name the direction of the peer in rank order (a pipeline's previous or
+#: next stage): recv_prev / recv_next / send_prev / send_next
+P2P = {"send", "recv", "send_recv"}
+
+
+def _global_peer(group, peer, group_peer):
+    if peer is not None:
+        return peer
+    if group_peer is None:
+        return None
+    try:
+        import torch.distributed as dist
+
+        return dist.get_global_rank(group, group_peer) if group is not None else group_peer
+    except Exception:
+        return None
+
+
+def _direction(peer) -> str:
+    try:
+        import torch.distributed as dist
+
+        return "next" if peer > dist.get_rank() else "prev"
+    except Exception:
+        return "peer"
+
+
+def _p2p_key(kind: str, args, kwargs, peer_index: int, group) -> str:
+    """"recv_prev:3", "send_next:1", ...: a point-to-point call's key names the peer's side in
+    rank order (a pipeline's previous or next stage) and the peer's global rank."""
+    if kind == "send_recv":  # batch_isend_irecv([P2POp, ...]): named by what it receives
+        ops = args[0] if args else kwargs.get("p2p_op_list", [])
+        recvs = [op for op in ops if "recv" in getattr(op.op, "__name__", "")]
+        op = (recvs or list(ops) or [None])[0]
+        if op is None:
+            return f"{kind}:?"
+        peer = _global_peer(getattr(op, "group", None), getattr(op, "peer", None),
+                            getattr(op, "group_peer", None))
+        kind = "recv" if recvs else "send"
+    else:
+        name = "dst" if kind == "send" else "src"
+        peer = kwargs.get(name, args[peer_index] if 0 <= peer_index < len(args) else None)
+        peer = _global_peer(group, peer, kwargs.get(f"group_{name}"))
+    return f"{kind}_{_direction(peer)}:{peer}" if peer is not None else f"{kind}:?"
+
+
 def _wrap(name: str, fn):
     kind = KINDS[name]
-    gi = _group_index(fn)
+    gi = _param_index(fn, "group")
+    pi = _param_index(fn, "dst" if kind == "send" else "src")
 
     def timed(*args, **kwargs):
         timer = _sink()
         if timer is None:
             return fn(*args, **kwargs)
         group = kwargs.get("group", args[gi] if 0 <= gi < len(args) else None)
+        what = _p2p_key(kind, args, kwargs, pi, group) if kind in P2P else kind
         t0 = _now()
         _tls.depth = getattr(_tls, "depth", 0) + 1
         try:
             out = fn(*args, **kwargs)
         finally:
             _tls.depth -= 1
-        timer.issued(kind, group, t0, _now(), out)
+        timer.issued(what, group, t0, _now(), out)
         return out
 
     timed.__wrapped__ = fn
@@ -201,7 +268,7 @@ class CollectiveTimer:
         sink = self.sink
         if sink is None:
             return
-        key = f"{kind}:{group_name(group)}"
+        key = kind if ":" in kind else f"{kind}:{group_name(group)}"  # p2p keys name the peer
         works = out if isinstance(out, list) else [out] if out is not None else []
         works = [w for w in works if hasattr(w, "get_future")]
         if not works:  # a blocking call: all of it exposed

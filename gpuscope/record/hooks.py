@@ -81,6 +81,15 @@ def sync_probe(model):
     return None
 
 
+def timed_module(model):
+    """The module whose forward is timed: the model, or the stage module of a
+    torch.distributed.pipelining PipelineStage (which is no Module itself)."""
+    if hasattr(model, "register_forward_pre_hook"):
+        return model
+    sub = getattr(model, "submod", None)
+    return sub if hasattr(sub, "register_forward_pre_hook") else None
+
+
 class Hooks:
     """Everything gpuscope hooks into; `remove()` takes it all out (idempotent)."""
 
@@ -105,9 +114,10 @@ class Hooks:
                 if not self.ddp.install():
                     self.warnings.append(self.ddp.reason)
             self._probe = sync_probe(model)
-            if hasattr(model, "register_forward_pre_hook"):
-                self.handles.append(model.register_forward_pre_hook(self._forward_start))
-                self.handles.append(model.register_forward_hook(self._forward_end))
+            module = timed_module(model)
+            if module is not None:
+                self.handles.append(module.register_forward_pre_hook(self._forward_start))
+                self.handles.append(module.register_forward_hook(self._forward_end))
         if "torch" in sys.modules:
             _attach_backward(state)
             self._backward = True

@@ -73,6 +73,15 @@ def batch_knobs(batch, want_size: bool = True) -> dict:
 
 def model_knobs(model) -> dict:
     out: dict = {"model": type(model).__name__}
+    stage = getattr(model, "stage_index", None)
+    if isinstance(stage, int) and hasattr(model, "submod"):  # a pipelining PipelineStage
+        out["pipeline_stage"] = stage
+        out["pipeline_stages"] = getattr(model, "num_stages", None)
+        model = model.submod
+    out["layers"] = layer_params(model)
+    if type(model).__name__ == "DataParallel":
+        out["parallel"] = "DataParallel"
+        out["dp_devices"] = [str(d) for d in getattr(model, "device_ids", []) or []]
     try:
         params = list(model.parameters())
         out["params"] = int(sum(p.numel() for p in params))
@@ -96,6 +105,21 @@ def model_knobs(model) -> dict:
             out["backend"] = str(pg.name()) if hasattr(pg, "name") else None
         except Exception:
             pass
+    return out
+
+
+def layer_params(model, limit: int = 256) -> list:
+    """[name, parameters] of the model's top-level children that hold parameters (what a
+    pipeline repartition would move)."""
+    out = []
+    try:
+        inner = getattr(model, "module", model)  # under DDP / DataParallel
+        for name, child in list(inner.named_children())[:limit]:
+            n = sum(p.numel() for p in child.parameters())
+            if n:
+                out.append([name, int(n)])
+    except Exception:
+        pass
     return out
 
 

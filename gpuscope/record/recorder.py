@@ -352,7 +352,9 @@ class Recorder:
         st.reset(now)
 
     def _flush_rows_now(self) -> None:
+        self._note_groups()
         raw, self._raw = self._raw, []
+        self._note_forwards(raw)
         rows = [sum_step(r, start_unix=self._unix(r.start)) for r in raw]
         if self._writer is not None:
             self._writer.add_rows(rows)
@@ -399,6 +401,23 @@ class Recorder:
             self._note_knobs(batch_knobs(item, self._knobs.get("batch_size") is None))
         except Exception as exc:
             self._fail("batch", exc)
+
+    def _note_forwards(self, raw: list) -> None:
+        """Forward calls per step when more than one (a pipeline stage's micro-batches)."""
+        counts = [sum(1 for p in r.phases if p[0] == "forward") for r in raw]
+        n = max(set(counts), key=counts.count) if counts else 0
+        if n >= 1 and n != self._knobs.get("forwards_per_step", 1):
+            self._note_knobs({"forwards_per_step": n})
+
+    def _note_groups(self) -> None:
+        """The process groups the timed collectives went through, with their ranks (the
+        layout of a hybrid run), noted once they change; off the per-step path."""
+        mod = sys.modules.get("gpuscope.record.collectives")
+        if mod is None:
+            return
+        groups = mod.members()
+        if groups and groups != self._knobs.get("process_groups"):
+            self._note_knobs({"process_groups": groups})
 
     def _note_knobs(self, knobs: dict) -> None:
         knobs = {k: v for k, v in knobs.items() if self._knobs.get(k) != v}

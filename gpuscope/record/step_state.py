@@ -106,10 +106,12 @@ class StepState:
 
     def collective(self, key: str, launch: int, done: int, blocked: bool) -> None:
         if self.active:
-            self.colls.append((key, launch, done))
-            if blocked:
+            if blocked:  # issued by the training thread (an async one's done comes from another)
+                self.mark(launch)
                 self.exposed.append((launch, done, key))
+            self.colls.append((key, launch, done))
 
     def waited(self, key: str, t0: int, t1: int) -> None:
         if self.active:
+            self.mark(t0)
             self.exposed.append((t0, t1, key))

@@ -47,6 +47,12 @@ def _parts_ms(frame: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def _stack(report: Report) -> dict[str, str]:
+    """The stacked parts drawn, with their colours (the bubble only for pipeline runs)."""
+    bubble = any(r.bubble_ns or r.bubble_pct for r in report.ranks)
+    return {p: c for p, c in STACK_COLORS.items() if p != "bubble" or bubble}
+
+
 def _step_views(report: Report) -> dict[str, pd.DataFrame]:
     """Per-step parts (ms) for the dropdown: slowest rank, median, stragglers and slow ranks."""
     if report.table is None:  # read back from JSON: the steps' own shares
@@ -55,7 +61,8 @@ def _step_views(report: Report) -> dict[str, pd.DataFrame]:
         v = pd.DataFrame({"data": [s.data_share for s in st],
                           "compute": [s.compute_share for s in st],
                           "transfer": [s.comm_share for s in st],
-                          "wait": [s.wait_share for s in st]},
+                          "wait": [s.wait_share for s in st],
+                          "bubble": [s.bubble_share for s in st]},
                          index=pd.Index([s.step for s in st], name="step")).mul(step_ms, axis=0)
         v["other"] = np.maximum(step_ms - v.sum(axis=1).to_numpy(), 0)
         return {"per step (saved report: mean shares)": v}
@@ -82,9 +89,10 @@ def step_bars(report: Report):
     views = _step_views(report)
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.9, 0.1],
                         vertical_spacing=0.03)
-    n_parts = len(STACK_COLORS)
+    stack = _stack(report)
+    n_parts = len(stack)
     for i, (name, v) in enumerate(views.items()):
-        for part, color in STACK_COLORS.items():
+        for part, color in stack.items():
             fig.add_trace(go.Bar(x=v.index.to_numpy(np.int32), y=v[part].to_numpy(np.float32),
                                  name=part, marker_color=color,
                                  visible=i == 0, legendgroup=part, showlegend=True,
@@ -179,11 +187,10 @@ def rank_bars(report: Report):
     ranks = report.ranks
     x = [esc(f"{r.rank}") for r in ranks]
     fig = go.Figure()
-    for part in STACK_COLORS:
+    for part, color in _stack(report).items():
         values = np.array([r.transfer_ns if part == "transfer" else r.part_ns(part)
                            for r in ranks], dtype=np.float64)
-        fig.add_trace(go.Bar(x=x, y=(values / MS).round(3), name=part,
-                             marker_color=STACK_COLORS[part],
+        fig.add_trace(go.Bar(x=x, y=(values / MS).round(3), name=part, marker_color=color,
                              hovertemplate=f"rank %{{x}}<br>{part}: %{{y:.2f}} ms<extra></extra>"))
     fig.update_layout(barmode="stack", title="Per rank: median ms per step", height=380,
                       xaxis=dict(title="rank", type="category"), yaxis=dict(title="ms"),

@@ -1,0 +1,198 @@
+"""Pipeline and hybrid (data x pipeline) parallel training on CPU/gloo, recorded by gpuscope.
+
+    python -m torch.distributed.run --standalone --nproc_per_node N tests/workloads/parallel.py \\
+        --case pipeline|sendrecv|hybrid --out DIR [--heavy-stage 1] [--slow-rank -1] [--profile]
+
+  pipeline  2 ranks, torch.distributed.pipelining: 2 stages, ScheduleGPipe over 4 micro-batches;
+            --heavy-stage gets 3x the layers of the other
+  sendrecv  2 ranks, the same split written by hand with dist.send / dist.recv per micro-batch
+  hybrid    4 ranks as 2 (data parallel) x 2 (pipeline stages): ranks 0,1 are replica 0's
+            stages, 2,3 replica 1's; each stage's gradients are all-reduced over its data-parallel
+            group (new_group); --slow-rank does extra work in its forward
+
+Writes DIR/record, DIR/kineto (--profile) and DIR/timings-rank<r>.json (perf_counter per step,
+and per stage the forward/backward compute it ran).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+
+import gpuscope  # noqa: E402
+
+WIDTH, MICRO, BATCH = 512, 4, 64
+_now = time.perf_counter
+
+
+class Slow(nn.Module):
+    """Extra matmuls in forward (a rank on a slower device, or with more to do)."""
+
+    def __init__(self, ms: float):
+        super().__init__()
+        self.ms = ms
+
+    def forward(self, x):
+        end = time.perf_counter() + self.ms / 1000
+        a = torch.randn(128, 128)
+        while time.perf_counter() < end:
+            a = torch.tanh(a @ a)
+        return x
+
+
+def stage_module(layers: int, slow_ms: float = 0.0) -> nn.Sequential:
+    mods: list[nn.Module] = []
+    for _ in range(layers):
+        mods += [nn.Linear(WIDTH, WIDTH), nn.ReLU()]
+    if slow_ms:
+        mods.append(Slow(slow_ms))
+    return nn.Sequential(*mods)
+
+
+def layers_of(stage: int, heavy: int) -> int:
+    return 6 if stage == heavy else 2
+
+
+def case_pipeline(args, rank, world, marks):
+    from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
+
+    torch.manual_seed(rank)
+    module = stage_module(layers_of(rank, args.heavy_stage))
+    mb = torch.randn(BATCH // MICRO, WIDTH)  # the input shape given: inferring it hung on gloo
+    stage = PipelineStage(module, rank, world, torch.device("cpu"), input_args=(mb,))
+    loss_fn = nn.MSELoss()  # on every stage: the schedule runs backward only with one
+    schedule = ScheduleGPipe(stage, n_microbatches=MICRO, loss_fn=loss_fn)
+    opt = torch.optim.SGD(module.parameters(), lr=0.01)
+    x, y = torch.randn(BATCH, WIDTH), torch.randn(BATCH, WIDTH)
+    with gpuscope.record(args.run_dir, model=stage) as rec:
+        for _ in range(args.steps):
+            t = _now()
+            if rank == 0:
+                schedule.step(x)
+            else:
+                schedule.step(target=y)
+            opt.step()
+            opt.zero_grad()
+            rec.step()
+            marks.append(_now() - t)
+
+
+def _p2p_stage(module, rank, world, peer_prev, peer_next, group=None):
+    """One step of a hand-written GPipe: all forwards, then all backwards, per micro-batch."""
+    acts, outs = [], []
+    for _ in range(MICRO):
+        if peer_prev is None:
+            x = torch.randn(BATCH // MICRO, WIDTH)
+        else:
+            x = torch.empty(BATCH // MICRO, WIDTH)
+            dist.recv(x, src=peer_prev, group=group)
+        x.requires_grad_(peer_prev is not None)
+        out = module(x)
+        if peer_next is not None:
+            dist.send(out.detach(), dst=peer_next, group=group)
+        acts.append(x)
+        outs.append(out)
+    for x, out in zip(acts, outs):
+        if peer_next is None:
+            out.pow(2).mean().backward()
+        else:
+            grad = torch.empty_like(out)
+            dist.recv(grad, src=peer_next, group=group)
+            out.backward(grad)
+        if peer_prev is not None:
+            dist.send(x.grad, dst=peer_prev, group=group)
+
+
+def case_sendrecv(args, rank, world, marks):
+    torch.manual_seed(rank)
+    module = stage_module(layers_of(rank, args.heavy_stage))
+    opt = torch.optim.SGD(module.parameters(), lr=0.01)
+    prev = rank - 1 if rank > 0 else None
+    nxt = rank + 1 if rank < world - 1 else None
+    with gpuscope.record(args.run_dir, model=module) as rec:
+        for _ in range(args.steps):
+            t = _now()
+            _p2p_stage(module, rank, world, prev, nxt)
+            opt.step()
+            opt.zero_grad()
+            rec.step()
+            marks.append(_now() - t)
+
+
+def case_hybrid(args, rank, world, marks):
+    """ranks 0,1 = replica 0 (stage 0, 1); ranks 2,3 = replica 1 (stage 0, 1)."""
+    stages = 2
+    replica, stage = divmod(rank, stages)
+    dp_groups = [dist.new_group([s, s + stages]) for s in range(stages)]  # same stage, each replica
+    dp = dp_groups[stage]
+    torch.manual_seed(stage)
+    module = stage_module(3, slow_ms=args.slow_ms if rank == args.slow_rank else 0.0)
+    opt = torch.optim.SGD(module.parameters(), lr=0.01)
+    prev = rank - 1 if stage > 0 else None
+    nxt = rank + 1 if stage < stages - 1 else None
+    with gpuscope.record(args.run_dir, model=module) as rec:
+        for _ in range(args.steps):
+            t = _now()
+            _p2p_stage(module, rank, world, prev, nxt)
+            for p in module.parameters():  # data parallel over this stage's replicas
+                dist.all_reduce(p.grad, group=dp)
+                p.grad /= 2
+            opt.step()
+            opt.zero_grad()
+            rec.step()
+            marks.append(_now() - t)
+
+
+CASES = {"pipeline": case_pipeline, "sendrecv": case_sendrecv, "hybrid": case_hybrid}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--case", choices=sorted(CASES), required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--heavy-stage", type=int, default=1)
+    ap.add_argument("--slow-rank", type=int, default=-1)
+    ap.add_argument("--slow-ms", type=float, default=30.0)
+    ap.add_argument("--profile", action="store_true")
+    args = ap.parse_args()
+    args.run_dir = os.path.join(args.out, "record")
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    prof = None
+    if args.profile:
+        from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+
+        prof = profile(activities=[ProfilerActivity.CPU],
+                       schedule=schedule(wait=1, warmup=1, active=5, repeat=1),
+                       on_trace_ready=tensorboard_trace_handler(os.path.join(args.out, "kineto")))
+        prof.start()
+        orig_step = gpuscope.Recorder.step
+
+        def step(self):
+            orig_step(self)
+            prof.step()
+
+        gpuscope.Recorder.step = step
+    marks: list[float] = []
+    CASES[args.case](args, rank, world, marks)
+    if prof is not None:
+        prof.stop()
+    with open(os.path.join(args.out, f"timings-rank{rank}.json"), "w") as fh:
+        json.dump({"step_s": marks}, fh)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
