@@ -181,7 +181,7 @@ class PipelineResult:
     bubble_share: float          # mean over stages of bubble / step
     ideal_bubble_share: float | None   # (S - 1) / (M + S - 1): GPipe and 1F1B, balanced stages
     slowest_rank: int
-    imbalance: float             # slowest stage's busy over the mean stage's
+    imbalance: float             # busiest stage's busy over the mean stage's (over replicas)
 
     def slowest(self) -> StageResult:
         return next(s for s in self.stages if s.rank == self.slowest_rank)

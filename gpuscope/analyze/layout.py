@@ -122,8 +122,8 @@ def _chains(comm: pd.DataFrame | None) -> tuple[list[list[int]], list[int]]:
 
 def find_layout(table: RunTable) -> Layout:
     chains, stages = _chains(table.comm)
-    if not stages and "bubble_ns" in table.frame and table.frame["bubble_ns"].any():
-        stages = sorted(table.frame.loc[table.frame["bubble_ns"] > 0, "rank"].unique().tolist())
+    if not stages:  # traces: the ranks that had point-to-point communication
+        stages = sorted(r for r, info in table.ranks.items() if info.knobs.get("p2p"))
     return Layout(sorted(table.ranks), _groups(table), chains, stages)
 
 

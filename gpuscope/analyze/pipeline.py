@@ -196,11 +196,14 @@ def analyze_table(table: RunTable, thresholds: Thresholds | None = None,
                      {k: float(np.mean([r.get(k, 0.0) for r in exposed.values()])) for k in kinds})
     suggestions = suggest(found)
     pipeline = summarize_pipeline(table, frame, layout, exposed)
+    why_not_pipeline = ""
     if PIPELINE in labels:
-        suggestions = sorted(suggestions + suggest_pipeline(pipeline, table,
-                                                            typical_step(frame).step),
-                             key=lambda s: -s.gain_pct)
-    if verdict.label != COMPUTE:
+        more, why_not_pipeline = suggest_pipeline(pipeline, table, typical_step(frame).step)
+        suggestions = sorted(suggestions + more, key=lambda s: -s.gain_pct)
+    if verdict.label == PIPELINE and why_not_pipeline and not any(
+            s.addresses == PIPELINE for s in suggestions):
+        warnings.append(f"no suggestion for {PIPELINE}: {why_not_pipeline}")
+    elif verdict.label != COMPUTE:
         why = unaddressed(found, verdict.label, suggestions)
         if why:
             warnings.append(why)

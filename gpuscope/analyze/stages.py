@@ -5,16 +5,25 @@ against the schedule's ideal, the slowest stage, and what to change.
   the slowest stage is the busiest, and in a pipeline every stage runs at its pace.
 - ideal bubble: with S stages and M micro-batches, GPipe and 1F1B leave each stage idle for
   S - 1 of the M + S - 1 micro-batch slots, (S - 1) / (M + S - 1), when stages are balanced.
+- step model (GPipe and 1F1B): with per-micro-batch stage times t_s = busy_s / M, a step takes
+  sum(t_s) to fill and drain plus (M - 1) max(t_s) in steady state, so
+  step ~ sum(busy) / M + (M - 1) / M * max(busy). Estimates scale the measured step by this
+  model's ratio after / before the change, so what the model leaves out (optimizer, Python)
+  stays as measured.
 - repartition: move whole layers from the slowest stage to its lighter neighbour. A layer's cost
   on the stage is taken as its share of the stage's parameters times the stage's compute (the
-  recorder notes each stage's top-level layers with their parameter counts); the estimated step
-  loses what the slowest stage sheds, less what its new busiest stage gains. Without the layers
+  recorder notes each stage's top-level layers with their parameter counts). Without the layers
   (profiler traces) the suggestion gives the time to move instead.
 - more micro-batches: with balanced stages the bubble is the schedule's; M' micro-batches of the
-  same global batch scale the step by ((M' + S - 1) / M') / ((M + S - 1) / M).
+  same global batch shrink the fill and drain, while the stages' work outside compute (the
+  schedule's own, per micro-batch) grows M'/M times.
+- blocking neighbours: balanced stages whose bubble is well above the ideal wait on each other
+  beyond fill and drain (blocking send/recv posted late serialize the stages).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -25,6 +34,18 @@ from ..vocab import MS, PIPELINE
 from .layout import Layout
 
 BALANCED = 1.15   # slowest stage's busy within 15% of the mean: balanced
+EXCESS = 0.10     # bubble this far above the ideal (share of the step): stages block each other
+#: more micro-batches only when that saves this share of the step by the model: smaller
+#: micro-batches cost per-micro-batch overhead inside compute (launches, small-matrix
+#: efficiency) that one run cannot measure; on 2 stages, 4 -> 8 micro-batches of a small model
+#: ran 9% slower in tests/workloads/parallel.py although the bubble fell from 22% to 16%
+MICRO_GAIN = 0.15
+
+
+def model_step(busy: list[float], m: int) -> float:
+    """GPipe / 1F1B step time from per-stage busy time per step and M micro-batches."""
+    m = max(m, 1)
+    return sum(busy) / m + (m - 1) / m * max(busy)
 
 
 def _microbatches(table: RunTable, rank: int) -> int | None:
@@ -62,8 +83,8 @@ def summarize_pipeline(table: RunTable, frame: pd.DataFrame, layout: Layout,
     busy = np.array([s.busy_ns for s in stages])
     slowest = stages[int(busy.argmax())]
     share = float(np.mean([s.bubble_ns / max(s.step_ns, 1.0) for s in stages]))
-    return PipelineResult(tuple(stages), n_stages, m, share, ideal, slowest.rank,
-                          float(busy.max() / max(busy.mean(), 1.0)))
+    p = PipelineResult(tuple(stages), n_stages, m, share, ideal, slowest.rank, 1.0)
+    return replace(p, imbalance=imbalance(stage_view(p)))
 
 
 def _layers(table: RunTable, rank: int) -> list[tuple[str, int]]:
@@ -77,30 +98,55 @@ def _layers(table: RunTable, rank: int) -> list[tuple[str, int]]:
     return out
 
 
-def _chain_of(p: PipelineResult, stage: StageResult) -> list[StageResult]:
-    if stage.pipeline is None:
-        return list(p.stages)
-    return [s for s in p.stages if s.pipeline == stage.pipeline]
+@dataclass(frozen=True)
+class _Stage:
+    """One stage of the pipeline, over its replicas (median of their ranks)."""
+
+    stage: int | None
+    ranks: tuple[int, ...]
+    busy_ns: float
+    compute_ns: float
+
+    @property
+    def name(self) -> str:
+        ranks = ", ".join(str(r) for r in self.ranks)
+        plural = "s" if len(self.ranks) > 1 else ""
+        return f"stage {self.stage} (rank{plural} {ranks})" if self.stage is not None \
+            else f"rank {ranks}"
+
+
+def stage_view(p: PipelineResult) -> list[_Stage]:
+    """The stages in order, each over its replicas: a stage slow in one replica only is a
+    straggler there (imbalance), not a partition to change. Without a known order (traces),
+    each stage rank on its own."""
+    if all(s.stage is not None for s in p.stages):
+        by: dict[int, list[StageResult]] = {}
+        for s in p.stages:
+            by.setdefault(s.stage, []).append(s)
+        return [_Stage(k, tuple(x.rank for x in v), float(np.median([x.busy_ns for x in v])),
+                       float(np.median([x.compute_ns for x in v]))) for k, v in sorted(by.items())]
+    return [_Stage(None, (s.rank,), s.busy_ns, s.compute_ns) for s in p.stages]
+
+
+def imbalance(view: list[_Stage]) -> float:
+    busy = [s.busy_ns for s in view]
+    return max(busy) / max(float(np.mean(busy)), 1.0) if busy else 1.0
 
 
 def suggest_repartition(p: PipelineResult, table: RunTable, step_ns: float) -> list[Suggestion]:
-    heavy = p.slowest()
-    chain = _chain_of(p, heavy)
-    if len(chain) < 2 or p.imbalance < BALANCED:
+    view = stage_view(p)
+    if len(view) < 2 or imbalance(view) < BALANCED:
         return []
-    others = [s for s in chain if s.rank != heavy.rank]
+    heavy = max(view, key=lambda s: s.busy_ns)
+    others = [s for s in view if s is not heavy]
     if heavy.stage is not None:  # its neighbours in the chain
-        near = [s for s in others if s.stage is not None and abs(s.stage - heavy.stage) == 1]
+        near = [s for s in others if abs(s.stage - heavy.stage) == 1]
     else:
         near = others
     target = min(near or others, key=lambda s: s.busy_ns)
-    rest_max = max((s.busy_ns for s in others if s.rank != target.rank), default=0.0)
-    layers = _layers(table, heavy.rank)
+    rest_max = max((s.busy_ns for s in others if s is not target), default=0.0)
+    layers = _layers(table, heavy.ranks[0])
     total = sum(n for _, n in layers)
-    where = (f"stage {heavy.stage} (rank {heavy.rank})" if heavy.stage is not None
-             else f"rank {heavy.rank}")
-    dest = (f"stage {target.stage} (rank {target.rank})" if target.stage is not None
-            else f"rank {target.rank}")
     if len(layers) >= 2 and total > 0 and heavy.compute_ns > 0:
         # move boundary layers: its first ones to the previous stage, its last to the next
         order = layers if (target.stage is None or heavy.stage is None
@@ -115,46 +161,82 @@ def suggest_repartition(p: PipelineResult, table: RunTable, step_ns: float) -> l
         if best == 0:
             return []
         names = [n for n, _ in order[:best]]
-        proposed = f"move layer(s) {', '.join(names)} from {where} to {dest}"
-        how = (f"{best} of its {len(layers)} layers ({100 * sum(n for _, n in order[:best]) / total:.0f}% "
-               "of its parameters; a layer's cost is taken as its share of the stage's "
-               "parameters)")
+        share = 100 * sum(n for _, n in order[:best]) / total
+        proposed = f"move layer(s) {', '.join(names)} from {heavy.name} to {target.name}"
+        how = (f"{best} of its {len(layers)} layers ({share:.0f}% of its parameters; a layer's "
+               "cost is taken as its share of the stage's parameters)")
     else:
         moved = (heavy.busy_ns - target.busy_ns) / 2
         best_max = max(heavy.busy_ns - moved, rest_max)
-        proposed = f"move ~{moved / MS:.1f} ms of work per step from {where} to {dest}"
-        how = "work (the trace does not say which layers each stage holds)"
-    est = max(step_ns - (heavy.busy_ns - best_max), best_max)
+        proposed = f"move ~{moved / MS:.1f} ms of work per step from {heavy.name} to {target.name}"
+        how = "that much work (the trace does not say which layers each stage holds)"
+    m = p.microbatches or 1
+    before = [s.busy_ns for s in view]
+    after = [s.busy_ns - moved if s is heavy else s.busy_ns + moved if s is target
+             else s.busy_ns for s in view]
+    est = step_ns * model_step(after, m) / max(model_step(before, m), 1.0)
     if step_ns - est < 0.03 * step_ns:
         return []
-    current = f"{where} busy {heavy.busy_ns / MS:.1f} ms, {dest} {target.busy_ns / MS:.1f} ms"
-    why = (f"every stage runs at the pace of the slowest: {where} is busy "
-           f"{heavy.busy_ns / MS:.1f} ms per step against {target.busy_ns / MS:.1f} ms on {dest}, "
-           f"which waits for it; moving {how} evens them out to a slowest stage of "
-           f"~{best_max / MS:.1f} ms")
+    current = f"{heavy.name} busy {heavy.busy_ns / MS:.1f} ms, {target.name} {target.busy_ns / MS:.1f} ms"
+    why = (f"every stage runs at the pace of the slowest: {heavy.name} is busy "
+           f"{heavy.busy_ns / MS:.1f} ms per step against {target.busy_ns / MS:.1f} ms on "
+           f"{target.name}, which waits for it; moving {how} evens them out to a slowest stage "
+           f"of ~{best_max / MS:.1f} ms")
     return [Suggestion("pipeline_partition", current, proposed, est / MS, why, PIPELINE,
                        (step_ns / max(est, 1.0) - 1) * 100)]
 
 
-def suggest_microbatches(p: PipelineResult, step_ns: float) -> list[Suggestion]:
+def suggest_microbatches(p: PipelineResult, step_ns: float) -> tuple[list[Suggestion], str]:
     m, s = p.microbatches, p.n_stages
-    if not m or s < 2 or p.imbalance >= BALANCED or p.bubble_share < 0.05:
-        return []
+    view = stage_view(p)
+    if not m or s < 2 or imbalance(view) >= BALANCED or p.bubble_share < 0.05:
+        return [], ""
     new = max(2 * m, 4 * s)
-    factor = ((new + s - 1) / new) / ((m + s - 1) / m)
-    est = step_ns * factor
-    why = (f"the stages are balanced (slowest within {100 * (p.imbalance - 1):.0f}% of the "
+    busy = [x.busy_ns for x in view]
+    # compute splits with the micro-batches; the rest of a stage's busy time (the schedule's
+    # own work, launches) is per micro-batch and grows with their number
+    after = [x.compute_ns + (x.busy_ns - x.compute_ns) * new / m for x in view]
+    est = step_ns * model_step(after, new) / max(model_step(busy, m), 1.0)
+    if step_ns - est < MICRO_GAIN * step_ns:
+        return [], (f"the stages are balanced and the bubble ({100 * p.bubble_share:.0f}%) is "
+                    f"the schedule's own ({100 * (p.ideal_bubble_share or 0):.0f}% for {s} stages "
+                    f"and {m} micro-batches); {new} micro-batches would save at most "
+                    f"{100 * max(step_ns - est, 0) / step_ns:.0f}% of the step, less than smaller "
+                    "micro-batches usually cost in per-micro-batch overhead")
+    why = (f"the stages are balanced (slowest within {100 * (imbalance(view) - 1):.0f}% of the "
            f"mean) and {100 * p.bubble_share:.0f}% of each step is bubble; with {s} stages and "
            f"{m} micro-batches GPipe and 1F1B idle {100 * (s - 1) / (m + s - 1):.0f}% by "
            f"construction, {new} micro-batches of the same global batch leave "
-           f"{100 * (s - 1) / (new + s - 1):.0f}% (smaller micro-batches may run less "
-           "efficiently: keep each large enough to fill the device)")
+           f"{100 * (s - 1) / (new + s - 1):.0f}% (the estimate counts the stages' work outside "
+           "compute once per micro-batch; keep each micro-batch large enough to fill the device)")
     return [Suggestion("n_microbatches", m, new, est / MS, why, PIPELINE,
-                       (1 / factor - 1) * 100)]
+                       (step_ns / max(est, 1.0) - 1) * 100)], ""
+
+
+def suggest_overlap(p: PipelineResult, step_ns: float) -> list[Suggestion]:
+    if p.ideal_bubble_share is None or imbalance(stage_view(p)) >= BALANCED:
+        return []
+    excess = p.bubble_share - p.ideal_bubble_share
+    if excess < EXCESS:
+        return []
+    est = step_ns * (1 - excess)
+    why = (f"the stages are balanced, yet {100 * p.bubble_share:.0f}% of each step is spent "
+           f"waiting on neighbours against {100 * p.ideal_bubble_share:.0f}% that fill and drain "
+           f"of {p.microbatches} micro-batches over {p.n_stages} stages explain: the stages "
+           "block each other in between; post receives before computing (irecv / isend, "
+           "batch_isend_irecv) so a stage's send does not wait on its neighbour's compute, or "
+           "run a torch.distributed.pipelining schedule (ScheduleGPipe, Schedule1F1B)")
+    return [Suggestion("p2p_overlap", f"bubble {100 * p.bubble_share:.0f}%",
+                       f"~{100 * p.ideal_bubble_share:.0f}% (the schedule's ideal)", est / MS,
+                       why, PIPELINE, (step_ns / max(est, 1.0) - 1) * 100)]
 
 
 def suggest_pipeline(p: PipelineResult | None, table: RunTable,
-                     step_ns: float) -> list[Suggestion]:
+                     step_ns: float) -> tuple[list[Suggestion], str]:
+    """Suggestions for a pipeline-bound run, or why there is none."""
     if p is None:
-        return []
-    return suggest_repartition(p, table, step_ns) or suggest_microbatches(p, step_ns)
+        return [], ""
+    out = suggest_repartition(p, table, step_ns) or suggest_overlap(p, step_ns)
+    if out:
+        return out, ""
+    return suggest_microbatches(p, step_ns)

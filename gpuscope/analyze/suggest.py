@@ -222,11 +222,22 @@ def suggest_comm(t: TypicalStep, knobs: dict, th: Thresholds,
                 "mixed_precision", "fp32 parameters", "bf16 parameters for communication", est / MS,
                 "FSDP's MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) "
                 "halves the bytes each all-gather moves", COMM, _gain(t.step, est)))
-        else:
+        elif knobs.get("model") == "DistributedDataParallel":
             out.append(Suggestion(
                 "grad_compression", "none (fp32 gradients)", "bf16_compress_hook", est / MS,
                 "a bf16 compression comm hook halves the bytes each all-reduce moves "
                 "(ddp.register_comm_hook(None, bf16_compress_hook))", COMM, _gain(t.step, est)))
+        elif knobs.get("model"):  # a model gpuscope saw, not DDP: the loop all-reduces itself
+            out.append(Suggestion(
+                "grad_compression", "none (fp32 gradients)", "bf16 all-reduce", est / MS,
+                "all-reducing the gradients in bf16 (cast before dist.all_reduce, average, cast "
+                "back) halves the bytes each all-reduce moves", COMM, _gain(t.step, est)))
+        else:  # a profiler trace: the wrapper is not known
+            out.append(Suggestion(
+                "grad_compression", "none (fp32 gradients)", "bf16_compress_hook", est / MS,
+                "bf16 gradients halve the bytes each all-reduce moves: with DDP, "
+                "ddp.register_comm_hook(None, bf16_compress_hook); with your own "
+                "dist.all_reduce, cast to bf16 before it", COMM, _gain(t.step, est)))
     return out
 
 

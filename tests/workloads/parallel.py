@@ -1,7 +1,8 @@
 """Pipeline and hybrid (data x pipeline) parallel training on CPU/gloo, recorded by gpuscope.
 
     python -m torch.distributed.run --standalone --nproc_per_node N tests/workloads/parallel.py \\
-        --case pipeline|sendrecv|hybrid --out DIR [--heavy-stage 1] [--slow-rank -1] [--profile]
+        --case pipeline|sendrecv|hybrid --out DIR [--heavy-stage 1 | --layers 4,4] [--slow-rank -1]
+        [--profile]
 
   pipeline  2 ranks, torch.distributed.pipelining: 2 stages, ScheduleGPipe over 4 micro-batches;
             --heavy-stage gets 3x the layers of the other
@@ -35,30 +36,56 @@ _now = time.perf_counter
 
 
 class Slow(nn.Module):
-    """Extra matmuls in forward (a rank on a slower device, or with more to do)."""
+    """`ms` more device time in forward (a rank on a slower or throttled GPU), spent asleep."""
 
     def __init__(self, ms: float):
         super().__init__()
         self.ms = ms
 
     def forward(self, x):
-        end = time.perf_counter() + self.ms / 1000
-        a = torch.randn(128, 128)
-        while time.perf_counter() < end:
-            a = torch.tanh(a @ a)
+        time.sleep(self.ms / 1000)
         return x
 
 
-def stage_module(layers: int, slow_ms: float = 0.0) -> nn.Sequential:
+class _Sleep(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, ms):
+        ctx.ms = ms
+        time.sleep(ms / 1000)
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        time.sleep(2 * ctx.ms / 1000)  # backward costs twice the forward, as on a GPU
+        return grad, None
+
+
+class DeviceLinear(nn.Linear):
+    """A Linear layer that also takes `ms` of device time per default micro-batch in forward
+    (2x in backward), spent
+    asleep: stages then run side by side as on separate GPUs, which 2 shared CPU cores cannot
+    show with compute alone."""
+
+    def __init__(self, ms: float):
+        super().__init__(WIDTH, WIDTH)
+        self.ms = ms
+
+    def forward(self, x):  # device time scales with the micro-batch's rows
+        return _Sleep.apply(super().forward(x), self.ms * x.shape[0] / (BATCH // MICRO))
+
+
+def stage_module(layers: int, slow_ms: float = 0.0, device_ms: float = 0.0) -> nn.Sequential:
     mods: list[nn.Module] = []
     for _ in range(layers):
-        mods += [nn.Linear(WIDTH, WIDTH), nn.ReLU()]
+        mods += [DeviceLinear(device_ms) if device_ms else nn.Linear(WIDTH, WIDTH), nn.ReLU()]
     if slow_ms:
         mods.append(Slow(slow_ms))
     return nn.Sequential(*mods)
 
 
-def layers_of(stage: int, heavy: int) -> int:
+def layers_of(stage: int, heavy: int, split: str = "") -> int:
+    if split:  # --layers 4,4: layers per stage, given
+        return int(split.split(",")[stage])
     return 6 if stage == heavy else 2
 
 
@@ -66,11 +93,11 @@ def case_pipeline(args, rank, world, marks):
     from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
 
     torch.manual_seed(rank)
-    module = stage_module(layers_of(rank, args.heavy_stage))
-    mb = torch.randn(BATCH // MICRO, WIDTH)  # the input shape given: inferring it hung on gloo
+    module = stage_module(layers_of(rank, args.heavy_stage, args.layers), device_ms=args.device_ms)
+    mb = torch.randn(BATCH // args.micro, WIDTH)  # the input shape given: inferring it hung on gloo
     stage = PipelineStage(module, rank, world, torch.device("cpu"), input_args=(mb,))
     loss_fn = nn.MSELoss()  # on every stage: the schedule runs backward only with one
-    schedule = ScheduleGPipe(stage, n_microbatches=MICRO, loss_fn=loss_fn)
+    schedule = ScheduleGPipe(stage, n_microbatches=args.micro, loss_fn=loss_fn)
     opt = torch.optim.SGD(module.parameters(), lr=0.01)
     x, y = torch.randn(BATCH, WIDTH), torch.randn(BATCH, WIDTH)
     with gpuscope.record(args.run_dir, model=stage) as rec:
@@ -86,14 +113,14 @@ def case_pipeline(args, rank, world, marks):
             marks.append(_now() - t)
 
 
-def _p2p_stage(module, rank, world, peer_prev, peer_next, group=None):
+def _p2p_stage(module, rank, world, peer_prev, peer_next, group=None, micro=MICRO):
     """One step of a hand-written GPipe: all forwards, then all backwards, per micro-batch."""
     acts, outs = [], []
-    for _ in range(MICRO):
+    for _ in range(micro):
         if peer_prev is None:
-            x = torch.randn(BATCH // MICRO, WIDTH)
+            x = torch.randn(BATCH // micro, WIDTH)
         else:
-            x = torch.empty(BATCH // MICRO, WIDTH)
+            x = torch.empty(BATCH // micro, WIDTH)
             dist.recv(x, src=peer_prev, group=group)
         x.requires_grad_(peer_prev is not None)
         out = module(x)
@@ -114,14 +141,14 @@ def _p2p_stage(module, rank, world, peer_prev, peer_next, group=None):
 
 def case_sendrecv(args, rank, world, marks):
     torch.manual_seed(rank)
-    module = stage_module(layers_of(rank, args.heavy_stage))
+    module = stage_module(layers_of(rank, args.heavy_stage, args.layers), device_ms=args.device_ms)
     opt = torch.optim.SGD(module.parameters(), lr=0.01)
     prev = rank - 1 if rank > 0 else None
     nxt = rank + 1 if rank < world - 1 else None
     with gpuscope.record(args.run_dir, model=module) as rec:
         for _ in range(args.steps):
             t = _now()
-            _p2p_stage(module, rank, world, prev, nxt)
+            _p2p_stage(module, rank, world, prev, nxt, micro=args.micro)
             opt.step()
             opt.zero_grad()
             rec.step()
@@ -135,14 +162,15 @@ def case_hybrid(args, rank, world, marks):
     dp_groups = [dist.new_group([s, s + stages]) for s in range(stages)]  # same stage, each replica
     dp = dp_groups[stage]
     torch.manual_seed(stage)
-    module = stage_module(3, slow_ms=args.slow_ms if rank == args.slow_rank else 0.0)
+    module = stage_module(3, slow_ms=args.slow_ms if rank == args.slow_rank else 0.0,
+                          device_ms=args.device_ms)
     opt = torch.optim.SGD(module.parameters(), lr=0.01)
     prev = rank - 1 if stage > 0 else None
     nxt = rank + 1 if stage < stages - 1 else None
     with gpuscope.record(args.run_dir, model=module) as rec:
         for _ in range(args.steps):
             t = _now()
-            _p2p_stage(module, rank, world, prev, nxt)
+            _p2p_stage(module, rank, world, prev, nxt, micro=args.micro)
             for p in module.parameters():  # data parallel over this stage's replicas
                 dist.all_reduce(p.grad, group=dp)
                 p.grad /= 2
@@ -161,8 +189,12 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--heavy-stage", type=int, default=1)
+    ap.add_argument("--device-ms", type=float, default=0.0,
+                    help="device time per layer and micro-batch forward (slept; 2x in backward)")
+    ap.add_argument("--micro", type=int, default=MICRO, help="micro-batches per step")
+    ap.add_argument("--layers", default="", help="layers per stage, e.g. 4,4 (else --heavy-stage)")
     ap.add_argument("--slow-rank", type=int, default=-1)
-    ap.add_argument("--slow-ms", type=float, default=30.0)
+    ap.add_argument("--slow-ms", type=float, default=10.0, help="--slow-rank's extra ms per forward")
     ap.add_argument("--profile", action="store_true")
     args = ap.parse_args()
     args.run_dir = os.path.join(args.out, "record")
@@ -174,7 +206,7 @@ def main() -> None:
         from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
 
         prof = profile(activities=[ProfilerActivity.CPU],
-                       schedule=schedule(wait=1, warmup=1, active=5, repeat=1),
+                       schedule=schedule(wait=1, warmup=1, active=9, repeat=1),
                        on_trace_ready=tensorboard_trace_handler(os.path.join(args.out, "kineto")))
         prof.start()
         orig_step = gpuscope.Recorder.step

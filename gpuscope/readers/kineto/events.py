@@ -97,6 +97,40 @@ def collective_key(name: str, group, coll) -> tuple:
     return (str(group), str(coll).lower())
 
 
+def _coll_name(key) -> str:
+    return str(key[1]).rsplit(":", 1)[-1].lower().lstrip("_")
+
+
+def is_p2p(key, sendrecv_kernels: bool = True) -> bool:
+    """A collective key (group, name) of point-to-point communication: gloo:send / gloo:recv
+    and nccl:send / nccl:recv ranges, record_param_comms' send / recv, and NCCL SendRecv
+    kernels when `sendrecv_kernels` (NCCL runs all_to_all on the same kernels)."""
+    if key is None:
+        return False
+    name = _coll_name(key)
+    if name == "sendrecv":
+        return sendrecv_kernels
+    return name.startswith(("send", "recv", "isend", "irecv", "batch_isend"))
+
+
+def p2p_masks(ev: "RankEvents") -> tuple[np.ndarray, np.ndarray]:
+    """(host, device) masks of point-to-point communication. SendRecv kernels count only when
+    the host shows point-to-point calls and no all_to_all (which NCCL runs on them too)."""
+    names = {_coll_name(k) for k in set(ev.host_coll) if k is not None}
+    host_p2p = any(is_p2p(("", n), False) for n in names)
+    kernels = host_p2p and not any("all_to_all" in n or "alltoall" in n for n in names)
+    return p2p_mask(ev.host_coll), p2p_mask(ev.dev_coll, kernels)
+
+
+def p2p_mask(keys: list, sendrecv_kernels: bool = True) -> np.ndarray:
+    """is_p2p per key (keys repeat: each distinct one is judged once)."""
+    memo: dict = {None: False}
+    for k in set(keys):
+        if k is not None:
+            memo[k] = is_p2p(k, sendrecv_kernels)
+    return np.fromiter((memo[k] for k in keys), dtype=bool, count=len(keys))
+
+
 def op_part(name: str) -> int:
     if name.startswith("autograd::engine::evaluate_function") or name == "## backward ##":
         return BACKWARD

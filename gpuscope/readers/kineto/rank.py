@@ -20,6 +20,7 @@ class RankId:
     world_size: int | None
     backend: str | None
     source: str  # "distributedInfo" | "file name" | "unknown"
+    groups: dict | None = None  # process group name -> global ranks (pg_config), if given
 
 
 def _as_int(x) -> int | None:
@@ -29,6 +30,18 @@ def _as_int(x) -> int | None:
 def rank_from_name(path: str) -> int | None:
     m = _NAME_RANK.search(os.path.basename(path))
     return int(m.group(1)) if m else None
+
+
+def _groups(info: dict) -> dict | None:
+    """distributedInfo's pg_config: the process groups this rank belongs to."""
+    out = {}
+    for pg in info.get("pg_config") or []:
+        if not isinstance(pg, dict):
+            continue
+        ranks = pg.get("ranks")
+        if isinstance(ranks, list) and ranks and all(_as_int(r) is not None for r in ranks):
+            out[str(pg.get("pg_name", len(out)))] = [int(r) for r in ranks]
+    return out or None
 
 
 def identify(path: str, info) -> tuple[RankId, list[str]]:
@@ -41,7 +54,7 @@ def identify(path: str, info) -> tuple[RankId, list[str]]:
         backend = info.get("backend") if isinstance(info.get("backend"), str) else None
         rank = _as_int(info.get("rank"))
         if rank is not None:
-            return RankId(rank, world, backend, "distributedInfo"), warnings
+            return RankId(rank, world, backend, "distributedInfo", _groups(info)), warnings
         what = "distributedInfo has no rank"
     elif info == "invalid":
         what = "distributedInfo is not valid JSON"

@@ -21,7 +21,7 @@ from ...runtable import RankInfo, RunTable, empty_frame
 from .collectives import match_collectives
 from .decode import (BATCH, batches, decode_trace, events_of, file_size, read_bytes,
                      split_events)
-from .events import STEP, RankEvents, sort_events
+from .events import STEP, RankEvents, p2p_masks, sort_events
 from .hta import gpu_breakdown
 from .rank import RankId, identify
 from .steps import rank_rows
@@ -203,6 +203,10 @@ def read_kineto(path: str, files: list[str], jobs: int | None = None) -> RunTabl
         if ids[rank].backend:
             knobs["backend"] = ids[rank].backend
         knobs["device"] = "cuda" if ev.dev_kind.size else "cpu"
+        if ids[rank].groups:
+            knobs["process_groups"] = ids[rank].groups
+        if any(m.any() for m in p2p_masks(ev)):
+            knobs["p2p"] = True
         ranks[rank] = RankInfo(rank, host_of(items[0][0]), knobs,
                                {"files": [os.path.basename(f) for f, _ in items],
                                 "rank_source": ids[rank].source,

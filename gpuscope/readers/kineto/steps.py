@@ -16,7 +16,10 @@ For each step window [start, end) of the host's ProfilerStep#N range:
    running; compute = |union of host ops on the training thread| outside the DataLoader wait
    and the exposed communication.
 3. other = step - data - compute - exposed; each part is capped so the parts add up to the step.
-Collectives seen in the step are returned too, for matching across ranks.
+4. bubble = the exposed part of point-to-point communication (gloo:send / gloo:recv, NCCL
+   SendRecv kernels): a pipeline stage waiting on its neighbour.
+Collectives seen in the step (point-to-point left out) are returned too, for matching across
+ranks.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import numpy as np
 
 from . import spans
 from .events import (BACKWARD, COMM, COMM_HOST, COMPUTE, DATA, FORWARD, OP, OPTIMIZER, STEP,
-                     RankEvents)
+                     RankEvents, p2p_masks)
 
 
 def step_windows(ev: RankEvents, drop_last: bool) -> tuple[list[tuple[int, int, int]], list[str]]:
@@ -83,6 +86,7 @@ def rank_rows(ev: RankEvents, rank: int, drop_last: bool):
     # only enqueue its kernels, which are counted on the device
     cpu_coll = np.array([c is not None and not c[1].startswith("nccl:") for c in ev.host_coll],
                         dtype=bool) if gpu else None
+    host_p2p, dev_p2p = p2p_masks(ev)
     leaf = leaf_ops(ev, main) if not gpu else None
     waits = main & ev.host_wait if not gpu else None
     rows, colls = [], []
@@ -102,9 +106,13 @@ def rank_rows(ev: RankEvents, rank: int, drop_last: bool):
             data_ns = spans.length(data_set) - spans.overlap(data_set, busy_all)
             gaps = host_gaps(s, e, launched[sel])
             host_ns = spans.length(spans.subtract(gaps, spans.union(data_set, comm)))
-            for j in np.flatnonzero(sel & (ev.dev_kind == COMM)):
+            p2p_dev = dev_p2p[sel] & (kind == COMM)
+            p2p = spans.union(spans.merge(s[p2p_dev], e[p2p_dev]),
+                              _host(ev, COMM_HOST, lo, hi, cpu_coll & host_p2p)[0])
+            bubble_ns = spans.length(spans.subtract(p2p, comp))
+            for j in np.flatnonzero(sel & (ev.dev_kind == COMM) & ~dev_p2p):
                 colls.append((sid, ev.dev_coll[j], int(ev.dev_end[j] - ev.dev_start[j])))
-            for j in np.flatnonzero(hsel):
+            for j in np.flatnonzero(hsel & ~host_p2p):
                 colls.append((sid, ev.host_coll[j], int(ev.host_end[j] - ev.host_start[j])))
         else:
             ops, _ = _host(ev, OP, lo, hi, main)
@@ -121,12 +129,14 @@ def rank_rows(ev: RankEvents, rank: int, drop_last: bool):
             exposed_ns = spans.length(exposed)
             data_ns = spans.length(data_set)
             host_ns = 0
-            for j in np.flatnonzero(csel):
+            bubble_ns = spans.overlap(_host(ev, COMM_HOST, lo, hi, host_p2p)[0], exposed)
+            for j in np.flatnonzero(csel & ~host_p2p):
                 colls.append((sid, ev.host_coll[j], int(ev.host_end[j] - ev.host_start[j])))
         data_ns = min(data_ns, step_ns)
         exposed_ns = max(0, min(exposed_ns, step_ns - data_ns))
         compute_ns = max(0, min(compute_ns, step_ns - data_ns - exposed_ns))
         host_ns = max(0, min(host_ns, step_ns - data_ns - exposed_ns - compute_ns))
+        bubble_ns = max(0, min(bubble_ns, exposed_ns))
         parts = {}
         for name, sub in (("forward_ns", FORWARD), ("backward_ns", BACKWARD),
                           ("optimizer_ns", OPTIMIZER)):
@@ -137,7 +147,7 @@ def rank_rows(ev: RankEvents, rank: int, drop_last: bool):
                      "comm_exposed_ns": exposed_ns, "wait_ns": 0,
                      "other_ns": step_ns - data_ns - compute_ns - exposed_ns, **parts,
                      "n_comm": len(colls) - n_before, "data_cpu_ns": data_ns,
-                     "host_ns": host_ns})
+                     "host_ns": host_ns, "bubble_ns": bubble_ns})
     return rows, colls, warnings
 
 
