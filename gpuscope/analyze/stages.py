@@ -162,7 +162,9 @@ def suggest_repartition(p: PipelineResult, table: RunTable, step_ns: float) -> l
             return []
         names = [n for n, _ in order[:best]]
         share = 100 * sum(n for _, n in order[:best]) / total
-        proposed = f"move layer(s) {', '.join(names)} from {heavy.name} to {target.name}"
+        side = "first" if order is layers else "last"
+        proposed = (f"move its {side} {best} layer(s) ({', '.join(names)}) from {heavy.name} "
+                    f"to {target.name}")
         how = (f"{best} of its {len(layers)} layers ({share:.0f}% of its parameters; a layer's "
                "cost is taken as its share of the stage's parameters)")
     else:

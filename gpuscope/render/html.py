@@ -226,6 +226,39 @@ def phase_bars(report: Report):
     return fig
 
 
+def stage_bars(report: Report):
+    """Per pipeline stage: busy, waiting on the previous and on the next stage, mean ms."""
+    p = report.pipeline
+    if p is None:
+        return None
+    import plotly.graph_objects as go
+
+    def name(st) -> str:
+        return (f"p{st.pipeline} s{st.stage} r{st.rank}" if st.stage is not None
+                else f"rank {st.rank}")
+
+    x = [esc(name(st)) for st in p.stages]
+    fig = go.Figure()
+    for label, attr, color in (("busy", "busy_ns", STACK_COLORS["compute"]),
+                               ("waits on previous stage", "wait_prev_ns", STACK_COLORS["bubble"]),
+                               ("waits on next stage", "wait_next_ns", "#1f78b4"),
+                               ("waits in collectives", "collective_ns", STACK_COLORS["wait"])):
+        y = np.array([getattr(st, attr, 0.0) for st in p.stages], dtype=np.float64) / MS
+        if attr == "collective_ns":  # the rest of the step: waiting in its group's collectives
+            y = np.array([max(st.step_ns - st.busy_ns - st.wait_prev_ns - st.wait_next_ns, 0)
+                          for st in p.stages], dtype=np.float64) / MS
+        fig.add_trace(go.Bar(x=x, y=y.round(3), name=label, marker_color=color,
+                             hovertemplate=f"%{{x}}<br>{label}: %{{y:.2f}} ms<extra></extra>"))
+    ideal = (f", GPipe/1F1B ideal {p.ideal_bubble_share:.0%}"
+             if p.ideal_bubble_share is not None else "")
+    fig.update_layout(barmode="stack", height=360,
+                      title=f"Pipeline stages: mean ms per step (bubble {p.bubble_share:.0%}{ideal})",
+                      xaxis=dict(title="pipeline / stage / rank", type="category"),
+                      yaxis=dict(title="ms"), margin=dict(l=60, r=20, t=50, b=40),
+                      legend=dict(orientation="h", y=-0.25))
+    return fig
+
+
 def gpu_breakdown_bars(report: Report):
     import plotly.graph_objects as go
 
@@ -276,6 +309,26 @@ def _steps_text(report: Report) -> str:
     return f"{n} optimizer steps of {micro} micro-steps" if micro > 1 else f"{n} steps"
 
 
+def _layout_html(report: Report) -> str:
+    groups = report.layout.get("groups") or []
+    chains = report.layout.get("pipelines") or []
+    items = [f"<li>process group {esc(g['name'])}: ranks {esc(', '.join(map(str, g['ranks'])))}"
+             "</li>" for g in groups]
+    items += [f"<li>pipeline {i}: ranks {esc(' → '.join(map(str, c)))}</li>"
+              for i, c in enumerate(chains)]
+    p = report.pipeline
+    if p is not None:
+        slow = p.slowest()
+        where = (f"stage {slow.stage} (rank {slow.rank})" if slow.stage is not None
+                 else f"rank {slow.rank}")
+        ideal = (f" against {p.ideal_bubble_share:.0%} for GPipe/1F1B with balanced stages"
+                 if p.ideal_bubble_share is not None else "")
+        micro = f" x {p.microbatches} micro-batches" if p.microbatches else ""
+        items.append(f"<li>{p.n_stages} stages{micro}: bubble {p.bubble_share:.0%} of step "
+                     f"time{ideal}; slowest {esc(where)}, {p.imbalance:.2f}x the mean stage</li>")
+    return f'<h2>Layout</h2><ul id="layout">{"".join(items)}</ul>' if items else ""
+
+
 def _summary_html(report: Report) -> str:
     v = report.verdict
     color = LABEL_COLORS.get(v.label, "#333")
@@ -293,11 +346,16 @@ def _summary_html(report: Report) -> str:
         items = "".join(
             f"<li>rank {s.rank}{' on ' + esc(s.host) if s.host else ''}: slow in "
             f"{s.slow_steps_share:.0%} of steps, {s.excess_ns / MS:.1f} ms busier per step, "
-            f"mostly in {esc(s.part)}</li>" for s in report.stragglers)
+            f"mostly in {esc(s.part)}"
+            + (f"; it holds back its group (ranks {', '.join(map(str, s.group))})"
+               if s.group else "") + "</li>" for s in report.stragglers)
         out.append(f'<h2>Stragglers</h2><ul id="stragglers">{items}</ul>')
     note = report.jitter.note()
     if note:
         out.append(f'<p id="jitter">{esc(note)}</p>')
+    layout = _layout_html(report)
+    if layout:
+        out.append(layout)
     if report.suggestions:
         items = "".join(
             f'<li><b>{esc(s.knob)}</b>: {esc(s.current)} &rarr; {esc(s.proposed)} '
@@ -317,7 +375,8 @@ def _summary_html(report: Report) -> str:
     th = report.thresholds
     out.append(f'<p class="dim">thresholds: data &ge; {th.data_high:.0%} (moderate '
                f'{th.data_moderate:.0%}), exposed comm &ge; {th.comm:.0%}, wait &ge; '
-               f'{th.wait:.0%}</p>')
+               f'{th.wait:.0%}' + (f', bubble &ge; {th.bubble:.0%}' if report.pipeline else '')
+               + '</p>')
     return "\n".join(out)
 
 
@@ -332,7 +391,8 @@ border-radius:4px;text-transform:uppercase;font-weight:bold}.gain{color:#2e7d32}
 def figures(report: Report) -> list[tuple[str, object]]:
     """(div id, plotly figure) of every panel the report has data for."""
     figs = (("panel-steps", step_bars(report)), ("panel-heatmap", heatmap(report)),
-            ("panel-ranks", rank_bars(report)), ("panel-phases", phase_bars(report)),
+            ("panel-ranks", rank_bars(report)), ("panel-stages", stage_bars(report)),
+            ("panel-phases", phase_bars(report)),
             ("panel-gpu", gpu_breakdown_bars(report)),
             ("panel-telemetry", telemetry_lines(report)))
     return [(pid, fig) for pid, fig in figs if fig is not None]

@@ -43,13 +43,17 @@ def write(report: Report, console: Console) -> None:
     _header(report, console)
     _rank_table(report, console)
     _comm_and_other(report, console)
+    _layout(report, console)
+    _pipeline(report, console)
     _gpu_tables(report, console)
     _stragglers(report, console)
     _suggestions(report, console)
     th = report.thresholds
     console.print(f"\n[dim]thresholds: data >= {th.data_high:.0%} (moderate {th.data_moderate:.0%}), "
                   f"exposed comm >= {th.comm:.0%}, wait >= {th.wait:.0%}, straggler in >= "
-                  f"{th.straggler_steps:.0%} of steps[/dim]")
+                  f"{th.straggler_steps:.0%} of steps"
+                  + (f", bubble >= {th.bubble:.0%}" if report.pipeline is not None else "")
+                  + "[/dim]")
     for w in report.warnings:  # names from runs are text, never markup
         console.print(Text.assemble(("warning:", "yellow"), f" {w}"))
 
@@ -90,6 +94,14 @@ def _cell(r: RankResult, part: str, wide: bool) -> str:
     return f"{_share_ms(r, pct):.1f} {pct:.0f}%" if wide else f"{pct:.0f}%"
 
 
+def _parts(ranks: list[RankResult]) -> list[str]:
+    """The table's parts: PARTS, with the pipeline bubble after wait where there is one."""
+    if not any(r.bubble_pct for r in ranks):
+        return list(PARTS)
+    i = PARTS.index("wait") + 1
+    return list(PARTS[:i]) + ["bubble"] + list(PARTS[i:])
+
+
 def _share_ms(r: RankResult, pct: float) -> float:
     """Mean ms per step of a share, from the JSON report's precision of both."""
     return _ms(_mean_ns(r)) * round(pct, 3) / 100
@@ -103,18 +115,21 @@ def _phase_cell(r: RankResult, phase: str) -> str:
 
 def _rank_table(report: Report, console: Console) -> None:
     ranks = report.ranks
-    widths = [max([len(PART_HEADS[p])] + [len(_cell(r, p, True)) for r in ranks]) for p in PARTS]
     step_w = max([4] + [len(f"{_ms(_mean_ns(r)):.1f}") for r in ranks])
-    wide = 4 + step_w + sum(widths) + 3 * 8 + 1 <= console.width  # ms and % fit side by side
+    cols = _parts(ranks)
+    widths = [max([len(PART_HEADS.get(p, p))] + [len(_cell(r, p, True)) for r in ranks])
+              for p in cols]
+    wide = 4 + step_w + sum(widths) + 3 * (len(cols) + 2) + 1 <= console.width  # ms and % fit
     phases = [p for p in COMPUTE_PHASES if any(p in r.phases_pct for r in ranks)]
     phase_w = sum(max(len(PHASE_HEADS[p]), 5) + 3 for p in phases)
-    with_phases = wide and 4 + step_w + sum(widths) + 3 * 8 + 1 + phase_w <= console.width
+    with_phases = wide and 4 + step_w + sum(widths) + 3 * (len(cols) + 2) + 1 + phase_w \
+        <= console.width
     t = Table(title="Per rank: " + ("mean ms per step and share of step time" if wide else
                                     "share of step time per part; step: mean ms"),
               title_justify="left")
     several_hosts = len({r.host for r in ranks}) > 1
     heads = ("rank",) + (("host",) if several_hosts else ()) + ("step",) + \
-        tuple(PART_HEADS[p] for p in PARTS) + \
+        tuple(PART_HEADS.get(p, p) for p in cols) + \
         (tuple(PHASE_HEADS[p] for p in phases) if with_phases else ())
     for col in heads:
         t.add_column(col, justify="left" if col == "host" else "right", no_wrap=True)
@@ -122,7 +137,7 @@ def _rank_table(report: Report, console: Console) -> None:
     shown = ranks if len(ranks) <= MAX_RANK_ROWS else _interesting(ranks, stragglers)
     for r in shown:
         t.add_row(str(r.rank), *([Text(r.host)] if several_hosts else []),
-                  f"{_ms(_mean_ns(r)):.1f}", *(_cell(r, p, wide) for p in PARTS),
+                  f"{_ms(_mean_ns(r)):.1f}", *(_cell(r, p, wide) for p in cols),
                   *((_phase_cell(r, p) for p in phases) if with_phases else ()),
                   style="bold red" if r.rank in stragglers else None)
     console.print(t)
@@ -188,6 +203,45 @@ def _gpu_tables(report: Report, console: Console) -> None:
         console.print(tt)
 
 
+def _layout(report: Report, console: Console) -> None:
+    groups = report.layout.get("groups") or []
+    chains = report.layout.get("pipelines") or []
+    if not groups and not chains:
+        return
+    parts = []
+    if groups:
+        parts.append("process groups " + "; ".join(
+            f"{g['name']} = ranks {', '.join(map(str, g['ranks']))}" for g in groups))
+    if chains:
+        parts.append("pipelines " + "; ".join(" -> ".join(map(str, c)) for c in chains))
+    console.print(Text("Layout: " + "; ".join(parts)))
+
+
+def _pipeline(report: Report, console: Console) -> None:
+    p = report.pipeline
+    if p is None:
+        return
+    micro = f" x {p.microbatches} micro-batches" if p.microbatches else ""
+    ideal = (f" (GPipe/1F1B with balanced stages: {_pct(p.ideal_bubble_share, 2):.0f}%)"
+             if p.ideal_bubble_share is not None else "")
+    slow = p.slowest()
+    where = f"stage {slow.stage} (rank {slow.rank})" if slow.stage is not None else f"rank {slow.rank}"
+    console.print(Text(f"Pipeline: {p.n_stages} stages{micro}; bubble {_pct(p.bubble_share, 2):.0f}% "
+                       f"of step time{ideal}; slowest {where}, busiest stage "
+                       f"{p.imbalance:.2f}x the mean"))
+    t = Table(title="Pipeline stages: mean ms per step", title_justify="left")
+    for col in ("pipeline", "stage", "rank", "step", "busy", "waits prev", "waits next",
+                "bubble"):
+        t.add_column(col, justify="right", no_wrap=True)
+    dash = lambda v: "-" if v is None else str(v)  # noqa: E731
+    for st in p.stages:
+        t.add_row(dash(st.pipeline), dash(st.stage), str(st.rank), f"{_ms(st.step_ns):.1f}",
+                  f"{_ms(st.busy_ns):.1f}", f"{_ms(st.wait_prev_ns):.1f}",
+                  f"{_ms(st.wait_next_ns):.1f}", f"{_ms(st.bubble_ns):.1f}",
+                  style="bold" if st.rank == p.slowest_rank else None)
+    console.print(t)
+
+
 def _stragglers(report: Report, console: Console) -> None:
     if report.stragglers:
         for s in report.stragglers:
@@ -195,7 +249,9 @@ def _stragglers(report: Report, console: Console) -> None:
             console.print(Text.assemble(
                 ("Straggler:", "bold red"), f" rank {s.rank}{where}: slow in "
                 f"{_pct(s.slow_steps_share, 1):.0f}% of steps, {_ms(s.excess_ns):,.1f} ms busier per step "
-                f"than the median rank, mostly in {s.part}"))
+                f"than the median rank, mostly in {s.part}"
+                + (f"; it holds back its group (ranks {', '.join(map(str, s.group))})"
+                   if s.group else "")))
     elif report.early_ranks:
         console.print(f"Stragglers: none named: rank(s) {', '.join(map(str, report.early_ranks))} "
                       "wait for all the others every step")
