@@ -42,8 +42,11 @@ EXCESS = 0.10     # bubble this far above the ideal (share of the step): stages 
 MICRO_GAIN = 0.15
 
 
-def model_step(busy: list[float], m: int) -> float:
-    """GPipe / 1F1B step time from per-stage busy time per step and M micro-batches."""
+def model_step(busy: list[float], m: int | None) -> float:
+    """GPipe / 1F1B step time from per-stage busy time per step and M micro-batches (None:
+    unknown, taken as many: the slowest stage alone sets the pace)."""
+    if m is None:
+        return max(busy)
     m = max(m, 1)
     return sum(busy) / m + (m - 1) / m * max(busy)
 
@@ -172,7 +175,7 @@ def suggest_repartition(p: PipelineResult, table: RunTable, step_ns: float) -> l
         best_max = max(heavy.busy_ns - moved, rest_max)
         proposed = f"move ~{moved / MS:.1f} ms of work per step from {heavy.name} to {target.name}"
         how = "that much work (the trace does not say which layers each stage holds)"
-    m = p.microbatches or 1
+    m = p.microbatches
     before = [s.busy_ns for s in view]
     after = [s.busy_ns - moved if s is heavy else s.busy_ns + moved if s is target
              else s.busy_ns for s in view]
@@ -183,7 +186,9 @@ def suggest_repartition(p: PipelineResult, table: RunTable, step_ns: float) -> l
     why = (f"every stage runs at the pace of the slowest: {heavy.name} is busy "
            f"{heavy.busy_ns / MS:.1f} ms per step against {target.busy_ns / MS:.1f} ms on "
            f"{target.name}, which waits for it; moving {how} evens them out to a slowest stage "
-           f"of ~{best_max / MS:.1f} ms")
+           f"of ~{best_max / MS:.1f} ms"
+           + ("" if m else " (micro-batches per step unknown: the estimate takes the slowest "
+              "stage as setting the pace, as with many micro-batches)"))
     return [Suggestion("pipeline_partition", current, proposed, est / MS, why, PIPELINE,
                        (step_ns / max(est, 1.0) - 1) * 100)]
 

@@ -239,14 +239,20 @@ def stage_bars(report: Report):
 
     x = [esc(name(st)) for st in p.stages]
     fig = go.Figure()
-    for label, attr, color in (("busy", "busy_ns", STACK_COLORS["compute"]),
-                               ("waits on previous stage", "wait_prev_ns", STACK_COLORS["bubble"]),
-                               ("waits on next stage", "wait_next_ns", "#1f78b4"),
-                               ("waits in collectives", "collective_ns", STACK_COLORS["wait"])):
-        y = np.array([getattr(st, attr, 0.0) for st in p.stages], dtype=np.float64) / MS
-        if attr == "collective_ns":  # the rest of the step: waiting in its group's collectives
-            y = np.array([max(st.step_ns - st.busy_ns - st.wait_prev_ns - st.wait_next_ns, 0)
+    if all(st.stage is not None for st in p.stages):
+        parts = (("busy", "busy_ns", STACK_COLORS["compute"]),
+                 ("waits on previous stage", "wait_prev_ns", STACK_COLORS["bubble"]),
+                 ("waits on next stage", "wait_next_ns", "#1f78b4"))
+    else:  # profiler traces name no peers
+        parts = (("busy", "busy_ns", STACK_COLORS["compute"]),
+                 ("waits on other stages (bubble)", "bubble_ns", STACK_COLORS["bubble"]))
+    for label, attr, color in parts + (("waits in collectives", None, STACK_COLORS["wait"]),):
+        if attr is None:  # the rest of the step: waiting in its group's collectives
+            y = np.array([max(st.step_ns - st.busy_ns - sum(getattr(st, a) for _, a, _ in parts
+                                                            if a != "busy_ns"), 0)
                           for st in p.stages], dtype=np.float64) / MS
+        else:
+            y = np.array([getattr(st, attr) for st in p.stages], dtype=np.float64) / MS
         fig.add_trace(go.Bar(x=x, y=y.round(3), name=label, marker_color=color,
                              hovertemplate=f"%{{x}}<br>{label}: %{{y:.2f}} ms<extra></extra>"))
     ideal = (f", GPipe/1F1B ideal {p.ideal_bubble_share:.0%}"

@@ -235,9 +235,10 @@ def _pipeline(report: Report, console: Console) -> None:
         t.add_column(col, justify="right", no_wrap=True)
     dash = lambda v: "-" if v is None else str(v)  # noqa: E731
     for st in p.stages:
+        known = st.stage is not None  # traces name no peers: prev / next unknown
         t.add_row(dash(st.pipeline), dash(st.stage), str(st.rank), f"{_ms(st.step_ns):.1f}",
-                  f"{_ms(st.busy_ns):.1f}", f"{_ms(st.wait_prev_ns):.1f}",
-                  f"{_ms(st.wait_next_ns):.1f}", f"{_ms(st.bubble_ns):.1f}",
+                  f"{_ms(st.busy_ns):.1f}", f"{_ms(st.wait_prev_ns):.1f}" if known else "-",
+                  f"{_ms(st.wait_next_ns):.1f}" if known else "-", f"{_ms(st.bubble_ns):.1f}",
                   style="bold" if st.rank == p.slowest_rank else None)
     console.print(t)
 

@@ -23,6 +23,9 @@ from .decode import Event
 STEP, DATA, COMM_HOST, OP = 0, 1, 2, 3
 # what an OP range is part of (host_sub)
 NONE, FORWARD, BACKWARD, OPTIMIZER = 0, 1, 2, 3
+MICROBATCH = 4  # a pipeline schedule's forward of one micro-batch ("Forward 3"): forward too
+# what an OP range may hold of waiting (host_wait)
+NO_WAIT, WAITS, ANNOTATION = 0, 1, 2  # none; only waits on collectives; a record_function range
 # device event kinds
 COMPUTE, COMM, MEMORY = 0, 1, 2
 
@@ -46,7 +49,8 @@ class RankEvents:
     host_tid: np.ndarray        # thread id as in the trace (names get negative ids)
     step_id: np.ndarray         # N of ProfilerStep#N for STEP rows, else -1
     host_sub: np.ndarray        # FORWARD / BACKWARD / OPTIMIZER for OP rows, else NONE
-    host_wait: np.ndarray       # OP rows that only wait on collectives (FSDP::*, c10d::*, ...)
+    host_wait: np.ndarray       # OP rows: WAITS that only wait on collectives (FSDP::*, c10d::*,
+    #                             ...), ANNOTATION record_function ranges, else NO_WAIT
     host_coll: list             # for COMM_HOST rows: ("", name) used to match across ranks
     dev_kind: np.ndarray        # COMPUTE / COMM / MEMORY
     dev_start: np.ndarray
@@ -138,6 +142,8 @@ def op_part(name: str) -> int:
         return OPTIMIZER
     if name.endswith(".forward") or name == "## forward ##":
         return FORWARD
+    if name.startswith("Forward ") and name[8:].isdigit():  # torch.distributed.pipelining
+        return MICROBATCH
     return NONE
 
 
@@ -166,7 +172,9 @@ def _classify(name: str, cat: str, on_stream: bool) -> tuple:
     if name.startswith(_COMM_HOST_PREFIX):
         return (_HOST, COMM_HOST, NONE, -1, ("", name), False)
     if cat in _OP_CATS:
-        return (_HOST, OP, op_part(name), -1, None, name.startswith(WAIT_RANGE_PREFIXES))
+        wait = (WAITS if name.startswith(WAIT_RANGE_PREFIXES)
+                else ANNOTATION if cat == "user_annotation" else NO_WAIT)
+        return (_HOST, OP, op_part(name), -1, None, wait)
     return (_SKIP, 0, 0, -1, None, False)
 
 
@@ -281,7 +289,7 @@ def sort_events(batches) -> RankEvents:
         host_kind=host_kind, host_start=start[host], host_end=end[host], host_tid=host_tid,
         step_id=np.array([c[3] for c in table], dtype=np.int64)[host_inv],
         host_sub=np.array([c[2] for c in table], dtype=np.int8)[host_inv],
-        host_wait=np.array([c[5] for c in table], dtype=bool)[host_inv],
+        host_wait=np.array([c[5] for c in table], dtype=np.int8)[host_inv],
         host_coll=[coll_u[i] for i in host_inv.tolist()],
         dev_kind=kind[dev], dev_start=start[dev], dev_end=end[dev], dev_corr=corr[dev],
         dev_stream=streams[dev], dev_coll=dev_coll, launch_corr=corr[launch],

@@ -14,6 +14,7 @@ import threading
 from concurrent.futures import ProcessPoolExecutor
 
 import msgspec
+import numpy as np
 import pandas as pd
 
 from ...errors import InputError, TraceFormatError
@@ -191,6 +192,7 @@ def read_kineto(path: str, files: list[str], jobs: int | None = None) -> RunTabl
             warnings.append(f"rank {rank}: {len(items)} trace files (repeated profiler cycles) "
                             "merged")
         r_rows, r_colls, w = rank_rows(ev, rank, drop_last)
+        micro = [r.pop("microbatches") for r in r_rows]
         warnings += [f"rank {rank}: {x}" for x in w]
         rows += r_rows
         colls[rank] = r_colls
@@ -207,6 +209,8 @@ def read_kineto(path: str, files: list[str], jobs: int | None = None) -> RunTabl
             knobs["process_groups"] = ids[rank].groups
         if any(m.any() for m in p2p_masks(ev)):
             knobs["p2p"] = True
+        if micro and int(np.median(micro)) > 1:  # a pipeline schedule's micro-batches
+            knobs["forwards_per_step"] = int(np.median(micro))
         ranks[rank] = RankInfo(rank, host_of(items[0][0]), knobs,
                                {"files": [os.path.basename(f) for f, _ in items],
                                 "rank_source": ids[rank].source,

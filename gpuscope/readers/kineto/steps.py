@@ -13,8 +13,9 @@ For each step window [start, end) of the host's ProfilerStep#N range:
    exposed = the part of it when the training thread was not working: outside its ops and
    DataLoader waits, or inside a range that only waits on collectives (FSDP::all_gather,
    FSDP::pre_forward, c10d::..., FSDP1's FullyShardedDataParallel.*) with no op of its own
-   running; compute = |union of host ops on the training thread| outside the DataLoader wait
-   and the exposed communication.
+   running, or a stretch of 0.5 ms or more inside a record_function range with no op running
+   (a pipeline schedule's "Backward 0" waiting on a gradient); compute = |union of host ops on
+   the training thread| outside the DataLoader wait and the exposed communication.
 3. other = step - data - compute - exposed; each part is capped so the parts add up to the step.
 4. bubble = the exposed part of point-to-point communication (gloo:send / gloo:recv, NCCL
    SendRecv kernels): a pipeline stage waiting on its neighbour.
@@ -27,8 +28,13 @@ from __future__ import annotations
 import numpy as np
 
 from . import spans
-from .events import (BACKWARD, COMM, COMM_HOST, COMPUTE, DATA, FORWARD, OP, OPTIMIZER, STEP,
-                     RankEvents, p2p_masks)
+from .events import (ANNOTATION, BACKWARD, COMM, COMM_HOST, COMPUTE, DATA, FORWARD,
+                     MICROBATCH, OP, OPTIMIZER, STEP, WAITS, RankEvents, p2p_masks)
+
+#: in a record_function range (a schedule's "Backward 0"), a stretch this long with no op of
+#: its own running while a collective is in flight is waiting on it; gaps between ops (Python,
+#: the dispatcher) are microseconds
+ANNOTATION_GAP_NS = 500_000
 
 
 def step_windows(ev: RankEvents, drop_last: bool) -> tuple[list[tuple[int, int, int]], list[str]]:
@@ -76,7 +82,8 @@ def _host(ev: RankEvents, kind: int, lo: int, hi: int, mask=None):
 
 
 def rank_rows(ev: RankEvents, rank: int, drop_last: bool):
-    """RunTable rows and collective instances (step, key, dur_ns) of one rank."""
+    """RunTable rows and collective instances (step, key, dur_ns) of one rank. Each row also
+    holds "microbatches", the pipeline schedule's forward ranges in the step (not a column)."""
     windows, warnings = step_windows(ev, drop_last)
     gpu = ev.dev_kind.size > 0
     launched = launch_times(ev) if gpu else None
@@ -88,7 +95,8 @@ def rank_rows(ev: RankEvents, rank: int, drop_last: bool):
                         dtype=bool) if gpu else None
     host_p2p, dev_p2p = p2p_masks(ev)
     leaf = leaf_ops(ev, main) if not gpu else None
-    waits = main & ev.host_wait if not gpu else None
+    waits = main & (ev.host_wait == WAITS) if not gpu else None
+    annots = main & (ev.host_wait == ANNOTATION) if not gpu else None
     rows, colls = [], []
     for sid, lo, hi in windows:
         n_before = len(colls)
@@ -118,9 +126,15 @@ def rank_rows(ev: RankEvents, rank: int, drop_last: bool):
             ops, _ = _host(ev, OP, lo, hi, main)
             comm, csel = _host(ev, COMM_HOST, lo, hi)
             waiting, _ = _host(ev, OP, lo, hi, waits)
-            if waiting[0].size:  # inside wait ranges only the ops running in them work
+            annot, _ = _host(ev, OP, lo, hi, annots)
+            if waiting[0].size or annot[0].size:  # inside wait ranges only their ops work
                 leaves, _ = _host(ev, OP, lo, hi, leaf)
-                busy = spans.subtract(ops, spans.subtract(waiting, leaves))
+                idle = spans.subtract(waiting, leaves)
+                if annot[0].size:  # long stretches of a record_function range with no op
+                    gap_s, gap_e = spans.subtract(annot, leaves)
+                    long = gap_e - gap_s >= ANNOTATION_GAP_NS
+                    idle = spans.union(idle, (gap_s[long], gap_e[long]))
+                busy = spans.subtract(ops, idle)
             else:
                 busy = ops
             exposed = spans.subtract(comm, spans.union(busy, data_set))
@@ -138,16 +152,17 @@ def rank_rows(ev: RankEvents, rank: int, drop_last: bool):
         host_ns = max(0, min(host_ns, step_ns - data_ns - exposed_ns - compute_ns))
         bubble_ns = max(0, min(bubble_ns, exposed_ns))
         parts = {}
-        for name, sub in (("forward_ns", FORWARD), ("backward_ns", BACKWARD),
-                          ("optimizer_ns", OPTIMIZER)):
-            part, _ = _host(ev, OP, lo, hi, main & (ev.host_sub == sub))
+        for name, subs in (("forward_ns", (FORWARD, MICROBATCH)), ("backward_ns", (BACKWARD,)),
+                           ("optimizer_ns", (OPTIMIZER,))):
+            part, _ = _host(ev, OP, lo, hi, main & np.isin(ev.host_sub, subs))
             parts[name] = spans.length(part)
+        micro = int(np.count_nonzero(_host(ev, OP, lo, hi, main & (ev.host_sub == MICROBATCH))[1]))
         rows.append({"rank": rank, "step": sid, "start_ns": lo, "step_ns": step_ns,
                      "data_ns": data_ns, "compute_ns": compute_ns, "comm_ns": comm_ns,
                      "comm_exposed_ns": exposed_ns, "wait_ns": 0,
                      "other_ns": step_ns - data_ns - compute_ns - exposed_ns, **parts,
                      "n_comm": len(colls) - n_before, "data_cpu_ns": data_ns,
-                     "host_ns": host_ns, "bubble_ns": bubble_ns})
+                     "host_ns": host_ns, "bubble_ns": bubble_ns, "microbatches": micro})
     return rows, colls, warnings
 
 
