@@ -377,6 +377,7 @@ class Report:
     early_ranks: list[int] = field(default_factory=list)  # ranks that wait for all others
     layout: dict = field(default_factory=dict)  # process groups and pipelines (layout.Layout)
     pipeline: PipelineResult | None = None
+    dataparallel: dict = field(default_factory=dict)  # nn.DataParallel per device (ms, GB)
     #: the analysed rank x step table (with wait and telemetry joined); None when read from JSON
     table: RunTable | None = field(default=None, compare=False, repr=False)
 
@@ -411,6 +412,8 @@ class Report:
             d["layout"] = self.layout
         if self.pipeline is not None:
             d["pipeline"] = self.pipeline.to_dict()
+        if self.dataparallel:
+            d["dataparallel"] = self.dataparallel
         return d
 
     @classmethod
@@ -431,7 +434,8 @@ class Report:
                 Thresholds(**d["thresholds"]), Jitter.from_dict(d["jitter"]),
                 dict(d["knobs"]), list(d["warnings"]), list(d.get("early_ranks", [])),
                 dict(d.get("layout", {})),
-                PipelineResult.from_dict(d["pipeline"]) if d.get("pipeline") else None)
+                PipelineResult.from_dict(d["pipeline"]) if d.get("pipeline") else None,
+                dict(d.get("dataparallel", {})))
         except (KeyError, TypeError, ValueError) as exc:
             raise InputError(f"a {SCHEMA} report with a missing or malformed field ({exc!r})") \
                 from None

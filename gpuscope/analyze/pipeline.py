@@ -16,6 +16,7 @@ from ..vocab import COMPUTE, COMPUTE_PHASES, LABELS, PARTS, PIPELINE
 from .classify import classify_steps, jitter_cost, run_verdict, step_results
 from .consistency import find_roles
 from .cycles import cycle_ends, group_cycles, sync_interval
+from .dataparallel import dataparallel
 from .groups import Groups
 from .layout import find_layout, split_bubble
 from .stages import suggest_pipeline, summarize_pipeline
@@ -196,6 +197,10 @@ def analyze_table(table: RunTable, thresholds: Thresholds | None = None,
                      {k: float(np.mean([r.get(k, 0.0) for r in exposed.values()])) for k in kinds})
     suggestions = suggest(found)
     pipeline = summarize_pipeline(table, frame, layout, exposed)
+    dp_section, dp_suggestions, dp_warnings = dataparallel(table, typical_step(frame).step,
+                                                           verdict.label)
+    warnings += dp_warnings
+    suggestions = sorted(suggestions + dp_suggestions, key=lambda s: -s.gain_pct)
     why_not_pipeline = ""
     if PIPELINE in labels:
         more, why_not_pipeline = suggest_pipeline(pipeline, table, typical_step(frame).step)
@@ -217,4 +222,4 @@ def analyze_table(table: RunTable, thresholds: Thresholds | None = None,
                   ranks, stragglers, suggestions, th, jitter=jitter, knobs=knobs,
                   warnings=warnings, early_ranks=sorted(roles.early),
                   layout=layout.to_dict() if layout.groups or layout.pipelined else {},
-                  pipeline=pipeline, table=analysed)
+                  pipeline=pipeline, dataparallel=dp_section, table=analysed)

@@ -44,6 +44,7 @@ class RankFile:
     end: dict
     device: list = field(default_factory=list)
     nvml: list = field(default_factory=list)
+    dataparallel: dict = field(default_factory=dict)  # the latest DataParallel totals
     warnings: list[str] = field(default_factory=list)
 
     @property
@@ -112,6 +113,8 @@ def read_rank_file(path: str) -> RankFile:
                 out.device += obj["device"]
             if isinstance(obj.get("nvml"), list):
                 out.nvml += obj["nvml"]
+            if isinstance(obj.get("dataparallel"), dict):
+                out.dataparallel = obj["dataparallel"]
     if bad:
         warnings.append(f"{name}: {bad} corrupt line(s) skipped")
     end = out.end
@@ -301,7 +304,8 @@ def read_run_dir(path: str) -> RunTable:
                                {k: header.get(k) for k in ("pid", "comm_timing", "start_unix_ns",
                                                            "placement_source", "local_rank", "gpu",
                                                            "run_id")}
-                               | {"end": f.end, "file": os.path.basename(f.path)})
+                               | {"end": f.end, "file": os.path.basename(f.path)}
+                               | ({"dataparallel": f.dataparallel} if f.dataparallel else {}))
         tel = _telemetry(rank, f.nvml)
         if tel is not None:
             telemetry.append(tel)

@@ -67,6 +67,7 @@ class Recorder:
         self._writer: RecordWriter | None = None
         self._sampler = None     # nvml.Sampler
         self._dev = None         # cuda_timing.DeviceTimer when the model trains on a CUDA device
+        self._dp = None          # dataparallel.DataParallelTimer for nn.DataParallel on 2+ GPUs
         self._tb = None          # tb_scalars.BackgroundScalars, created on the first flush
         self._hooks: Hooks | None = None
         self._state = StepState()  # the micro-step being recorded
@@ -137,6 +138,12 @@ class Recorder:
         self._hooks.install()
         self.warnings += self._hooks.warnings
         gpu: dict = {}
+        if self._knobs.get("parallel") == "DataParallel":
+            from .dataparallel import DataParallelTimer
+
+            self._dp = DataParallelTimer(self.model)
+            if not self._dp.install():
+                self._dp = None
         if self._wants_device_timing():
             from . import cuda_timing
 
@@ -207,6 +214,12 @@ class Recorder:
             except Exception:
                 pass
         self._dev = None
+        dp, self._dp = self._dp, None
+        if dp is not None:
+            try:
+                dp.remove()
+            except Exception:
+                pass
         writer, self._writer = self._writer, None
         if writer is not None:
             try:
@@ -237,6 +250,12 @@ class Recorder:
             samples = self._sampler.drain()
             if samples:
                 self._writer.add_meta({"nvml": samples})
+        if self._dp is not None:
+            try:
+                self._writer.add_meta({"dataparallel": self._dp.summary()})
+            except Exception as exc:
+                warn_once("dataparallel", "gpuscope: DataParallel timing off: %r", exc)
+                self._dp = None
 
     def _comm_timing_mode(self) -> str:
         """How communication is timed: DDP's comm hook, DDP's own logging (another hook was
@@ -336,6 +355,8 @@ class Recorder:
             if raw is not None:
                 if self._dev is not None:
                     self._dev.step_end(self.steps)
+                if self._dp is not None:
+                    self._dp.step_end()
                 # the raw intervals only: rows are summed in batches, off the per-step path
                 self._raw.append(raw)
                 self.steps += 1

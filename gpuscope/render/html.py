@@ -332,6 +332,16 @@ def _layout_html(report: Report) -> str:
         micro = f" x {p.microbatches} micro-batches" if p.microbatches else ""
         items.append(f"<li>{p.n_stages} stages{micro}: bubble {p.bubble_share:.0%} of step "
                      f"time{ideal}; slowest {esc(where)}, {p.imbalance:.2f}x the mean stage</li>")
+    dp = report.dataparallel
+    if dp.get("forward_ms"):
+        fwd = ", ".join(f"{esc(d)}: {v:.1f}" for d, v in dp["forward_ms"].items())
+        mem = dp.get("peak_memory_gb") or {}
+        items.append(f"<li>nn.DataParallel over {len(dp['devices'])} GPUs: forward ms per step "
+                     f"by device {fwd}; scatter {dp['scatter_ms']:.1f}, replicate "
+                     f"{dp['replicate_ms']:.1f}, gather {dp['gather_ms']:.1f} ms per step"
+                     + (f"; peak GB by device "
+                        f"{', '.join(f'{esc(d)}: {v:.2f}' for d, v in mem.items())}"
+                        if mem else "") + "</li>")
     return f'<h2>Layout</h2><ul id="layout">{"".join(items)}</ul>' if items else ""
 
 

@@ -45,6 +45,7 @@ def write(report: Report, console: Console) -> None:
     _comm_and_other(report, console)
     _layout(report, console)
     _pipeline(report, console)
+    _dataparallel(report, console)
     _gpu_tables(report, console)
     _stragglers(report, console)
     _suggestions(report, console)
@@ -215,6 +216,20 @@ def _layout(report: Report, console: Console) -> None:
     if chains:
         parts.append("pipelines " + "; ".join(" -> ".join(map(str, c)) for c in chains))
     console.print(Text("Layout: " + "; ".join(parts)))
+
+
+def _dataparallel(report: Report, console: Console) -> None:
+    dp = report.dataparallel
+    if not dp.get("forward_ms"):
+        return
+    fwd = ", ".join(f"{d}: {v:.1f}" for d, v in dp["forward_ms"].items())
+    mem = dp.get("peak_memory_gb")
+    console.print(Text(
+        f"DataParallel over {len(dp['devices'])} GPUs: forward ms per step by device {fwd}; "
+        f"scatter {dp['scatter_ms']:.1f}, replicate {dp['replicate_ms']:.1f}, gather "
+        f"{dp['gather_ms']:.1f} ms per step"
+        + (f"; peak GB by device {', '.join(f'{d}: {v:.2f}' for d, v in mem.items())}"
+           if mem else "")))
 
 
 def _pipeline(report: Report, console: Console) -> None:

@@ -1,0 +1,146 @@
+"""nn.DataParallel: detected and explained on CPU (real torch.nn.DataParallel, which runs the
+module as is without GPUs); its multi-GPU path (per-device forward, scatter / replicate / gather,
+device 0's memory) through the timer's backend seam.
+
+No GPU exists here, let alone two: `FakeDevices` stands in for CUDA (host clock, a thread-local
+"current device", allocator peaks given by the test) and `DataParallel` below splits the batch
+over two "devices" on two threads the way the CUDA path of torch.nn.DataParallel does. The real
+multi-GPU path needs a machine with two GPUs."""
+
+import threading
+import time
+
+import pytest
+import torch
+from torch import nn
+
+import gpuscope
+from gpuscope.record import dataparallel as dp_timing
+
+
+class FakeDevices:
+    """The timer's backend without CUDA: host-clock "events", a thread's device."""
+
+    tls = threading.local()
+    peaks = {0: 6 << 30, 1: 4 << 30}
+
+    def device(self):
+        return getattr(self.tls, "device", 0)
+
+    def mark(self):
+        return time.perf_counter_ns()
+
+    def done(self, ev):
+        return True
+
+    def elapsed_ns(self, a, b):
+        return b - a
+
+    def peak_bytes(self, device):
+        return self.peaks[device]
+
+
+class Slow0(nn.Module):
+    """Device 0's replica is slower (it also holds the master copy and gathers)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(64, 64)
+
+    def forward(self, x):
+        if FakeDevices.tls.device == 0:
+            time.sleep(0.006)
+        else:
+            time.sleep(0.002)
+        return self.lin(x)
+
+
+class DataParallel(nn.DataParallel):
+    """torch's DataParallel with its CUDA path's shape on CPU: scatter, replicate, one thread
+    per device, gather (the class name is the one gpuscope detects)."""
+
+    def __init__(self, module):
+        super().__init__(module)
+        self.device_ids = [0, 1]
+
+    def scatter(self, inputs, kwargs, device_ids):
+        time.sleep(0.001)
+        return [(c,) for c in inputs[0].chunk(len(device_ids))], [{}] * len(device_ids)
+
+    def replicate(self, module, device_ids):
+        time.sleep(0.001)
+        return [module] * len(device_ids)
+
+    def gather(self, outputs, output_device):
+        time.sleep(0.001)
+        return torch.cat(outputs)
+
+    def forward(self, x):
+        inputs, _ = self.scatter((x,), {}, self.device_ids)
+        replicas = self.replicate(self.module, self.device_ids)
+        outs = [None] * len(replicas)
+
+        def run(i):
+            FakeDevices.tls.device = i
+            outs[i] = replicas[i](*inputs[i])
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(replicas))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return self.gather(outs, 0)
+
+
+def train(model, run_dir, steps=12):
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with gpuscope.record(run_dir, model=model, telemetry=False) as rec:
+        for _ in range(steps):
+            loss = model(torch.randn(32, 64)).pow(2).mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            rec.step()
+
+
+def test_dataparallel_on_cpu_is_detected_and_explained(tmp_path):
+    model = nn.DataParallel(nn.Sequential(nn.Linear(64, 64), nn.ReLU()))
+    assert model.device_ids == []  # no GPU: torch's DataParallel runs the module directly
+    train(model, tmp_path / "run")
+    rep = gpuscope.analyze(tmp_path / "run")
+    assert rep.knobs["parallel"] == "DataParallel"
+    why = [w for w in rep.warnings if "nn.DataParallel" in w]
+    assert len(why) == 1 and "on CPU" in why[0] and "DistributedDataParallel" in why[0]
+    assert "scatters" in why[0] and "GIL" in why[0]
+    assert not any(s.knob == "parallel" for s in rep.suggestions)  # nothing measured to estimate
+
+
+def test_dataparallel_devices_timed_and_ddp_suggested(tmp_path, monkeypatch):
+    monkeypatch.setattr(dp_timing, "backend_factory", FakeDevices)
+    model = DataParallel(Slow0())
+    train(model, tmp_path / "run")
+    assert "scatter" not in model.__dict__  # the instance's methods are put back
+    rep = gpuscope.analyze(tmp_path / "run")
+    dp = rep.dataparallel
+    assert dp["devices"] == ["0", "1"]
+    assert 5.5 <= dp["forward_ms"]["0"] <= 9 and 1.8 <= dp["forward_ms"]["1"] <= 4
+    assert dp["device0_forward_excess_pct"] > 80
+    for part in ("scatter_ms", "replicate_ms", "gather_ms"):
+        assert 0.9 <= dp[part] <= 3
+    assert dp["peak_memory_gb"] == {"0": 6.0, "1": 4.0} and dp["device0_memory_excess_pct"] == 50
+    s = next(x for x in rep.suggestions if x.knob == "parallel")
+    assert s.proposed.startswith("DistributedDataParallel")
+    step = rep.steps[0].step_ns / 1e6
+    overhead = dp["scatter_ms"] + dp["replicate_ms"] + dp["gather_ms"]
+    excess = dp["forward_ms"]["0"] - dp["forward_ms"]["1"]
+    assert s.estimated_step_ms == pytest.approx(
+        max(float(sorted(x.step_ns for x in rep.steps)[len(rep.steps) // 2]) / 1e6
+            - overhead - 3 * excess, 0.3 * step), rel=0.15)
+    assert "device 0" in s.why and "GB" in s.why
+    out = rep.to_dict()
+    assert out["dataparallel"] == dp
+    assert gpuscope.Report.from_dict(out).dataparallel == dp
+    text = gpuscope.analyze(tmp_path / "run")
+    buf = __import__("io").StringIO()
+    text.print(file=buf, width=160)
+    assert "DataParallel over 2 GPUs" in buf.getvalue()
