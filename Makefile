@@ -34,5 +34,12 @@ bench-overhead: install
 
 bench: bench-overhead
 
+samples: install   # regenerate sample_traces/ (CPU runs; the cuda/ ones need a GPU: scripts/gpu_check.sh)
+	$(BIN)/python scripts/make_samples.py
+	$(BIN)/python scripts/make_parallel_samples.py
+
+dashboards: install
+	$(BIN)/python scripts/make_dashboards.py
+
 clean:
 	rm -rf runs .pytest_cache

@@ -34,13 +34,15 @@ def main() -> None:
     with open(os.path.join(OUT, "plotly.min.js"), "w") as fh:
         fh.write(get_plotlyjs())
     items = []
-    for scenario in sorted(os.listdir(SAMPLES)):
+    scenarios = sorted(os.path.relpath(root, SAMPLES) for root, dirs, _ in os.walk(SAMPLES)
+                       if "record" in dirs or "kineto" in dirs)  # data, cuda/data, parallel/...
+    for scenario in scenarios:
         for source in ("record", "kineto"):
             path = os.path.join(SAMPLES, scenario, source)
             if not os.path.isdir(path):
                 continue
             report = gpuscope.analyze(os.path.relpath(path, ROOT))
-            name = f"{scenario}-{source}.html"
+            name = f"{scenario.replace(os.sep, '-')}-{source}.html"
             with open(os.path.join(OUT, name), "w") as fh:
                 fh.write(html_report.render(report, plotlyjs="plotly.min.js"))
             items.append((name, scenario, source, report.verdict.label))

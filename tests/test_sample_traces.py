@@ -76,3 +76,23 @@ def test_cuda_profiler_steps_are_not_data_stalls():
     slow = f[f["step_ns"] > 300e6]
     assert len(slow) >= 2 and (slow["data_ns"] < 20e6).all()
     assert (slow["other_ns"] + slow["wait_ns"] > 0.5 * slow["step_ns"]).all()
+
+
+PARALLEL = os.path.join(SAMPLES, "parallel")
+PARALLEL_MANIFEST = json.load(open(os.path.join(PARALLEL, "MANIFEST.json")))["samples"]
+
+
+@pytest.mark.parametrize("source", ["record", "kineto"])
+@pytest.mark.parametrize("sample", sorted(PARALLEL_MANIFEST))
+def test_parallel_sample_gets_its_verdict(sample, source):
+    """The pipeline and hybrid samples (scripts/make_parallel_samples.py): verdict, straggler
+    and slowest stage, from the record and from the profiler traces of the same run."""
+    want = PARALLEL_MANIFEST[sample]
+    rep = gpuscope.analyze(os.path.join(PARALLEL, sample, source))
+    assert rep.verdict.label == want["expected"], rep.verdict.time_by_label
+    assert rep.straggler_ranks == want["stragglers"]
+    assert rep.pipeline is not None and rep.pipeline.slowest_rank == want["slowest_rank"]
+    if sample == "hybrid":
+        assert rep.stragglers[0].group == [1, 3]
+    else:
+        assert rep.suggestions[0].knob == "pipeline_partition"

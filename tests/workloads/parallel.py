@@ -207,7 +207,8 @@ def main() -> None:
 
         prof = profile(activities=[ProfilerActivity.CPU],
                        schedule=schedule(wait=1, warmup=1, active=9, repeat=1),
-                       on_trace_ready=tensorboard_trace_handler(os.path.join(args.out, "kineto")))
+                       on_trace_ready=tensorboard_trace_handler(os.path.join(args.out, "kineto"),
+                                                              use_gzip=True))
         prof.start()
         orig_step = gpuscope.Recorder.step
 
