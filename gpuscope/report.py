@@ -141,7 +141,7 @@ class Straggler:
 
 @dataclass(frozen=True)
 class StageResult:
-    """One pipeline stage (a rank with point-to-point communication), mean ns per step."""
+    """One pipeline stage (a rank with point-to-point communication), median ns per step."""
 
     rank: int
     stage: int | None          # index in its pipeline (None: unknown order, profiler traces)

@@ -59,21 +59,29 @@ def _microbatches(table: RunTable, rank: int) -> int | None:
 
 def summarize_pipeline(table: RunTable, frame: pd.DataFrame, layout: Layout,
                        exposed_by_kind: dict[int, dict]) -> PipelineResult | None:
-    """The stages' figures over the analysed steps (None without pipeline stages)."""
+    """The stages' figures over the analysed steps, medians per step (None without pipeline
+    stages)."""
     ranks = [r for r in layout.stage_ranks if r in set(frame["rank"].tolist())]
     if not ranks or "bubble_ns" not in frame:
         return None
-    means = frame[frame["rank"].isin(ranks)].groupby("rank").mean(numeric_only=True)
+    sub = frame[frame["rank"].isin(ranks)]
+    # medians: a few long steps (a noisy host, garbage collection) must not move layers
+    meds = sub.assign(busy_ns=sub["step_ns"] - sub["wait_ns"] - sub["bubble_ns"]) \
+        .groupby("rank").median(numeric_only=True)
     stages = []
+    sides = _side_waits(table.comm, sub) if "micro_steps" not in sub else None
     for r in ranks:
-        m = means.loc[r]
-        kinds = exposed_by_kind.get(r, {})
-        prev = sum(v for k, v in kinds.items() if k.endswith("_prev"))
-        nxt = sum(v for k, v in kinds.items() if k.endswith("_next"))
+        m = meds.loc[r]
+        if sides is not None:
+            prev, nxt = sides.get((r, "prev"), 0.0), sides.get((r, "next"), 0.0)
+        else:  # optimizer steps of several micro-steps: means per step
+            kinds = exposed_by_kind.get(r, {})
+            prev = sum(v for k, v in kinds.items() if k.endswith("_prev"))
+            nxt = sum(v for k, v in kinds.items() if k.endswith("_next"))
         where = layout.stage_of(r)
         stages.append(StageResult(
             int(r), where[1] if where else None, where[0] if where else None,
-            float(m["step_ns"]), float(max(m["step_ns"] - m["wait_ns"] - m["bubble_ns"], 0.0)),
+            float(m["step_ns"]), float(max(m["busy_ns"], 0.0)),
             float(m["compute_ns"]), float(prev), float(nxt), float(m["bubble_ns"]),
             _microbatches(table, r)))
     stages.sort(key=lambda s: (s.pipeline if s.pipeline is not None else -1,
@@ -88,6 +96,26 @@ def summarize_pipeline(table: RunTable, frame: pd.DataFrame, layout: Layout,
     share = float(np.mean([s.bubble_ns / max(s.step_ns, 1.0) for s in stages]))
     p = PipelineResult(tuple(stages), n_stages, m, share, ideal, slowest.rank, 1.0)
     return replace(p, imbalance=imbalance(stage_view(p)))
+
+
+def _side_waits(comm: pd.DataFrame | None, frame: pd.DataFrame) -> dict | None:
+    """{(rank, "prev" | "next"): median per analysed step of the exposed point-to-point time
+    with that side's neighbour} from the recorder's collectives table."""
+    if comm is None or comm.empty:
+        return None
+    kind = comm["key"].str.split(":", n=1).str[0]
+    side = np.where(kind.str.endswith("_prev"), "prev",
+                    np.where(kind.str.endswith("_next"), "next", ""))
+    c = comm.assign(side=side)
+    c = c[c["side"] != ""]
+    per = c.groupby(["rank", "step", "side"])["exposed_ns"].sum().unstack("side", fill_value=0)
+    idx = pd.MultiIndex.from_frame(frame[["rank", "step"]])
+    per = per.reindex(idx, fill_value=0)
+    out = {}
+    for s in per.columns:
+        for r, v in per[s].groupby(level="rank").median().items():
+            out[(int(r), s)] = float(v)
+    return out
 
 
 def _layers(table: RunTable, rank: int) -> list[tuple[str, int]]:

@@ -227,7 +227,7 @@ def phase_bars(report: Report):
 
 
 def stage_bars(report: Report):
-    """Per pipeline stage: busy, waiting on the previous and on the next stage, mean ms."""
+    """Per pipeline stage: busy, waiting on the previous and on the next stage, median ms."""
     p = report.pipeline
     if p is None:
         return None
@@ -258,7 +258,7 @@ def stage_bars(report: Report):
     ideal = (f", GPipe/1F1B ideal {p.ideal_bubble_share:.0%}"
              if p.ideal_bubble_share is not None else "")
     fig.update_layout(barmode="stack", height=360,
-                      title=f"Pipeline stages: mean ms per step (bubble {p.bubble_share:.0%}{ideal})",
+                      title=f"Pipeline stages: median ms per step (bubble {p.bubble_share:.0%}{ideal})",
                       xaxis=dict(title="pipeline / stage / rank", type="category"),
                       yaxis=dict(title="ms"), margin=dict(l=60, r=20, t=50, b=40),
                       legend=dict(orientation="h", y=-0.25))

@@ -244,7 +244,7 @@ def _pipeline(report: Report, console: Console) -> None:
     console.print(Text(f"Pipeline: {p.n_stages} stages{micro}; bubble {_pct(p.bubble_share, 2):.0f}% "
                        f"of step time{ideal}; slowest {where}, busiest stage "
                        f"{p.imbalance:.2f}x the mean"))
-    t = Table(title="Pipeline stages: mean ms per step", title_justify="left")
+    t = Table(title="Pipeline stages: median ms per step", title_justify="left")
     for col in ("pipeline", "stage", "rank", "step", "busy", "waits prev", "waits next",
                 "bubble"):
         t.add_column(col, justify="right", no_wrap=True)
