@@ -24,13 +24,15 @@ WORKLOAD = os.path.join(os.path.dirname(__file__), "workloads", "parallel.py")
 def parallel_run(tmp_path_factory):
     cache: dict = {}
 
-    def run(case: str, nproc: int, *args: str) -> str:
-        key = (case, nproc) + args
+    def run(case: str, nproc: int, *args: str, profile: bool = True) -> str:
+        key = (case, nproc, profile) + args
         if key not in cache:
             out = tmp_path_factory.mktemp(case)
             cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                    "--nproc_per_node", str(nproc), WORKLOAD, "--case", case, "--out", str(out),
-                   "--steps", "12", "--device-ms", "1", "--profile", *args]
+                   "--steps", "12", "--device-ms", "1", *args]
+            if profile:  # torch.profiler beside the recorder, for the traces' verdicts
+                cmd.append("--profile")
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
                                   env=dict(os.environ, OMP_NUM_THREADS="1"))
             assert proc.returncode == 0, proc.stderr[-3000:]
@@ -84,10 +86,11 @@ def test_pipelining_heavy_stage_is_named_and_repartitioned(parallel_run):
 
 
 def test_repartition_estimate_matches_the_repartitioned_run(parallel_run):
-    """The estimate for moving 2 layers from stage 1 to stage 0, against running 4 + 4."""
-    before = gpuscope.analyze(os.path.join(parallel_run("pipeline", 2, "--layers", "2,6"),
-                                           "record"))
-    out = parallel_run("pipeline", 2, "--layers", "4,4")
+    """The estimate for moving 2 layers from stage 1 to stage 0, against running 4 + 4 (both
+    without the profiler, whose trace writing lengthens some steps)."""
+    before = gpuscope.analyze(os.path.join(
+        parallel_run("pipeline", 2, "--layers", "2,6", profile=False), "record"))
+    out = parallel_run("pipeline", 2, "--layers", "4,4", profile=False)
     after = gpuscope.analyze(os.path.join(out, "record"))
     est = before.suggestions[0].estimated_step_ms
     measured = float(np.median([s.step_ns for s in after.steps])) / 1e6
@@ -127,9 +130,10 @@ def test_hybrid_slow_rank_named_in_its_data_parallel_group(parallel_run):
         groups = {tuple(g["ranks"]) for g in rep.layout["groups"]}
         assert {(0, 2), (1, 3)} <= groups, src
         ranks = {r.rank: r for r in rep.ranks}
-        # rank 2's waiting on rank 3 is imbalance, not the schedule's bubble
+        # rank 2's waiting on rank 3 is imbalance; what stays bubble is no more than the
+        # schedule gives the same stage of the other replica (rank 0)
         assert ranks[2].wait_ns > 2 * ranks[3].wait_ns, src
-        assert ranks[2].bubble_ns < 0.5 * ranks[2].wait_ns, src
+        assert ranks[2].bubble_ns <= ranks[0].bubble_ns + 1e6, src
     rec = gpuscope.analyze(os.path.join(out, "record"))
     check_step_times(rec, out)
     assert rec.layout["pipelines"] == [[0, 1], [2, 3]]
