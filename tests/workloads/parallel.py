@@ -74,6 +74,16 @@ class DeviceLinear(nn.Linear):
         return _Sleep.apply(super().forward(x), self.ms * x.shape[0] / (BATCH // MICRO))
 
 
+def mark(marks: list, t: float, args) -> float:
+    """Note a step that ran from `t` to now (rec.step() to rec.step(), as gpuscope counts it),
+    then step the profiler: its work falls into the next step for both clocks."""
+    now = _now()
+    marks.append(now - t)
+    if args.profiler is not None:
+        args.profiler.step()
+    return now
+
+
 def stage_module(layers: int, slow_ms: float = 0.0, device_ms: float = 0.0) -> nn.Sequential:
     mods: list[nn.Module] = []
     for _ in range(layers):
@@ -101,8 +111,8 @@ def case_pipeline(args, rank, world, marks):
     opt = torch.optim.SGD(module.parameters(), lr=0.01)
     x, y = torch.randn(BATCH, WIDTH), torch.randn(BATCH, WIDTH)
     with gpuscope.record(args.run_dir, model=stage) as rec:
+        t = _now()
         for _ in range(args.steps):
-            t = _now()
             if rank == 0:
                 schedule.step(x)
             else:
@@ -110,7 +120,7 @@ def case_pipeline(args, rank, world, marks):
             opt.step()
             opt.zero_grad()
             rec.step()
-            marks.append(_now() - t)
+            t = mark(marks, t, args)
 
 
 def _p2p_stage(module, rank, world, peer_prev, peer_next, group=None, micro=MICRO):
@@ -146,13 +156,13 @@ def case_sendrecv(args, rank, world, marks):
     prev = rank - 1 if rank > 0 else None
     nxt = rank + 1 if rank < world - 1 else None
     with gpuscope.record(args.run_dir, model=module) as rec:
+        t = _now()
         for _ in range(args.steps):
-            t = _now()
             _p2p_stage(module, rank, world, prev, nxt, micro=args.micro)
             opt.step()
             opt.zero_grad()
             rec.step()
-            marks.append(_now() - t)
+            t = mark(marks, t, args)
 
 
 def case_hybrid(args, rank, world, marks):
@@ -168,8 +178,8 @@ def case_hybrid(args, rank, world, marks):
     prev = rank - 1 if stage > 0 else None
     nxt = rank + 1 if stage < stages - 1 else None
     with gpuscope.record(args.run_dir, model=module) as rec:
+        t = _now()
         for _ in range(args.steps):
-            t = _now()
             _p2p_stage(module, rank, world, prev, nxt, micro=args.micro)
             for p in module.parameters():  # data parallel over this stage's replicas
                 dist.all_reduce(p.grad, group=dp)
@@ -177,7 +187,7 @@ def case_hybrid(args, rank, world, marks):
             opt.step()
             opt.zero_grad()
             rec.step()
-            marks.append(_now() - t)
+            t = mark(marks, t, args)
 
 
 CASES = {"pipeline": case_pipeline, "sendrecv": case_sendrecv, "hybrid": case_hybrid}
@@ -201,22 +211,17 @@ def main() -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    prof = None
+    prof = args.profiler = None
     if args.profile:
         from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
 
         prof = profile(activities=[ProfilerActivity.CPU],
-                       schedule=schedule(wait=1, warmup=1, active=9, repeat=1),
+                       schedule=schedule(wait=1, warmup=1, active=max(1, args.steps - 2),
+                                         repeat=1),  # the trace is written after the last step
                        on_trace_ready=tensorboard_trace_handler(os.path.join(args.out, "kineto"),
                                                               use_gzip=True))
         prof.start()
-        orig_step = gpuscope.Recorder.step
-
-        def step(self):
-            orig_step(self)
-            prof.step()
-
-        gpuscope.Recorder.step = step
+        args.profiler = prof
     marks: list[float] = []
     CASES[args.case](args, rank, world, marks)
     if prof is not None:

@@ -108,6 +108,10 @@ def main() -> None:
     torch.set_num_threads(1)
     os.makedirs(args.out, exist_ok=True)
     (run_hf if args.trainer == "hf" else run_lightning)(args)
+    import torch.distributed as dist
+
+    if dist.is_initialized():  # both Trainers leave the group up: a gloo group torn down by
+        dist.destroy_process_group()  # interpreter exit can abort ("terminate called ...")
 
 
 if __name__ == "__main__":
