@@ -75,7 +75,8 @@ def test_pipelining_heavy_stage_is_named_and_repartitioned(parallel_run):
     top = rep.suggestions[0]
     assert top.knob == "pipeline_partition" and top.addresses == "pipeline-bound"
     assert "first 2 layer(s)" in top.proposed and "from stage 1 (rank 1) to stage 0" in top.proposed
-    assert 0.6 * rep.steps[0].step_ns / 1e6 < top.estimated_step_ms < rep.steps[0].step_ns / 1e6
+    median_ms = float(np.median([s.step_ns for s in rep.steps])) / 1e6  # what the estimate improves
+    assert 0.6 * median_ms < top.estimated_step_ms < median_ms, (top.estimated_step_ms, median_ms)
 
     # the same run as torch.profiler saw it: the same verdict and slowest stage
     k = gpuscope.analyze(os.path.join(out, "kineto"))
