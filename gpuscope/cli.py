@@ -1,5 +1,6 @@
 """The `gpuscope` command line. Only here do errors become exit codes: 0 on success, 2 with one
-line on bad input, 1 on a failed check or an internal error."""
+line on bad input, 1 on a failed check or an internal error, 3 when `compare --fail-if-slower`
+finds a regression."""
 
 from __future__ import annotations
 
@@ -73,6 +74,40 @@ def cmd_scaling(args) -> int:
     return 0
 
 
+def load_report(path: str):
+    """A saved JSON report, or an analysis of a run dir / profiler traces."""
+    from . import analyze
+    from .report import SCHEMA, Report
+
+    if os.path.isfile(path) and path.endswith(".json"):
+        with open(path, "rb") as fh:
+            head = fh.read(4096)
+        if SCHEMA.encode() in head:
+            return Report.read_json(path)
+    return analyze(path)
+
+
+def cmd_compare(args) -> int:
+    import json
+
+    from .analyze.compare import compare
+    from .render import compare as render_compare
+
+    if args.fail_if_slower is not None and args.fail_if_slower < 0:
+        raise GpuscopeError(f"--fail-if-slower must be a percentage >= 0, not {args.fail_if_slower}")
+    result = compare(load_report(args.before), load_report(args.after))
+    if args.json:
+        _write(args.json, json.dumps(result.to_dict(), indent=2))
+    if not args.quiet:
+        print(render_compare.render(result, color=sys.stdout.isatty()), end="")
+    if args.fail_if_slower is not None and result.slower_than(args.fail_if_slower):
+        unit = "sample" if result.per_sample else "micro-step"
+        print(f"gpuscope: regression: AFTER is {result.slower_pct:.1f}% slower per {unit} than "
+              f"BEFORE (limit {args.fail_if_slower:g}%)", file=sys.stderr)
+        return 3
+    return 0
+
+
 def cmd_doctor(args) -> int:
     import json
 
@@ -122,6 +157,16 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("paths", nargs="+", help="run dirs or trace folders, one per world size")
     sc.add_argument("--json", metavar="FILE", help="write the scaling table as JSON")
     sc.set_defaults(func=cmd_scaling)
+    c = sub.add_parser("compare", help="compare two runs of one training: parts, verdict, "
+                       "knobs, and how the suggestions' estimates held")
+    c.add_argument("before", help="run dir, profiler traces, or a saved JSON report")
+    c.add_argument("after", help="the same, after a change")
+    c.add_argument("--json", metavar="FILE", help="write the comparison as JSON")
+    c.add_argument("--fail-if-slower", type=float, metavar="PCT",
+                   help="exit 3 when AFTER is more than PCT %% slower than BEFORE (per sample "
+                   "when both batches are known, else per micro-step): a regression gate for CI")
+    c.add_argument("-q", "--quiet", action="store_true", help="no terminal output")
+    c.set_defaults(func=cmd_compare)
     doc = sub.add_parser("doctor", help="check GPUs, versions, topology and run a smoke test")
     doc.add_argument("--no-smoke", action="store_true", help="skip the multi-process smoke test")
     doc.add_argument("--json", metavar="FILE", help="write the checks as JSON")

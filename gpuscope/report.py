@@ -213,16 +213,23 @@ class Suggestion:
     why: str
     addresses: str            # the label it fixes
     gain_pct: float = 0.0     # throughput gain (samples/s) the estimate implies
+    #: (lo, hi) ms: where the step time should land given what the estimate had to assume
+    estimated_step_ms_range: tuple[float, float] | None = None
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["estimated_step_ms"] = _r3(self.estimated_step_ms)
+        rng = self.estimated_step_ms_range
+        d["estimated_step_ms_range"] = None if rng is None else [_r3(rng[0]), _r3(rng[1])]
         d["gain_pct"] = round(float(self.gain_pct), 1)
         return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "Suggestion":
-        return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
+        kw = {f.name: d[f.name] for f in fields(cls) if f.name in d}
+        if kw.get("estimated_step_ms_range") is not None:
+            kw["estimated_step_ms_range"] = tuple(kw["estimated_step_ms_range"])
+        return cls(**kw)
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,8 @@ def table_from_rows(rows: list[dict], knobs: dict | None = None, world: int | No
         rec["n_comm"] = 1 if r.get("comm", 0) else 0
         rec["data_cpu_ns"] = int(r.get("data_cpu", r.get("data", 0)) * MS)
         rec["wait_ns"] = 0
+        if "synced" in r:
+            rec["synced"] = int(r["synced"])
         recs.append(rec)
     frame = pd.DataFrame(recs).sort_values(["rank", "step"]).reset_index(drop=True)
     ranks = {r: RankInfo(r, f"host{r}", dict(knobs or {})) for r in frame["rank"].unique()}

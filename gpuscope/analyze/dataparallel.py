@@ -77,4 +77,5 @@ def dataparallel(table: RunTable, step_ns: float, label: str
            "taken as 2x forward), and does not count the GIL contention DDP also removes")
     return section, [Suggestion("parallel", f"nn.DataParallel over {len(devices)} GPUs",
                                 "DistributedDataParallel, one process per GPU (torchrun)",
-                                est / MS, why, label, (step_ns / max(est, 1.0) - 1) * 100)], []
+                                est / MS, why, label, (step_ns / max(est, 1.0) - 1) * 100,
+                                (est / MS, min(step_ns, est * 1.3) / MS))], []

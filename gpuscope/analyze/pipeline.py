@@ -16,6 +16,7 @@ from ..vocab import COMPUTE, COMPUTE_PHASES, LABELS, PARTS, PIPELINE
 from .classify import classify_steps, jitter_cost, run_verdict, step_results
 from .consistency import find_roles
 from .cycles import cycle_ends, group_cycles, sync_interval
+from .whatif import micro_steps
 from .dataparallel import dataparallel
 from .groups import Groups
 from .layout import find_layout, split_bubble
@@ -152,12 +153,14 @@ def analyze_table(table: RunTable, thresholds: Thresholds | None = None,
     if ends is not None:  # accumulation: waits per micro-step, then optimizer steps
         if record:
             frame = estimate_wait(frame, warnings, table.comm)
+        micro = micro_steps(frame, max(th.warmup_steps, 1))
         frame, mapping = to_cycles(frame, ends, warnings)
         frame = drop_warmup(frame, th.warmup_steps, warnings)
     else:
         frame = drop_warmup(frame, th.warmup_steps, warnings)
         if record:
             frame = estimate_wait(frame, warnings, table.comm)
+        micro = micro_steps(frame, 0)
     layout = find_layout(table)
     frame = split_bubble(frame, layout)
     knobs = table.knobs()
@@ -194,7 +197,8 @@ def analyze_table(table: RunTable, thresholds: Thresholds | None = None,
     kinds = {k for per_rank in exposed.values() for k in per_rank}
     found = Findings(frame, labels, th, knobs, stragglers, roles.early,
                      float(steps["data_share"].median()), jitter,
-                     {k: float(np.mean([r.get(k, 0.0) for r in exposed.values()])) for k in kinds})
+                     {k: float(np.mean([r.get(k, 0.0) for r in exposed.values()])) for k in kinds},
+                     micro)
     suggestions = suggest(found)
     pipeline = summarize_pipeline(table, frame, layout, exposed)
     dp_section, dp_suggestions, dp_warnings = dataparallel(table, typical_step(frame).step,
@@ -205,6 +209,8 @@ def analyze_table(table: RunTable, thresholds: Thresholds | None = None,
     if PIPELINE in labels:
         more, why_not_pipeline = suggest_pipeline(pipeline, table, typical_step(frame).step)
         suggestions = sorted(suggestions + more, key=lambda s: -s.gain_pct)
+    # what fixes the verdict first, then by gain: the top suggestion is about the main bottleneck
+    suggestions = sorted(suggestions, key=lambda s: (s.addresses != verdict.label, -s.gain_pct))
     if verdict.label == PIPELINE and why_not_pipeline and not any(
             s.addresses == PIPELINE for s in suggestions):
         warnings.append(f"no suggestion for {PIPELINE}: {why_not_pipeline}")

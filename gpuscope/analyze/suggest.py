@@ -12,6 +12,7 @@ import pandas as pd
 from ..report import Jitter, Straggler, Suggestion
 from ..thresholds import Thresholds
 from ..vocab import COMM, DATA, HOST, IMBALANCED, JITTER, MS
+from . import whatif
 from .groups import Groups
 
 #: what a DataLoader worker process costs the loop per batch, measured with
@@ -19,6 +20,8 @@ from .groups import Groups
 #: VM: 0.34-0.61 ms per batch of 4-256 KB, +0.5-0.75 ms per MB beyond)
 WORKER_BATCH_NS = 500_000
 WORKER_NS_PER_BYTE = 0.5
+#: starting one worker process (fork, first import of the dataset), for the per-epoch restart
+WORKER_START_NS = 20_000_000
 
 
 @dataclass
@@ -34,6 +37,8 @@ class Findings:
     data_share: float = 0.0         # median step's data share
     jitter: Jitter = field(default_factory=Jitter)
     exposed_by_kind: dict = field(default_factory=dict)  # kind -> mean exposed ns per step
+    micro: whatif.MicroSteps | None = None  # per micro-step medians, synchronized or not
+    growth: tuple | None = None  # how forward+backward grow with the batch, where measured
 
 
 @dataclass(frozen=True)
@@ -77,6 +82,11 @@ def typical_step(frame: pd.DataFrame) -> TypicalStep:
                        interval, med(mean("host_ns")))
 
 
+def _ms_range(e: "whatif.Estimate") -> tuple[float, float]:
+    lo, hi = e.range
+    return (lo / MS, hi / MS)
+
+
 def _gain(old_step: float, new_step: float, batch_factor: float = 1.0) -> float:
     """Throughput gain in % when a step of `old_step` becomes `new_step` for batch_factor x samples."""
     return (old_step * batch_factor / max(new_step, 1.0) - 1) * 100
@@ -116,6 +126,22 @@ def suggest_data(t: TypicalStep, knobs: dict, th: Thresholds) -> tuple[list[Sugg
     proposed = max(min(max(need, 1), cap, 32), cur + 1)
     cost = worker_cost_ns(knobs)
     est = max(t.busy, load / proposed) + (cost if cur == 0 else 0.0)
+    lo, hi = max(t.busy, load / proposed), est
+    assumes = [f"a batch keeps loading in ~{load / MS:.1f} ms in a worker"]
+    epoch = knobs.get("batches_per_epoch")
+    if not knobs.get("persistent_workers") and isinstance(epoch, int) and epoch > 0:
+        restart = (load + proposed * WORKER_START_NS) / epoch  # the first batch of every epoch
+        hi += restart
+        assumes.append(f"workers restart every epoch of {epoch} batches, ~{restart / MS:.2f} ms "
+                       "per step (upper end)")
+    if not io_bound:  # CPU-bound loading: workers and the training thread share the rank's cores
+        busy_cpu = t.data_cpu if cur == 0 else load
+        share = min(1.0, busy_cpu / max(t.step, 1.0))
+        contention = max(1.0, (proposed * share + 1) / per_rank)
+        hi = max(hi, est + t.busy * (contention - 1))
+        if contention > 1:
+            assumes.append(f"{proposed} worker(s) and training on {per_rank} core(s) slow "
+                           f"training up to {contention:.1f}x (upper end)")
     if cur == 0 and (t.step - est < max(0.05 * t.step, 2 * cost)):
         return out, (f"a batch loads in {load / MS:.2f} ms; a worker process costs the loop about "
                      f"{cost / MS:.1f} ms per batch (benchmarks/bench_workers.py), so workers would "
@@ -128,21 +154,27 @@ def suggest_data(t: TypicalStep, knobs: dict, th: Thresholds) -> tuple[list[Sugg
            f"{need} worker(s) would hide it; {per_rank} CPU core(s) per rank"
            f"{', and loading is I/O-like, so up to 4 workers per core' if io_bound else ''}"
            + (f"; a worker costs ~{cost / MS:.1f} ms per batch to hand over, included"
-              if cur == 0 else ""))
-    out.append(Suggestion("num_workers", cur, proposed, est / MS, why, DATA, _gain(t.step, est)))
+              if cur == 0 else "") + "; assumes: " + "; ".join(assumes))
+    out.append(Suggestion("num_workers", cur, proposed, est / MS, why, DATA, _gain(t.step, est),
+                          (lo / MS, hi / MS)))
     if knobs.get("device", "cpu").startswith("cuda") and not knobs.get("pin_memory"):
-        out.append(Suggestion("pin_memory", False, True, (t.step - 0.1 * t.data) / MS,
+        est = t.step - 0.1 * t.data
+        out.append(Suggestion("pin_memory", False, True, est / MS,
                               "page-locked host memory makes host-to-device copies faster and lets "
-                              ".to(device, non_blocking=True) overlap them with compute", DATA,
-                              _gain(t.step, t.step - 0.1 * t.data)))
+                              ".to(device, non_blocking=True) overlap them with compute; assumes "
+                              "a tenth of the data wait is the copy (range: none to a third)", DATA,
+                              _gain(t.step, est), ((t.step - 0.3 * t.data) / MS, t.step / MS)))
     if cur > 0 and not knobs.get("persistent_workers"):
         out.append(Suggestion("persistent_workers", False, True, t.step / MS,
                               "workers are restarted every epoch; keeping them avoids the stall "
-                              "at each epoch start (per-step time unchanged)", DATA, 0.0))
+                              "at each epoch start (per-step time unchanged)", DATA, 0.0,
+                              (t.step / MS, t.step / MS)))
     if cur > 0 and proposed <= cur:
         pf = knobs.get("prefetch_factor") or 2
         out.append(Suggestion("prefetch_factor", pf, pf * 2, t.step / MS,
-                              "more batches in flight per worker absorb uneven load times", DATA, 0.0))
+                              "more batches in flight per worker absorb uneven load times; the "
+                              "typical step stays, the slow ones shrink (range: up to the data "
+                              "wait saved)", DATA, 0.0, ((t.step - t.data) / MS, t.step / MS)))
     return out, ""
 
 
@@ -152,7 +184,8 @@ def _global_batch(knobs: dict, micro: int, accum: int) -> str:
 
 
 def suggest_comm(t: TypicalStep, knobs: dict, th: Thresholds,
-                 exposed_by_kind: dict | None = None) -> list[Suggestion]:
+                 exposed_by_kind: dict | None = None, micro: whatif.MicroSteps | None = None,
+                 growth: tuple | None = None) -> list[Suggestion]:
     """Sync gradients less often, or do more work per sync, from measured transfer and compute;
     for FSDP, the all-gathers apart."""
     out: list[Suggestion] = []
@@ -165,12 +198,21 @@ def suggest_comm(t: TypicalStep, knobs: dict, th: Thresholds,
     grads = T - gather  # the part that gradient accumulation avoids (all-reduce/reduce-scatter)
     cur = max(1, t.sync_interval)
     bs = knobs.get("batch_size")
+    micro = micro if micro is not None and micro.synced is not None else None
     if grads > 0:
-        # average per current step with sync every k: rest + G/k; want G/k <= target * step
-        k = math.ceil((1 - th.comm_target) * grads / (th.comm_target * (rest + gather)))
-        k = max(2, min(k, 32))
-        est = rest + gather + grads / k
         fsdp = "reduce_scatter" in by_kind
+        share = grads / T
+        if micro is not None:
+            unsync = whatif.unsynced_step(micro, knobs, share)
+            new = whatif.choose_interval(micro.synced.step, unsync.ms, th.comm_target, cur)
+            e = whatif.sync_estimate(micro, knobs, new, cur, share)
+            k = new // cur
+        else:  # no per-micro-step table (a saved report): exposed transfer only
+            k = math.ceil((1 - th.comm_target) * grads / (th.comm_target * (rest + gather)))
+            k = max(2, min(k, 32))
+            est = rest + gather + grads / k
+            e = whatif.Estimate(est, est * 0.85, est, "communication hidden behind backward is "
+                                "assumed free")
         how = ("model.set_requires_gradient_sync(False) on FSDP" if fsdp
                else "DDP no_sync() (or model.require_backward_grad_sync = False)")
         batch = (f"; the global batch grows {k}x, from {_global_batch(knobs, bs, cur)} to "
@@ -187,57 +229,72 @@ def suggest_comm(t: TypicalStep, knobs: dict, th: Thresholds,
             what = (f"the run accumulates {cur} micro-steps per optimizer step; {k * cur} would "
                     f"bring it under {th.comm_target:.0%} ({how})")
         out.append(Suggestion(
-            "sync_frequency", current, proposed, est / MS,
+            "sync_frequency", current, proposed, e.ms / MS,
             f"{grads / MS:.1f} ms of each {t.step / MS:.1f} ms step is exposed gradient "
             f"synchronization that compute does not hide; {what}{batch} (scale the learning "
-            "rate or steps accordingly); estimate per step of today's global batch", COMM,
-            _gain(t.step, est)))
+            "rate or steps accordingly); estimate per step of today's global batch; "
+            f"assumes: {e.assumes}", COMM, _gain(t.step, e.ms), _ms_range(e)))
     if gather > 0:
         est = t.step - gather / 2
         out.append(Suggestion(
             "reshard_after_forward", True, False, est / MS,
             f"{gather / MS:.1f} ms per step is exposed FSDP all-gather; keeping the gathered "
             "parameters from forward to backward (fully_shard(..., reshard_after_forward=False)) "
-            "saves the backward all-gathers, about half, at the cost of holding them in memory",
-            COMM, _gain(t.step, est)))
+            "saves the backward all-gathers, about half, at the cost of holding them in memory; "
+            "assumes the all-gathers are bandwidth-bound (range: a quarter to all of them)",
+            COMM, _gain(t.step, est), ((t.step - gather) / MS, (t.step - gather / 4) / MS)))
     used = knobs.get("memory_used_fraction")
     headroom = int(0.9 / used) if used else None  # how many times the batch fits in memory
     if isinstance(bs, int) and bs > 0 and (headroom is None or headroom >= 2):
         m = 4 if T > rest else 2
         if headroom is not None:
             m = min(m, headroom)
-        new_step = rest * m + T  # compute scales with the batch, the gradient size does not
+        if micro is not None:
+            e = whatif.batch_estimate(micro, knobs, m, cur, growth)
+        else:
+            new_step = rest * m + T  # compute scales with the batch, the gradient size does not
+            e = whatif.Estimate(new_step, t.step + (new_step - t.step) * 0.5, new_step,
+                                "compute grows linearly with the batch")
         out.append(Suggestion(
-            "batch_size", bs, bs * m, new_step / MS,
+            "batch_size", bs, bs * m, e.ms / MS,
             f"the collectives cost the same {T / MS:.1f} ms whatever the batch; {m}x the per-rank "
             f"micro-batch spreads them over {m}x the samples ("
             + (f"GPU memory peaks at {used:.0%}, so {m}x fits" if used else "if memory allows")
             + f"; the global batch grows from {_global_batch(knobs, bs, cur)} to "
-            f"{_global_batch(knobs, bs * m, cur)})",
-            COMM, _gain(t.step, new_step, m)))
-    if knobs.get("param_dtype", "float32") == "float32":
+            f"{_global_batch(knobs, bs * m, cur)}); the optimizer and the gradient communication "
+            f"do not grow with the batch; assumes: {e.assumes}",
+            COMM, _gain(t.step, e.ms, m), _ms_range(e)))
+    on_cpu = whatif.device_kind(knobs) == "cpu" and knobs.get("device") is not None
+    if on_cpu:  # measured: fp16_compress_hook made a gloo/CPU step 9% slower (casts, half sums)
+        return out
+    hook = str(knobs.get("comm_hook") or "")
+    if knobs.get("param_dtype", "float32") == "float32" and "compress" not in hook:
         est = t.step - T / 2
+        rng = (est / MS, (t.step - T / 4) / MS)  # latency-bound transfers gain less
         if gather > 0:
             out.append(Suggestion(
                 "mixed_precision", "fp32 parameters", "bf16 parameters for communication", est / MS,
                 "FSDP's MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) "
-                "halves the bytes each all-gather moves", COMM, _gain(t.step, est)))
+                "halves the bytes each all-gather moves; assumes bandwidth-bound transfers "
+                "(range: half the gain when latency-bound)", COMM, _gain(t.step, est), rng))
         elif knobs.get("model") == "DistributedDataParallel":
             out.append(Suggestion(
                 "grad_compression", "none (fp32 gradients)", "bf16_compress_hook", est / MS,
                 "a bf16 compression comm hook halves the bytes each all-reduce moves "
-                "(ddp.register_comm_hook(None, bf16_compress_hook))", COMM, _gain(t.step, est)))
+                "(ddp.register_comm_hook(None, bf16_compress_hook); NCCL only, "
+                "fp16_compress_hook elsewhere); assumes bandwidth-bound transfers (range: half "
+                "the gain when latency-bound)", COMM, _gain(t.step, est), rng))
         elif knobs.get("model"):  # a model gpuscope saw, not DDP: the loop all-reduces itself
             out.append(Suggestion(
                 "grad_compression", "none (fp32 gradients)", "bf16 all-reduce", est / MS,
                 "all-reducing the gradients in bf16 (cast before dist.all_reduce, average, cast "
-                "back) halves the bytes each all-reduce moves", COMM, _gain(t.step, est)))
+                "back) halves the bytes each all-reduce moves", COMM, _gain(t.step, est), rng))
         else:  # a profiler trace: the wrapper is not known
             out.append(Suggestion(
                 "grad_compression", "none (fp32 gradients)", "bf16_compress_hook", est / MS,
                 "bf16 gradients halve the bytes each all-reduce moves: with DDP, "
                 "ddp.register_comm_hook(None, bf16_compress_hook); with your own "
-                "dist.all_reduce, cast to bf16 before it", COMM, _gain(t.step, est)))
+                "dist.all_reduce, cast to bf16 before it", COMM, _gain(t.step, est), rng))
     return out
 
 
@@ -253,7 +310,8 @@ def suggest_host(t: TypicalStep) -> list[Suggestion]:
         "ends and before the host has launched the next: capture the step in CUDA graphs "
         "(torch.compile(mode='reduce-overhead')) or fuse kernels with torch.compile, remove host "
         "syncs from the loop (.item(), .cpu(), printing tensors), or give each launch more work "
-        "(a larger batch)", HOST, _gain(t.step, est))]
+        "(a larger batch); assumes every idle gap closes (range: half of them)", HOST,
+        _gain(t.step, est), (est / MS, (t.step - 0.5 * t.host) / MS))]
 
 
 def suggest_imbalance(t: TypicalStep, stragglers: list[Straggler], knobs: dict,
@@ -270,8 +328,9 @@ def suggest_imbalance(t: TypicalStep, stragglers: list[Straggler], knobs: dict,
             current = "none consistent"
             why = (f"ranks wait up to {t.wait / MS:.1f} ms per step for each other, but too few "
                    "steps show who is late: record more steps to name a straggler")
-        return [Suggestion("straggler", current, "match the median rank", (t.step - t.wait) / MS,
-                           why, IMBALANCED, _gain(t.step, t.step - t.wait))]
+        est = t.step - t.wait
+        return [Suggestion("straggler", current, "match the median rank", est / MS,
+                           why, IMBALANCED, _gain(t.step, est), _straggler_range(t, est))]
     out = []
     for s in stragglers:
         est = t.step - t.wait
@@ -292,9 +351,16 @@ def suggest_imbalance(t: TypicalStep, stragglers: list[Straggler], knobs: dict,
             f"the other ranks wait {t.wait / MS:.1f} ms per step for rank {s.rank} (slow in "
             f"{s.slow_steps_share:.0%} of steps); it spends {s.cause_excess_ns / MS:+.1f} ms "
             f"more per step in {part} than the median rank"
-            + (f"; {evidence}" if evidence else "") + f": {fixes[s.cause]}", IMBALANCED,
-            _gain(t.step, est)))
+            + (f"; {evidence}" if evidence else "") + f": {fixes[s.cause]}; assumes the other "
+            "ranks keep their pace and their own step-to-step variation", IMBALANCED,
+            _gain(t.step, est), _straggler_range(t, est)))
     return out
+
+
+def _straggler_range(t: TypicalStep, est: float) -> tuple[float, float]:
+    """Without the straggler the others still wait for each other now and then: up to a tenth
+    of the step and half the wait the straggler caused."""
+    return (est / MS, min(t.step, est * 1.1 + 0.1 * t.wait) / MS)
 
 
 def suggest_jitter(t: TypicalStep, jitter: Jitter) -> list[Suggestion]:
@@ -307,7 +373,8 @@ def suggest_jitter(t: TypicalStep, jitter: Jitter) -> list[Suggestion]:
         f"ranks lose {wait_share:.1%} of step time waiting for each other, but no rank is late "
         "step after step: look for uneven inputs (sort or bucket samples by length), noisy "
         "neighbours or CPU oversubscription on the hosts, and host work that runs on some steps "
-        "(logging, checkpointing, garbage collection)", JITTER, _gain(t.step, est))]
+        "(logging, checkpointing, garbage collection); assumes all the waiting goes (range: "
+        "none of it)", JITTER, _gain(t.step, est), (est / MS, t.step / MS))]
 
 
 def suggest(found: Findings) -> list[Suggestion]:
@@ -333,7 +400,7 @@ def _suggest(found: Findings) -> tuple[list[Suggestion], dict[str, str]]:
         data, why_not[DATA] = suggest_data(t, knobs, th)
         out += data
     if COMM in labels:
-        out += suggest_comm(t, knobs, th, found.exposed_by_kind)
+        out += suggest_comm(t, knobs, th, found.exposed_by_kind, found.micro, found.growth)
         if t.transfer <= 0:
             why_not[COMM] = ("comm-bound steps are a minority: the typical step has no exposed "
                              "transfer, so no change to how often gradients sync is suggested")

@@ -9,12 +9,16 @@ Scenarios (2 ranks, gloo on CPU, a few seconds each):
 - ``compute``: a balanced compute-heavy MLP (large batch, few parameters) with in-memory data.
 
 ``--profile DIR`` also writes torch.profiler (Kineto) traces there with tensorboard_trace_handler;
-``--no-record`` runs the same loop without gpuscope (for the overhead benchmark).
+``--no-record`` runs the same loop without gpuscope (for the overhead benchmark). The knobs gpuscope
+suggests can be set to re-run a scenario with a suggestion applied (benchmarks/bench_whatif.py):
+``--num-workers``, ``--batch-size``, ``--sync-every K`` (gradient accumulation: DDP ``no_sync()`` and
+no optimizer step on K-1 of every K micro-steps), ``--comm-hook bf16|fp16``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import time
@@ -54,19 +58,19 @@ def mlp(dim: int, hidden: int, depth: int) -> nn.Module:
 EPOCH_STEPS = 32  # the dataset holds this many batches per rank; longer runs take more epochs
 
 
-def build(scenario: str, steps: int, world: int):
-    """Model, dataset and loader settings for one scenario."""
+def build(scenario: str, steps: int, world: int, batch_size: int | None = None):
+    """Model, dataset and loader settings for one scenario (`batch_size` overrides its batch)."""
     steps = min(steps, EPOCH_STEPS)
     if scenario == "data":
-        model, dim, batch = mlp(64, 256, 2), 64, 16
+        model, dim, batch = mlp(64, 256, 2), 64, batch_size or 16
         ds = SlowDataset(batch * steps * world, dim, delay_s=0.002)
     elif scenario == "comm":
-        model, dim, batch = mlp(256, 1400, 4), 256, 2
+        model, dim, batch = mlp(256, 1400, 4), 256, batch_size or 2
         ds = TensorDataset(torch.randn(batch * steps * world, dim),
                            torch.randint(0, 10, (batch * steps * world,)))
     elif scenario in ("compute", "imbalanced"):
         # many FLOPs per parameter: compute dominates and the all-reduce stays small
-        model, dim, batch = mlp(128, 128, 3), 128, 4096
+        model, dim, batch = mlp(128, 128, 3), 128, batch_size or 4096
         ds = TensorDataset(torch.randn(batch * steps * world, dim),
                            torch.randint(0, 10, (batch * steps * world,)))
     else:
@@ -112,6 +116,11 @@ def main(argv=None) -> None:
     ap.add_argument("--backend", default=None, help="gloo (default on CPU) or nccl (on CUDA)")
     ap.add_argument("--tensorboard", action="store_true",
                     help="also write per-step scalars for TensorBoard's Scalars tab")
+    ap.add_argument("--batch-size", type=int, help="per-rank batch (default: the scenario's)")
+    ap.add_argument("--num-workers", type=int, default=0, help="DataLoader worker processes")
+    ap.add_argument("--sync-every", type=int, default=1,
+                    help="synchronize gradients and step the optimizer every K micro-steps")
+    ap.add_argument("--comm-hook", choices=("bf16", "fp16"), help="DDP gradient compression")
     args = ap.parse_args(argv)
 
     torch.set_num_threads(1)
@@ -119,7 +128,7 @@ def main(argv=None) -> None:
     cuda = args.device.startswith("cuda")
     dist.init_process_group(args.backend or ("nccl" if cuda else "gloo"))
     rank, world = dist.get_rank(), dist.get_world_size()
-    model, ds, batch = build(args.scenario, args.steps, world)
+    model, ds, batch = build(args.scenario, args.steps, world, args.batch_size)
     slow = args.scenario == "imbalanced" and rank == args.slow_rank
     model = Slowed(model, args.extra_ms if slow else 0.0)
     if cuda:  # one GPU per local rank; several ranks may share one GPU with gloo
@@ -131,12 +140,20 @@ def main(argv=None) -> None:
     else:
         device = torch.device("cpu")
         ddp = DDP(model)
+
+    def compress() -> None:  # after record() starts, so that gpuscope times the hook's buckets
+        if args.comm_hook:
+            from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+            hook = getattr(default_hooks, f"{args.comm_hook}_compress_hook")
+            ddp.register_comm_hook(None, hook)
+
     sampler = DistributedSampler(ds, num_replicas=world, rank=rank, shuffle=False)
     if isinstance(ds, TensorDataset):  # in memory: slice whole batches, no per-sample collate
         loader = DataLoader(ds, sampler=BatchSampler(sampler, batch, drop_last=False),
-                            batch_size=None, num_workers=0)
+                            batch_size=None, num_workers=args.num_workers)
     else:
-        loader = DataLoader(ds, batch_size=batch, sampler=sampler, num_workers=0)
+        loader = DataLoader(ds, batch_size=batch, sampler=sampler, num_workers=args.num_workers)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
     loss_fn = nn.CrossEntropyLoss()
 
@@ -150,14 +167,19 @@ def main(argv=None) -> None:
                        on_trace_ready=tensorboard_trace_handler(args.profile, use_gzip=True))
         prof.start()
 
+    micro = [0]
+
     def train_step(x, y):
         if cuda:
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-        opt.zero_grad(set_to_none=True)
-        out = ddp(x)
-        loss = loss_fn(out, y)
-        loss.backward()
-        opt.step()
+        micro[0] += 1
+        sync = micro[0] % args.sync_every == 0
+        with contextlib.nullcontext() if sync else ddp.no_sync():
+            loss = loss_fn(ddp(x), y)
+            (loss / args.sync_every).backward()
+        if sync:
+            opt.step()
+            opt.zero_grad(set_to_none=True)
 
     step_times: list[float] = []
 
@@ -178,11 +200,13 @@ def main(argv=None) -> None:
                     return
 
     if args.no_record:
+        compress()
         run(lambda it: it, lambda: None)
     else:
         import gpuscope
 
         with gpuscope.record(args.run_dir, model=ddp, tensorboard=args.tensorboard) as rec:
+            compress()
             run(rec.data, rec.step)
     if prof is not None:
         prof.stop()

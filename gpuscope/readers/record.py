@@ -300,7 +300,10 @@ def read_run_dir(path: str) -> RunTable:
         warnings += f.warnings
         header, rank = f.header, f.rank
         world = max(world, int(header.get("world_size") or 1))
-        ranks[rank] = RankInfo(rank, header.get("host", ""), header["knobs"],
+        knobs = header["knobs"]
+        if isinstance(f.end, dict) and isinstance(f.end.get("comm_hook"), str):
+            knobs = {**knobs, "comm_hook": f.end["comm_hook"]}  # known when the run ends
+        ranks[rank] = RankInfo(rank, header.get("host", ""), knobs,
                                {k: header.get(k) for k in ("pid", "comm_timing", "start_unix_ns",
                                                            "placement_source", "local_rank", "gpu",
                                                            "run_id")}

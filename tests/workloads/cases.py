@@ -186,7 +186,7 @@ def _ddp_loop(args, rank, tim, model, rec_model, accum=1, autocast=False, closur
                 opt.step(fn)
                 tim.part("optimizer", t)
             else:
-                sync = model.no_sync() if (accum > 1 and not last) else _nothing()
+                sync = _no_sync(model) if (accum > 1 and not last) else _nothing()
                 with sync:
                     t = _now()
                     if autocast:
@@ -212,6 +212,23 @@ def _ddp_loop(args, rank, tim, model, rec_model, accum=1, autocast=False, closur
     return {"accumulation": accum}
 
 
+def _no_sync(model):
+    """DDP's no_sync(), or FSDP2's set_requires_gradient_sync(False) for one micro-step."""
+    if hasattr(model, "no_sync"):
+        return model.no_sync()
+    import contextlib
+
+    @contextlib.contextmanager
+    def off():
+        model.set_requires_gradient_sync(False)
+        try:
+            yield
+        finally:
+            model.set_requires_gradient_sync(True)
+
+    return off()
+
+
 class _nothing:
     def __enter__(self):
         return self
@@ -222,7 +239,8 @@ class _nothing:
 
 def case_no_sync(args, rank, tim):
     model = DDP(mlp(512, 3))
-    return _ddp_loop(args, rank, tim, model, model, accum=8)
+    return _ddp_loop(args, rank, tim, model, model, accum=args.accum or 8,
+                     batch=args.batch or 16)
 
 
 def case_nomodel(args, rank, tim):
@@ -250,11 +268,12 @@ def case_fsdp2(args, rank, tim):
 
     torch.manual_seed(0)
     model = mlp(1024, 4)
+    reshard = not args.no_reshard
     for layer in model:
         if isinstance(layer, nn.Linear):
-            fully_shard(layer)
-    fully_shard(model)
-    return _ddp_loop(args, rank, tim, model, model, batch=4)
+            fully_shard(layer, reshard_after_forward=reshard)
+    fully_shard(model, reshard_after_forward=reshard)
+    return _ddp_loop(args, rank, tim, model, model, batch=args.batch or 4, accum=args.accum or 1)
 
 
 def case_tutorial(args, rank, tim):
@@ -312,6 +331,10 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--accum", type=int, help="micro-steps per optimizer step (no_sync, fsdp2)")
+    ap.add_argument("--batch", type=int, help="per-rank batch (no_sync, fsdp2)")
+    ap.add_argument("--no-reshard", action="store_true",
+                    help="fsdp2: fully_shard(..., reshard_after_forward=False)")
     args = ap.parse_args()
     args.run_dir = os.path.join(args.out, "record")
     torch.set_num_threads(1)

@@ -1,0 +1,242 @@
+"""Two reports of one training side by side: what each part of the step did, whether the verdict
+changed, which knobs changed, and for each suggestion BEFORE made whose knob changed, the step time
+it predicted against the one AFTER measured.
+
+Times compare per micro-step (one batch through forward and backward), so that runs with another
+accumulation interval line up; throughput compares per sample when both runs know their batch."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from ..report import Report
+from ..vocab import MS
+
+#: the parts compared, as (name, how to read them off a report): ms per micro-step
+PARTS = ("step", "data", "compute", "forward", "backward", "optimizer", "comm", "comm_exposed",
+         "wait", "other")
+
+#: a suggestion's knob -> the report knobs that show it was applied
+KNOB_KEYS = {
+    "num_workers": ("num_workers",),
+    "batch_size": ("batch_size",),
+    "sync_frequency": ("sync_interval", "gradient_accumulation_steps", "accumulate_grad_batches"),
+    "grad_compression": ("comm_hook",),
+    "prefetch_factor": ("prefetch_factor",),
+    "pin_memory": ("pin_memory",),
+    "persistent_workers": ("persistent_workers",),
+    "pipeline_partition": ("layers",),
+    "n_microbatches": ("n_microbatches", "microbatches"),
+}
+#: knobs that describe the run, not the training: never listed as changed
+IGNORED = {"start_unix_ns", "hostname", "pid", "cpu_count", "cpus_available", "torch", "gpuscope",
+           "cuda_available", "memory_used_fraction", "batches_per_epoch", "run_id"}
+
+
+@dataclass(frozen=True)
+class PartDelta:
+    part: str
+    before_ms: float
+    after_ms: float
+
+    @property
+    def delta_ms(self) -> float:
+        return self.after_ms - self.before_ms
+
+    @property
+    def delta_pct(self) -> float | None:
+        return 100 * self.delta_ms / self.before_ms if self.before_ms > 0 else None
+
+    def to_dict(self) -> dict:
+        pct = self.delta_pct
+        return {"part": self.part, "before_ms": round(self.before_ms, 3),
+                "after_ms": round(self.after_ms, 3), "delta_ms": round(self.delta_ms, 3),
+                "delta_pct": None if pct is None else round(pct, 1)}
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A BEFORE suggestion whose knob AFTER changed: predicted against measured step time (ms per
+    step of BEFORE's shape: its micro-steps per row, the batch AFTER ran with)."""
+
+    knob: str
+    current: object
+    proposed: object
+    applied: object                  # what AFTER ran with
+    predicted_ms: float
+    predicted_range: tuple[float, float] | None
+    measured_ms: float
+    noise_pct: float                 # spread of AFTER's steps (IQR of the per-step times / median)
+
+    @property
+    def error_pct(self) -> float:
+        return 100 * (self.predicted_ms - self.measured_ms) / self.measured_ms
+
+    @property
+    def in_range(self) -> bool | None:
+        if self.predicted_range is None:
+            return None
+        lo, hi = self.predicted_range
+        return lo <= self.measured_ms <= hi
+
+    @property
+    def as_suggested(self) -> bool:
+        return str(self.applied) == str(self.proposed) or self.knob == "straggler"
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["predicted_ms"] = round(self.predicted_ms, 3)
+        d["measured_ms"] = round(self.measured_ms, 3)
+        d["predicted_range"] = (None if self.predicted_range is None
+                                else [round(x, 3) for x in self.predicted_range])
+        d["noise_pct"] = round(self.noise_pct, 1)
+        d["error_pct"] = round(self.error_pct, 1)
+        d["in_range"] = self.in_range
+        d["as_suggested"] = self.as_suggested
+        return d
+
+
+@dataclass
+class Comparison:
+    before: str
+    after: str
+    parts: list[PartDelta]
+    verdict_before: tuple[str, float]
+    verdict_after: tuple[str, float]
+    knobs_changed: dict[str, tuple]
+    predictions: list[Prediction]
+    per_sample: bool                 # the slowdown is per sample (both batches known)
+    slower_pct: float                # AFTER's time per unit of work against BEFORE's, in %
+    stragglers_before: list[int] = field(default_factory=list)
+    stragglers_after: list[int] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def slower_than(self, pct: float) -> bool:
+        return self.slower_pct > pct
+
+    def to_dict(self) -> dict:
+        return {
+            "schema": "gpuscope.compare/1", "before": self.before, "after": self.after,
+            "slower_pct": round(self.slower_pct, 2),
+            "unit": "sample" if self.per_sample else "micro-step",
+            "verdict": {"before": self.verdict_before[0], "before_share": round(self.verdict_before[1], 4),
+                        "after": self.verdict_after[0], "after_share": round(self.verdict_after[1], 4)},
+            "stragglers": {"before": self.stragglers_before, "after": self.stragglers_after},
+            "parts": [p.to_dict() for p in self.parts],
+            "knobs_changed": {k: list(v) for k, v in self.knobs_changed.items()},
+            "predictions": [p.to_dict() for p in self.predictions],
+            "warnings": self.warnings,
+        }
+
+
+def micro_steps(rep: Report) -> float:
+    """Micro-steps per analysed step (rows are optimizer steps of several with accumulation)."""
+    m = [s.micro_steps for s in rep.steps if getattr(s, "micro_steps", 0)]
+    return float(np.median(m)) if m else 1.0
+
+
+def step_ms_per_micro(rep: Report) -> np.ndarray:
+    """Each analysed step's time (slowest rank) per micro-step, ms."""
+    return np.array([s.step_ns / max(getattr(s, "micro_steps", 1) or 1, 1) for s in rep.steps],
+                    dtype=float) / MS
+
+
+def part_ms(rep: Report, part: str) -> float:
+    """Mean ms per micro-step of one part, over ranks (step: the slowest rank's, per step)."""
+    if part == "step":
+        t = step_ms_per_micro(rep)
+        return float(t.mean()) if t.size else 0.0
+    vals = []
+    for r in rep.ranks:
+        if part in ("forward", "backward", "optimizer"):
+            pct = r.phases_pct.get(part)
+            if pct is None:
+                continue
+        else:
+            pct = r.part_pct(part)
+        vals.append(r.step_mean_ns * pct / 100 / MS)
+    return float(np.mean(vals)) / micro_steps(rep) if vals else 0.0
+
+
+def _noise_pct(rep: Report) -> float:
+    t = step_ms_per_micro(rep)
+    if t.size < 4:
+        return 0.0
+    q1, q3 = np.percentile(t, [25, 75])
+    return float(100 * (q3 - q1) / max(np.median(t), 1e-9))
+
+
+def changed_knobs(before: dict, after: dict) -> dict[str, tuple]:
+    out = {}
+    for k in sorted(set(before) | set(after)):
+        if k in IGNORED:
+            continue
+        a, b = before.get(k), after.get(k)
+        if a != b and not (isinstance(a, (dict, list)) or isinstance(b, (dict, list))):
+            out[k] = (a, b)
+    if before.get("layers") != after.get("layers") and ("layers" in before or "layers" in after):
+        out["layers"] = ("changed", "changed")  # per-stage layer lists: too long to print
+    return out
+
+
+def _batch(rep: Report):
+    bs = rep.knobs.get("batch_size")
+    return bs if isinstance(bs, int) and bs > 0 else None
+
+
+def _applied(sug, before: Report, after: Report, changed: dict):
+    """What AFTER ran with for the suggestion's knob, or None when it did not change it."""
+    if sug.knob == "straggler":
+        gone = set(before.straggler_ranks) - set(after.straggler_ranks)
+        return "no straggler" if before.stragglers and gone else None
+    if sug.knob == "rank_jitter":
+        return None
+    for key in KNOB_KEYS.get(sug.knob, (sug.knob,)):
+        if key in changed:
+            val = changed[key][1]
+            if sug.knob == "sync_frequency":
+                val = f"accumulation {val}" if micro_steps(before) > 1 else f"every {val} steps"
+            return val
+    return None
+
+
+def compare(before: Report, after: Report) -> Comparison:
+    warnings = []
+    if before.world_size != after.world_size:
+        warnings.append(f"world size differs ({before.world_size} -> {after.world_size}): per-rank "
+                        "parts compare, the step is not the same amount of work")
+    if before.source != after.source:
+        warnings.append(f"BEFORE is a {before.source} analysis and AFTER a {after.source} one: "
+                        "their parts are measured differently")
+    for name, rep in (("BEFORE", before), ("AFTER", after)):
+        if len(rep.steps) < 5:
+            warnings.append(f"{name} has {len(rep.steps)} analysed step(s): its times are noisy")
+    parts = [PartDelta(p, part_ms(before, p), part_ms(after, p)) for p in PARTS]
+    changed = changed_knobs(before.knobs, after.knobs)
+    b_bs, a_bs = _batch(before), _batch(after)
+    per_sample = b_bs is not None and a_bs is not None
+    unit_b = part_ms(before, "step") / (b_bs if per_sample else 1)
+    unit_a = part_ms(after, "step") / (a_bs if per_sample else 1)
+    slower = 100 * (unit_a / unit_b - 1) if unit_b > 0 else 0.0
+    # predicted vs measured: AFTER's time per micro-step, times BEFORE's micro-steps per row
+    measured = part_ms(after, "step") * micro_steps(before)
+    preds = []
+    seen = set()
+    for s in before.suggestions:
+        if s.knob in seen:
+            continue
+        applied = _applied(s, before, after, changed)
+        if applied is None:
+            continue
+        seen.add(s.knob)
+        rng = getattr(s, "estimated_step_ms_range", None)
+        preds.append(Prediction(s.knob, s.current, s.proposed, applied, s.estimated_step_ms,
+                                tuple(rng) if rng else None, measured, _noise_pct(after)))
+    if len([c for c in changed if c != "layers"]) > 1 and preds:
+        warnings.append("more than one knob changed: each prediction assumed its change alone")
+    return Comparison(before.path, after.path, parts,
+                      (before.verdict.label, before.verdict.share),
+                      (after.verdict.label, after.verdict.share), changed, preds, per_sample, slower,
+                      before.straggler_ranks, after.straggler_ranks, warnings)

@@ -1,0 +1,189 @@
+"""What a step would take after a change: the models behind the suggestions' estimates.
+
+Each model starts from what the run measured per micro-step and says what it had to assume where a
+measurement is missing; each returns a point estimate and a range (`Estimate`). Validated by
+re-running the training with the change applied: benchmarks/bench_whatif.py.
+
+Measured per micro-step (`MicroSteps`), over ranks: a synchronized micro-step S (the one that
+all-reduces, or reduce-scatters, gradients and, with accumulation, steps the optimizer) and, when
+the run accumulates, a micro-step that does not synchronize N. What a change does:
+
+- **sync every K micro-steps** (accumulation): a cycle is (K-1) N + S. Without N measured, N is
+  S minus the exposed gradient transfer, minus the optimizer (it runs once per cycle), minus what the
+  communication hidden behind backward cost backward: a shared CPU does the reduction on the cores
+  that compute (alpha ~ 1: measured 0.9-1.1 here), a GPU's collectives take a few SMs (alpha ~ 0.1).
+- **batch x m**: loading grows m-fold per step; forward and backward grow between 1x (fixed costs:
+  weights read, kernel launches, Python) and m x (linear), the point estimate sqrt(m) x unless the
+  run measured how its compute grows with the batch; the optimizer, gradient communication and its
+  cost to backward do not change with the batch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+MICRO_PARTS = ("step", "data", "forward", "backward", "optimizer", "comm", "comm_exposed", "wait",
+               "other")
+
+#: what communication hidden behind backward costs backward (fraction of its time): (point, lo, hi)
+HIDDEN_COST = {"cpu": (1.0, 0.7, 1.1), "cuda": (0.1, 0.0, 0.3)}
+
+
+@dataclass(frozen=True)
+class Estimate:
+    ms: float
+    lo: float
+    hi: float
+    assumes: str = ""
+
+    @property
+    def range(self) -> tuple[float, float]:
+        return (min(self.lo, self.ms), max(self.hi, self.ms))
+
+
+@dataclass(frozen=True)
+class Micro:
+    """Median ns of each part of one kind of micro-step: per rank, then the mean over ranks (the
+    step: the slowest rank's median), with the step's quartiles over rows."""
+
+    step: float
+    data: float
+    forward: float
+    backward: float
+    optimizer: float
+    comm: float
+    comm_exposed: float
+    wait: float
+    other: float
+    q1: float
+    q3: float
+    rows: int
+
+    @property
+    def hidden(self) -> float:
+        """Communication that ran behind compute."""
+        return max(self.comm - self.comm_exposed, 0.0)
+
+    @property
+    def transfer(self) -> float:
+        return max(self.comm_exposed - self.wait, 0.0)
+
+
+@dataclass(frozen=True)
+class MicroSteps:
+    synced: Micro | None
+    unsynced: Micro | None
+
+
+def _micro(rows: pd.DataFrame) -> Micro | None:
+    if rows.empty:
+        return None
+    cols = {p: f"{p}_ns" for p in MICRO_PARTS}
+    per_rank = rows.groupby("rank")[[c for c in cols.values() if c in rows]].median()
+    vals = {p: float(per_rank[c].mean()) if c in per_rank else 0.0 for p, c in cols.items()}
+    vals["step"] = float(per_rank["step_ns"].max())
+    q1, q3 = np.percentile(rows["step_ns"].to_numpy(dtype=float), [25, 75])
+    return Micro(**vals, q1=float(q1), q3=float(q3), rows=len(rows))
+
+
+def micro_steps(frame: pd.DataFrame, warmup: int = 1) -> MicroSteps:
+    """From the micro-step table (before cycles are summed): synchronized and not, warm-up left
+    out. A micro-step that closes a cycle (cycles.cycle_ends) synchronized; without cycles, the
+    rows' own `synced`, and rows that do not say count as synchronized."""
+    if frame.empty:
+        return MicroSteps(None, None)
+    from .cycles import cycle_ends
+
+    ends = cycle_ends(frame)  # with accumulation: the micro-steps that close a cycle
+    if ends is not None:
+        synced = ends.astype(int)
+    elif "synced" in frame:
+        synced = frame["synced"].to_numpy()
+    else:
+        synced = np.ones(len(frame), dtype=int)
+    keep = frame.groupby("rank").cumcount().to_numpy() >= warmup
+    if not keep.any():
+        keep[:] = True
+    kept, synced = frame[keep], synced[keep]
+    return MicroSteps(_micro(kept[synced != 0]), _micro(kept[synced == 0]))
+
+
+def device_kind(knobs: dict) -> str:
+    return "cuda" if str(knobs.get("device", "cpu")).startswith("cuda") else "cpu"
+
+
+def unsynced_step(m: MicroSteps, knobs: dict, grads_share: float = 1.0) -> Estimate:
+    """A micro-step that does not synchronize gradients (measured, or from a synchronized one).
+
+    grads_share: the part of the exposed transfer that gradient synchronization is (FSDP's
+    all-gathers stay in every micro-step)."""
+    if m.unsynced is not None and m.unsynced.rows >= 3:
+        u = m.unsynced
+        return Estimate(u.step, u.q1, u.q3, "the run's own micro-steps without synchronization")
+    s = m.synced
+    point, lo_a, hi_a = HIDDEN_COST[device_kind(knobs)]
+    base = s.step - grads_share * s.comm_exposed - s.optimizer
+    hidden = grads_share * s.hidden
+    bwd = max(s.backward, 0.0)
+    at = lambda a: max(base - min(a * hidden, 0.9 * bwd), 0.05 * s.step)  # noqa: E731
+    return Estimate(at(point), at(hi_a), at(lo_a),
+                    f"no micro-step without synchronization was recorded: communication hidden "
+                    f"behind backward is assumed to cost it {point:.0%} of its time on "
+                    f"{device_kind(knobs).upper()} (range {lo_a:.0%}-{hi_a:.0%})")
+
+
+def per_micro_cycle(sync: float, unsync: float, k: int) -> float:
+    """Mean micro-step of a cycle of k micro-steps, one of them synchronized."""
+    return ((k - 1) * unsync + sync) / k
+
+
+def choose_interval(sync: float, unsync: float, target: float, cur: int, cap: int = 32) -> int:
+    """The smallest interval K (a multiple of `cur`) whose synchronization costs at most `target`
+    of the mean micro-step: (S - N) / K <= target x ((K - 1) N + S) / K."""
+    extra = max(sync - unsync, 0.0)
+    k = math.ceil((1 - target) * extra / (target * max(unsync, 1.0))) if extra > 0 else 1
+    mult = max(2, min(math.ceil(k / cur), cap))
+    return mult * cur
+
+
+def sync_estimate(m: MicroSteps, knobs: dict, new_interval: int, cur: int,
+                  grads_share: float) -> Estimate:
+    """ns per current cycle (`cur` micro-steps) when gradients sync every `new_interval`."""
+    s = m.synced
+    n = unsynced_step(m, knobs, grads_share)
+    f = lambda nn_: cur * per_micro_cycle(s.step, nn_, new_interval)  # noqa: E731
+    return Estimate(f(n.ms), f(n.lo), f(n.hi), n.assumes)
+
+
+def batch_estimate(m: MicroSteps, knobs: dict, mult: int, cur: int,
+                   growth: tuple[float, float, float] | None = None) -> Estimate:
+    """ns per current cycle with a `mult` x per-rank batch: loading grows mult-fold, forward and
+    backward by `growth` (point, lo, hi; default sqrt(mult), 1, mult), the rest stays."""
+    s = m.synced
+    n = unsynced_step(m, knobs, 1.0)
+    point, lo_a, hi_a = HIDDEN_COST[device_kind(knobs)]
+    bwd_pure = max(s.backward - min(point * s.hidden, 0.9 * s.backward), 0.0)
+    comp_s = s.forward + bwd_pure
+    if m.unsynced is not None and m.unsynced.rows >= 3:
+        comp_n = m.unsynced.forward + m.unsynced.backward
+    else:
+        comp_n = comp_s
+    g = growth or (math.sqrt(mult), 1.0, float(mult))
+    data_s = s.data
+    data_n = m.unsynced.data if m.unsynced is not None else data_s
+
+    def cycle(gr: float, n_step: float) -> float:
+        sync = s.step + data_s * (mult - 1) + comp_s * (gr - 1)
+        unsync = n_step + data_n * (mult - 1) + comp_n * (gr - 1)
+        return sync + (cur - 1) * unsync
+
+    assumes = ("how forward and backward grow with the batch was not measured: "
+               f"assumed {g[0]:.2f}x for {mult}x the batch (range {g[1]:.0f}x fixed cost to "
+               f"{g[2]:.0f}x linear)" if growth is None else
+               f"forward and backward grow {g[0]:.2f}x for {mult}x the batch, fitted on the run's "
+               "own batches of different sizes")
+    return Estimate(cycle(g[0], n.ms), cycle(g[1], n.lo), cycle(g[2], n.hi), assumes)

@@ -1,0 +1,65 @@
+"""`gpuscope compare` for the terminal: the parts of a step before and after, the verdict and knobs
+that changed, and how BEFORE's predictions held."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich.table import Table
+from rich.text import Text
+
+from ..vocab import PART_HEADS
+from ._console import text_console
+
+if TYPE_CHECKING:
+    from ..analyze.compare import Comparison
+
+
+def _pct(x: float | None) -> str:
+    return "" if x is None else f"{x:+.1f}%"
+
+
+def render(c: Comparison, *, width: int | None = None, color: bool = False) -> str:
+    console, buf = text_console(width, color)
+    console.print(Text(f"BEFORE {c.before}\nAFTER  {c.after}", style="dim"))
+    unit = "sample" if c.per_sample else "micro-step"
+    word = "slower" if c.slower_pct > 0 else "faster"
+    console.print(Text(f"AFTER is {abs(c.slower_pct):.1f}% {word} per {unit}",
+                       style="bold red" if c.slower_pct > 0 else "bold green"))
+    vb, va = c.verdict_before, c.verdict_after
+    same = "unchanged" if vb[0] == va[0] else "changed"
+    console.print(f"verdict {same}: {vb[0]} {vb[1]:.0%} -> {va[0]} {va[1]:.0%}")
+    if c.stragglers_before or c.stragglers_after:
+        console.print(f"stragglers: {c.stragglers_before or 'none'} -> {c.stragglers_after or 'none'}")
+    t = Table(title="ms per micro-step (mean over ranks; step: slowest rank)", title_justify="left")
+    for col in ("part", "before", "after", "delta", "delta %"):
+        t.add_column(col, justify="left" if col == "part" else "right", no_wrap=True)
+    for p in c.parts:
+        if p.before_ms == 0 and p.after_ms == 0:
+            continue
+        t.add_row(PART_HEADS.get(p.part, p.part), f"{p.before_ms:.2f}", f"{p.after_ms:.2f}",
+                  f"{p.delta_ms:+.2f}", _pct(p.delta_pct))
+    console.print(t)
+    if c.knobs_changed:
+        console.print("knobs changed: " + ", ".join(f"{k} {a} -> {b}" if k != "layers" else
+                                                     "layers per stage"
+                                                     for k, (a, b) in c.knobs_changed.items()))
+    else:
+        console.print("knobs changed: none")
+    if c.predictions:
+        p = Table(title="BEFORE's suggestions, applied: predicted vs measured (ms per step of "
+                        "BEFORE's shape)", title_justify="left")
+        for col in ("knob", "suggested", "applied", "predicted", "range", "measured", "error",
+                    "noise"):
+            p.add_column(col, justify="left" if col in ("knob", "suggested", "applied") else "right")
+        for x in c.predictions:
+            rng = ("" if x.predicted_range is None
+                   else f"{x.predicted_range[0]:.1f}-{x.predicted_range[1]:.1f}"
+                   + (" ok" if x.in_range else " miss"))
+            p.add_row(x.knob, f"{x.current} -> {x.proposed}", str(x.applied),
+                      f"{x.predicted_ms:.1f}", rng, f"{x.measured_ms:.1f}",
+                      f"{x.error_pct:+.1f}%", f"±{x.noise_pct / 2:.0f}%")
+        console.print(p)
+    for w in c.warnings:
+        console.print(Text(f"warning: {w}", style="yellow"))
+    return buf.getvalue()

@@ -1,0 +1,164 @@
+"""`gpuscope compare`: hand-built reports with known deltas, the CLI's exit codes and inputs, and
+real pairs of 2-rank runs (a suggestion applied, the run repeated) with their prediction errors."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import gpuscope
+from gpuscope.analyze.compare import compare
+from gpuscope.analyze.pipeline import analyze_table
+from gpuscope.cli import main
+from gpuscope.thresholds import Thresholds
+from helpers import balanced, table_from_rows
+
+TH0 = Thresholds(warmup_steps=0)
+
+
+def rep(rows, **kw):
+    return analyze_table(table_from_rows(rows, **kw), TH0)
+
+
+def comm_bound(exposed, batch=4):
+    return rep(balanced(8, 2, forward=10, backward=20, compute=30, comm=exposed + 5,
+                        comm_exposed=exposed, other=2),
+               knobs={"batch_size": batch, "world_size": 2, "device": "cpu"})
+
+
+def test_parts_verdict_and_knobs_compare():
+    before, after = comm_bound(30), comm_bound(3, batch=8)
+    c = compare(before, after)
+    parts = {p.part: p for p in c.parts}
+    assert parts["step"].before_ms == pytest.approx(62) and parts["step"].after_ms == pytest.approx(35)
+    assert parts["comm_exposed"].delta_ms == pytest.approx(-27)
+    assert parts["forward"].delta_ms == pytest.approx(0) and parts["compute"].delta_pct == 0
+    assert c.verdict_before[0] == "comm-bound" and c.verdict_after[0] == "compute-bound"
+    assert c.knobs_changed == {"batch_size": (4, 8)}
+    # per sample: 62 / 4 against 35 / 8
+    assert c.per_sample and c.slower_pct == pytest.approx(100 * ((35 / 8) / (62 / 4) - 1))
+    pred = next(p for p in c.predictions if p.knob == "batch_size")
+    assert pred.applied == 8 and pred.measured_ms == pytest.approx(35)
+    assert pred.error_pct == pytest.approx(100 * (pred.predicted_ms - 35) / 35)
+    d = c.to_dict()
+    assert d["schema"] == "gpuscope.compare/1" and d["unit"] == "sample"
+    assert json.loads(json.dumps(d)) == d
+
+
+def test_micro_steps_compare_across_accumulation():
+    """4 micro-steps per optimizer step against 1: times compare per micro-step."""
+    rows = []
+    for r in range(2):
+        for s in range(16):
+            last = s % 4 == 3
+            rows.append({"rank": r, "step": s, "compute": 10 + (2 if last else 0),
+                         "optimizer": 2 if last else 0, "comm": 20 if last else 0,
+                         "comm_exposed": 20 if last else 0})
+    accum = rep(rows, knobs={"batch_size": 4})
+    every = comm_bound(20)
+    c = compare(every, accum)
+    step = next(p for p in c.parts if p.part == "step")
+    assert step.after_ms == pytest.approx((3 * 10 + 32) / 4)
+    assert "sync_interval" in c.knobs_changed
+
+
+def test_cli_gate_exit_codes_and_saved_reports(tmp_path, capsys):
+    slow, fast = tmp_path / "slow.json", tmp_path / "fast.json"
+    comm_bound(30).write_json(slow)
+    comm_bound(3).write_json(fast)
+    assert main(["compare", str(fast), str(slow), "--fail-if-slower", "5", "-q"]) == 3
+    assert "regression" in capsys.readouterr().err
+    assert main(["compare", str(slow), str(fast), "--fail-if-slower", "5", "-q"]) == 0
+    assert main(["compare", str(fast), str(fast), "--fail-if-slower", "0", "-q"]) == 0
+    out = tmp_path / "cmp.json"
+    assert main(["compare", str(slow), str(fast), "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "faster per sample" in text and "comm-bound" in text
+    assert json.load(open(out))["slower_pct"] < -40
+    assert main(["compare", str(slow), str(tmp_path / "nope")]) == 2
+    assert main(["compare", str(slow), str(fast), "--fail-if-slower", "-1"]) == 2
+    (tmp_path / "bad.json").write_text('{"schema": "gpuscope.report/1", "source": "record"}')
+    assert main(["compare", str(slow), str(tmp_path / "bad.json")]) == 2
+
+
+# ------------------------------------------------------------------------------ real runs
+def _train(out, *args, profile=False):
+    run_dir = os.path.join(out, "record")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           "-m", "gpuscope.demo.train", "--run-dir", run_dir,
+           "--timings", os.path.join(out, "timings.jsonl"), *args]
+    if profile:
+        cmd += ["--profile", os.path.join(out, "kineto")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return run_dir
+
+
+def _perf_counter_ms(out, skip=1):
+    """The loop's own mean micro-step (slowest rank per step), warm-up left out."""
+    lines = [json.loads(x) for x in open(os.path.join(out, "timings.jsonl"))]
+    steps = np.max([np.array(x["step_s"]) for x in lines], axis=0)
+    return float(steps[skip:].mean()) * 1e3
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "gpuscope", *args], capture_output=True,
+                          text=True, timeout=120)
+
+
+@pytest.mark.slow
+def test_real_pair_sync_frequency_applied(tmp_path):
+    """The comm scenario, then its own sync_frequency suggestion applied (DDP no_sync and one
+    optimizer step every K micro-steps): compare finds the knob, and the measured side agrees
+    with the loop's perf_counter."""
+    before = _train(str(tmp_path / "b"), "--scenario", "comm", "--steps", "16")
+    sug = next(s for s in gpuscope.analyze(before).suggestions if s.knob == "sync_frequency")
+    k = int(sug.proposed.split()[1])
+    after = _train(str(tmp_path / "a"), "--scenario", "comm", "--sync-every", str(k),
+                   "--steps", str(4 * k))
+    proc = _cli("compare", before, after, "--json", str(tmp_path / "c.json"))
+    assert proc.returncode == 0, proc.stderr
+    c = json.load(open(tmp_path / "c.json"))
+    assert c["knobs_changed"]["sync_interval"] == [1, k]
+    assert c["unit"] == "sample" and c["slower_pct"] < -20  # syncing less often pays here
+    pred = next(p for p in c["predictions"] if p["knob"] == "sync_frequency")
+    assert pred["as_suggested"] and pred["predicted_ms"] == pytest.approx(sug.estimated_step_ms,
+                                                                         abs=1e-3)
+    # the measured side: AFTER's mean micro-step, against the loop's own timing (cycles whole)
+    ours = pred["measured_ms"]
+    theirs = _perf_counter_ms(str(tmp_path / "a"), skip=k)
+    assert abs(ours - theirs) <= 0.1 * theirs, (ours, theirs)
+    assert pred["error_pct"] == pytest.approx(100 * (pred["predicted_ms"] - ours) / ours, abs=0.2)
+    assert abs(pred["error_pct"]) < 50  # a broken model lands far off; bench_whatif has figures
+    assert "sync_frequency" in proc.stdout and "predicted" in proc.stdout
+
+
+@pytest.mark.slow
+def test_real_pair_straggler_removed_and_the_gate(tmp_path):
+    """The imbalanced scenario and the same run without the slow rank, recorded and profiled:
+    the straggler prediction is checked, and the gate fires the other way round."""
+    before = _train(str(tmp_path / "b"), "--scenario", "imbalanced", "--steps", "14", profile=True)
+    after = _train(str(tmp_path / "a"), "--scenario", "imbalanced", "--steps", "14",
+                   "--extra-ms", "0", profile=True)
+    proc = _cli("compare", before, after, "--json", str(tmp_path / "c.json"),
+                "--fail-if-slower", "5")
+    assert proc.returncode == 0, proc.stderr
+    c = json.load(open(tmp_path / "c.json"))
+    assert c["verdict"]["before"] == "imbalanced" and c["stragglers"] == {"before": [1], "after": []}
+    wait = next(p for p in c["parts"] if p["part"] == "wait")
+    assert wait["delta_ms"] < -20  # the 40 ms of extra work rank 0 waited for
+    pred = next(p for p in c["predictions"] if p["knob"] == "straggler")
+    assert abs(pred["error_pct"]) < 50
+    # the regression gate: the slow run as AFTER
+    gate = _cli("compare", after, before, "--fail-if-slower", "10", "-q")
+    assert gate.returncode == 3 and "regression" in gate.stderr
+    # torch.profiler traces of the same pair compare too
+    kin = _cli("compare", str(tmp_path / "b" / "kineto"), str(tmp_path / "a" / "kineto"),
+               "--json", str(tmp_path / "k.json"))
+    assert kin.returncode == 0, kin.stderr
+    k = json.load(open(tmp_path / "k.json"))
+    assert k["verdict"]["before"] == "imbalanced" and k["slower_pct"] < -20

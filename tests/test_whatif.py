@@ -1,0 +1,135 @@
+"""The estimate models (gpuscope/analyze/whatif.py and the suggestions built on them) on hand-built
+tables whose answers are known, and the range every suggestion carries."""
+
+import glob
+import os
+
+import pytest
+
+import gpuscope
+from gpuscope.analyze import whatif
+from gpuscope.analyze.pipeline import analyze_table
+from gpuscope.thresholds import Thresholds
+from helpers import balanced, table_from_rows
+
+TH0 = Thresholds(warmup_steps=0)
+ROOT = os.path.join(os.path.dirname(__file__), "..")
+
+
+def report(rows, **kw):
+    return analyze_table(table_from_rows(rows, **kw), TH0)
+
+
+def ddp_rows(n=8, ranks=2, accum=1, synced_ms=None):
+    """DDP micro-steps: forward 5, backward 20 (of it 10 slowed by the hidden all-reduce),
+    optimizer 5; the synchronized micro-step has 30 ms of comm, 20 of it exposed."""
+    rows = []
+    for r in range(ranks):
+        for s in range(n * accum):
+            last = s % accum == accum - 1
+            if last:
+                rows.append({"rank": r, "step": s, "forward": 5, "backward": 20, "optimizer": 5,
+                             "compute": 30, "comm": 30, "comm_exposed": 20, "data": 1,
+                             "synced": 1})
+            else:  # measured: backward without the all-reduce behind it
+                rows.append({"rank": r, "step": s, "forward": 5, "backward": synced_ms or 10,
+                             "compute": 5 + (synced_ms or 10), "data": 1, "synced": 0})
+    return rows
+
+
+def test_unsynced_step_derived_on_cpu_subtracts_exposed_optimizer_and_hidden_cost():
+    rep = report(ddp_rows(), knobs={"device": "cpu", "batch_size": 4, "world_size": 2,
+                                    "model": "DistributedDataParallel"})
+    micro = whatif.micro_steps(table_from_rows(ddp_rows()).frame, 0)
+    assert micro.unsynced is None and micro.synced.step == pytest.approx(51e6)
+    n = whatif.unsynced_step(micro, {"device": "cpu"})
+    # 51 - 20 exposed - 5 optimizer - 1.0 x 10 hidden = 16; range alpha 1.1 .. 0.7
+    assert n.ms == pytest.approx(16e6)
+    assert n.lo == pytest.approx(15e6) and n.hi == pytest.approx(19e6)
+    g = whatif.unsynced_step(micro, {"device": "cuda"})
+    assert g.ms == pytest.approx(25e6) and "CUDA" in g.assumes  # alpha 0.1 on a GPU
+
+
+def test_unsynced_step_measured_when_the_run_accumulates():
+    micro = whatif.micro_steps(table_from_rows(ddp_rows(accum=4)).frame, 0)
+    assert micro.unsynced is not None and micro.unsynced.step == pytest.approx(16e6)
+    n = whatif.unsynced_step(micro, {"device": "cpu"})
+    assert n.ms == pytest.approx(16e6) and "own micro-steps" in n.assumes
+
+
+def test_sync_interval_and_cycle_estimate():
+    # S = 51, N = 16: (S - N) / K <= 5% of ((K - 1) N + S) / K  ->  K >= 0.95 * 35 / 0.8 = 41.6
+    assert whatif.choose_interval(51.0, 16.0, 0.05, 1) == 32  # capped at 32
+    assert whatif.choose_interval(51.0, 16.0, 0.20, 1) == 9   # 0.8 * 35 / 3.2 = 8.75
+    assert whatif.choose_interval(51.0, 16.0, 0.20, 4) == 12  # a multiple of the current 4
+    micro = whatif.micro_steps(table_from_rows(ddp_rows()).frame, 0)
+    e = whatif.sync_estimate(micro, {"device": "cpu"}, 8, 1, 1.0)
+    assert e.ms == pytest.approx((7 * 16e6 + 51e6) / 8)
+    assert e.lo < e.ms < e.hi
+
+
+def test_sync_frequency_suggestion_uses_the_model():
+    rep = report(ddp_rows(), knobs={"device": "cpu", "batch_size": 4, "world_size": 2,
+                                    "model": "DistributedDataParallel"})
+    assert rep.verdict.label == "comm-bound"
+    sync = next(s for s in rep.suggestions if s.knob == "sync_frequency")
+    k = int(sync.proposed.split()[1])
+    assert sync.estimated_step_ms == pytest.approx(((k - 1) * 16 + 51) / k)
+    lo, hi = sync.estimated_step_ms_range
+    assert lo <= sync.estimated_step_ms <= hi and "assumes:" in sync.why
+
+
+def test_batch_estimate_grows_only_loading_and_compute():
+    micro = whatif.micro_steps(table_from_rows(ddp_rows()).frame, 0)
+    e = whatif.batch_estimate(micro, {"device": "cpu"}, 4, 1)
+    # data 1 -> 4 (+3); forward 5 + pure backward 10 = 15 grows 2x (sqrt 4), 1x .. 4x;
+    # optimizer 5, exposed 20 and the hidden cost 10 stay
+    assert e.ms == pytest.approx((51 + 3 + 15) * 1e6)
+    assert e.lo == pytest.approx((51 + 3) * 1e6) and e.hi == pytest.approx((51 + 3 + 45) * 1e6)
+    fitted = whatif.batch_estimate(micro, {"device": "cpu"}, 4, 1, growth=(3.0, 2.8, 3.2))
+    assert fitted.ms == pytest.approx((51 + 3 + 30) * 1e6) and "fitted" in fitted.assumes
+
+
+def test_no_gradient_compression_suggested_on_cpu():
+    cpu = report(ddp_rows(), knobs={"device": "cpu", "batch_size": 4,
+                                    "model": "DistributedDataParallel"})
+    gpu = report(ddp_rows(), knobs={"device": "cuda:0", "batch_size": 4,
+                                    "model": "DistributedDataParallel"})
+    assert not any(s.knob == "grad_compression" for s in cpu.suggestions)
+    assert any(s.knob == "grad_compression" for s in gpu.suggestions)
+    done = report(ddp_rows(), knobs={"device": "cuda:0", "model": "DistributedDataParallel",
+                                     "comm_hook": "bf16_compress_hook"})
+    assert not any(s.knob == "grad_compression" for s in done.suggestions)
+
+
+def test_num_workers_range_counts_the_restart_every_epoch():
+    rows = balanced(8, 2, data=30, compute=10, comm=0.5, data_cpu=1)  # I/O-like loading
+    knobs = {"num_workers": 0, "cpu_count": 8, "local_world_size": 2, "dataloader": True}
+    short = report(rows, knobs={**knobs, "batches_per_epoch": 10})
+    persistent = report(rows, knobs={**knobs, "batches_per_epoch": 10, "persistent_workers": True})
+    a = next(s for s in short.suggestions if s.knob == "num_workers")
+    b = next(s for s in persistent.suggestions if s.knob == "num_workers")
+    assert a.estimated_step_ms == pytest.approx(b.estimated_step_ms)
+    assert a.estimated_step_ms_range[1] > b.estimated_step_ms_range[1]  # restarts widen it
+    assert "restart every epoch" in a.why
+    assert b.estimated_step_ms_range[0] <= b.estimated_step_ms <= b.estimated_step_ms_range[1]
+
+
+def _inputs():
+    samples = sorted(glob.glob(os.path.join(ROOT, "sample_traces", "**", "record"), recursive=True)
+                     + glob.glob(os.path.join(ROOT, "sample_traces", "**", "kineto"), recursive=True))
+    hta = os.path.join(ROOT, "..", "shared", "traces", "hta")
+    return samples + sorted(os.path.join(hta, d) for d in ("trace_filter", "nccl_parser_config")
+                            if os.path.isdir(os.path.join(hta, d)))
+
+
+@pytest.mark.parametrize("path", _inputs(), ids=lambda p: os.path.relpath(p, ROOT))
+def test_every_suggestion_has_a_range_around_its_estimate(path):
+    rep = gpuscope.analyze(path)
+    for s in rep.suggestions:
+        lo, hi = s.estimated_step_ms_range
+        assert lo <= s.estimated_step_ms + 1e-9 and s.estimated_step_ms <= hi + 1e-9, s
+    d = rep.to_dict()
+    for s in d["suggestions"]:
+        assert len(s["estimated_step_ms_range"]) == 2
+    assert gpuscope.Report.from_dict(d).to_dict() == d
