@@ -37,12 +37,14 @@ DEMO = ("-m", "gpuscope.demo.train")
 CASES_PY = (os.path.join(ROOT, "tests", "workloads", "cases.py"),)
 
 #: name -> (program, BEFORE args, the suggestion's knob to apply or None for the top one)
+#: demo runs of 70 steps span two epochs of 32 full batches and a half one (its size tells how
+#: compute grows with the batch) and the workers' restart between epochs
 CASES = {
-    "data": (DEMO, ("--scenario", "data", "--steps", "30"), None),
-    "comm": (DEMO, ("--scenario", "comm", "--steps", "30"), None),
-    "comm-batch": (DEMO, ("--scenario", "comm", "--steps", "30"), "batch_size"),
-    "imbalanced": (DEMO, ("--scenario", "imbalanced", "--steps", "30"), None),
-    "accum": (DEMO, ("--scenario", "comm", "--steps", "48", "--sync-every", "4"), None),
+    "data": (DEMO, ("--scenario", "data", "--steps", "70"), None),
+    "comm": (DEMO, ("--scenario", "comm", "--steps", "70"), None),
+    "comm-batch": (DEMO, ("--scenario", "comm", "--steps", "70"), "batch_size"),
+    "imbalanced": (DEMO, ("--scenario", "imbalanced", "--steps", "70"), None),
+    "accum": (DEMO, ("--scenario", "comm", "--steps", "140", "--sync-every", "4"), None),
     "fsdp": (CASES_PY, ("--case", "fsdp2", "--steps", "12"), None),
 }
 

@@ -16,7 +16,7 @@ from ..vocab import COMPUTE, COMPUTE_PHASES, LABELS, PARTS, PIPELINE
 from .classify import classify_steps, jitter_cost, run_verdict, step_results
 from .consistency import find_roles
 from .cycles import cycle_ends, group_cycles, sync_interval
-from .whatif import micro_steps
+from .whatif import batch_growth, micro_steps
 from .dataparallel import dataparallel
 from .groups import Groups
 from .layout import find_layout, split_bubble
@@ -36,6 +36,14 @@ def drop_warmup(frame: pd.DataFrame, n: int, warnings: list[str]) -> pd.DataFram
         warnings.append(f"only {frame['step'].nunique()} step(s): warm-up steps kept in the analysis")
         return frame
     return kept
+
+
+def _growth(frame: pd.DataFrame, table: RunTable, warmup: int) -> dict:
+    """{m: how forward grows for m x the batch}, where the run had batches of another size."""
+    bs = table.knobs().get("batch_size")
+    if not isinstance(bs, int) or "samples" not in frame:
+        return {}
+    return {m: g for m in (2, 4) if (g := batch_growth(frame, bs, m, warmup)) is not None}
 
 
 def to_cycles(frame: pd.DataFrame, ends, warnings: list[str]):
@@ -154,6 +162,7 @@ def analyze_table(table: RunTable, thresholds: Thresholds | None = None,
         if record:
             frame = estimate_wait(frame, warnings, table.comm)
         micro = micro_steps(frame, max(th.warmup_steps, 1))
+        growth = _growth(frame, table, max(th.warmup_steps, 1))
         frame, mapping = to_cycles(frame, ends, warnings)
         frame = drop_warmup(frame, th.warmup_steps, warnings)
     else:
@@ -161,6 +170,7 @@ def analyze_table(table: RunTable, thresholds: Thresholds | None = None,
         if record:
             frame = estimate_wait(frame, warnings, table.comm)
         micro = micro_steps(frame, 0)
+        growth = _growth(frame, table, 0)
     layout = find_layout(table)
     frame = split_bubble(frame, layout)
     knobs = table.knobs()
@@ -198,7 +208,7 @@ def analyze_table(table: RunTable, thresholds: Thresholds | None = None,
     found = Findings(frame, labels, th, knobs, stragglers, roles.early,
                      float(steps["data_share"].median()), jitter,
                      {k: float(np.mean([r.get(k, 0.0) for r in exposed.values()])) for k in kinds},
-                     micro)
+                     micro, growth)
     suggestions = suggest(found)
     pipeline = summarize_pipeline(table, frame, layout, exposed)
     dp_section, dp_suggestions, dp_warnings = dataparallel(table, typical_step(frame).step,

@@ -20,8 +20,9 @@ from .groups import Groups
 #: VM: 0.34-0.61 ms per batch of 4-256 KB, +0.5-0.75 ms per MB beyond)
 WORKER_BATCH_NS = 500_000
 WORKER_NS_PER_BYTE = 0.5
-#: starting one worker process (fork, first import of the dataset), for the per-epoch restart
-WORKER_START_NS = 20_000_000
+#: starting one worker process (fork, first batches), for the per-epoch restart: ~30 ms each with
+#: 2 ranks x 4 workers forking at once on the 2-core VM (benchmarks/bench_whatif.py, data case)
+WORKER_START_NS = 30_000_000
 
 
 @dataclass
@@ -38,7 +39,7 @@ class Findings:
     jitter: Jitter = field(default_factory=Jitter)
     exposed_by_kind: dict = field(default_factory=dict)  # kind -> mean exposed ns per step
     micro: whatif.MicroSteps | None = None  # per micro-step medians, synchronized or not
-    growth: tuple | None = None  # how forward+backward grow with the batch, where measured
+    growth: dict = field(default_factory=dict)  # {m: (point, lo, hi)} forward's growth, measured
 
 
 @dataclass(frozen=True)
@@ -130,10 +131,12 @@ def suggest_data(t: TypicalStep, knobs: dict, th: Thresholds) -> tuple[list[Sugg
     assumes = [f"a batch keeps loading in ~{load / MS:.1f} ms in a worker"]
     epoch = knobs.get("batches_per_epoch")
     if not knobs.get("persistent_workers") and isinstance(epoch, int) and epoch > 0:
-        restart = (load + proposed * WORKER_START_NS) / epoch  # the first batch of every epoch
-        hi += restart
+        # workers start again every epoch: its first batches wait for them to fork and load
+        restart = (load + proposed * WORKER_START_NS) / epoch
+        est += restart
+        hi = est + restart
         assumes.append(f"workers restart every epoch of {epoch} batches, ~{restart / MS:.2f} ms "
-                       "per step (upper end)")
+                       "per step (persistent_workers=True saves it)")
     if not io_bound:  # CPU-bound loading: workers and the training thread share the rank's cores
         busy_cpu = t.data_cpu if cur == 0 else load
         share = min(1.0, busy_cpu / max(t.step, 1.0))
@@ -185,7 +188,7 @@ def _global_batch(knobs: dict, micro: int, accum: int) -> str:
 
 def suggest_comm(t: TypicalStep, knobs: dict, th: Thresholds,
                  exposed_by_kind: dict | None = None, micro: whatif.MicroSteps | None = None,
-                 growth: tuple | None = None) -> list[Suggestion]:
+                 growth: dict | None = None) -> list[Suggestion]:
     """Sync gradients less often, or do more work per sync, from measured transfer and compute;
     for FSDP, the all-gathers apart."""
     out: list[Suggestion] = []
@@ -250,7 +253,7 @@ def suggest_comm(t: TypicalStep, knobs: dict, th: Thresholds,
         if headroom is not None:
             m = min(m, headroom)
         if micro is not None:
-            e = whatif.batch_estimate(micro, knobs, m, cur, growth)
+            e = whatif.batch_estimate(micro, knobs, m, cur, (growth or {}).get(m))
         else:
             new_step = rest * m + T  # compute scales with the batch, the gradient size does not
             e = whatif.Estimate(new_step, t.step + (new_step - t.step) * 0.5, new_step,
@@ -315,7 +318,8 @@ def suggest_host(t: TypicalStep) -> list[Suggestion]:
 
 
 def suggest_imbalance(t: TypicalStep, stragglers: list[Straggler], knobs: dict,
-                      early: set[int] | None = None) -> list[Suggestion]:
+                      early: set[int] | None = None,
+                      frame: pd.DataFrame | None = None) -> list[Suggestion]:
     if not stragglers:
         if early:
             names = ", ".join(str(r) for r in sorted(early))
@@ -332,8 +336,12 @@ def suggest_imbalance(t: TypicalStep, stragglers: list[Straggler], knobs: dict,
         return [Suggestion("straggler", current, "match the median rank", est / MS,
                            why, IMBALANCED, _gain(t.step, est), _straggler_range(t, est))]
     out = []
+    fixed = without_stragglers(frame, {s.rank for s in stragglers}) if frame is not None else None
     for s in stragglers:
         est = t.step - t.wait
+        rng = _straggler_range(t, est)
+        if fixed is not None and fixed[0] < t.step:
+            est, rng = fixed[0], (min(fixed[1], fixed[0]) / MS, min(fixed[2], t.step) / MS)
         where = f" on host {s.host}" if s.host else ""
         part = f"{s.cause} ({s.cause_detail})" if s.cause_detail else s.cause
         fixes = {
@@ -352,9 +360,30 @@ def suggest_imbalance(t: TypicalStep, stragglers: list[Straggler], knobs: dict,
             f"{s.slow_steps_share:.0%} of steps); it spends {s.cause_excess_ns / MS:+.1f} ms "
             f"more per step in {part} than the median rank"
             + (f"; {evidence}" if evidence else "") + f": {fixes[s.cause]}; assumes the other "
-            "ranks keep their pace and their own step-to-step variation", IMBALANCED,
-            _gain(t.step, est), _straggler_range(t, est)))
+            "ranks keep their pace and their own step-to-step variation (the step then waits "
+            "for the last of them)", IMBALANCED, _gain(t.step, est), rng))
     return out
+
+
+#: E[max of n standard normals]: how much later than the mean the last of n ranks arrives
+_EXPECTED_MAX = {1: 0.0, 2: 0.564, 3: 0.846, 4: 1.029, 5: 1.163}
+
+
+def without_stragglers(frame: pd.DataFrame, slow: set[int]) -> tuple[float, float, float] | None:
+    """(point, lo, hi) ns of a step once the slow ranks keep pace: the other ranks' busy time
+    (step minus waiting), its mean plus how late the last of n ranks with that per-step spread
+    comes (the synchronous step waits for it); lo: the median, hi: twice the spread's share."""
+    if frame.empty or "wait_ns" not in frame:
+        return None
+    rest = frame[~frame["rank"].isin(slow)]
+    if rest.empty:
+        return None
+    busy = (rest["step_ns"] - rest["wait_ns"]).to_numpy(dtype=float)
+    n = int(frame["rank"].nunique())
+    c = _EXPECTED_MAX.get(n, math.sqrt(2 * math.log(max(n, 2))))
+    sd = float(np.std(busy))
+    point = float(np.mean(busy)) + c * sd
+    return point, float(np.median(busy)), point + c * sd
 
 
 def _straggler_range(t: TypicalStep, est: float) -> tuple[float, float]:
@@ -393,7 +422,7 @@ def _suggest(found: Findings) -> tuple[list[Suggestion], dict[str, str]]:
     out: list[Suggestion] = []
     why_not: dict[str, str] = {}
     if IMBALANCED in labels:
-        out += suggest_imbalance(t, found.stragglers, knobs, found.early_ranks)
+        out += suggest_imbalance(t, found.stragglers, knobs, found.early_ranks, frame)
     if found.jitter.steps_share >= 0.2 and found.jitter.wait_share > 0:
         out += suggest_jitter(t, found.jitter)
     if DATA in labels or found.data_share >= th.data_moderate:

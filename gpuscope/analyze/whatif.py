@@ -112,6 +112,36 @@ def micro_steps(frame: pd.DataFrame, warmup: int = 1) -> MicroSteps:
     return MicroSteps(_micro(kept[synced != 0]), _micro(kept[synced == 0]))
 
 
+def batch_growth(frame: pd.DataFrame, batch: int | None, mult: int,
+                 warmup: int = 1) -> tuple[float, float, float] | None:
+    """How forward time grows for `mult` x the batch, fitted on the run's own batches of another
+    size (an epoch's smaller last batch, noted as `samples`): forward = a + b x samples, on the
+    per-rank medians of each size. Forward, because backward also holds communication's cost.
+    (point, lo, hi), or None without at least 2 rows of another size on some rank."""
+    if not batch or "samples" not in frame or "forward_ns" not in frame or frame.empty:
+        return None
+    f = frame[frame.groupby("rank").cumcount().to_numpy() >= warmup]
+    n = f["samples"].to_numpy()
+    n = np.where(n >= 0, n, batch)
+    other = (n != batch) & (n > 0)
+    if other.sum() < 2 or (~other).sum() < 2:
+        return None
+    f = f.assign(n=n)
+    med = f[f["forward_ns"] > 0].groupby(["rank", "n"])["forward_ns"].median().reset_index()
+    pts = med.groupby("n")["forward_ns"].mean()
+    if len(pts) < 2:
+        return None
+    x, y = pts.index.to_numpy(dtype=float), pts.to_numpy(dtype=float)
+    slope, intercept = np.polyfit(x, y, 1)
+    at_b = intercept + slope * batch
+    if at_b <= 0:
+        return None
+    g = float(np.clip((intercept + slope * batch * mult) / at_b, 1.0, mult))
+    # the fit rests on few small batches: half a step of the fitted growth either way
+    lo, hi = max(1.0, g - 0.5 * (g - 1) - 0.05 * mult), min(float(mult), g + 0.5 * (g - 1) + 0.05 * mult)
+    return g, lo, hi
+
+
 def device_kind(knobs: dict) -> str:
     return "cuda" if str(knobs.get("device", "cpu")).startswith("cuda") else "cpu"
 

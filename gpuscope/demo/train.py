@@ -58,21 +58,29 @@ def mlp(dim: int, hidden: int, depth: int) -> nn.Module:
 EPOCH_STEPS = 32  # the dataset holds this many batches per rank; longer runs take more epochs
 
 
+def epoch_samples(batch: int, steps: int, world: int) -> int:
+    """Samples in the dataset: up to EPOCH_STEPS full batches per rank, and on runs that reach an
+    epoch's end a last batch of half the size, as most datasets have (gpuscope fits how compute
+    grows with the batch on it)."""
+    if steps <= EPOCH_STEPS:
+        return batch * steps * world
+    return (batch * EPOCH_STEPS + batch // 2) * world
+
+
 def build(scenario: str, steps: int, world: int, batch_size: int | None = None):
     """Model, dataset and loader settings for one scenario (`batch_size` overrides its batch)."""
-    steps = min(steps, EPOCH_STEPS)
     if scenario == "data":
         model, dim, batch = mlp(64, 256, 2), 64, batch_size or 16
-        ds = SlowDataset(batch * steps * world, dim, delay_s=0.002)
+        ds = SlowDataset(epoch_samples(batch, steps, world), dim, delay_s=0.002)
     elif scenario == "comm":
         model, dim, batch = mlp(256, 1400, 4), 256, batch_size or 2
-        ds = TensorDataset(torch.randn(batch * steps * world, dim),
-                           torch.randint(0, 10, (batch * steps * world,)))
+        n = epoch_samples(batch, steps, world)
+        ds = TensorDataset(torch.randn(n, dim), torch.randint(0, 10, (n,)))
     elif scenario in ("compute", "imbalanced"):
         # many FLOPs per parameter: compute dominates and the all-reduce stays small
         model, dim, batch = mlp(128, 128, 3), 128, batch_size or 4096
-        ds = TensorDataset(torch.randn(batch * steps * world, dim),
-                           torch.randint(0, 10, (batch * steps * world,)))
+        n = epoch_samples(batch, steps, world)
+        ds = TensorDataset(torch.randn(n, dim), torch.randint(0, 10, (n,)))
     else:
         raise SystemExit(f"unknown scenario {scenario!r}; pick one of {', '.join(SCENARIOS)}")
     return model, ds, batch

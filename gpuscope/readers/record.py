@@ -205,16 +205,22 @@ def _frame(rank: int, cols: list[str], rows: list[list]) -> tuple[pd.DataFrame, 
              if len(r) >= width]
     comm = []
     if any(extra):
-        phases = []
+        phases, samples = [], []
         for step, e in zip(df["step"].tolist(), extra):
-            if e and "_comm" in e:
+            n = -1
+            if e and ("_comm" in e or "_samples" in e):
                 e = dict(e)
-                for key, v in (e.pop("_comm") or {}).items():
+                for key, v in (e.pop("_comm", None) or {}).items():
                     if isinstance(v, list) and len(v) == 3:
                         comm.append((rank, step, str(key), *v))
+                v = e.pop("_samples", -1)
+                n = v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else -1
             phases.append(e or None)
+            samples.append(n)
         if any(phases):
             df["phases"] = phases
+        if any(n >= 0 for n in samples):
+            df["samples"] = samples  # the batch's size where it differed from the first
     return df, comm
 
 

@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from .._log import warn_once
 from ..record_format import SCHEMA, STEP_COLUMNS
 from .hooks import Hooks
-from .knobs import batch_knobs, loader_knobs, model_knobs, process_knobs
+from .knobs import batch_knobs, batch_size_of, loader_knobs, model_knobs, process_knobs
 from .placement import detect_placement, job_id
 from .step_row import sum_step
 from .step_state import StepState
@@ -73,6 +73,7 @@ class Recorder:
         self._state = StepState()  # the micro-step being recorded
         self._knobs: dict = {}
         self._batch_seen = False
+        self._first_batch = None
         self._raw: list = []
         self._micro = 0          # micro-steps since the last optimizer step
 
@@ -310,9 +311,19 @@ class Recorder:
             self.note_batch(batch)
 
     def note_batch(self, batch) -> None:
-        """Learn the batch size and bytes from a batch (the first one seen)."""
-        if self._active and not self._batch_seen:
+        """Learn the batch size and bytes from a batch (the first one seen); later batches of
+        another size (an epoch's last) are noted on their step."""
+        if not self._active:
+            return
+        if not self._batch_seen:
             self._learn_batch_size(batch)
+            return
+        try:
+            n = batch_size_of(batch)
+            if n is not None and n != self._first_batch:
+                self._state.samples = n
+        except Exception as exc:
+            self._fail("batch", exc)
 
     def note_knobs(self, knobs: dict) -> None:
         """Settings the suggestions are about that gpuscope cannot see itself (a Trainer's
@@ -419,6 +430,7 @@ class Recorder:
         """The first batch's size (unless a knob gave it) and bytes."""
         self._batch_seen = True
         try:
+            self._first_batch = batch_size_of(item)
             self._note_knobs(batch_knobs(item, self._knobs.get("batch_size") is None))
         except Exception as exc:
             self._fail("batch", exc)
@@ -441,7 +453,10 @@ class Recorder:
             self._note_knobs({"process_groups": groups})
 
     def _note_knobs(self, knobs: dict) -> None:
-        knobs = {k: v for k, v in knobs.items() if self._knobs.get(k) != v}
+        # a value once known is not taken back by a later None (a loader that batches in its
+        # sampler has no batch_size of its own: the batches told it)
+        knobs = {k: v for k, v in knobs.items()
+                 if self._knobs.get(k) != v and not (v is None and self._knobs.get(k) is not None)}
         if not knobs:
             return
         self._knobs.update(knobs)

@@ -26,6 +26,7 @@ class Raw:
     colls: list           # (key, launch, done): collectives through torch.distributed
     fwd_end: int | None
     synced: int           # gradients synchronized in this micro-step: 1, 0, or -1 unknown
+    samples: int = -1     # the batch's size when it differs from the first batch's (-1: same)
 
 
 def sum_step(r: Raw, start_unix: int) -> list:
@@ -91,6 +92,8 @@ def sum_step(r: Raw, start_unix: int) -> list:
            other_ns, *fixed, len(buckets) + len(colls), r.data_cpu_ns, r.synced, between]
     if buckets or colls or exposed:
         named["_comm"] = _by_key(buckets, colls, exposed)
+    if r.samples >= 0:  # a smaller last batch: how compute grows with the batch (analyze/whatif)
+        named["_samples"] = r.samples
     if named:
         row.append(named)
     return row

@@ -33,6 +33,7 @@ class StepState:
         self.bwd_t0 = None
         self.opt_t0 = None
         self.opt_ran = False
+        self.samples = -1
 
     def clear(self) -> None:
         self.reset(None)
@@ -56,7 +57,7 @@ class StepState:
         else:
             synced = 1 if buckets or colls else -1
         return Raw(step, self.start, now, self.first, self.data_ns, self.data_cpu_ns,
-                   self.phases, self.exposed, buckets, colls, self.fwd_end, synced)
+                   self.phases, self.exposed, buckets, colls, self.fwd_end, synced, self.samples)
 
     # ---------------------------------------------------------------- hook callbacks
     def forward_start(self, sync_flag) -> None:
