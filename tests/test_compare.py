@@ -76,7 +76,7 @@ def test_cli_gate_exit_codes_and_saved_reports(tmp_path, capsys):
     out = tmp_path / "cmp.json"
     assert main(["compare", str(slow), str(fast), "--json", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "faster per sample" in text and "comm-bound" in text
+    assert "less time per sample" in text and "comm-bound" in text
     assert json.load(open(out))["slower_pct"] < -40
     assert main(["compare", str(slow), str(tmp_path / "nope")]) == 2
     assert main(["compare", str(slow), str(fast), "--fail-if-slower", "-1"]) == 2

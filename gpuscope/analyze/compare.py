@@ -189,8 +189,15 @@ def _batch(rep: Report):
 def _applied(sug, before: Report, after: Report, changed: dict):
     """What AFTER ran with for the suggestion's knob, or None when it did not change it."""
     if sug.knob == "straggler":
+        if not before.stragglers:
+            return None
         gone = set(before.straggler_ranks) - set(after.straggler_ranks)
-        return "no straggler" if before.stragglers and gone else None
+        if gone:
+            return "no straggler"
+        # still named (the others are now within noise of it), but the waiting it caused went
+        if part_ms(after, "wait") < 0.5 * part_ms(before, "wait"):
+            return "waiting halved"
+        return None
     if sug.knob == "rank_jitter":
         return None
     for key in KNOB_KEYS.get(sug.knob, (sug.knob,)):

@@ -112,6 +112,11 @@ def micro_steps(frame: pd.DataFrame, warmup: int = 1) -> MicroSteps:
     return MicroSteps(_micro(kept[synced != 0]), _micro(kept[synced == 0]))
 
 
+#: the smallest batch a growth fit may rest on: on the comm demo, forward took the same time for 1
+#: and 2 samples and 66% longer for 4 (bench_whatif.py, comm-batch)
+MIN_FIT_SAMPLES = 8
+
+
 def batch_growth(frame: pd.DataFrame, batch: int | None, mult: int,
                  warmup: int = 1) -> tuple[float, float, float] | None:
     """How forward time grows for `mult` x the batch, fitted on the run's own batches of another
@@ -126,6 +131,8 @@ def batch_growth(frame: pd.DataFrame, batch: int | None, mult: int,
     other = (n != batch) & (n > 0)
     if other.sum() < 2 or (~other).sum() < 2:
         return None
+    if n[other].min() < MIN_FIT_SAMPLES:
+        return None  # a 1-4 sample batch runs other kernels (GEMV): it does not extrapolate
     f = f.assign(n=n)
     med = f[f["forward_ns"] > 0].groupby(["rank", "n"])["forward_ns"].median().reset_index()
     pts = med.groupby("n")["forward_ns"].mean()

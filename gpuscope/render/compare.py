@@ -23,15 +23,15 @@ def render(c: Comparison, *, width: int | None = None, color: bool = False) -> s
     console, buf = text_console(width, color)
     console.print(Text(f"BEFORE {c.before}\nAFTER  {c.after}", style="dim"))
     unit = "sample" if c.per_sample else "micro-step"
-    word = "slower" if c.slower_pct > 0 else "faster"
-    console.print(Text(f"AFTER is {abs(c.slower_pct):.1f}% {word} per {unit}",
+    word = "more" if c.slower_pct > 0 else "less"
+    console.print(Text(f"AFTER takes {abs(c.slower_pct):.1f}% {word} time per {unit}",
                        style="bold red" if c.slower_pct > 0 else "bold green"))
     vb, va = c.verdict_before, c.verdict_after
     same = "unchanged" if vb[0] == va[0] else "changed"
     console.print(f"verdict {same}: {vb[0]} {vb[1]:.0%} -> {va[0]} {va[1]:.0%}")
     if c.stragglers_before or c.stragglers_after:
         console.print(f"stragglers: {c.stragglers_before or 'none'} -> {c.stragglers_after or 'none'}")
-    t = Table(title="ms per micro-step (mean over ranks; step: slowest rank)", title_justify="left")
+    t = Table(title="ms per micro-step", title_justify="left")
     for col in ("part", "before", "after", "delta", "delta %"):
         t.add_column(col, justify="left" if col == "part" else "right", no_wrap=True)
     for p in c.parts:
@@ -47,8 +47,8 @@ def render(c: Comparison, *, width: int | None = None, color: bool = False) -> s
     else:
         console.print("knobs changed: none")
     if c.predictions:
-        p = Table(title="BEFORE's suggestions, applied: predicted vs measured (ms per step of "
-                        "BEFORE's shape)", title_justify="left")
+        p = Table(title="BEFORE's suggestions applied: predicted vs measured, ms per BEFORE step",
+                  title_justify="left")
         for col in ("knob", "suggested", "applied", "predicted", "range", "measured", "error",
                     "noise"):
             p.add_column(col, justify="left" if col in ("knob", "suggested", "applied") else "right")
