@@ -375,7 +375,10 @@ def _summary_html(report: Report) -> str:
     if report.suggestions:
         items = "".join(
             f'<li><b>{esc(s.knob)}</b>: {esc(s.current)} &rarr; {esc(s.proposed)} '
-            f'<span class="gain">~{s.estimated_step_ms:.1f} ms/step, {s.gain_pct:+.0f}% '
+            f'<span class="gain">~{s.estimated_step_ms:.1f}'
+            + (f' ({s.estimated_step_ms_range[0]:.1f}-{s.estimated_step_ms_range[1]:.1f})'
+               if s.estimated_step_ms_range else '')
+            + f' ms/step, {s.gain_pct:+.0f}% '
             f'throughput</span><br><span class="why">{esc(s.why)}</span></li>'
             for s in report.suggestions)
         out.append(f'<h2>Suggestions</h2><ol id="suggestions">{items}</ol>')

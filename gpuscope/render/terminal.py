@@ -283,10 +283,13 @@ def _stragglers(report: Report, console: Console) -> None:
 def _suggestions(report: Report, console: Console) -> None:
     if not report.suggestions:
         return
-    console.print(Text("\nSuggestions (best estimated gain first)", style="bold"))
+    console.print(Text("\nSuggestions (what fixes the verdict first, then by estimated gain)",
+                       style="bold"))
     for i, s in enumerate(report.suggestions, 1):
+        rng = s.estimated_step_ms_range
+        span = f" ({rng[0]:.1f}-{rng[1]:.1f})" if rng else ""
         console.print(Text.assemble(
             f" {i}. ", (s.knob, "bold"), f": {s.current} -> {s.proposed}  ",
-            (f"~{round(s.estimated_step_ms, 3):.1f} ms/step, {round(s.gain_pct, 1):+.0f}% "
+            (f"~{round(s.estimated_step_ms, 3):.1f}{span} ms/step, {round(s.gain_pct, 1):+.0f}% "
              "throughput", "green")))
         console.print(Padding(Text(s.why, style="dim"), (0, 0, 0, 4)))
