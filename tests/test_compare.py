@@ -63,6 +63,10 @@ def test_micro_steps_compare_across_accumulation():
     step = next(p for p in c.parts if p.part == "step")
     assert step.after_ms == pytest.approx((3 * 10 + 32) / 4)
     assert "sync_interval" in c.knobs_changed
+    # the other way round, predictions are per BEFORE step: 4 of AFTER's micro-steps
+    back = compare(accum, every)
+    pred = next(p for p in back.predictions if p.knob == "sync_frequency")
+    assert pred.measured_ms == pytest.approx(4 * 52)  # comm_bound(20): a 52 ms step
 
 
 def test_cli_gate_exit_codes_and_saved_reports(tmp_path, capsys):

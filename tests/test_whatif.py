@@ -63,7 +63,7 @@ def test_sync_interval_and_cycle_estimate():
     assert whatif.choose_interval(51.0, 16.0, 0.20, 1) == 9   # 0.8 * 35 / 3.2 = 8.75
     assert whatif.choose_interval(51.0, 16.0, 0.20, 4) == 12  # a multiple of the current 4
     micro = whatif.micro_steps(table_from_rows(ddp_rows()).frame, 0)
-    e = whatif.sync_estimate(micro, {"device": "cpu"}, 8, 1, 1.0)
+    e = whatif.sync_estimate(micro, whatif.unsynced_step(micro, {"device": "cpu"}), 8, 1)
     assert e.ms == pytest.approx((7 * 16e6 + 51e6) / 8)
     assert e.lo < e.ms < e.hi
 

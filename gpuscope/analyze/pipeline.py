@@ -38,9 +38,9 @@ def drop_warmup(frame: pd.DataFrame, n: int, warnings: list[str]) -> pd.DataFram
     return kept
 
 
-def _growth(frame: pd.DataFrame, table: RunTable, warmup: int) -> dict:
+def _growth(frame: pd.DataFrame, knobs: dict, warmup: int) -> dict:
     """{m: how forward grows for m x the batch}, where the run had batches of another size."""
-    bs = table.knobs().get("batch_size")
+    bs = knobs.get("batch_size")
     if not isinstance(bs, int) or "samples" not in frame:
         return {}
     return {m: g for m in (2, 4) if (g := batch_growth(frame, bs, m, warmup)) is not None}
@@ -156,13 +156,14 @@ def analyze_table(table: RunTable, thresholds: Thresholds | None = None,
     if frame.empty:
         raise InputError(f"{table.path}: no steps to analyse (the run recorded none)")
     record = table.source == "record"  # Kineto tables come with waits from matched collectives
+    knobs = table.knobs()
     ends = cycle_ends(frame)
     mapping = None
     if ends is not None:  # accumulation: waits per micro-step, then optimizer steps
         if record:
             frame = estimate_wait(frame, warnings, table.comm)
         micro = micro_steps(frame, max(th.warmup_steps, 1))
-        growth = _growth(frame, table, max(th.warmup_steps, 1))
+        growth = _growth(frame, knobs, max(th.warmup_steps, 1))
         frame, mapping = to_cycles(frame, ends, warnings)
         frame = drop_warmup(frame, th.warmup_steps, warnings)
     else:
@@ -170,10 +171,9 @@ def analyze_table(table: RunTable, thresholds: Thresholds | None = None,
         if record:
             frame = estimate_wait(frame, warnings, table.comm)
         micro = micro_steps(frame, 0)
-        growth = _growth(frame, table, 0)
+        growth = _growth(frame, knobs, 0)
     layout = find_layout(table)
     frame = split_bubble(frame, layout)
-    knobs = table.knobs()
     if mapping is not None:
         knobs["sync_interval"] = sync_interval(frame)
     roles = find_roles(frame, th.wait)

@@ -208,7 +208,7 @@ def suggest_comm(t: TypicalStep, knobs: dict, th: Thresholds,
         if micro is not None:
             unsync = whatif.unsynced_step(micro, knobs, share)
             new = whatif.choose_interval(micro.synced.step, unsync.ms, th.comm_target, cur)
-            e = whatif.sync_estimate(micro, knobs, new, cur, share)
+            e = whatif.sync_estimate(micro, unsync, new, cur)
             k = new // cur
         else:  # no per-micro-step table (a saved report): exposed transfer only
             k = math.ceil((1 - th.comm_target) * grads / (th.comm_target * (rest + gather)))

@@ -187,11 +187,10 @@ def choose_interval(sync: float, unsync: float, target: float, cur: int, cap: in
     return mult * cur
 
 
-def sync_estimate(m: MicroSteps, knobs: dict, new_interval: int, cur: int,
-                  grads_share: float) -> Estimate:
-    """ns per current cycle (`cur` micro-steps) when gradients sync every `new_interval`."""
+def sync_estimate(m: MicroSteps, n: Estimate, new_interval: int, cur: int) -> Estimate:
+    """ns per current cycle (`cur` micro-steps) when gradients sync every `new_interval`, from
+    the synchronized micro-step and `n`, one that does not synchronize (unsynced_step)."""
     s = m.synced
-    n = unsynced_step(m, knobs, grads_share)
     f = lambda nn_: cur * per_micro_cycle(s.step, nn_, new_interval)  # noqa: E731
     return Estimate(f(n.ms), f(n.lo), f(n.hi), n.assumes)
 
@@ -202,7 +201,7 @@ def batch_estimate(m: MicroSteps, knobs: dict, mult: int, cur: int,
     backward by `growth` (point, lo, hi; default sqrt(mult), 1, mult), the rest stays."""
     s = m.synced
     n = unsynced_step(m, knobs, 1.0)
-    point, lo_a, hi_a = HIDDEN_COST[device_kind(knobs)]
+    point = HIDDEN_COST[device_kind(knobs)][0]
     bwd_pure = max(s.backward - min(point * s.hidden, 0.9 * s.backward), 0.0)
     comp_s = s.forward + bwd_pure
     if m.unsynced is not None and m.unsynced.rows >= 3:
