@@ -20,8 +20,9 @@ import pandas as pd
 
 from ..errors import InputError, TraceFormatError
 from ..record_format import (COLUMN_DEFAULTS, FILE_GLOB, FILE_SUFFIX, NVML_FIELDS, SCHEMA,
-                             STEP_COLUMNS, comm_kind, is_p2p)
+                             STEP_COLUMNS, comm_kind, is_p2p, parse_file_name)
 from ..runtable import COMM_COLUMNS, RankInfo, RunTable, empty_frame
+from .validate import (MAX_NS, MAX_STEP, MAX_UNIX_NS, Tally, clean_knobs, is_int, is_num)
 
 _decode = msgspec.json.Decoder().decode
 
@@ -46,6 +47,8 @@ class RankFile:
     nvml: list = field(default_factory=list)
     dataparallel: dict = field(default_factory=dict)  # the latest DataParallel totals
     warnings: list[str] = field(default_factory=list)
+    row_lines: list[int] = field(default_factory=list)  # line number of each row
+    tally: Tally | None = None  # what was skipped while reading
 
     @property
     def rank(self) -> int:
@@ -59,40 +62,141 @@ class RankFile:
     def span(self) -> tuple[int, int]:
         """[start, end] of the recording on this rank, unix ns."""
         start = self.header.get("start_unix_ns")
-        if not isinstance(start, int):
-            start = self.rows[0][1] if self.rows else 0
+        if not is_int(start, 0, MAX_UNIX_NS):
+            first = self.rows[0] if self.rows else None
+            start = first[1] if first and len(first) > 1 and is_int(first[1], 0, MAX_UNIX_NS) else 0
         ends = [start]
         if isinstance(self.end.get("end_unix_ns"), int):
             ends.append(self.end["end_unix_ns"])
-        if self.rows and len(self.rows[-1]) > 2:
-            ends.append(self.rows[-1][1] + self.rows[-1][2])
+        last = self.rows[-1] if self.rows else None
+        if last and len(last) > 2 and is_int(last[1], 0, MAX_UNIX_NS) and is_int(last[2]):
+            ends.append(last[1] + last[2])
         return start, max(ends)
 
 
-def read_rank_file(path: str) -> RankFile:
-    """One rank file. A last line cut mid-write is dropped; a file without its end record
-    (killed run) gets a warning."""
-    with open(path, "rb") as fh:
-        blob = fh.read()
-    name = os.path.basename(path)
-    lines = blob.split(b"\n")
-    if not lines or not lines[0].strip():
-        raise TraceFormatError(f"{path}: empty record file (the run wrote nothing)")
+def _header(path: str, line: bytes) -> dict:
     try:
-        header = _decode(lines[0])
+        header = _decode(line)
     except msgspec.DecodeError as exc:
         raise TraceFormatError(f"{path}: first line is not a gpuscope header ({exc})") from None
     if not isinstance(header, dict) or header.get("schema") != SCHEMA:
         raise TraceFormatError(f"{path}: not a {SCHEMA} file (schema={header.get('schema')!r})"
                                if isinstance(header, dict) else f"{path}: not a gpuscope file")
-    knobs = dict(header.get("knobs") or {})
+    return header
+
+
+def _check_header(header: dict, name: str, tally: Tally) -> None:
+    """Fields of the header that do not fit are replaced by what can be known without them."""
+    if not is_int(header.get("rank"), 0, 1 << 31):
+        parsed = parse_file_name(name)
+        header["rank"] = parsed[0] if parsed else 0
+        tally.add("header field(s) ('rank': taken from the file name)", 1)
+    for key, lo, hi in (("world_size", 1, 1 << 31), ("start_unix_ns", 0, MAX_UNIX_NS),
+                        ("pid", 0, 1 << 40), ("local_rank", 0, 1 << 31)):
+        if key in header and header[key] is not None and not is_int(header[key], lo, hi):
+            del header[key]
+            tally.add(f"header field(s) ('{key}')", 1)
+    for key in ("host", "run_id", "comm_timing", "placement_source"):
+        if key in header and not isinstance(header[key], str):
+            del header[key]
+            tally.add(f"header field(s) ('{key}')", 1)
+    cols = header.get("columns")
+    if not (isinstance(cols, list) and cols and all(isinstance(c, str) for c in cols)
+            and len(set(cols)) == len(cols) and cols[:3] == list(STEP_COLUMNS[:3])):
+        if cols is not None:
+            tally.add("header field(s) ('columns': the current layout assumed)", 1)
+        header["columns"] = list(STEP_COLUMNS)
+
+
+def _device_ok(item) -> bool:
+    return (isinstance(item, dict) and is_int(item.get("step"), 0, MAX_STEP)
+            and all(isinstance(k, str) and is_int(v) for k, v in item.items()))
+
+
+def _nvml_ok(sample) -> bool:
+    return (isinstance(sample, list) and len(sample) == len(NVML_FIELDS)
+            and is_int(sample[0], 0, MAX_UNIX_NS)
+            and all(v is None or is_num(v, 0.0, 1e15) for v in sample[1:]))
+
+
+def _dataparallel_ok(d) -> bool:
+    def ns_map(m):
+        return m is None or (isinstance(m, dict) and all(is_int(v, 0, MAX_UNIX_NS)
+                                                         for v in m.values()))
+
+    return (isinstance(d, dict) and isinstance(d.get("devices", []), list)
+            and all(isinstance(x, (str, int)) for x in d.get("devices", []))
+            and (d.get("steps") is None or is_int(d.get("steps"), 0, MAX_STEP))
+            and all(ns_map(d.get(k)) for k in ("forward_n", "forward_ns", "host_ns"))
+            and (d.get("peak_bytes") is None or (isinstance(d["peak_bytes"], dict) and all(
+                v is None or is_int(v, 0, 1 << 60) for v in d["peak_bytes"].values()))))
+
+
+def _end_ok(end) -> bool:
+    return (isinstance(end, dict)
+            and all(is_int(end[k], 0, MAX_UNIX_NS) for k in ("steps", "end_unix_ns") if
+                    end.get(k) is not None)
+            and isinstance(end.get("warnings", []), list)
+            and all(isinstance(end[k], str) for k in ("recorder_error", "comm_hook")
+                    if end.get(k) is not None))
+
+
+def _side_record(obj: dict, out: "RankFile", knobs: dict, tally: Tally, at: int) -> None:
+    """A side record (knobs, end, device times, NVML samples, DataParallel totals)."""
+    if "knobs" in obj:
+        clean, bad = clean_knobs(obj["knobs"])
+        knobs.update(clean)
+        if bad:
+            tally.add("knob value(s) of the wrong type", at, bad)
+    if "end" in obj:
+        if _end_ok(obj["end"]):
+            out.end = obj["end"]
+        else:
+            tally.add("malformed end record(s)", at)
+    if "device" in obj:
+        items = obj["device"] if isinstance(obj["device"], list) else [None]
+        good = [d for d in items if _device_ok(d)]
+        out.device += good
+        if len(good) < len(items):
+            tally.add("malformed device time(s)", at, len(items) - len(good))
+    if "nvml" in obj:
+        items = obj["nvml"] if isinstance(obj["nvml"], list) else [None]
+        good = [x for x in items if _nvml_ok(x)]
+        out.nvml += good
+        if len(good) < len(items):
+            tally.add("malformed NVML sample(s)", at, len(items) - len(good))
+    if "dataparallel" in obj:
+        if _dataparallel_ok(obj["dataparallel"]):
+            out.dataparallel = obj["dataparallel"]
+        else:
+            tally.add("malformed DataParallel record(s)", at)
+
+
+def read_rank_file(path: str) -> RankFile:
+    """One rank file. What does not fit is skipped and counted (one warning per kind); a last
+    line cut mid-write is dropped; a file without its end record (killed run) gets a warning.
+    Only a file without a readable header is an error."""
+    try:
+        with open(path, "rb") as fh:
+            blob = fh.read()
+    except OSError as exc:
+        raise TraceFormatError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    name = os.path.basename(path)
+    lines = blob.split(b"\n")
+    if not lines or not lines[0].strip():
+        raise TraceFormatError(f"{path}: empty record file (the run wrote nothing)")
+    header = _header(path, lines[0])
+    tally = Tally(name)
+    _check_header(header, name, tally)
+    knobs, bad = clean_knobs(header.get("knobs") or {})
+    if bad:
+        tally.add("knob value(s) of the wrong type", 1, bad)
     out = RankFile(path, header, [], {})
     warnings = out.warnings
-    bad = 0
     body = lines[1:]
     cut_tail = bool(body) and body[-1] != b""  # file does not end with a newline
     for i, line in enumerate(body):
-        if not line:
+        if not line.strip():
             continue
         try:
             obj = _decode(line)
@@ -100,36 +204,27 @@ def read_rank_file(path: str) -> RankFile:
             if i == len(body) - 1 and cut_tail:
                 warnings.append(f"{name}: last line was cut mid-write and is ignored")
             else:
-                bad += 1
+                tally.add("corrupt line(s)", i + 2)
             continue
         if isinstance(obj, list):
             out.rows.append(obj)
+            out.row_lines.append(i + 2)
         elif isinstance(obj, dict):
-            if "knobs" in obj:
-                knobs.update(obj["knobs"])
-            if "end" in obj:
-                out.end = obj["end"]
-            if isinstance(obj.get("device"), list):
-                out.device += obj["device"]
-            if isinstance(obj.get("nvml"), list):
-                out.nvml += obj["nvml"]
-            if isinstance(obj.get("dataparallel"), dict):
-                out.dataparallel = obj["dataparallel"]
-    if bad:
-        warnings.append(f"{name}: {bad} corrupt line(s) skipped")
+            _side_record(obj, out, knobs, tally, i + 2)
+        else:
+            tally.add("line(s) that are neither a step row nor a record", i + 2)
+    out.tally = tally
     end = out.end
     if not end:
-        last = out.rows[-1][0] if out.rows else None
+        last = out.rows[-1][0] if out.rows and out.rows[-1] else None
         warnings.append(f"{name}: no end record: the run was cut (killed or crashed) after step "
                         f"{last}; the last few steps may be missing")
     elif end.get("crashed"):
         warnings.append(f"{name}: training raised an exception after step {end.get('steps')}")
     if end.get("recorder_error"):
         warnings.append(f"{name}: recording stopped early: {end['recorder_error']}")
-    warnings += [f"{name}: {w}" for w in end.get("warnings", [])]  # the recorder's own
+    warnings += [f"{name}: {w}" for w in end.get("warnings", []) if isinstance(w, str)]
     header["knobs"] = knobs
-    if not isinstance(header.get("columns"), list) or not header["columns"]:
-        header["columns"] = list(STEP_COLUMNS)
     return out
 
 
@@ -190,32 +285,110 @@ def _pick_recording(path: str, files: list[RankFile], want: str | None,
     return [by_rank[r] for r in sorted(by_rank)]
 
 
-def _frame(rank: int, cols: list[str], rows: list[list]) -> tuple[pd.DataFrame, list]:
+def _bounds(cols: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    lo = np.array([-1 if c == "synced" else 0 for c in cols], dtype=np.int64)
+    hi = np.array([MAX_STEP if c == "step" else MAX_UNIX_NS if c == "start_ns" else
+                   1 if c == "synced" else MAX_NS for c in cols], dtype=np.int64)
+    return lo, hi
+
+
+def _int_rows(rows: list, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """(rows x width int64 array, mask of the rows whose first `width` values are all ints that
+    fit int64). Fast path: numpy converts the whole list at once; a row of mixed types sends it
+    row by row."""
+    fixed = [r[:width] for r in rows]
+    try:
+        arr = np.array(fixed)
+        if arr.ndim == 2 and arr.dtype.kind == "i":
+            return arr.astype(np.int64, copy=False), np.ones(len(fixed), dtype=bool)
+    except (ValueError, TypeError, OverflowError):
+        pass
+    ok = np.array([all(type(v) is int and -(1 << 63) <= v < (1 << 63) for v in r)
+                   for r in fixed], dtype=bool)
+    good = [r for r, k in zip(fixed, ok.tolist()) if k]
+    arr = np.zeros((len(fixed), width), dtype=np.int64)
+    if good:
+        arr[ok] = np.array(good, dtype=np.int64)
+    return arr, ok
+
+
+def _extra(e, tally: Tally, line: int) -> tuple[dict | None, list, int]:
+    """A row's trailing object: (named phases, collectives [(key, comm, exposed, count)],
+    batch samples or -1), values that do not fit dropped and counted."""
+    if not isinstance(e, dict):
+        if e is not None:
+            tally.add("trailing value(s) of step rows (not an object)", line)
+        return None, [], -1
+    phases, comm, samples, bad = {}, [], -1, 0
+    for key, v in e.items():
+        if key == "_comm":
+            for k, c in (v.items() if isinstance(v, dict) else [(None, None)]):
+                if isinstance(k, str) and isinstance(c, list) and len(c) == 3 and \
+                        all(is_int(x) for x in c):
+                    comm.append((k, *c))
+                else:
+                    bad += 1
+        elif key == "_samples":
+            if is_int(v, 0, 1 << 40):
+                samples = v
+            else:
+                bad += 1
+        elif is_int(v):
+            phases[key] = v
+        else:
+            bad += 1
+    if bad:
+        tally.add("phase or collective value(s) of the wrong type or out of range", line, bad)
+    return phases or None, comm, samples
+
+
+def _frame(rank: int, cols: list[str], rows: list[list], lines: list[int],
+           tally: Tally) -> tuple[pd.DataFrame, list]:
     """The rank's step rows as a frame (columns a file of an older version lacks get their
-    default), and its collectives as (rank, step, key, comm_ns, exposed_ns, count) records."""
+    default), and its collectives as (rank, step, key, comm_ns, exposed_ns, count) records.
+    Rows too short, with values of the wrong type, out of range, or repeating a step already
+    read are skipped and counted."""
     width = len(cols)
-    fixed = [r[:width] for r in rows if len(r) >= width]
-    arr = np.array(fixed, dtype=np.int64) if fixed else np.zeros((0, width), dtype=np.int64)
-    df = pd.DataFrame(arr, columns=cols)
+    long_enough = [len(r) >= width for r in rows]
+    if not all(long_enough):
+        tally.add("step row(s) with too few values", lines[long_enough.index(False)],
+                  long_enough.count(False))
+        rows = [r for r, k in zip(rows, long_enough) if k]
+        lines = [n for n, k in zip(lines, long_enough) if k]
+    arr, ok = _int_rows(rows, width) if rows else (np.zeros((0, width), np.int64),
+                                                    np.zeros(0, bool))
+    if not ok.all():
+        tally.add("step row(s) with values of the wrong type", lines[int(np.argmin(ok))],
+                  int((~ok).sum()))
+    lo, hi = _bounds(cols)
+    inside = ok & ((arr >= lo) & (arr <= hi)).all(axis=1)
+    if (ok & ~inside).any():
+        tally.add("step row(s) with values out of range (negative or huge)",
+                  lines[int(np.argmax(ok & ~inside))], int((ok & ~inside).sum()))
+    step_col = cols.index("step")
+    _, first = np.unique(np.where(inside, arr[:, step_col], -1), return_index=True)
+    keep = np.zeros(len(rows), dtype=bool)
+    keep[first] = True
+    keep &= inside
+    dup = inside & ~keep
+    if dup.any():
+        tally.add("step row(s) repeating a step already read", lines[int(np.argmax(dup))],
+                  int(dup.sum()))
+    idx = np.flatnonzero(keep)
+    known = [i for i, c in enumerate(cols) if c in STEP_COLUMNS]
+    df = pd.DataFrame(arr[np.ix_(idx, known)], columns=[cols[i] for i in known])
     df.insert(0, "rank", rank)
-    for col, default in COLUMN_DEFAULTS.items():
+    for col in STEP_COLUMNS:
         if col not in df:
-            df[col] = default
-    extra = [r[width] if len(r) > width and isinstance(r[width], dict) else None for r in rows
-             if len(r) >= width]
+            df[col] = COLUMN_DEFAULTS.get(col, 0)
     comm = []
-    if any(extra):
+    extras = [rows[i][width] if len(rows[i]) > width else None for i in idx.tolist()]
+    if any(e is not None for e in extras):
         phases, samples = [], []
-        for step, e in zip(df["step"].tolist(), extra):
-            n = -1
-            if e and ("_comm" in e or "_samples" in e):
-                e = dict(e)
-                for key, v in (e.pop("_comm", None) or {}).items():
-                    if isinstance(v, list) and len(v) == 3:
-                        comm.append((rank, step, str(key), *v))
-                v = e.pop("_samples", -1)
-                n = v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else -1
-            phases.append(e or None)
+        for step, e, i in zip(df["step"].tolist(), extras, idx.tolist()):
+            ph, cm, n = _extra(e, tally, lines[i])
+            comm += [(rank, step, *c) for c in cm]
+            phases.append(ph)
             samples.append(n)
         if any(phases):
             df["phases"] = phases
@@ -318,12 +491,16 @@ def read_run_dir(path: str) -> RunTable:
         tel = _telemetry(rank, f.nvml)
         if tel is not None:
             telemetry.append(tel)
+        frame = None
         if f.rows:
-            frame, rank_comm = _frame(rank, header["columns"], f.rows)
-            frames.append(_apply_device_times(frame, f.device))
+            frame, rank_comm = _frame(rank, header["columns"], f.rows, f.row_lines, f.tally)
             comm += rank_comm
+        warnings += f.tally.warnings()
+        if frame is not None and len(frame):
+            frames.append(_apply_device_times(frame, f.device))
         else:
-            warnings.append(f"{os.path.basename(f.path)}: rank {rank} recorded no steps")
+            warnings.append(f"{os.path.basename(f.path)}: rank {rank} recorded no "
+                            f"{'usable ' if f.rows else ''}steps")
     missing = sorted(set(range(world)) - set(ranks))
     if missing:
         shown = ", ".join(map(str, missing[:10])) + (" ..." if len(missing) > 10 else "")

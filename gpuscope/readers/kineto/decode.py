@@ -190,11 +190,13 @@ def decode_trace(path: str, blob=None):
     try:
         doc = (_small if len(blob) < SMALL else _outline).decode(blob)
     except msgspec.ValidationError:
-        raw = _loose_doc(path, blob)
+        try:
+            raw = _loose_doc(path, blob)
+        except TraceFormatError:
+            return salvage(path, blob)
         return _loose_events(raw["traceEvents"]), raw.get("distributedInfo")
-    except msgspec.DecodeError as exc:
-        raise TraceFormatError(f"{path}: not valid JSON ({exc}); truncated or corrupt trace") \
-            from None
+    except msgspec.DecodeError:
+        return salvage(path, blob)
     finally:
         del blob
     if doc.traceEvents is None:
@@ -219,8 +221,105 @@ def batches(raws: list):
         try:
             yield _batch.decode(text)
         except msgspec.ValidationError:  # unexpected field types: convert field by field
-            yield _loose_events(msgspec.json.decode(text))
+            try:
+                yield _loose_events(msgspec.json.decode(text))
+            except msgspec.DecodeError:
+                yield _one_by_one(chunk)
+        except msgspec.DecodeError:  # e.g. invalid UTF-8 inside a string: event by event
+            yield _one_by_one(chunk)
     raws.clear()
+
+
+class Damaged(list):
+    """Events decoded one by one; `damaged` counts those that did not parse (skipped)."""
+
+    damaged: int = 0
+
+
+def _one_by_one(chunk) -> Damaged:
+    out = Damaged()
+    for raw in chunk:
+        e = _one(raw)
+        if e is _BAD:
+            out.damaged += 1
+        elif e is not None:
+            out.append(e)
+    return out
+
+
+_BAD = object()
+
+
+def _one(raw) -> object:
+    """One raw event decoded: an event, None (valid JSON but not an event we read), or _BAD."""
+    try:
+        found = _batch.decode(b"[" + bytes(raw) + b"]")
+        return found[0] if len(found) == 1 else None if not found else _BAD
+    except msgspec.ValidationError:
+        try:
+            found = _loose_events([msgspec.json.decode(raw)])
+        except msgspec.DecodeError:
+            return _BAD
+        return found[0] if found else None
+    except msgspec.DecodeError:
+        return _BAD
+
+
+class Salvaged(list):
+    """Events read from a file that is not valid JSON as a whole, event by event."""
+
+    damaged: int = 0
+    reason: str = ""
+
+
+_EVENT_SEP = re.compile(rb"\}\s*,\s*\{")
+_INFO = re.compile(rb'"distributedInfo"\s*:\s*(\{[^{}]*\})')
+
+
+def salvage(path: str, blob) -> tuple[Salvaged, object]:
+    """A trace that is not valid JSON (cut mid-write, bytes damaged): its events are cut apart
+    at event boundaries and decoded one by one; the ones that parse are kept and the damaged
+    ones counted. Only when none parses is the file an error."""
+    try:
+        msgspec.json.decode(blob)
+        reason = "unexpected structure"
+    except msgspec.DecodeError as exc:
+        reason = str(exc)
+    data = bytes(blob)
+    key = data.find(b'"traceEvents"')
+    start = data.find(b"[", key) if key >= 0 else -1
+    if start < 0:
+        raise TraceFormatError(f"{path}: not valid JSON ({reason}); truncated or corrupt trace, "
+                               "and no 'traceEvents' to read") from None
+    body = data[start + 1:]
+    out, damaged = Salvaged(), 0
+    pos = body.find(b"{")
+    cuts = [m.start() for m in _EVENT_SEP.finditer(body)]
+    bounds = []
+    for c in cuts:
+        bounds.append((pos, c + 1))
+        pos = body.find(b"{", c + 1)
+    if pos >= 0:
+        end = body.rfind(b"}")
+        bounds.append((pos, max(end + 1, pos)))
+    for a, b in bounds:
+        e = _one(body[a:b])
+        if e is _BAD:
+            damaged += 1
+        elif e is not None:
+            out.append(e)
+    if not out:
+        raise TraceFormatError(f"{path}: not valid JSON ({reason}); truncated or corrupt trace "
+                               "with no event that parses") from None
+    info = None
+    m = _INFO.search(data)
+    if m:
+        try:
+            info = msgspec.json.decode(m.group(1))
+        except msgspec.DecodeError:
+            info = "invalid"
+    out.damaged, out.reason = damaged, reason
+    return out, info
 
 
 def _loose_doc(path: str, blob: bytes) -> dict:
@@ -242,7 +341,7 @@ def _loose_events(items: list) -> list:
         return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else default
 
     def integer(v):
-        return int(v) if isinstance(v, int) and not isinstance(v, bool) else -1
+        return v if type(v) is int and -(1 << 63) <= v < (1 << 63) else -1
 
     def text(v):
         return v if isinstance(v, str) else None
@@ -257,7 +356,7 @@ def _loose_events(items: list) -> list:
                                            text(a.get("Process Group Name")))
         tid = e.get("tid")
         events.append(Event(text(e.get("cat")) or "", text(e.get("name")) or "",
-                            tid if isinstance(tid, (int, str)) else 0, num(e.get("ts"), None),
+                            tid if type(tid) in (int, str) else 0, num(e.get("ts"), None),
                             num(e.get("dur"), 0.0), args))
     return events
 

@@ -19,6 +19,9 @@ import pandas as pd
 
 from .decode import Event
 
+#: timestamps (µs) accepted: up to year 2096 in unix µs, so ns fit int64; durations up to ~11 days
+MAX_TS_US = 4e15
+MAX_DUR_US = 1e12
 # host range kinds
 STEP, DATA, COMM_HOST, OP = 0, 1, 2, 3
 # what an OP range is part of (host_sub)
@@ -80,7 +83,8 @@ class RankEvents:
                    dev_coll=[x for p in parts for x in p.dev_coll],
                    step_thread=parts[0].step_thread, float_ts=any(p.float_ts for p in parts),
                    loader=next((p.loader for p in parts if p.loader), ""),
-                   counts={"events": sum(p.counts.get("events", 0) for p in parts)})
+                   counts={k: sum(p.counts.get(k, 0) for p in parts)
+                           for k in ("events", "bad_time", "bad_id", "bad_json")})
 
 
 def device_kind(name: str, cat: str) -> int:
@@ -163,10 +167,9 @@ def _classify(name: str, cat: str, on_stream: bool) -> tuple:
     if cat in _LAUNCH_CATS:
         return (_LAUNCH, 0, 0, -1, None, False)
     if name.startswith("ProfilerStep#"):
-        try:
-            return (_HOST, STEP, NONE, int(name[13:]), None, False)
-        except ValueError:
-            return (_HOST, STEP, NONE, -1, None, False)
+        digits = name[13:]
+        ok = digits.isascii() and digits.isdigit() and len(digits) <= 12
+        return (_HOST, STEP, NONE, int(digits) if ok else -1, None, False)
     if "DataLoader" in name and "__next__" in name:
         return (_HOST, DATA, NONE, -1, None, False)
     if name.startswith(_COMM_HOST_PREFIX):
@@ -183,8 +186,15 @@ def _next_id(value, ids: dict) -> int:
 
 
 def _thread_id(tid, ids: dict) -> int:
-    """Thread ids stay as written; a named one ("stream 7") gets a stable negative number."""
-    return tid if type(tid) is int else -1 - (zlib.crc32(str(tid).encode()) & 0x3FFFFFFF)
+    """Thread ids stay as written; a named one ("stream 7") or one past int64 gets a stable
+    negative number."""
+    if type(tid) is int and -(1 << 62) < tid < (1 << 62):
+        return tid
+    return -1 - (zlib.crc32(str(tid).encode("utf-8", "replace")) & 0x3FFFFFFF)
+
+
+def _id64(v: int) -> int:
+    return v if -(1 << 63) <= v < (1 << 63) else -1
 
 
 def _intern(values: list, ids: dict, new_id=_next_id) -> np.ndarray:
@@ -211,12 +221,23 @@ def sort_events(batches) -> RankEvents:
     parts: list = []
     coll_args: dict = {}  # row -> (process group, collective) where the args carry them
     n_events = n = 0
+    bad_time = bad_id = bad_json = 0
     for batch in batches:
         n_events += len(batch)
+        bad_json += getattr(batch, "damaged", 0)
         keep = [e for e in batch if type(e) is Event and e.ts is not None]
         del batch
         if not keep:
             continue
+        ts = np.array([e.ts for e in keep], dtype=np.float64)
+        dur = np.array([e.dur for e in keep], dtype=np.float64)
+        ok = (ts >= 0) & (ts < MAX_TS_US) & (dur >= 0) & (dur < MAX_DUR_US)  # NaN fails too
+        if not ok.all():  # out of range: dropped (counted, reported by the reader)
+            bad_time += int((~ok).sum())
+            keep = [e for e, k in zip(keep, ok.tolist()) if k]
+            ts, dur = ts[ok], dur[ok]
+            if not keep:
+                continue
         m = len(keep)
         nid = _intern([e.name for e in keep], name_ids)
         cid = _intern([e.cat for e in keep], cat_ids)
@@ -226,16 +247,20 @@ def sort_events(batches) -> RankEvents:
         stream = np.full(m, -1, dtype=np.int64)
         corr = np.full(m, -1, dtype=np.int64)
         if present:
-            stream[has] = [a.stream for a in present]
-            corr[has] = [a.correlation for a in present]
+            try:
+                stream[has] = [a.stream for a in present]
+                corr[has] = [a.correlation for a in present]
+            except OverflowError:  # an id past int64: unknown
+                bad_id += 1
+                stream[has] = [_id64(a.stream) for a in present]
+                corr[has] = [_id64(a.correlation) for a in present]
             for i in np.flatnonzero(has)[[a.collective is not None or a.pg_name is not None
                                           for a in present]].tolist():
                 coll_args[n + i] = (args[i].pg_name, args[i].collective)
-        ts = np.array([e.ts for e in keep], dtype=np.float64)
-        dur = np.array([e.dur for e in keep], dtype=np.float64)
         tids = [e.tid for e in keep]
         del keep, args, present
-        tid_arr = (np.array(tids, dtype=np.int64) if all(type(t) is int for t in tids)
+        tid_arr = (np.array(tids, dtype=np.int64)
+                   if all(type(t) is int and -(1 << 62) < t < (1 << 62) for t in tids)
                    else _intern(tids, tid_ids, _thread_id))
         parts.append((nid, cid, stream, corr, ts, dur, tid_arr))
         n += m
@@ -294,4 +319,5 @@ def sort_events(batches) -> RankEvents:
         dev_kind=kind[dev], dev_start=start[dev], dev_end=end[dev], dev_corr=corr[dev],
         dev_stream=streams[dev], dev_coll=dev_coll, launch_corr=corr[launch],
         launch_ts=start[launch], step_thread=step_thread, float_ts=float_ts, loader=loader,
-        counts={"events": n_events})
+        counts={"events": n_events, "bad_time": bad_time, "bad_id": bad_id,
+                "bad_json": bad_json})

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
+from contextlib import contextmanager
 from concurrent.futures import ProcessPoolExecutor
 
 import msgspec
@@ -20,7 +21,7 @@ import pandas as pd
 from ...errors import InputError, TraceFormatError
 from ...runtable import RankInfo, RunTable, empty_frame
 from .collectives import match_collectives
-from .decode import (BATCH, batches, decode_trace, events_of, file_size, read_bytes,
+from .decode import (BATCH, Salvaged, batches, decode_trace, events_of, file_size, read_bytes,
                      split_events)
 from .events import STEP, RankEvents, p2p_masks, sort_events
 from .hta import gpu_breakdown
@@ -39,8 +40,12 @@ def _can_fork() -> bool:
             and threading.active_count() == 1)  # never fork a threaded host (TensorBoard)
 
 
+@contextmanager
 def _in_child(work):
-    """Start `work()` in a forked process (it sees this process's memory as it is now)."""
+    """Run `work()` in a forked process (it sees this process's memory as it is now); yields a
+    function that returns ("ok", value) or ("error", reason). On leaving the block the child is
+    gone on every path: joined when it delivered, terminated (then killed) when the parent
+    stopped listening early, e.g. because its own half raised."""
     import multiprocessing as mp
 
     ctx = mp.get_context("fork")
@@ -50,23 +55,40 @@ def _in_child(work):
         try:
             send.send(("ok", work()))
         except BaseException as exc:  # reported; the parent then does the work itself
-            send.send(("error", repr(exc)))
+            try:
+                send.send(("error", repr(exc)))
+            except OSError:  # the parent stopped listening
+                pass
         finally:
             send.close()
 
     child = ctx.Process(target=target, daemon=True)
     child.start()
     send.close()
-    return child, recv
 
+    delivered = []
 
-def _collect(child, recv):
+    def collect():
+        try:
+            out = recv.recv()
+        except (EOFError, OSError) as exc:
+            out = "error", repr(exc)
+        delivered.append(True)
+        return out
+
     try:
-        status, value = recv.recv()
-    except (EOFError, OSError) as exc:
-        status, value = "error", repr(exc)
-    child.join(timeout=60)
-    return status, value
+        yield collect
+    finally:
+        recv.close()
+        if delivered:  # it has sent: it is on its way out
+            child.join(timeout=10)
+        if child.exitcode is None:  # never listened to, or stuck: stop it
+            child.terminate()
+            child.join(timeout=5)
+        if child.exitcode is None:
+            child.kill()
+            child.join()
+        child.close()
 
 
 def parse_file(path: str, split: bool = False) -> tuple[str, object, RankEvents]:
@@ -79,12 +101,12 @@ def parse_file(path: str, split: bool = False) -> tuple[str, object, RankEvents]
         cut = split_events(blob) if len(blob) >= SPLIT_TEXT_BYTES else None
         if cut is not None:
             info, first, second = cut
-            child, recv = _in_child(lambda: sort_events(batches(events_of(second))))
-            try:
-                mine = sort_events(batches(events_of(first)))
-            except msgspec.DecodeError:
-                mine = None
-            status, theirs = _collect(child, recv)
+            with _in_child(lambda: sort_events(batches(events_of(second)))) as collect:
+                try:
+                    mine = sort_events(batches(events_of(first)))
+                except msgspec.DecodeError:
+                    mine = None
+                status, theirs = collect()
             if mine is not None and status == "ok":
                 return path, info, RankEvents.concat([mine, theirs])
             # the cut was refused: decode the file in one piece, from a fresh read (the cut
@@ -92,15 +114,38 @@ def parse_file(path: str, split: bool = False) -> tuple[str, object, RankEvents]
             cut = first = second = blob = None
     raws, info = decode_trace(path, blob)
     blob = None
+    damaged = raws.damaged if isinstance(raws, Salvaged) else -1
     if not (split and len(raws) >= SPLIT_MIN_EVENTS and _can_fork()):
-        return path, info, sort_events(batches(raws))
-    mid = (len(raws) // 2) // BATCH * BATCH
-    child, recv = _in_child(lambda: sort_events(batches(raws[mid:])))
-    first = sort_events(batches(raws[:mid]))
-    status, second = _collect(child, recv)
-    if status != "ok":
-        second = sort_events(batches(raws[mid:]))
-    return path, info, RankEvents.concat([first, second])
+        ev = sort_events(batches(raws))
+    else:
+        mid = (len(raws) // 2) // BATCH * BATCH
+        with _in_child(lambda: sort_events(batches(raws[mid:]))) as collect:
+            first = sort_events(batches(raws[:mid]))
+            status, second = collect()
+        if status != "ok":
+            second = sort_events(batches(raws[mid:]))
+        ev = RankEvents.concat([first, second])
+    if damaged >= 0:  # read event by event: the file as a whole is not JSON
+        ev.counts["bad_json"] = ev.counts.get("bad_json", 0) + damaged
+        ev.counts["salvaged"] = 1
+    return path, info, ev
+
+
+def file_warnings(path: str, ev: RankEvents) -> list[str]:
+    """One warning per kind of damage found in a file's events."""
+    name, c, out = os.path.basename(path), ev.counts, []
+    if c.get("salvaged"):
+        out.append(f"{name}: not valid JSON as a whole (cut mid-write or damaged): read event "
+                   f"by event, {c.get('events', 0)} read")
+    if c.get("bad_json"):
+        out.append(f"{name}: {c['bad_json']} damaged event(s) that do not parse skipped")
+    if c.get("bad_time"):
+        out.append(f"{name}: {c['bad_time']} event(s) with a negative, huge or non-numeric time "
+                   "or duration skipped")
+    if c.get("bad_id"):
+        out.append(f"{name}: stream or correlation ids past 64 bits in {c['bad_id']} batch(es) "
+                   "of events read as unknown")
+    return out
 
 
 def _parse_all(files: list[str], jobs: int | None) -> list:
@@ -124,9 +169,9 @@ def _parse_all(files: list[str], jobs: int | None) -> list:
         groups[g].append(i)
         load[g] += sizes[i]
     mine, theirs = groups
-    child, recv = _in_child(lambda: [parse_file(files[i]) for i in theirs])
-    done = {i: parse_file(files[i]) for i in mine}
-    status, value = _collect(child, recv)
+    with _in_child(lambda: [parse_file(files[i]) for i in theirs]) as collect:
+        done = {i: parse_file(files[i]) for i in mine}
+        status, value = collect()
     if status == "ok":
         done.update(zip(theirs, value))
     else:  # e.g. a bad file in the child's group: redo here, where the error is raised
@@ -164,6 +209,7 @@ def read_kineto(path: str, files: list[str], jobs: int | None = None) -> RunTabl
     ids: dict[int, RankId] = {}
     unknown = []
     for f, info, ev in parsed:
+        warnings += file_warnings(f, ev)
         rid, w = identify(f, info)
         warnings += w
         if rid.rank is None:

@@ -1,0 +1,101 @@
+"""What a value read from a file may be, and a tally of what was skipped.
+
+Readers meet files that crashed jobs, old versions and other tools wrote. Each value is checked
+where it is read; what does not fit is skipped and counted per kind, and each kind becomes one
+warning (how many, which file, the first line or event). Only a file with nothing usable is an
+error.
+"""
+
+from __future__ import annotations
+
+import math
+
+#: largest duration or count accepted, in ns (~13 days per step): larger is corruption, and the
+#: bound keeps sums over a million steps inside int64
+MAX_NS = 1 << 50
+#: largest unix-epoch timestamp accepted in ns (year 2112)
+MAX_UNIX_NS = 1 << 62
+MAX_STEP = 1 << 40
+
+_INT_KNOBS = ("batch_size", "batches_per_epoch", "batch_bytes", "num_workers", "prefetch_factor",
+              "cpu_count", "cpus_available", "local_world_size", "world_size", "params",
+              "param_bytes", "torch_threads", "pipeline_stage", "pipeline_stages",
+              "forwards_per_step", "sync_interval", "gradient_accumulation_steps")
+_BOOL_KNOBS = ("persistent_workers", "pin_memory", "dataloader", "cuda_available", "p2p")
+_STR_KNOBS = ("device", "param_dtype", "model", "loader", "parallel", "backend", "comm_hook",
+              "torch", "python")
+
+
+def is_int(v, lo: int = 0, hi: int = MAX_NS) -> bool:
+    return type(v) is int and lo <= v <= hi
+
+
+def is_num(v, lo: float = 0.0, hi: float = float(MAX_NS)) -> bool:
+    return (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            and lo <= v <= hi)
+
+
+def _knob_ok(key: str, v) -> bool:
+    if v is None:
+        return True
+    if key in _INT_KNOBS:
+        return is_int(v, 0, 1 << 53)
+    if key in _BOOL_KNOBS:
+        return isinstance(v, bool)
+    if key in _STR_KNOBS:
+        return isinstance(v, str)
+    if key == "memory_used_fraction":
+        return is_num(v, 0.0, 1.0)
+    if key == "layers":
+        return isinstance(v, list) and all(
+            isinstance(x, list) and len(x) == 2 and isinstance(x[0], str) and is_int(x[1], 0, 1 << 53)
+            for x in v)
+    if key == "process_groups":
+        return isinstance(v, dict) and all(
+            isinstance(r, list) and all(is_int(x, 0, 1 << 31) for x in r) for r in v.values())
+    if key == "dp_devices":
+        return isinstance(v, list) and all(isinstance(x, str) for x in v)
+    # knobs no analysis reads (shown as they are): any JSON scalar, or a short list of them
+    return isinstance(v, (str, int, float, bool)) and not (isinstance(v, float)
+                                                          and not math.isfinite(v))
+
+
+def clean_knobs(knobs) -> tuple[dict, int]:
+    """(knobs whose values have the type the analysis expects, how many were dropped)."""
+    if not isinstance(knobs, dict):
+        return {}, 1
+    out, bad = {}, 0
+    for k, v in knobs.items():
+        if _knob_ok(k, v):
+            out[k] = v
+        else:
+            bad += 1
+    return out, bad
+
+
+class Tally:
+    """Counts skipped items per kind for one file; `warnings()` gives one line per kind."""
+
+    def __init__(self, name: str, unit: str = "line"):
+        self.name, self.unit = name, unit
+        self.kinds: dict[str, list] = {}  # kind -> [count, first position]
+
+    def add(self, kind: str, where, n: int = 1) -> None:
+        seen = self.kinds.get(kind)
+        if seen is None:
+            self.kinds[kind] = [n, where]
+        else:
+            seen[0] += n
+
+    def warnings(self) -> list[str]:
+        return [f"{self.name}: {n} {kind} skipped (first at {self.unit} {where})"
+                for kind, (n, where) in self.kinds.items()]
+
+
+def finite(x, default: float = 0.0) -> float:
+    """x as a finite float (for report fields computed from data)."""
+    try:
+        x = float(x)
+    except (TypeError, ValueError):
+        return default
+    return x if math.isfinite(x) else default
