@@ -41,7 +41,7 @@ HTA = os.path.join(os.path.dirname(ROOT), "shared", "traces", "hta")
 
 WRONG = ["x", "", [], {}, None, True, False, 1.5, -1, 0, [1, 2], {"a": 1}]
 HUGE = [2 ** 63 - 1, 2 ** 63, 2 ** 64 + 5, -(2 ** 63), -(2 ** 70), 1e308, -1e308, 1e-300, -1,
-        -123456789, 10 ** 30]
+        -123456789, 10 ** 30, 79099635, 10 ** 7, 2 ** 31]
 NAMES = ["<script>alert(1)</script>", "[bold red]x[/bold red]", "\u202egnp.exe", "😀🚀",
          "a\x00b", "\\u0000", "ProfilerStep#", "ProfilerStep#-1", "ProfilerStep#99999999999999999999",
          "nccl:all_reduce", "ncclKernel_AllReduce", "{{}}%s%n", "\ud7ff", "x" * 5000]
@@ -332,6 +332,14 @@ def check(path: str, html: bool) -> str | None:
     return None
 
 
+def _limit_memory(gib: float) -> None:
+    """A case that tries to allocate more than this fails with MemoryError (counted), instead of
+    bringing the machine down."""
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (int(gib * 2 ** 30), int(gib * 2 ** 30)))
+
+
 def run_case(seed: int, index: int, corpus: list[str], timeout: float,
              keep: str | None = None) -> tuple[int, str | None, str, float]:
     """(index, failure or None, description, seconds), in a worker process."""
@@ -384,6 +392,8 @@ def main(argv=None) -> int:
     ap.add_argument("--case", type=int, help="run this one case in this process")
     ap.add_argument("--keep", help="with --case: leave its input in this folder")
     ap.add_argument("--json", help="write the summary here")
+    ap.add_argument("--memory-gib", type=float, default=6.0,
+                    help="address-space limit per worker; more is a failure")
     args = ap.parse_args(argv)
     corpus = inputs()
     if args.case is not None:
@@ -395,7 +405,8 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     failures, slowest, done = [], (0.0, -1), 0
     # fork: workers are not daemons (the analysis forks its own decoders inside them)
-    with ProcessPoolExecutor(args.jobs, mp_context=mp.get_context("fork")) as pool:
+    with ProcessPoolExecutor(args.jobs, mp_context=mp.get_context("fork"),
+                             initializer=_limit_memory, initargs=(args.memory_gib,)) as pool:
         futures = [pool.submit(run_case, args.seed, i, corpus, args.timeout)
                    for i in range(args.cases)]
         for fut in as_completed(futures):

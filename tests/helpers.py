@@ -33,3 +33,26 @@ def table_from_rows(rows: list[dict], knobs: dict | None = None, world: int | No
 
 def balanced(n_steps: int, n_ranks: int, **parts) -> list[dict]:
     return [{"rank": r, "step": s, **parts} for r in range(n_ranks) for s in range(n_steps)]
+
+
+def live_children() -> list[int]:
+    """Child processes of this process still running (zombies left out), from /proc."""
+    import glob
+    import os
+
+    pids = []
+    for task in glob.glob(f"/proc/{os.getpid()}/task/*/children"):
+        try:
+            with open(task) as fh:
+                pids += [int(p) for p in fh.read().split()]
+        except OSError:
+            continue
+    live = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                if fh.read().rsplit(")", 1)[1].split()[0] != "Z":
+                    live.append(pid)
+        except OSError:
+            continue
+    return live

@@ -1,13 +1,11 @@
 """torch.profiler traces from HTA's public test data: every one reads, and the GPU time
 breakdown agrees with what HTA 0.5 itself reports on them (../shared/traces/hta/REFERENCE.md)."""
 
-import gzip
 import os
 
 import pytest
 
 import gpuscope
-from gpuscope.errors import TraceFormatError
 from gpuscope.readers import read_path as load_table
 
 # the shared traces sit beside the checkout (../shared), in CI as here
@@ -107,42 +105,10 @@ def test_amd_hip_kernels_are_not_communication():
 
 # ---- bad input: one clear error each -------------------------------------------------------
 
-def _one(tmp_path, name, data: bytes):
-    p = tmp_path / name
-    p.write_bytes(data)
-    return p
-
-
-def test_truncated_gzip(tmp_path):
-    blob = open(os.path.join(HTA, "cpu_only", os.listdir(os.path.join(HTA, "cpu_only"))[0]),
-                "rb").read()
-    p = _one(tmp_path, "t.pt.trace.json.gz", blob[: len(blob) // 2])
-    with pytest.raises(TraceFormatError, match="truncated"):
-        load_table(p)
-
-
-def test_truncated_json(tmp_path):
-    text = gzip.decompress(open(os.path.join(HTA, "trace_file_list", "inference_rank_1.json.gz"),
-                                "rb").read())
-    p = _one(tmp_path, "t.pt.trace.json", text[: len(text) // 2])
-    with pytest.raises(TraceFormatError, match="not valid JSON"):
-        load_table(p)
-
-
-def test_empty_file(tmp_path):
-    with pytest.raises(TraceFormatError, match="empty file"):
-        load_table(_one(tmp_path, "t.json", b""))
-
-
-def test_non_trace_json(tmp_path):
-    with pytest.raises(TraceFormatError, match="not a torch.profiler trace"):
-        load_table(_one(tmp_path, "t.json", b'{"hello": [1, 2, 3]}'))
-
-
 def test_one_bad_file_among_good_ones_is_skipped_with_a_warning(tmp_path):
     for f in os.listdir(os.path.join(HTA, "trace_filter")):
         (tmp_path / f).write_bytes(open(os.path.join(HTA, "trace_filter", f), "rb").read())
-    _one(tmp_path, "sampled_rank-2.json", b'{"traceEvents": [')
+    (tmp_path / "sampled_rank-2.json").write_bytes(b'{"traceEvents": [')
     t = load_table(tmp_path)
     assert sorted(t.ranks) == [0, 1]
     assert any(w.startswith("skipped:") for w in t.warnings)

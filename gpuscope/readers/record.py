@@ -22,7 +22,7 @@ from ..errors import InputError, TraceFormatError
 from ..record_format import (COLUMN_DEFAULTS, FILE_GLOB, FILE_SUFFIX, NVML_FIELDS, SCHEMA,
                              STEP_COLUMNS, comm_kind, is_p2p, parse_file_name)
 from ..runtable import COMM_COLUMNS, RankInfo, RunTable, empty_frame
-from .validate import (MAX_NS, MAX_STEP, MAX_UNIX_NS, Tally, clean_knobs, is_int, is_num)
+from .validate import (MAX_NS, MAX_RANKS, MAX_STEP, MAX_UNIX_NS, Tally, clean_knobs, is_int, is_num)
 
 _decode = msgspec.json.Decoder().decode
 
@@ -87,11 +87,11 @@ def _header(path: str, line: bytes) -> dict:
 
 def _check_header(header: dict, name: str, tally: Tally) -> None:
     """Fields of the header that do not fit are replaced by what can be known without them."""
-    if not is_int(header.get("rank"), 0, 1 << 31):
+    if not is_int(header.get("rank"), 0, MAX_RANKS - 1):
         parsed = parse_file_name(name)
         header["rank"] = parsed[0] if parsed else 0
         tally.add("header field(s) ('rank': taken from the file name)", 1)
-    for key, lo, hi in (("world_size", 1, 1 << 31), ("start_unix_ns", 0, MAX_UNIX_NS),
+    for key, lo, hi in (("world_size", 1, MAX_RANKS), ("start_unix_ns", 0, MAX_UNIX_NS),
                         ("pid", 0, 1 << 40), ("local_rank", 0, 1 << 31)):
         if key in header and header[key] is not None and not is_int(header[key], lo, hi):
             del header[key]
@@ -293,8 +293,8 @@ def _bounds(cols: list[str]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _int_rows(rows: list, width: int) -> tuple[np.ndarray, np.ndarray]:
-    """(rows x width int64 array, mask of the rows whose first `width` values are all ints that
-    fit int64). Fast path: numpy converts the whole list at once; a row of mixed types sends it
+    """(rows x width int64 array, mask of the rows whose first `width` values are all ints; a
+    row of ints past int64 is all -2, out of range). Fast path: numpy converts the whole list at once; a row of mixed types sends it
     row by row."""
     fixed = [r[:width] for r in rows]
     try:
@@ -303,12 +303,13 @@ def _int_rows(rows: list, width: int) -> tuple[np.ndarray, np.ndarray]:
             return arr.astype(np.int64, copy=False), np.ones(len(fixed), dtype=bool)
     except (ValueError, TypeError, OverflowError):
         pass
-    ok = np.array([all(type(v) is int and -(1 << 63) <= v < (1 << 63) for v in r)
-                   for r in fixed], dtype=bool)
-    good = [r for r, k in zip(fixed, ok.tolist()) if k]
-    arr = np.zeros((len(fixed), width), dtype=np.int64)
+    ok = np.array([all(type(v) is int for v in r) for r in fixed], dtype=bool)
+    fits = np.array([k and all(-(1 << 63) <= v < (1 << 63) for v in r)
+                     for r, k in zip(fixed, ok.tolist())], dtype=bool)
+    arr = np.full((len(fixed), width), -2, dtype=np.int64)  # -2: out of every column's range
+    good = [r for r, k in zip(fixed, fits.tolist()) if k]
     if good:
-        arr[ok] = np.array(good, dtype=np.int64)
+        arr[fits] = np.array(good, dtype=np.int64)
     return arr, ok
 
 

@@ -83,15 +83,32 @@ def read_bytes(path: str):
         return data
     try:
         return _gunzip_in_place(data)
-    except _NotSimple:
+    except (_NotSimple, zlib.error):
         pass
-    except zlib.error as exc:
-        raise TraceFormatError(f"{path}: corrupt gzip data ({exc})") from None
     try:
         return gzip.decompress(data)  # multi-member archives: gzip's own loop
     except (OSError, EOFError, zlib.error) as exc:
-        raise TraceFormatError(f"{path}: cannot read trace ({exc}); the file may be truncated") \
-            from None
+        text = _gunzip_prefix(data)  # cut or damaged: what inflates before the damage
+        if not text.strip():
+            raise TraceFormatError(f"{path}: cannot read trace ({exc}); the file may be "
+                                   "truncated") from None
+        return text
+
+
+def _gunzip_prefix(data) -> bytearray:
+    """The text a damaged or cut gzip archive inflates to up to where the damage starts (its
+    JSON is then incomplete, and read event by event)."""
+    inflate = zlib.decompressobj(wbits=31)
+    out = bytearray()
+    view = memoryview(data)
+    try:
+        for i in range(0, len(data), 1 << 16):
+            out += inflate.decompress(view[i:i + (1 << 16)])
+            if inflate.eof:
+                break
+    except zlib.error:
+        pass
+    return out
 
 
 class _NotSimple(Exception):

@@ -42,6 +42,8 @@ def gpu_breakdown(ev: RankEvents, drop_last_step: bool) -> GpuBreakdown | None:
         start = -(-start // 1000) * 1000
         end = end // 1000 * 1000
     busy = spans.merge(start, end)
+    if busy[0].size == 0:  # only kernels shorter than the µs grid
+        return None
     kernel_time = int(busy[1][-1] - busy[0][0])
     if kernel_time <= 0:
         return None

@@ -10,6 +10,8 @@ import os
 import re
 from dataclasses import dataclass
 
+from ..validate import MAX_RANKS
+
 # rank-3.json.gz, rank_3, rank3, _rank-12., inference_rank_1.json
 _NAME_RANK = re.compile(r"(?:^|[^a-z])rank[-_]?(\d+)(?:[^0-9]|$)", re.IGNORECASE)
 
@@ -23,13 +25,15 @@ class RankId:
     groups: dict | None = None  # process group name -> global ranks (pg_config), if given
 
 
-def _as_int(x) -> int | None:
-    return x if isinstance(x, int) and not isinstance(x, bool) and x >= 0 else None
+def _as_int(x, hi: int = MAX_RANKS) -> int | None:
+    """A rank or world size as written, None when it is not one (a number past 1M ranks is
+    damage, and would make every per-rank structure that big)."""
+    return x if type(x) is int and 0 <= x < hi else None
 
 
 def rank_from_name(path: str) -> int | None:
     m = _NAME_RANK.search(os.path.basename(path))
-    return int(m.group(1)) if m else None
+    return _as_int(int(m.group(1))) if m else None
 
 
 def _groups(info: dict) -> dict | None:
@@ -50,7 +54,7 @@ def identify(path: str, info) -> tuple[RankId, list[str]]:
     warnings: list[str] = []
     world = backend = None
     if isinstance(info, dict):
-        world = _as_int(info.get("world_size"))
+        world = _as_int(info.get("world_size"), MAX_RANKS + 1)
         backend = info.get("backend") if isinstance(info.get("backend"), str) else None
         rank = _as_int(info.get("rank"))
         if rank is not None:

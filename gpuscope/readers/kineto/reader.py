@@ -179,6 +179,13 @@ def _parse_all(files: list[str], jobs: int | None) -> list:
     return [done[i] for i in range(len(files))]
 
 
+def process_of(path: str) -> str:
+    """`{host}_{pid}` of tensorboard_trace_handler's `{host}_{pid}.{ts}.pt.trace.json`, or ""."""
+    head = os.path.basename(path).split(".", 1)[0]
+    host, sep, pid = head.rpartition("_")
+    return head if host and sep and pid.isdigit() else ""
+
+
 def host_of(path: str) -> str:
     """`{host}_{pid}.{ts}.pt.trace.json` -> host (tensorboard_trace_handler's naming)."""
     head = os.path.basename(path).split(".", 1)[0]
@@ -217,8 +224,20 @@ def read_kineto(path: str, files: list[str], jobs: int | None = None) -> RunTabl
             continue
         by_rank.setdefault(rid.rank, []).append((f, ev))
         ids.setdefault(rid.rank, rid)
+    procs: dict[str, set] = {}  # {host}_{pid} of tensorboard_trace_handler's names -> ranks
+    for rank, items in by_rank.items():
+        for f, _ in items:
+            if process_of(f):
+                procs.setdefault(process_of(f), set()).add(rank)
     next_free = max(by_rank, default=-1) + 1
     for f, rid, ev in unknown:  # reported above; numbered after the known ranks
+        same = procs.get(process_of(f)) or set()
+        if len(same) == 1:  # another profiler cycle of the same process names its rank
+            rank = next(iter(same))
+            by_rank[rank].append((f, ev))
+            warnings.append(f"{os.path.basename(f)}: analysed as rank {rank}, the rank of the "
+                            "same process's other trace(s)")
+            continue
         by_rank[next_free] = [(f, ev)]
         ids[next_free] = rid
         warnings.append(f"{os.path.basename(f)}: analysed as rank {next_free}")
