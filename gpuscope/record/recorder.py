@@ -186,6 +186,9 @@ class Recorder:
             end["comm_hook"] = ddp.hook_name
         if self._tb is not None:
             self._close_tensorboard()
+        if self._writer is not None and self._writer.dropped:
+            self.warnings.append(f"{self._writer.dropped} line(s) dropped while writes to the "
+                                 "run dir stalled")
         if self.warnings:
             end["warnings"] = self.warnings
         return end
@@ -228,6 +231,9 @@ class Recorder:
             except Exception as exc:
                 warn_once("recorder-final-close", "gpuscope: could not close %s: %r",
                           writer.path, exc)
+            if writer.error is not None:
+                warn_once("recorder-write", "gpuscope: recording stopped after step %d: %s",
+                          self.steps, writer.error)
 
     def _wants_device_timing(self) -> bool:
         if self._device_timing is not None:
@@ -389,10 +395,21 @@ class Recorder:
         self._note_forwards(raw)
         rows = [sum_step(r, start_unix=self._unix(r.start)) for r in raw]
         if self._writer is not None:
+            if self._writer.error is not None:  # the disk is full, the file vanished...
+                self._write_failed(self._writer.error)
+                return
             self._writer.add_rows(rows)
         if self._tensorboard:
             self._write_tensorboard(rows)
         self._flush_side_channels()
+
+    def _write_failed(self, error: str) -> None:
+        """The record file cannot be written any more: stop recording, say so once, and leave
+        training alone (the rows already on disk still analyse; the reader reports the cut)."""
+        warn_once("recorder-write", "gpuscope: recording stopped after step %d: %s; training "
+                  "goes on", self.steps, error)
+        self.warnings.append(f"recording stopped after step {self.steps}: {error}")
+        self._teardown(None)
 
     # ----------------------------------------------------------------- internals
     def _unix(self, perf_ns: int) -> int:

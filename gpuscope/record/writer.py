@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import threading
@@ -30,45 +31,101 @@ def create_rank_file(run_dir: str, rank: int):
 
 
 class RecordWriter:
-    """One rank file: created at once (so an unwritable run dir is known before anything is
-    hooked into training), then a header, then lines appended and flushed to the OS as they
-    come (the recorder batches rows every `flush_rows` steps or `flush_s` seconds), so a killed
-    run loses only its last few steps. Thread-safe; `close` is idempotent."""
+    """One rank file, created at once (so an unwritable run dir is known before anything is
+    hooked into training) with its header written there and then. Later lines are handed to a
+    writer thread, so a slow or stalled filesystem never holds up a training step: `add_rows`
+    only queues. When the disk is full, the file vanished or a write fails, the thread stops and
+    sets `error` (the recorder then stops recording, once, and training goes on); when writes
+    stall, batches past MAX_PENDING are dropped and counted. `close` is idempotent and waits for
+    the thread at most CLOSE_TIMEOUT_S."""
+
+    MAX_PENDING = 256       # batches of lines queued before new ones are dropped
+    CLOSE_TIMEOUT_S = 10.0  # a stalled filesystem never holds up the end of training longer
 
     def __init__(self, run_dir: str, rank: int):
         self.path, self.recording, self._fh = create_rank_file(run_dir, rank)
-        self._lock = threading.Lock()
+        self._cv = threading.Condition()
+        self._queue: collections.deque = collections.deque()
+        self._thread: threading.Thread | None = None
+        self._closing = False
         self._has_header = False
+        self.error: str | None = None  # why writing stopped
+        self.dropped = 0                # lines dropped while writes stalled
 
     def write_header(self, header: dict) -> None:
-        self._write([_dumps(header)])
+        self._fh.write(_dumps(header) + "\n")  # here: a failure is known before training
+        self._fh.flush()
         self._has_header = True
 
     def add_rows(self, rows: list[list]) -> None:
-        self._write([_dumps(r) for r in rows])
+        self._put([_dumps(r) for r in rows])
 
     def add_meta(self, obj: dict) -> None:
-        self._write([_dumps(obj)])
+        self._put([_dumps(obj)])
 
-    def _write(self, lines: list[str]) -> None:
-        with self._lock:
-            if self._fh is None or not lines:
+    def _put(self, lines: list[str]) -> None:
+        if not lines:
+            return
+        with self._cv:
+            if self._fh is None or self._closing or self.error is not None:
                 return
-            self._fh.write("\n".join(lines) + "\n")
-            self._fh.flush()
+            if len(self._queue) >= self.MAX_PENDING:
+                self.dropped += len(lines)
+                return
+            self._queue.append("\n".join(lines) + "\n")
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="gpuscope-writer",
+                                                daemon=True)
+                self._thread.start()
+            self._cv.notify()
+
+    def _run(self) -> None:
+        fh = self._fh
+        while True:
+            with self._cv:
+                while not self._queue and not self._closing:
+                    self._cv.wait()
+                if not self._queue:
+                    return
+                text = self._queue.popleft()
+            try:
+                fh.write(text)
+                fh.flush()
+                if os.fstat(fh.fileno()).st_nlink == 0:
+                    raise OSError(f"{self.path} was deleted while recording")
+            except (OSError, ValueError) as exc:
+                with self._cv:
+                    self.error = f"cannot write {self.path}: {getattr(exc, 'strerror', None) or exc}"
+                    self._queue.clear()
+                return
 
     def close(self, end: dict | None = None) -> None:
-        """Write the end record (when given) and close; a file that never got its header (setup
-        failed) is removed rather than left behind empty."""
-        with self._lock:
-            fh, self._fh = self._fh, None
-        if fh is None:
-            return
+        """Write the end record (when given and the file is still writable) and close; a file
+        that never got its header (setup failed) is removed rather than left behind empty."""
+        with self._cv:
+            fh = self._fh
+            if fh is None or self._closing:
+                return
+            if end is not None and self._has_header and self.error is None:
+                self._queue.append(_dumps({"end": end}) + "\n")
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._run, name="gpuscope-writer",
+                                                    daemon=True)
+                    self._thread.start()
+            self._closing = True
+            self._cv.notify()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(self.CLOSE_TIMEOUT_S)
+            if thread.is_alive():  # stalled: leave it (a daemon) rather than hang training
+                self.error = self.error or f"writing {self.path} stalled; the end was not written"
+                return
+        self._fh = None
         try:
-            if end is not None and self._has_header:
-                fh.write(_dumps({"end": end}) + "\n")
-        finally:
             fh.close()
+        except OSError:
+            pass
+        finally:
             if not self._has_header:
                 try:
                     os.remove(self.path)
