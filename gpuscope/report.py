@@ -385,6 +385,9 @@ class Report:
     layout: dict = field(default_factory=dict)  # process groups and pipelines (layout.Layout)
     pipeline: PipelineResult | None = None
     dataparallel: dict = field(default_factory=dict)  # nn.DataParallel per device (ms, GB)
+    #: ranks that stopped before the others (analyze/stopped.py), and ranks with no data
+    stopped_ranks: list[dict] = field(default_factory=list)
+    missing_ranks: list[int] = field(default_factory=list)
     #: the analysed rank x step table (with wait and telemetry joined); None when read from JSON
     table: RunTable | None = field(default=None, compare=False, repr=False)
 
@@ -421,6 +424,10 @@ class Report:
             d["pipeline"] = self.pipeline.to_dict()
         if self.dataparallel:
             d["dataparallel"] = self.dataparallel
+        if self.stopped_ranks:
+            d["stopped_ranks"] = [dict(s) for s in self.stopped_ranks]
+        if self.missing_ranks:
+            d["missing_ranks"] = list(self.missing_ranks)
         return d
 
     @classmethod
@@ -442,7 +449,8 @@ class Report:
                 dict(d["knobs"]), list(d["warnings"]), list(d.get("early_ranks", [])),
                 dict(d.get("layout", {})),
                 PipelineResult.from_dict(d["pipeline"]) if d.get("pipeline") else None,
-                dict(d.get("dataparallel", {})))
+                dict(d.get("dataparallel", {})),
+                [dict(s) for s in d.get("stopped_ranks", [])], list(d.get("missing_ranks", [])))
         except (KeyError, TypeError, ValueError) as exc:
             raise InputError(f"a {SCHEMA} report with a missing or malformed field ({exc!r})") \
                 from None

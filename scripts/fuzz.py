@@ -34,6 +34,7 @@ import sys
 import tempfile
 import time
 import traceback
+import zlib
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -232,7 +233,7 @@ def mutate_file(path: str, rng: random.Random) -> str:
         return "gzip bytes: " + what
     try:
         text = gzip.decompress(raw) if gz else raw
-    except (OSError, EOFError, ValueError):  # damaged already (a second mutation of the file)
+    except (OSError, EOFError, ValueError, zlib.error):  # damaged already (a second mutation)
         gz, text = False, raw
     if rng.random() < 0.35:
         text, what = mutate_bytes(text, rng)

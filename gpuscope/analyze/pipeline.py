@@ -21,6 +21,7 @@ from .dataparallel import dataparallel
 from .groups import Groups
 from .layout import find_layout, split_bubble
 from .stages import suggest_pipeline, summarize_pipeline
+from .stopped import stopped_ranks, stopped_warnings
 from .stragglers import find_stragglers
 from .suggest import Findings, suggest, typical_step, unaddressed
 from .wait import estimate_wait
@@ -157,6 +158,8 @@ def analyze_table(table: RunTable, thresholds: Thresholds | None = None,
         raise InputError(f"{table.path}: no steps to analyse (the run recorded none)")
     record = table.source == "record"  # Kineto tables come with waits from matched collectives
     knobs = table.knobs()
+    stopped, missing = stopped_ranks(table)
+    warnings += stopped_warnings(stopped)
     ends = cycle_ends(frame)
     mapping = None
     if ends is not None:  # accumulation: waits per micro-step, then optimizer steps
@@ -238,4 +241,5 @@ def analyze_table(table: RunTable, thresholds: Thresholds | None = None,
                   ranks, stragglers, suggestions, th, jitter=jitter, knobs=knobs,
                   warnings=warnings, early_ranks=sorted(roles.early),
                   layout=layout.to_dict() if layout.groups or layout.pipelined else {},
-                  pipeline=pipeline, dataparallel=dp_section, table=analysed)
+                  pipeline=pipeline, dataparallel=dp_section, stopped_ranks=stopped,
+                  missing_ranks=missing, table=analysed)

@@ -137,7 +137,8 @@ def _end_ok(end) -> bool:
             and all(is_int(end[k], 0, MAX_UNIX_NS) for k in ("steps", "end_unix_ns") if
                     end.get(k) is not None)
             and isinstance(end.get("warnings", []), list)
-            and all(isinstance(end[k], str) for k in ("recorder_error", "comm_hook")
+            and all(isinstance(end[k], str) for k in ("recorder_error", "comm_hook", "terminated",
+                                                    "error")
                     if end.get(k) is not None))
 
 
@@ -219,6 +220,9 @@ def read_rank_file(path: str) -> RankFile:
         last = out.rows[-1][0] if out.rows and out.rows[-1] else None
         warnings.append(f"{name}: no end record: the run was cut (killed or crashed) after step "
                         f"{last}; the last few steps may be missing")
+    elif end.get("terminated"):
+        warnings.append(f"{name}: terminated by {end['terminated']} after step "
+                        f"{end.get('steps')} (the recording was closed first)")
     elif end.get("crashed"):
         warnings.append(f"{name}: training raised an exception after step {end.get('steps')}")
     if end.get("recorder_error"):

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import atexit
 import os
+import signal
 import sys
+import threading
 import time
 from contextlib import contextmanager
 
@@ -91,6 +93,7 @@ class Recorder:
             self._open()
             self._active = self._state.active = True
             atexit.register(self._at_exit)
+            self._catch_sigterm()
         except Exception as exc:
             self._fail("open", exc)
         return self
@@ -118,8 +121,48 @@ class Recorder:
         return self.start()
 
     def __exit__(self, exc_type, exc, tb) -> bool:
+        if exc_type is not None:
+            try:  # which error ended training: told apart from a peer's failure when analysed
+                self._error = f"{exc_type.__name__}: {exc}"[:400]
+            except Exception:
+                self._error = exc_type.__name__
         self.stop(crashed=exc_type is not None)
         return False  # never swallow the training loop's own exception
+
+    def _catch_sigterm(self) -> None:
+        """A launcher stops the other ranks with SIGTERM when one dies (torchrun does), and by
+        default that ends Python without its exit handlers: the last rows would be lost. Where
+        nobody handles SIGTERM yet (the default action), the recording is closed first (end
+        record `terminated`), then the default action is taken as before. A handler of the
+        user's own is left alone; so are forked children (DataLoader workers)."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        try:
+            if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+                return
+            pid = os.getpid()
+
+            def on_sigterm(signum, frame):
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                if os.getpid() == pid:
+                    self._terminated = "SIGTERM"
+                    self.stop()
+                os.kill(os.getpid(), signal.SIGTERM)
+
+            signal.signal(signal.SIGTERM, on_sigterm)
+            self._on_sigterm = on_sigterm
+        except (ValueError, OSError):
+            pass
+
+    def _release_sigterm(self) -> None:
+        handler, self._on_sigterm = getattr(self, "_on_sigterm", None), None
+        if handler is None or threading.current_thread() is not threading.main_thread():
+            return
+        try:
+            if signal.getsignal(signal.SIGTERM) is handler:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        except (ValueError, OSError):
+            pass
 
     def _at_exit(self) -> None:
         """The interpreter is exiting and stop() was never called (start() without stop())."""
@@ -171,6 +214,10 @@ class Recorder:
             self._flush_rows_now()
         self._flush_side_channels(final=True)
         end: dict = {"steps": self.steps, "crashed": crashed, "end_unix_ns": self._unix(_now())}
+        if getattr(self, "_terminated", None):
+            end["terminated"] = self._terminated
+        if crashed and getattr(self, "_error", None):
+            end["error"] = self._error
         if self._dev is not None:
             try:
                 import torch
@@ -202,6 +249,7 @@ class Recorder:
             atexit.unregister(self._at_exit)
         except Exception:
             pass
+        self._release_sigterm()
         hooks, self._hooks = self._hooks, None
         if hooks is not None:
             hooks.remove()

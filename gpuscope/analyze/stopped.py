@@ -1,0 +1,76 @@
+"""Ranks that stopped before the others: a rank killed (SIGKILL, the OOM killer), crashed or
+terminated while the rest went on, and ranks with no data at all.
+
+A rank file without an end record was cut; one whose end says `crashed` or `terminated` ended
+by an exception or a signal. Such a rank "stopped early" when its last recorded step is before
+the last step any other rank recorded. A killed rank's last rows may not have reached the disk
+(rows are written every `flush_rows` steps or `flush_s` seconds), so its true last step can be up
+to one flush interval later than the one named.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ..runtable import RunTable
+
+
+def _why(end) -> str:
+    if not isinstance(end, dict) or not end:
+        return ("no end record: killed (SIGKILL, the OOM killer, a node lost) before it could "
+                "close; its last rows may not have been written")
+    if end.get("terminated"):
+        return f"terminated by {end['terminated']} (a launcher stopping it, a preemption)"
+    if end.get("crashed"):
+        err = str(end.get("error") or "")
+        return "training raised an exception" + (f" ({err.splitlines()[0][:160]})" if err else "")
+    return ""
+
+
+#: how a rank's error reads when a peer's death made its collective fail (gloo sees the sockets
+#: close, NCCL's watchdog times out, c10d raises DistBackendError)
+_PEER_FAILED = re.compile(r"closed by peer|reset by peer|broken pipe|timed? ?out|watchdog|"
+                          r"DistBackendError|DistNetworkError|NCCL (?:error|communicator)|"
+                          r"remote worker|connection refused", re.IGNORECASE)
+
+
+def _victim(end) -> bool:
+    """The rank stopped because another did: terminated by the launcher, or its collective
+    failed on a lost peer."""
+    if not isinstance(end, dict) or not end:
+        return False
+    return bool(end.get("terminated")) or bool(_PEER_FAILED.search(str(end.get("error", ""))))
+
+
+def stopped_ranks(table: RunTable) -> tuple[list[dict], list[int]]:
+    """([{rank, last_step, others_reached, reason}], ranks with no data) for recorded runs.
+
+    A rank stopped early when its last recorded step is before the others' last; in a
+    synchronous job the others cannot go further than the dead rank, so, all being cut at the
+    same step, the ranks that died of their own (no end record, or an error of their own) are
+    told from those that then failed waiting on them (a collective error on a lost peer, or the
+    launcher's SIGTERM)."""
+    if table.source != "record":
+        return [], []
+    frame = table.frame
+    last = frame.groupby("rank")["step"].max().to_dict() if len(frame) else {}
+    ends = {r: info.meta.get("end") for r, info in table.ranks.items()}
+    cut = {r: _why(e) for r, e in ends.items() if _why(e)}
+    victims = {r for r in cut if _victim(ends[r])}
+    out = []
+    for rank in sorted(cut):
+        mine = last.get(rank, -1)
+        reach = max((s for r, s in last.items() if r != rank), default=-1)
+        first = victims and rank not in victims  # the others failed because of this one
+        if mine < reach or (first and mine <= reach):
+            why = cut[rank] + ("; the other ranks then failed waiting on it" if first else "")
+            out.append({"rank": int(rank), "last_step": int(mine), "others_reached": int(reach),
+                        "reason": why})
+    missing = sorted(set(range(table.world_size)) - set(table.ranks))
+    return out, missing
+
+
+def stopped_warnings(stopped: list[dict]) -> list[str]:
+    return [f"rank {s['rank']} stopped first: its last recorded step is {s['last_step']}; the "
+            f"other ranks recorded up to step {s['others_reached']} ({s['reason']})"
+            for s in stopped]
