@@ -96,3 +96,19 @@ def test_parallel_sample_gets_its_verdict(sample, source):
         assert rep.stragglers[0].group == [1, 3]
     else:
         assert rep.suggestions[0].knob == "pipeline_partition"
+
+
+def test_traces_do_not_claim_what_they_cannot_measure():
+    """A trace shows how long the loop waited in next(), not whether loading used the CPU: the
+    recorded run measures it (4% here: the demo's loader sleeps), the trace leaves it unknown."""
+    from gpuscope.analyze.suggest import typical_step
+
+    kin = gpuscope.analyze(os.path.join(SAMPLES, "data", "kineto"))
+    rec = gpuscope.analyze(os.path.join(SAMPLES, "data", "record"))
+    assert (kin.table.frame["data_cpu_ns"] == -1).all()
+    assert typical_step(kin.table.frame).data_cpu is None
+    assert typical_step(rec.table.frame).data_cpu < 0.1 * typical_step(rec.table.frame).data
+    w = next(s for s in kin.suggestions if s.knob == "num_workers")
+    assert "CPU-bound (" not in w.why and "not measured" in w.why
+    r = next(s for s in rec.suggestions if s.knob == "num_workers")
+    assert "I/O-like" in r.why

@@ -51,7 +51,7 @@ class TypicalStep:
     transfer: float
     wait: float
     compute: float
-    data_cpu: float
+    data_cpu: float | None  # CPU time of loading, None when not measured (traces)
     sync_interval: int
     host: float = 0.0    # GPU idle waiting for the host to launch (GPU traces)
 
@@ -69,7 +69,9 @@ def typical_step(frame: pd.DataFrame) -> TypicalStep:
     slowest = g.max(frame["step_ns"].to_numpy())
     most_wait = g.max(frame["wait_ns"].to_numpy())
     data = mean("data_ns")
-    data_cpu = mean("data_cpu_ns") if "data_cpu_ns" in frame else data
+    # CPU time while loading: recorded runs measure it; traces do not (-1): unknown stays unknown
+    known_cpu = "data_cpu_ns" in frame and bool((frame["data_cpu_ns"] >= 0).all())
+    data_cpu = mean("data_cpu_ns") if known_cpu else None
     comm = mean("comm_ns")
     if "micro_steps" in frame:  # rows are optimizer steps of several micro-steps
         interval = int(np.median(frame["micro_steps"].to_numpy()))
@@ -79,7 +81,8 @@ def typical_step(frame: pd.DataFrame) -> TypicalStep:
     med = lambda a: float(np.median(a)) if a.size else 0.0  # noqa: E731
     transfer = mean("comm_exposed_ns") - mean("wait_ns") - mean("bubble_ns")
     return TypicalStep(med(slowest), med(data), med(np.maximum(transfer, 0)),
-                       med(most_wait), med(mean("compute_ns")), med(data_cpu),
+                       med(most_wait), med(mean("compute_ns")),
+                       med(data_cpu) if data_cpu is not None else None,
                        interval, med(mean("host_ns")))
 
 
@@ -111,15 +114,17 @@ def suggest_data(t: TypicalStep, knobs: dict, th: Thresholds) -> tuple[list[Sugg
     cpus = max(1, int(knobs.get("cpus_available") or knobs.get("cpu_count") or 1))
     per_rank = max(1, cpus // max(1, int(knobs.get("local_world_size") or 1)))
     cur = int(workers) if isinstance(workers, int) else 0
+    cpu_known = t.data_cpu is not None
+    cpu_pct = 100 * (t.data_cpu or 0.0) / max(t.data, 1)
     if cur == 0:
         load = t.data  # loading runs in the training process: each batch costs its full load time
-        io_bound = t.data_cpu < 0.5 * t.data
+        io_bound = cpu_known and t.data_cpu < 0.5 * t.data
     else:
         load = cur * t.step  # steady state: `cur` workers deliver one batch per step
         io_bound = False
     cap = per_rank * 4 if io_bound else per_rank
-    if cur == 0 and not io_bound and per_rank < 2:
-        return out, (f"loading is CPU-bound ({100 * t.data_cpu / max(t.data, 1):.0f}% of a core "
+    if cur == 0 and cpu_known and not io_bound and per_rank < 2:
+        return out, (f"loading is CPU-bound ({cpu_pct:.0f}% of a core "
                      "while waiting) and there is 1 CPU core per rank: a worker process would "
                      "take its CPU time from training; make loading cheaper (pre-process once, "
                      "cache decoded samples) or give each rank more cores")
@@ -138,7 +143,10 @@ def suggest_data(t: TypicalStep, knobs: dict, th: Thresholds) -> tuple[list[Sugg
         assumes.append(f"workers restart every epoch of {epoch} batches, ~{restart / MS:.2f} ms "
                        "per step (persistent_workers=True saves it)")
     if not io_bound:  # CPU-bound loading: workers and the training thread share the rank's cores
-        busy_cpu = t.data_cpu if cur == 0 else load
+        busy_cpu = (t.data_cpu if cpu_known else load) if cur == 0 else load
+        if cur == 0 and not cpu_known:
+            assumes.append("the CPU time of loading is not in traces: the upper end assumes it "
+                           "is CPU-bound")
         share = min(1.0, busy_cpu / max(t.step, 1.0))
         contention = max(1.0, (proposed * share + 1) / per_rank)
         hi = max(hi, est + t.busy * (contention - 1))
@@ -150,8 +158,9 @@ def suggest_data(t: TypicalStep, knobs: dict, th: Thresholds) -> tuple[list[Sugg
                      f"{cost / MS:.1f} ms per batch (benchmarks/bench_workers.py), so workers would "
                      "not make the step faster")
     kind = ("mostly waiting (I/O-like: the training thread used "
-            f"{100 * t.data_cpu / max(t.data, 1):.0f}% CPU while loading)" if cur == 0 and io_bound
-            else "CPU-bound" if cur == 0 else "")
+            f"{cpu_pct:.0f}% CPU while loading)" if cur == 0 and io_bound
+            else "CPU-bound" if cur == 0 and cpu_known
+            else "its CPU use not measured: traces do not say" if cur == 0 else "")
     why = (f"each step waits {t.data / MS:.1f} ms for data against {t.busy / MS:.1f} ms of other work; "
            f"a batch takes ~{load / MS:.1f} ms to load{' (' + kind + ')' if kind else ''}, so "
            f"{need} worker(s) would hide it; {per_rank} CPU core(s) per rank"

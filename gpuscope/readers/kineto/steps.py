@@ -161,7 +161,8 @@ def rank_rows(ev: RankEvents, rank: int, drop_last: bool):
                      "data_ns": data_ns, "compute_ns": compute_ns, "comm_ns": comm_ns,
                      "comm_exposed_ns": exposed_ns, "wait_ns": 0,
                      "other_ns": step_ns - data_ns - compute_ns - exposed_ns, **parts,
-                     "n_comm": len(colls) - n_before, "data_cpu_ns": data_ns,
+                     "n_comm": len(colls) - n_before,
+                     "data_cpu_ns": -1,  # unknown: a trace does not say whether loading used CPU
                      "host_ns": host_ns, "bubble_ns": bubble_ns, "microbatches": micro})
     return rows, colls, warnings
 
