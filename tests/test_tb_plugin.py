@@ -37,6 +37,24 @@ def server(tmp_path_factory):
     shutil.copytree(os.path.join(SAMPLES, "compute", "kineto"), logdir / "nested" / "traces")
     shutil.copytree(os.path.join(SAMPLES, "data", "record"), logdir / EVIL_DIR)
     (logdir.parent / "secret.json").write_text('{"traceEvents": []}')
+    # traces named as HTA's test data and export_chrome_trace name them (the CLI reads them)
+    hta = logdir / "hta_style"
+    hta.mkdir()
+    one_per_process = {f.split(".")[0]: f for f in sorted(os.listdir(os.path.join(SAMPLES, "data",
+                                                                                   "kineto")))}
+    for i, f in enumerate(sorted(one_per_process.values())):
+        shutil.copy(os.path.join(SAMPLES, "data", "kineto", f), hta / f"rank-{i}.json.gz")
+    (logdir / "configs").mkdir()
+    (logdir / "configs" / "MANIFEST.json").write_text('{"runs": ["a"], "seed": 0}')
+    # links out of the logdir: a folder, a rank file, and one of two rank files
+    outside = logdir.parent / "outside"
+    shutil.copytree(os.path.join(SAMPLES, "comm", "record"), outside)
+    os.symlink(outside, logdir / "linked_dir")
+    (logdir / "linked_file").mkdir()
+    os.symlink(outside / "rank-00000.gpuscope.jsonl", logdir / "linked_file" / "rank-00000.gpuscope.jsonl")
+    (logdir / "mixed").mkdir()
+    shutil.copy(outside / "rank-00000.gpuscope.jsonl", logdir / "mixed")
+    os.symlink(outside / "rank-00001.gpuscope.jsonl", logdir / "mixed" / "rank-00001.gpuscope.jsonl")
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir),
                              "--host", "127.0.0.1", "--port", str(port), "--load_fast", "false"],
@@ -71,6 +89,62 @@ def test_runs_route_lists_record_and_kineto_runs(server):
     runs = {r["run"]: r["kind"] for r in body["runs"]}
     assert runs["exp1"] == "record" and runs["nested/traces"] == "kineto"
     assert runs[EVIL_DIR] == "record"
+    assert runs["hta_style"] == "kineto"  # found by the CLI's rule, not only *.pt.trace.json
+    assert "configs" not in runs  # a JSON file that is plainly no trace
+    assert "linked_dir" not in runs and "linked_file" not in runs  # links out are not followed
+
+
+def test_hta_style_names_give_the_clis_report(server):
+    base, logdir = server
+    status, body = get(base, "/data/plugin/gpuscope/report?run=hta_style")
+    assert status == 200 and "error" not in body
+    assert body["report"]["verdict"] == gpuscope.analyze(logdir / "hta_style").verdict.label
+    assert body["report"]["ranks_analysed"] == 2
+
+
+def test_a_run_with_a_link_out_of_the_logdir_is_not_read(server):
+    base, _ = server
+    status, body = get(base, "/data/plugin/gpuscope/report?run=mixed")
+    assert status == 200 and "report" not in body
+    assert "link(s) to files outside the logdir" in body["error"]
+
+
+def test_the_tab_reads_while_a_run_is_written(server):
+    """A training run writes rank files (every step flushed) while the tab is asked for its
+    report over and over: every answer is a report, never an error or a broken response."""
+    import threading
+
+    base, logdir = server
+    live = logdir / "busy"
+    done = threading.Event()
+
+    def train():
+        with gpuscope.record(live, flush_rows=1) as rec:
+            for _ in rec.data(range(2500)):
+                time.sleep(0.004)
+                rec.step()
+        done.set()
+
+    t = threading.Thread(target=train)
+    t.start()
+    try:
+        while not (live / "rank-00000.gpuscope.jsonl").exists():
+            time.sleep(0.05)
+        time.sleep(RESCAN_WAIT)
+        seen = []
+        while not done.is_set():
+            status, body = get(base, "/data/plugin/gpuscope/report?run=busy")
+            assert status == 200 and body is not None
+            if "error" in body:
+                assert "no steps to analyse" in body["error"]  # only before the first row
+            else:
+                seen.append(body["report"]["steps_analysed"])
+        assert len(seen) >= 3 and seen == sorted(seen)
+    finally:
+        t.join()
+
+
+RESCAN_WAIT = 3.5  # the run list is re-scanned at most every 3 s
 
 
 @pytest.mark.parametrize("run,verdict,stragglers", [("exp1", "imbalanced", [1]),
@@ -139,7 +213,8 @@ def test_tab_renders_in_chromium(server):
         assert frame is not None, [f.url for f in p.page.frames]
         frame.wait_for_selector("#panel-ranks .main-svg", timeout=60000)
         options = frame.eval_on_selector_all("#run-select option", "els => els.map(e => e.value)")
-        assert {"exp1", "nested/traces", EVIL_DIR} <= set(options)
+        assert {"exp1", "nested/traces", EVIL_DIR, "hta_style"} <= set(options)
+        assert not {"linked_dir", "linked_file", "configs"} & set(options)
         assert frame.locator(".verdict .label").inner_text().lower() in (
             "data-bound", "comm-bound", "imbalanced", "compute-bound")
         for pid in ("panel-steps", "panel-heatmap", "panel-ranks"):
@@ -147,6 +222,11 @@ def test_tab_renders_in_chromium(server):
         frame.select_option("#run-select", EVIL_DIR)  # markup in a run name stays text
         frame.wait_for_selector("#panel-ranks .main-svg", timeout=60000)
         assert frame.locator("img[src=x]").count() == 0 and p.dialogs == []
+        frame.select_option("#run-select", "mixed")  # refused: says why, draws nothing
+        frame.wait_for_selector(".error", timeout=60000)
+        assert "outside the logdir" in frame.locator(".error").inner_text()
+        frame.select_option("#run-select", "hta_style")
+        frame.wait_for_selector("#panel-ranks .main-svg", timeout=60000)
         frame.select_option("#run-select", "nested/traces")  # its ranks wait with no straggler
         frame.wait_for_selector("#jitter", timeout=60000)
         expected = gpuscope.analyze(os.path.join(SAMPLES, "compute", "kineto")).to_dict()["jitter"]
@@ -212,3 +292,30 @@ def test_a_failing_scalar_writer_only_turns_scalars_off(tmp_path, monkeypatch):
     table = load_table(str(tmp_path / "run"))
     assert len(table.frame) == 40
     assert any("TensorBoard scalars disabled" in w and "disk full" in w for w in table.warnings)
+
+
+def test_analysis_cache_is_used_and_bounded(tmp_path, monkeypatch):
+    """In-process RunIndex: a second request is served from the cache (one analysis), a
+    changed run is analysed again, the cache holds at most CACHE_RUNS, and a run over the size
+    bound is refused with a message instead of being loaded into the server."""
+    from gpuscope.render.tb_plugin.plugin import RunIndex
+
+    for name in ("a", "b", "c"):
+        shutil.copytree(os.path.join(SAMPLES, "comm", "record"), tmp_path / name)
+    monkeypatch.setattr(RunIndex, "CACHE_RUNS", 2)
+    idx = RunIndex(str(tmp_path))
+    first = idx.report("a")
+    assert idx.report("a") is first and idx.analyses == 1
+    with open(tmp_path / "a" / "rank-00000.gpuscope.jsonl", "a") as fh:
+        fh.write("\n")  # the run changed: analysed again
+    idx.report("a")
+    assert idx.analyses == 2
+    idx.report("b")
+    idx.report("c")
+    assert idx.cached_runs() == ["b", "c"] and idx.analyses == 4
+    idx.report("a")
+    assert idx.analyses == 5
+    monkeypatch.setattr(RunIndex, "MAX_RUN_BYTES", 5_000)
+    big = RunIndex(str(tmp_path))
+    body = big.report("b")
+    assert "report" not in body and "gpuscope analyze" in body["error"] and big.analyses == 0

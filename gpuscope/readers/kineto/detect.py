@@ -1,18 +1,60 @@
-"""Finds torch.profiler trace files in a folder (or accepts a single file)."""
+"""Which files are torch.profiler traces: one rule, for the CLI and the TensorBoard tab alike.
+
+`*.pt.trace.json[.gz]` (tensorboard_trace_handler's names) always are. Other `*.json[.gz]`
+(`rank-0.json.gz`, HTA's test data, export_chrome_trace's own names) are too, unless the file is
+small, parses as JSON, and is plainly something else (a MANIFEST, a config: a JSON object without
+"traceEvents", or a list of anything but events). A damaged file is kept: reading it reports the
+damage instead of the file being silently left out.
+"""
 
 from __future__ import annotations
 
+import gzip
+import json
 import os
+import zlib
 
 SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz", ".json", ".json.gz")
+TRACE_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz")
+SNIFF_MAX_BYTES = 1 << 20  # files larger than this are taken as traces unread
+
+
+def is_trace_name(name: str) -> bool:
+    return name.endswith(SUFFIXES) and not name.startswith(".")
+
+
+def _plainly_not_a_trace(path: str) -> bool:
+    try:
+        if os.path.getsize(path) > SNIFF_MAX_BYTES:
+            return False
+        with open(path, "rb") as fh:
+            blob = fh.read(SNIFF_MAX_BYTES + 1)
+        if blob[:2] == b"\x1f\x8b":
+            blob = gzip.decompress(blob)
+        doc = json.loads(blob)
+    except (OSError, EOFError, ValueError, zlib.error, RecursionError):
+        return False  # unreadable: a damaged trace, to be reported by the reader
+    if isinstance(doc, dict):
+        return "traceEvents" not in doc
+    if isinstance(doc, list):
+        return not any(isinstance(e, dict) and "ph" in e for e in doc[:100])
+    return True
+
+
+def is_trace_file(path: str) -> bool:
+    name = os.path.basename(path)
+    if not is_trace_name(name):
+        return False
+    return name.endswith(TRACE_SUFFIXES) or not _plainly_not_a_trace(path)
 
 
 def find_trace_files(path: str) -> list[str]:
     if os.path.isfile(path):
-        return [path] if path.endswith(SUFFIXES) else []
+        return [path] if is_trace_name(os.path.basename(path)) else []
     out = []
     for root, _dirs, files in os.walk(path):
         for f in files:
-            if f.endswith(SUFFIXES) and not f.startswith("."):
-                out.append(os.path.join(root, f))
+            full = os.path.join(root, f)
+            if is_trace_file(full):
+                out.append(full)
     return sorted(out)

@@ -7,9 +7,10 @@ Routes (under /data/plugin/gpuscope/):
   /runs                the gpuscope run dirs and Kineto trace folders under the logdir
   /report?run=REL      the report (JSON) and the panels' figures (plotly JSON) for one run
 
-Runs are found lazily and re-listed at most every few seconds (new runs appear); an analysis is
-cached until the run's files change (a run still being written is re-read as it grows). Only
-paths under the logdir are ever read.
+Runs are found lazily, by the same rules as the CLI, and re-listed at most every few seconds (new
+runs appear); an analysis is cached until the run's files change (a run still being written is
+re-read as it grows), in a cache bounded in runs and bytes. Only paths under the logdir are ever
+read: links out of it are not followed.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import json
 import os
 import threading
 import time
+from collections import OrderedDict
 
 from werkzeug import wrappers
 
@@ -40,9 +42,18 @@ def _json(data, status: int = 200) -> wrappers.Response:
                              headers={"X-Content-Type-Options": "nosniff"})
 
 
+def _inside(path: str, root: str) -> bool:
+    real = os.path.realpath(path)
+    return real == root or real.startswith(root + os.sep)
+
+
 def find_runs(logdir: str, max_depth: int = MAX_DEPTH) -> dict[str, str]:
-    """{relative name: kind} for gpuscope run dirs ("record") and trace folders ("kineto")."""
-    from ...record_format import FILE_SUFFIX as suffix
+    """{relative name: kind} for gpuscope run dirs ("record") and trace folders ("kineto"), found
+    by the same rules as `gpuscope analyze` (readers). Links are not followed out of the logdir:
+    a file whose target lies outside does not make its folder a run."""
+    from ...readers.kineto.detect import is_trace_file
+    from ...record_format import parse_file_name
+
     runs: dict[str, str] = {}
     root = os.path.realpath(logdir)
     for dirpath, dirnames, filenames in os.walk(root):
@@ -52,18 +63,27 @@ def find_runs(logdir: str, max_depth: int = MAX_DEPTH) -> dict[str, str]:
         dirnames[:] = [d for d in dirnames if not d.startswith(".")]
         rel = os.path.relpath(dirpath, root)
         rel = "." if rel == "." else rel.replace(os.sep, "/")
-        if any(f.startswith("rank-") and f.endswith(suffix) for f in filenames):
+        inside = [f for f in filenames if _inside(os.path.join(dirpath, f), root)]
+        if any(parse_file_name(f) for f in inside):
             runs[rel] = "record"
-        elif any(f.endswith(s) for f in filenames for s in (".pt.trace.json", ".pt.trace.json.gz")):
+        elif any(is_trace_file(os.path.join(dirpath, f)) for f in inside):
             runs[rel] = "kineto"
     return runs
 
 
+def _files(path: str) -> list[str]:
+    out = []
+    for dirpath, dirnames, filenames in os.walk(path):  # links to folders are not walked
+        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+        out += [os.path.join(dirpath, f) for f in sorted(filenames)]
+    return out
+
+
 def _signature(path: str) -> tuple:
     out = []
-    for name in sorted(os.listdir(path)):
+    for name in _files(path):
         try:
-            st = os.stat(os.path.join(path, name))
+            st = os.stat(name)
         except OSError:
             continue
         out.append((name, st.st_size, st.st_mtime_ns))
@@ -71,14 +91,26 @@ def _signature(path: str) -> tuple:
 
 
 class RunIndex:
-    """Run discovery and the analysis cache, shared by the routes; thread-safe."""
+    """Run discovery and the analysis cache, shared by the routes; thread-safe.
+
+    Memory stays bounded whatever the logdir holds: one analysis runs at a time (concurrent
+    requests for the same run wait for it and share the result), the cache keeps at most
+    CACHE_RUNS reports and CACHE_BYTES of them (least recently used dropped first), and a run
+    larger than MAX_RUN_BYTES on disk is not analysed in the server (the tab says to use the
+    CLI; GPUSCOPE_TB_MAX_RUN_BYTES changes the bound)."""
+
+    CACHE_RUNS = 16
+    CACHE_BYTES = 64 << 20
+    MAX_RUN_BYTES = int(os.environ.get("GPUSCOPE_TB_MAX_RUN_BYTES", 2 << 30))
 
     def __init__(self, logdir: str):
         self.logdir = os.path.realpath(logdir)
         self._lock = threading.Lock()
+        self._analysis = threading.Lock()
         self._runs: dict[str, str] = {}
         self._scanned = 0.0
-        self._cache: dict[str, tuple] = {}
+        self._cache: OrderedDict[str, tuple] = OrderedDict()  # run -> (signature, payload, size)
+        self.analyses = 0  # how many analyses ran (the cache's hits are the requests beyond)
 
     def runs(self) -> dict[str, str]:
         with self._lock:
@@ -92,22 +124,60 @@ class RunIndex:
         if not run or "\x00" in run or run not in self.runs():
             return None
         path = os.path.realpath(os.path.join(self.logdir, run))
-        if path != self.logdir and not path.startswith(self.logdir + os.sep):
+        if not _inside(path, self.logdir):
             return None
         return path
+
+    def _cached(self, run: str, sig: tuple):
+        with self._lock:
+            hit = self._cache.get(run)
+            if hit and hit[0] == sig:
+                self._cache.move_to_end(run)
+                return hit[1]
+        return None
+
+    def _store(self, run: str, sig: tuple, payload: dict) -> None:
+        size = len(json.dumps(payload, default=str))
+        with self._lock:
+            self._cache.pop(run, None)
+            if size <= self.CACHE_BYTES:
+                self._cache[run] = (sig, payload, size)
+            while self._cache and (len(self._cache) > self.CACHE_RUNS or
+                                   sum(v[2] for v in self._cache.values()) > self.CACHE_BYTES):
+                self._cache.popitem(last=False)
+
+    def cached_runs(self) -> list[str]:
+        with self._lock:
+            return list(self._cache)
 
     def report(self, run: str) -> dict:
         path = self.resolve(run)
         if path is None:
             raise KeyError(run)
         sig = _signature(path)
-        with self._lock:
-            hit = self._cache.get(run)
-            if hit and hit[0] == sig:
-                return hit[1]
-        payload = build_payload(path, run)
-        with self._lock:
-            self._cache[run] = (sig, payload)
+        payload = self._cached(run, sig)
+        if payload is not None:
+            return payload
+        with self._analysis:  # one at a time: memory is one analysis's, not one per request
+            sig = _signature(path)
+            payload = self._cached(run, sig)
+            if payload is not None:
+                return payload
+            outside = [f for f in _files(path) if not _inside(f, self.logdir)]
+            total = sum(s for _, s, _ in sig)
+            from ..html import esc
+
+            if outside:
+                payload = {"run": esc(run), "error": esc(f"{run} holds {len(outside)} link(s) to files "
+                           "outside the logdir; the tab does not read them")}
+            elif total > self.MAX_RUN_BYTES:
+                payload = {"run": esc(run), "error": esc(f"{run} is {total / 2**30:.1f} GiB, more than the "
+                           f"tab analyses inside TensorBoard ({self.MAX_RUN_BYTES / 2**30:.1f} GiB, "
+                           "GPUSCOPE_TB_MAX_RUN_BYTES): run `gpuscope analyze` on it")}
+            else:
+                payload = build_payload(path, run)
+                self.analyses += 1
+            self._store(run, sig, payload)
         return payload
 
 
