@@ -47,6 +47,25 @@ def test_critical_values_fall_with_more_steps():
     assert t_critical(5000) == pytest.approx(3.09, abs=0.01)
 
 
+@pytest.mark.parametrize("dof,value", [(1, 318.31), (3, 10.215), (4, 7.173), (5, 5.893),
+                                       (10, 4.144), (20, 3.552), (22, 3.552), (30, 3.385),
+                                       (59, 3.307), (120, 3.160), (999, 3.160), (1000, 3.090)])
+def test_critical_values_are_student_t_at_one_in_a_thousand(dof, value):
+    """One-sided t(0.999, dof) from the table (scipy.stats.t.ppf(0.999, dof) gives the same to
+    3 decimals); between rows the smaller dof, the conservative side."""
+    assert t_critical(dof) == pytest.approx(value, abs=5e-4)
+
+
+@pytest.mark.parametrize("n_steps", [4, 5, 6])
+def test_random_lateness_in_a_few_steps_is_rarely_called_consistent(n_steps):
+    """With 4-6 steps the critical value is large (7.2 at 3 dof): random lateness must stay
+    unflagged nearly always; a constant critical value (3.09) would flag many of these."""
+    rng = np.random.default_rng(21 + n_steps)
+    flagged = sum(bool(find_roles(_frame(rng.exponential(5.0, size=(2, n_steps)))).late)
+                  for _ in range(400))
+    assert flagged <= 8
+
+
 def test_a_tiny_steady_offset_is_not_material():
     rng = np.random.default_rng(5)
     late = rng.normal(0, 1, size=(2, 200))

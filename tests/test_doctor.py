@@ -50,6 +50,17 @@ def test_a_rank_that_dies_before_its_checks_fails_the_smoke_test():
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("worker", ["wrong_sum", "replicas_apart"])
+def test_a_wrong_result_fails_the_smoke_test(worker):
+    """Real gloo processes whose all-reduce sum, or whose replicas, come out wrong: the check
+    must fail (a worker that always reported success would pass this test)."""
+    import doctor_workers
+
+    check = smoke_test(2, "gloo", timeout=60, worker=getattr(doctor_workers, worker))
+    assert check.status == FAIL and "wrong results on rank(s)" in check.detail
+
+
+@pytest.mark.slow
 def test_a_collective_that_cannot_run_fails_clearly():
     check = smoke_test(2, "nccl", timeout=60)  # this CPU build of torch has no NCCL
     assert check.status == FAIL and check.detail

@@ -149,3 +149,24 @@ def test_thousand_ranks_by_thousand_steps_stays_light(browser, tmp_path):
     p.page.goto(out.as_uri())
     p.page.wait_for_selector("#panel-heatmap .main-svg", timeout=30000)
     assert p.errors == []
+
+
+def test_binned_heatmap_values_are_the_mean_max_and_min_of_their_cells():
+    """Two ranks per bin and two steps per bin (sizes just over the bin limits): each bin holds
+    the mean (or max, min) of its 4 cells, worked out here from the cell values."""
+    import pandas as pd
+
+    from gpuscope.render import html
+
+    n_ranks, n_steps = 2 * html.MAX_HEAT_RANKS, 2 * html.MAX_HEAT_STEPS
+    rank = np.repeat(np.arange(n_ranks), n_steps)
+    step = np.tile(np.arange(n_steps), n_ranks)
+    value_ms = (rank * 10 + step % 7).astype(float)
+    frame = pd.DataFrame({"rank": rank, "step": step, "x": (value_ms * 1e6).astype(np.int64)})
+    cells = value_ms.reshape(n_ranks // 2, 2, n_steps // 2, 2)
+    for how, expect in (("mean", cells.mean(axis=(1, 3))), ("max", cells.max(axis=(1, 3))),
+                        ("min", cells.min(axis=(1, 3)))):
+        z, ylab, xlab = html._binned(frame, "x", how)
+        assert z.shape == (n_ranks // 2, n_steps // 2)
+        assert np.allclose(z, expect, atol=1e-3), how
+    assert ylab[0] == "0-1" and list(xlab[:2]) == [0, 2]

@@ -133,3 +133,23 @@ def test_disabled_by_env(tmp_path, monkeypatch):
         assert list(rec.data([1, 2])) == [1, 2]
         rec.step()
     assert not (tmp_path / "r").exists()
+
+
+def test_rows_reach_the_disk_every_flush_s_not_only_every_flush_rows(tmp_path):
+    """flush_rows is far away (1000): the 0.2 s timer alone must put the rows on disk while the
+    run goes on (a killed run loses at most flush_s of steps)."""
+    import time
+
+    path = tmp_path / "run" / "rank-00000.gpuscope.jsonl"
+
+    def on_disk():
+        return sum(1 for line in path.read_text().splitlines() if line.startswith("["))
+
+    with gpuscope.record(tmp_path / "run", flush_rows=1000, flush_s=0.2) as rec:
+        for _ in rec.data(range(35)):
+            time.sleep(0.02)
+            rec.step()
+        time.sleep(0.1)  # the writer thread's turn
+        written = on_disk()
+    assert 20 <= written < 35  # the last few wait for the next flush (here: the close)
+    assert on_disk() == 35

@@ -45,7 +45,9 @@ def test_one_rank_with_extra_work_is_imbalanced_and_named(scenario_run):
 
 
 def test_balanced_compute_heavy_run_is_compute_bound(scenario_run):
-    d = _report(scenario_run, "compute")
+    # 40 steps: the verdict is a majority over steps, and comm's share (9-12% here, against the
+    # 15% threshold) swings per step on 2 shared cores
+    d = gpuscope.analyze(scenario_run("compute", steps=40)).to_dict()
     assert d["verdict"] == "compute-bound", (d["time_by_label"], d["jitter"], d["stragglers"])
     assert d["stragglers"] == []
     assert all(r["compute_pct"] > 60 for r in d["ranks"])
