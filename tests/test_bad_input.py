@@ -202,14 +202,36 @@ def test_no_decoder_process_outlives_an_analysis(tmp_path):
     # the biggest file goes to this process's half: make it the unreadable one
     biggest = max(os.listdir(run), key=lambda f: (run / f).stat().st_size)
     (run / biggest).write_bytes(b"{" * 300_000)
-    before = set(live_children())
+    gpuscope.analyze(run)  # first: imports and their files are open from now on
+    before, fds = set(live_children()), len(os.listdir("/proc/self/fd"))
     for _ in range(3):
         rep = gpuscope.analyze(run)
         assert any(w.startswith("skipped:") and biggest in w for w in rep.warnings)
     assert set(live_children()) - before == set()
+    assert len(os.listdir("/proc/self/fd")) == fds  # nor a pipe end left open
     # and when every file fails
     for f in os.listdir(run):
         (run / f).write_bytes(b"{" * 300_000)
     with pytest.raises(GpuscopeError):
         gpuscope.analyze(run)
+    assert set(live_children()) - before == set()
+
+
+class _ParentFailed(Exception):
+    pass
+
+
+def test_a_decoder_still_working_is_stopped_when_the_parent_gives_up():
+    """The parent's half raised while the child is still decoding (here: sleeping): the child
+    is terminated on the way out, not left to finish or to block on its pipe."""
+    import time
+
+    from gpuscope.readers.kineto.reader import _in_child
+
+    before = set(live_children())
+    t0 = time.perf_counter()
+    with pytest.raises(_ParentFailed):
+        with _in_child(lambda: time.sleep(60)):
+            raise _ParentFailed()
+    assert time.perf_counter() - t0 < 10
     assert set(live_children()) - before == set()

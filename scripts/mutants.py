@@ -1,0 +1,115 @@
+"""Mutation audit: break the code one way at a time and check that a test fails.
+
+    python scripts/mutants.py            # every mutant below (~3 min on 2 cores)
+    python scripts/mutants.py heatmap    # those whose name contains "heatmap"
+
+Each mutant replaces one snippet of one file (the snippet must be found exactly once), runs the
+tests that are meant to catch it, and puts the file back. A mutant that no test kills is a gap;
+the script exits 1 when there is one.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# (name, file, snippet, replacement, tests)
+MUTANTS = [
+    ("comm hook averaging", "gpuscope/record/ddp_timing.py", "    buf.div_(group.size())\n",
+     "    pass\n", ["tests/test_same_maths.py"]),
+    ("kineto exposed = comm", "gpuscope/readers/kineto/steps.py",
+     "exposed_ns = comm_ns - spans.overlap(comm, comp)", "exposed_ns = comm_ns",
+     ["tests/test_kineto_steps.py"]),
+    ("kineto data while GPU busy", "gpuscope/readers/kineto/steps.py",
+     "data_ns = spans.length(data_set) - spans.overlap(data_set, busy_all)",
+     "data_ns = spans.length(data_set)", ["tests/test_kineto_steps.py"]),
+    ("kineto kernels by start", "gpuscope/readers/kineto/steps.py",
+     "sel = (launched >= lo) & (launched < hi)", "sel = (ev.dev_start >= lo) & (ev.dev_start < hi)",
+     ["tests/test_kineto_steps.py"]),
+    ("kineto CPU exposed = comm", "gpuscope/readers/kineto/steps.py",
+     "exposed = spans.subtract(comm, spans.union(busy, data_set))", "exposed = comm",
+     ["tests/test_kineto_steps.py"]),
+    ("flush on the timer", "gpuscope/record/recorder.py",
+     " or now - self._raw[0].start >= self._flush_ns", "",
+     ["tests/test_recorder.py", "-k", "flush_s"]),
+    ("doctor result forced ok", "gpuscope/doctor.py", 'fh.write(f"{int(ok)} {ms:.1f}")',
+     'fh.write(f"{int(True)} {ms:.1f}")', ["tests/test_doctor.py", "-k", "wrong"]),
+    ("heatmap bins summed", "gpuscope/render/html.py",
+     "z = np.where(count > 0, total / np.maximum(count, 1), np.nan)",
+     "z = np.where(count > 0, total, np.nan)", ["tests/test_html.py", "-k", "binned"]),
+    ("tensorboard cache off", "gpuscope/render/tb_plugin/plugin.py",
+     "            if hit and hit[0] == sig:\n", "            if False:\n",
+     ["tests/test_tb_plugin.py", "-k", "cache"]),
+    ("t_critical constant", "gpuscope/analyze/consistency.py", "    if dof >= 1000:\n",
+     "    if True:\n", ["tests/test_consistency.py"]),
+    ("telemetry off line dropped", "gpuscope/record/nvml.py",
+     'info_once("nvml-off", "gpuscope: GPU telemetry off: %s", exc)', "pass",
+     ["tests/test_gpu_seams.py", "-k", "one_line"]),
+    ("CLI --skip ignored", "gpuscope/cli.py",
+     "report = analyze(args.path, thresholds=args.thresholds, skip=args.skip)",
+     "report = analyze(args.path, thresholds=args.thresholds)", ["tests/test_cli.py", "-k", "skip"]),
+    ("CLI --html ignored", "gpuscope/cli.py", "        report.write_html(args.html)\n",
+     "        pass\n", ["tests/test_cli_paths.py", "-k", "html"]),
+    ("CLI -q ignored", "gpuscope/cli.py", "    if not args.quiet:\n        report.print",
+     "    if True:\n        report.print", ["tests/test_cli_paths.py", "-k", "quiet"]),
+    ("CLI internal error exit 0", "gpuscope/cli.py",
+     "              file=sys.stderr)\n        return 1\n", "              file=sys.stderr)\n        return 0\n",
+     ["tests/test_cli_paths.py", "-k", "internal"]),
+    ("reader keeps out-of-range rows", "gpuscope/readers/record.py",
+     "    inside = ok & ((arr >= lo) & (arr <= hi)).all(axis=1)\n", "    inside = ok\n",
+     ["tests/test_bad_input.py"]),
+    ("decoder child left running", "gpuscope/readers/kineto/reader.py",
+     "        if child.exitcode is None:  # never listened to, or stuck: stop it\n"
+     "            child.terminate()\n            child.join(timeout=5)\n"
+     "        if child.exitcode is None:\n            child.kill()\n            child.join()\n"
+     "        child.close()\n", "",
+     ["tests/test_bad_input.py", "-k", "decoder"]),
+    ("writes on the step path", "gpuscope/record/writer.py",
+     "            self._queue.append(\"\\n\".join(lines) + \"\\n\")\n",
+     "            self._fh.write(\"\\n\".join(lines) + \"\\n\")\n            self._fh.flush()\n",
+     ["tests/test_disk.py", "-k", "slow"]),
+    ("stopped rank not named", "gpuscope/analyze/stopped.py",
+     "        if mine < reach or (first and mine <= reach):", "        if mine < reach:",
+     ["tests/test_dead_rank.py", "-k", "dies"]),
+    ("trace CPU claimed", "gpuscope/readers/kineto/steps.py",
+     '"data_cpu_ns": -1,', '"data_cpu_ns": data_ns,',
+     ["tests/test_sample_traces.py", "-k", "claim"]),
+]
+
+
+def run(m) -> tuple[bool, float]:
+    name, rel, old, new, tests = m
+    path = os.path.join(ROOT, rel)
+    src = open(path).read()
+    if src.count(old) != 1:
+        raise SystemExit(f"{name}: snippet found {src.count(old)} times in {rel}")
+    t0 = time.perf_counter()
+    try:
+        with open(path, "w") as fh:
+            fh.write(src.replace(old, new))
+        out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+                              *tests], cwd=ROOT, capture_output=True, text=True)
+    finally:
+        with open(path, "w") as fh:
+            fh.write(src)
+    return out.returncode == 1, time.perf_counter() - t0
+
+
+def main(argv) -> int:
+    chosen = [m for m in MUTANTS if not argv or any(a in m[0] for a in argv)]
+    gaps = 0
+    for m in chosen:
+        killed, secs = run(m)
+        gaps += not killed
+        print(f"{'killed' if killed else 'SURVIVED':9s} {m[0]:34s} {' '.join(m[4]):50s} {secs:5.1f} s",
+              flush=True)
+    print(f"{len(chosen) - gaps}/{len(chosen)} mutants killed")
+    return 1 if gaps else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
