@@ -96,8 +96,8 @@ def soak_once(kind: str, seed: int, where: str) -> dict:
                 break
             if kind == "mid-run" and min(last) >= target:
                 break
-            if kind == "close" and min(last) >= steps - 1 - rng.randint(0, 2):
-                time.sleep(rng.uniform(0, 0.003))  # the close itself takes a few ms
+            if kind == "close" and min(last) >= steps - 1:  # the last step is done
+                time.sleep(rng.uniform(0, 0.005))  # the close itself takes a few ms
                 break
             if kind == "tensorboard" and os.path.isdir(os.path.join(run, "tensorboard")) \
                     and min(last) >= 20:
@@ -159,7 +159,8 @@ def main(argv=None) -> int:
             shutil.rmtree(where, ignore_errors=True)
         results.append(r)
         print(f"{i + 1:3d} {kind:12s} finished {r['finished']} on disk {r['on_disk']} "
-              f"lost {r['lost']} {'ok' if r['ok'] else 'FAIL ' + '; '.join(r['problems'])}",
+              f"lost {r['lost']} closed {r.get('closed', 0)} "
+              f"{'ok' if r['ok'] else 'FAIL ' + '; '.join(r['problems'])}",
               flush=True)
     good = sum(r["ok"] for r in results)
     print(f"{good}/{len(results)} killed runs analysed as required "
