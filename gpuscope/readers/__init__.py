@@ -18,7 +18,7 @@ def read_path(path) -> RunTable:
         raise InputError(f"{path}: no such file or directory")
     if is_run_dir(path) or is_record_file(path):
         return read_run_dir(path)
-    from .kineto.detect import find_trace_files
+    from ..trace_files import find_trace_files
     from .kineto.reader import read_kineto
 
     files = find_trace_files(path)

@@ -1,4 +1,4 @@
-"""Which files are torch.profiler traces: one rule, for the CLI and the TensorBoard tab alike.
+"""Which files are torch.profiler traces: one rule, for the CLI (readers) and the TensorBoard tab.
 
 `*.pt.trace.json[.gz]` (tensorboard_trace_handler's names) always are. Other `*.json[.gz]`
 (`rank-0.json.gz`, HTA's test data, export_chrome_trace's own names) are too, unless the file is
