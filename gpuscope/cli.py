@@ -40,6 +40,18 @@ def cmd_analyze(args) -> int:
     return 0
 
 
+def cmd_export(args) -> int:
+    from . import analyze
+    from .render import parquet
+
+    if not args.parquet:
+        raise GpuscopeError("nothing to export: give --parquet FILE")
+    report = analyze(args.path, thresholds=args.thresholds, skip=args.skip)
+    rows = parquet.write(report, args.parquet)
+    print(f"Parquet: {args.parquet} ({rows} rows: rank x step, {report.verdict.label})")
+    return 0
+
+
 def cmd_demo(args) -> int:
     from .demo.launch import DemoFailed, run_demo
 
@@ -145,6 +157,13 @@ def build_parser() -> argparse.ArgumentParser:
                    "profiler traces)")
     a.add_argument("-q", "--quiet", action="store_true", help="no terminal report")
     a.set_defaults(func=cmd_analyze)
+    e = sub.add_parser("export", help="export a run's rank x step table for other tools")
+    e.add_argument("path", help="gpuscope run dir or torch.profiler traces")
+    e.add_argument("--parquet", metavar="FILE", help="the analysed rank x step table, with step "
+                   "labels and knobs, as Parquet (needs pyarrow: gpuscope[parquet])")
+    e.add_argument("--thresholds", metavar="K=V,...", help="as for analyze")
+    e.add_argument("--skip", type=int, metavar="N", help="as for analyze")
+    e.set_defaults(func=cmd_export)
     d = sub.add_parser("demo", help="run a 2-process CPU DDP training with a known bottleneck, "
                        "record it, analyze it")
     d.add_argument("--scenario", default="data", choices=SCENARIOS)

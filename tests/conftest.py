@@ -52,14 +52,14 @@ def scenario_run(tmp_path_factory):
 
     cache: dict[str, str] = {}
 
-    def once(scenario: str, steps: int) -> str:
+    def once(scenario: str, steps: int, extra: tuple) -> str:
         out = tmp_path_factory.mktemp(f"run_{scenario}")
-        run_training(scenario, str(out / "record"), steps=steps)
+        run_training(scenario, str(out / "record"), steps=steps, extra=extra)
         return str(out / "record")
 
-    def run(scenario: str, steps: int = 24) -> str:
+    def run(scenario: str, steps: int = 24, extra: tuple = ()) -> str:
         if scenario not in cache:
-            path = once(scenario, steps)
+            path = once(scenario, steps, extra)
             if scenario in _BALANCED:
                 d = gpuscope.analyze(path).to_dict()
                 if d["stragglers"]:
@@ -67,7 +67,7 @@ def scenario_run(tmp_path_factory):
                             d["straggler_details"]]
                     RERUNS.append(f"{scenario}: first run named rank(s) {d['stragglers']} "
                                   f"(rank, cause, excess ms: {slow}); ran it again")
-                    path = once(scenario, steps)
+                    path = once(scenario, steps, extra)
             cache[scenario] = path
         return cache[scenario]
 

@@ -1,0 +1,83 @@
+"""`gpuscope export PATH --parquet FILE`: the analysed rank x step table, one row per rank and
+(optimizer) step, with the step's label, the run's verdict and the knobs, for DuckDB, Polars or
+Spark over many runs. Times in ms, shares in %; pyarrow is an optional extra
+(`pip install 'gpuscope[parquet]'`)."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from ..errors import GpuscopeError, InputError
+from ..vocab import MS
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from ..report import Report
+
+#: time columns of the analysed table, exported in ms as <name>_ms
+TIMES = ("step", "data", "compute", "comm", "comm_exposed", "wait", "other", "forward",
+         "backward", "optimizer", "bubble", "host", "between")
+#: knobs worth a typed column of their own (all of them are also in knobs_json)
+KNOBS = {"batch_size": "Int64", "num_workers": "Int64", "sync_interval": "Int64",
+         "world_size": "Int64", "device": "string", "backend": "string", "model": "string",
+         "param_dtype": "string", "comm_hook": "string"}
+
+
+def step_table(report: "Report") -> "pd.DataFrame":
+    """The table a Parquet export holds (a pandas DataFrame)."""
+    import pandas as pd
+
+    if report.table is None:
+        raise InputError("a report read back from JSON has no rank x step table to export: "
+                         "export the run dir or traces themselves")
+    f = report.table.frame
+    out = pd.DataFrame({"run": report.path, "source": report.source,
+                        "rank": f["rank"].astype("int32"), "step": f["step"].astype("int64"),
+                        "start_unix_ns": f["start_ns"].astype("int64")})
+    for name in TIMES:
+        col = f"{name}_ns"
+        if col in f:
+            out[f"{name}_ms"] = f[col].to_numpy("float64") / MS
+    if "micro_steps" in f:
+        out["micro_steps"] = f["micro_steps"].astype("int32")
+    step = out["step_ms"].where(out["step_ms"] > 0)
+    for name in ("data", "compute", "comm_exposed", "wait", "other"):
+        out[f"{name}_pct"] = (100 * out[f"{name}_ms"] / step).fillna(0.0)
+    labels = {s.step: s for s in report.steps}
+    out["label"] = [labels[s].label if s in labels else None for s in out["step"].tolist()]
+    out["secondary"] = [",".join(labels[s].secondary) if s in labels else ""
+                        for s in out["step"].tolist()]
+    hosts = {r.rank: r.host for r in report.ranks}
+    out["host"] = out["rank"].map(hosts).astype("string")
+    out["straggler"] = out["rank"].isin(report.straggler_ranks)
+    out["verdict"] = report.verdict.label
+    out["world_size"] = int(report.world_size)
+    knobs = report.knobs
+    for name, dtype in KNOBS.items():
+        if name == "world_size":
+            continue
+        value = knobs.get(name)
+        ok = isinstance(value, str) if dtype == "string" else (
+            isinstance(value, int) and not isinstance(value, bool))
+        out[name] = pd.Series([value if ok else None] * len(out), dtype=dtype)
+    out["knobs_json"] = json.dumps(knobs, sort_keys=True, default=str)
+    return out.reset_index(drop=True)
+
+
+def write(report: "Report", path: str) -> int:
+    """Write the table to `path` (Parquet); returns the number of rows."""
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise GpuscopeError("--parquet needs pyarrow: pip install 'gpuscope[parquet]'") from None
+    table = pa.Table.from_pandas(step_table(report), preserve_index=False)
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}),
+                                           b"gpuscope.report": json.dumps({
+                                               "schema": "gpuscope.steps/1",
+                                               "verdict": report.verdict.label,
+                                               "stragglers": report.straggler_ranks}).encode()})
+    pq.write_table(table, path)
+    return table.num_rows
