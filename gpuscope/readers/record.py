@@ -154,18 +154,14 @@ def _side_record(obj: dict, out: "RankFile", knobs: dict, tally: Tally, at: int)
             out.end = obj["end"]
         else:
             tally.add("malformed end record(s)", at)
-    if "device" in obj:
-        items = obj["device"] if isinstance(obj["device"], list) else [None]
-        good = [d for d in items if _device_ok(d)]
-        out.device += good
-        if len(good) < len(items):
-            tally.add("malformed device time(s)", at, len(items) - len(good))
-    if "nvml" in obj:
-        items = obj["nvml"] if isinstance(obj["nvml"], list) else [None]
-        good = [x for x in items if _nvml_ok(x)]
-        out.nvml += good
-        if len(good) < len(items):
-            tally.add("malformed NVML sample(s)", at, len(items) - len(good))
+    for key, ok, what in (("device", _device_ok, "malformed device time(s)"),
+                          ("nvml", _nvml_ok, "malformed NVML sample(s)")):
+        if key in obj:
+            items = obj[key] if isinstance(obj[key], list) else [None]
+            good = [x for x in items if ok(x)]
+            getattr(out, key).extend(good)
+            if len(good) < len(items):
+                tally.add(what, at, len(items) - len(good))
     if "dataparallel" in obj:
         if _dataparallel_ok(obj["dataparallel"]):
             out.dataparallel = obj["dataparallel"]

@@ -73,11 +73,15 @@ class RecordWriter:
                 self.dropped += len(lines)
                 return
             self._queue.append("\n".join(lines) + "\n")
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="gpuscope-writer",
-                                                daemon=True)
-                self._thread.start()
+            self._start()
             self._cv.notify()
+
+    def _start(self) -> None:
+        """The writer thread, started with the first line to write (called holding _cv)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="gpuscope-writer",
+                                            daemon=True)
+            self._thread.start()
 
     def _run(self) -> None:
         fh = self._fh
@@ -108,10 +112,7 @@ class RecordWriter:
                 return
             if end is not None and self._has_header and self.error is None:
                 self._queue.append(_dumps({"end": end}) + "\n")
-                if self._thread is None:
-                    self._thread = threading.Thread(target=self._run, name="gpuscope-writer",
-                                                    daemon=True)
-                    self._thread.start()
+                self._start()
             self._closing = True
             self._cv.notify()
             thread = self._thread
