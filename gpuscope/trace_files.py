@@ -16,7 +16,7 @@ import zlib
 
 SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz", ".json", ".json.gz")
 TRACE_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz")
-SNIFF_MAX_BYTES = 1 << 20  # files larger than this are taken as traces unread
+SNIFF_MAX_BYTES = 64 << 10  # larger files are taken as traces unread (configs are small)
 
 
 def is_trace_name(name: str) -> bool:
