@@ -156,7 +156,13 @@ def test_real_pair_straggler_removed_and_the_gate(tmp_path):
                 "--fail-if-slower", "5")
     assert proc.returncode == 0, proc.stderr
     c = json.load(open(tmp_path / "c.json"))
-    assert c["verdict"]["before"] == "imbalanced" and c["stragglers"] == {"before": [1], "after": []}
+    assert c["verdict"]["before"] == "imbalanced" and c["stragglers"]["before"] == [1]
+    # the 40 ms straggler is gone from AFTER; two ranks sharing 2 cores with the test runner can
+    # still make a real straggler of a few ms (seen once in eight suite runs: rank 1 named again),
+    # which the tool is right to name: what is pinned is that nothing near 40 ms is left
+    slow = next(s for s in gpuscope.analyze(before).stragglers if s.rank == 1)
+    assert slow.excess_ns > 25e6
+    assert all(s.excess_ns < slow.excess_ns / 4 for s in gpuscope.analyze(after).stragglers)
     wait = next(p for p in c["parts"] if p["part"] == "wait")
     assert wait["delta_ms"] < -20  # the 40 ms of extra work rank 0 waited for
     pred = next(p for p in c["predictions"] if p["knob"] == "straggler")
