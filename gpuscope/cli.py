@@ -41,14 +41,30 @@ def cmd_analyze(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from . import analyze
-    from .render import parquet
+    from .analyze.pipeline import analyze_table
+    from .readers import read_path
 
-    if not args.parquet:
-        raise GpuscopeError("nothing to export: give --parquet FILE")
-    report = analyze(args.path, thresholds=args.thresholds, skip=args.skip)
-    rows = parquet.write(report, args.parquet)
-    print(f"Parquet: {args.parquet} ({rows} rows: rank x step, {report.verdict.label})")
+    if not args.parquet and not args.perfetto:
+        raise GpuscopeError("nothing to export: give --parquet FILE and/or --perfetto FILE")
+    table = read_path(args.path)
+    from .thresholds import Thresholds
+
+    report = analyze_table(table, Thresholds().with_overrides(args.thresholds), skip=args.skip)
+    if args.parquet:
+        from .render import parquet
+
+        rows = parquet.write(report, args.parquet)
+        print(f"Parquet: {args.parquet} ({rows} rows: rank x step, {report.verdict.label})")
+    if args.perfetto:
+        from .render import perfetto
+        from .trace_files import find_trace_files
+
+        files = find_trace_files(args.path) if table.source == "kineto" else None
+        out = perfetto.write(report, table, args.perfetto, files)
+        for w in out["warnings"]:
+            print(f"warning: {w}", file=sys.stderr)
+        print(f"Perfetto: {args.perfetto} ({out['events']} events, {out['ranks']} ranks; open it "
+              "in ui.perfetto.dev or chrome://tracing)")
     return 0
 
 
@@ -157,8 +173,11 @@ def build_parser() -> argparse.ArgumentParser:
                    "profiler traces)")
     a.add_argument("-q", "--quiet", action="store_true", help="no terminal report")
     a.set_defaults(func=cmd_analyze)
-    e = sub.add_parser("export", help="export a run's rank x step table for other tools")
+    e = sub.add_parser("export", help="export a run for other tools: the rank x step table "
+                       "(Parquet), all ranks on one timeline (Perfetto)")
     e.add_argument("path", help="gpuscope run dir or torch.profiler traces")
+    e.add_argument("--perfetto", metavar="FILE", help="every rank on one timeline as Chrome trace "
+                   "JSON (.gz to compress) for ui.perfetto.dev or chrome://tracing")
     e.add_argument("--parquet", metavar="FILE", help="the analysed rank x step table, with step "
                    "labels and knobs, as Parquet (needs pyarrow: gpuscope[parquet])")
     e.add_argument("--thresholds", metavar="K=V,...", help="as for analyze")

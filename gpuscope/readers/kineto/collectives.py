@@ -25,7 +25,7 @@ def match_collectives(colls: dict[int, list], frame: pd.DataFrame, warnings: lis
     rank_l, step_l, key_l, n_l, dur_l = [], [], [], [], []
     for rank, items in colls.items():
         seen: dict = {}
-        for step, key, dur in items:
+        for step, key, dur, *_ in items:
             k = (step, key)
             n = seen[k] = seen.get(k, -1) + 1
             rank_l.append(rank)
@@ -59,3 +59,18 @@ def match_collectives(colls: dict[int, list], frame: pd.DataFrame, warnings: lis
     np.add.at(total, rows[ok], wait[ok])
     frame["wait_ns"] = np.minimum(total, frame["comm_exposed_ns"].to_numpy())
     return frame
+
+
+def sync_points(colls: dict[int, list]) -> tuple[list, list, list]:
+    """(rank, instance, end_ns) of every collective instance: the n-th of its name and group in
+    the step, as matched above; its end is the moment all its ranks were released."""
+    rank_l, inst_l, end_l = [], [], []
+    for rank, items in colls.items():
+        seen: dict = {}
+        for step, key, _dur, end in items:
+            k = (step, key)
+            n = seen[k] = seen.get(k, -1) + 1
+            rank_l.append(rank)
+            inst_l.append((step, str(key), n))
+            end_l.append(end)
+    return rank_l, inst_l, end_l

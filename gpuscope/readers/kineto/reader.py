@@ -20,7 +20,7 @@ import pandas as pd
 
 from ...errors import InputError, TraceFormatError
 from ...runtable import RankInfo, RunTable, empty_frame
-from .collectives import match_collectives
+from .collectives import match_collectives, sync_points
 from .decode import (BATCH, Salvaged, batches, decode_trace, events_of, file_size, read_bytes,
                      split_events)
 from .events import STEP, RankEvents, p2p_masks, sort_events
@@ -284,6 +284,12 @@ def read_kineto(path: str, files: list[str], jobs: int | None = None) -> RunTabl
     if not frame.empty:
         frame = frame.sort_values(["rank", "step"], kind="stable").reset_index(drop=True)
         frame = match_collectives(colls, frame, warnings)
+    hosts = {r: info.host for r, info in ranks.items()}
+    if len(set(hosts.values()) - {""}) > 1:  # several hosts: several clocks (analyze/clocks.py)
+        from ...analyze.clocks import host_offsets
+
+        for r, shift in host_offsets(*sync_points(colls), hosts).items():
+            ranks[r].meta["clock_offset_ns"] = shift
     worlds = [r.world_size for r in ids.values() if r.world_size]
     world = max(worlds + [len(ranks), max(ranks, default=-1) + 1])
     if world > len(ranks):

@@ -82,7 +82,7 @@ def _host(ev: RankEvents, kind: int, lo: int, hi: int, mask=None):
 
 
 def rank_rows(ev: RankEvents, rank: int, drop_last: bool):
-    """RunTable rows and collective instances (step, key, dur_ns) of one rank. Each row also
+    """RunTable rows and collective instances (step, key, dur_ns, end_ns) of one rank. Each row also
     holds "microbatches", the pipeline schedule's forward ranges in the step (not a column)."""
     windows, warnings = step_windows(ev, drop_last)
     gpu = ev.dev_kind.size > 0
@@ -119,9 +119,11 @@ def rank_rows(ev: RankEvents, rank: int, drop_last: bool):
                               _host(ev, COMM_HOST, lo, hi, cpu_coll & host_p2p)[0])
             bubble_ns = spans.length(spans.subtract(p2p, comp))
             for j in np.flatnonzero(sel & (ev.dev_kind == COMM) & ~dev_p2p):
-                colls.append((sid, ev.dev_coll[j], int(ev.dev_end[j] - ev.dev_start[j])))
+                colls.append((sid, ev.dev_coll[j], int(ev.dev_end[j] - ev.dev_start[j]),
+                              int(ev.dev_end[j])))
             for j in np.flatnonzero(hsel & ~host_p2p):
-                colls.append((sid, ev.host_coll[j], int(ev.host_end[j] - ev.host_start[j])))
+                colls.append((sid, ev.host_coll[j], int(ev.host_end[j] - ev.host_start[j]),
+                              int(ev.host_end[j])))
         else:
             ops, _ = _host(ev, OP, lo, hi, main)
             comm, csel = _host(ev, COMM_HOST, lo, hi)
@@ -145,7 +147,8 @@ def rank_rows(ev: RankEvents, rank: int, drop_last: bool):
             host_ns = 0
             bubble_ns = spans.overlap(_host(ev, COMM_HOST, lo, hi, host_p2p)[0], exposed)
             for j in np.flatnonzero(csel & ~host_p2p):
-                colls.append((sid, ev.host_coll[j], int(ev.host_end[j] - ev.host_start[j])))
+                colls.append((sid, ev.host_coll[j], int(ev.host_end[j] - ev.host_start[j]),
+                              int(ev.host_end[j])))
         data_ns = min(data_ns, step_ns)
         exposed_ns = max(0, min(exposed_ns, step_ns - data_ns))
         compute_ns = max(0, min(compute_ns, step_ns - data_ns - exposed_ns))

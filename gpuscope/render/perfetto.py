@@ -1,0 +1,306 @@
+"""`gpuscope export PATH --perfetto FILE`: every rank on one timeline, as Chrome trace JSON
+(ui.perfetto.dev, chrome://tracing).
+
+Recorded runs: one process per rank, one track each for its steps (a slice per step, named by
+the step's label), data, compute (forward, backward, optimizer), communication by kind, wait and
+other. A recorded row holds how long each part of the step took, not where in the step it ran, so
+the parts are laid out in the order a training step runs them: the loop's own work before the
+step, data, forward, backward, exposed communication (its wait for slower ranks first), optimizer,
+the rest. Communication hidden behind compute is drawn ending where backward ends. Every step
+slice says so in its args ("layout"). Ranks on other hosts are moved by their host's clock offset
+(analyze/clocks.py: from the ends of the steps' synchronous collectives).
+
+Profiler traces: the ranks' own events, merged (one process per rank and original process, flow
+ids kept apart per rank, other hosts' clocks shifted the same way), with a "gpuscope" process per
+rank above them whose slices are the steps as analysed: label and parts in the args.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+from typing import TYPE_CHECKING
+
+import msgspec
+import numpy as np
+
+from ..errors import GpuscopeError
+from ..vocab import MS
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from ..report import Report
+    from ..runtable import RunTable
+
+LAYOUT = ("parts laid out in the order a step runs them (between, data, forward, backward, "
+          "exposed comm with wait first, optimizer, other): a record holds their durations, "
+          "not their positions")
+#: tracks of a recorded rank: (thread id, name); communication kinds get ids from COMM_TID
+TRACKS = {"step": 1, "data": 2, "compute": 3, "wait": 4, "other": 5}
+COMM_TID = 10
+PARTS = ("data", "forward", "backward", "compute", "comm", "comm_exposed", "wait", "optimizer",
+         "other", "between")
+FLOW_PHASES = {"s", "t", "f"}
+#: flow ids of rank r are moved into their own range (r << FLOW_BITS): ids repeat across ranks
+FLOW_BITS = 40
+
+
+def _us(ns) -> float:
+    return round(float(ns) / 1000.0, 3)
+
+
+def _col(frame: "pd.DataFrame", name: str) -> np.ndarray:
+    if name in frame:
+        return np.maximum(frame[name].to_numpy(dtype=np.int64), 0)
+    return np.zeros(len(frame), dtype=np.int64)
+
+
+def _labels(report: "Report", frame: "pd.DataFrame") -> list:
+    """Per row of `frame` (micro-steps as recorded), the StepResult of the step it belongs to
+    (with accumulation: its optimizer step), or None when the analysis left the step out."""
+    from ..analyze.cycles import cycle_ends, group_cycles
+
+    by_step = {s.step: s for s in report.steps}
+    ends = cycle_ends(frame)
+    if ends is None:
+        return [by_step.get(s) for s in frame["step"].tolist()]
+    _, mapping = group_cycles(frame, ends)
+    return [by_step.get(s) for s in mapping["cycle_step"].tolist()]
+
+
+def _meta(pid: int, name: str, sort: int, tid: int | None = None) -> list[dict]:
+    if tid is None:
+        return [{"ph": "M", "pid": pid, "tid": 0, "name": "process_name", "args": {"name": name}},
+                {"ph": "M", "pid": pid, "tid": 0, "name": "process_sort_index",
+                 "args": {"sort_index": sort}}]
+    return [{"ph": "M", "pid": pid, "tid": tid, "name": "thread_name", "args": {"name": name}},
+            {"ph": "M", "pid": pid, "tid": tid, "name": "thread_sort_index",
+             "args": {"sort_index": sort}}]
+
+
+def _step_args(row: dict, result, micro: int | None = None) -> dict:
+    args = {f"{p}_ms": round(row[f"{p}_ns"] / MS, 3) for p in PARTS if f"{p}_ns" in row}
+    args["step_ms"] = round(row["step_ns"] / MS, 3)
+    if result is None:
+        args["label"] = "not analysed (warm-up or a step not on every rank)"
+    else:
+        args["label"] = result.label
+        if result.secondary:
+            args["secondary"] = list(result.secondary)
+        if result.micro_steps > 1:
+            args["optimizer_step"] = result.step
+    if micro is not None:
+        args["layout"] = LAYOUT
+    return args
+
+
+def record_sync_points(frame: "pd.DataFrame") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(rank, step, end of the exposed communication) of rows that synchronized, in the laid
+    out positions: where the ranks leave the step's last collective together."""
+    end = (frame["start_ns"].to_numpy(dtype=np.int64) + _col(frame, "between_ns")
+           + _col(frame, "data_ns") + _col(frame, "compute_ns") - _col(frame, "optimizer_ns")
+           + _col(frame, "comm_exposed_ns"))
+    sync = _col(frame, "n_comm") > 0
+    return frame["rank"].to_numpy()[sync], frame["step"].to_numpy()[sync], end[sync]
+
+
+def record_events(table: "RunTable", report: "Report") -> tuple[list[dict], dict]:
+    """Trace events of a recorded run (micro-steps as recorded, all of them) and the metadata."""
+    from ..analyze.clocks import host_offsets
+    from ..analyze.wait import estimate_wait
+
+    frame = estimate_wait(table.frame, [], table.comm)
+    hosts = {r: info.host for r, info in table.ranks.items()}
+    offsets = host_offsets(*record_sync_points(frame), hosts)
+    shift = frame["rank"].map(lambda r: offsets.get(r, 0)).to_numpy(dtype=np.int64)
+    start = frame["start_ns"].to_numpy(dtype=np.int64) + shift
+    t0 = int(start.min())
+    kinds = _comm_kinds(table)
+    kind_tid = {k: COMM_TID + i for i, k in enumerate(sorted({k for per in kinds.values() for k in per}))}
+    results = _labels(report, frame)
+    stragglers = set(report.straggler_ranks)
+    ev: list[dict] = []
+    for rank in sorted(table.ranks):
+        pid = rank + 1
+        name = f"rank {rank}" + (f" ({hosts[rank]})" if hosts.get(rank) else "")
+        if rank in stragglers:
+            name += " straggler"
+        ev += _meta(pid, name, rank)
+        for track, tid in TRACKS.items():
+            ev += _meta(pid, track, tid, tid)
+        for kind, tid in kind_tid.items():
+            ev += _meta(pid, f"comm: {kind}", tid, tid)
+    cols = {c: _col(frame, c) for c in ("step_ns", "between_ns", "data_ns", "forward_ns",
+                                        "backward_ns", "optimizer_ns", "compute_ns", "comm_ns",
+                                        "comm_exposed_ns", "wait_ns", "other_ns")}
+    records = frame.to_dict("records")
+    for i, row in enumerate(records):
+        rank, step = int(row["rank"]), int(row["step"])
+        pid = rank + 1
+        t = int(start[i]) - t0
+        c = {k: int(v[i]) for k, v in cols.items()}
+
+        def sl(tid, name, at, dur, args=None):
+            if dur > 0:
+                e = {"ph": "X", "pid": pid, "tid": tid, "name": name, "ts": _us(at),
+                     "dur": _us(dur), "args": args or {"step": step}}
+                ev.append(e)
+
+        sl(TRACKS["step"], f"step {step}", t, c["step_ns"],
+           {"step": step, **_step_args(row, results[i], micro=1)})
+        sl(TRACKS["other"], "between steps", t, c["between_ns"])
+        at = t + c["between_ns"]
+        sl(TRACKS["data"], "data", at, c["data_ns"])
+        at += c["data_ns"]
+        named = c["forward_ns"] + c["backward_ns"] + c["optimizer_ns"]
+        for part in ("forward", "backward"):
+            sl(TRACKS["compute"], part, at, c[f"{part}_ns"])
+            at += c[f"{part}_ns"]
+        rest = c["compute_ns"] - named
+        sl(TRACKS["compute"], "compute (not split)", at, rest)
+        at += max(rest, 0)
+        exposed = min(c["comm_exposed_ns"], max(c["step_ns"] - (at - t), 0))
+        sl(TRACKS["wait"], "wait", at, min(c["wait_ns"], exposed))
+        mine = kinds.get((rank, step)) if kinds else None
+        if mine:
+            for kind, (comm_ns, exp_ns) in sorted(mine.items()):
+                hidden = max(comm_ns - exp_ns, 0)
+                sl(kind_tid[kind], f"{kind} (overlapped)", max(at - hidden, t), hidden)
+                sl(kind_tid[kind], kind, at, min(exp_ns, exposed))
+        elif c["comm_ns"]:
+            tid = kind_tid.setdefault("all", COMM_TID + len(kind_tid))
+            hidden = max(c["comm_ns"] - c["comm_exposed_ns"], 0)
+            sl(tid, "comm (overlapped)", max(at - hidden, t), hidden)
+            sl(tid, "comm", at, exposed)
+        at += exposed
+        sl(TRACKS["compute"], "optimizer", at, c["optimizer_ns"])
+        at += c["optimizer_ns"]
+        sl(TRACKS["other"], "other", at, c["other_ns"] - c["between_ns"])
+    if "all" in kind_tid:
+        for rank in sorted(table.ranks):
+            ev += _meta(rank + 1, "comm", kind_tid["all"], kind_tid["all"])
+    meta = {"t0_unix_ns": t0, "layout": LAYOUT,
+            "clock_offsets_ns": {str(r): v for r, v in sorted(offsets.items())}}
+    return ev, meta
+
+
+def _comm_kinds(table: "RunTable") -> dict:
+    """{(rank, step): {kind: (comm_ns, exposed_ns)}} from the collectives by kind, if timed."""
+    from ..record_format import comm_kind
+
+    comm = table.comm
+    if comm is None or comm.empty:
+        return {}
+    out: dict = {}
+    for r, s, key, c, e in zip(comm["rank"].tolist(), comm["step"].tolist(), comm["key"].tolist(),
+                               comm["comm_ns"].tolist(), comm["exposed_ns"].tolist()):
+        per = out.setdefault((r, s), {})
+        kind = comm_kind(key)
+        old = per.get(kind, (0, 0))
+        per[kind] = (old[0] + int(c), old[1] + int(e))
+    return out
+
+
+def _load(path: str) -> dict:
+    with open(path, "rb") as f:
+        blob = f.read()
+    if blob[:2] == b"\x1f\x8b":
+        blob = gzip.decompress(blob)
+    doc = msgspec.json.decode(blob)
+    if isinstance(doc, list):  # the JSON array form of the format
+        doc = {"traceEvents": doc}
+    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+        raise ValueError("no traceEvents list")
+    return doc
+
+
+def kineto_events(table: "RunTable", report: "Report", files: list[str]) -> tuple[list, dict, list]:
+    """The ranks' own events, merged, plus a gpuscope step track per rank; (events, metadata,
+    warnings)."""
+    by_name: dict[str, list[str]] = {}
+    for f in files:
+        by_name.setdefault(os.path.basename(f), []).append(f)
+    offsets = {r: int(info.meta.get("clock_offset_ns", 0)) for r, info in table.ranks.items()}
+    ev: list[dict] = []
+    warnings: list[str] = []
+    stragglers = set(report.straggler_ranks)
+    next_pid = 1
+    gpids: dict[int, int] = {}
+    for rank in sorted(table.ranks):
+        info = table.ranks[rank]
+        shift_us = offsets.get(rank, 0) / 1000.0
+        base_sort = rank * 1000
+        gpid = gpids[rank] = next_pid
+        next_pid += 1
+        name = f"rank {rank} gpuscope" + (" straggler" if rank in stragglers else "")
+        ev += _meta(gpid, name, base_sort) + _meta(gpid, "steps", 0, 1)
+        pids: dict = {}
+        paths = [p for n in info.meta.get("files", []) for p in by_name.get(n, [])[:1]]
+        for path in paths:
+            try:
+                doc = _load(path)
+            except (OSError, ValueError, msgspec.DecodeError, EOFError) as exc:
+                warnings.append(f"{os.path.basename(path)}: its events are left out of the "
+                                f"timeline ({exc})")
+                continue
+            for e in doc["traceEvents"]:
+                if not isinstance(e, dict):
+                    continue
+                old = e.get("pid")
+                key = old if isinstance(old, (int, str)) else ""
+                if key not in pids:
+                    pids[key] = next_pid
+                    ev += _meta(next_pid, f"rank {rank} {key}", base_sort + len(pids))
+                    next_pid += 1
+                e["pid"] = pids[key]
+                if e.get("ph") == "M" and e.get("name") in ("process_name", "process_sort_index"):
+                    if e["name"] == "process_name":
+                        ev.append({"ph": "M", "pid": e["pid"], "tid": 0, "name": "process_labels",
+                                   "args": {"labels": str((e.get("args") or {}).get("name", ""))}})
+                    continue
+                if shift_us and isinstance(e.get("ts"), (int, float)):
+                    e["ts"] = e["ts"] + shift_us
+                if e.get("ph") in FLOW_PHASES and isinstance(e.get("id"), int):
+                    e["id"] = (rank << FLOW_BITS) | (e["id"] & ((1 << FLOW_BITS) - 1))
+                ev.append(e)
+    # the steps as analysed, on each rank's gpuscope track (in the traces' own clock)
+    frame = report.table.frame if report.table is not None else table.frame
+    results = {s.step: s for s in report.steps}
+    for row in frame.to_dict("records"):
+        rank, step = int(row["rank"]), int(row["step"])
+        res = results.get(step)
+        start = int(row["start_ns"]) + offsets.get(rank, 0)
+        ev.append({"ph": "X", "pid": gpids[rank], "tid": 1,
+                   "name": f"step {step}: {res.label if res else 'not analysed'}",
+                   "ts": round(start / 1000.0, 3), "dur": _us(row["step_ns"]),
+                   "args": {"step": step, **_step_args(row, res)}})
+    meta = {"clock_offsets_ns": {str(r): v for r, v in sorted(offsets.items()) if v}}
+    return ev, meta, warnings
+
+
+def write(report: "Report", table: "RunTable", path: str, files: list[str] | None = None) -> dict:
+    """Write the timeline to `path` (.gz: gzip); returns {"events", "ranks", "warnings"}."""
+    if table.source == "record":
+        ev, meta = record_events(table, report)
+        warnings: list[str] = []
+    else:
+        ev, meta, warnings = kineto_events(table, report, files or [])
+    from .. import __version__
+
+    doc = {"traceEvents": ev, "displayTimeUnit": "ms",
+           "otherData": {"generator": f"gpuscope {__version__}", "source": table.source,
+                         "run": report.path, "verdict": report.verdict.label,
+                         "stragglers": report.straggler_ranks, **meta}}
+    blob = msgspec.json.encode(doc)
+    try:
+        if path.endswith(".gz"):
+            with gzip.open(path, "wb", compresslevel=5) as f:
+                f.write(blob)
+        else:
+            with open(path, "wb") as f:
+                f.write(blob)
+    except OSError as exc:
+        raise GpuscopeError(f"cannot write {path}: {exc}") from None
+    return {"events": sum(1 for e in ev if e.get("ph") != "M"), "ranks": len(table.ranks),
+            "warnings": warnings}
