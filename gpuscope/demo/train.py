@@ -129,6 +129,8 @@ def main(argv=None) -> None:
     ap.add_argument("--sync-every", type=int, default=1,
                     help="synchronize gradients and step the optimizer every K micro-steps")
     ap.add_argument("--comm-hook", choices=("bf16", "fp16"), help="DDP gradient compression")
+    ap.add_argument("--live-every", type=int, default=0, metavar="N",
+                    help="live diagnosis every N steps (rank 0 logs a line)")
     args = ap.parse_args(argv)
 
     torch.set_num_threads(1)
@@ -213,7 +215,8 @@ def main(argv=None) -> None:
     else:
         import gpuscope
 
-        with gpuscope.record(args.run_dir, model=ddp, tensorboard=args.tensorboard) as rec:
+        with gpuscope.record(args.run_dir, model=ddp, tensorboard=args.tensorboard,
+                             live_every=args.live_every) as rec:
             compress()
             run(rec.data, rec.step)
     if prof is not None:

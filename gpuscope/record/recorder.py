@@ -47,7 +47,9 @@ class Recorder:
     def __init__(self, run_dir, model=None, *, flush_rows: int = 16, flush_s: float = 1.0,
                  time_optimizer: bool = True, tensorboard: bool = False,
                  telemetry: bool = True, telemetry_hz: float = 5.0,
-                 device_timing: bool | None = None, enabled: bool | None = None):
+                 device_timing: bool | None = None, enabled: bool | None = None,
+                 live_every: int = 0, on_diagnosis=None, live_log: bool = True,
+                 live_timeout_s: float = 60.0):
         if enabled is None:
             enabled = os.environ.get("GPUSCOPE_DISABLE", "") in ("", "0")
         self.run_dir = os.fspath(run_dir)
@@ -78,6 +80,12 @@ class Recorder:
         self._first_batch = None
         self._raw: list = []
         self._micro = 0          # micro-steps since the last optimizer step
+        self._live_every = int(live_every or 0)
+        self._on_diagnosis = on_diagnosis
+        self._live_log = live_log
+        self._live_timeout_s = live_timeout_s
+        self._live = None        # live.Live while live diagnosis is on
+        self.live_summaries: list[dict] = []  # rank 0: the live diagnoses, in order
 
     # ----------------------------------------------------------------- lifecycle
     def start(self) -> "Recorder":
@@ -200,6 +208,8 @@ class Recorder:
 
             self._sampler = Sampler(p.local_rank, self._telemetry_hz).start()
             gpu.update(self._sampler.device or {"telemetry": f"off: {self._sampler.reason}"})
+        if self._live_every > 0:
+            self._start_live(p)
         self._writer.write_header({
             "schema": SCHEMA, "rank": p.rank, "local_rank": p.local_rank,
             "world_size": p.world_size, "host": p.host, "pid": os.getpid(),
@@ -266,6 +276,9 @@ class Recorder:
             except Exception:
                 pass
         self._dev = None
+        live, self._live = self._live, None
+        if live is not None:
+            live.close()  # drops an exchange in flight: nothing waits at exit
         dp, self._dp = self._dp, None
         if dp is not None:
             try:
@@ -432,6 +445,8 @@ class Recorder:
                     self._micro = 0
                 if len(self._raw) >= self._flush_rows or now - self._raw[0].start >= self._flush_ns:
                     self._flush_rows_now()
+                if self._live is not None and self.steps % self._live_every == 0:
+                    self._live_exchange()
         except Exception as exc:
             self._fail("step", exc)
             return
@@ -442,6 +457,8 @@ class Recorder:
         raw, self._raw = self._raw, []
         self._note_forwards(raw)
         rows = [sum_step(r, start_unix=self._unix(r.start)) for r in raw]
+        if self._live is not None:
+            self._live_rows(rows)
         if self._writer is not None:
             if self._writer.error is not None:  # the disk is full, the file vanished...
                 self._write_failed(self._writer.error)
@@ -458,6 +475,46 @@ class Recorder:
                   "goes on", self.steps, error)
         self.warnings.append(f"recording stopped after step {self.steps}: {error}")
         self._teardown(None)
+
+    # ----------------------------------------------------------------- live diagnosis
+    def _start_live(self, p) -> None:
+        """The live exchange (live.py); its group is made now when torch.distributed is up."""
+        from .live import Live
+
+        self._live = Live(self._live_every, self._on_diagnosis, rank=p.rank,
+                          world_size=p.world_size, knobs=self._knobs,
+                          timeout_s=self._live_timeout_s, log=self._live_log and p.rank == 0)
+        self.live_summaries = self._live.summaries
+        try:
+            dist = sys.modules.get("torch.distributed")
+            if p.world_size > 1 and dist is not None and dist.is_initialized():
+                self._live.start_group()
+        except Exception as exc:
+            self._live_failed(exc)
+
+    def _live_exchange(self) -> None:
+        """Every live_every steps, on every rank: flush, then start the exchange (no waiting)."""
+        try:
+            if self._raw:
+                self._flush_rows_now()
+            if self._live is not None:
+                self._live.launch()
+        except Exception as exc:
+            self._live_failed(exc)
+
+    def _live_rows(self, rows: list) -> None:
+        try:
+            self._live.feed(rows)
+            self._live.poll()
+        except Exception as exc:
+            self._live_failed(exc)
+
+    def _live_failed(self, exc: Exception) -> None:
+        """Live diagnosis stops; recording goes on."""
+        live, self._live = self._live, None
+        if live is not None:
+            live._stop(repr(exc)[:300])
+        self.warnings.append(f"live diagnosis stopped: {exc!r}"[:400])
 
     # ----------------------------------------------------------------- internals
     def _unix(self, perf_ns: int) -> int:

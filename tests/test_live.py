@@ -1,0 +1,145 @@
+"""Live diagnosis (record(live_every=N)): real 2-rank runs name the bottleneck and the straggler
+while they train; a rank that leaves or stalls never holds the others; the maths of a window."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from gpuscope.record.live import WIDTH, Live, diagnose
+from gpuscope.record_format import STEP_COLUMNS
+from gpuscope.thresholds import Thresholds
+
+WORKLOAD = os.path.join(os.path.dirname(__file__), "workloads", "live_train.py")
+
+
+def _run(tmp_path, mode, *extra, timeout=120):
+    out = tmp_path / "live.jsonl"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           WORKLOAD, "--run-dir", str(tmp_path / "run"), "--out", str(out), "--mode", mode, *extra]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                          env=dict(os.environ, OMP_NUM_THREADS="1"))
+    wall = time.perf_counter() - t0
+    summaries = [json.loads(x) for x in open(out)] if out.exists() else []
+    ends = {r: json.load(open(f"{out}.rank-{r}")) for r in (0, 1) if os.path.exists(f"{out}.rank-{r}")}
+    return proc, summaries, ends, wall
+
+
+def _lines(stderr: str) -> list[str]:
+    return [x for x in stderr.splitlines() if x.startswith("gpuscope live [")]
+
+
+@pytest.mark.slow
+def test_live_names_the_straggler_while_training(tmp_path):
+    proc, summaries, ends, _ = _run(tmp_path, "imbalanced", "--steps", "60", "--every", "10")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len(summaries) >= 4  # windows 0-9 ... 40-49 at least; the last may be dropped at exit
+    for s in summaries:
+        assert s["verdict"] == "imbalanced" and s["straggler"]["rank"] == 1
+        assert 20 < s["straggler"]["excess_ms"] < 45  # rank 1 sleeps 30 ms more per step
+        assert s["ranks_reporting"] == 2
+        assert s["at_unix_s"] < ends[0]["end_unix_s"]  # said while the run was still training
+    assert summaries[0]["steps"] == [0, 9] and summaries[1]["steps"] == [10, 19]
+    lines = _lines(proc.stderr)
+    assert len(lines) == len(summaries)  # rank 0 only, one line per window
+    assert "straggler: rank 1" in lines[0] and "imbalanced" in lines[0]
+    assert ends[1]["summaries"] == 0  # the other ranks send, rank 0 diagnoses
+
+
+@pytest.mark.slow
+def test_live_names_a_data_bound_run(tmp_path):
+    proc, summaries, _, _ = _run(tmp_path, "data", "--steps", "40", "--every", "10")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len(summaries) >= 3
+    for s in summaries:
+        assert s["verdict"] == "data-bound" and s["shares"]["data-bound"] > 0.5
+        assert s["straggler"] is None
+        assert "DataLoader workers" in s["suggestion"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["leaves", "stalls"])
+def test_a_rank_that_stops_early_never_holds_the_others(tmp_path, mode):
+    """Rank 1 exits at step 25 (leaves) or stops and stays silent (stalls); rank 0 trains its
+    120 steps at full speed: its loop is as long as its own steps, never a time-out."""
+    proc, summaries, ends, _ = _run(tmp_path, mode, "--steps", "120", "--every", "5",
+                                    "--stop-at", "25", "--timeout", "4")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert ends[0]["loop_s"] < 120 * 0.005 + 2.5  # 0.6 s of sleeps; no wait on the exchange
+    assert 4 <= len(summaries) <= 6  # the windows both ranks finished, then nothing
+    assert "live diagnosis stopped" in proc.stderr
+    assert proc.stderr.count("live diagnosis stopped") == 1  # one warning, from rank 0
+
+
+@pytest.mark.slow
+def test_a_failing_callback_never_reaches_training(tmp_path):
+    proc, summaries, ends, _ = _run(tmp_path, "raises", "--steps", "30", "--every", "10")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len(summaries) == 1  # called once, then no more
+    assert "on_diagnosis raised" in proc.stderr
+    assert len(_lines(proc.stderr)) >= 2  # the lines go on
+
+
+def _row(step, step_ns, data=0, compute=0, comm=0, exposed=0):
+    row = [0] * len(STEP_COLUMNS)
+    for name, v in (("step", step), ("step_ns", step_ns), ("data_ns", data),
+                    ("compute_ns", compute), ("comm_ns", comm), ("comm_exposed_ns", exposed),
+                    ("other_ns", step_ns - data - compute - exposed)):
+        row[STEP_COLUMNS.index(name)] = v
+    return row
+
+
+def _window(rows):
+    live = Live(10)
+    live.feed(rows)
+    return live._window
+
+
+def test_window_maths_by_hand():
+    ms = 1_000_000
+    # rank 0 computes 60 ms and waits 40 in the all-reduce; rank 1 computes 100, 0 wait;
+    # the transfer itself is 5 ms on both
+    r0 = _window([_row(s, 110 * ms, data=5 * ms, compute=60 * ms, comm=50 * ms, exposed=45 * ms)
+                  for s in range(10)])
+    r1 = _window([_row(s, 110 * ms, data=5 * ms, compute=100 * ms, comm=5 * ms, exposed=5 * ms)
+                  for s in range(10)])
+    assert len(r0) == WIDTH and r0[0] == 10 and r0[1:3] == [0, 9]
+    s = diagnose([r0, r1], Thresholds())
+    assert s["verdict"] == "imbalanced"
+    assert s["shares"]["imbalanced"] == pytest.approx(40 / 110, abs=1e-4)
+    assert s["shares"]["comm-bound"] == pytest.approx(5 / 110, abs=1e-4)
+    assert s["straggler"] == {"rank": 1, "excess_ms": 40.0, "cause": "compute"}
+    assert s["per_rank"][0]["wait_ms"] == 40.0 and s["per_rank"][1]["wait_ms"] == 0.0
+    assert s["steps"] == [0, 9] and s["step_ms"] == 110.0
+    # balanced, transfer-heavy: comm-bound, no straggler
+    c = _window([_row(s, 100 * ms, compute=70 * ms, comm=40 * ms, exposed=25 * ms)
+                 for s in range(10)])
+    s = diagnose([c, c], Thresholds())
+    assert s["verdict"] == "comm-bound" and s["straggler"] is None
+    assert s["share"] == pytest.approx(0.25)
+    # nothing over a threshold: compute-bound; a rank with no steps in the window is left out
+    d = _window([_row(s, 100 * ms, data=3 * ms, compute=95 * ms) for s in range(10)])
+    s = diagnose([d, [0.0] * WIDTH], Thresholds())
+    assert s["verdict"] == "compute-bound" and s["ranks_reporting"] == 1
+    assert diagnose([[0.0] * WIDTH], Thresholds()) is None
+
+
+def test_one_process_without_torch_distributed_diagnoses_itself(tmp_path, capsys):
+    """world size 1: no exchange, the rank's own window is the diagnosis."""
+    import gpuscope
+
+    got = []
+    with gpuscope.record(tmp_path, live_every=5, on_diagnosis=got.append) as rec:
+        for _ in rec.data(iter(range(12))):
+            time.sleep(0.004)  # a slow "loader" would show as data; here the step sleeps
+            rec.step()
+    assert len(got) == 2 and got[0]["steps"] == [0, 4] and got[1]["steps"] == [5, 9]
+    assert got[0]["verdict"] == "compute-bound"
+    assert rec.live_summaries == got
+    assert len(_lines(capsys.readouterr().err)) == 2
