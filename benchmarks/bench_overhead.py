@@ -7,6 +7,11 @@ timed in a tight loop in one process, against the median step time.
 
     python benchmarks/bench_overhead.py [--scenario compute] [--runs 5] [--steps 60]
     python benchmarks/bench_overhead.py --device cuda --nproc 1   # on a GPU (NCCL), CUDA events on
+
+With --live-every N (default 10) a third run of each pair records with live diagnosis on
+(record(live_every=N)); and the exchange's own cost is timed on 2 ranks in a tight loop: the
+rec.step() that starts an exchange (flush + all_gather launch) and the flush that polls it,
+against the plain step()s in between.
 """
 
 from __future__ import annotations
@@ -25,14 +30,61 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from gpuscope.demo.launch import run_training  # noqa: E402
 
 
-def step_times(path: str, record: bool, warmup: int) -> list[float]:
+def step_times(path: str, record: bool, warmup: int, live: int = 0) -> list[float]:
     out = []
     with open(path) as fh:
         for line in fh:
             d = json.loads(line)
-            if d["record"] == record:
+            if d["record"] == record and d.get("live_every", 0) == live:
                 out += d["step_s"][warmup:]
     return out
+
+
+_LIVE_COST = r"""
+import json, os, sys, time
+import torch.distributed as dist
+import gpuscope
+dist.init_process_group("gloo")
+rank, every, n = dist.get_rank(), int(sys.argv[1]), 2000
+d = sys.argv[2]
+def loop(rec):
+    times = []
+    for _ in rec.data(range(n)):
+        time.sleep(0.0005)  # the step's own work, outside the timed call
+        t = time.perf_counter_ns()
+        rec.step()
+        times.append(time.perf_counter_ns() - t)
+    return times
+with gpuscope.record(os.path.join(d, "plain"), telemetry=False, flush_rows=every,
+                     flush_s=3600) as rec:
+    plain = loop(rec)
+dist.barrier()
+with gpuscope.record(os.path.join(d, "live"), telemetry=False, live_every=every, live_log=False,
+                     flush_rows=every, flush_s=3600) as rec:
+    live = loop(rec)
+    got = len(rec.live_summaries)
+if rank == 0:
+    exch = sorted(live[every - 1::every])
+    print(json.dumps({"plain_total_us": sum(plain) / 1e3, "live_total_us": sum(live) / 1e3,
+                      "steps": n, "every": every, "exchange_step_us_median": exch[len(exch) // 2] / 1e3,
+                      "diagnoses": got}))
+dist.destroy_process_group()
+"""
+
+
+def live_cost(every: int) -> dict:
+    """The live exchange's cost per step on 2 real ranks: time in rec.step() with it on, minus
+    without; both flush their rows every `every` steps, so the difference is the exchange
+    (launch and polls). Each step sleeps 0.5 ms outside the timed rec.step()."""
+    with tempfile.TemporaryDirectory() as d:
+        script = os.path.join(d, "live_cost.py")
+        with open(script, "w") as fh:
+            fh.write(_LIVE_COST)
+        out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                              "--nproc_per_node", "2", script, str(every), d],
+                             capture_output=True, text=True, check=True,
+                             env=dict(os.environ, OMP_NUM_THREADS="1"))
+    return json.loads([x for x in out.stdout.splitlines() if x.startswith("{")][-1])
 
 
 def recorder_cost_per_step(n: int = 20000) -> float:
@@ -108,25 +160,33 @@ def main() -> None:
     ap.add_argument("--device", default="cpu", help="cpu, or cuda (one GPU per local rank)")
     ap.add_argument("--nproc", type=int, default=2)
     ap.add_argument("--backend", default=None, help="gloo / nccl (default: by device)")
+    ap.add_argument("--live-every", type=int, default=10,
+                    help="also runs with live diagnosis every N steps (0: not)")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results",
                                                   "overhead.json"))
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         timings = os.path.join(tmp, "timings.jsonl")
         for i in range(args.runs):
-            for record in (False, True):
+            variants = [(False, 0), (True, 0)] + ([(True, args.live_every)]
+                                                  if args.live_every else [])
+            for record, live in variants:
                 extra = ("--timings", timings, "--device", args.device) + \
                     (("--backend", args.backend) if args.backend else ()) + \
-                    (() if record else ("--no-record",))
+                    (() if record else ("--no-record",)) + \
+                    (("--live-every", str(live)) if live else ())
                 try:
                     run_training(args.scenario, os.path.join(tmp, f"run{i}"), args.steps,
                                  args.nproc, extra=extra)
                 except subprocess.CalledProcessError as exc:
                     sys.exit(f"training failed (exit {exc.returncode}):\n{exc.stderr[-3000:]}")
-                print(f"run {i + 1}/{args.runs} {'with' if record else 'without'} gpuscope",
-                      flush=True)
+                what = ("with gpuscope" + (f", live every {live}" if live else "")
+                        if record else "without gpuscope")
+                print(f"run {i + 1}/{args.runs} {what}", flush=True)
         without = step_times(timings, False, args.warmup)
         with_ = step_times(timings, True, args.warmup)
+        with_live = step_times(timings, True, args.warmup, args.live_every) \
+            if args.live_every else []
     med_without, med_with = statistics.median(without), statistics.median(with_)
     per_step = recorder_cost_per_step()
     ddp = recorder_cost_ddp()
@@ -146,6 +206,20 @@ def main() -> None:
         "recorder_cost_ddp_pct_of_step": round(ddp_cost / med_without * 100, 3),
         "cpu_count": os.cpu_count(),
     }
+    if with_live:
+        med_live = statistics.median(with_live)
+        lc = live_cost(args.live_every)
+        per_step_live = (lc["live_total_us"] - lc["plain_total_us"]) / lc["steps"] / 1e6
+        result.update({
+            "live_every": args.live_every,
+            "median_step_ms_with_live": round(med_live * 1e3, 3),
+            "ratio_with_live_over_without": round(med_live / med_without, 4),
+            "overhead_live_pct": round((med_live / med_without - 1) * 100, 2),
+            "live_exchange_step_us_median": round(lc["exchange_step_us_median"], 1),
+            "live_cost_us_per_step": round(per_step_live * 1e6, 2),
+            "live_cost_pct_of_step": round(per_step_live / med_without * 100, 3),
+            "live_diagnoses_in_cost_run": lc["diagnoses"],
+        })
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as fh:
         json.dump(result, fh, indent=2)

@@ -224,6 +224,7 @@ def main(argv=None) -> None:
     if args.timings:
         with open(args.timings, "a") as fh:
             fh.write(json.dumps({"rank": rank, "record": not args.no_record,
+                                 "live_every": args.live_every,
                                  "scenario": args.scenario, "step_s": step_times}) + "\n")
     dist.barrier()
     dist.destroy_process_group()

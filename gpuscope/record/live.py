@@ -37,7 +37,7 @@ SUMS = ("step_ns", "data_ns", "compute_ns", "comm_ns", "comm_exposed_ns", "other
 _IDX = [STEP_COLUMNS.index(c) for c in SUMS]
 _STEP = STEP_COLUMNS.index("step")
 WIDTH = 3 + len(SUMS)
-MAX_IN_FLIGHT = 4  # exchanges started and not yet back; past this a peer is gone or far behind
+MAX_IN_FLIGHT = 64  # exchanges started and not yet back; past this a peer is gone or far behind
 
 
 class Live:
