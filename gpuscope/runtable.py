@@ -59,6 +59,19 @@ class RunTable:
         return dict(self.ranks[self.rank_ids[0]].knobs)
 
 
+def key_parts(comm: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """(kind, group) of each row of a collectives table ("all_reduce:ddp" -> "all_reduce",
+    "ddp"; no group: ""), worked out once per distinct key (a run has a handful of keys and
+    up to millions of rows); the reader stores them as columns "kind" and "group"."""
+    if "kind" in comm and "group" in comm:
+        return comm["kind"].to_numpy(), comm["group"].to_numpy()
+    codes, uniques = pd.factorize(comm["key"])
+    parts = [str(k).split(":", 1) for k in uniques]
+    kinds = np.array([p[0] for p in parts] + [""], dtype=object)
+    groups = np.array([p[1] if len(p) > 1 else "" for p in parts] + [""], dtype=object)
+    return kinds[codes], groups[codes]
+
+
 def empty_frame() -> pd.DataFrame:
     cols = list(KEY_COLUMNS) + list(TIME_COLUMNS) + list(DETAIL_COLUMNS)
     return pd.DataFrame({c: pd.Series(dtype="int64") for c in cols})

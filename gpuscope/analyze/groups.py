@@ -23,7 +23,21 @@ class Groups:
         return out
 
     def median(self, values: np.ndarray) -> np.ndarray:
-        """Per group, as pandas computes it (the mean of the two middle values of an even count)."""
-        v = np.asarray(values)[np.lexsort((values, self.inv))].astype(np.float64)
+        """Per group, as pandas computes it (the mean of the two middle values of an even count).
+        Groups of one size (every rank has every step) take a partition per row of a
+        (groups x size) table: linear, where sorting all values is not."""
+        values = np.asarray(values)
+        n = int(self.counts[0]) if self.counts.size else 0
+        if n and (self.counts == n).all():
+            table = values[self._order()].reshape(self.keys.size, n).astype(np.float64)
+            return np.median(table, axis=1)
+        v = values[np.lexsort((values, self.inv))].astype(np.float64)
         starts = np.cumsum(self.counts) - self.counts
         return (v[starts + (self.counts - 1) // 2] + v[starts + self.counts // 2]) / 2
+
+    def _order(self) -> np.ndarray:
+        """Row indices grouped by key (stable), computed once."""
+        order = getattr(self, "_order_cache", None)
+        if order is None:
+            order = self._order_cache = np.argsort(self.inv, kind="stable")
+        return order

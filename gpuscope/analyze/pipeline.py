@@ -10,7 +10,7 @@ import pandas as pd
 
 from ..errors import InputError
 from ..report import RankResult, Report
-from ..runtable import RunTable
+from ..runtable import RunTable, key_parts
 from ..thresholds import Thresholds
 from ..vocab import COMPUTE, COMPUTE_PHASES, LABELS, PARTS, PIPELINE
 from .classify import classify_steps, jitter_cost, run_verdict, step_results
@@ -66,7 +66,7 @@ def comm_by_kind(table: RunTable, frame: pd.DataFrame, mapping,
     comm = table.comm
     if comm is None or comm.empty:
         return {}
-    comm = comm.assign(kind=comm["key"].str.split(":", n=1).str[0])
+    comm = comm[["rank", "step", column]].assign(kind=key_parts(comm)[0])
     if mapping is not None:
         comm = comm.merge(mapping, on=["rank", "step"], how="inner")
         comm["step"] = comm["cycle_step"]

@@ -14,7 +14,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..record_format import comm_kind, is_p2p
+from ..record_format import is_p2p
+from ..runtable import key_parts
 
 
 def estimate_wait(frame: pd.DataFrame, warnings: list[str],
@@ -54,15 +55,14 @@ def estimate_wait(frame: pd.DataFrame, warnings: list[str],
 
 def _group_waits(frame: pd.DataFrame, comm: pd.DataFrame) -> np.ndarray | None:
     """Per frame row, the summed excess over the group minimum of its exposed collectives."""
-    keys = comm["key"].tolist()
-    kinds = [comm_kind(k) for k in keys]
-    keep = np.array([not is_p2p(k) for k in kinds], dtype=bool)
+    kinds, groups = key_parts(comm)
+    uniq, inv = np.unique(kinds, return_inverse=True)
+    keep = ~np.array([is_p2p(k) for k in uniq], dtype=bool)[inv.reshape(-1)]
     if not keep.any():
         return None
-    c = comm.loc[keep, ["rank", "step", "key", "exposed_ns"]].copy()
+    c = comm.loc[keep, ["rank", "step", "exposed_ns"]].copy()
     # rec.phase("comm") has no group: the ranks that use it form one
-    c["group"] = [k.split(":", 1)[1] if not k.startswith("phase:") else "*"
-                  for k in c["key"].tolist()]
+    c["group"] = np.where(kinds[keep] == "phase", "*", groups[keep])
     members = c.groupby("group")["rank"].nunique()
     per = c.groupby(["group", "step", "rank"])["exposed_ns"].sum().reset_index()
     size = per.groupby(["group", "step"])["rank"].transform("size")

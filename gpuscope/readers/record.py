@@ -20,11 +20,12 @@ import pandas as pd
 
 from ..errors import InputError, TraceFormatError
 from ..record_format import (COLUMN_DEFAULTS, FILE_GLOB, FILE_SUFFIX, NVML_FIELDS, SCHEMA,
-                             STEP_COLUMNS, comm_kind, is_p2p, parse_file_name)
-from ..runtable import COMM_COLUMNS, RankInfo, RunTable, empty_frame
+                             STEP_COLUMNS, is_p2p, parse_file_name)
+from ..runtable import COMM_COLUMNS, RankInfo, RunTable, empty_frame, key_parts
 from .validate import (MAX_NS, MAX_RANKS, MAX_STEP, MAX_UNIX_NS, Tally, clean_knobs, is_int, is_num)
 
-_decode = msgspec.json.Decoder().decode
+_decoder = msgspec.json.Decoder()
+_decode, _decode_lines = _decoder.decode, _decoder.decode_lines
 
 
 def is_run_dir(path: str) -> bool:
@@ -169,6 +170,31 @@ def _side_record(obj: dict, out: "RankFile", knobs: dict, tally: Tally, at: int)
             tally.add("malformed DataParallel record(s)", at)
 
 
+_BAD = object()  # a line that is not JSON
+
+
+def _objects(body: list) -> list:
+    """(index in body, decoded object or _BAD) of the non-blank lines. All lines are decoded in
+    one call (msgspec's decode_lines: each line on its own, blank ones skipped; a call per line
+    costs more than the parsing); when that fails (a corrupt or cut line), line by line."""
+    idx = [i for i, line in enumerate(body) if line and not line.isspace()]
+    if not idx:
+        return []
+    try:
+        objs = _decode_lines(b"\n".join([body[i] for i in idx]))
+        if len(objs) == len(idx):
+            return list(zip(idx, objs))
+    except msgspec.DecodeError:
+        pass
+    out = []
+    for i in idx:
+        try:
+            out.append((i, _decode(body[i])))
+        except msgspec.DecodeError:
+            out.append((i, _BAD))
+    return out
+
+
 def read_rank_file(path: str) -> RankFile:
     """One rank file. What does not fit is skipped and counted (one warning per kind); a last
     line cut mid-write is dropped; a file without its end record (killed run) gets a warning.
@@ -192,18 +218,14 @@ def read_rank_file(path: str) -> RankFile:
     warnings = out.warnings
     body = lines[1:]
     cut_tail = bool(body) and body[-1] != b""  # file does not end with a newline
-    for i, line in enumerate(body):
-        if not line.strip():
-            continue
-        try:
-            obj = _decode(line)
-        except msgspec.DecodeError:
+    for i, obj in _objects(body):
+        if obj is _BAD:
             if i == len(body) - 1 and cut_tail:
                 warnings.append(f"{name}: last line was cut mid-write and is ignored")
             else:
                 tally.add("corrupt line(s)", i + 2)
             continue
-        if isinstance(obj, list):
+        if type(obj) is list:
             out.rows.append(obj)
             out.row_lines.append(i + 2)
         elif isinstance(obj, dict):
@@ -385,8 +407,12 @@ def _frame(rank: int, cols: list[str], rows: list[list], lines: list[int],
     comm = []
     extras = [rows[i][width] if len(rows[i]) > width else None for i in idx.tolist()]
     if any(e is not None for e in extras):
+        steps = df["step"].tolist()
+        fast = _comm_only(rank, steps, extras)
+        if fast is not None:
+            return df, fast
         phases, samples = [], []
-        for step, e, i in zip(df["step"].tolist(), extras, idx.tolist()):
+        for step, e, i in zip(steps, extras, idx.tolist()):
             ph, cm, n = _extra(e, tally, lines[i])
             comm += [(rank, step, *c) for c in cm]
             phases.append(ph)
@@ -396,6 +422,33 @@ def _frame(rank: int, cols: list[str], rows: list[list], lines: list[int],
         if any(n >= 0 for n in samples):
             df["samples"] = samples  # the batch's size where it differed from the first
     return df, comm
+
+
+def _comm_only(rank: int, steps: list, extras: list) -> list | None:
+    """The common case, checked in bulk: every trailing object is {"_comm": {key: [3 ints in
+    range]}} (or absent). Returns the collectives, or None to read row by row (_extra)."""
+    keys, vals, at = [], [], []
+    for step, e in zip(steps, extras):
+        if e is None:
+            continue
+        if type(e) is not dict or len(e) != 1:
+            return None
+        c = e.get("_comm")
+        if type(c) is not dict:
+            return None
+        keys += c
+        vals += c.values()
+        at += [step] * len(c)
+    if not vals or not all(type(k) is str for k in keys):
+        return None
+    try:
+        arr = np.array(vals)
+    except (ValueError, TypeError, OverflowError):
+        return None
+    if arr.ndim != 2 or arr.shape[1] != 3 or arr.dtype.kind != "i" or (arr < 0).any() \
+            or (arr > MAX_NS).any():
+        return None
+    return list(zip([rank] * len(keys), at, keys, *arr.T.tolist()))
 
 
 def _apply_device_times(df: pd.DataFrame, device: list[dict]) -> pd.DataFrame:
@@ -442,7 +495,9 @@ def _telemetry(rank: int, samples: list) -> pd.DataFrame | None:
 def with_bubble(frame: pd.DataFrame, comm: pd.DataFrame) -> pd.DataFrame:
     """`bubble_ns`: the step's exposed point-to-point communication (waiting on another
     pipeline stage), from the collectives table."""
-    p2p = comm[[is_p2p(comm_kind(k)) for k in comm["key"].tolist()]]
+    kinds, _ = key_parts(comm)
+    uniq, inv = np.unique(kinds, return_inverse=True)
+    p2p = comm[np.array([is_p2p(k) for k in uniq], dtype=bool)[inv.reshape(-1)]]
     if p2p.empty:
         return frame
     bubble = p2p.groupby(["rank", "step"])["exposed_ns"].sum().rename("bubble_ns")
@@ -514,6 +569,7 @@ def read_run_dir(path: str) -> RunTable:
     tel = pd.concat(telemetry, ignore_index=True) if telemetry else None
     comm_frame = pd.DataFrame(comm, columns=list(COMM_COLUMNS)) if comm else None
     if comm_frame is not None:
+        comm_frame["kind"], comm_frame["group"] = key_parts(comm_frame)
         frame = with_bubble(frame, comm_frame)
     return RunTable(frame, "record", path, ranks, world or len(ranks), warnings, telemetry=tel,
                     comm=comm_frame)

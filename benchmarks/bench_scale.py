@@ -1,0 +1,143 @@
+"""Analysis at scale: record run dirs of R ranks x S steps, analysed end to end (`gpuscope.analyze`:
+read every rank file, waits, labels, stragglers, suggestions), in a fresh process each, with
+its time and peak memory; the budget (DESIGN.md) is 1,024 ranks x 1,000 steps in under 3 s with
+memory linear in ranks x steps.
+
+The run dirs are synthetic but in the exact format the recorder writes (header, knob records,
+rows with the per-collective "_comm" object DDP runs have, end record): a DDP job whose rank 17
+computes 15% longer every step, with per-step noise. They are made once under --work.
+
+    python benchmarks/bench_scale.py [--sizes 128x1000,256x1000,512x1000,1024x1000] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import msgspec
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, ROOT)
+
+from gpuscope.record_format import SCHEMA, STEP_COLUMNS, rank_file_name  # noqa: E402
+
+_MEASURE = r"""
+import json, resource, sys, time
+def rss():
+    return int(open("/proc/self/statm").read().split()[1]) * 4096
+t_start = time.perf_counter()
+import gpuscope
+base = rss()
+t0 = time.perf_counter()
+report = gpuscope.analyze(sys.argv[1])
+wall = time.perf_counter() - t0
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+print(json.dumps({"wall_s": wall, "total_s": time.perf_counter() - t_start,
+                  "peak_mb": peak / 2**20, "peak_over_base_mb": (peak - base) / 2**20,
+                  "verdict": report.verdict.label,
+                  "stragglers": [s.rank for s in report.stragglers], "steps": len(report.steps)}))
+"""
+
+
+def make_run(path: str, ranks: int, steps: int, seed: int = 0) -> int:
+    """Write a synthetic DDP run dir; returns its size in bytes."""
+    os.makedirs(path, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    enc = msgspec.json.Encoder()
+    t0 = 1_790_000_000_000_000_000
+    base_step = 80_000_000  # 80 ms
+    total = 0
+    for rank in range(ranks):
+        slow = 1.15 if rank == 17 else 1.0
+        data = rng.integers(1_000_000, 3_000_000, steps)
+        fwd = (rng.normal(20e6, 1e6, steps) * slow).astype(np.int64)
+        bwd = (rng.normal(40e6, 2e6, steps) * slow).astype(np.int64)
+        opt = rng.integers(2_000_000, 2_500_000, steps)
+        compute = fwd + bwd + opt
+        comm = rng.integers(15_000_000, 18_000_000, steps)
+        other = rng.integers(300_000, 900_000, steps)
+        # a synchronous step: every rank leaves the all-reduce together, so the fast ones wait
+        step = np.full(steps, base_step) + rng.integers(0, 2_000_000, steps)
+        exposed = np.maximum(step - data - compute - other, 500_000)
+        step = data + compute + exposed + other
+        start = t0 + np.concatenate([[0], np.cumsum(step)[:-1]])
+        head = {"schema": SCHEMA, "rank": rank, "local_rank": rank % 8, "world_size": ranks,
+                "host": f"node{rank // 8:04d}", "pid": 1000 + rank, "placement_source": "env",
+                "run_id": "bench", "recording": 1, "start_unix_ns": t0, "clock": "perf_counter_ns",
+                "columns": list(STEP_COLUMNS), "comm_timing": "ddp_comm_hook+collectives",
+                "knobs": {"world_size": ranks, "backend": "nccl", "device": "cuda",
+                          "model": "DistributedDataParallel", "param_dtype": "bfloat16",
+                          "params": 124_000_000}}
+        lines = [enc.encode(head),
+                 enc.encode({"knobs": {"loader": "DataLoader", "num_workers": 4,
+                                       "batch_size": 16}, "at_step": 0})]
+        cols = np.column_stack([np.arange(steps), start, step, data, compute, comm, exposed,
+                                other, fwd, bwd, opt, np.ones(steps, np.int64), data // 10,
+                                np.ones(steps, np.int64), np.zeros(steps, np.int64)]).tolist()
+        for row, c, e in zip(cols, comm.tolist(), exposed.tolist()):
+            lines.append(enc.encode(row + [{"_comm": {"all_reduce:ddp": [c, e, 4]}}]))
+        lines.append(enc.encode({"end": {"steps": steps, "crashed": False,
+                                         "end_unix_ns": int(start[-1] + step[-1])}}))
+        blob = b"\n".join(lines) + b"\n"
+        with open(os.path.join(path, rank_file_name(rank)), "wb") as f:
+            f.write(blob)
+        total += len(blob)
+    return total
+
+
+def measure(path: str) -> dict:
+    out = subprocess.run([sys.executable, "-c", _MEASURE, path], capture_output=True, text=True,
+                         check=True, cwd=ROOT)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="128x1000,256x1000,512x1000,1024x1000",
+                    help="RANKSxSTEPS, comma separated")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--work", default=os.path.join(ROOT, "build", "scale"))
+    ap.add_argument("--out", default=os.path.join(HERE, "results", "scale.json"))
+    args = ap.parse_args()
+    rows = []
+    for size in args.sizes.split(","):
+        ranks, steps = (int(x) for x in size.lower().split("x"))
+        path = os.path.join(args.work, f"{ranks}x{steps}")
+        marker = os.path.join(path, ".complete")
+        if not os.path.exists(marker):
+            t = time.perf_counter()
+            nbytes = make_run(path, ranks, steps)
+            with open(marker, "w") as f:
+                f.write(str(nbytes))
+            print(f"made {path} ({nbytes / 2**20:.0f} MB) in {time.perf_counter() - t:.1f} s",
+                  flush=True)
+        nbytes = int(open(marker).read())
+        runs = [measure(path) for _ in range(args.repeat)]
+        best = min(runs, key=lambda r: r["wall_s"])
+        row = {"ranks": ranks, "steps": steps, "rows": ranks * steps,
+               "files_mb": round(nbytes / 2**20, 1),
+               "analyze_s_median": round(statistics.median(r["wall_s"] for r in runs), 3),
+               "analyze_s_min": round(best["wall_s"], 3),
+               "process_s_median": round(statistics.median(r["total_s"] for r in runs), 3),
+               "peak_mb": round(statistics.median(r["peak_mb"] for r in runs), 1),
+               "peak_over_base_mb": round(statistics.median(r["peak_over_base_mb"] for r in runs), 1),
+               "verdict": best["verdict"], "stragglers": best["stragglers"]}
+        row["bytes_per_row_peak"] = round(row["peak_over_base_mb"] * 2**20 / row["rows"], 1)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    result = {"cpu_count": os.cpu_count(), "repeat": args.repeat, "rows": rows}
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,97 @@
+"""The record reader's bulk paths (all lines decoded in one call, collectives checked in bulk,
+medians by partition) give exactly what the line-by-line paths give, on good and bad input."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import gpuscope
+from gpuscope.analyze.groups import Groups
+from gpuscope.readers import record as rec_reader
+from gpuscope.readers import read_path
+
+ROOT = os.path.join(os.path.dirname(__file__), "..", "sample_traces")
+RUNS = [os.path.join(ROOT, s, "record") for s in ("imbalanced", "comm", "data")]
+
+
+def _slow(monkeypatch):
+    monkeypatch.setattr(rec_reader, "_comm_only", lambda *a: None)
+
+    def one_by_one(body):
+        out = []
+        for i, line in enumerate(body):
+            if line.strip():
+                try:
+                    out.append((i, rec_reader._decode(line)))
+                except Exception:
+                    out.append((i, rec_reader._BAD))
+        return out
+
+    monkeypatch.setattr(rec_reader, "_objects", one_by_one)
+
+
+def _same(a, b):
+    pd.testing.assert_frame_equal(a.frame, b.frame)
+    pd.testing.assert_frame_equal(a.comm, b.comm)
+    assert a.warnings == b.warnings
+
+
+@pytest.mark.parametrize("run", RUNS, ids=lambda r: r.split(os.sep)[-2])
+def test_bulk_paths_read_what_line_by_line_reads(run, monkeypatch):
+    fast = read_path(run)
+    assert fast.comm is not None and len(fast.comm) > 0
+    _slow(monkeypatch)
+    _same(fast, read_path(run))
+
+
+@pytest.mark.parametrize("damage", ["corrupt_middle", "cut_tail", "float_in_comm", "extra_key",
+                                    "huge_comm", "blank_lines"])
+def test_bulk_paths_fall_back_on_damage(tmp_path, monkeypatch, damage):
+    run = tmp_path / "run"
+    shutil.copytree(RUNS[0], run)
+    path = run / "rank-00001.gpuscope.jsonl"
+    lines = path.read_bytes().split(b"\n")
+    rows = [i for i, x in enumerate(lines) if x.startswith(b"[")]
+    i = rows[len(rows) // 2]
+    if damage == "corrupt_middle":
+        lines[i] = lines[i][:20] + b"}{" + lines[i][20:]
+    elif damage == "cut_tail":
+        lines = lines[:-1]
+        lines[-1] = lines[-1][: len(lines[-1]) // 2]
+    elif damage == "float_in_comm":
+        lines[i] = re.sub(rb'("all_reduce:ddp":\[)\d+', rb"\g<1>1.5", lines[i])
+    elif damage == "extra_key":
+        lines[i] = lines[i].replace(b'{"_comm"', b'{"mine":5,"_comm"', 1)
+    elif damage == "huge_comm":
+        lines[i] = re.sub(rb'("all_reduce:ddp":\[)\d+', rb"\g<1>99999999999999999999", lines[i])
+    elif damage == "blank_lines":
+        lines.insert(i, b"   ")
+        lines.insert(i, b"")
+    before = path.read_bytes()
+    path.write_bytes(b"\n".join(lines))
+    assert path.read_bytes() != before
+    fast = read_path(str(run))
+    if damage not in ("blank_lines", "extra_key"):  # skipped and counted, or the cut reported
+        assert any("rank-00001" in w for w in fast.warnings), fast.warnings
+    _slow(monkeypatch)
+    _same(fast, read_path(str(run)))
+    gpuscope.analyze(str(run))  # and it analyses
+
+
+@pytest.mark.parametrize("keys", [
+    np.repeat(np.arange(50), 40),                         # ranks, every step: one group size
+    np.tile(np.arange(40), 50),                           # steps, every rank
+    np.random.default_rng(0).integers(0, 50, 2000),       # groups of many sizes
+    np.repeat(np.arange(7), 2),                           # even counts: mean of the middle two
+])
+def test_group_medians_are_pandas_medians(keys):
+    values = np.random.default_rng(1).integers(0, 10**12, keys.size)
+    got = Groups(keys).median(values)
+    want = pd.Series(values).groupby(keys).median().to_numpy()
+    assert np.array_equal(got, want)
