@@ -59,17 +59,26 @@ class RunTable:
         return dict(self.ranks[self.rank_ids[0]].knobs)
 
 
-def key_parts(comm: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+def key_parts(comm: pd.DataFrame) -> tuple[pd.Categorical, pd.Categorical]:
     """(kind, group) of each row of a collectives table ("all_reduce:ddp" -> "all_reduce",
-    "ddp"; no group: ""), worked out once per distinct key (a run has a handful of keys and
-    up to millions of rows); the reader stores them as columns "kind" and "group"."""
-    if "kind" in comm and "group" in comm:
-        return comm["kind"].to_numpy(), comm["group"].to_numpy()
+    "ddp"; no group: ""), as categoricals worked out once per distinct key (a run has a handful
+    of keys and up to millions of rows); the record reader stores them as columns."""
+    if "kind" in comm and "group" in comm and isinstance(comm["kind"].dtype, pd.CategoricalDtype):
+        return comm["kind"].array, comm["group"].array
     codes, uniques = pd.factorize(comm["key"])
     parts = [str(k).split(":", 1) for k in uniques]
-    kinds = np.array([p[0] for p in parts] + [""], dtype=object)
-    groups = np.array([p[1] if len(p) > 1 else "" for p in parts] + [""], dtype=object)
-    return kinds[codes], groups[codes]
+
+    def cat(names: list[str]) -> pd.Categorical:
+        cats, inv = np.unique(np.array(names + [""], dtype=object), return_inverse=True)
+        return pd.Categorical.from_codes(inv.reshape(-1)[codes], categories=cats)
+
+    return cat([p[0] for p in parts]), cat([p[1] if len(p) > 1 else "" for p in parts])
+
+
+def mask_of(cat: pd.Categorical, test) -> np.ndarray:
+    """Bool per row: test(value), evaluated once per category."""
+    per = np.array([bool(test(c)) for c in cat.categories] + [False], dtype=bool)
+    return per[cat.codes]  # code -1 (missing) reads the trailing False
 
 
 def empty_frame() -> pd.DataFrame:

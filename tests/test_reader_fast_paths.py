@@ -95,3 +95,31 @@ def test_group_medians_are_pandas_medians(keys):
     got = Groups(keys).median(values)
     want = pd.Series(values).groupby(keys).median().to_numpy()
     assert np.array_equal(got, want)
+
+
+def test_two_processes_read_what_one_reads(tmp_path, monkeypatch):
+    """A big run dir is read by two processes (every other file in a fork): same table, same
+    warnings, a bad file in either half reported as in one process, no process left behind."""
+    from helpers import live_children
+
+    run = tmp_path / "run"
+    shutil.copytree(RUNS[0], run)
+    for rank in (2, 3):  # four files: two per process; rank 3's is damaged
+        src = (run / "rank-00001.gpuscope.jsonl").read_text()
+        text = src.replace('"rank":1,', f'"rank":{rank},', 1).replace('"world_size":2', '"world_size":4')
+        if rank == 3:
+            text = text[: len(text) // 2]
+        (run / f"rank-0000{rank}.gpuscope.jsonl").write_text(text)
+    one = read_path(str(run))
+    from gpuscope.readers import fork
+
+    monkeypatch.setattr(rec_reader, "PARALLEL_MIN_FILES", 2)
+    forks = []
+    real = fork._in_child
+    monkeypatch.setattr(fork, "_in_child", lambda work: forks.append(1) or real(work))
+    before = live_children()
+    two = read_path(str(run))
+    assert forks == [1] and live_children() == before
+    _same(one, two)
+    assert sorted(two.ranks) == [0, 1, 2, 3]
+    assert any("rank-00003" in w and "cut" in w for w in two.warnings)

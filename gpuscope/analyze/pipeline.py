@@ -73,7 +73,7 @@ def comm_by_kind(table: RunTable, frame: pd.DataFrame, mapping,
     kept = frame[["rank", "step"]]
     comm = comm.merge(kept, on=["rank", "step"], how="inner")
     n_steps = kept.groupby("rank").size()
-    total = comm.groupby(["rank", "kind"])[column].sum()
+    total = comm.groupby(["rank", "kind"], observed=True)[column].sum()
     out: dict[int, dict] = {}
     for (rank, kind), ns in total.items():
         out.setdefault(int(rank), {})[str(kind)] = float(ns) / int(n_steps.get(rank, 1))

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from ..record_format import is_p2p
-from ..runtable import key_parts
+from ..runtable import key_parts, mask_of
 
 
 def estimate_wait(frame: pd.DataFrame, warnings: list[str],
@@ -56,13 +56,13 @@ def estimate_wait(frame: pd.DataFrame, warnings: list[str],
 def _group_waits(frame: pd.DataFrame, comm: pd.DataFrame) -> np.ndarray | None:
     """Per frame row, the summed excess over the group minimum of its exposed collectives."""
     kinds, groups = key_parts(comm)
-    uniq, inv = np.unique(kinds, return_inverse=True)
-    keep = ~np.array([is_p2p(k) for k in uniq], dtype=bool)[inv.reshape(-1)]
+    keep = ~mask_of(kinds, is_p2p)
     if not keep.any():
         return None
     c = comm.loc[keep, ["rank", "step", "exposed_ns"]].copy()
-    # rec.phase("comm") has no group: the ranks that use it form one
-    c["group"] = np.where(kinds[keep] == "phase", "*", groups[keep])
+    # rec.phase("comm") has no group: the ranks that use it form one (-1)
+    c["group"] = np.where(mask_of(kinds, lambda k: k == "phase")[keep], -1,
+                          np.asarray(groups.codes)[keep])
     members = c.groupby("group")["rank"].nunique()
     per = c.groupby(["group", "step", "rank"])["exposed_ns"].sum().reset_index()
     size = per.groupby(["group", "step"])["rank"].transform("size")

@@ -21,7 +21,7 @@ import pandas as pd
 from ..errors import InputError, TraceFormatError
 from ..record_format import (COLUMN_DEFAULTS, FILE_GLOB, FILE_SUFFIX, NVML_FIELDS, SCHEMA,
                              STEP_COLUMNS, is_p2p, parse_file_name)
-from ..runtable import COMM_COLUMNS, RankInfo, RunTable, empty_frame, key_parts
+from ..runtable import RankInfo, RunTable, empty_frame, key_parts, mask_of
 from .validate import (MAX_NS, MAX_RANKS, MAX_STEP, MAX_UNIX_NS, Tally, clean_knobs, is_int, is_num)
 
 _decoder = msgspec.json.Decoder()
@@ -50,6 +50,9 @@ class RankFile:
     warnings: list[str] = field(default_factory=list)
     row_lines: list[int] = field(default_factory=list)  # line number of each row
     tally: Tally | None = None  # what was skipped while reading
+    frame: pd.DataFrame | None = None  # the step rows as read (built; then rows keeps only
+    comm: tuple | None = None          # the first and the last row) and their collectives
+    n_rows: int = 0
 
     @property
     def rank(self) -> int:
@@ -250,6 +253,56 @@ def read_rank_file(path: str) -> RankFile:
     return out
 
 
+def load_rank_file(path: str) -> RankFile:
+    """read_rank_file, with the step rows turned into a frame right away and the decoded rows
+    let go (only the first and the last are kept, for the recording's span)."""
+    f = read_rank_file(path)
+    f.n_rows = len(f.rows)
+    if f.rows:
+        f.frame, f.comm = _frame(f.rank, f.header["columns"], f.rows, f.row_lines, f.tally)
+        f.rows, f.row_lines = [f.rows[0], f.rows[-1]], []
+    return f
+
+
+#: read files in two processes from this many files or bytes on (fork: a second core)
+PARALLEL_MIN_FILES = 64
+PARALLEL_MIN_BYTES = 32 << 20
+
+
+def _load_all(names: list[str]) -> list:
+    """(name, RankFile or the TraceFormatError) per file; a big run dir is read by two
+    processes (the child takes every other file), anything unexpected falls back to one."""
+    def load(batch):
+        out = []
+        for name in batch:
+            try:
+                out.append((name, load_rank_file(name)))
+            except TraceFormatError as exc:
+                out.append((name, exc))
+        return out
+
+    from .fork import _can_fork, _in_child
+
+    big = len(names) >= PARALLEL_MIN_FILES or (
+        len(names) >= 2 and sum(_size(n) for n in names) >= PARALLEL_MIN_BYTES)
+    if not big or not _can_fork():
+        return load(names)
+    mine, theirs = names[0::2], names[1::2]
+    with _in_child(lambda: load(theirs)) as collect:
+        done = load(mine)
+        status, value = collect()
+    done += value if status == "ok" else load(theirs)
+    order = {n: i for i, n in enumerate(names)}
+    return sorted(done, key=lambda item: order[item[0]])
+
+
+def _size(name: str) -> int:
+    try:
+        return os.path.getsize(name)
+    except OSError:
+        return 0
+
+
 def group_recordings(files: list[RankFile]) -> list[list[RankFile]]:
     """Split rank files into recordings, oldest first.
 
@@ -299,10 +352,10 @@ def _pick_recording(path: str, files: list[RankFile], want: str | None,
         if seen is None:
             by_rank[f.rank] = f
             continue
-        keep, drop = (f, seen) if len(f.rows) > len(seen.rows) else (seen, f)
+        keep, drop = (f, seen) if f.n_rows > seen.n_rows else (seen, f)
         by_rank[f.rank] = keep
         warnings.append(f"two files for rank {f.rank} in one recording; kept "
-                        f"{os.path.basename(keep.path)} ({len(keep.rows)} steps), left out "
+                        f"{os.path.basename(keep.path)} ({keep.n_rows} steps), left out "
                         f"{os.path.basename(drop.path)}")
     return [by_rank[r] for r in sorted(by_rank)]
 
@@ -366,9 +419,9 @@ def _extra(e, tally: Tally, line: int) -> tuple[dict | None, list, int]:
 
 
 def _frame(rank: int, cols: list[str], rows: list[list], lines: list[int],
-           tally: Tally) -> tuple[pd.DataFrame, list]:
+           tally: Tally) -> tuple[pd.DataFrame, tuple | None]:
     """The rank's step rows as a frame (columns a file of an older version lacks get their
-    default), and its collectives as (rank, step, key, comm_ns, exposed_ns, count) records.
+    default), and its collectives as columns (steps, keys, [[comm_ns, exposed_ns, count]]).
     Rows too short, with values of the wrong type, out of range, or repeating a step already
     read are skipped and counted."""
     width = len(cols)
@@ -404,41 +457,42 @@ def _frame(rank: int, cols: list[str], rows: list[list], lines: list[int],
     for col in STEP_COLUMNS:
         if col not in df:
             df[col] = COLUMN_DEFAULTS.get(col, 0)
-    comm = []
     extras = [rows[i][width] if len(rows[i]) > width else None for i in idx.tolist()]
-    if any(e is not None for e in extras):
-        steps = df["step"].tolist()
-        fast = _comm_only(rank, steps, extras)
-        if fast is not None:
-            return df, fast
-        phases, samples = [], []
-        for step, e, i in zip(steps, extras, idx.tolist()):
-            ph, cm, n = _extra(e, tally, lines[i])
-            comm += [(rank, step, *c) for c in cm]
-            phases.append(ph)
-            samples.append(n)
-        if any(phases):
-            df["phases"] = phases
-        if any(n >= 0 for n in samples):
-            df["samples"] = samples  # the batch's size where it differed from the first
+    if all(e is None for e in extras):
+        return df, None
+    steps = df["step"].to_numpy()
+    fast = _comm_only(steps, extras)
+    if fast is not None:
+        return df, fast
+    phases, samples, at, keys, vals = [], [], [], [], []
+    for step, e, i in zip(steps.tolist(), extras, idx.tolist()):
+        ph, cm, n = _extra(e, tally, lines[i])
+        for key, *v in cm:
+            at.append(step)
+            keys.append(key)
+            vals.append(v)
+        phases.append(ph)
+        samples.append(n)
+    if any(phases):
+        df["phases"] = phases
+    if any(n >= 0 for n in samples):
+        df["samples"] = samples  # the batch's size where it differed from the first
+    comm = (np.array(at, np.int64), keys, np.array(vals, np.int64).reshape(-1, 3)) if keys else None
     return df, comm
 
 
-def _comm_only(rank: int, steps: list, extras: list) -> list | None:
+def _comm_only(steps: np.ndarray, extras: list) -> tuple | None:
     """The common case, checked in bulk: every trailing object is {"_comm": {key: [3 ints in
-    range]}} (or absent). Returns the collectives, or None to read row by row (_extra)."""
-    keys, vals, at = [], [], []
-    for step, e in zip(steps, extras):
-        if e is None:
-            continue
-        if type(e) is not dict or len(e) != 1:
+    range]}} (or absent). Returns the collectives as columns, or None to read row by row."""
+    try:
+        comms = [None if e is None else e["_comm"] for e in extras]
+        if not all(e is None or len(e) == 1 for e in extras):
             return None
-        c = e.get("_comm")
-        if type(c) is not dict:
-            return None
-        keys += c
-        vals += c.values()
-        at += [step] * len(c)
+        counts = [0 if c is None else len(c) for c in comms]
+        keys = [k for c in comms if c is not None for k in c]
+        vals = [v for c in comms if c is not None for v in c.values()]
+    except (TypeError, KeyError, AttributeError):  # not a dict, no "_comm", a list for a dict
+        return None
     if not vals or not all(type(k) is str for k in keys):
         return None
     try:
@@ -448,7 +502,7 @@ def _comm_only(rank: int, steps: list, extras: list) -> list | None:
     if arr.ndim != 2 or arr.shape[1] != 3 or arr.dtype.kind != "i" or (arr < 0).any() \
             or (arr > MAX_NS).any():
         return None
-    return list(zip([rank] * len(keys), at, keys, *arr.T.tolist()))
+    return np.repeat(steps, counts), keys, arr.astype(np.int64, copy=False)
 
 
 def _apply_device_times(df: pd.DataFrame, device: list[dict]) -> pd.DataFrame:
@@ -495,9 +549,7 @@ def _telemetry(rank: int, samples: list) -> pd.DataFrame | None:
 def with_bubble(frame: pd.DataFrame, comm: pd.DataFrame) -> pd.DataFrame:
     """`bubble_ns`: the step's exposed point-to-point communication (waiting on another
     pipeline stage), from the collectives table."""
-    kinds, _ = key_parts(comm)
-    uniq, inv = np.unique(kinds, return_inverse=True)
-    p2p = comm[np.array([is_p2p(k) for k in uniq], dtype=bool)[inv.reshape(-1)]]
+    p2p = comm[mask_of(key_parts(comm)[0], is_p2p)]
     if p2p.empty:
         return frame
     bubble = p2p.groupby(["rank", "step"])["exposed_ns"].sum().rename("bubble_ns")
@@ -505,6 +557,19 @@ def with_bubble(frame: pd.DataFrame, comm: pd.DataFrame) -> pd.DataFrame:
     frame["bubble_ns"] = frame["bubble_ns"].fillna(0).astype("int64").clip(
         upper=frame["comm_exposed_ns"])
     return frame
+
+
+def _comm_frame(parts: list) -> pd.DataFrame:
+    """The collectives table (COMM_COLUMNS, plus each key's kind and group) from per-rank
+    columns; keys are categorical (a handful of distinct keys over up to millions of rows)."""
+    ranks = np.concatenate([np.full(len(c[0]), r, np.int64) for r, c in parts])
+    vals = np.concatenate([c[2] for _, c in parts])
+    key = pd.Categorical([k for _, c in parts for k in c[1]])
+    out = pd.DataFrame({"rank": ranks, "step": np.concatenate([c[0] for _, c in parts]),
+                        "key": key, "comm_ns": vals[:, 0], "exposed_ns": vals[:, 1],
+                        "count": vals[:, 2]})
+    out["kind"], out["group"] = key_parts(out)
+    return out
 
 
 def read_run_dir(path: str) -> RunTable:
@@ -517,20 +582,20 @@ def read_run_dir(path: str) -> RunTable:
         raise InputError(f"{path}: no gpuscope record files ({FILE_GLOB}) here")
     warnings: list[str] = []
     files: list[RankFile] = []
-    for name in names:
-        try:
-            files.append(read_rank_file(name))
-        except TraceFormatError as exc:
+    for name, got in _load_all(names):
+        if isinstance(got, TraceFormatError):
             if len(names) == 1 or (want is not None and os.path.abspath(name) == want):
-                raise
-            warnings.append(f"skipped: {exc}")  # the other ranks are still analysed
+                raise got
+            warnings.append(f"skipped: {got}")  # the other ranks are still analysed
+        else:
+            files.append(got)
     if not files:
         raise TraceFormatError(f"{path}: no readable record file ({warnings[0][9:]})")
     if want is not None:
         for f in files:
             f.path = os.path.abspath(f.path)
     chosen = _pick_recording(path, files, want, warnings)
-    frames, ranks, world, telemetry, comm = [], {}, 0, [], []
+    frames, ranks, world, telemetry, comm = [], {}, 0, [], []  # comm: (rank, columns)
     for f in chosen:
         warnings += f.warnings
         header, rank = f.header, f.rank
@@ -547,16 +612,15 @@ def read_run_dir(path: str) -> RunTable:
         tel = _telemetry(rank, f.nvml)
         if tel is not None:
             telemetry.append(tel)
-        frame = None
-        if f.rows:
-            frame, rank_comm = _frame(rank, header["columns"], f.rows, f.row_lines, f.tally)
-            comm += rank_comm
+        frame = f.frame
+        if f.comm is not None:
+            comm.append((rank, f.comm))
         warnings += f.tally.warnings()
         if frame is not None and len(frame):
             frames.append(_apply_device_times(frame, f.device))
         else:
             warnings.append(f"{os.path.basename(f.path)}: rank {rank} recorded no "
-                            f"{'usable ' if f.rows else ''}steps")
+                            f"{'usable ' if f.n_rows else ''}steps")
     missing = sorted(set(range(world)) - set(ranks))
     if missing:
         shown = ", ".join(map(str, missing[:10])) + (" ..." if len(missing) > 10 else "")
@@ -567,9 +631,8 @@ def read_run_dir(path: str) -> RunTable:
         frame["wait_ns"] = 0
     frame = frame.sort_values(["rank", "step"], kind="stable").reset_index(drop=True)
     tel = pd.concat(telemetry, ignore_index=True) if telemetry else None
-    comm_frame = pd.DataFrame(comm, columns=list(COMM_COLUMNS)) if comm else None
+    comm_frame = _comm_frame(comm) if comm else None
     if comm_frame is not None:
-        comm_frame["kind"], comm_frame["group"] = key_parts(comm_frame)
         frame = with_bubble(frame, comm_frame)
     return RunTable(frame, "record", path, ranks, world or len(ranks), warnings, telemetry=tel,
                     comm=comm_frame)
