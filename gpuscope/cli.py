@@ -224,6 +224,12 @@ def _quiet_stdout() -> None:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    from . import progress
+
+    # a bar while a big input is read: on a terminal, unless -q (GPUSCOPE_PROGRESS=1/0 forces)
+    forced = os.environ.get("GPUSCOPE_PROGRESS")
+    progress.enable(forced == "1" if forced in ("0", "1") else
+                    sys.stderr.isatty() and not getattr(args, "quiet", False))
     try:
         return args.func(args)
     except BrokenPipeError:

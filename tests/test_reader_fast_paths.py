@@ -123,3 +123,30 @@ def test_two_processes_read_what_one_reads(tmp_path, monkeypatch):
     _same(one, two)
     assert sorted(two.ranks) == [0, 1, 2, 3]
     assert any("rank-00003" in w and "cut" in w for w in two.warnings)
+
+
+@pytest.mark.parametrize("kind", ["record", "kineto"])
+def test_a_progress_bar_on_big_inputs_only(tmp_path, monkeypatch, capsys, kind):
+    """More than 64 files (or 100 MB): a bar on stderr while reading, gone before the report;
+    a small input: none. GPUSCOPE_PROGRESS=1 draws it on a captured stderr."""
+    from gpuscope import progress
+    from gpuscope.cli import main
+
+    src = RUNS[0] if kind == "record" else os.path.join(ROOT, "imbalanced", "kineto")
+    monkeypatch.setenv("GPUSCOPE_PROGRESS", "1")
+    assert main(["analyze", src, "--json", str(tmp_path / "small.json")]) == 0
+    assert "reading" not in capsys.readouterr().err
+    monkeypatch.setattr(progress, "BIG_FILES", 2)
+    draws = []
+    real = progress.advance
+    monkeypatch.setattr(progress, "advance", lambda n: draws.append(n) or real(n))
+    assert main(["analyze", src, "--json", str(tmp_path / "big.json")]) == 0
+    err = capsys.readouterr().err
+    name = os.path.basename(os.path.normpath(src))
+    assert f"reading {name}" in err  # the bar was drawn
+    total = sum(os.path.getsize(os.path.join(dp, f)) for dp, _, fs in os.walk(src) for f in fs
+                if f.endswith((".jsonl", ".gz")))
+    assert sum(draws) == total  # every byte counted once
+    monkeypatch.setenv("GPUSCOPE_PROGRESS", "0")
+    assert main(["analyze", src, "-q"]) == 0
+    assert "reading" not in capsys.readouterr().err

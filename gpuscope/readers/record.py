@@ -18,6 +18,7 @@ import msgspec
 import numpy as np
 import pandas as pd
 
+from .. import progress
 from ..errors import InputError, TraceFormatError
 from ..record_format import (COLUMN_DEFAULTS, FILE_GLOB, FILE_SUFFIX, NVML_FIELDS, SCHEMA,
                              STEP_COLUMNS, is_p2p, parse_file_name)
@@ -272,13 +273,15 @@ PARALLEL_MIN_BYTES = 32 << 20
 def _load_all(names: list[str]) -> list:
     """(name, RankFile or the TraceFormatError) per file; a big run dir is read by two
     processes (the child takes every other file), anything unexpected falls back to one."""
-    def load(batch):
+    def load(batch, pair=None):
+        """`pair`: the child's file read meanwhile, counted with each of ours on the bar."""
         out = []
-        for name in batch:
+        for i, name in enumerate(batch):
             try:
                 out.append((name, load_rank_file(name)))
             except TraceFormatError as exc:
                 out.append((name, exc))
+            progress.advance(_size(name) + (_size(pair[i]) if pair and i < len(pair) else 0))
         return out
 
     from .fork import _can_fork, _in_child
@@ -289,7 +292,7 @@ def _load_all(names: list[str]) -> list:
         return load(names)
     mine, theirs = names[0::2], names[1::2]
     with _in_child(lambda: load(theirs)) as collect:
-        done = load(mine)
+        done = load(mine, theirs)
         status, value = collect()
     done += value if status == "ok" else load(theirs)
     order = {n: i for i, n in enumerate(names)}
@@ -582,7 +585,9 @@ def read_run_dir(path: str) -> RunTable:
         raise InputError(f"{path}: no gpuscope record files ({FILE_GLOB}) here")
     warnings: list[str] = []
     files: list[RankFile] = []
-    for name, got in _load_all(names):
+    with progress.reading(sum(_size(n) for n in names), len(names), path):
+        loaded = _load_all(names)
+    for name, got in loaded:
         if isinstance(got, TraceFormatError):
             if len(names) == 1 or (want is not None and os.path.abspath(name) == want):
                 raise got

@@ -16,6 +16,7 @@ import msgspec
 import numpy as np
 import pandas as pd
 
+from ... import progress
 from ...errors import InputError, TraceFormatError
 from ...runtable import RankInfo, RunTable, empty_frame
 from ..fork import _can_fork, _in_child  # noqa: F401 (tests reach them here)
@@ -95,16 +96,26 @@ def _parse_all(files: list[str], jobs: int | None) -> list:
     """Parse every file: two processes share the work when there are two cores (files split
     in two groups by size, or one big file in two halves); a pool when there are more."""
     jobs = jobs if jobs is not None else min(max(len(files), 2), os.cpu_count() or 1)
+
+    def parse(f, **kw):
+        out = parse_file(f, **kw)
+        progress.advance(file_size(f))
+        return out
+
     if jobs <= 1 or not _can_fork():
-        return [parse_file(f) for f in files]
+        return [parse(f) for f in files]
     if len(files) == 1:
-        return [parse_file(files[0], split=True)]
+        return [parse(files[0], split=True)]
     sizes = [file_size(f) for f in files]
     if jobs > 2 and len(files) > 2 and sum(sizes) >= PARALLEL_MIN_BYTES:
         import multiprocessing as mp
 
         with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("fork")) as pool:
-            return list(pool.map(parse_file, files))
+            out = []
+            for f, got in zip(files, pool.map(parse_file, files)):
+                out.append(got)
+                progress.advance(file_size(f))
+            return out
     order = sorted(range(len(files)), key=lambda i: -sizes[i])
     groups, load = ([], []), [0, 0]
     for i in order:  # greedy split into two groups of about equal bytes
@@ -113,12 +124,13 @@ def _parse_all(files: list[str], jobs: int | None) -> list:
         load[g] += sizes[i]
     mine, theirs = groups
     with _in_child(lambda: [parse_file(files[i]) for i in theirs]) as collect:
-        done = {i: parse_file(files[i]) for i in mine}
+        done = {i: parse(files[i]) for i in mine}
         status, value = collect()
     if status == "ok":
         done.update(zip(theirs, value))
+        progress.advance(load[1])
     else:  # e.g. a bad file in the child's group: redo here, where the error is raised
-        done.update({i: parse_file(files[i]) for i in theirs})
+        done.update({i: parse(files[i]) for i in theirs})
     return [done[i] for i in range(len(files))]
 
 
@@ -139,6 +151,17 @@ def host_of(path: str) -> str:
 def read_kineto(path: str, files: list[str], jobs: int | None = None) -> RunTable:
     warnings: list[str] = []
     parsed, bad = [], []
+    with progress.reading(sum(file_size(f) for f in files), len(files), path):
+        parsed, bad = _parse_or_skip(path, files, jobs)
+    warnings += [f"skipped: {b}" for b in bad]
+    if not parsed:
+        raise TraceFormatError(f"{path}: no readable torch.profiler trace ({bad[0] if bad else ''})")
+    return _table(path, parsed, warnings)
+
+
+def _parse_or_skip(path: str, files: list[str], jobs: int | None) -> tuple[list, list]:
+    """Every file parsed; with several, a bad one is skipped (its error returned)."""
+    parsed, bad = [], []
     try:
         parsed = _parse_all(files, jobs)
     except TraceFormatError as exc:
@@ -151,10 +174,11 @@ def read_kineto(path: str, files: list[str], jobs: int | None = None) -> RunTabl
             except TraceFormatError as err:
                 if str(err) not in bad:
                     bad.append(str(err))
-    warnings += [f"skipped: {b}" for b in bad]
-    if not parsed:
-        raise TraceFormatError(f"{path}: no readable torch.profiler trace ({bad[0] if bad else ''})")
+    return parsed, bad
 
+
+def _table(path: str, parsed: list, warnings: list[str]) -> RunTable:
+    """The RunTable of the parsed files."""
     by_rank: dict[int, list] = {}
     ids: dict[int, RankId] = {}
     unknown = []
