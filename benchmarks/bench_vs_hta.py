@@ -3,7 +3,10 @@
 For each trace folder, each tool runs in a fresh process, `--repeat` times (median kept):
 - in-process: imports done first, then the clock and the memory baseline; gpuscope runs its whole
   analysis (`gpuscope.analyze`: read, steps, verdict, suggestions), HTA only its load
-  (`TraceAnalysis(trace_dir=...)`); peak memory is the process's peak RSS over that baseline;
+  (`TraceAnalysis(trace_dir=...)`); peak memory is the peak over that baseline of the summed
+  proportional set size (PSS) of the process and all its children (gpuscope's forked decoder,
+  HTA's worker pool), sampled every 10 ms from /proc by this script: pages a fork shares with
+  its parent count once;
 - end to end: the command a user types (`gpuscope analyze DIR -q` against a python -c that
   constructs HTA's TraceAnalysis), imports and interpreter start-up included.
 HTA lives in its own virtual environment (benchmarks/.venv-hta, created on first use:
@@ -15,6 +18,7 @@ HolisticTraceAnalysis 0.5.0, which needs pandas < 2.3).
 from __future__ import annotations
 
 import argparse
+import glob
 import gzip
 import json
 import os
@@ -37,6 +41,8 @@ def rss():
     return int(open("/proc/self/statm").read().split()[1]) * 4096
 {imports}
 base = rss()
+print("ready", flush=True)
+sys.stdin.readline()  # the sampler took its baseline
 t0 = time.perf_counter()
 {work}
 wall = time.perf_counter() - t0
@@ -77,12 +83,56 @@ def raw_size(folder: str) -> int:
     return total
 
 
+def _tree(pid: int) -> list[int]:
+    """pid and all its descendants, from /proc."""
+    out, i = [pid], 0
+    while i < len(out):
+        for task in glob.glob(f"/proc/{out[i]}/task/*/children"):
+            try:
+                with open(task) as fh:
+                    out += [int(p) for p in fh.read().split()]
+            except OSError:
+                pass
+        i += 1
+    return out
+
+
+def tree_pss(pid: int) -> int:
+    """Summed PSS (bytes) of pid and its descendants."""
+    total = 0
+    for p in _tree(pid):
+        try:
+            with open(f"/proc/{p}/smaps_rollup") as fh:
+                for line in fh:
+                    if line.startswith("Pss:"):
+                        total += int(line.split()[1]) * 1024
+                        break
+        except OSError:  # gone meanwhile
+            pass
+    return total
+
+
 def measure(py: str, tool: str, folder: str) -> dict:
+    """Run one tool in a fresh process; its result plus the peak PSS of its process tree over
+    the baseline taken after its imports."""
     imports, work = TOOLS[tool]
     code = _MEASURE.format(imports=imports, work=work)
-    out = subprocess.run([py, "-c", code, folder], capture_output=True, text=True, check=True,
-                         cwd=ROOT)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    proc = subprocess.Popen([py, "-c", code, folder], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    assert proc.stdout.readline().strip() == "ready"
+    base = tree_pss(proc.pid)
+    proc.stdin.write("go\n")
+    proc.stdin.flush()
+    peak = base
+    while proc.poll() is None:
+        peak = max(peak, tree_pss(proc.pid))
+        time.sleep(0.01)
+    out, err = proc.communicate()
+    if proc.returncode:
+        raise subprocess.CalledProcessError(proc.returncode, proc.args, out, err)
+    res = json.loads(out.strip().splitlines()[-1])
+    res["tree_pss_peak_over_base"] = peak - base
+    return res
 
 
 def end_to_end(cmd: list[str]) -> float:
@@ -113,6 +163,8 @@ def main() -> None:
             row[f"{tool}_s"] = round(statistics.median(r["wall_s"] for r in runs), 4)
             row[f"{tool}_peak_mb"] = round(max(r["peak_over_base"] for r in runs) / 1e6, 1)
             row[f"{tool}_child_peak_mb"] = round(max(r["child_peak"] for r in runs) / 1e6, 1)
+            row[f"{tool}_tree_peak_mb"] = round(max(r["tree_pss_peak_over_base"]
+                                                    for r in runs) / 1e6, 1)
         row["gpuscope_cli_s"] = round(statistics.median(
             end_to_end(gpuscope_cli + [folder]) for _ in range(args.repeat)), 3)
         row["hta_cli_s"] = round(statistics.median(
@@ -121,6 +173,8 @@ def main() -> None:
         row["cli_time_ratio"] = round(row["gpuscope_cli_s"] / row["hta_cli_s"], 3)
         row["gpuscope_peak_over_raw"] = round(row["gpuscope_peak_mb"] / max(row["raw_json_mb"],
                                                                              1e-9), 2)
+        row["gpuscope_tree_over_raw"] = round(row["gpuscope_tree_peak_mb"]
+                                              / max(row["raw_json_mb"], 1e-9), 2)
         row["memory_ratio"] = round(row["gpuscope_peak_mb"] / max(row["hta_peak_mb"], 1e-9), 3)
         results.append(row)
         print(json.dumps(row), flush=True)
