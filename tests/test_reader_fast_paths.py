@@ -23,15 +23,16 @@ RUNS = [os.path.join(ROOT, s, "record") for s in ("imbalanced", "comm", "data")]
 def _slow(monkeypatch):
     monkeypatch.setattr(rec_reader, "_comm_only", lambda *a: None)
 
-    def one_by_one(body):
-        out = []
+    def one_by_one(body, text=b""):
+        idx, out = [], []
         for i, line in enumerate(body):
             if line.strip():
+                idx.append(i)
                 try:
-                    out.append((i, rec_reader._decode(line)))
+                    out.append(rec_reader._decode(line))
                 except Exception:
-                    out.append((i, rec_reader._BAD))
-        return out
+                    out.append(rec_reader._BAD)
+        return idx, out
 
     monkeypatch.setattr(rec_reader, "_objects", one_by_one)
 
@@ -150,3 +151,52 @@ def test_a_progress_bar_on_big_inputs_only(tmp_path, monkeypatch, capsys, kind):
     monkeypatch.setenv("GPUSCOPE_PROGRESS", "0")
     assert main(["analyze", src, "-q"]) == 0
     assert "reading" not in capsys.readouterr().err
+
+
+def _group_waits_reference(frame, comm):
+    """The split written with pandas group-bys: the oracle for the numpy one."""
+    from gpuscope.record_format import comm_kind, is_p2p
+
+    keys = comm["key"].astype(str).tolist()
+    keep = np.array([not is_p2p(comm_kind(k)) for k in keys], dtype=bool)
+    if not keep.any():
+        return None
+    c = comm.loc[keep, ["rank", "step", "exposed_ns"]].copy()
+    c["group"] = [k.split(":", 1)[1] if not k.startswith("phase:") else "*"
+                  for k in np.array(keys, dtype=object)[keep]]
+    members = c.groupby("group")["rank"].nunique()
+    per = c.groupby(["group", "step", "rank"])["exposed_ns"].sum().reset_index()
+    size = per.groupby(["group", "step"])["rank"].transform("size")
+    per = per[size.to_numpy() == members.reindex(per["group"]).to_numpy()]
+    per["wait"] = per["exposed_ns"] - per.groupby(["group", "step"])["exposed_ns"].transform("min")
+    total = per.groupby(["rank", "step"])["wait"].sum()
+    idx = pd.MultiIndex.from_arrays([frame["rank"].to_numpy(), frame["step"].to_numpy()])
+    return total.reindex(idx).fillna(0).to_numpy(np.int64)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_group_waits_match_the_pandas_reference(seed):
+    """Random collectives tables: 2 data-parallel groups, a tensor group, point-to-point,
+    rec.phase("comm"), ranks missing in some steps, several collectives per step."""
+    from gpuscope.analyze.wait import _group_waits
+
+    rng = np.random.default_rng(seed)
+    ranks, steps = 8, 30
+    frame = pd.DataFrame([(r, s) for r in range(ranks) for s in range(steps)],
+                         columns=["rank", "step"])
+    rows = []
+    for r in range(ranks):
+        for s in range(steps):
+            if rng.random() < 0.05:
+                continue  # this rank's collective missing in this step
+            for key in (f"all_reduce:dp{r % 2}", f"all_gather:tp{r // 4}", "send_next:1",
+                        "phase:comm"):
+                for _ in range(int(rng.integers(1, 3))):
+                    e = int(rng.integers(0, 5_000_000))
+                    rows.append((r, s, key, e + 100, e, 1))
+    comm = pd.DataFrame(rows, columns=["rank", "step", "key", "comm_ns", "exposed_ns", "count"])
+    for c in (comm, comm.assign(key=pd.Categorical(comm["key"]))):
+        got = _group_waits(frame, c)
+        want = _group_waits_reference(frame, c)
+        assert np.array_equal(got, want)
+        assert got.sum() > 0

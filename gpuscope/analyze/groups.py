@@ -3,12 +3,25 @@ numpy, without pandas groupby's fixed cost per call (which dominates small analy
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 class Groups:
     def __init__(self, keys: np.ndarray):
-        self.keys, self.inv = np.unique(keys, return_inverse=True)
+        keys = np.asarray(keys)
+        if keys.size and keys.dtype.kind in "iu" and (keys[1:] >= keys[:-1]).all():
+            new = np.r_[True, keys[1:] != keys[:-1]]  # sorted (rank order): no sort needed
+            self.keys, self.inv = keys[new], np.cumsum(new) - 1
+            self._order_cache = np.arange(keys.size)
+            self._sorted = True
+        else:
+            self.keys, self.inv = np.unique(keys, return_inverse=True)
+            self.inv = self.inv.reshape(-1)
         self.counts = np.bincount(self.inv, minlength=self.keys.size)
 
     def sum(self, values: np.ndarray) -> np.ndarray:
@@ -29,7 +42,10 @@ class Groups:
         values = np.asarray(values)
         n = int(self.counts[0]) if self.counts.size else 0
         if n and (self.counts == n).all():
-            table = values[self._order()].reshape(self.keys.size, n).astype(np.float64)
+            order = self._order()
+            table = (values if order.size and order[-1] == order.size - 1 and
+                     getattr(self, "_sorted", False) else values[order])
+            table = table.reshape(self.keys.size, n).astype(np.float64)
             return np.median(table, axis=1)
         v = values[np.lexsort((values, self.inv))].astype(np.float64)
         starts = np.cumsum(self.counts) - self.counts
@@ -41,3 +57,14 @@ class Groups:
         if order is None:
             order = self._order_cache = np.argsort(self.inv, kind="stable")
         return order
+
+
+def rank_position(frame: "pd.DataFrame") -> np.ndarray:
+    """Each row's position among its rank's rows (groupby("rank").cumcount(), in one numpy pass
+    when the frame is sorted by rank, as the readers leave it)."""
+    r = frame["rank"].to_numpy()
+    if r.size and (r[1:] >= r[:-1]).all():
+        idx = np.arange(r.size)
+        first = np.r_[True, r[1:] != r[:-1]]
+        return idx - np.maximum.accumulate(np.where(first, idx, 0))
+    return frame.groupby("rank").cumcount().to_numpy()

@@ -18,7 +18,7 @@ from .consistency import find_roles
 from .cycles import cycle_ends, group_cycles, sync_interval
 from .whatif import batch_growth, micro_steps
 from .dataparallel import dataparallel
-from .groups import Groups
+from .groups import Groups, rank_position
 from .layout import find_layout, split_bubble
 from .stages import suggest_pipeline, summarize_pipeline
 from .stopped import stopped_ranks, stopped_warnings
@@ -32,7 +32,7 @@ def drop_warmup(frame: pd.DataFrame, n: int, warnings: list[str]) -> pd.DataFram
     would leave nothing)."""
     if n <= 0 or frame.empty:
         return frame
-    kept = frame[frame.groupby("rank").cumcount().to_numpy() >= n]
+    kept = frame[rank_position(frame) >= n]
     if kept.empty:
         warnings.append(f"only {frame['step'].nunique()} step(s): warm-up steps kept in the analysis")
         return frame

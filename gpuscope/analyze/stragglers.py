@@ -20,6 +20,7 @@ from ..thresholds import Thresholds
 from ..vocab import COMPUTE_PHASES, IMBALANCED
 from .consistency import Roles
 from .layout import Layout
+from .groups import Groups
 
 _CAUSES = ("data_ns", "compute_ns", "other_ns")
 _COMPUTE_PARTS = tuple(f"{p}_ns" for p in COMPUTE_PHASES)
@@ -43,7 +44,10 @@ def find_stragglers(frame: pd.DataFrame, steps: pd.DataFrame, th: Thresholds, ro
         return []
     frame = frame.assign(backward_ns=(frame["backward_ns"] - frame["comm_exposed_ns"]).clip(lower=0)
                          if "backward_ns" in frame else 0)  # the wait sits inside backward
-    medians = frame.groupby("rank").median(numeric_only=True)
+    g = Groups(frame["rank"].to_numpy())
+    needed = ("step_ns", "wait_ns", "bubble_ns") + _CAUSES + _COMPUTE_PARTS
+    medians = pd.DataFrame({c: g.median(frame[c].to_numpy()) for c in needed if c in frame},
+                           index=pd.Index(g.keys, name="rank"))
     busy = medians["step_ns"] - medians["wait_ns"]
     if "bubble_ns" in medians:  # waiting on another pipeline stage is not being slow
         busy = busy - medians["bubble_ns"]

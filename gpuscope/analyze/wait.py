@@ -28,14 +28,15 @@ def estimate_wait(frame: pd.DataFrame, warnings: list[str],
     3. wait_ns = the sum over groups of each rank's excess, at most its exposed communication
        outside point-to-point.
     """
-    frame = frame.copy()
-    frame["wait_ns"] = 0
+    frame = frame.copy(deep=False)  # the caller's frame keeps its columns; none is changed
+    frame["wait_ns"] = np.zeros(len(frame), dtype=np.int64)
     n_ranks = frame["rank"].nunique()
     if n_ranks < 2 or frame.empty:
         return frame
-    per_step = frame.groupby("step")["rank"].transform("size")
-    complete = (per_step == n_ranks).to_numpy()
-    partial = frame.loc[~complete, "step"].unique()
+    steps = frame["step"].to_numpy()
+    _, inv, counts = np.unique(steps, return_inverse=True, return_counts=True)
+    complete = counts[inv.reshape(-1)] == n_ranks
+    partial = np.unique(steps[~complete])
     if len(partial):
         lo, hi = partial.min(), partial.max()
         warnings.append(f"{len(partial)} step(s) ({lo}..{hi}) are missing on some ranks "
@@ -54,20 +55,48 @@ def estimate_wait(frame: pd.DataFrame, warnings: list[str],
 
 
 def _group_waits(frame: pd.DataFrame, comm: pd.DataFrame) -> np.ndarray | None:
-    """Per frame row, the summed excess over the group minimum of its exposed collectives."""
+    """Per frame row, the summed excess over the group minimum of its exposed collectives
+    (numpy on one sort: the table has a row per rank, step and collective key, up to millions).
+    """
     kinds, groups = key_parts(comm)
     keep = ~mask_of(kinds, is_p2p)
     if not keep.any():
         return None
-    c = comm.loc[keep, ["rank", "step", "exposed_ns"]].copy()
     # rec.phase("comm") has no group: the ranks that use it form one (-1)
-    c["group"] = np.where(mask_of(kinds, lambda k: k == "phase")[keep], -1,
-                          np.asarray(groups.codes)[keep])
-    members = c.groupby("group")["rank"].nunique()
-    per = c.groupby(["group", "step", "rank"])["exposed_ns"].sum().reset_index()
-    size = per.groupby(["group", "step"])["rank"].transform("size")
-    per = per[size.to_numpy() == members.reindex(per["group"]).to_numpy()]  # every member there
-    per["wait"] = per["exposed_ns"] - per.groupby(["group", "step"])["exposed_ns"].transform("min")
-    total = per.groupby(["rank", "step"])["wait"].sum()
-    idx = pd.MultiIndex.from_arrays([frame["rank"].to_numpy(), frame["step"].to_numpy()])
-    return total.reindex(idx).fillna(0).to_numpy(np.int64)
+    g = np.where(mask_of(kinds, lambda k: k == "phase")[keep], -1,
+                 np.asarray(groups.codes)[keep]).astype(np.int64)
+    r = comm["rank"].to_numpy()[keep].astype(np.int64)
+    s = comm["step"].to_numpy()[keep].astype(np.int64)
+    e = comm["exposed_ns"].to_numpy()[keep].astype(np.int64)
+    order = np.lexsort((r, s, g))
+    g, s, r, e = g[order], s[order], r[order], e[order]
+    # one row per (group, step, rank): its exposed time summed over the group's collectives
+    new = np.r_[True, (g[1:] != g[:-1]) | (s[1:] != s[:-1]) | (r[1:] != r[:-1])]
+    at = np.flatnonzero(new)
+    g, s, r, e = g[at], s[at], r[at], np.add.reduceat(e, at)
+    # the group's members: the ranks seen in it at all; a step counts when all of them are there
+    gu, g_inv = np.unique(g, return_inverse=True)
+    g_inv = g_inv.reshape(-1)
+    n_r = int(r.max(initial=0)) + 1
+    pairs = np.unique(g_inv * n_r + r)  # distinct (group, rank)
+    members = np.bincount(pairs // n_r, minlength=gu.size)
+    first = np.r_[True, (g[1:] != g[:-1]) | (s[1:] != s[:-1])]
+    starts = np.flatnonzero(first)
+    size = np.diff(np.r_[starts, g.size])
+    low = np.minimum.reduceat(e, starts)
+    step_of = np.cumsum(first) - 1  # each row's (group, step)
+    full = (size == members[g_inv[starts]])[step_of]
+    wait = np.where(full, e - low[step_of], 0)
+    # summed per (rank, step) onto the frame's rows
+    fr, fs = frame["rank"].to_numpy().astype(np.int64), frame["step"].to_numpy().astype(np.int64)
+    span = int(max(fs.max(initial=0), s.max(initial=0))) + 1
+    fkey = fr * span + fs
+    sorter = (np.arange(fkey.size) if (fkey[1:] > fkey[:-1]).all()  # sorted by rank, step
+              else np.argsort(fkey, kind="stable"))
+    key = r * span + s
+    pos = np.searchsorted(fkey[sorter], key)
+    pos = np.minimum(pos, fkey.size - 1)
+    hit = fkey[sorter[pos]] == key
+    out = np.zeros(len(frame), dtype=np.int64)
+    np.add.at(out, sorter[pos[hit]], wait[hit])
+    return out

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from .groups import Groups, rank_position
+
 MICRO_PARTS = ("step", "data", "forward", "backward", "optimizer", "comm", "comm_exposed", "wait",
                "other")
 
@@ -83,7 +85,9 @@ def _micro(rows: pd.DataFrame) -> Micro | None:
     if rows.empty:
         return None
     cols = {p: f"{p}_ns" for p in MICRO_PARTS}
-    per_rank = rows.groupby("rank")[[c for c in cols.values() if c in rows]].median()
+    g = Groups(rows["rank"].to_numpy())
+    per_rank = {c: g.median(rows[c].to_numpy()) for c in set(cols.values()) | {"step_ns"}
+                if c in rows}
     vals = {p: float(per_rank[c].mean()) if c in per_rank else 0.0 for p, c in cols.items()}
     vals["step"] = float(per_rank["step_ns"].max())
     q1, q3 = np.percentile(rows["step_ns"].to_numpy(dtype=float), [25, 75])
@@ -105,7 +109,7 @@ def micro_steps(frame: pd.DataFrame, warmup: int = 1) -> MicroSteps:
         synced = frame["synced"].to_numpy()
     else:
         synced = np.ones(len(frame), dtype=int)
-    keep = frame.groupby("rank").cumcount().to_numpy() >= warmup
+    keep = rank_position(frame) >= warmup
     if not keep.any():
         keep[:] = True
     kept, synced = frame[keep], synced[keep]
@@ -125,7 +129,7 @@ def batch_growth(frame: pd.DataFrame, batch: int | None, mult: int,
     (point, lo, hi), or None without at least 2 rows of another size on some rank."""
     if not batch or "samples" not in frame or "forward_ns" not in frame or frame.empty:
         return None
-    f = frame[frame.groupby("rank").cumcount().to_numpy() >= warmup]
+    f = frame[rank_position(frame) >= warmup]
     n = f["samples"].to_numpy()
     n = np.where(n >= 0, n, batch)
     other = (n != batch) & (n > 0)

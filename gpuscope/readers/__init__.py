@@ -2,15 +2,36 @@
 
 from __future__ import annotations
 
+import gc
 import os
+from contextlib import contextmanager
 
 from ..errors import InputError
 from ..runtable import RunTable
 
 
+@contextmanager
+def no_gc():
+    """Python's cycle collector paused: reading allocates millions of lists and dicts (none of
+    them in cycles), and each full collection would walk all of them again (a quarter of the
+    reading time on 1,024 record files)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def read_path(path) -> RunTable:
     """Read a gpuscope run dir (or one of its rank files), or a torch.profiler trace folder or
     file; which one is detected."""
+    with no_gc():
+        return _read_path(path)
+
+
+def _read_path(path) -> RunTable:
     from .record import is_record_file, is_run_dir, read_run_dir
 
     path = os.fspath(path)

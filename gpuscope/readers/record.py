@@ -12,6 +12,8 @@ from __future__ import annotations
 import datetime
 import glob
 import os
+from itertools import chain
+from operator import itemgetter
 from dataclasses import dataclass, field
 
 import msgspec
@@ -177,26 +179,29 @@ def _side_record(obj: dict, out: "RankFile", knobs: dict, tally: Tally, at: int)
 _BAD = object()  # a line that is not JSON
 
 
-def _objects(body: list) -> list:
-    """(index in body, decoded object or _BAD) of the non-blank lines. All lines are decoded in
-    one call (msgspec's decode_lines: each line on its own, blank ones skipped; a call per line
-    costs more than the parsing); when that fails (a corrupt or cut line), line by line."""
-    idx = [i for i, line in enumerate(body) if line and not line.isspace()]
-    if not idx:
-        return []
+def _objects(body: list, text: bytes = b"") -> tuple[list | None, list]:
+    """(indices in body or None when the i-th object is line i, the decoded objects, _BAD for a
+    line that is not JSON) of the non-blank lines. All lines are decoded in one call (msgspec's
+    decode_lines: each line on its own, blank ones skipped; a call per line costs more than the
+    parsing); when that fails (a corrupt or cut line), line by line. `text`: the body's lines
+    as one buffer, when the caller has it."""
+    n = len(body) - (1 if body and not body[-1] else 0)  # a last newline ends the last line
     try:
-        objs = _decode_lines(b"\n".join([body[i] for i in idx]))
-        if len(objs) == len(idx):
-            return list(zip(idx, objs))
+        objs = _decode_lines(text or b"\n".join(body))
+        if len(objs) == n and min(map(len, body[:n]), default=1):  # no blank line: 1 object each
+            return None, objs
     except msgspec.DecodeError:
-        pass
+        objs = None
+    idx = [i for i, line in enumerate(body) if line and not line.isspace()]
+    if objs is not None and len(objs) == len(idx):
+        return idx, objs
     out = []
     for i in idx:
         try:
-            out.append((i, _decode(body[i])))
+            out.append(_decode(body[i]))
         except msgspec.DecodeError:
-            out.append((i, _BAD))
-    return out
+            out.append(_BAD)
+    return idx, out
 
 
 def read_rank_file(path: str) -> RankFile:
@@ -222,7 +227,19 @@ def read_rank_file(path: str) -> RankFile:
     warnings = out.warnings
     body = lines[1:]
     cut_tail = bool(body) and body[-1] != b""  # file does not end with a newline
-    for i, obj in _objects(body):
+    idx, objs = _objects(body, blob[len(lines[0]) + 1:])
+    types = list(map(type, objs))
+    n_rows = types.count(list)
+    if idx is None and n_rows == len(objs):  # step rows only (a record without knobs)
+        out.rows, out.row_lines = objs, range(2, len(objs) + 2)
+        items = []
+    elif idx is None and (len(objs) - n_rows) * 8 < len(objs):  # rows and a few records
+        out.rows = [o for o, t in zip(objs, types) if t is list]
+        out.row_lines = [i + 2 for i, t in enumerate(types) if t is list]
+        items = [(i, o) for i, (o, t) in enumerate(zip(objs, types)) if t is not list]
+    else:
+        items = list(zip(idx if idx is not None else range(len(objs)), objs))
+    for i, obj in items:
         if obj is _BAD:
             if i == len(body) - 1 and cut_tail:
                 warnings.append(f"{name}: last line was cut mid-write and is ignored")
@@ -268,20 +285,21 @@ def load_rank_file(path: str) -> RankFile:
 #: read files in two processes from this many files or bytes on (fork: a second core)
 PARALLEL_MIN_FILES = 64
 PARALLEL_MIN_BYTES = 32 << 20
+CHILD_SHARE = 0.45  # of the bytes: it also pickles what it read
 
 
 def _load_all(names: list[str]) -> list:
     """(name, RankFile or the TraceFormatError) per file; a big run dir is read by two
     processes (the child takes every other file), anything unexpected falls back to one."""
-    def load(batch, pair=None):
-        """`pair`: the child's file read meanwhile, counted with each of ours on the bar."""
+    def load(batch, scale=1.0):
+        """`scale`: each file counted that many times on the bar (the child reads meanwhile)."""
         out = []
-        for i, name in enumerate(batch):
+        for name in batch:
             try:
                 out.append((name, load_rank_file(name)))
             except TraceFormatError as exc:
                 out.append((name, exc))
-            progress.advance(_size(name) + (_size(pair[i]) if pair and i < len(pair) else 0))
+            progress.advance(int(_size(name) * scale))
         return out
 
     from .fork import _can_fork, _in_child
@@ -290,11 +308,20 @@ def _load_all(names: list[str]) -> list:
         len(names) >= 2 and sum(_size(n) for n in names) >= PARALLEL_MIN_BYTES)
     if not big or not _can_fork():
         return load(names)
-    mine, theirs = names[0::2], names[1::2]
+    # the child sends its files back through a pipe (pickled), so it takes a little less
+    sizes = [_size(n) for n in names]
+    cut, total, acc = len(names), sum(sizes), 0
+    for i, size in enumerate(sizes):
+        acc += size
+        if acc >= CHILD_SHARE * total:
+            cut = i + 1
+            break
+    theirs, mine = names[:cut], names[cut:]
+    share = sum(sizes[cut:]) / max(total, 1)
     with _in_child(lambda: load(theirs)) as collect:
-        done = load(mine, theirs)
+        done = load(mine, 1.0 / max(share, 1e-9))  # the bar tracks the parent's half
         status, value = collect()
-    done += value if status == "ok" else load(theirs)
+    done += value if status == "ok" else load(theirs, 0.0)
     order = {n: i for i, n in enumerate(names)}
     return sorted(done, key=lambda item: order[item[0]])
 
@@ -372,9 +399,16 @@ def _bounds(cols: list[str]) -> tuple[np.ndarray, np.ndarray]:
 
 def _int_rows(rows: list, width: int) -> tuple[np.ndarray, np.ndarray]:
     """(rows x width int64 array, mask of the rows whose first `width` values are all ints; a
-    row of ints past int64 is all -2, out of range). Fast path: numpy converts the whole list at once; a row of mixed types sends it
-    row by row."""
-    fixed = [r[:width] for r in rows]
+    row of ints past int64 is all -2, out of range). Fast path: every value an int (one pass
+    over their types), numpy takes them all at once; else row by row."""
+    fixed = list(map(itemgetter(slice(0, width)), rows))
+    flat = list(chain.from_iterable(fixed))
+    if len(flat) == len(fixed) * width and set(map(type, flat)) == {int}:
+        try:
+            return (np.fromiter(flat, np.int64, len(flat)).reshape(len(fixed), width),
+                    np.ones(len(fixed), dtype=bool))
+        except OverflowError:  # an int past int64: row by row below
+            pass
     try:
         arr = np.array(fixed)
         if arr.ndim == 2 and arr.dtype.kind == "i":
@@ -422,9 +456,10 @@ def _extra(e, tally: Tally, line: int) -> tuple[dict | None, list, int]:
 
 
 def _frame(rank: int, cols: list[str], rows: list[list], lines: list[int],
-           tally: Tally) -> tuple[pd.DataFrame, tuple | None]:
-    """The rank's step rows as a frame (columns a file of an older version lacks get their
-    default), and its collectives as columns (steps, keys, [[comm_ns, exposed_ns, count]]).
+           tally: Tally) -> tuple[dict, tuple | None]:
+    """The rank's step rows as columns ({name: array}: "rank", STEP_COLUMNS (those a file of an
+    older version lacks get their default), "phases" / "samples" where rows have them), and its
+    collectives as columns (steps, keys, [[comm_ns, exposed_ns, count]]).
     Rows too short, with values of the wrong type, out of range, or repeating a step already
     read are skipped and counted."""
     width = len(cols)
@@ -454,16 +489,22 @@ def _frame(rank: int, cols: list[str], rows: list[list], lines: list[int],
         tally.add("step row(s) repeating a step already read", lines[int(np.argmax(dup))],
                   int(dup.sum()))
     idx = np.flatnonzero(keep)
-    known = [i for i, c in enumerate(cols) if c in STEP_COLUMNS]
-    df = pd.DataFrame(arr[np.ix_(idx, known)], columns=[cols[i] for i in known])
-    df.insert(0, "rank", rank)
+    at = {c: i for i, c in enumerate(cols)}
+    kept = arr[idx] if idx.size < len(arr) else arr
+    df = {"rank": np.full(idx.size, rank, np.int64)}
     for col in STEP_COLUMNS:
-        if col not in df:
-            df[col] = COLUMN_DEFAULTS.get(col, 0)
-    extras = [rows[i][width] if len(rows[i]) > width else None for i in idx.tolist()]
+        df[col] = (np.ascontiguousarray(kept[:, at[col]]) if col in at else
+                   np.full(idx.size, COLUMN_DEFAULTS.get(col, 0), np.int64))
+    lengths = set(map(len, rows))
+    if lengths == {width}:
+        return df, None
+    if lengths == {width + 1} and idx.size == len(rows):  # every row has its trailing object
+        extras = list(map(itemgetter(width), rows))
+    else:
+        extras = [rows[i][width] if len(rows[i]) > width else None for i in idx.tolist()]
     if all(e is None for e in extras):
         return df, None
-    steps = df["step"].to_numpy()
+    steps = df["step"]
     fast = _comm_only(steps, extras)
     if fast is not None:
         return df, fast
@@ -479,7 +520,7 @@ def _frame(rank: int, cols: list[str], rows: list[list], lines: list[int],
     if any(phases):
         df["phases"] = phases
     if any(n >= 0 for n in samples):
-        df["samples"] = samples  # the batch's size where it differed from the first
+        df["samples"] = np.array(samples, np.int64)  # the batch's size where it differed
     comm = (np.array(at, np.int64), keys, np.array(vals, np.int64).reshape(-1, 3)) if keys else None
     return df, comm
 
@@ -488,16 +529,22 @@ def _comm_only(steps: np.ndarray, extras: list) -> tuple | None:
     """The common case, checked in bulk: every trailing object is {"_comm": {key: [3 ints in
     range]}} (or absent). Returns the collectives as columns, or None to read row by row."""
     try:
-        comms = [None if e is None else e["_comm"] for e in extras]
-        if not all(e is None or len(e) == 1 for e in extras):
+        present = extras if None not in extras else [e for e in extras if e is not None]
+        if set(map(type, present)) != {dict} or set(map(len, present)) != {1}:
             return None
-        counts = [0 if c is None else len(c) for c in comms]
-        keys = [k for c in comms if c is not None for k in c]
-        vals = [v for c in comms if c is not None for v in c.values()]
-    except (TypeError, KeyError, AttributeError):  # not a dict, no "_comm", a list for a dict
+        comms = [e["_comm"] for e in present]
+        if set(map(type, comms)) != {dict}:
+            return None
+        counts = list(map(len, comms))
+        keys = list(chain.from_iterable(comms))
+        vals = list(chain.from_iterable(map(dict.values, comms)))
+    except (TypeError, KeyError):  # no "_comm"
         return None
-    if not vals or not all(type(k) is str for k in keys):
+    if not vals or set(map(type, keys)) != {str}:
         return None
+    if len(present) < len(extras):  # rows without collectives (no_sync micro-steps)
+        counts = iter(counts)
+        counts = [0 if e is None else next(counts) for e in extras]
     try:
         arr = np.array(vals)
     except (ValueError, TypeError, OverflowError):
@@ -562,12 +609,37 @@ def with_bubble(frame: pd.DataFrame, comm: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
+def _concat(frames: list) -> pd.DataFrame:
+    """One frame of the ranks' columns (dicts; DataFrames where device times were joined)."""
+    if any(isinstance(f, pd.DataFrame) for f in frames):
+        return pd.concat([f if isinstance(f, pd.DataFrame) else pd.DataFrame(f) for f in frames],
+                         ignore_index=True)
+    out = {}
+    for name in frames[0]:
+        if all(name in f for f in frames):
+            out[name] = (np.concatenate([f[name] for f in frames]) if name != "phases" else
+                         [x for f in frames for x in f[name]])
+    for name, fill in (("phases", None), ("samples", -1)):
+        if name in out or not any(name in f for f in frames):
+            continue
+        parts = [f[name] if name in f else [fill] * len(f["step"]) for f in frames]
+        out[name] = ([x for p in parts for x in p] if name == "phases" else
+                     np.concatenate([np.asarray(p, np.int64) for p in parts]))
+    return pd.DataFrame(out)
+
+
 def _comm_frame(parts: list) -> pd.DataFrame:
     """The collectives table (COMM_COLUMNS, plus each key's kind and group) from per-rank
     columns; keys are categorical (a handful of distinct keys over up to millions of rows)."""
     ranks = np.concatenate([np.full(len(c[0]), r, np.int64) for r, c in parts])
     vals = np.concatenate([c[2] for _, c in parts])
-    key = pd.Categorical([k for _, c in parts for k in c[1]])
+    names: dict = {}  # key -> code, over all ranks; a rank's rows mostly repeat one or two keys
+    codes = []
+    for _, c in parts:
+        local = {k: names.setdefault(k, len(names)) for k in dict.fromkeys(c[1])}
+        codes.append(np.full(len(c[1]), next(iter(local.values())), np.int64) if len(local) == 1
+                     else np.fromiter(map(local.__getitem__, c[1]), np.int64, len(c[1])))
+    key = pd.Categorical.from_codes(np.concatenate(codes), categories=list(names))
     out = pd.DataFrame({"rank": ranks, "step": np.concatenate([c[0] for _, c in parts]),
                         "key": key, "comm_ns": vals[:, 0], "exposed_ns": vals[:, 1],
                         "count": vals[:, 2]})
@@ -621,8 +693,9 @@ def read_run_dir(path: str) -> RunTable:
         if f.comm is not None:
             comm.append((rank, f.comm))
         warnings += f.tally.warnings()
-        if frame is not None and len(frame):
-            frames.append(_apply_device_times(frame, f.device))
+        if frame is not None and len(frame["step"]):
+            frames.append(frame if not f.device else
+                          _apply_device_times(pd.DataFrame(frame), f.device))
         else:
             warnings.append(f"{os.path.basename(f.path)}: rank {rank} recorded no "
                             f"{'usable ' if f.n_rows else ''}steps")
@@ -631,10 +704,13 @@ def read_run_dir(path: str) -> RunTable:
         shown = ", ".join(map(str, missing[:10])) + (" ..." if len(missing) > 10 else "")
         warnings.append(f"{len(missing)} of {world} ranks have no readable record file (ranks {shown}); "
                         "analysis covers the others")
-    frame = pd.concat(frames, ignore_index=True) if frames else empty_frame()
+    frame = _concat(frames) if frames else empty_frame()
     if "wait_ns" not in frame:
         frame["wait_ns"] = 0
-    frame = frame.sort_values(["rank", "step"], kind="stable").reset_index(drop=True)
+    r, st = frame["rank"].to_numpy(), frame["step"].to_numpy()
+    if not ((r[1:] > r[:-1]) | ((r[1:] == r[:-1]) & (st[1:] > st[:-1]))).all():
+        frame = frame.sort_values(["rank", "step"], kind="stable")
+    frame = frame.reset_index(drop=True)
     tel = pd.concat(telemetry, ignore_index=True) if telemetry else None
     comm_frame = _comm_frame(comm) if comm else None
     if comm_frame is not None:
