@@ -1,6 +1,7 @@
 """Recording overhead: the same 2-rank DDP run with and without gpuscope, side by side.
 
-Runs are interleaved (without, with, without, with, ...) so that machine drift hits both alike;
+Runs are interleaved (without, with, without, with, ..., the order rotated every round) so that
+machine drift and a slot's position in the round hit all variants alike;
 the figure is the ratio of median step times over all steps of all runs (warm-up steps dropped).
 A second, noise-free figure: the recorder's own cost per step (data wrapper + hooks + step()),
 timed in a tight loop in one process, against the median step time.
@@ -170,6 +171,8 @@ def main() -> None:
         for i in range(args.runs):
             variants = [(False, 0), (True, 0)] + ([(True, args.live_every)]
                                                   if args.live_every else [])
+            shift = i % len(variants)  # each variant in each position of the round in turn
+            variants = variants[shift:] + variants[:shift]
             for record, live in variants:
                 extra = ("--timings", timings, "--device", args.device) + \
                     (("--backend", args.backend) if args.backend else ()) + \
