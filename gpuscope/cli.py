@@ -59,8 +59,10 @@ def cmd_export(args) -> int:
         from .render import perfetto
         from .trace_files import find_trace_files
 
+        from .analyze.timeline import timeline
+
         files = find_trace_files(args.path) if table.source == "kineto" else None
-        out = perfetto.write(report, table, args.perfetto, files)
+        out = perfetto.write(report, table, timeline(table, report), args.perfetto, files)
         for w in out["warnings"]:
             print(f"warning: {w}", file=sys.stderr)
         print(f"Perfetto: {args.perfetto} ({out['events']} events, {out['ranks']} ranks; open it "

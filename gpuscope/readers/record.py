@@ -20,7 +20,7 @@ import msgspec
 import numpy as np
 import pandas as pd
 
-from .. import progress
+import gpuscope.progress as progress
 from ..errors import InputError, TraceFormatError
 from ..record_format import (COLUMN_DEFAULTS, FILE_GLOB, FILE_SUFFIX, NVML_FIELDS, SCHEMA,
                              STEP_COLUMNS, is_p2p, parse_file_name)

@@ -12,7 +12,8 @@ How, without slowing or hanging training:
    there, rank 0 classifies the window and logs one line, then calls ``on_diagnosis(summary)``;
    if not, nothing waits for it. An exchange that fails (a rank died: gloo reports the closed
    connection; or the group's time-out passed) turns live diagnosis off with one warning;
-4. at exit nothing is waited for: an exchange still in flight is dropped.
+4. at exit nothing is waited for: an exchange still in flight is dropped (more than one still
+   out: a rank stopped answering, said in one warning).
 
 The window's numbers follow the analysis (analyze/classify.py) on window sums: transfer = the
 least exposed communication of any rank, a rank's wait = its excess over that, shares of the
@@ -128,11 +129,15 @@ class Live:
                 self._report([o.tolist() for o in outs])
 
     def close(self) -> None:
-        """At stop(): report what already came back, drop the rest, wait for nothing."""
+        """At stop(): report what already came back, drop the rest, wait for nothing. More than
+        the last exchange still out means a rank stopped answering: said once."""
         try:
             self.poll()
         except Exception:
             pass
+        if len(self._pending) > 1 and not self.off:
+            self._stop(f"{len(self._pending)} exchanges were not answered when recording "
+                       "stopped: a rank stopped early or is far behind")
         self._pending = []
 
     def _stop(self, why: str) -> None:

@@ -8,7 +8,8 @@ the parts are laid out in the order a training step runs them: the loop's own wo
 step, data, forward, backward, exposed communication (its wait for slower ranks first), optimizer,
 the rest. Communication hidden behind compute is drawn ending where backward ends. Every step
 slice says so in its args ("layout"). Ranks on other hosts are moved by their host's clock offset
-(analyze/clocks.py: from the ends of the steps' synchronous collectives).
+(clocks.py: from the ends of the steps' synchronous collectives). What to draw (rows, waits,
+labels, offsets) comes worked out from analyze/timeline.py.
 
 Profiler traces: the ranks' own events, merged (one process per rank and original process, flow
 ids kept apart per rank, other hosts' clocks shifted the same way), with a "gpuscope" process per
@@ -30,6 +31,7 @@ from ..vocab import MS
 if TYPE_CHECKING:
     import pandas as pd
 
+    from ..analyze.timeline import Timeline
     from ..report import Report
     from ..runtable import RunTable
 
@@ -54,19 +56,6 @@ def _col(frame: "pd.DataFrame", name: str) -> np.ndarray:
     if name in frame:
         return np.maximum(frame[name].to_numpy(dtype=np.int64), 0)
     return np.zeros(len(frame), dtype=np.int64)
-
-
-def _labels(report: "Report", frame: "pd.DataFrame") -> list:
-    """Per row of `frame` (micro-steps as recorded), the StepResult of the step it belongs to
-    (with accumulation: its optimizer step), or None when the analysis left the step out."""
-    from ..analyze.cycles import cycle_ends, group_cycles
-
-    by_step = {s.step: s for s in report.steps}
-    ends = cycle_ends(frame)
-    if ends is None:
-        return [by_step.get(s) for s in frame["step"].tolist()]
-    _, mapping = group_cycles(frame, ends)
-    return [by_step.get(s) for s in mapping["cycle_step"].tolist()]
 
 
 def _meta(pid: int, name: str, sort: int, tid: int | None = None) -> list[dict]:
@@ -95,30 +84,15 @@ def _step_args(row: dict, result, micro: int | None = None) -> dict:
     return args
 
 
-def record_sync_points(frame: "pd.DataFrame") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(rank, step, end of the exposed communication) of rows that synchronized, in the laid
-    out positions: where the ranks leave the step's last collective together."""
-    end = (frame["start_ns"].to_numpy(dtype=np.int64) + _col(frame, "between_ns")
-           + _col(frame, "data_ns") + _col(frame, "compute_ns") - _col(frame, "optimizer_ns")
-           + _col(frame, "comm_exposed_ns"))
-    sync = _col(frame, "n_comm") > 0
-    return frame["rank"].to_numpy()[sync], frame["step"].to_numpy()[sync], end[sync]
-
-
-def record_events(table: "RunTable", report: "Report") -> tuple[list[dict], dict]:
+def record_events(table: "RunTable", report: "Report", tl: "Timeline") -> tuple[list[dict], dict]:
     """Trace events of a recorded run (micro-steps as recorded, all of them) and the metadata."""
-    from ..analyze.clocks import host_offsets
-    from ..analyze.wait import estimate_wait
-
-    frame = estimate_wait(table.frame, [], table.comm)
+    frame, results, offsets = tl.frame, tl.results, tl.offsets
     hosts = {r: info.host for r, info in table.ranks.items()}
-    offsets = host_offsets(*record_sync_points(frame), hosts)
     shift = frame["rank"].map(lambda r: offsets.get(r, 0)).to_numpy(dtype=np.int64)
     start = frame["start_ns"].to_numpy(dtype=np.int64) + shift
     t0 = int(start.min())
     kinds = _comm_kinds(table)
     kind_tid = {k: COMM_TID + i for i, k in enumerate(sorted({k for per in kinds.values() for k in per}))}
-    results = _labels(report, frame)
     stragglers = set(report.straggler_ranks)
     ev: list[dict] = []
     for rank in sorted(table.ranks):
@@ -215,13 +189,14 @@ def _load(path: str) -> dict:
     return doc
 
 
-def kineto_events(table: "RunTable", report: "Report", files: list[str]) -> tuple[list, dict, list]:
+def kineto_events(table: "RunTable", report: "Report", tl: "Timeline",
+                  files: list[str]) -> tuple[list, dict, list]:
     """The ranks' own events, merged, plus a gpuscope step track per rank; (events, metadata,
     warnings)."""
     by_name: dict[str, list[str]] = {}
     for f in files:
         by_name.setdefault(os.path.basename(f), []).append(f)
-    offsets = {r: int(info.meta.get("clock_offset_ns", 0)) for r, info in table.ranks.items()}
+    offsets = tl.offsets
     ev: list[dict] = []
     warnings: list[str] = []
     stragglers = set(report.straggler_ranks)
@@ -265,11 +240,8 @@ def kineto_events(table: "RunTable", report: "Report", files: list[str]) -> tupl
                     e["id"] = (rank << FLOW_BITS) | (e["id"] & ((1 << FLOW_BITS) - 1))
                 ev.append(e)
     # the steps as analysed, on each rank's gpuscope track (in the traces' own clock)
-    frame = report.table.frame if report.table is not None else table.frame
-    results = {s.step: s for s in report.steps}
-    for row in frame.to_dict("records"):
+    for row, res in zip(tl.frame.to_dict("records"), tl.results):
         rank, step = int(row["rank"]), int(row["step"])
-        res = results.get(step)
         start = int(row["start_ns"]) + offsets.get(rank, 0)
         ev.append({"ph": "X", "pid": gpids[rank], "tid": 1,
                    "name": f"step {step}: {res.label if res else 'not analysed'}",
@@ -279,13 +251,15 @@ def kineto_events(table: "RunTable", report: "Report", files: list[str]) -> tupl
     return ev, meta, warnings
 
 
-def write(report: "Report", table: "RunTable", path: str, files: list[str] | None = None) -> dict:
-    """Write the timeline to `path` (.gz: gzip); returns {"events", "ranks", "warnings"}."""
+def write(report: "Report", table: "RunTable", tl: "Timeline", path: str,
+          files: list[str] | None = None) -> dict:
+    """Write the timeline of `tl` (analyze/timeline.py) to `path` (.gz: gzip); returns
+    {"events", "ranks", "warnings"}."""
     if table.source == "record":
-        ev, meta = record_events(table, report)
+        ev, meta = record_events(table, report, tl)
         warnings: list[str] = []
     else:
-        ev, meta, warnings = kineto_events(table, report, files or [])
+        ev, meta, warnings = kineto_events(table, report, tl, files or [])
     from .. import __version__
 
     doc = {"traceEvents": ev, "displayTimeUnit": "ms",

@@ -16,7 +16,7 @@ import msgspec
 import numpy as np
 import pandas as pd
 
-from ... import progress
+import gpuscope.progress as progress
 from ...errors import InputError, TraceFormatError
 from ...runtable import RankInfo, RunTable, empty_frame
 from ..fork import _can_fork, _in_child  # noqa: F401 (tests reach them here)
@@ -252,8 +252,8 @@ def _table(path: str, parsed: list, warnings: list[str]) -> RunTable:
         frame = frame.sort_values(["rank", "step"], kind="stable").reset_index(drop=True)
         frame = match_collectives(colls, frame, warnings)
     hosts = {r: info.host for r, info in ranks.items()}
-    if len(set(hosts.values()) - {""}) > 1:  # several hosts: several clocks (analyze/clocks.py)
-        from ...analyze.clocks import host_offsets
+    if len(set(hosts.values()) - {""}) > 1:  # several hosts: several clocks (clocks.py)
+        from ...clocks import host_offsets
 
         for r, shift in host_offsets(*sync_points(colls), hosts).items():
             ranks[r].meta["clock_offset_ns"] = shift
