@@ -94,6 +94,45 @@ def test_sigterm_closes_the_recording_then_terminates(tmp_path):
     assert any("terminated by SIGTERM" in w for w in d["warnings"])
 
 
+SIGTERM_WHILE_CLOSING = """
+import os, signal, sys, time, gpuscope
+from gpuscope.record import writer
+
+close = writer.RecordWriter.close
+
+def slow_close(self, end=None):  # the launcher's SIGTERM lands while the recording closes
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(0.2)
+    return close(self, end)
+
+writer.RecordWriter.close = slow_close
+try:
+    with gpuscope.record(sys.argv[1]) as rec:
+        for i in rec.data(range(40)):
+            rec.step()
+        raise RuntimeError("training failed")
+except RuntimeError:
+    pass
+print("survived SIGTERM", flush=True)
+"""
+
+
+def test_sigterm_while_the_recording_closes_waits_for_the_end_record(tmp_path):
+    """A rank whose training raised is closing its recording when torchrun's SIGTERM arrives
+    (it stops the others once one failed): the close finishes, the end record is on disk, then
+    the process ends by SIGTERM. Found by a suite run where rank 0's file had no end record."""
+    import signal
+
+    run = tmp_path / "run"
+    p = subprocess.run([sys.executable, "-c", SIGTERM_WHILE_CLOSING, str(run)],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == -signal.SIGTERM, p.stderr[-2000:]
+    assert "survived" not in p.stdout
+    end = _end(run / "rank-00000.gpuscope.jsonl")
+    assert end is not None and end["crashed"] and end["steps"] == 40
+    assert "training failed" in end["error"]
+
+
 def test_a_handler_of_the_users_own_is_left_alone(tmp_path):
     import signal
 

@@ -111,6 +111,7 @@ class Recorder:
         if self._status != _RUNNING:
             return
         self._status = _STOPPED
+        self._stopping = True
         end = None
         try:
             if self._active:
@@ -119,6 +120,9 @@ class Recorder:
             self._fail("close", exc)
         finally:
             self._teardown(end)
+            self._stopping = False
+            if getattr(self, "_sigterm_pending", False):  # came in while closing: now taken
+                os.kill(os.getpid(), signal.SIGTERM)
 
     @property
     def active(self) -> bool:
@@ -151,6 +155,11 @@ class Recorder:
             pid = os.getpid()
 
             def on_sigterm(signum, frame):
+                if os.getpid() == pid and getattr(self, "_stopping", False):
+                    # the recording is being closed (training raised, or the loop ended) and
+                    # the signal interrupted that: let the close finish, stop() then takes it
+                    self._sigterm_pending = True
+                    return
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 if os.getpid() == pid:
                     self._terminated = "SIGTERM"
@@ -259,7 +268,6 @@ class Recorder:
             atexit.unregister(self._at_exit)
         except Exception:
             pass
-        self._release_sigterm()
         hooks, self._hooks = self._hooks, None
         if hooks is not None:
             hooks.remove()
@@ -295,6 +303,8 @@ class Recorder:
             if writer.error is not None:
                 warn_once("recorder-write", "gpuscope: recording stopped after step %d: %s",
                           self.steps, writer.error)
+        # last: a SIGTERM during the close above still waits for the end record
+        self._release_sigterm()
 
     def _wants_device_timing(self) -> bool:
         if self._device_timing is not None:
