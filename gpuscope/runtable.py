@@ -81,6 +81,13 @@ def mask_of(cat: pd.Categorical, test) -> np.ndarray:
     return per[cat.codes]  # code -1 (missing) reads the trailing False
 
 
+def ns_column(frame: pd.DataFrame, name: str) -> np.ndarray:
+    """Column `name` as int64 ns, negatives as 0; zeros where the frame lacks it."""
+    if name in frame:
+        return np.maximum(frame[name].to_numpy(dtype=np.int64), 0)
+    return np.zeros(len(frame), dtype=np.int64)
+
+
 def empty_frame() -> pd.DataFrame:
     cols = list(KEY_COLUMNS) + list(TIME_COLUMNS) + list(DETAIL_COLUMNS)
     return pd.DataFrame({c: pd.Series(dtype="int64") for c in cols})

@@ -58,3 +58,11 @@ def find_trace_files(path: str) -> list[str]:
             if is_trace_file(full):
                 out.append(full)
     return sorted(out)
+
+
+def file_size(path: str) -> int:
+    """Size in bytes, 0 for a file that cannot be read."""
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0

@@ -14,11 +14,12 @@ if TYPE_CHECKING:
 class Groups:
     def __init__(self, keys: np.ndarray):
         keys = np.asarray(keys)
-        if keys.size and keys.dtype.kind in "iu" and (keys[1:] >= keys[:-1]).all():
-            new = np.r_[True, keys[1:] != keys[:-1]]  # sorted (rank order): no sort needed
+        # rows already grouped (sorted keys, as rank is in the readers' tables): no sort needed
+        self._sorted = bool(keys.size and keys.dtype.kind in "iu" and (keys[1:] >= keys[:-1]).all())
+        self._order_cache = None  # row indices grouped by key, when not sorted
+        if self._sorted:
+            new = np.r_[True, keys[1:] != keys[:-1]]
             self.keys, self.inv = keys[new], np.cumsum(new) - 1
-            self._order_cache = np.arange(keys.size)
-            self._sorted = True
         else:
             self.keys, self.inv = np.unique(keys, return_inverse=True)
             self.inv = self.inv.reshape(-1)
@@ -42,9 +43,7 @@ class Groups:
         values = np.asarray(values)
         n = int(self.counts[0]) if self.counts.size else 0
         if n and (self.counts == n).all():
-            order = self._order()
-            table = (values if order.size and order[-1] == order.size - 1 and
-                     getattr(self, "_sorted", False) else values[order])
+            table = values if self._sorted else values[self._order()]
             table = table.reshape(self.keys.size, n).astype(np.float64)
             return np.median(table, axis=1)
         v = values[np.lexsort((values, self.inv))].astype(np.float64)
@@ -53,7 +52,7 @@ class Groups:
 
     def _order(self) -> np.ndarray:
         """Row indices grouped by key (stable), computed once."""
-        order = getattr(self, "_order_cache", None)
+        order = self._order_cache
         if order is None:
             order = self._order_cache = np.argsort(self.inv, kind="stable")
         return order

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from ..clocks import host_offsets
+from ..runtable import ns_column as _col
 from .cycles import cycle_ends, group_cycles
 from .wait import estimate_wait
 
@@ -33,11 +34,6 @@ class Timeline:
     results: list               # per row: the StepResult it belongs to, or None (not analysed)
     offsets: dict[int, int] = field(default_factory=dict)  # rank -> ns to add to its times
 
-
-def _col(frame: pd.DataFrame, name: str) -> np.ndarray:
-    if name in frame:
-        return np.maximum(frame[name].to_numpy(dtype=np.int64), 0)
-    return np.zeros(len(frame), dtype=np.int64)
 
 
 def record_sync_points(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

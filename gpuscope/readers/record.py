@@ -25,6 +25,7 @@ from ..errors import InputError, TraceFormatError
 from ..record_format import (COLUMN_DEFAULTS, FILE_GLOB, FILE_SUFFIX, NVML_FIELDS, SCHEMA,
                              STEP_COLUMNS, is_p2p, parse_file_name)
 from ..runtable import RankInfo, RunTable, empty_frame, key_parts, mask_of
+from ..trace_files import file_size
 from .validate import (MAX_NS, MAX_RANKS, MAX_STEP, MAX_UNIX_NS, Tally, clean_knobs, is_int, is_num)
 
 _decoder = msgspec.json.Decoder()
@@ -299,17 +300,17 @@ def _load_all(names: list[str]) -> list:
                 out.append((name, load_rank_file(name)))
             except TraceFormatError as exc:
                 out.append((name, exc))
-            progress.advance(int(_size(name) * scale))
+            progress.advance(int(file_size(name) * scale))
         return out
 
     from .fork import _can_fork, _in_child
 
     big = len(names) >= PARALLEL_MIN_FILES or (
-        len(names) >= 2 and sum(_size(n) for n in names) >= PARALLEL_MIN_BYTES)
+        len(names) >= 2 and sum(file_size(n) for n in names) >= PARALLEL_MIN_BYTES)
     if not big or not _can_fork():
         return load(names)
     # the child sends its files back through a pipe (pickled), so it takes a little less
-    sizes = [_size(n) for n in names]
+    sizes = [file_size(n) for n in names]
     cut, total, acc = len(names), sum(sizes), 0
     for i, size in enumerate(sizes):
         acc += size
@@ -324,13 +325,6 @@ def _load_all(names: list[str]) -> list:
     done += value if status == "ok" else load(theirs, 0.0)
     order = {n: i for i, n in enumerate(names)}
     return sorted(done, key=lambda item: order[item[0]])
-
-
-def _size(name: str) -> int:
-    try:
-        return os.path.getsize(name)
-    except OSError:
-        return 0
 
 
 def group_recordings(files: list[RankFile]) -> list[list[RankFile]]:
@@ -657,7 +651,7 @@ def read_run_dir(path: str) -> RunTable:
         raise InputError(f"{path}: no gpuscope record files ({FILE_GLOB}) here")
     warnings: list[str] = []
     files: list[RankFile] = []
-    with progress.reading(sum(_size(n) for n in names), len(names), path):
+    with progress.reading(sum(file_size(n) for n in names), len(names), path):
         loaded = _load_all(names)
     for name, got in loaded:
         if isinstance(got, TraceFormatError):

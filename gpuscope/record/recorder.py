@@ -86,6 +86,8 @@ class Recorder:
         self._live_timeout_s = live_timeout_s
         self._live = None        # live.Live while live diagnosis is on
         self.live_summaries: list[dict] = []  # rank 0: the live diagnoses, in order
+        self._stopping = False        # stop() is closing the recording
+        self._sigterm_pending = False  # a SIGTERM came in meanwhile: taken once closed
 
     # ----------------------------------------------------------------- lifecycle
     def start(self) -> "Recorder":
@@ -121,7 +123,7 @@ class Recorder:
         finally:
             self._teardown(end)
             self._stopping = False
-            if getattr(self, "_sigterm_pending", False):  # came in while closing: now taken
+            if self._sigterm_pending:  # came in while closing: now taken
                 os.kill(os.getpid(), signal.SIGTERM)
 
     @property
@@ -155,7 +157,7 @@ class Recorder:
             pid = os.getpid()
 
             def on_sigterm(signum, frame):
-                if os.getpid() == pid and getattr(self, "_stopping", False):
+                if os.getpid() == pid and self._stopping:
                     # the recording is being closed (training raised, or the loop ended) and
                     # the signal interrupted that: let the close finish, stop() then takes it
                     self._sigterm_pending = True

@@ -26,6 +26,7 @@ import msgspec
 import numpy as np
 
 from ..errors import GpuscopeError
+from ..runtable import ns_column as _col
 from ..vocab import MS
 
 if TYPE_CHECKING:
@@ -51,11 +52,6 @@ FLOW_BITS = 40
 def _us(ns) -> float:
     return round(float(ns) / 1000.0, 3)
 
-
-def _col(frame: "pd.DataFrame", name: str) -> np.ndarray:
-    if name in frame:
-        return np.maximum(frame[name].to_numpy(dtype=np.int64), 0)
-    return np.zeros(len(frame), dtype=np.int64)
 
 
 def _meta(pid: int, name: str, sort: int, tid: int | None = None) -> list[dict]:

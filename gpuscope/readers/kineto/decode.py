@@ -376,10 +376,3 @@ def _loose_events(items: list) -> list:
                             tid if type(tid) in (int, str) else 0, num(e.get("ts"), None),
                             num(e.get("dur"), 0.0), args))
     return events
-
-
-def file_size(path: str) -> int:
-    try:
-        return os.path.getsize(path)
-    except OSError:
-        return 0

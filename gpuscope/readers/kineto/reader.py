@@ -21,7 +21,8 @@ from ...errors import InputError, TraceFormatError
 from ...runtable import RankInfo, RunTable, empty_frame
 from ..fork import _can_fork, _in_child  # noqa: F401 (tests reach them here)
 from .collectives import match_collectives, sync_points
-from .decode import (BATCH, Salvaged, batches, decode_trace, events_of, file_size, read_bytes,
+from ...trace_files import file_size
+from .decode import (BATCH, Salvaged, batches, decode_trace, events_of, read_bytes,
                      split_events)
 from .events import STEP, RankEvents, p2p_masks, sort_events
 from .hta import gpu_breakdown
