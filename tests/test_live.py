@@ -123,6 +123,9 @@ def test_window_maths_by_hand():
     s = diagnose([c, c], Thresholds())
     assert s["verdict"] == "comm-bound" and s["straggler"] is None
     assert s["share"] == pytest.approx(0.25)
+    assert "DDP buckets" in s["suggestion"]
+    fsdp = diagnose([c, c], Thresholds(), {"model": "FSDPSequential"})
+    assert "all-gathers" in fsdp["suggestion"] and "DDP" not in fsdp["suggestion"]
     # nothing over a threshold: compute-bound; a rank with no steps in the window is left out
     d = _window([_row(s, 100 * ms, data=3 * ms, compute=95 * ms) for s in range(10)])
     s = diagnose([d, [0.0] * WIDTH], Thresholds())

@@ -242,6 +242,9 @@ def suggestion(s: dict, knobs: dict) -> str:
         now = f" (now {workers})" if isinstance(workers, int) else ""
         return f"try: more DataLoader workers{now}, pin_memory=True, prefetching"
     if v == COMM:
+        if "FSDP" in str(knobs.get("model", "")) or "fsdp" in str(knobs.get("parallel", "")).lower():
+            return ("try: more work per collective (a larger batch per rank, gradient "
+                    "accumulation) or fewer, larger all-gathers (bigger fully_shard units)")
         return ("try: synchronize gradients less often (gradient accumulation) or overlap more "
                 "(larger DDP buckets)")
     return "nothing to fix first: the step is compute-bound"

@@ -125,7 +125,7 @@ def case_nanogpt(args, rank, tim):
 
     model = DDP(GPT())
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    rec = gpuscope.record(args.run_dir, model=model)
+    rec = gpuscope.record(args.run_dir, model=model, live_every=args.live_every)
     rec.start()  # nanoGPT's loop is top-level: no `with` block to re-indent it into
     batches = rec.data(iter(get_batch, None))
     t = _now()
@@ -164,7 +164,7 @@ def _ddp_loop(args, rank, tim, model, rec_model, accum=1, autocast=False, closur
     opt = (torch.optim.LBFGS(model.parameters(), lr=0.1, max_iter=2) if closure
            else torch.optim.SGD(model.parameters(), lr=0.01))
     world = dist.get_world_size()
-    with gpuscope.record(args.run_dir, model=rec_model) as rec:
+    with gpuscope.record(args.run_dir, model=rec_model, live_every=args.live_every) as rec:
         it = iter(rec.data(batches))
         for step in range(args.steps * accum):
             t = _now()
@@ -295,7 +295,7 @@ def case_tutorial(args, rank, tim):
                         sampler=DistributedSampler(data))
     model = DDP(nn.Linear(20, 1))
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-    with gpuscope.record(args.run_dir, model=model) as rec:
+    with gpuscope.record(args.run_dir, model=model, live_every=args.live_every) as rec:
         for epoch in range(2):
             loader.sampler.set_epoch(epoch)
             it = iter(rec.data(loader))
@@ -331,6 +331,7 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--live-every", type=int, default=0, help="record(live_every=N)")
     ap.add_argument("--accum", type=int, help="micro-steps per optimizer step (no_sync, fsdp2)")
     ap.add_argument("--batch", type=int, help="per-rank batch (no_sync, fsdp2)")
     ap.add_argument("--no-reshard", action="store_true",
