@@ -1,5 +1,6 @@
-"""The record reader's bulk paths (all lines decoded in one call, collectives checked in bulk,
-medians by partition) give exactly what the line-by-line paths give, on good and bad input."""
+"""The record reader's bulk paths (a body decoded into typed rows by msgspec, else all lines
+decoded in one call and collectives checked in bulk; medians by partition) give exactly what the
+line-by-line paths give, on good and bad input."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ RUNS = [os.path.join(ROOT, s, "record") for s in ("imbalanced", "comm", "data")]
 
 
 def _slow(monkeypatch):
+    monkeypatch.setattr(rec_reader, "decode_body", lambda *a: None)  # no typed decoding
     monkeypatch.setattr(rec_reader, "_comm_only", lambda *a: None)
 
     def one_by_one(body, text=b""):
@@ -45,14 +47,69 @@ def _same(a, b):
 
 @pytest.mark.parametrize("run", RUNS, ids=lambda r: r.split(os.sep)[-2])
 def test_bulk_paths_read_what_line_by_line_reads(run, monkeypatch):
+    seen = _typed_files(monkeypatch)
     fast = read_path(run)
+    assert seen and all(seen)  # the recorder's files take the typed path
     assert fast.comm is not None and len(fast.comm) > 0
     _slow(monkeypatch)
     _same(fast, read_path(run))
 
 
+def _typed_files(monkeypatch) -> list:
+    """Counts the files the typed decoder took (None: it declined)."""
+    seen = []
+    real = rec_reader.decode_body
+
+    def spy(*a):
+        out = real(*a)
+        seen.append(out is not None)
+        return out
+
+    monkeypatch.setattr(rec_reader, "decode_body", spy)
+    return seen
+
+
+@pytest.mark.parametrize("shape", ["as_recorded", "no_trailing_objects", "mixed_with_samples",
+                                   "side_records_between_rows", "named_phase"])
+def test_typed_rows_read_what_line_by_line_reads(tmp_path, monkeypatch, shape):
+    """Each shape of body the typed decoder knows (every row with collectives, none, a mix with
+    a smaller batch's size, side records between rows) is decoded typed and gives what the
+    careful path gives; one it does not know (a named phase) is left to the careful path."""
+    run = tmp_path / "run"
+    shutil.copytree(RUNS[1], run)
+    for path in run.glob("rank-*.gpuscope.jsonl"):
+        lines = path.read_bytes().split(b"\n")
+        rows = [i for i, x in enumerate(lines) if x.startswith(b"[")]
+        for n, i in enumerate(rows):
+            if shape == "no_trailing_objects" or (shape == "mixed_with_samples" and n % 3 == 1):
+                lines[i] = re.sub(rb",\{.*\}\]$", b"]", lines[i])
+            elif shape == "mixed_with_samples" and n == 5:
+                lines[i] = lines[i].replace(b'{"_comm"', b'{"_samples":3,"_comm"', 1)
+            elif shape == "named_phase" and n == 5:
+                lines[i] = lines[i].replace(b'{"_comm"', b'{"loss":5000,"_comm"', 1)
+        if shape == "side_records_between_rows":
+            lines.insert(rows[4], b'{"knobs":{"num_workers":3},"at_step":4}')
+        path.write_bytes(b"\n".join(lines))
+    seen = _typed_files(monkeypatch)
+    fast = read_path(str(run))
+    assert seen == [shape != "named_phase"] * 2, seen
+    if shape == "no_trailing_objects":
+        assert fast.comm is None
+    else:
+        assert fast.comm is not None and len(fast.comm) > 0
+    if shape == "mixed_with_samples":
+        assert (fast.frame["samples"] == 3).sum() == 2  # one row on each rank
+    _slow(monkeypatch)
+    slow = read_path(str(run))
+    pd.testing.assert_frame_equal(fast.frame, slow.frame)
+    if fast.comm is not None:
+        pd.testing.assert_frame_equal(fast.comm, slow.comm)
+    assert fast.warnings == slow.warnings
+    assert fast.knobs() == slow.knobs()
+
+
 @pytest.mark.parametrize("damage", ["corrupt_middle", "cut_tail", "float_in_comm", "extra_key",
-                                    "huge_comm", "blank_lines"])
+                                    "huge_comm", "blank_lines", "repeated_step"])
 def test_bulk_paths_fall_back_on_damage(tmp_path, monkeypatch, damage):
     run = tmp_path / "run"
     shutil.copytree(RUNS[0], run)
@@ -71,6 +128,8 @@ def test_bulk_paths_fall_back_on_damage(tmp_path, monkeypatch, damage):
         lines[i] = lines[i].replace(b'{"_comm"', b'{"mine":5,"_comm"', 1)
     elif damage == "huge_comm":
         lines[i] = re.sub(rb'("all_reduce:ddp":\[)\d+', rb"\g<1>99999999999999999999", lines[i])
+    elif damage == "repeated_step":
+        lines.insert(i + 2, lines[i])
     elif damage == "blank_lines":
         lines.insert(i, b"   ")
         lines.insert(i, b"")

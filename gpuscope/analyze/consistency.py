@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from .groups import dense_unique
+
 MIN_STEPS = 3  # fewer steps cannot tell a straggler from jitter
 
 # one-sided Student's t critical values at alpha = 0.001, by degrees of freedom
@@ -72,8 +74,8 @@ def find_roles(frame: pd.DataFrame, min_share: float = 0.0) -> Roles:
 
     `min_share`: the smallest steady offset that counts, as a share of the median step (slowest
     rank); one late rank among n makes the others wait n/(n-1) times its offset below the mean."""
-    steps, si = np.unique(frame["step"].to_numpy(), return_inverse=True)
-    ranks, ri = np.unique(frame["rank"].to_numpy(), return_inverse=True)
+    steps, si, _ = dense_unique(frame["step"].to_numpy())
+    ranks, ri, _ = dense_unique(frame["rank"].to_numpy())
     w = np.full((steps.size, ranks.size), np.nan)
     w[si, ri] = frame["wait_ns"].to_numpy(np.float64)
     complete = ~np.isnan(w).any(axis=1)
@@ -116,9 +118,27 @@ def rank_z(w: np.ndarray) -> np.ndarray:
     """Per rank (column), the z score of its mean within-step rank of wait (steps x ranks):
     < 0 waits least (arrives last), > 0 waits most."""
     steps, n = w.shape
-    order = pd.DataFrame(w).rank(axis=1, method="average").to_numpy()
     sd = math.sqrt((n * n - 1) / 12 / steps)
-    return (order.mean(axis=0) - (n + 1) / 2) / sd
+    return (row_ranks(w).mean(axis=0) - (n + 1) / 2) / sd
+
+
+def row_ranks(w: np.ndarray) -> np.ndarray:
+    """Each value's rank within its row, 1-based, ties given their average rank (pandas'
+    rank(axis=1, method="average") for values without NaN), on one sort of the rows."""
+    steps, n = w.shape
+    if not w.size:
+        return np.zeros(w.shape)
+    order = np.argsort(w, axis=1, kind="stable")
+    s = np.take_along_axis(w, order, axis=1)
+    new = np.ones(s.shape, dtype=bool)  # a run of equal values starts (every row starts one)
+    new[:, 1:] = s[:, 1:] != s[:, :-1]
+    new = new.ravel()
+    starts = np.flatnonzero(new)
+    ends = np.r_[starts[1:], new.size]
+    avg = starts % n + (ends - starts + 1) / 2  # mean of the 1-based ranks start+1 .. end
+    out = np.empty(w.shape)
+    np.put_along_axis(out, order, avg[np.cumsum(new) - 1].reshape(w.shape), axis=1)
+    return out
 
 
 def persistent_steps(roles: Roles, steps: np.ndarray) -> np.ndarray:

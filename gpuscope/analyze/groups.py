@@ -11,6 +11,47 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
+def dense_unique(values) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """np.unique(values, return_inverse=True, return_counts=True) (inverse flat), in one O(n)
+    pass (bincount) for non-negative ints of a small range, as steps and ranks are."""
+    v = np.asarray(values)
+    if v.size and v.dtype.kind in "iu":
+        lo, hi = int(v.min()), int(v.max())
+        if lo >= 0 and hi < 4 * v.size + 1024:
+            counts = np.bincount(v)
+            keys = np.flatnonzero(counts)
+            lookup = np.zeros(hi + 1, np.intp)
+            lookup[keys] = np.arange(keys.size)
+            return keys.astype(v.dtype), lookup[v], counts[keys]
+    keys, inv, counts = np.unique(v, return_inverse=True, return_counts=True)
+    return keys, inv.reshape(-1), counts
+
+
+def find_pairs(keys_a: np.ndarray, keys_b: np.ndarray, a: np.ndarray, b: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """For each (a, b): whether it is one of the pairs (keys_a, keys_b) (distinct, non-negative
+    ints: rank and step), and at which position of them. A table indexed by the pair where its
+    range is small (a rank x step grid), else a binary search."""
+    keys_a, keys_b = np.asarray(keys_a, np.int64), np.asarray(keys_b, np.int64)
+    a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
+    if not keys_a.size or not a.size:
+        return np.zeros(a.size, dtype=bool), np.zeros(a.size, dtype=np.int64)
+    span = int(max(keys_b.max(), b.max())) + 1
+    key, want = keys_a * span + keys_b, a * span + b
+    size = int(max(key.max(), want.max())) + 1
+    if size <= 4 * (key.size + want.size) + 1024:
+        table = np.full(size, -1, np.int64)
+        table[key] = np.arange(key.size)
+        at = table[want]
+        hit = at >= 0
+        return hit, np.where(hit, at, 0)
+    sorter = (np.arange(key.size) if (key[1:] > key[:-1]).all()
+              else np.argsort(key, kind="stable"))
+    pos = np.minimum(np.searchsorted(key[sorter], want), key.size - 1)
+    at = sorter[pos]
+    return key[at] == want, at
+
+
 class Groups:
     def __init__(self, keys: np.ndarray):
         keys = np.asarray(keys)
@@ -20,10 +61,9 @@ class Groups:
         if self._sorted:
             new = np.r_[True, keys[1:] != keys[:-1]]
             self.keys, self.inv = keys[new], np.cumsum(new) - 1
+            self.counts = np.bincount(self.inv, minlength=self.keys.size)
         else:
-            self.keys, self.inv = np.unique(keys, return_inverse=True)
-            self.inv = self.inv.reshape(-1)
-        self.counts = np.bincount(self.inv, minlength=self.keys.size)
+            self.keys, self.inv, self.counts = dense_unique(keys)
 
     def sum(self, values: np.ndarray) -> np.ndarray:
         return np.bincount(self.inv, np.asarray(values, np.float64), self.keys.size)
@@ -56,6 +96,24 @@ class Groups:
         if order is None:
             order = self._order_cache = np.argsort(self.inv, kind="stable")
         return order
+
+
+class PerRank:
+    """Per-rank medians of one frame's columns, each computed once: the ranks' summary, the
+    straggler search and the what-if estimates ask for the same ones, and on a million rows each
+    costs a partition of the whole column. The caller passes it only along with frames of the same
+    rows and values (columns may have been added)."""
+
+    def __init__(self, frame: "pd.DataFrame"):
+        self.frame = frame
+        self.groups = Groups(frame["rank"].to_numpy())
+        self._memo: dict[str, np.ndarray] = {}
+
+    def median(self, col: str) -> np.ndarray:
+        out = self._memo.get(col)
+        if out is None:
+            out = self._memo[col] = self.groups.median(self.frame[col].to_numpy())
+        return out
 
 
 def rank_position(frame: "pd.DataFrame") -> np.ndarray:

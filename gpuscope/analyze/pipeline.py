@@ -18,7 +18,7 @@ from .consistency import find_roles
 from .cycles import cycle_ends, group_cycles, sync_interval
 from .whatif import batch_growth, micro_steps
 from .dataparallel import dataparallel
-from .groups import Groups, rank_position
+from .groups import PerRank, find_pairs, rank_position
 from .layout import find_layout, split_bubble
 from .stages import suggest_pipeline, summarize_pipeline
 from .stopped import stopped_ranks, stopped_warnings
@@ -62,43 +62,58 @@ def to_cycles(frame: pd.DataFrame, ends, warnings: list[str]):
 def comm_by_kind(table: RunTable, frame: pd.DataFrame, mapping,
                  column: str = "comm_ns") -> dict[int, dict]:
     """Per rank: {kind: mean ns per analysed step} of the timed collectives (their time, or
-    with column="exposed_ns" the part the step was blocked on)."""
+    with column="exposed_ns" the part the step was blocked on). In numpy: the table has a row
+    per rank, step and collective, up to millions."""
     comm = table.comm
     if comm is None or comm.empty:
         return {}
-    comm = comm[["rank", "step", column]].assign(kind=key_parts(comm)[0])
-    if mapping is not None:
-        comm = comm.merge(mapping, on=["rank", "step"], how="inner")
-        comm["step"] = comm["cycle_step"]
-    kept = frame[["rank", "step"]]
-    comm = comm.merge(kept, on=["rank", "step"], how="inner")
-    n_steps = kept.groupby("rank").size()
-    total = comm.groupby(["rank", "kind"], observed=True)[column].sum()
+    kinds = key_parts(comm)[0]
+    r = comm["rank"].to_numpy(np.int64)
+    s = comm["step"].to_numpy(np.int64)
+    v = comm[column].to_numpy(np.float64)
+    code = np.asarray(kinds.codes, np.int64)
+    if mapping is not None:  # micro-steps -> the optimizer step (cycle) they belong to
+        hit, at = find_pairs(mapping["rank"].to_numpy(np.int64),
+                             mapping["step"].to_numpy(np.int64), r, s)
+        r, v, code = r[hit], v[hit], code[hit]
+        s = mapping["cycle_step"].to_numpy(np.int64)[at[hit]]
+    fr = frame["rank"].to_numpy(np.int64)
+    hit, _ = find_pairs(fr, frame["step"].to_numpy(np.int64), r, s)  # analysed steps only
+    hit &= code >= 0
+    if not hit.any():
+        return {}
+    n_kinds = len(kinds.categories)
+    cell = r[hit] * n_kinds + code[hit]
+    total = np.bincount(cell, v[hit])
+    seen = np.flatnonzero(np.bincount(cell))
+    n_steps = np.bincount(fr)
     out: dict[int, dict] = {}
-    for (rank, kind), ns in total.items():
-        out.setdefault(int(rank), {})[str(kind)] = float(ns) / int(n_steps.get(rank, 1))
+    for c in seen.tolist():
+        rank, k = divmod(c, n_kinds)
+        out.setdefault(rank, {})[str(kinds.categories[k])] = float(total[c]) / int(n_steps[rank])
     return out
 
 
 def summarize_ranks(table: RunTable, frame: pd.DataFrame, telemetry: dict,
-                    by_kind: dict) -> list[RankResult]:
+                    by_kind: dict, per_rank: PerRank | None = None) -> list[RankResult]:
     """Per rank: median ns of each part, its share of the rank's summed step time in %, and
     the mean step; the compute phases, collectives by kind and the breakdown of "other"
-    where known."""
-    g = Groups(frame["rank"].to_numpy())
-    med = {p: g.median(frame[f"{p}_ns"].to_numpy()).tolist() for p in ("step",) + PARTS}
+    where known. `per_rank`: medians already known for these rows."""
+    per_rank = per_rank or PerRank(frame)
+    g = per_rank.groups
+    med = {p: per_rank.median(f"{p}_ns").tolist() for p in ("step",) + PARTS}
     step_total = np.maximum(g.sum(frame["step_ns"].to_numpy()), 1.0)
     share = lambda col: (100 * g.sum(frame[col].to_numpy()) / step_total).tolist()  # noqa: E731
     pct = {p: share(f"{p}_ns") for p in PARTS}
     mean_step = (step_total / g.counts).tolist()
     phases = [p for p in COMPUTE_PHASES if f"{p}_ns" in frame and frame[f"{p}_ns"].any()]
-    phase_med = {p: g.median(frame[f"{p}_ns"].to_numpy()).tolist() for p in phases}
+    phase_med = {p: per_rank.median(f"{p}_ns").tolist() for p in phases}
     phase_pct = {p: share(f"{p}_ns") for p in phases}
     between = (share("between_ns") if table.source == "record" and "between_ns" in frame
                and frame["between_ns"].notna().all() else None)
     host = share("host_ns") if "host_ns" in frame and frame["host_ns"].any() else None
     has_bubble = "bubble_ns" in frame and frame["bubble_ns"].any()
-    bubble_med = g.median(frame["bubble_ns"].to_numpy()).tolist() if has_bubble else None
+    bubble_med = per_rank.median("bubble_ns").tolist() if has_bubble else None
     bubble_pct = share("bubble_ns") if has_bubble else None
     out = []
     for i, rank in enumerate(g.keys.tolist()):
@@ -173,10 +188,13 @@ def analyze_table(table: RunTable, thresholds: Thresholds | None = None,
         frame = drop_warmup(frame, th.warmup_steps, warnings)
         if record:
             frame = estimate_wait(frame, warnings, table.comm)
-        micro = micro_steps(frame, 0)
+        micro = None  # below: it shares the per-rank medians when the rows are the same
         growth = _growth(frame, knobs, 0)
     layout = find_layout(table)
-    frame = split_bubble(frame, layout)
+    before, frame = frame, split_bubble(frame, layout)
+    per_rank = PerRank(frame)  # medians over the analysed rows, computed once
+    if micro is None:
+        micro = micro_steps(before, 0, per_rank if frame is before else None)
     if mapping is not None:
         knobs["sync_interval"] = sync_interval(frame)
     roles = find_roles(frame, th.wait)
@@ -190,7 +208,7 @@ def analyze_table(table: RunTable, thresholds: Thresholds | None = None,
         warnings.append(unseen)
         verdict = replace(verdict, confidence="low")
     hosts = {r: info.host for r, info in table.ranks.items()}
-    stragglers = find_stragglers(frame, steps, th, roles, hosts, layout)
+    stragglers = find_stragglers(frame, steps, th, roles, hosts, layout, per_rank)
     telemetry: dict = {}
     if table.telemetry is not None and len(table.telemetry):
         from .telemetry import join_steps, memory_used_fraction, straggler_evidence, summarize
@@ -236,7 +254,8 @@ def analyze_table(table: RunTable, thresholds: Thresholds | None = None,
                         "transfer, so imbalance is not detected")
     analysed = RunTable(frame, table.source, table.path, table.ranks, table.world_size,
                         table.warnings, table.telemetry, table.gpu_breakdown, table.comm)
-    ranks = summarize_ranks(table, frame, telemetry, comm_by_kind(table, frame, mapping))
+    ranks = summarize_ranks(table, frame, telemetry, comm_by_kind(table, frame, mapping),
+                            per_rank)  # the telemetry join only added columns
     return Report(table.source, table.path, int(table.world_size), verdict, step_results(steps),
                   ranks, stragglers, suggestions, th, jitter=jitter, knobs=knobs,
                   warnings=warnings, early_ranks=sorted(roles.early),

@@ -20,7 +20,7 @@ from ..thresholds import Thresholds
 from ..vocab import COMPUTE_PHASES, IMBALANCED
 from .consistency import Roles
 from .layout import Layout
-from .groups import Groups
+from .groups import PerRank
 
 _CAUSES = ("data_ns", "compute_ns", "other_ns")
 _COMPUTE_PARTS = tuple(f"{p}_ns" for p in COMPUTE_PHASES)
@@ -28,7 +28,8 @@ _COMPUTE_PARTS = tuple(f"{p}_ns" for p in COMPUTE_PHASES)
 
 def find_stragglers(frame: pd.DataFrame, steps: pd.DataFrame, th: Thresholds, roles: Roles,
                     hosts: dict[int, str] | None = None,
-                    layout: Layout | None = None) -> list[Straggler]:
+                    layout: Layout | None = None,
+                    per_rank: PerRank | None = None) -> list[Straggler]:
     n_ranks = frame["rank"].nunique()
     imb = steps.loc[steps["label"] == IMBALANCED, "step"].to_numpy()
     if imb.size == 0 or roles.slow is None:
@@ -42,11 +43,14 @@ def find_stragglers(frame: pd.DataFrame, steps: pd.DataFrame, th: Thresholds, ro
     cands = share[share >= th.straggler_steps]
     if cands.empty or len(cands) > n_ranks / 2:
         return []
-    frame = frame.assign(backward_ns=(frame["backward_ns"] - frame["comm_exposed_ns"]).clip(lower=0)
-                         if "backward_ns" in frame else 0)  # the wait sits inside backward
-    g = Groups(frame["rank"].to_numpy())
+    per_rank = per_rank or PerRank(frame)
+    g = per_rank.groups
+    # backward without the exposed communication (the wait sits inside backward)
+    backward = ((frame["backward_ns"] - frame["comm_exposed_ns"]).clip(lower=0).to_numpy()
+                if "backward_ns" in frame else np.zeros(len(frame), np.int64))
     needed = ("step_ns", "wait_ns", "bubble_ns") + _CAUSES + _COMPUTE_PARTS
-    medians = pd.DataFrame({c: g.median(frame[c].to_numpy()) for c in needed if c in frame},
+    medians = pd.DataFrame({c: g.median(backward) if c == "backward_ns" else per_rank.median(c)
+                            for c in needed if c in frame or c == "backward_ns"},
                            index=pd.Index(g.keys, name="rank"))
     busy = medians["step_ns"] - medians["wait_ns"]
     if "bubble_ns" in medians:  # waiting on another pipeline stage is not being slow

@@ -384,10 +384,10 @@ def without_stragglers(frame: pd.DataFrame, slow: set[int]) -> tuple[float, floa
     comes (the synchronous step waits for it); lo: the median, hi: twice the spread's share."""
     if frame.empty or "wait_ns" not in frame:
         return None
-    rest = frame[~frame["rank"].isin(slow)]
-    if rest.empty:
+    keep = ~np.isin(frame["rank"].to_numpy(), list(slow))  # columns, not a copy of the frame
+    if not keep.any():
         return None
-    busy = (rest["step_ns"] - rest["wait_ns"]).to_numpy(dtype=float)
+    busy = (frame["step_ns"].to_numpy(dtype=float) - frame["wait_ns"].to_numpy(dtype=float))[keep]
     n = int(frame["rank"].nunique())
     c = _EXPECTED_MAX.get(n, math.sqrt(2 * math.log(max(n, 2))))
     sd = float(np.std(busy))

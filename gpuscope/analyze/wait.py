@@ -16,6 +16,7 @@ import pandas as pd
 
 from ..record_format import is_p2p
 from ..runtable import key_parts, mask_of
+from .groups import dense_unique, find_pairs
 
 
 def estimate_wait(frame: pd.DataFrame, warnings: list[str],
@@ -34,8 +35,8 @@ def estimate_wait(frame: pd.DataFrame, warnings: list[str],
     if n_ranks < 2 or frame.empty:
         return frame
     steps = frame["step"].to_numpy()
-    _, inv, counts = np.unique(steps, return_inverse=True, return_counts=True)
-    complete = counts[inv.reshape(-1)] == n_ranks
+    _, inv, counts = dense_unique(steps)
+    complete = counts[inv] == n_ranks
     partial = np.unique(steps[~complete])
     if len(partial):
         lo, hi = partial.min(), partial.max()
@@ -88,15 +89,5 @@ def _group_waits(frame: pd.DataFrame, comm: pd.DataFrame) -> np.ndarray | None:
     full = (size == members[g_inv[starts]])[step_of]
     wait = np.where(full, e - low[step_of], 0)
     # summed per (rank, step) onto the frame's rows
-    fr, fs = frame["rank"].to_numpy().astype(np.int64), frame["step"].to_numpy().astype(np.int64)
-    span = int(max(fs.max(initial=0), s.max(initial=0))) + 1
-    fkey = fr * span + fs
-    sorter = (np.arange(fkey.size) if (fkey[1:] > fkey[:-1]).all()  # sorted by rank, step
-              else np.argsort(fkey, kind="stable"))
-    key = r * span + s
-    pos = np.searchsorted(fkey[sorter], key)
-    pos = np.minimum(pos, fkey.size - 1)
-    hit = fkey[sorter[pos]] == key
-    out = np.zeros(len(frame), dtype=np.int64)
-    np.add.at(out, sorter[pos[hit]], wait[hit])
-    return out
+    hit, at = find_pairs(frame["rank"].to_numpy(), frame["step"].to_numpy(), r, s)
+    return np.bincount(at[hit], wait[hit], len(frame)).astype(np.int64)

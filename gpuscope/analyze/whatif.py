@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .groups import Groups, rank_position
+from .groups import PerRank, rank_position
 
 MICRO_PARTS = ("step", "data", "forward", "backward", "optimizer", "comm", "comm_exposed", "wait",
                "other")
@@ -81,23 +81,24 @@ class MicroSteps:
     unsynced: Micro | None
 
 
-def _micro(rows: pd.DataFrame) -> Micro | None:
+def _micro(rows: pd.DataFrame, medians: PerRank | None = None) -> Micro | None:
     if rows.empty:
         return None
     cols = {p: f"{p}_ns" for p in MICRO_PARTS}
-    g = Groups(rows["rank"].to_numpy())
-    per_rank = {c: g.median(rows[c].to_numpy()) for c in set(cols.values()) | {"step_ns"}
-                if c in rows}
+    medians = medians or PerRank(rows)
+    per_rank = {c: medians.median(c) for c in set(cols.values()) | {"step_ns"} if c in rows}
     vals = {p: float(per_rank[c].mean()) if c in per_rank else 0.0 for p, c in cols.items()}
     vals["step"] = float(per_rank["step_ns"].max())
     q1, q3 = np.percentile(rows["step_ns"].to_numpy(dtype=float), [25, 75])
     return Micro(**vals, q1=float(q1), q3=float(q3), rows=len(rows))
 
 
-def micro_steps(frame: pd.DataFrame, warmup: int = 1) -> MicroSteps:
+def micro_steps(frame: pd.DataFrame, warmup: int = 1,
+                per_rank: PerRank | None = None) -> MicroSteps:
     """From the micro-step table (before cycles are summed): synchronized and not, warm-up left
     out. A micro-step that closes a cycle (cycles.cycle_ends) synchronized; without cycles, the
-    rows' own `synced`, and rows that do not say count as synchronized."""
+    rows' own `synced`, and rows that do not say count as synchronized. `per_rank`: medians
+    of `frame`'s rows, used when every row is kept on one side."""
     if frame.empty:
         return MicroSteps(None, None)
     from .cycles import cycle_ends
@@ -112,6 +113,8 @@ def micro_steps(frame: pd.DataFrame, warmup: int = 1) -> MicroSteps:
     keep = rank_position(frame) >= warmup
     if not keep.any():
         keep[:] = True
+    if per_rank is not None and keep.all() and (synced != 0).all():
+        return MicroSteps(_micro(frame, per_rank), None)
     kept, synced = frame[keep], synced[keep]
     return MicroSteps(_micro(kept[synced != 0]), _micro(kept[synced == 0]))
 

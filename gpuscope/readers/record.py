@@ -26,6 +26,7 @@ from ..record_format import (COLUMN_DEFAULTS, FILE_GLOB, FILE_SUFFIX, NVML_FIELD
                              STEP_COLUMNS, is_p2p, parse_file_name)
 from ..runtable import RankInfo, RunTable, empty_frame, key_parts, mask_of
 from ..trace_files import file_size
+from .record_body import coded, decode_body
 from .validate import (MAX_NS, MAX_RANKS, MAX_STEP, MAX_UNIX_NS, Tally, clean_knobs, is_int, is_num)
 
 _decoder = msgspec.json.Decoder()
@@ -205,30 +206,57 @@ def _objects(body: list, text: bytes = b"") -> tuple[list | None, list]:
     return idx, out
 
 
-def read_rank_file(path: str) -> RankFile:
+def read_rank_file(path: str, build: bool = False) -> RankFile:
     """One rank file. What does not fit is skipped and counted (one warning per kind); a last
     line cut mid-write is dropped; a file without its end record (killed run) gets a warning.
-    Only a file without a readable header is an error."""
+    Only a file without a readable header is an error. `build`: the step rows are turned into
+    `frame` / `comm` columns, and only the first and the last are kept in `rows`."""
     try:
         with open(path, "rb") as fh:
             blob = fh.read()
     except OSError as exc:
         raise TraceFormatError(f"{path}: cannot read ({exc.strerror or exc})") from None
     name = os.path.basename(path)
-    lines = blob.split(b"\n")
-    if not lines or not lines[0].strip():
+    cut = blob.find(b"\n")
+    first = blob if cut < 0 else blob[:cut]
+    if not first.strip():
         raise TraceFormatError(f"{path}: empty record file (the run wrote nothing)")
-    header = _header(path, lines[0])
+    header = _header(path, first)
     tally = Tally(name)
     _check_header(header, name, tally)
     knobs, bad = clean_knobs(header.get("knobs") or {})
     if bad:
         tally.add("knob value(s) of the wrong type", 1, bad)
     out = RankFile(path, header, [], {})
-    warnings = out.warnings
+    fast = decode_body(blob[cut + 1:], header["columns"], out.rank) if build and cut >= 0 \
+        else None
+    if fast is not None:  # the common shape, checked while decoded
+        for at, obj in fast.side:
+            _side_record(obj, out, knobs, tally, at)
+        out.frame, out.comm = (fast.columns, coded(fast.comm)) if fast.n_rows else (None, None)
+        out.rows, out.n_rows = fast.ends, fast.n_rows
+    else:
+        _read_body(blob, first, out, knobs, tally)
+        if build:
+            out.n_rows = len(out.rows)
+            if out.rows:
+                out.frame, comm = _frame(out.rank, header["columns"], out.rows, out.row_lines,
+                                         tally)
+                out.comm = coded(comm)
+                out.rows, out.row_lines = [out.rows[0], out.rows[-1]], []
+    out.tally = tally
+    _end_warnings(out, name)
+    header["knobs"] = knobs
+    return out
+
+
+def _read_body(blob: bytes, first: bytes, out: RankFile, knobs: dict, tally: Tally) -> None:
+    """The careful path: line by line where needed, every bad value skipped and counted."""
+    lines = blob.split(b"\n")
+    warnings, name = out.warnings, os.path.basename(out.path)
     body = lines[1:]
     cut_tail = bool(body) and body[-1] != b""  # file does not end with a newline
-    idx, objs = _objects(body, blob[len(lines[0]) + 1:])
+    idx, objs = _objects(body, blob[len(first) + 1:])
     types = list(map(type, objs))
     n_rows = types.count(list)
     if idx is None and n_rows == len(objs):  # step rows only (a record without knobs)
@@ -254,8 +282,11 @@ def read_rank_file(path: str) -> RankFile:
             _side_record(obj, out, knobs, tally, i + 2)
         else:
             tally.add("line(s) that are neither a step row nor a record", i + 2)
-    out.tally = tally
-    end = out.end
+
+
+def _end_warnings(out: RankFile, name: str) -> None:
+    """How the recording ended, when not cleanly."""
+    warnings, end = out.warnings, out.end
     if not end:
         last = out.rows[-1][0] if out.rows and out.rows[-1] else None
         warnings.append(f"{name}: no end record: the run was cut (killed or crashed) after step "
@@ -268,19 +299,12 @@ def read_rank_file(path: str) -> RankFile:
     if end.get("recorder_error"):
         warnings.append(f"{name}: recording stopped early: {end['recorder_error']}")
     warnings += [f"{name}: {w}" for w in end.get("warnings", []) if isinstance(w, str)]
-    header["knobs"] = knobs
-    return out
 
 
 def load_rank_file(path: str) -> RankFile:
-    """read_rank_file, with the step rows turned into a frame right away and the decoded rows
+    """read_rank_file, with the step rows turned into columns right away and the decoded rows
     let go (only the first and the last are kept, for the recording's span)."""
-    f = read_rank_file(path)
-    f.n_rows = len(f.rows)
-    if f.rows:
-        f.frame, f.comm = _frame(f.rank, f.header["columns"], f.rows, f.row_lines, f.tally)
-        f.rows, f.row_lines = [f.rows[0], f.rows[-1]], []
-    return f
+    return read_rank_file(path, build=True)
 
 
 #: read files in two processes from this many files or bytes on (fork: a second core)
@@ -626,13 +650,10 @@ def _comm_frame(parts: list) -> pd.DataFrame:
     """The collectives table (COMM_COLUMNS, plus each key's kind and group) from per-rank
     columns; keys are categorical (a handful of distinct keys over up to millions of rows)."""
     ranks = np.concatenate([np.full(len(c[0]), r, np.int64) for r, c in parts])
-    vals = np.concatenate([c[2] for _, c in parts])
-    names: dict = {}  # key -> code, over all ranks; a rank's rows mostly repeat one or two keys
-    codes = []
-    for _, c in parts:
-        local = {k: names.setdefault(k, len(names)) for k in dict.fromkeys(c[1])}
-        codes.append(np.full(len(c[1]), next(iter(local.values())), np.int64) if len(local) == 1
-                     else np.fromiter(map(local.__getitem__, c[1]), np.int64, len(c[1])))
+    vals = np.concatenate([c[3] for _, c in parts])
+    names: dict = {}  # key -> code, over all ranks
+    codes = [np.array([names.setdefault(k, len(names)) for k in c[1]], np.int64)[c[2]]
+             for _, c in parts]  # each rank's own codes -> the run's
     key = pd.Categorical.from_codes(np.concatenate(codes), categories=list(names))
     out = pd.DataFrame({"rank": ranks, "step": np.concatenate([c[0] for _, c in parts]),
                         "key": key, "comm_ns": vals[:, 0], "exposed_ns": vals[:, 1],
