@@ -233,11 +233,22 @@ def _group_waits_reference(frame, comm):
     return total.reindex(idx).fillna(0).to_numpy(np.int64)
 
 
+@pytest.mark.parametrize("path", ["grid", "sort"])
 @pytest.mark.parametrize("seed", range(6))
-def test_group_waits_match_the_pandas_reference(seed):
+def test_group_waits_match_the_pandas_reference(seed, path, monkeypatch):
     """Random collectives tables: 2 data-parallel groups, a tensor group, point-to-point,
-    rec.phase("comm"), ranks missing in some steps, several collectives per step."""
+    rec.phase("comm"), ranks missing in some steps, several collectives per step; on the
+    (group, step, rank) grid and on the sorted table."""
+    from gpuscope.analyze import wait as wait_mod
     from gpuscope.analyze.wait import _group_waits
+
+    if path == "sort":
+        monkeypatch.setattr(wait_mod, "DENSE_CELLS_PER_ROW", -1e9)
+    taken = []
+    for name in ("_dense_waits", "_sorted_waits"):
+        real = getattr(wait_mod, name)
+        monkeypatch.setattr(wait_mod, name, lambda *a, _r=real, _n=name: (
+            out := _r(*a), taken.append(_n) if out is not None else None)[0])
 
     rng = np.random.default_rng(seed)
     ranks, steps = 8, 30
@@ -259,3 +270,4 @@ def test_group_waits_match_the_pandas_reference(seed):
         want = _group_waits_reference(frame, c)
         assert np.array_equal(got, want)
         assert got.sum() > 0
+    assert set(taken) == {"_dense_waits" if path == "grid" else "_sorted_waits"}

@@ -34,9 +34,10 @@ def _meta(table: RunTable) -> dict:
     return {}
 
 
-def dataparallel(table: RunTable, step_ns: float, label: str
+def dataparallel(table: RunTable, typical_step_ns, label: str
                  ) -> tuple[dict, list[Suggestion], list[str]]:
-    """(report section, suggestions, warnings) for a DataParallel model; empty otherwise."""
+    """(report section, suggestions, warnings) for a DataParallel model; empty otherwise.
+    `typical_step_ns()`: the typical step, worked out only for such a model."""
     knobs = table.knobs()
     if knobs.get("parallel") != "DataParallel":
         return {}, [], []
@@ -49,6 +50,7 @@ def dataparallel(table: RunTable, step_ns: float, label: str
                  else f"over {len(devices) or 1} device")
         return ({"devices": devices}, [],
                 [f"the model is nn.DataParallel ({where} it only runs the module): {WHY_SLOW}"])
+    step_ns = typical_step_ns()
     fwd = {d: meta["forward_ns"].get(d, 0) / steps for d in devices}  # per step
     host = {k: v / steps for k, v in (meta.get("host_ns") or {}).items()}
     peaks = {d: meta.get("peak_bytes", {}).get(d) for d in devices}

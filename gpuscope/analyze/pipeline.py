@@ -60,38 +60,42 @@ def to_cycles(frame: pd.DataFrame, ends, warnings: list[str]):
 
 
 def comm_by_kind(table: RunTable, frame: pd.DataFrame, mapping,
-                 column: str = "comm_ns") -> dict[int, dict]:
-    """Per rank: {kind: mean ns per analysed step} of the timed collectives (their time, or
-    with column="exposed_ns" the part the step was blocked on). In numpy: the table has a row
-    per rank, step and collective, up to millions."""
+                 columns: tuple[str, ...] = ("comm_ns",)) -> list[dict[int, dict]]:
+    """For each column: per rank, {kind: mean ns per analysed step} of the timed collectives
+    (their time, comm_ns, or the part the step was blocked on, exposed_ns). In numpy: the table
+    has a row per rank, step and collective, up to millions."""
     comm = table.comm
     if comm is None or comm.empty:
-        return {}
+        return [{} for _ in columns]
     kinds = key_parts(comm)[0]
     r = comm["rank"].to_numpy(np.int64)
     s = comm["step"].to_numpy(np.int64)
-    v = comm[column].to_numpy(np.float64)
     code = np.asarray(kinds.codes, np.int64)
+    sel = np.ones(len(comm), dtype=bool)
     if mapping is not None:  # micro-steps -> the optimizer step (cycle) they belong to
-        hit, at = find_pairs(mapping["rank"].to_numpy(np.int64),
+        sel, at = find_pairs(mapping["rank"].to_numpy(np.int64),
                              mapping["step"].to_numpy(np.int64), r, s)
-        r, v, code = r[hit], v[hit], code[hit]
-        s = mapping["cycle_step"].to_numpy(np.int64)[at[hit]]
+        r, code = r[sel], code[sel]
+        s = mapping["cycle_step"].to_numpy(np.int64)[at[sel]]
     fr = frame["rank"].to_numpy(np.int64)
     hit, _ = find_pairs(fr, frame["step"].to_numpy(np.int64), r, s)  # analysed steps only
     hit &= code >= 0
     if not hit.any():
-        return {}
+        return [{} for _ in columns]
     n_kinds = len(kinds.categories)
     cell = r[hit] * n_kinds + code[hit]
-    total = np.bincount(cell, v[hit])
     seen = np.flatnonzero(np.bincount(cell))
     n_steps = np.bincount(fr)
-    out: dict[int, dict] = {}
-    for c in seen.tolist():
-        rank, k = divmod(c, n_kinds)
-        out.setdefault(rank, {})[str(kinds.categories[k])] = float(total[c]) / int(n_steps[rank])
-    return out
+    names = [str(k) for k in kinds.categories]
+    outs = []
+    for column in columns:
+        total = np.bincount(cell, comm[column].to_numpy(np.float64)[sel][hit])
+        out: dict[int, dict] = {}
+        for c in seen.tolist():
+            rank, k = divmod(c, n_kinds)
+            out.setdefault(rank, {})[names[k]] = float(total[c]) / int(n_steps[rank])
+        outs.append(out)
+    return outs
 
 
 def summarize_ranks(table: RunTable, frame: pd.DataFrame, telemetry: dict,
@@ -224,7 +228,7 @@ def analyze_table(table: RunTable, thresholds: Thresholds | None = None,
     labels = {verdict.label} | {k for k, v in verdict.time_by_label.items() if v >= 0.2}
     labels |= secondary_labels(steps, 0.2)
     jitter = jitter_cost(steps)
-    exposed = comm_by_kind(table, frame, mapping, "exposed_ns")
+    exposed, by_kind = comm_by_kind(table, frame, mapping, ("exposed_ns", "comm_ns"))
     kinds = {k for per_rank in exposed.values() for k in per_rank}
     found = Findings(frame, labels, th, knobs, stragglers, roles.early,
                      float(steps["data_share"].median()), jitter,
@@ -232,8 +236,8 @@ def analyze_table(table: RunTable, thresholds: Thresholds | None = None,
                      micro, growth)
     suggestions = suggest(found)
     pipeline = summarize_pipeline(table, frame, layout, exposed)
-    dp_section, dp_suggestions, dp_warnings = dataparallel(table, typical_step(frame).step,
-                                                           verdict.label)
+    dp_section, dp_suggestions, dp_warnings = dataparallel(
+        table, lambda: typical_step(frame).step, verdict.label)
     warnings += dp_warnings
     suggestions = sorted(suggestions + dp_suggestions, key=lambda s: -s.gain_pct)
     why_not_pipeline = ""
@@ -254,7 +258,7 @@ def analyze_table(table: RunTable, thresholds: Thresholds | None = None,
                         "transfer, so imbalance is not detected")
     analysed = RunTable(frame, table.source, table.path, table.ranks, table.world_size,
                         table.warnings, table.telemetry, table.gpu_breakdown, table.comm)
-    ranks = summarize_ranks(table, frame, telemetry, comm_by_kind(table, frame, mapping),
+    ranks = summarize_ranks(table, frame, telemetry, by_kind,
                             per_rank)  # the telemetry join only added columns
     return Report(table.source, table.path, int(table.world_size), verdict, step_results(steps),
                   ranks, stragglers, suggestions, th, jitter=jitter, knobs=knobs,

@@ -57,8 +57,8 @@ def estimate_wait(frame: pd.DataFrame, warnings: list[str],
 
 def _group_waits(frame: pd.DataFrame, comm: pd.DataFrame) -> np.ndarray | None:
     """Per frame row, the summed excess over the group minimum of its exposed collectives
-    (numpy on one sort: the table has a row per rank, step and collective key, up to millions).
-    """
+    (numpy on a (group, step, rank) grid, or on one sort of the table when the grid would be
+    sparse: the table has a row per rank, step and collective key, up to millions)."""
     kinds, groups = key_parts(comm)
     keep = ~mask_of(kinds, is_p2p)
     if not keep.any():
@@ -69,6 +69,44 @@ def _group_waits(frame: pd.DataFrame, comm: pd.DataFrame) -> np.ndarray | None:
     r = comm["rank"].to_numpy()[keep].astype(np.int64)
     s = comm["step"].to_numpy()[keep].astype(np.int64)
     e = comm["exposed_ns"].to_numpy()[keep].astype(np.int64)
+    dense = _dense_waits(g, s, r, e)
+    if dense is not None:
+        s, r, wait = dense
+    else:
+        s, r, wait = _sorted_waits(g, s, r, e)
+    hit, at = find_pairs(frame["rank"].to_numpy(), frame["step"].to_numpy(), r, s)
+    return np.bincount(at[hit], wait[hit], len(frame)).astype(np.int64)
+
+
+#: the (group, step, rank) grid is used when it has at most this many cells per collective row
+DENSE_CELLS_PER_ROW = 4
+
+
+def _dense_waits(g, s, r, e):
+    """On a (group, step, rank) grid: each cell's exposed time summed over its collectives, the
+    group's members (ranks seen in it at all), and per (group, step) seen on all of them the
+    excess over the least. Returns (steps, ranks, wait) of the cells, or None when the grid
+    would be much larger than the table (sparse groups, huge step numbers)."""
+    g0, s0, r0 = int(g.min()), int(s.min()), int(r.min())
+    ng, ns, nr = int(g.max()) - g0 + 1, int(s.max()) - s0 + 1, int(r.max()) - r0 + 1
+    cells = ng * ns * nr
+    if cells > DENSE_CELLS_PER_ROW * g.size + 1024:
+        return None
+    idx = ((g - g0) * ns + (s - s0)) * nr + (r - r0)
+    total = np.bincount(idx, e.astype(np.float64), cells).reshape(ng, ns, nr)
+    seen = np.bincount(idx, minlength=cells).reshape(ng, ns, nr) > 0
+    members = seen.any(axis=1).sum(axis=1)                     # per group
+    full = seen.sum(axis=2) == members[:, None]                # per (group, step)
+    low = np.where(seen, total, np.inf).min(axis=2)            # per (group, step)
+    wait = np.where(seen & full[:, :, None], total - np.where(full, low, 0)[:, :, None], 0)
+    per = wait.sum(axis=0)                                     # per (step, rank), over groups
+    any_seen = seen.any(axis=0)
+    si, ri = np.nonzero(any_seen)
+    return si + s0, ri + r0, per[si, ri]
+
+
+def _sorted_waits(g, s, r, e):
+    """The same on one sort of the table (any numbering)."""
     order = np.lexsort((r, s, g))
     g, s, r, e = g[order], s[order], r[order], e[order]
     # one row per (group, step, rank): its exposed time summed over the group's collectives
@@ -87,7 +125,4 @@ def _group_waits(frame: pd.DataFrame, comm: pd.DataFrame) -> np.ndarray | None:
     low = np.minimum.reduceat(e, starts)
     step_of = np.cumsum(first) - 1  # each row's (group, step)
     full = (size == members[g_inv[starts]])[step_of]
-    wait = np.where(full, e - low[step_of], 0)
-    # summed per (rank, step) onto the frame's rows
-    hit, at = find_pairs(frame["rank"].to_numpy(), frame["step"].to_numpy(), r, s)
-    return np.bincount(at[hit], wait[hit], len(frame)).astype(np.int64)
+    return s, r, np.where(full, e - low[step_of], 0)
