@@ -628,22 +628,28 @@ def with_bubble(frame: pd.DataFrame, comm: pd.DataFrame) -> pd.DataFrame:
 
 
 def _concat(frames: list) -> pd.DataFrame:
-    """One frame of the ranks' columns (dicts; DataFrames where device times were joined)."""
+    """One frame of the ranks' columns (dicts; DataFrames where device times were joined). The
+    int columns every rank has, and wait_ns (zeros, filled by the analysis), are concatenated
+    straight into one 2-D block that the frame keeps as it is (no copy to consolidate)."""
     if any(isinstance(f, pd.DataFrame) for f in frames):
         return pd.concat([f if isinstance(f, pd.DataFrame) else pd.DataFrame(f) for f in frames],
                          ignore_index=True)
-    out = {}
-    for name in frames[0]:
-        if all(name in f for f in frames):
-            out[name] = (np.concatenate([f[name] for f in frames]) if name != "phases" else
-                         [x for f in frames for x in f[name]])
+    ints = [name for name in frames[0] if name not in ("phases", "samples", "wait_ns")
+            and all(name in f and f[name].dtype == np.int64 for f in frames)]
+    n = sum(len(f["step"]) for f in frames)
+    block = np.empty((len(ints) + 1, n), np.int64)
+    for i, name in enumerate(ints):
+        np.concatenate([f[name] for f in frames], out=block[i])
+    block[-1] = 0
+    out = pd.DataFrame(block.T, columns=ints + ["wait_ns"], copy=False)
     for name, fill in (("phases", None), ("samples", -1)):
-        if name in out or not any(name in f for f in frames):
+        if not any(name in f for f in frames):
             continue
         parts = [f[name] if name in f else [fill] * len(f["step"]) for f in frames]
-        out[name] = ([x for p in parts for x in p] if name == "phases" else
-                     np.concatenate([np.asarray(p, np.int64) for p in parts]))
-    return pd.DataFrame(out)
+        out.insert(len(out.columns) - 1, name,  # wait_ns stays last
+                   [x for p in parts for x in p] if name == "phases" else
+                   np.concatenate([np.asarray(p, np.int64) for p in parts]))
+    return out
 
 
 def _comm_frame(parts: list) -> pd.DataFrame:

@@ -107,8 +107,8 @@ def decode_body(body: bytes, columns: list, rank: int) -> Body | None:
     if n > 1 and not (steps[1:] > steps[:-1]).all() and np.unique(steps).size < n:
         return None  # a step repeated: the careful path keeps the first and counts the rest
     cols = {"rank": np.full(n, rank, np.int64)}
-    for i, name in enumerate(STEP_COLUMNS):
-        cols[name] = steps if i == 0 else np.ascontiguousarray(arr[:, i])
+    for i, name in enumerate(STEP_COLUMNS):  # views of the rows: one copy, when concatenated
+        cols[name] = steps if i == 0 else arr[:, i]
     comm = None
     extras = list(map(extra, rows)) if extra else []
     if extras and any(e is not None for e in extras):
