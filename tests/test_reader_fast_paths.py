@@ -271,3 +271,21 @@ def test_group_waits_match_the_pandas_reference(seed, path, monkeypatch):
         assert np.array_equal(got, want)
         assert got.sum() > 0
     assert set(taken) == {"_dense_waits" if path == "grid" else "_sorted_waits"}
+
+
+def test_shared_arena_carries_arrays_across_the_fork():
+    """The child's arrays reach the parent through shared memory (slots, not bytes, in the
+    pipe); what does not fit, holds objects or is empty travels pickled, unchanged."""
+    from gpuscope.readers.fork import SharedArena, _in_child, _Slot
+
+    arena = SharedArena(1 << 16)
+    arrays = [np.arange(10, dtype=np.int64), np.arange(12.0).reshape(3, 4)[:, 1],  # a view
+              np.zeros(0), np.array(["a", None], dtype=object), np.arange(100_000)]
+    with _in_child(lambda: [arena.put(a) for a in arrays]) as collect:
+        status, value = collect()
+    assert status == "ok"
+    assert [type(v) is _Slot for v in value] == [True, True, False, False, False]
+    got = [arena.get(v) for v in value]
+    for want, have in zip(arrays, got):
+        assert have.dtype == want.dtype and have.shape == want.shape
+        assert list(have) == list(want)

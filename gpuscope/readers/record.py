@@ -310,7 +310,8 @@ def load_rank_file(path: str) -> RankFile:
 #: read files in two processes from this many files or bytes on (fork: a second core)
 PARALLEL_MIN_FILES = 64
 PARALLEL_MIN_BYTES = 32 << 20
-CHILD_SHARE = 0.45  # of the bytes: it also pickles what it read
+CHILD_SHARE = 0.45  # of the bytes: it also copies what it read into the shared arena
+ARENA_PER_BYTE = 4  # bytes of columns per byte of file, at most (see _load_all)
 
 
 def _load_all(names: list[str]) -> list:
@@ -327,7 +328,7 @@ def _load_all(names: list[str]) -> list:
             progress.advance(int(file_size(name) * scale))
         return out
 
-    from .fork import _can_fork, _in_child
+    from .fork import SharedArena, _can_fork, _in_child
 
     big = len(names) >= PARALLEL_MIN_FILES or (
         len(names) >= 2 and sum(file_size(n) for n in names) >= PARALLEL_MIN_BYTES)
@@ -343,12 +344,31 @@ def _load_all(names: list[str]) -> list:
             break
     theirs, mine = names[:cut], names[cut:]
     share = sum(sizes[cut:]) / max(total, 1)
-    with _in_child(lambda: load(theirs)) as collect:
+    # the child's columns come back through shared memory: a row of the file takes at least
+    # 32 bytes and gives 128 of columns, a collective at least 12 and gives 40
+    arena = SharedArena(ARENA_PER_BYTE * sum(sizes[:cut]) + (1 << 20))
+
+    def child():
+        return [(name, _packed(got, arena.put)) for name, got in load(theirs)]
+
+    with _in_child(child) as collect:
         done = load(mine, 1.0 / max(share, 1e-9))  # the bar tracks the parent's half
         status, value = collect()
-    done += value if status == "ok" else load(theirs, 0.0)
+    done += ([(name, _packed(got, arena.get)) for name, got in value] if status == "ok"
+             else load(theirs, 0.0))
     order = {n: i for i, n in enumerate(names)}
     return sorted(done, key=lambda item: order[item[0]])
+
+
+def _packed(got, move):
+    """A RankFile with each array of its columns passed through `move` (into or out of the
+    shared arena); an error as it is."""
+    if isinstance(got, RankFile):
+        if got.frame is not None:
+            got.frame = {k: move(v) for k, v in got.frame.items()}
+        if got.comm is not None:
+            got.comm = tuple(move(v) for v in got.comm)
+    return got
 
 
 def group_recordings(files: list[RankFile]) -> list[list[RankFile]]:
