@@ -75,3 +75,29 @@ def test_one_line_in_a_trainer_records_the_run(trainer_run, trainer, accum):
         cycles = np.r_[np.nan, micro[:n]].reshape(-1, accum)[1:].sum(axis=1)  # warm-up left out
         assert abs(r.step_mean_ns / 1e6 - cycles.mean()) <= 0.10 * cycles.mean(), \
             (r.step_mean_ns / 1e6, cycles.mean())
+
+
+@pytest.mark.parametrize("trainer", ["hf", "lightning"])
+def test_live_diagnosis_through_a_trainer(tmp_path, trainer):
+    """record options pass through the callback: live_every and on_diagnosis on a Trainer that
+    accumulates 2 micro-steps, rank 1 30 ms late at each: the live lines name it while training
+    (from its second late window), as the analysis does afterwards."""
+    pytest.importorskip("transformers" if trainer == "hf" else "lightning")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           SCRIPT, "--trainer", trainer, "--accum", "2", "--steps", "12", "--live-every", "6",
+           "--slow-rank-ms", "30", "--out", str(tmp_path)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, OMP_NUM_THREADS="1"))
+    if proc.returncode != 0:
+        assert _aborted_at_exit(proc.stderr, tmp_path), proc.stderr[-3000:]
+    summaries = [json.loads(x) for x in open(tmp_path / "live.jsonl")]
+    assert len(summaries) >= 2  # 24 micro-steps, windows of 6; the last may be dropped at exit
+    assert [s["steps"][0] for s in summaries] == list(range(0, 6 * len(summaries), 6))
+    for i, s in enumerate(summaries):
+        assert s["verdict"] == "imbalanced" and s["late_rank"] == 1
+        if i:
+            assert s["straggler"]["rank"] == 1 and 20 < s["straggler"]["excess_ms"] < 45
+    lines = [x for x in proc.stderr.splitlines() if x.startswith("gpuscope live [")]
+    assert len(lines) == len(summaries)
+    rep = gpuscope.analyze(str(tmp_path / "record"))
+    assert [s.rank for s in rep.stragglers] == [1]

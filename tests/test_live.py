@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from gpuscope.record.live import WIDTH, Live, diagnose
+from gpuscope.record.live import WIDTH, Live, diagnose, windows_needed
 from gpuscope.record_format import STEP_COLUMNS
 from gpuscope.thresholds import Thresholds
 
@@ -40,15 +40,20 @@ def test_live_names_the_straggler_while_training(tmp_path):
     proc, summaries, ends, _ = _run(tmp_path, "imbalanced", "--steps", "60", "--every", "10")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert len(summaries) >= 4  # windows 0-9 ... 40-49 at least; the last may be dropped at exit
-    for s in summaries:
-        assert s["verdict"] == "imbalanced" and s["straggler"]["rank"] == 1
+    for i, s in enumerate(summaries):
+        assert s["verdict"] == "imbalanced" and s["late_rank"] == 1
+        if i == 0:  # late in one window: not named yet
+            assert s["straggler"] is None
+            continue
+        assert s["straggler"]["rank"] == 1 and s["straggler"]["windows"] == i + 1
         assert 20 < s["straggler"]["excess_ms"] < 45  # rank 1 sleeps 30 ms more per step
         assert s["ranks_reporting"] == 2
         assert s["at_unix_s"] < ends[0]["end_unix_s"]  # said while the run was still training
     assert summaries[0]["steps"] == [0, 9] and summaries[1]["steps"] == [10, 19]
     lines = _lines(proc.stderr)
     assert len(lines) == len(summaries)  # rank 0 only, one line per window
-    assert "straggler: rank 1" in lines[0] and "imbalanced" in lines[0]
+    assert "last to arrive: rank 1" in lines[0] and "straggler: rank" not in lines[0]
+    assert "straggler: rank 1" in lines[1] and "imbalanced" in lines[1]
     assert ends[1]["summaries"] == 0  # the other ranks send, rank 0 diagnoses
 
 
@@ -111,10 +116,12 @@ def test_window_maths_by_hand():
                   for s in range(10)])
     assert len(r0) == WIDTH and r0[0] == 10 and r0[1:3] == [0, 9]
     s = diagnose([r0, r1], Thresholds())
-    assert s["verdict"] == "imbalanced"
+    assert s["verdict"] == "imbalanced" and s["late_rank"] == 1
+    assert s["straggler"] is None  # the first window rank 1 is late in
     assert s["shares"]["imbalanced"] == pytest.approx(40 / 110, abs=1e-4)
     assert s["shares"]["comm-bound"] == pytest.approx(5 / 110, abs=1e-4)
-    assert s["straggler"] == {"rank": 1, "excess_ms": 40.0, "cause": "compute"}
+    s = diagnose([r0, r1], Thresholds(), before=s["late"])  # late the window before too
+    assert s["straggler"] == {"rank": 1, "excess_ms": 40.0, "cause": "compute", "windows": 2}
     assert s["per_rank"][0]["wait_ms"] == 40.0 and s["per_rank"][1]["wait_ms"] == 0.0
     assert s["steps"] == [0, 9] and s["step_ms"] == 110.0
     # balanced, transfer-heavy: comm-bound, no straggler
@@ -131,6 +138,49 @@ def test_window_maths_by_hand():
     s = diagnose([d, [0.0] * WIDTH], Thresholds())
     assert s["verdict"] == "compute-bound" and s["ranks_reporting"] == 1
     assert diagnose([[0.0] * WIDTH], Thresholds()) is None
+
+
+def _waits(ranks: int, late: int | None, wait_ms: float) -> list:
+    """One window of `ranks` ranks: all compute 100 ms, and all but `late` then wait `wait_ms`
+    for it in the all-reduce (5 ms transfer)."""
+    ms = 1_000_000
+    out = []
+    for r in range(ranks):
+        w = 0 if r == late or late is None else wait_ms
+        out.append(_window([_row(s, int((105 + wait_ms) * ms), compute=int((100 + wait_ms - w) * ms),
+                                 comm=int((5 + w) * ms), exposed=int((5 + w) * ms))
+                            for s in range(10)]))
+    return out
+
+
+@pytest.mark.parametrize("ranks, wait_ms, needed", [
+    (2, 60, 2),    # clear: 36% of the step waiting (3x the threshold) in both windows
+    (2, 14, 5),    # small: 12%; the same one of 2 ranks last 5 times in a row by chance: 6%
+    (4, 14, 3),    # 1 in 16
+    (16, 14, 2),   # 1 in 16 already
+])
+def test_a_straggler_is_named_only_when_late_in_enough_windows_in_a_row(ranks, wait_ms, needed):
+    """Lateness that moves between ranks (jitter) never names anyone; the same rank last in
+    enough windows in a row is named (fewer when the waiting is large or the ranks many), and
+    loses the name when another rank is last or a window is balanced."""
+    live = Live(10, log=False)
+    late = [1, 0, 1, 0] + [1] * (needed + 1) + [None] + [1] * needed + [0]
+    for who in late:
+        live._report(_waits(ranks, who, wait_ms))
+    got = [s["late_rank"] for s in live.summaries]
+    named = [s["straggler"]["rank"] if s["straggler"] else None for s in live.summaries]
+    assert got == late
+    first = 4 + needed - 1  # the window that completes the run of `needed`
+    want = [None] * len(late)
+    want[first] = want[first + 1] = 1
+    want[4 + needed + 1 + needed] = 1
+    assert named == want, (named, want)
+    assert [s["straggler"]["windows"] for s in live.summaries if s["straggler"]] == [
+        needed, needed + 1, needed]
+    assert "changes from window to window" in live.summaries[1]["suggestion"]
+    assert "changes from window to window" in live.summaries[-1]["suggestion"]
+    assert live.summaries[4 + needed + 1]["verdict"] == "compute-bound"
+    assert f"a straggler once it is last {windows_needed(ranks)}" in live.summaries[0]["line"]
 
 
 def test_one_process_without_torch_distributed_diagnoses_itself(tmp_path, capsys):

@@ -18,7 +18,11 @@ How, without slowing or hanging training:
 The window's numbers follow the analysis (analyze/classify.py) on window sums: transfer = the
 least exposed communication of any rank, a rank's wait = its excess over that, shares of the
 rank's step time, mean over ranks (wait: max). Sums over N steps keep a rank that is late in
-every step and drop lateness that moves between ranks, as the analysis's consistency test does.
+every step and drop most lateness that moves between ranks; what is left of it can still make
+one short window look like one rank is late. So a straggler is named only once the same rank
+was the last in enough windows in a row that chance is an unlikely reason: k windows, when
+(1/n)^(k-1) <= STRAGGLER_CHANCE for n ranks (2 ranks: 5 windows; 3: 4; 4-9: 3; 10 or more: 2),
+or 2 when both windows lose at least CLEAR_WAIT x the wait threshold (a clear straggler).
 This module stays light (no numpy/pandas): it runs inside training.
 """
 
@@ -39,6 +43,8 @@ _IDX = [STEP_COLUMNS.index(c) for c in SUMS]
 _STEP = STEP_COLUMNS.index("step")
 WIDTH = 3 + len(SUMS)
 MAX_IN_FLIGHT = 64  # exchanges started and not yet back; past this a peer is gone or far behind
+STRAGGLER_CHANCE = 0.1  # at most this likely by chance: the same rank last k windows in a row
+CLEAR_WAIT = 3.0  # x the wait threshold: waiting this large names the rank after 2 windows
 
 
 class Live:
@@ -59,6 +65,7 @@ class Live:
         self._group = None
         self._window = [0.0] * WIDTH
         self._pending: list = []          # (work, outputs, tensor) in launch order
+        self._late: dict = {}             # rank 0: the rank last in the latest windows
 
     # ------------------------------------------------------------ rows in, exchange out
     def feed(self, rows: list) -> None:
@@ -147,9 +154,10 @@ class Live:
 
     # ------------------------------------------------------------------ diagnosis
     def _report(self, windows: list) -> None:
-        summary = diagnose(windows, self.th, self.knobs)
+        summary = diagnose(windows, self.th, self.knobs, self._late)
         if summary is None:
             return
+        self._late = summary["late"]
         self.summaries.append(summary)
         if self.log:
             print(f"gpuscope live {summary['line']}", file=sys.stderr, flush=True)
@@ -162,8 +170,19 @@ class Live:
                 self.on_diagnosis = None
 
 
-def diagnose(windows: list, th: Thresholds, knobs: dict | None = None) -> dict | None:
-    """The summary of one window from every rank's sums (lists of WIDTH floats, by rank)."""
+def windows_needed(n_ranks: int) -> int:
+    """Windows in a row the same rank must be last before chance is an unlikely reason."""
+    k = 2
+    while (1 / max(n_ranks, 2)) ** (k - 1) > STRAGGLER_CHANCE:
+        k += 1
+    return k
+
+
+def diagnose(windows: list, th: Thresholds, knobs: dict | None = None,
+             before: dict | None = None) -> dict | None:
+    """The summary of one window from every rank's sums (lists of WIDTH floats, by rank).
+    `before`: the previous summary's "late" ({rank, windows in a row, least waiting share of
+    them}); the summary's own "late" carries it on."""
     ranks = [dict(zip(("steps", "first_step", "last_step", *SUMS), w)) for w in windows]
     ranks = [dict(r, rank=i) for i, r in enumerate(ranks) if r["steps"] > 0 and r["step_ns"] > 0]
     if not ranks:
@@ -182,9 +201,17 @@ def diagnose(windows: list, th: Thresholds, knobs: dict | None = None) -> dict |
     verdict = max(over, key=over.get) if over else COMPUTE
     steps = max(r["steps"] for r in ranks)
     step_ms = max(r["step_ns"] for r in ranks) / steps / 1e6
-    straggler = None
+    before = before or {}
+    straggler, late, streak = None, None, {}
     if n > 1 and shares[IMBALANCED] >= th.wait:
         late = min(ranks, key=lambda r: r["wait_ns"])  # the one the others waited for
+        again = before.get("rank") == late["rank"]
+        streak = {"rank": late["rank"], "windows": before["windows"] + 1 if again else 1,
+                  "least_wait_share": min(shares[IMBALANCED], before["least_wait_share"])
+                  if again else shares[IMBALANCED]}
+    needed = windows_needed(n)
+    if late is not None and (streak["windows"] >= needed or (
+            streak["windows"] >= 2 and streak["least_wait_share"] >= CLEAR_WAIT * th.wait)):
         others = [r for r in ranks if r is not late]
         busy = sorted(r["busy_ns"] for r in others)
         m = len(busy)
@@ -194,13 +221,14 @@ def diagnose(windows: list, th: Thresholds, knobs: dict | None = None) -> dict |
         cause = max(typical, key=lambda k: late[k] - typical[k])
         straggler = {"rank": late["rank"],
                      "excess_ms": round((late["busy_ns"] - median) / late["steps"] / 1e6, 3),
-                     "cause": cause[:-3]}
+                     "cause": cause[:-3], "windows": streak["windows"]}
     summary = {
         "steps": [int(min(r["first_step"] for r in ranks)), int(max(r["last_step"] for r in ranks))],
         "ranks_reporting": n, "verdict": verdict,
         "share": round(shares.get(verdict, share("compute_ns")), 4),
         "shares": {k: round(v, 4) for k, v in shares.items()},
         "step_ms": round(step_ms, 3), "straggler": straggler,
+        "late_rank": late["rank"] if late is not None else None, "late": streak,
         "per_rank": [{"rank": r["rank"], "step_ms": round(r["step_ns"] / r["steps"] / 1e6, 3),
                       "data_ms": round(r["data_ns"] / r["steps"] / 1e6, 3),
                       "compute_ms": round(r["compute_ns"] / r["steps"] / 1e6, 3),
@@ -208,7 +236,7 @@ def diagnose(windows: list, th: Thresholds, knobs: dict | None = None) -> dict |
                       "wait_ms": round(r["wait_ns"] / r["steps"] / 1e6, 3)} for r in ranks],
         "at_unix_s": round(time.time(), 3),
     }
-    summary["suggestion"] = suggestion(summary, knobs or {})
+    summary["suggestion"] = suggestion(dict(summary, late_before=before.get("rank")), knobs or {})
     what = {DATA: "loading data", COMM: "in exposed communication",
             IMBALANCED: "waiting for other ranks", COMPUTE: ""}[verdict]
     head = f"[steps {summary['steps'][0]}-{summary['steps'][1]}, {step_ms:.1f} ms/step]: "
@@ -220,7 +248,10 @@ def diagnose(windows: list, th: Thresholds, knobs: dict | None = None) -> dict |
         line = head + f"{verdict} ({100 * summary['share']:.0f}% of the step {what})"
     if straggler:
         line += (f"; straggler: rank {straggler['rank']} (+{straggler['excess_ms']:.1f} ms/step, "
-                 f"{straggler['cause']})")
+                 f"{straggler['cause']}, last {streak['windows']} windows in a row)")
+    elif late is not None:
+        line += (f"; last to arrive: rank {late['rank']} ({streak['windows']} window(s) in a "
+                 f"row; a straggler once it is last {needed})")
     line += f"; {summary['suggestion']}"
     summary["line"] = line
     return summary
@@ -235,8 +266,12 @@ def suggestion(s: dict, knobs: dict) -> str:
                  "compute": "device (clocks, temperature, other jobs) or share of the work",
                  "other": "work between steps (logging, checkpoints)"}[st["cause"]]
         return f"try: look at rank {st['rank']}'s {where}"
+    if v == IMBALANCED and s["late_rank"] is not None and s.get("late_before") not in (
+            None, s["late_rank"]):
+        return ("try: even out per-step work (uneven inputs, noisy hosts, periodic host work): "
+                "the late rank changes from window to window")
     if v == IMBALANCED:
-        return "try: record more steps to name the rank the others wait for"
+        return "try: see the next windows: they name the rank the others wait for if it stays late"
     if v == DATA:
         workers = knobs.get("num_workers")
         now = f" (now {workers})" if isinstance(workers, int) else ""

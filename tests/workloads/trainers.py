@@ -2,10 +2,13 @@
 
     python -m torch.distributed.run --standalone --nproc_per_node 2 tests/workloads/trainers.py \\
         --trainer hf|lightning --out DIR [--accum 4] [--steps 8] [--profile]
+        [--live-every N] [--slow-rank-ms MS]
 
 Tiny models built from a config (no downloads), synthetic data. Beside gpuscope, a plain
 callback of the framework's own notes perf_counter at every micro-step end (the independent
 timing): DIR/timings-rank<r>.json. With --profile, torch.profiler traces go to DIR/kineto.
+With --live-every, the callback gets record(live_every=N) and rank 0's live summaries go to
+DIR/live.jsonl; --slow-rank-ms makes rank 1 a straggler (a sleep at each micro-step).
 """
 
 from __future__ import annotations
@@ -23,6 +26,24 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 _now = time.perf_counter
 
 
+def options(args) -> dict:
+    """record() options for the callback: live diagnosis when asked, summaries to a file."""
+    if not args.live_every:
+        return {}
+    path = os.path.join(args.out, "live.jsonl")
+
+    def keep(summary):
+        with open(path, "a") as fh:
+            fh.write(json.dumps(summary) + "\n")
+
+    return {"live_every": args.live_every, "on_diagnosis": keep}
+
+
+def slow_down(args) -> None:
+    if args.slow_rank_ms and int(os.environ.get("RANK", 0)) == 1:
+        time.sleep(args.slow_rank_ms / 1000)
+
+
 def save(out: str, marks: list[float], **extra) -> None:
     rank = int(os.environ.get("RANK", 0))
     with open(os.path.join(out, f"timings-rank{rank}.json"), "w") as fh:
@@ -37,7 +58,11 @@ def run_hf(args) -> None:
     marks: list[float] = []
 
     class Marks(TrainerCallback):  # the independent timing: perf_counter at each micro-step end
+        def on_step_begin(self, *a, **k):
+            slow_down(args)
+
         def on_substep_end(self, *a, **k):
+            slow_down(args)
             marks.append(_now())
 
         def on_step_end(self, *a, **k):
@@ -53,7 +78,7 @@ def run_hf(args) -> None:
                               gradient_accumulation_steps=args.accum, max_steps=args.steps,
                               logging_steps=10_000, save_strategy="no", report_to=[],
                               dataloader_num_workers=0, disable_tqdm=True)
-    callbacks = [GpuscopeCallback(os.path.join(args.out, "record")), Marks()]
+    callbacks = [GpuscopeCallback(os.path.join(args.out, "record"), **options(args)), Marks()]
     trainer = Trainer(model=model, args=targs, train_dataset=data, callbacks=callbacks)
     trainer.train()
     save(args.out, marks, accum=args.accum)
@@ -69,6 +94,9 @@ def run_lightning(args) -> None:
     marks: list[float] = []
 
     class Marks(pl.Callback):
+        def on_train_batch_start(self, *a, **k):
+            slow_down(args)
+
         def on_train_batch_end(self, *a, **k):
             marks.append(_now())
 
@@ -93,7 +121,8 @@ def run_lightning(args) -> None:
                          accumulate_grad_batches=args.accum, logger=False,
                          enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False,
-                         callbacks=[GpuscopeCallback(os.path.join(args.out, "record")), Marks()])
+                         callbacks=[GpuscopeCallback(os.path.join(args.out, "record"),
+                                                     **options(args)), Marks()])
     trainer.fit(Net(), loader)
     save(args.out, marks, accum=args.accum)
 
@@ -104,6 +133,8 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--accum", type=int, default=1)
     ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--live-every", type=int, default=0)
+    ap.add_argument("--slow-rank-ms", type=float, default=0.0)
     args = ap.parse_args()
     torch.set_num_threads(1)
     os.makedirs(args.out, exist_ok=True)
