@@ -250,8 +250,9 @@ def diagnose(windows: list, th: Thresholds, knobs: dict | None = None,
         line += (f"; straggler: rank {straggler['rank']} (+{straggler['excess_ms']:.1f} ms/step, "
                  f"{straggler['cause']}, last {streak['windows']} windows in a row)")
     elif late is not None:
+        soon = 2 if shares[IMBALANCED] >= CLEAR_WAIT * th.wait else needed  # waiting this large
         line += (f"; last to arrive: rank {late['rank']} ({streak['windows']} window(s) in a "
-                 f"row; a straggler once it is last {needed})")
+                 f"row; a straggler once it is last {soon})")
     line += f"; {summary['suggestion']}"
     summary["line"] = line
     return summary
