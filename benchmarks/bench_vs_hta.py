@@ -32,7 +32,11 @@ ROOT = os.path.dirname(HERE)
 SHARED = os.path.join(ROOT, "..", "shared", "traces", "hta")
 HTA_VENV = os.path.join(HERE, ".venv-hta")
 DEFAULT = ["trace_filter", "nccl_parser_config", "ns_resolution_trace", "mtia_trace_single_rank",
-           "sample_traces/imbalanced/kineto"]
+           "sample_traces/imbalanced/kineto", "nanogpt_2_ranks"]
+#: traces this benchmark makes on first use (under build/traces/NAME/kineto): a nanoGPT-shaped
+#: loop (tests/workloads/cases.py) on 2 ranks, 66 micro-steps profiled per rank (53 MB of JSON)
+MADE = {"nanogpt_2_ranks": ["--case", "nanogpt", "--steps", "20", "--profile",
+                            "--profile-steps", "66"]}
 
 _MEASURE = r"""
 import json, resource, sys, time, warnings, logging
@@ -135,6 +139,20 @@ def measure(py: str, tool: str, folder: str) -> dict:
     return res
 
 
+def made_folder(name: str) -> str:
+    """The traces of a MADE entry, recorded with torchrun the first time."""
+    out = os.path.join(ROOT, "build", "traces", name)
+    kineto = os.path.join(out, "kineto")
+    if not glob.glob(os.path.join(kineto, "*.json")):
+        print(f"making {kineto} ...", flush=True)
+        subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                        "--nproc_per_node", "2", os.path.join(ROOT, "tests", "workloads",
+                                                              "cases.py"), *MADE[name],
+                        "--out", out], check=True, cwd=ROOT, capture_output=True,
+                       env=dict(os.environ, OMP_NUM_THREADS="1"))
+    return kineto
+
+
 def end_to_end(cmd: list[str]) -> float:
     t = time.perf_counter()
     subprocess.run(cmd, capture_output=True, check=True, cwd=ROOT)
@@ -154,7 +172,8 @@ def main() -> None:
     results = []
     for name in args.folders:
         local = os.path.join(ROOT, name)
-        folder = os.path.normpath(local if os.path.isdir(local) else os.path.join(SHARED, name))
+        folder = os.path.normpath(made_folder(name) if name in MADE else local
+                                  if os.path.isdir(local) else os.path.join(SHARED, name))
         size = raw_size(folder)
         row = {"trace": name, "raw_json_mb":
                round(size / 1e6, 2)}

@@ -331,6 +331,7 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--profile-steps", type=int, default=4, help="micro-steps the profiler records")
     ap.add_argument("--live-every", type=int, default=0, help="record(live_every=N)")
     ap.add_argument("--accum", type=int, help="micro-steps per optimizer step (no_sync, fsdp2)")
     ap.add_argument("--batch", type=int, help="per-rank batch (no_sync, fsdp2)")
@@ -346,7 +347,7 @@ def main() -> None:
         from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
 
         prof = profile(activities=[ProfilerActivity.CPU],
-                       schedule=schedule(wait=1, warmup=1, active=4, repeat=1),
+                       schedule=schedule(wait=1, warmup=1, active=args.profile_steps, repeat=1),
                        on_trace_ready=tensorboard_trace_handler(os.path.join(args.out, "kineto")))
         prof.start()
         orig_step = gpuscope.Recorder.step

@@ -136,7 +136,7 @@ def p2p_mask(keys: list, sendrecv_kernels: bool = True) -> np.ndarray:
     for k in set(keys):
         if k is not None:
             memo[k] = is_p2p(k, sendrecv_kernels)
-    return np.fromiter((memo[k] for k in keys), dtype=bool, count=len(keys))
+    return np.fromiter(map(memo.__getitem__, keys), dtype=bool, count=len(keys))
 
 
 def op_part(name: str) -> int:
@@ -259,9 +259,8 @@ def sort_events(batches) -> RankEvents:
                 coll_args[n + i] = (args[i].pg_name, args[i].collective)
         tids = [e.tid for e in keep]
         del keep, args, present
-        tid_arr = (np.array(tids, dtype=np.int64)
-                   if all(type(t) is int and -(1 << 62) < t < (1 << 62) for t in tids)
-                   else _intern(tids, tid_ids, _thread_id))
+        plain = set(map(type, tids)) == {int} and -(1 << 62) < min(tids) and max(tids) < 1 << 62
+        tid_arr = np.array(tids, dtype=np.int64) if plain else _intern(tids, tid_ids, _thread_id)
         parts.append((nid, cid, stream, corr, ts, dur, tid_arr))
         n += m
     if parts:

@@ -74,11 +74,29 @@ def launch_times(ev: RankEvents) -> np.ndarray:
     return out
 
 
-def _host(ev: RankEvents, kind: int, lo: int, hi: int, mask=None):
-    sel = (ev.host_kind == kind) & (ev.host_start < hi) & (ev.host_end > lo)
-    if mask is not None:
-        sel &= mask
-    return spans.clip(spans.merge(ev.host_start[sel], ev.host_end[sel]), lo, hi), sel
+class Ranges:
+    """A subset of the host ranges (one kind, a mask), sorted by start, that gives the ranges
+    overlapping a window [lo, hi) without a pass over every event: those starting before hi
+    (a binary search) and after the last range that ends by lo (the running maximum of ends,
+    searched too). A window costs its own ranges, not the trace's."""
+
+    def __init__(self, ev: RankEvents, kind: int, mask=None):
+        sel = ev.host_kind == kind
+        if mask is not None:
+            sel = sel & mask
+        idx = np.flatnonzero(sel)
+        order = np.argsort(ev.host_start[idx], kind="stable")
+        self.index = idx[order]
+        self.start, self.end = ev.host_start[self.index], ev.host_end[self.index]
+        self.reach = np.maximum.accumulate(self.end) if self.end.size else self.end
+
+    def window(self, lo: int, hi: int):
+        """(merged spans clipped to the window, indices into the events of the ranges in it)."""
+        a = int(np.searchsorted(self.reach, lo, "right"))  # ranges before a all end by lo
+        b = int(np.searchsorted(self.start, hi, "left"))   # ranges from b on start at hi or later
+        s, e = self.start[a:b], self.end[a:b]
+        keep = e > lo
+        return spans.clip(spans.merge(s[keep], e[keep]), lo, hi), self.index[a:b][keep]
 
 
 def rank_rows(ev: RankEvents, rank: int, drop_last: bool):
@@ -97,16 +115,32 @@ def rank_rows(ev: RankEvents, rank: int, drop_last: bool):
     leaf = leaf_ops(ev, main) if not gpu else None
     waits = main & (ev.host_wait == WAITS) if not gpu else None
     annots = main & (ev.host_wait == ANNOTATION) if not gpu else None
+    # the host ranges each part of a step is made of, indexed once for all the steps
+    data_r = Ranges(ev, DATA)
+    phase_r = {name: Ranges(ev, OP, main & np.isin(ev.host_sub, subs))
+               for name, subs in (("forward_ns", (FORWARD, MICROBATCH)),
+                                  ("backward_ns", (BACKWARD,)), ("optimizer_ns", (OPTIMIZER,)))}
+    micro_r = Ranges(ev, OP, main & (ev.host_sub == MICROBATCH))
+    if gpu:
+        comm_r, p2p_r = Ranges(ev, COMM_HOST, cpu_coll), Ranges(ev, COMM_HOST, cpu_coll & host_p2p)
+    else:
+        ops_r, comm_r = Ranges(ev, OP, main), Ranges(ev, COMM_HOST)
+        wait_r, annot_r, leaf_r = Ranges(ev, OP, waits), Ranges(ev, OP, annots), Ranges(ev, OP, leaf)
+        p2p_r = Ranges(ev, COMM_HOST, host_p2p)
+    dev_order = np.argsort(launched, kind="stable") if gpu else None
+    launched_sorted = launched[dev_order] if gpu else None
     rows, colls = [], []
     for sid, lo, hi in windows:
         n_before = len(colls)
         step_ns = hi - lo
-        data_set, _ = _host(ev, DATA, lo, hi)
-        if gpu:
-            sel = (launched >= lo) & (launched < hi)
+        data_set, _ = data_r.window(lo, hi)
+        if gpu:  # the device events the step launched: a slice of them in launch order
+            sel = dev_order[np.searchsorted(launched_sorted, lo, "left"):
+                            np.searchsorted(launched_sorted, hi, "left")]
+            sel = np.sort(sel)  # in trace order, as a mask would give them
             kind, s, e = ev.dev_kind[sel], ev.dev_start[sel], ev.dev_end[sel]
             comp = spans.merge(s[kind == COMPUTE], e[kind == COMPUTE])
-            host_comm, hsel = _host(ev, COMM_HOST, lo, hi, cpu_coll)
+            host_comm, hsel = comm_r.window(lo, hi)
             comm = spans.union(spans.merge(s[kind == COMM], e[kind == COMM]), host_comm)
             compute_ns = spans.length(comp)
             comm_ns = spans.length(comm)
@@ -115,22 +149,21 @@ def rank_rows(ev: RankEvents, rank: int, drop_last: bool):
             gaps = host_gaps(s, e, launched[sel])
             host_ns = spans.length(spans.subtract(gaps, spans.union(data_set, comm)))
             p2p_dev = dev_p2p[sel] & (kind == COMM)
-            p2p = spans.union(spans.merge(s[p2p_dev], e[p2p_dev]),
-                              _host(ev, COMM_HOST, lo, hi, cpu_coll & host_p2p)[0])
+            p2p = spans.union(spans.merge(s[p2p_dev], e[p2p_dev]), p2p_r.window(lo, hi)[0])
             bubble_ns = spans.length(spans.subtract(p2p, comp))
-            for j in np.flatnonzero(sel & (ev.dev_kind == COMM) & ~dev_p2p):
+            for j in sel[(kind == COMM) & ~dev_p2p[sel]].tolist():
                 colls.append((sid, ev.dev_coll[j], int(ev.dev_end[j] - ev.dev_start[j]),
                               int(ev.dev_end[j])))
-            for j in np.flatnonzero(hsel & ~host_p2p):
+            for j in np.sort(hsel[~host_p2p[hsel]]).tolist():
                 colls.append((sid, ev.host_coll[j], int(ev.host_end[j] - ev.host_start[j]),
                               int(ev.host_end[j])))
         else:
-            ops, _ = _host(ev, OP, lo, hi, main)
-            comm, csel = _host(ev, COMM_HOST, lo, hi)
-            waiting, _ = _host(ev, OP, lo, hi, waits)
-            annot, _ = _host(ev, OP, lo, hi, annots)
+            ops, _ = ops_r.window(lo, hi)
+            comm, csel = comm_r.window(lo, hi)
+            waiting, _ = wait_r.window(lo, hi)
+            annot, _ = annot_r.window(lo, hi)
             if waiting[0].size or annot[0].size:  # inside wait ranges only their ops work
-                leaves, _ = _host(ev, OP, lo, hi, leaf)
+                leaves, _ = leaf_r.window(lo, hi)
                 idle = spans.subtract(waiting, leaves)
                 if annot[0].size:  # long stretches of a record_function range with no op
                     gap_s, gap_e = spans.subtract(annot, leaves)
@@ -145,8 +178,8 @@ def rank_rows(ev: RankEvents, rank: int, drop_last: bool):
             exposed_ns = spans.length(exposed)
             data_ns = spans.length(data_set)
             host_ns = 0
-            bubble_ns = spans.overlap(_host(ev, COMM_HOST, lo, hi, host_p2p)[0], exposed)
-            for j in np.flatnonzero(csel & ~host_p2p):
+            bubble_ns = spans.overlap(p2p_r.window(lo, hi)[0], exposed)
+            for j in np.sort(csel[~host_p2p[csel]]).tolist():
                 colls.append((sid, ev.host_coll[j], int(ev.host_end[j] - ev.host_start[j]),
                               int(ev.host_end[j])))
         data_ns = min(data_ns, step_ns)
@@ -154,12 +187,8 @@ def rank_rows(ev: RankEvents, rank: int, drop_last: bool):
         compute_ns = max(0, min(compute_ns, step_ns - data_ns - exposed_ns))
         host_ns = max(0, min(host_ns, step_ns - data_ns - exposed_ns - compute_ns))
         bubble_ns = max(0, min(bubble_ns, exposed_ns))
-        parts = {}
-        for name, subs in (("forward_ns", (FORWARD, MICROBATCH)), ("backward_ns", (BACKWARD,)),
-                           ("optimizer_ns", (OPTIMIZER,))):
-            part, _ = _host(ev, OP, lo, hi, main & np.isin(ev.host_sub, subs))
-            parts[name] = spans.length(part)
-        micro = int(np.count_nonzero(_host(ev, OP, lo, hi, main & (ev.host_sub == MICROBATCH))[1]))
+        parts = {name: spans.length(r.window(lo, hi)[0]) for name, r in phase_r.items()}
+        micro = int(micro_r.window(lo, hi)[1].size)
         rows.append({"rank": rank, "step": sid, "start_ns": lo, "step_ns": step_ns,
                      "data_ns": data_ns, "compute_ns": compute_ns, "comm_ns": comm_ns,
                      "comm_exposed_ns": exposed_ns, "wait_ns": 0,
