@@ -55,3 +55,32 @@ def test_a_cut_inside_a_string_falls_back_to_one_process(small_cut, tmp_path, mo
     whole = reader.parse_file(str(path), split=False)
     assert _same(split[2], whole[2])
     assert split[2].host_kind.size == 4001
+
+
+def test_two_processes_work_out_the_rows_of_their_own_files(tmp_path, monkeypatch):
+    """Two traces, one per rank: each process decodes one and works out its rank's step rows;
+    the table is the one a single process makes."""
+    import shutil
+
+    from gpuscope.readers import read_path
+
+    if not reader._can_fork():
+        pytest.skip("needs fork and two cores")
+    src = os.path.join(os.path.dirname(__file__), "..", "sample_traces", "imbalanced", "kineto")
+    for name in ("vm_22026.1795999609973900603.pt.trace.json.gz",
+                 "vm_22027.1795999609989363876.pt.trace.json.gz"):  # one cycle of each rank
+        shutil.copy(os.path.join(src, name), tmp_path / name)
+    calls = []
+    real = reader.prepared
+    monkeypatch.setattr(reader, "prepared", lambda item: calls.append(1) or real(item))
+    used = []
+    real_rows = reader.rank_rows
+    monkeypatch.setattr(reader, "rank_rows", lambda *a: used.append(a[1]) or real_rows(*a))
+    two = read_path(str(tmp_path))
+    assert len(calls) == 1  # the parent's file here; the child's in the child
+    assert len(used) == 1  # the parent's file, beside the child; none left for the table
+    monkeypatch.setattr(reader, "_can_fork", lambda: False)
+    one = read_path(str(tmp_path))
+    assert sorted(two.frame["rank"].unique()) == [0, 1]
+    assert two.frame.equals(one.frame) and two.warnings == one.warnings
+    assert two.gpu_breakdown == one.gpu_breakdown

@@ -124,8 +124,9 @@ def _parse_all(files: list[str], jobs: int | None) -> list:
         groups[g].append(i)
         load[g] += sizes[i]
     mine, theirs = groups
-    with _in_child(lambda: [parse_file(files[i]) for i in theirs]) as collect:
-        done = {i: parse(files[i]) for i in mine}
+    # each process also works out its files' step rows (for a rank with one file), meanwhile
+    with _in_child(lambda: [prepared(parse_file(files[i])) for i in theirs]) as collect:
+        done = {i: prepared(parse(files[i])) for i in mine}
         status, value = collect()
     if status == "ok":
         done.update(zip(theirs, value))
@@ -133,6 +134,20 @@ def _parse_all(files: list[str], jobs: int | None) -> list:
     else:  # e.g. a bad file in the child's group: redo here, where the error is raised
         done.update({i: parse(files[i]) for i in theirs})
     return [done[i] for i in range(len(files))]
+
+
+def prepared(item: tuple) -> tuple:
+    """(path, info, events, (rank, drop_last, rank_rows' result, GPU breakdown)): the rows of
+    the file's rank as if it were that rank's only file, with the last step dropped when the
+    file alone has two steps or more. _table uses them when both turn out so, and works them
+    out itself otherwise."""
+    f, info, ev = item[:3]
+    rid, _ = identify(f, info)
+    if rid.rank is None:
+        return f, info, ev, None
+    drop_last = np.unique(ev.step_id[ev.host_kind == STEP]).size >= 2
+    return f, info, ev, (rid.rank, drop_last, rank_rows(ev, rid.rank, drop_last),
+                         gpu_breakdown(ev, drop_last))
 
 
 def process_of(path: str) -> str:
@@ -183,7 +198,8 @@ def _table(path: str, parsed: list, warnings: list[str]) -> RunTable:
     by_rank: dict[int, list] = {}
     ids: dict[int, RankId] = {}
     unknown = []
-    for f, info, ev in parsed:
+    ready = {item[0]: item[3] for item in parsed if len(item) > 3 and item[3] is not None}
+    for f, info, ev, *_ in parsed:
         warnings += file_warnings(f, ev)
         rid, w = identify(f, info)
         warnings += w
@@ -224,12 +240,15 @@ def _table(path: str, parsed: list, warnings: list[str]) -> RunTable:
         if len(items) > 1:
             warnings.append(f"rank {rank}: {len(items)} trace files (repeated profiler cycles) "
                             "merged")
-        r_rows, r_colls, w = rank_rows(ev, rank, drop_last)
+        pre = ready.get(items[0][0]) if len(items) == 1 else None
+        if pre is not None and pre[:2] == (rank, drop_last):  # worked out beside the parse
+            (r_rows, r_colls, w), hta = pre[2], pre[3]
+        else:
+            (r_rows, r_colls, w), hta = rank_rows(ev, rank, drop_last), gpu_breakdown(ev, drop_last)
         micro = [r.pop("microbatches") for r in r_rows]
         warnings += [f"rank {rank}: {x}" for x in w]
         rows += r_rows
         colls[rank] = r_colls
-        hta = gpu_breakdown(ev, drop_last)
         if hta:
             breakdown[rank] = hta
         knobs = {}
