@@ -124,9 +124,18 @@ def _parse_all(files: list[str], jobs: int | None) -> list:
         groups[g].append(i)
         load[g] += sizes[i]
     mine, theirs = groups
-    # each process also works out its files' step rows (for a rank with one file), meanwhile
-    with _in_child(lambda: [prepared(parse_file(files[i])) for i in theirs]) as collect:
-        done = {i: prepared(parse(files[i])) for i in mine}
+    # each process also works out the step rows of its files that are their rank's only one
+    # (a profiler cycle of its own process: tensorboard_trace_handler's names tell), meanwhile
+    per_process: dict[str, int] = {}
+    for f in files:
+        per_process[process_of(f)] = per_process.get(process_of(f), 0) + 1
+    alone = [not process_of(f) or per_process[process_of(f)] == 1 for f in files]
+
+    def rows_too(i, item):
+        return prepared(item) if alone[i] else item
+
+    with _in_child(lambda: [rows_too(i, parse_file(files[i])) for i in theirs]) as collect:
+        done = {i: rows_too(i, parse(files[i])) for i in mine}
         status, value = collect()
     if status == "ok":
         done.update(zip(theirs, value))
