@@ -1,7 +1,8 @@
 """Analysis at scale: record run dirs of R ranks x S steps, analysed end to end (`gpuscope.analyze`:
 read every rank file, waits, labels, stragglers, suggestions), in a fresh process each, with
 its time (after imports) and peak memory (the main process's peak RSS over its post-import
-baseline: the forked reader's pages are not counted), and the command a user types
+baseline: the shared memory the forked reader hands its columns back through is counted there,
+the child's own working memory is not), and the command a user types
 (`gpuscope analyze DIR -q`, start-up included); the budget (DESIGN.md) is 1,024 ranks x 1,000
 steps in under 3 s with memory linear in ranks x steps.
 
