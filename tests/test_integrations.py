@@ -80,8 +80,10 @@ def test_one_line_in_a_trainer_records_the_run(trainer_run, trainer, accum):
 @pytest.mark.parametrize("trainer", ["hf", "lightning"])
 def test_live_diagnosis_through_a_trainer(tmp_path, trainer):
     """record options pass through the callback: live_every and on_diagnosis on a Trainer that
-    accumulates 2 micro-steps, rank 1 30 ms late at each: the live lines name it while training
-    (from its second late window), as the analysis does afterwards."""
+    accumulates 2 micro-steps, rank 1 made 30 ms late in the framework's step hooks: the live
+    lines name it while training (from its second late window) with about the time it slept per
+    micro-step (HF calls its hooks 3 times per 2 micro-steps, Lightning once per micro-step), as
+    the analysis does afterwards."""
     pytest.importorskip("transformers" if trainer == "hf" else "lightning")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
            SCRIPT, "--trainer", trainer, "--accum", "2", "--steps", "12", "--live-every", "6",
@@ -91,12 +93,17 @@ def test_live_diagnosis_through_a_trainer(tmp_path, trainer):
     if proc.returncode != 0:
         assert _aborted_at_exit(proc.stderr, tmp_path), proc.stderr[-3000:]
     summaries = [json.loads(x) for x in open(tmp_path / "live.jsonl")]
+    slow = json.load(open(tmp_path / "timings-rank1.json"))
+    slept_ms = 1000 * slow["slept_s"] / len(slow["micro_end_s"])  # per micro-step
     assert len(summaries) >= 2  # 24 micro-steps, windows of 6; the last may be dropped at exit
     assert [s["steps"][0] for s in summaries] == list(range(0, 6 * len(summaries), 6))
     for i, s in enumerate(summaries):
         assert s["verdict"] == "imbalanced" and s["late_rank"] == 1
         if i:
-            assert s["straggler"]["rank"] == 1 and 20 < s["straggler"]["excess_ms"] < 45
+            assert s["straggler"]["rank"] == 1
+            # per micro-step (per optimizer step would be 2x); a window on this 2-core VM can
+            # show half as much again (CI: 46.7 ms for 30 slept)
+            assert 0.5 * slept_ms < s["straggler"]["excess_ms"] < 1.8 * slept_ms, slept_ms
     lines = [x for x in proc.stderr.splitlines() if x.startswith("gpuscope live [")]
     assert len(lines) == len(summaries)
     rep = gpuscope.analyze(str(tmp_path / "record"))
