@@ -109,7 +109,7 @@ def test_typed_rows_read_what_line_by_line_reads(tmp_path, monkeypatch, shape):
 
 
 @pytest.mark.parametrize("damage", ["corrupt_middle", "cut_tail", "float_in_comm", "extra_key",
-                                    "huge_comm", "blank_lines", "repeated_step"])
+                                    "huge_comm", "blank_lines", "repeated_step", "null_comm"])
 def test_bulk_paths_fall_back_on_damage(tmp_path, monkeypatch, damage):
     run = tmp_path / "run"
     shutil.copytree(RUNS[0], run)
@@ -128,6 +128,8 @@ def test_bulk_paths_fall_back_on_damage(tmp_path, monkeypatch, damage):
         lines[i] = lines[i].replace(b'{"_comm"', b'{"mine":5,"_comm"', 1)
     elif damage == "huge_comm":
         lines[i] = re.sub(rb'("all_reduce:ddp":\[)\d+', rb"\g<1>99999999999999999999", lines[i])
+    elif damage == "null_comm":
+        lines[i] = re.sub(rb'"_comm":\{[^}]*\}', b'"_comm":null', lines[i])
     elif damage == "repeated_step":
         lines.insert(i + 2, lines[i])
     elif damage == "blank_lines":

@@ -33,7 +33,8 @@ _COLUMN_TYPES = {"step": Annotated[int, msgspec.Meta(ge=0, le=MAX_STEP)],
 class _Extra(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     """A row's trailing object when it holds only collectives and the batch's size."""
 
-    comm: Optional[dict[str, tuple[_NS, _NS, _NS]]] = msgspec.field(default=None, name="_comm")
+    # absent: none; an explicit null is left to the careful path, which counts it as bad
+    comm: dict[str, tuple[_NS, _NS, _NS]] = msgspec.field(default_factory=dict, name="_comm")
     samples: Annotated[int, msgspec.Meta(ge=0, le=1 << 40)] = msgspec.field(default=-1,
                                                                            name="_samples")
 
@@ -112,21 +113,18 @@ def decode_body(body: bytes, columns: list, rank: int) -> Body | None:
     comm = None
     extras = list(map(extra, rows)) if extra else []
     if extras and any(e is not None for e in extras):
-        present_rows = extras if None not in extras else [e for e in extras if e is not None]
-        comms = list(map(_comm_of, present_rows))
-        if len(present_rows) < n or None in comms:
-            comms = [e.comm if e is not None else None for e in extras]
-            counts = [len(c) if c else 0 for c in comms]
-        else:
-            counts = list(map(len, comms))
-        present = [c for c in comms if c] if None in comms or 0 in counts else comms
+        every = None not in extras  # every row has its trailing object
+        comms = list(map(_comm_of, extras)) if every else [{} if e is None else e.comm
+                                                            for e in extras]
+        counts = list(map(len, comms))
+        present = comms if 0 not in counts else [c for c in comms if c]
         total = sum(counts)
         if total:
             vals = np.fromiter(chain.from_iterable(chain.from_iterable(map(dict.values, present))),
                                np.int64, 3 * total).reshape(-1, 3)
             comm = (np.repeat(steps, counts), list(chain.from_iterable(present)), vals)
-        samples = [-1 if e is None else e.samples for e in extras] if len(present_rows) < n \
-            else list(map(_samples_of, extras))
+        samples = (list(map(_samples_of, extras)) if every
+                   else [-1 if e is None else e.samples for e in extras])
         if max(samples) >= 0:
             cols["samples"] = np.array(samples, np.int64)
     ends = [list(arr[0].tolist()), list(arr[-1].tolist())] if n else []
