@@ -11,13 +11,18 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
+def small_range(cells: int, n: int) -> bool:
+    """A table of `cells` entries (indexed by value) is worth it for `n` values: O(n), no sort."""
+    return cells <= 4 * n + 1024
+
+
 def dense_unique(values) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """np.unique(values, return_inverse=True, return_counts=True) (inverse flat), in one O(n)
     pass (bincount) for non-negative ints of a small range, as steps and ranks are."""
     v = np.asarray(values)
     if v.size and v.dtype.kind in "iu":
         lo, hi = int(v.min()), int(v.max())
-        if lo >= 0 and hi < 4 * v.size + 1024:
+        if lo >= 0 and small_range(hi + 1, v.size):
             counts = np.bincount(v)
             keys = np.flatnonzero(counts)
             lookup = np.zeros(hi + 1, np.intp)
@@ -39,7 +44,7 @@ def find_pairs(keys_a: np.ndarray, keys_b: np.ndarray, a: np.ndarray, b: np.ndar
     span = int(max(keys_b.max(), b.max())) + 1
     key, want = keys_a * span + keys_b, a * span + b
     size = int(max(key.max(), want.max())) + 1
-    if size <= 4 * (key.size + want.size) + 1024:
+    if small_range(size, key.size + want.size):
         table = np.full(size, -1, np.int64)
         table[key] = np.arange(key.size)
         at = table[want]

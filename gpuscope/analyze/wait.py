@@ -16,7 +16,7 @@ import pandas as pd
 
 from ..record_format import is_p2p
 from ..runtable import key_parts, mask_of
-from .groups import dense_unique, find_pairs
+from .groups import dense_unique, find_pairs, small_range
 
 
 def estimate_wait(frame: pd.DataFrame, warnings: list[str],
@@ -78,10 +78,6 @@ def _group_waits(frame: pd.DataFrame, comm: pd.DataFrame) -> np.ndarray | None:
     return np.bincount(at[hit], wait[hit], len(frame)).astype(np.int64)
 
 
-#: the (group, step, rank) grid is used when it has at most this many cells per collective row
-DENSE_CELLS_PER_ROW = 4
-
-
 def _dense_waits(g, s, r, e):
     """On a (group, step, rank) grid: each cell's exposed time summed over its collectives, the
     group's members (ranks seen in it at all), and per (group, step) seen on all of them the
@@ -90,7 +86,7 @@ def _dense_waits(g, s, r, e):
     g0, s0, r0 = int(g.min()), int(s.min()), int(r.min())
     ng, ns, nr = int(g.max()) - g0 + 1, int(s.max()) - s0 + 1, int(r.max()) - r0 + 1
     cells = ng * ns * nr
-    if cells > DENSE_CELLS_PER_ROW * g.size + 1024:
+    if not small_range(cells, g.size):
         return None
     idx = ((g - g0) * ns + (s - s0)) * nr + (r - r0)
     total = np.bincount(idx, e.astype(np.float64), cells).reshape(ng, ns, nr)

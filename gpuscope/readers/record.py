@@ -334,7 +334,7 @@ def _load_all(names: list[str]) -> list:
         len(names) >= 2 and sum(file_size(n) for n in names) >= PARALLEL_MIN_BYTES)
     if not big or not _can_fork():
         return load(names)
-    # the child sends its files back through a pipe (pickled), so it takes a little less
+    # the child also copies its columns into the shared arena, so it takes a little less
     sizes = [file_size(n) for n in names]
     cut, total, acc = len(names), sum(sizes), 0
     for i, size in enumerate(sizes):

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import os
+from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 
 import msgspec
@@ -126,9 +127,7 @@ def _parse_all(files: list[str], jobs: int | None) -> list:
     mine, theirs = groups
     # each process also works out the step rows of its files that are their rank's only one
     # (a profiler cycle of its own process: tensorboard_trace_handler's names tell), meanwhile
-    per_process: dict[str, int] = {}
-    for f in files:
-        per_process[process_of(f)] = per_process.get(process_of(f), 0) + 1
+    per_process = Counter(map(process_of, files))
     alone = [not process_of(f) or per_process[process_of(f)] == 1 for f in files]
 
     def rows_too(i, item):
