@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from contextlib import contextmanager
 
 from .demo import SCENARIOS
 from .errors import GpuscopeError
@@ -20,12 +21,36 @@ def _need_plotly() -> None:
             from None
 
 
-def cmd_analyze(args) -> int:
-    from . import analyze
+@contextmanager
+def _early_parse(path: str):
+    """Profiler traces at `path` are parsed by forked processes from now on, while the block
+    imports the analysis stack (readers/kineto/prefetch.py); a run dir is left to its reader."""
+    files = []
+    try:
+        from .record_format import is_record_file, is_run_dir
 
-    if args.html:
-        _need_plotly()
-    report = analyze(args.path, thresholds=args.thresholds, skip=args.skip)
+        if os.path.exists(path) and not (is_run_dir(path) or is_record_file(path)):
+            from .trace_files import find_trace_files
+
+            files = find_trace_files(path)
+    except OSError:  # the reader reports it
+        files = []
+    if not files:
+        yield
+        return
+    from .readers.kineto.prefetch import prefetching
+
+    with prefetching(files):
+        yield
+
+
+def cmd_analyze(args) -> int:
+    with _early_parse(args.path):
+        if args.html:
+            _need_plotly()
+        from . import analyze
+
+        report = analyze(args.path, thresholds=args.thresholds, skip=args.skip)
     # the files first: a reader that closes stdout early (| head) must not lose them
     if args.json:
         report.write_json(args.json)
@@ -41,12 +66,13 @@ def cmd_analyze(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from .analyze.pipeline import analyze_table
-    from .readers import read_path
-
     if not args.parquet and not args.perfetto:
         raise GpuscopeError("nothing to export: give --parquet FILE and/or --perfetto FILE")
-    table = read_path(args.path)
+    with _early_parse(args.path):
+        from .analyze.pipeline import analyze_table
+        from .readers import read_path
+
+        table = read_path(args.path)
     from .thresholds import Thresholds
 
     report = analyze_table(table, Thresholds().with_overrides(args.thresholds), skip=args.skip)

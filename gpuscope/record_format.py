@@ -19,12 +19,22 @@ and the reader) take these names from here.
 
 from __future__ import annotations
 
+import glob
+import os
 import re
 
 SCHEMA = "gpuscope.record/1"
 FILE_GLOB = "rank-*.gpuscope.jsonl"
 FILE_SUFFIX = ".gpuscope.jsonl"
 _NAME = re.compile(r"^rank-(\d+)(?:-(\d+))?\.gpuscope\.jsonl$")
+
+
+def is_run_dir(path: str) -> bool:
+    return os.path.isdir(path) and bool(glob.glob(os.path.join(path, FILE_GLOB)))
+
+
+def is_record_file(path: str) -> bool:
+    return os.path.isfile(path) and path.endswith(FILE_SUFFIX)
 
 STEP_COLUMNS = (
     "step",             # step index on this rank, from 0

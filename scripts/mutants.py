@@ -11,6 +11,7 @@ the script exits 1 when there is one.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -62,12 +63,26 @@ MUTANTS = [
     ("reader keeps out-of-range rows", "gpuscope/readers/record.py",
      "    inside = ok & ((arr >= lo) & (arr <= hi)).all(axis=1)\n", "    inside = ok\n",
      ["tests/test_bad_input.py"]),
-    ("decoder child left running", "gpuscope/readers/kineto/reader.py",
+    ("decoder child left running", "gpuscope/readers/fork.py",
      "        if child.exitcode is None:  # never listened to, or stuck: stop it\n"
      "            child.terminate()\n            child.join(timeout=5)\n"
      "        if child.exitcode is None:\n            child.kill()\n            child.join()\n"
      "        child.close()\n", "",
-     ["tests/test_bad_input.py", "-k", "decoder"]),
+     ["tests/test_bad_input.py", "tests/test_kineto_prefetch.py", "-k", "decoder or outlives"]),
+    ("prefetch takes changed files", "gpuscope/readers/kineto/prefetch.py",
+     " and _stamp(f) == self.stamps[i]", "", ["tests/test_kineto_prefetch.py", "-k", "changed"]),
+    ("prefetch half-file child orphaned", "gpuscope/readers/kineto/prefetch.py",
+     "            signal.signal(signal.SIGTERM, _unwind)\n", "",
+     ["tests/test_kineto_prefetch.py", "-k", "while_a_file_is_cut"]),
+    ("prefetch child a daemon", "gpuscope/readers/kineto/prefetch.py",
+     "                                                               daemon=False)))",
+     "                                                               daemon=True)))",
+     ["tests/test_kineto_prefetch.py", "-k", "cut_in_two"]),
+    ("CLI parses traces late", "gpuscope/cli.py", "    with _early_parse(args.path):\n        if args.html:",
+     "    if True:\n        if args.html:", ["tests/test_kineto_prefetch.py", "-k", "command_line"]),
+    ("CLI parses a run dir's traces early", "gpuscope/cli.py",
+     "not (is_run_dir(path) or is_record_file(path))", "True",
+     ["tests/test_kineto_prefetch.py", "-k", "run_dir"]),
     ("writes on the step path", "gpuscope/record/writer.py",
      "            self._queue.append(\"\\n\".join(lines) + \"\\n\")\n",
      "            self._fh.write(\"\\n\".join(lines) + \"\\n\")\n            self._fh.flush()\n",
@@ -100,6 +115,8 @@ def run(m) -> tuple[bool, float]:
 
 
 def main(argv) -> int:
+    # stopped (timeout, kill): unwind, so that run() puts the mutated file back
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     chosen = [m for m in MUTANTS if not argv or any(a in m[0] for a in argv)]
     gaps = 0
     for m in chosen:

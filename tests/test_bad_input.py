@@ -226,7 +226,7 @@ def test_a_decoder_still_working_is_stopped_when_the_parent_gives_up():
     is terminated on the way out, not left to finish or to block on its pipe."""
     import time
 
-    from gpuscope.readers.kineto.reader import _in_child
+    from gpuscope.readers.fork import _in_child
 
     before = set(live_children())
     t0 = time.perf_counter()

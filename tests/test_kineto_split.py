@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from gpuscope.readers.kineto import reader
+from gpuscope.readers.kineto import parse, reader
 
 HTA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "traces", "hta")
 FIELDS = ("host_kind", "host_start", "host_end", "host_tid", "step_id", "dev_kind", "dev_start",
@@ -19,8 +19,8 @@ def _same(a, b):
 
 @pytest.fixture
 def small_cut(monkeypatch):
-    monkeypatch.setattr(reader, "SPLIT_TEXT_BYTES", 64 << 10)
-    if not reader._can_fork():
+    monkeypatch.setattr(parse, "SPLIT_TEXT_BYTES", 64 << 10)
+    if not parse._can_fork():
         pytest.skip("needs fork and two cores")
 
 
@@ -29,11 +29,11 @@ def test_split_equals_one_process_on_a_real_trace(small_cut, monkeypatch):
     if not os.path.exists(path):
         pytest.skip("shared HTA traces not present")
     calls = []
-    real = reader.decode_trace
-    monkeypatch.setattr(reader, "decode_trace", lambda p, b=None: calls.append(p) or real(p, b))
-    split = reader.parse_file(path, split=True)
+    real = parse.decode_trace
+    monkeypatch.setattr(parse, "decode_trace", lambda p, b=None: calls.append(p) or real(p, b))
+    split = parse.parse_file(path, split=True)
     assert calls == []  # really cut in two
-    whole = reader.parse_file(path, split=False)
+    whole = parse.parse_file(path, split=False)
     assert split[1] == whole[1]  # distributedInfo
     assert _same(split[2], whole[2])
 
@@ -48,11 +48,11 @@ def test_a_cut_inside_a_string_falls_back_to_one_process(small_cut, tmp_path, mo
     path.write_text(json.dumps({"distributedInfo": {"rank": 0}, "traceEvents": events},
                                indent=1))
     calls = []
-    real = reader.decode_trace
-    monkeypatch.setattr(reader, "decode_trace", lambda p, b=None: calls.append(p) or real(p, b))
-    split = reader.parse_file(str(path), split=True)
+    real = parse.decode_trace
+    monkeypatch.setattr(parse, "decode_trace", lambda p, b=None: calls.append(p) or real(p, b))
+    split = parse.parse_file(str(path), split=True)
     assert calls == [str(path)]  # the cut was refused and the file decoded in one piece
-    whole = reader.parse_file(str(path), split=False)
+    whole = parse.parse_file(str(path), split=False)
     assert _same(split[2], whole[2])
     assert split[2].host_kind.size == 4001
 
@@ -64,22 +64,23 @@ def test_two_processes_work_out_the_rows_of_their_own_files(tmp_path, monkeypatc
 
     from gpuscope.readers import read_path
 
-    if not reader._can_fork():
+    if not parse._can_fork():
         pytest.skip("needs fork and two cores")
     src = os.path.join(os.path.dirname(__file__), "..", "sample_traces", "imbalanced", "kineto")
     for name in ("vm_22026.1795999609973900603.pt.trace.json.gz",
                  "vm_22027.1795999609989363876.pt.trace.json.gz"):  # one cycle of each rank
         shutil.copy(os.path.join(src, name), tmp_path / name)
     calls = []
-    real = reader.prepared
-    monkeypatch.setattr(reader, "prepared", lambda item: calls.append(1) or real(item))
+    real = parse.prepared
+    monkeypatch.setattr(parse, "prepared", lambda item: calls.append(1) or real(item))
     used = []
-    real_rows = reader.rank_rows
-    monkeypatch.setattr(reader, "rank_rows", lambda *a: used.append(a[1]) or real_rows(*a))
+    real_rows = parse.rank_rows
+    for module in (parse, reader):  # beside the parse, and in the table when not done there
+        monkeypatch.setattr(module, "rank_rows", lambda *a: used.append(a[1]) or real_rows(*a))
     two = read_path(str(tmp_path))
     assert len(calls) == 1  # the parent's file here; the child's in the child
     assert len(used) == 1  # the parent's file, beside the child; none left for the table
-    monkeypatch.setattr(reader, "_can_fork", lambda: False)
+    monkeypatch.setattr(parse, "_can_fork", lambda: False)
     one = read_path(str(tmp_path))
     assert sorted(two.frame["rank"].unique()) == [0, 1]
     assert two.frame.equals(one.frame) and two.warnings == one.warnings

@@ -5,9 +5,12 @@ from __future__ import annotations
 import gc
 import os
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from ..errors import InputError
-from ..runtable import RunTable
+
+if TYPE_CHECKING:  # pandas: not imported before a reader needs it (kineto/prefetch.py)
+    from ..runtable import RunTable
 
 
 @contextmanager
@@ -32,12 +35,14 @@ def read_path(path) -> RunTable:
 
 
 def _read_path(path) -> RunTable:
-    from .record import is_record_file, is_run_dir, read_run_dir
+    from ..record_format import is_record_file, is_run_dir
 
     path = os.fspath(path)
     if not os.path.exists(path):
         raise InputError(f"{path}: no such file or directory")
     if is_run_dir(path) or is_record_file(path):
+        from .record import read_run_dir
+
         return read_run_dir(path)
     from ..trace_files import find_trace_files
     from .kineto.reader import read_kineto

@@ -17,11 +17,12 @@ def _can_fork() -> bool:
 
 
 @contextmanager
-def _in_child(work):
+def _in_child(work, daemon: bool = True):
     """Run `work()` in a forked process (it sees this process's memory as it is now); yields a
     function that returns ("ok", value) or ("error", reason). On leaving the block the child is
     gone on every path: joined when it delivered, terminated (then killed) when the parent
-    stopped listening early, e.g. because its own half raised."""
+    stopped listening early, e.g. because its own half raised. A child that forks children of
+    its own must not be a daemon (multiprocessing forbids it)."""
     import multiprocessing as mp
 
     ctx = mp.get_context("fork")
@@ -38,7 +39,7 @@ def _in_child(work):
         finally:
             send.close()
 
-    child = ctx.Process(target=target, daemon=True)
+    child = ctx.Process(target=target, daemon=daemon)
     child.start()
     send.close()
 

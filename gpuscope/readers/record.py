@@ -22,8 +22,8 @@ import pandas as pd
 
 import gpuscope.progress as progress
 from ..errors import InputError, TraceFormatError
-from ..record_format import (COLUMN_DEFAULTS, FILE_GLOB, FILE_SUFFIX, NVML_FIELDS, SCHEMA,
-                             STEP_COLUMNS, is_p2p, parse_file_name)
+from ..record_format import (COLUMN_DEFAULTS, FILE_GLOB, NVML_FIELDS, SCHEMA, STEP_COLUMNS,
+                             is_p2p, is_record_file, parse_file_name)
 from ..runtable import RankInfo, RunTable, empty_frame, key_parts, mask_of
 from ..trace_files import file_size
 from .record_body import coded, decode_body
@@ -31,14 +31,6 @@ from .validate import (MAX_NS, MAX_RANKS, MAX_STEP, MAX_UNIX_NS, Tally, clean_kn
 
 _decoder = msgspec.json.Decoder()
 _decode, _decode_lines = _decoder.decode, _decoder.decode_lines
-
-
-def is_run_dir(path: str) -> bool:
-    return os.path.isdir(path) and bool(glob.glob(os.path.join(path, FILE_GLOB)))
-
-
-def is_record_file(path: str) -> bool:
-    return os.path.isfile(path) and path.endswith(FILE_SUFFIX)
 
 
 @dataclass

@@ -15,7 +15,6 @@ import zlib
 from dataclasses import dataclass, field
 
 import numpy as np
-import pandas as pd
 
 from .decode import Event
 
@@ -198,12 +197,12 @@ def _id64(v: int) -> int:
 
 
 def _intern(values: list, ids: dict, new_id=_next_id) -> np.ndarray:
-    """Ids of `values` in `ids` (a new value gets new_id(value, ids)): hashed in C, one dict step
-    per distinct value."""
-    codes, uniq = pd.factorize(np.array(values, dtype=object))
-    local = np.array([ids[x] if x in ids else ids.setdefault(x, new_id(x, ids))
-                      for x in uniq.tolist()], dtype=np.int64)
-    return local[codes]
+    """Ids of `values` in `ids` (a new value gets new_id(value, ids)): the distinct values found
+    and looked up in C (dict.fromkeys, map), one Python step per distinct value. No pandas: the
+    parse runs in processes started before pandas is imported (prefetch.py)."""
+    local = {x: ids[x] if x in ids else ids.setdefault(x, new_id(x, ids))
+             for x in dict.fromkeys(values)}
+    return np.fromiter(map(local.__getitem__, values), np.int64, len(values))
 
 
 def sort_events(batches) -> RankEvents:

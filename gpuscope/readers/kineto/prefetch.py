@@ -1,0 +1,111 @@
+"""Trace files parsed by forked processes started before the analysis stack is imported.
+
+`gpuscope analyze TRACES` would spend half a second importing pandas and the analysis before
+reading a byte. The command line instead enters `prefetching(files)` first: one process per core
+(at most one per file) parses the files, and works out the step rows of those that are their
+process's only trace, while the command imports what it needs. The reader then `take`s what they
+delivered instead of parsing again. What did not come (a file that failed, a file changed since,
+a process that died) the reader parses itself as usual, and reports its errors. On leaving the
+block every process is gone, delivered or not.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections import Counter
+from contextlib import ExitStack, contextmanager
+
+from ..fork import _can_fork, _in_child
+from .parse import parse_file, prepared, process_of
+
+_current: "Prefetch | None" = None
+
+
+def _stamp(path: str):
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns
+
+
+def _groups(files: list[str], k: int) -> list[list[int]]:
+    """Indexes of `files` in k groups of about equal bytes (largest first, to the lightest)."""
+    sizes = [(_stamp(f) or (0, 0))[0] for f in files]
+    groups: list[list[int]] = [[] for _ in range(k)]
+    load = [0] * k
+    for i in sorted(range(len(files)), key=lambda i: -sizes[i]):
+        g = load.index(min(load))
+        groups[g].append(i)
+        load[g] += sizes[i]
+    return [g for g in groups if g]
+
+
+def _unwind(signum, _frame):
+    raise SystemExit(128 + signum)
+
+
+class Prefetch:
+    """The parse of `files` under way in forked processes (see the module's docstring)."""
+
+    def __init__(self, files: list[str], stack: ExitStack, cores: int):
+        self.files = list(files)
+        self.stamps = [_stamp(f) for f in self.files]
+        per_process = Counter(map(process_of, self.files))
+        alone = [not process_of(f) or per_process[process_of(f)] == 1 for f in self.files]
+        split = len(self.files) == 1  # one file: its text is cut in two (parse.parse_file)
+
+        def work(group):
+            # stopped early (the command failed before it read): unwind, so that the child
+            # this process may have forked for half a file is stopped too (fork._in_child)
+            signal.signal(signal.SIGTERM, _unwind)
+            out = []
+            for i in group:
+                try:
+                    item = parse_file(self.files[i], split=split)
+                    out.append(prepared(item) if alone[i] else item)
+                except Exception:  # noqa: BLE001 - the reader parses it again and reports it
+                    out.append(None)
+            return out
+
+        # not daemons: a process with one file cuts it in two with a child of its own
+        self._pending = [(group, stack.enter_context(_in_child(lambda g=group: work(g),
+                                                               daemon=False)))
+                         for group in _groups(self.files, cores)]
+
+    def take(self, files: list[str]) -> dict[str, tuple]:
+        """{path: parsed item} for those of `files` that were parsed and are unchanged since."""
+        pending, self._pending = self._pending, []
+        out = {}
+        for group, collect in pending:
+            status, value = collect()
+            if status != "ok":
+                continue
+            for i, item in zip(group, value):
+                f = self.files[i]
+                if item is not None and f in files and _stamp(f) == self.stamps[i]:
+                    out[f] = item
+        return out
+
+
+@contextmanager
+def prefetching(files: list[str]):
+    """Parse `files` in forked processes while the block runs (see the module's docstring);
+    nothing happens where forking is not allowed or there is one core."""
+    global _current
+    cores = os.cpu_count() or 1
+    if not files or _current is not None or not _can_fork() or cores < 2:
+        yield
+        return
+    with ExitStack() as stack:
+        _current = Prefetch(files, stack, min(cores, len(files)))
+        try:
+            yield
+        finally:
+            _current = None
+
+
+def take(files: list[str]) -> dict[str, tuple]:
+    """What the processes of the current `prefetching` block parsed of `files` ({} if none)."""
+    return _current.take(files) if _current is not None else {}

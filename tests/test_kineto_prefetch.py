@@ -1,0 +1,194 @@
+"""The command line's early parse (readers/kineto/prefetch.py): trace files parsed by processes
+forked before the analysis stack is imported give the very table the reader makes on its own,
+nothing is parsed twice, what changed or failed is parsed again by the reader, and no process
+outlives the block on any path."""
+
+import json
+import multiprocessing as mp
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from gpuscope.cli import main
+from gpuscope.readers import read_path
+from gpuscope.readers.fork import _can_fork
+from gpuscope.readers.kineto import parse, reader
+from gpuscope.readers.kineto.prefetch import prefetching
+from gpuscope.trace_files import find_trace_files
+
+SAMPLE = os.path.join(os.path.dirname(__file__), "..", "sample_traces", "imbalanced", "kineto")
+ONE_CYCLE_EACH = ("vm_22026.1795999609973900603.pt.trace.json.gz",
+                  "vm_22027.1795999609989363876.pt.trace.json.gz")
+
+pytestmark = pytest.mark.skipif(not _can_fork(), reason="needs fork and two cores")
+
+
+@pytest.fixture
+def traces(tmp_path):
+    for name in ONE_CYCLE_EACH:
+        shutil.copy(os.path.join(SAMPLE, name), tmp_path / name)
+    return tmp_path
+
+
+def _count_parses(monkeypatch) -> list:
+    """Files parsed from now on by this process (the forked ones keep the real function)."""
+    calls = []
+    real = parse.parse_file
+    for module in (parse, reader):
+        monkeypatch.setattr(module, "parse_file",
+                            lambda f, **kw: calls.append(os.path.basename(f)) or real(f, **kw))
+    return calls
+
+
+def _same_table(a, b):
+    assert a.frame.equals(b.frame)
+    assert a.warnings == b.warnings
+    assert a.gpu_breakdown == b.gpu_breakdown
+    assert {r: i.meta for r, i in a.ranks.items()} == {r: i.meta for r, i in b.ranks.items()}
+
+
+def test_prefetched_files_are_taken_not_parsed_again(traces, monkeypatch):
+    files = find_trace_files(str(traces))
+    with prefetching(files):
+        assert len(mp.active_children()) == 2  # one process per file on two cores
+        calls = _count_parses(monkeypatch)
+        early = read_path(str(traces))
+        assert calls == []
+    assert mp.active_children() == []
+    monkeypatch.undo()
+    _same_table(early, read_path(str(traces)))
+    assert sorted(early.frame["rank"].unique()) == [0, 1]
+
+
+def test_one_file_is_cut_in_two_by_its_process(traces, tmp_path, monkeypatch):
+    one = traces / ONE_CYCLE_EACH[0]
+    monkeypatch.setattr(parse, "SPLIT_TEXT_BYTES", 64 << 10)  # the sample file is cut too
+    whole = tmp_path / "decoded in one piece"
+    real = parse.decode_trace  # patched before the fork: the processes leave a mark if used
+    monkeypatch.setattr(parse, "decode_trace", lambda p, b=None: whole.touch() or real(p, b))
+    with prefetching([str(one)]):
+        calls = _count_parses(monkeypatch)
+        early = read_path(str(one))
+        assert calls == []
+    assert not whole.exists()  # the text was cut and each half decoded by its own process
+    monkeypatch.undo()
+    _same_table(early, read_path(str(one)))
+
+
+def test_a_file_changed_since_the_start_is_parsed_again(traces, monkeypatch):
+    files = find_trace_files(str(traces))
+    with prefetching(files):
+        calls = _count_parses(monkeypatch)
+        with open(files[1], "ab") as fh:  # gzip ignores nothing after its end: rewrite instead
+            fh.truncate(0)
+        shutil.copy(os.path.join(SAMPLE, ONE_CYCLE_EACH[0]), files[1])
+        early = read_path(str(traces))
+    assert calls == [os.path.basename(files[1])]
+    monkeypatch.undo()
+    _same_table(early, read_path(str(traces)))
+
+
+def test_a_bad_file_is_reported_as_without_the_early_parse(traces, monkeypatch):
+    bad = traces / "vm_1_9.123.pt.trace.json"
+    bad.write_bytes(b"\x00 not a trace at all {{{")
+    files = find_trace_files(str(traces))
+    assert str(bad) in files
+    with prefetching(files):
+        calls = _count_parses(monkeypatch)
+        early = read_path(str(traces))
+    assert calls == [bad.name]  # the reader tried it again itself (and reported it)
+    monkeypatch.undo()
+    plain = read_path(str(traces))
+    _same_table(early, plain)
+    assert any(w.startswith("skipped: ") for w in early.warnings)
+
+
+def test_no_process_outlives_a_block_that_fails(traces):
+    files = find_trace_files(str(traces))
+    with pytest.raises(RuntimeError):
+        with prefetching(files):
+            pids = [p.pid for p in mp.active_children()]
+            raise RuntimeError("the analysis failed before it read anything")
+    assert len(pids) == 2 and mp.active_children() == []
+    for pid in pids:  # reaped, not merely forgotten
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as fh:
+            return [int(x) for x in fh.read().split()]
+    except OSError:
+        return []
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")  # a zombie is gone
+    except OSError:
+        return True
+
+
+def test_no_process_outlives_a_block_that_fails_while_a_file_is_cut(traces, monkeypatch):
+    """One file: its process forks a child for half of it. Stopped early, both are gone."""
+    if not os.path.exists("/proc/self/task"):
+        pytest.skip("needs /proc")
+    one = traces / ONE_CYCLE_EACH[0]
+    monkeypatch.setattr(parse, "SPLIT_TEXT_BYTES", 64 << 10)
+    real = parse.sort_events  # slowed in the processes, so that they are caught mid-parse
+    monkeypatch.setattr(parse, "sort_events", lambda b: __import__("time").sleep(30) or real(b))
+    grand = []
+    with pytest.raises(RuntimeError):
+        with prefetching([str(one)]):
+            (child,) = [p.pid for p in mp.active_children()]
+            for _ in range(200):
+                grand = _children(child)
+                if grand:
+                    break
+                __import__("time").sleep(0.01)
+            raise RuntimeError("the analysis failed before it read anything")
+    assert grand, "the process never forked its half's child"
+    assert _gone(child) and all(map(_gone, grand))
+
+
+def test_the_command_line_parses_early(traces, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "report.json"
+    calls = _count_parses(monkeypatch)  # patched before the fork: the processes count apart
+    assert main(["analyze", "-q", "--json", str(out), str(traces)]) == 0
+    assert calls == []  # without the early parse this process would parse one of the two
+    assert mp.active_children() == []
+    monkeypatch.undo()
+    import gpuscope
+
+    want = gpuscope.analyze(str(traces)).to_dict()
+    got = json.loads(out.read_text())
+    assert got["verdict"] == json.loads(json.dumps(want["verdict"]))
+    assert got["ranks"] == json.loads(json.dumps(want["ranks"]))
+
+
+def test_a_run_dir_is_not_parsed_early(monkeypatch, tmp_path):
+    """A run dir with the profiler's traces beside its records (as the demo writes it) is
+    read from its records: parsing the traces early would only take a core from it."""
+    run = tmp_path / "run"
+    shutil.copytree(os.path.join(SAMPLE, "..", "record"), run)
+    shutil.copytree(SAMPLE, run / "kineto")
+    started = []
+    import gpuscope.readers.kineto.prefetch as prefetch
+
+    real = prefetch.Prefetch
+    monkeypatch.setattr(prefetch, "Prefetch", lambda *a: started.append(a) or real(*a))
+    assert main(["analyze", "-q", str(run)]) == 0
+    assert started == []
+    assert main(["analyze", "-q", str(run / "kineto")]) == 0
+    assert len(started) == 1  # the same traces on their own are
+
+
+def test_the_parse_path_imports_no_pandas():
+    code = ("import sys, gpuscope.readers.kineto.prefetch, gpuscope.readers; "
+            "sys.exit('pandas' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
