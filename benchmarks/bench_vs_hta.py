@@ -6,9 +6,12 @@ For each trace folder, each tool runs in a fresh process, `--repeat` times (medi
   (`TraceAnalysis(trace_dir=...)`); peak memory is the peak over that baseline of the summed
   proportional set size (PSS) of the process and all its children (gpuscope's forked decoder,
   HTA's worker pool), sampled every 10 ms from /proc by this script: pages a fork shares with
-  its parent count once;
+  its parent count once; also its anonymous part alone (heap and arrays: what grows with the
+  trace), without the pages of the tools' own code that running it first faults in;
 - end to end: the command a user types (`gpuscope analyze DIR -q` against a python -c that
-  constructs HTA's TraceAnalysis), imports and interpreter start-up included.
+  constructs HTA's TraceAnalysis), imports and interpreter start-up included; timed `--repeat`
+  times, and its whole process tree's peak PSS (interpreter and imports included) taken in one
+  more run, sampled every 5 ms.
 HTA lives in its own virtual environment (benchmarks/.venv-hta, created on first use:
 HolisticTraceAnalysis 0.5.0, which needs pandas < 2.3).
 
@@ -101,14 +104,15 @@ def _tree(pid: int) -> list[int]:
     return out
 
 
-def tree_pss(pid: int) -> int:
-    """Summed PSS (bytes) of pid and its descendants."""
+def tree_pss(pid: int, field: str = "Pss:") -> int:
+    """Summed PSS (bytes) of pid and its descendants; with field="Pss_Anon:" only their
+    anonymous memory (heap, arrays), without the pages of code and data files mapped in."""
     total = 0
     for p in _tree(pid):
         try:
             with open(f"/proc/{p}/smaps_rollup") as fh:
                 for line in fh:
-                    if line.startswith("Pss:"):
+                    if line.startswith(field):
                         total += int(line.split()[1]) * 1024
                         break
         except OSError:  # gone meanwhile
@@ -124,18 +128,20 @@ def measure(py: str, tool: str, folder: str) -> dict:
     proc = subprocess.Popen([py, "-c", code, folder], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     assert proc.stdout.readline().strip() == "ready"
-    base = tree_pss(proc.pid)
+    base, base_anon = tree_pss(proc.pid), tree_pss(proc.pid, "Pss_Anon:")
     proc.stdin.write("go\n")
     proc.stdin.flush()
-    peak = base
+    peak, peak_anon = base, base_anon
     while proc.poll() is None:
         peak = max(peak, tree_pss(proc.pid))
+        peak_anon = max(peak_anon, tree_pss(proc.pid, "Pss_Anon:"))
         time.sleep(0.01)
     out, err = proc.communicate()
     if proc.returncode:
         raise subprocess.CalledProcessError(proc.returncode, proc.args, out, err)
     res = json.loads(out.strip().splitlines()[-1])
     res["tree_pss_peak_over_base"] = peak - base
+    res["tree_anon_peak_over_base"] = peak_anon - base_anon
     return res
 
 
@@ -157,6 +163,19 @@ def end_to_end(cmd: list[str]) -> float:
     t = time.perf_counter()
     subprocess.run(cmd, capture_output=True, check=True, cwd=ROOT)
     return time.perf_counter() - t
+
+
+def end_to_end_peak(cmd: list[str]) -> int:
+    """Peak summed PSS (bytes) of the command's whole process tree, interpreter and imports
+    included (a separate run: sampling slows what it samples, so the timed runs are not)."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+    peak = 0
+    while proc.poll() is None:
+        peak = max(peak, tree_pss(proc.pid))
+        time.sleep(0.005)
+    if proc.returncode:
+        raise subprocess.CalledProcessError(proc.returncode, cmd)
+    return peak
 
 
 def main() -> None:
@@ -184,16 +203,22 @@ def main() -> None:
             row[f"{tool}_child_peak_mb"] = round(max(r["child_peak"] for r in runs) / 1e6, 1)
             row[f"{tool}_tree_peak_mb"] = round(max(r["tree_pss_peak_over_base"]
                                                     for r in runs) / 1e6, 1)
+            row[f"{tool}_tree_anon_peak_mb"] = round(max(r["tree_anon_peak_over_base"]
+                                                         for r in runs) / 1e6, 1)
         row["gpuscope_cli_s"] = round(statistics.median(
             end_to_end(gpuscope_cli + [folder]) for _ in range(args.repeat)), 3)
         row["hta_cli_s"] = round(statistics.median(
             end_to_end(hta_cli + [folder]) for _ in range(args.repeat)), 3)
+        row["gpuscope_cli_peak_mb"] = round(end_to_end_peak(gpuscope_cli + [folder]) / 1e6, 1)
+        row["hta_cli_peak_mb"] = round(end_to_end_peak(hta_cli + [folder]) / 1e6, 1)
         row["time_ratio"] = round(row["gpuscope_s"] / row["hta_s"], 4)
         row["cli_time_ratio"] = round(row["gpuscope_cli_s"] / row["hta_cli_s"], 3)
         row["gpuscope_peak_over_raw"] = round(row["gpuscope_peak_mb"] / max(row["raw_json_mb"],
                                                                              1e-9), 2)
         row["gpuscope_tree_over_raw"] = round(row["gpuscope_tree_peak_mb"]
                                               / max(row["raw_json_mb"], 1e-9), 2)
+        row["gpuscope_tree_anon_over_raw"] = round(row["gpuscope_tree_anon_peak_mb"]
+                                                   / max(row["raw_json_mb"], 1e-9), 2)
         row["memory_ratio"] = round(row["gpuscope_peak_mb"] / max(row["hta_peak_mb"], 1e-9), 3)
         results.append(row)
         print(json.dumps(row), flush=True)
@@ -201,13 +226,17 @@ def main() -> None:
     with open(args.out, "w") as fh:
         json.dump({"cpu_count": os.cpu_count(), "repeat": args.repeat, "rows": results}, fh,
                   indent=2)
-    print("\n| trace | raw JSON MB | gpuscope analyze s | HTA load s | ratio | gpuscope peak MB "
-          "(x raw) | HTA peak MB | CLI gpuscope s | CLI HTA s |")
+    print("\n| trace | raw JSON | gpuscope | HTA load | ratio | gpuscope memory, all processes "
+          "(x raw JSON) [heap and arrays only] | HTA memory | CLI end to end: gpuscope / HTA | "
+          "CLI peak, all processes: gpuscope / HTA |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in results:
-        print(f"| {r['trace']} | {r['raw_json_mb']} | {r['gpuscope_s']} | {r['hta_s']} | "
-              f"{r['time_ratio']} | {r['gpuscope_peak_mb']} ({r['gpuscope_peak_over_raw']}x) | "
-              f"{r['hta_peak_mb']} | {r['gpuscope_cli_s']} | {r['hta_cli_s']} |")
+        print(f"| {r['trace']} | {r['raw_json_mb']} MB | {r['gpuscope_s']:.3f} s | "
+              f"{r['hta_s']:.3f} s | {r['time_ratio']:.2f} | {r['gpuscope_tree_peak_mb']} MB "
+              f"({r['gpuscope_tree_over_raw']}x) [{r['gpuscope_tree_anon_over_raw']}x] | "
+              f"{r['hta_tree_peak_mb']} MB | {r['gpuscope_cli_s']:.2f} s / {r['hta_cli_s']:.2f} s "
+              f"({r['hta_cli_s'] / r['gpuscope_cli_s']:.1f}x) | {r['gpuscope_cli_peak_mb']:.0f} MB / "
+              f"{r['hta_cli_peak_mb']:.0f} MB |")
 
 
 if __name__ == "__main__":
