@@ -192,3 +192,28 @@ def test_the_parse_path_imports_no_pandas():
     code = ("import sys, gpuscope.readers.kineto.prefetch, gpuscope.readers; "
             "sys.exit('pandas' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+def test_the_progress_bar_follows_the_processes(tmp_path, monkeypatch, capsys):
+    """While the reader waits for the processes, the bar moves as each file is done (bytes
+    counted once, in total the input's size)."""
+    import time
+
+    from gpuscope import progress
+
+    import gpuscope.readers.kineto.prefetch as prefetch
+
+    real = parse.parse_file  # patched before the fork: each file takes a while in the processes
+    monkeypatch.setattr(prefetch, "parse_file", lambda f, **kw: time.sleep(0.4) or real(f, **kw))
+    monkeypatch.setenv("GPUSCOPE_PROGRESS", "1")
+    monkeypatch.setattr(progress, "BIG_FILES", 2)
+    draws = []
+    real_advance = progress.advance
+    monkeypatch.setattr(progress, "advance", lambda n: draws.append(n) or real_advance(n))
+    files = sorted(os.listdir(SAMPLE))
+    assert len(files) == 4  # two processes, two files each
+    assert main(["analyze", SAMPLE, "--json", str(tmp_path / "r.json")]) == 0
+    assert "reading kineto" in capsys.readouterr().err
+    moves = [d for d in draws if d > 0]
+    assert len(moves) >= 2  # not all at once at the end
+    assert sum(moves) == sum(os.path.getsize(os.path.join(SAMPLE, f)) for f in files)

@@ -45,8 +45,11 @@ def _in_child(work, daemon: bool = True):
 
     delivered = []
 
-    def collect():
+    def collect(waiting=None):
+        """The child's result; while it is not there, `waiting()` is called every 0.1 s."""
         try:
+            while waiting is not None and not recv.poll(0.1):
+                waiting()
             out = recv.recv()
         except (EOFError, OSError) as exc:
             out = "error", repr(exc)

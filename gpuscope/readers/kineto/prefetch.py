@@ -11,11 +11,14 @@ block every process is gone, delivered or not.
 
 from __future__ import annotations
 
+import mmap
 import os
 import signal
+import struct
 from collections import Counter
 from contextlib import ExitStack, contextmanager
 
+import gpuscope.progress as progress
 from ..fork import _can_fork, _in_child
 from .parse import parse_file, prepared, process_of
 
@@ -55,37 +58,52 @@ class Prefetch:
         per_process = Counter(map(process_of, self.files))
         alone = [not process_of(f) or per_process[process_of(f)] == 1 for f in self.files]
         split = len(self.files) == 1  # one file: its text is cut in two (parse.parse_file)
+        groups = _groups(self.files, cores)
+        # bytes parsed so far by each process, for the progress bar while the reader waits
+        self._done = mmap.mmap(-1, 8 * len(groups))  # shared with the processes forked below
 
-        def work(group):
+        def work(slot, group):
             # stopped early (the command failed before it read): unwind, so that the child
             # this process may have forked for half a file is stopped too (fork._in_child)
             signal.signal(signal.SIGTERM, _unwind)
-            out = []
+            out, done = [], 0
             for i in group:
                 try:
                     item = parse_file(self.files[i], split=split)
                     out.append(prepared(item) if alone[i] else item)
+                    done += (self.stamps[i] or (0, 0))[0]
+                    struct.pack_into("q", self._done, 8 * slot, done)
                 except Exception:  # noqa: BLE001 - the reader parses it again and reports it
                     out.append(None)
             return out
 
         # not daemons: a process with one file cuts it in two with a child of its own
-        self._pending = [(group, stack.enter_context(_in_child(lambda g=group: work(g),
+        self._pending = [(group, stack.enter_context(_in_child(lambda s=slot, g=group: work(s, g),
                                                                daemon=False)))
-                         for group in _groups(self.files, cores)]
+                         for slot, group in enumerate(groups)]
 
     def take(self, files: list[str]) -> dict[str, tuple]:
-        """{path: parsed item} for those of `files` that were parsed and are unchanged since."""
+        """{path: parsed item} for those of `files` that were parsed and are unchanged since;
+        the progress bar (when one is shown) follows the processes while they finish."""
         pending, self._pending = self._pending, []
+        shown = [0]
+
+        def tick(upto=None):
+            now = sum(struct.unpack_from(f"{len(self._done) // 8}q", self._done))
+            now = now if upto is None else upto
+            progress.advance(now - shown[0])
+            shown[0] = max(shown[0], now)
+
         out = {}
         for group, collect in pending:
-            status, value = collect()
+            status, value = collect(tick)
             if status != "ok":
                 continue
             for i, item in zip(group, value):
                 f = self.files[i]
                 if item is not None and f in files and _stamp(f) == self.stamps[i]:
                     out[f] = item
+        tick(sum(self.stamps[self.files.index(f)][0] for f in out))
         return out
 
 

@@ -58,9 +58,7 @@ def read_kineto(path: str, files: list[str], jobs: int | None = None) -> RunTabl
 def _parse_or_skip(path: str, files: list[str], jobs: int | None) -> tuple[list, list]:
     """Every file parsed (those parsed already by processes the command line started first
     are taken as they came); with several, a bad one is skipped (its error returned)."""
-    early = prefetch.take(files)
-    if early:
-        progress.advance(sum(file_size(f) for f in early))
+    early = prefetch.take(files)  # the progress bar advanced as they came
     todo = [f for f in files if f not in early]
     parsed, bad = [], []
     try:
