@@ -77,6 +77,9 @@ MUTANTS = [
     ("prefetch progress only at the end", "gpuscope/readers/kineto/prefetch.py",
      "            status, value = collect(tick)\n", "            status, value = collect()\n",
      ["tests/test_kineto_prefetch.py", "-k", "progress"]),
+    ("CLI leaves without flushing", "gpuscope/cli.py",
+     "    try:\n        sys.stdout.flush()\n    except (BrokenPipeError, ValueError):\n"
+     "        _quiet_stdout()\n", "", ["tests/test_cli.py", "-k", "leaves"]),
     ("prefetch child a daemon", "gpuscope/readers/kineto/prefetch.py",
      "                                                               daemon=False)))",
      "                                                               daemon=True)))",

@@ -143,3 +143,22 @@ def test_skip_applies_to_records_and_to_profiler_traces():
     assert skipped["thresholds"]["warmup_steps"] == 2
     out = run_cli("analyze", traces, "--skip", "2", "-q", "--json", "/dev/stdout")
     assert json.loads(out.stdout)["steps_analysed"] == skipped["steps_analysed"]
+
+
+def test_the_command_leaves_fast_with_everything_delivered(tmp_path):
+    """`gpuscope` skips the interpreter's clean-up on its way out (cli.entry): what it printed
+    to a pipe, wrote to files and the exit code all arrive; no process is left behind."""
+    import os
+
+    traces = os.path.join(os.path.dirname(__file__), "..", "sample_traces", "imbalanced",
+                          "kineto")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # buffered, as usual
+    out = subprocess.run([sys.executable, "-m", "gpuscope", "analyze", traces, "--json",
+                          str(tmp_path / "r.json")], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("gpuscope kineto") and "Verdict:" in out.stdout
+    assert out.stdout.endswith(f"JSON report: {tmp_path / 'r.json'}\n")  # the last print
+    assert json.loads((tmp_path / "r.json").read_text())["ranks_analysed"] == 2
+    bad = subprocess.run([sys.executable, "-m", "gpuscope", "analyze", str(tmp_path / "missing")],
+                         capture_output=True, text=True, env=env)
+    assert bad.returncode == 2 and bad.stderr.startswith("gpuscope: error:")
