@@ -110,6 +110,16 @@ def end_to_end(path: str) -> float:
     return time.perf_counter() - t
 
 
+def machine_speed() -> float:
+    """Seconds of a fixed pure-Python loop (10 million additions), in a fresh process: this
+    shared VM's speed drifts from minute to minute, and the figures are read against it."""
+    out = subprocess.run([sys.executable, "-c", "import time\nt = time.perf_counter()\ns = 0\n"
+                          "for i in range(10_000_000):\n    s += i\n"
+                          "print(time.perf_counter() - t)"], capture_output=True, text=True,
+                         check=True)
+    return round(float(out.stdout), 3)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="128x1000,256x1000,512x1000,1024x1000",
@@ -131,8 +141,10 @@ def main() -> None:
             print(f"made {path} ({nbytes / 2**20:.0f} MB) in {time.perf_counter() - t:.1f} s",
                   flush=True)
         nbytes = int(open(marker).read())
+        loop = [machine_speed()]
         runs = [measure(path) for _ in range(args.repeat)]
         cli = [end_to_end(path) for _ in range(args.repeat)]
+        loop.append(machine_speed())
         best = min(runs, key=lambda r: r["wall_s"])
         row = {"ranks": ranks, "steps": steps, "rows": ranks * steps,
                "files_mb": round(nbytes / 2**20, 1),
@@ -142,7 +154,8 @@ def main() -> None:
                "cli_s_median": round(statistics.median(cli), 3),
                "peak_mb": round(statistics.median(r["peak_mb"] for r in runs), 1),
                "peak_over_base_mb": round(statistics.median(r["peak_over_base_mb"] for r in runs), 1),
-               "verdict": best["verdict"], "stragglers": best["stragglers"]}
+               "verdict": best["verdict"], "stragglers": best["stragglers"],
+               "python_loop_s": loop}  # the machine's speed before and after
         row["bytes_per_row_peak"] = round(row["peak_over_base_mb"] * 2**20 / row["rows"], 1)
         rows.append(row)
         print(json.dumps(row), flush=True)
