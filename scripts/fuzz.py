@@ -8,7 +8,8 @@ Inputs: every record dir and trace folder under sample_traces/ and the shared HT
 (../shared/traces/hta). A case copies one input, mutates one of its files once (truncation, byte
 flips, inserted or deleted bytes, deleted keys, values of the wrong type, huge and negative
 numbers, duplicated, dropped or reordered lines and events, unicode and markup in names), then
-`gpuscope.analyze()`s it in a worker process. A case fails when
+`gpuscope.analyze()`s it in a worker process (every other case as the command line does, the
+trace files parsed by processes started first). A case fails when
 
 - anything but a GpuscopeError escapes (the family the CLI turns into exit code 2);
 - the report holds NaN or inf, or its JSON / terminal text (/ HTML, every 10th case) fails;
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import io
 import json
 import math
 import os
@@ -296,14 +296,19 @@ def _alarm(signum, frame):
     raise Hang()
 
 
-def check(path: str, html: bool) -> str | None:
-    """Analyse `path`; None when gpuscope behaved, else what went wrong."""
+def check(path: str, html: bool, early: bool = False) -> str | None:
+    """Analyse `path`; None when gpuscope behaved, else what went wrong. With `early`, as the
+    command line does: trace files parsed by processes started first (cli._early_parse)."""
+    from contextlib import nullcontext
+
     import gpuscope
+    from gpuscope.cli import _early_parse
     from gpuscope.render import json as json_render
     from gpuscope.render import terminal
 
     try:
-        report = gpuscope.analyze(path)
+        with _early_parse(path) if early else nullcontext():
+            report = gpuscope.analyze(path)
     except gpuscope.GpuscopeError:
         return None
     d = report.to_dict()
@@ -344,7 +349,7 @@ def run_case(seed: int, index: int, corpus: list[str], timeout: float,
         path, what = make_case(seed, index, where, corpus)
         signal.setitimer(signal.ITIMER_REAL, timeout)
         try:
-            failure = check(path, html=index % 10 == 0)
+            failure = check(path, html=index % 10 == 0, early=index % 2 == 1)
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
     except Hang:
