@@ -94,16 +94,17 @@ class Prefetch:
             progress.advance(now - shown[0])
             shown[0] = max(shown[0], now)
 
-        out = {}
+        wanted, out, size = set(files), {}, 0
         for group, collect in pending:
             status, value = collect(tick)
             if status != "ok":
                 continue
             for i, item in zip(group, value):
                 f = self.files[i]
-                if item is not None and f in files and _stamp(f) == self.stamps[i]:
+                if item is not None and f in wanted and _stamp(f) == self.stamps[i]:
                     out[f] = item
-        tick(sum(self.stamps[self.files.index(f)][0] for f in out))
+                    size += self.stamps[i][0]
+        tick(size)
         return out
 
 
