@@ -68,7 +68,7 @@ def _parse_or_skip(path: str, files: list[str], jobs: int | None) -> tuple[list,
             raise
         bad.append(str(exc))  # one bad file among many: parse the rest one by one
         parsed = []
-        for f in todo if len(todo) > 1 else []:
+        for f in todo if len(todo) > 1 else []:  # one left to parse: exc is its error
             try:
                 parsed.append(parse_file(f))
             except TraceFormatError as err:
