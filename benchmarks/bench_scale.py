@@ -6,9 +6,12 @@ the child's own working memory is not), and the command a user types
 (`gpuscope analyze DIR -q`, start-up included); the budget (DESIGN.md) is 1,024 ranks x 1,000
 steps in under 3 s with memory linear in ranks x steps.
 
-The run dirs are synthetic but in the exact format the recorder writes (header, knob records,
-rows with the per-collective "_comm" object DDP runs have, end record): a DDP job whose rank 17
-computes 15% longer every step, with per-step noise. They are made once under --work.
+The run dirs are synthetic but written by the recorder's own RecordWriter (header, knob
+records, rows with the per-collective "_comm" object DDP runs have in batches of 16 as the
+recorder flushes them, end record, and the column side files): a DDP job whose rank 17 computes
+15% longer every step, with per-step noise. They are made once under --work; each size is also
+measured as "JSON only", a copy without the side files (recordings made before them, or with
+them lost), where every record file's JSON is decoded.
 
     python benchmarks/bench_scale.py [--sizes 128x1000,256x1000,512x1000,1024x1000] [--repeat 3]
 """
@@ -16,21 +19,25 @@ computes 15% longer every step, with per-step noise. They are made once under --
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
 import time
 
-import msgspec
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
-from gpuscope.record_format import SCHEMA, STEP_COLUMNS, rank_file_name  # noqa: E402
+from gpuscope.record.writer import RecordWriter  # noqa: E402
+from gpuscope.record_format import COLUMNS_SUFFIX, SCHEMA, STEP_COLUMNS  # noqa: E402
+
+FLUSH_ROWS = 16  # the recorder's batch
 
 _MEASURE = r"""
 import json, resource, sys, time
@@ -51,10 +58,10 @@ print(json.dumps({"wall_s": wall, "total_s": time.perf_counter() - t_start,
 
 
 def make_run(path: str, ranks: int, steps: int, seed: int = 0) -> int:
-    """Write a synthetic DDP run dir; returns its size in bytes."""
-    os.makedirs(path, exist_ok=True)
+    """Write a synthetic DDP run dir with the recorder's writer; returns the record files' size
+    in bytes (the side files not counted)."""
+    shutil.rmtree(path, ignore_errors=True)
     rng = np.random.default_rng(seed)
-    enc = msgspec.json.Encoder()
     t0 = 1_790_000_000_000_000_000
     base_step = 80_000_000  # 80 ms
     total = 0
@@ -79,20 +86,29 @@ def make_run(path: str, ranks: int, steps: int, seed: int = 0) -> int:
                 "knobs": {"world_size": ranks, "backend": "nccl", "device": "cuda",
                           "model": "DistributedDataParallel", "param_dtype": "bfloat16",
                           "params": 124_000_000}}
-        lines = [enc.encode(head),
-                 enc.encode({"knobs": {"loader": "DataLoader", "num_workers": 4,
-                                       "batch_size": 16}, "at_step": 0})]
+        writer = RecordWriter(path, rank)
+        writer.write_header(head)
+        writer.add_meta({"knobs": {"loader": "DataLoader", "num_workers": 4, "batch_size": 16},
+                         "at_step": 0})
         cols = np.column_stack([np.arange(steps), start, step, data, compute, comm, exposed,
                                 other, fwd, bwd, opt, np.ones(steps, np.int64), data // 10,
                                 np.ones(steps, np.int64), np.zeros(steps, np.int64)]).tolist()
-        for row, c, e in zip(cols, comm.tolist(), exposed.tolist()):
-            lines.append(enc.encode(row + [{"_comm": {"all_reduce:ddp": [c, e, 4]}}]))
-        lines.append(enc.encode({"end": {"steps": steps, "crashed": False,
-                                         "end_unix_ns": int(start[-1] + step[-1])}}))
-        blob = b"\n".join(lines) + b"\n"
-        with open(os.path.join(path, rank_file_name(rank)), "wb") as f:
-            f.write(blob)
-        total += len(blob)
+        rows = [row + [{"_comm": {"all_reduce:ddp": [c, e, 4]}}]
+                for row, c, e in zip(cols, comm.tolist(), exposed.tolist())]
+        for i in range(0, steps, FLUSH_ROWS):
+            writer.add_rows(rows[i:i + FLUSH_ROWS])
+        writer.close({"steps": steps, "crashed": False,
+                      "end_unix_ns": int(start[-1] + step[-1])})
+        assert writer.error is None, writer.error
+        total += os.path.getsize(writer.path)
+    json_only = path + "-json"  # the same record files, without their side files
+    shutil.rmtree(json_only, ignore_errors=True)
+    os.makedirs(json_only)
+    for name in os.listdir(path):
+        if not name.endswith(COLUMNS_SUFFIX):
+            os.link(os.path.join(path, name), os.path.join(json_only, name))
+    if len(glob.glob(os.path.join(path, "*" + COLUMNS_SUFFIX))) != ranks:
+        raise SystemExit(f"{path}: the writer did not leave a side file per rank")
     return total
 
 
@@ -132,7 +148,7 @@ def main() -> None:
     for size in args.sizes.split(","):
         ranks, steps = (int(x) for x in size.lower().split("x"))
         path = os.path.join(args.work, f"{ranks}x{steps}")
-        marker = os.path.join(path, ".complete")
+        marker = os.path.join(path, ".complete-cols")  # made by the writer, side files too
         if not os.path.exists(marker):
             t = time.perf_counter()
             nbytes = make_run(path, ranks, steps)
@@ -141,19 +157,34 @@ def main() -> None:
             print(f"made {path} ({nbytes / 2**20:.0f} MB) in {time.perf_counter() - t:.1f} s",
                   flush=True)
         nbytes = int(open(marker).read())
+        cols_mb = sum(os.path.getsize(p) for p in glob.glob(os.path.join(path, "*" + COLUMNS_SUFFIX)))
         loop = [machine_speed()]
-        runs = [measure(path) for _ in range(args.repeat)]
-        cli = [end_to_end(path) for _ in range(args.repeat)]
+        runs, cli, json_runs, json_cli = [], [], [], []
+        for _ in range(args.repeat):  # interleaved, so a slow minute hits both alike
+            runs.append(measure(path))
+            json_runs.append(measure(path + "-json"))
+        for _ in range(args.repeat):
+            cli.append(end_to_end(path))
+            json_cli.append(end_to_end(path + "-json"))
         loop.append(machine_speed())
         best = min(runs, key=lambda r: r["wall_s"])
+        if {(r["verdict"], tuple(r["stragglers"])) for r in runs + json_runs} != \
+                {(best["verdict"], tuple(best["stragglers"]))}:
+            raise SystemExit("the side files and the JSON gave different verdicts")
         row = {"ranks": ranks, "steps": steps, "rows": ranks * steps,
-               "files_mb": round(nbytes / 2**20, 1),
+               "files_mb": round(nbytes / 2**20, 1), "side_files_mb": round(cols_mb / 2**20, 1),
                "analyze_s_median": round(statistics.median(r["wall_s"] for r in runs), 3),
                "analyze_s_min": round(best["wall_s"], 3),
                "process_s_median": round(statistics.median(r["total_s"] for r in runs), 3),
                "cli_s_median": round(statistics.median(cli), 3),
                "peak_mb": round(statistics.median(r["peak_mb"] for r in runs), 1),
                "peak_over_base_mb": round(statistics.median(r["peak_over_base_mb"] for r in runs), 1),
+               "json_only": {
+                   "analyze_s_median": round(statistics.median(r["wall_s"] for r in json_runs), 3),
+                   "analyze_s_min": round(min(r["wall_s"] for r in json_runs), 3),
+                   "cli_s_median": round(statistics.median(json_cli), 3),
+                   "peak_over_base_mb": round(statistics.median(r["peak_over_base_mb"]
+                                                                for r in json_runs), 1)},
                "verdict": best["verdict"], "stragglers": best["stragglers"],
                "python_loop_s": loop}  # the machine's speed before and after
         row["bytes_per_row_peak"] = round(row["peak_over_base_mb"] * 2**20 / row["rows"], 1)

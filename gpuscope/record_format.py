@@ -9,6 +9,21 @@ Layout of ``rank-00000.gpuscope.jsonl`` (a later recording into the same run dir
     {"device": [...]} / {"nvml": [[...], ...]}                           CUDA times, NVML samples
     {"end": {"steps": 100, ...}}                                         clean close (object)
 
+Beside it, ``rank-00000.gpuscope.cols`` (optional; a reader that finds it damaged, stale or absent
+decodes the JSON, which stays the record) holds the same step rows as int64 columns, so a big run
+reads without decoding JSON. It is a sequence of chunks, each standing for a run of whole lines
+of the record file (up to Chunk.MAX_ROWS rows; the last one is written when the recording
+closes)::
+
+    header (CHUNK_HEADER, 48 bytes): magic, offset and length of the lines in the record file,
+        crc32 of those bytes followed by the chunk's body, lines, rows, collectives, side
+        records, bytes of keys, 0
+    body (little-endian int64): rows x STEP_COLUMNS; each row's "_samples" (-1: none);
+        collectives x (row in the chunk, key index, comm_ns, exposed_ns, count); side records x
+        (line in the chunk, byte offset in the chunk's lines, length): their JSON is read from
+        the record file; then the keys ("kind:group") as a JSON list in order of first
+        appearance, padded with spaces to a multiple of 8 bytes
+
 Rows are arrays in the order of the header's "columns" (``STEP_COLUMNS`` when written); an
 optional trailing object holds named phases that are not one of the fixed columns and, under
 "_comm", the step's collectives by "kind:group": [comm_ns, exposed_ns, count]. One row is one
@@ -27,6 +42,16 @@ SCHEMA = "gpuscope.record/1"
 FILE_GLOB = "rank-*.gpuscope.jsonl"
 FILE_SUFFIX = ".gpuscope.jsonl"
 _NAME = re.compile(r"^rank-(\d+)(?:-(\d+))?\.gpuscope\.jsonl$")
+
+
+COLUMNS_SUFFIX = ".gpuscope.cols"
+CHUNK_MAGIC = b"GSC1"
+CHUNK_HEADER = "<4sQQIIIIIII"  # little-endian struct format of a chunk's header (48 bytes)
+
+
+def columns_path(record_path: str) -> str:
+    """The column side file of a record file."""
+    return record_path[:-len(FILE_SUFFIX)] + COLUMNS_SUFFIX
 
 
 def is_run_dir(path: str) -> bool:

@@ -5,7 +5,8 @@
     python scripts/fuzz.py --case 123 --keep /tmp/c  # one case again, its input kept to look at
 
 Inputs: every record dir and trace folder under sample_traces/ and the shared HTA traces
-(../shared/traces/hta). A case copies one input, mutates one of its files once (truncation, byte
+(../shared/traces/hta), and each record dir again with column side files (made under
+build/fuzz-inputs: a damaged side file, or a record file changed under an intact one). A case copies one input, mutates one of its files once (truncation, byte
 flips, inserted or deleted bytes, deleted keys, values of the wrong type, huge and negative
 numbers, duplicated, dropped or reordered lines and events, unicode and markup in names), then
 `gpuscope.analyze()`s it in a worker process (every other case as the command line does, the
@@ -22,6 +23,7 @@ Exit 0 when no case failed; failures are listed with the command that replays th
 from __future__ import annotations
 
 import argparse
+import glob
 import gzip
 import json
 import math
@@ -49,20 +51,40 @@ RAW_TOKENS = [b"NaN", b"Infinity", b"-Infinity", b"1e400", b"-0", b"null", b"\"\
               b"99999999999999999999999", b"[]", b"{}"]
 
 
+WITH_SIDE_FILES = os.path.join(ROOT, "build", "fuzz-inputs")
+
+
 def inputs() -> list[str]:
-    """Leaf folders that hold a record or trace: the sample traces and the HTA test data."""
+    """Leaf folders that hold a record or trace: the sample traces and the HTA test data, and
+    each record dir again with the column side files the recorder writes beside its files."""
     out = []
     for base in (os.path.join(ROOT, "sample_traces"), HTA):
         for dirpath, _, files in os.walk(base):
             if any(f.endswith((".jsonl", ".json", ".json.gz")) and "MANIFEST" not in f
                    for f in files):
                 out.append(dirpath)
+    shutil.rmtree(WITH_SIDE_FILES, ignore_errors=True)
+    for src in [d for d in out if glob.glob(os.path.join(d, "rank-*.gpuscope.jsonl"))]:
+        out.append(with_side_files(src))
     return sorted(out)
+
+
+def with_side_files(src: str) -> str:
+    """A copy of the record dir `src` with column side files (tests/helpers.add_side_files)."""
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    from helpers import add_side_files
+
+    dst = os.path.join(WITH_SIDE_FILES, os.path.relpath(src, os.path.dirname(ROOT))
+                       .replace(os.sep, "_").replace("..", "up"))
+    shutil.copytree(src, dst)
+    add_side_files(dst)
+    return dst
 
 
 def data_files(folder: str) -> list[str]:
     return sorted(f for f in os.listdir(folder)
-                  if f.endswith((".jsonl", ".json", ".json.gz")) and "MANIFEST" not in f)
+                  if f.endswith((".jsonl", ".json", ".json.gz", ".gpuscope.cols"))
+                  and "MANIFEST" not in f)
 
 
 # ---------------------------------------------------------------------------- mutations
@@ -234,7 +256,7 @@ def mutate_file(path: str, rng: random.Random) -> str:
         text = gzip.decompress(raw) if gz else raw
     except (OSError, EOFError, ValueError, zlib.error):  # damaged already (a second mutation)
         gz, text = False, raw
-    if rng.random() < 0.35:
+    if rng.random() < 0.35 or path.endswith(".cols"):  # side files are binary
         text, what = mutate_bytes(text, rng)
     elif path.endswith(".jsonl"):
         text, what = mutate_lines(text, rng)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import glob
+import json
+import os
+
 import pandas as pd
 
 from gpuscope.runtable import RankInfo, RunTable
@@ -56,3 +60,34 @@ def live_children() -> list[int]:
         except OSError:
             continue
     return live
+
+
+def add_side_files(run_dir: str) -> list[str]:
+    """Write beside each record file of `run_dir` the column side file the recorder writes now,
+    made from its lines by the writer's own Chunk (chunks of Chunk.MAX_ROWS rows); a file whose
+    rows the columns cannot hold gets none, as from the recorder. Returns the side files."""
+    from gpuscope.record.columns import Chunk
+    from gpuscope.record_format import columns_path
+
+    out = []
+    for path in sorted(glob.glob(os.path.join(run_dir, "rank-*.gpuscope.jsonl"))):
+        blob = open(path, "rb").read()
+        if json.loads(blob[:blob.index(b"\n")]).get("columns") is None:
+            continue
+        cut = blob.index(b"\n") + 1
+        chunks, chunk = [], Chunk(cut)
+        for line in blob[cut:].splitlines(keepends=True):
+            obj = json.loads(line)
+            if isinstance(obj, list):
+                if not chunk.add_rows([obj], line):
+                    break
+            else:
+                chunk.add_side(line)
+            if chunk.full:
+                chunks.append(chunk.to_bytes())
+                chunk = Chunk(chunk.offset + chunk.length)
+        else:
+            with open(columns_path(path), "wb") as fh:
+                fh.write(b"".join(chunks + ([chunk.to_bytes()] if chunk.lines else [])))
+            out.append(columns_path(path))
+    return out

@@ -179,9 +179,13 @@ def _record(run_dir, ranks, steps, sleep_s):
 def test_a_second_recording_into_one_run_dir_is_never_merged(tmp_path):
     _record(tmp_path, [0, 1], 12, 0.001)
     _record(tmp_path, [0, 1], 12, 0.01)
-    assert sorted(os.listdir(tmp_path)) == ["rank-00000-2.gpuscope.jsonl",
+    assert sorted(os.listdir(tmp_path)) == ["rank-00000-2.gpuscope.cols",
+                                            "rank-00000-2.gpuscope.jsonl",
+                                            "rank-00000.gpuscope.cols",
                                             "rank-00000.gpuscope.jsonl",
+                                            "rank-00001-2.gpuscope.cols",
                                             "rank-00001-2.gpuscope.jsonl",
+                                            "rank-00001.gpuscope.cols",
                                             "rank-00001.gpuscope.jsonl"]
     newest = gpuscope.analyze(tmp_path)
     assert len(newest.table.frame) == 2 * 11  # one recording: 12 steps a rank, 1 warm-up

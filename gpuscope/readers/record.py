@@ -27,6 +27,7 @@ from ..record_format import (COLUMN_DEFAULTS, FILE_GLOB, NVML_FIELDS, SCHEMA, ST
 from ..runtable import RankInfo, RunTable, empty_frame, key_parts, mask_of
 from ..trace_files import file_size
 from .record_body import coded, decode_body
+from .record_columns import read_columns
 from .validate import (MAX_NS, MAX_RANKS, MAX_STEP, MAX_UNIX_NS, Tally, clean_knobs, is_int, is_num)
 
 _decoder = msgspec.json.Decoder()
@@ -220,12 +221,15 @@ def read_rank_file(path: str, build: bool = False) -> RankFile:
     if bad:
         tally.add("knob value(s) of the wrong type", 1, bad)
     out = RankFile(path, header, [], {})
-    fast = decode_body(blob[cut + 1:], header["columns"], out.rank) if build and cut >= 0 \
-        else None
-    if fast is not None:  # the common shape, checked while decoded
+    fast = None
+    if build and cut >= 0:  # the column side file, else the common shape decoded and checked
+        fast = read_columns(path, blob, cut + 1, header["columns"], out.rank) or \
+            decode_body(blob[cut + 1:], header["columns"], out.rank)
+    if fast is not None:
         for at, obj in fast.side:
             _side_record(obj, out, knobs, tally, at)
-        out.frame, out.comm = (fast.columns, coded(fast.comm)) if fast.n_rows else (None, None)
+        comm = fast.comm if fast.coded else coded(fast.comm)
+        out.frame, out.comm = (fast.columns, comm) if fast.n_rows else (None, None)
         out.rows, out.n_rows = fast.ends, fast.n_rows
     else:
         _read_body(blob, first, out, knobs, tally)

@@ -65,6 +65,7 @@ class Body:
     side: list             # [(line number, side record dict)]
     ends: list             # the first and the last row's values (lists), for the span
     n_rows: int
+    coded: bool = False    # comm is already (steps, distinct keys, codes, values)
 
 
 def _decode(body: bytes):

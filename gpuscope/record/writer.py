@@ -1,4 +1,5 @@
-"""Writes one rank's record file: a header, then lines appended and flushed at once."""
+"""Writes one rank's record file (a header, then lines appended and flushed at once) and its
+column side file (record_format)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import json
 import os
 import threading
 
-from ..record_format import rank_file_name
+from ..record_format import columns_path, rank_file_name
+from .columns import Chunk
 
 MAX_RECORDINGS = 10_000
 
@@ -24,7 +26,7 @@ def create_rank_file(run_dir: str, rank: int):
     for n in range(1, MAX_RECORDINGS):
         path = os.path.join(run_dir, rank_file_name(rank, n))
         try:
-            return path, n, open(path, "x", encoding="utf-8")
+            return path, n, open(path, "xb")
         except FileExistsError:
             continue
     raise OSError(f"{run_dir}: {MAX_RECORDINGS} recordings of rank {rank} already; use a new run dir")
@@ -37,7 +39,12 @@ class RecordWriter:
     only queues. When the disk is full, the file vanished or a write fails, the thread stops and
     sets `error` (the recorder then stops recording, once, and training goes on); when writes
     stall, batches past MAX_PENDING are dropped and counted. `close` is idempotent and waits for
-    the thread at most CLOSE_TIMEOUT_S."""
+    the thread at most CLOSE_TIMEOUT_S.
+
+    The thread also keeps the column side file (record_format): each batch, once in the record
+    file, joins the current chunk, written when full and at the end. A row the columns cannot
+    hold exactly (named phases), or a side file that cannot be written, ends the side file (it is
+    removed: readers then decode the JSON, which is always complete)."""
 
     MAX_PENDING = 256       # batches of lines queued before new ones are dropped
     CLOSE_TIMEOUT_S = 10.0  # a stalled filesystem never holds up the end of training longer
@@ -51,19 +58,27 @@ class RecordWriter:
         self._has_header = False
         self.error: str | None = None  # why writing stopped
         self.dropped = 0                # lines dropped while writes stalled
+        self._cols = None               # the column side file, once the header is written
+        self._chunk: Chunk | None = None  # the lines since its last chunk
 
     def write_header(self, header: dict) -> None:
-        self._fh.write(_dumps(header) + "\n")  # here: a failure is known before training
+        data = (_dumps(header) + "\n").encode()
+        self._fh.write(data)  # here: a failure is known before training
         self._fh.flush()
         self._has_header = True
+        try:
+            self._cols = open(columns_path(self.path), "wb")
+            self._chunk = Chunk(len(data))
+        except OSError:
+            self._cols = None  # no side file: readers decode the JSON
 
     def add_rows(self, rows: list[list]) -> None:
-        self._put([_dumps(r) for r in rows])
+        self._put([_dumps(r) for r in rows], rows)
 
     def add_meta(self, obj: dict) -> None:
         self._put([_dumps(obj)])
 
-    def _put(self, lines: list[str]) -> None:
+    def _put(self, lines: list[str], rows: list | None = None) -> None:
         if not lines:
             return
         with self._cv:
@@ -72,7 +87,7 @@ class RecordWriter:
             if len(self._queue) >= self.MAX_PENDING:
                 self.dropped += len(lines)
                 return
-            self._queue.append("\n".join(lines) + "\n")
+            self._queue.append(("\n".join(lines) + "\n", rows))
             self._start()
             self._cv.notify()
 
@@ -90,10 +105,11 @@ class RecordWriter:
                 while not self._queue and not self._closing:
                     self._cv.wait()
                 if not self._queue:
-                    return
-                text = self._queue.popleft()
+                    break
+                text, rows = self._queue.popleft()
+            data = text.encode()
             try:
-                fh.write(text)
+                fh.write(data)
                 fh.flush()
                 if os.fstat(fh.fileno()).st_nlink == 0:
                     raise OSError(f"{self.path} was deleted while recording")
@@ -101,7 +117,49 @@ class RecordWriter:
                 with self._cv:
                     self.error = f"cannot write {self.path}: {getattr(exc, 'strerror', None) or exc}"
                     self._queue.clear()
+                self._end_columns(remove=True)
                 return
+            self._add_columns(rows, data)
+        self._write_chunk()  # closing: the last chunk
+
+    def _add_columns(self, rows: list | None, data: bytes) -> None:
+        """The batch joins the current chunk, once the batch itself is in the record file."""
+        chunk = self._chunk
+        if self._cols is None or chunk is None:
+            return
+        if rows is None:
+            chunk.add_side(data)
+        elif not chunk.add_rows(rows, data):
+            self._end_columns(remove=True)
+            return
+        if chunk.full:
+            self._write_chunk()
+
+    def _write_chunk(self) -> None:
+        chunk = self._chunk
+        if self._cols is None or chunk is None or not chunk.lines:
+            return
+        try:
+            self._cols.write(chunk.to_bytes())
+            self._cols.flush()
+        except (OSError, ValueError):
+            self._end_columns(remove=True)
+            return
+        self._chunk = Chunk(chunk.offset + chunk.length)
+
+    def _end_columns(self, remove: bool = False) -> None:
+        cols, self._cols = self._cols, None
+        if cols is None:
+            return
+        try:
+            cols.close()
+        except OSError:
+            pass
+        if remove:
+            try:
+                os.remove(columns_path(self.path))
+            except OSError:
+                pass
 
     def close(self, end: dict | None = None) -> None:
         """Write the end record (when given and the file is still writable) and close; a file
@@ -111,7 +169,7 @@ class RecordWriter:
             if fh is None or self._closing:
                 return
             if end is not None and self._has_header and self.error is None:
-                self._queue.append(_dumps({"end": end}) + "\n")
+                self._queue.append((_dumps({"end": end}) + "\n", None))
                 self._start()
             self._closing = True
             self._cv.notify()
@@ -122,6 +180,7 @@ class RecordWriter:
                 self.error = self.error or f"writing {self.path} stalled; the end was not written"
                 return
         self._fh = None
+        self._end_columns()
         try:
             fh.close()
         except OSError:

@@ -1,0 +1,151 @@
+"""A record file's step rows from its column side file (record_format), without decoding JSON.
+
+The side file is used only when it accounts for the record file's whole body, byte for byte:
+its chunks follow each other from the end of the header to the end of the file, and each
+chunk's crc32 matches the record file's bytes it stands for followed by the chunk's own body.
+Its values then pass the same range checks as the JSON path's typed decoder. Anything else (no side file, a cut or damaged one, a
+record file longer than it covers after a kill, a value out of range, a repeated step) returns
+None, and the record file's JSON is decoded as before: the side file only ever saves time.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+
+import msgspec
+import numpy as np
+
+from ..record_format import CHUNK_HEADER, CHUNK_MAGIC, STEP_COLUMNS, columns_path
+from .record_body import Body
+from .validate import MAX_NS, MAX_STEP, MAX_UNIX_NS
+
+_HEAD = struct.Struct(CHUNK_HEADER)
+_WIDTH = len(STEP_COLUMNS)
+_LO = np.array([-1 if c == "synced" else 0 for c in STEP_COLUMNS], np.int64)
+_HI = np.array([MAX_STEP if c == "step" else MAX_UNIX_NS if c == "start_ns" else
+                1 if c == "synced" else MAX_NS for c in STEP_COLUMNS], np.int64)
+_MAX_SAMPLES = 1 << 40
+_keys = msgspec.json.Decoder(list[str]).decode
+_decode = msgspec.json.Decoder().decode
+
+
+class _Unfit(Exception):
+    """The side file does not account for the record file: decode the JSON."""
+
+
+def read_columns(path: str, blob: bytes, start: int, columns: list, rank: int) -> Body | None:
+    """The body of the record file `path` (its bytes `blob`, the body from `start`) from its
+    column side file, or None when there is none or it does not account for the body."""
+    if list(columns) != list(STEP_COLUMNS):
+        return None
+    try:
+        with open(columns_path(path), "rb") as fh:
+            side = fh.read()
+    except OSError:
+        return None
+    try:
+        return _read(side, blob, start, rank)
+    except (_Unfit, struct.error, ValueError, IndexError, msgspec.MsgspecError):
+        return None
+
+
+def _read(side: bytes, blob: bytes, start: int, rank: int) -> Body:
+    if not side or len(side) % 8:
+        raise _Unfit
+    words = np.frombuffer(side, "<i8")
+    unpack, crc32, record, side_ = _HEAD.unpack_from, zlib.crc32, memoryview(blob), memoryview(side)
+    size, pos, at, line = len(side), 0, start, 2
+    rows, samples, comm, side_records = [], [], [], []
+    n_rows = 0
+    while pos < size:
+        magic, off, length, crc, lines, n, n_comm, n_side, n_keys, spare = unpack(side, pos)
+        w = (pos + _HEAD.size) // 8
+        end = 8 * (w + n * (_WIDTH + 1) + 5 * n_comm + 3 * n_side) + n_keys
+        if magic != CHUNK_MAGIC or off != at or spare or lines != n + n_side or end > size or \
+                crc32(side_[pos + _HEAD.size:end], crc32(record[off:off + length])) != crc:
+            raise _Unfit
+        rows.append(words[w:w + n * _WIDTH])
+        w += n * _WIDTH
+        samples.append(words[w:w + n])
+        w += n
+        if n_comm:
+            keys = _keys(side[end - n_keys:end])
+            comm.append((n_rows, n, words[w:w + 5 * n_comm], keys))
+        w += 5 * n_comm
+        if n_side:  # (line in the chunk, offset in its lines, length): decoded from the record
+            places = words[w:w + 3 * n_side].reshape(-1, 3).tolist()
+            for i, rel, size_ in places:
+                if not 0 <= rel <= rel + size_ <= length or not 0 <= i < lines:
+                    raise _Unfit
+                obj = _decode(record[off + rel:off + rel + size_])
+                if type(obj) is not dict:
+                    raise _Unfit
+                side_records.append((line + i, obj))
+        pos = end
+        n_rows += n
+        line += lines
+        at = off + length
+    if at != len(blob):  # lines after the last chunk (a killed run): decode the JSON
+        raise _Unfit
+    return _body(rows, samples, comm, side_records, n_rows, rank)
+
+
+def _body(rows: list, samples: list, comm: list, side_records: list, n: int, rank: int) -> Body:
+    """Body as record_body.decode_body makes it, from the chunks' arrays: the same values
+    checked against the same ranges."""
+    arr = np.concatenate(rows).reshape(n, _WIDTH) if n else np.empty((0, _WIDTH), np.int64)
+    if n and ((arr.min(axis=0) < _LO).any() or (arr.max(axis=0) > _HI).any()):
+        raise _Unfit
+    steps = np.ascontiguousarray(arr[:, 0])
+    if n > 1 and not (steps[1:] > steps[:-1]).all() and np.unique(steps).size < n:
+        raise _Unfit  # a step repeated: the careful path keeps the first and counts the rest
+    cols = {"rank": np.full(n, rank, np.int64)}
+    for i, name in enumerate(STEP_COLUMNS):
+        cols[name] = steps if i == 0 else arr[:, i]
+    if n:
+        per_row = np.concatenate(samples)
+        if per_row.min() < -1 or per_row.max() > _MAX_SAMPLES:
+            raise _Unfit
+        if per_row.max() >= 0:
+            cols["samples"] = per_row
+    ends = [arr[0].tolist(), arr[-1].tolist()] if n else []
+    return Body(cols, _collectives(comm, steps), side_records, ends, n, coded=True)
+
+
+def _collectives(parts: list, steps: np.ndarray) -> tuple | None:
+    """(steps, distinct keys, each collective's index into them, values), as record_body.coded:
+    keys in order of first appearance, collectives in row order."""
+    if not parts:
+        return None
+    table = np.concatenate([p[2] for p in parts]).reshape(-1, 5)
+    counts = [len(p[2]) // 5 for p in parts]
+    base = np.repeat(np.array([p[0] for p in parts], np.int64), counts)
+    size = np.repeat(np.array([p[1] for p in parts], np.int64), counts)
+    row = table[:, 0]
+    if (row < 0).any() or (row >= size).any():
+        raise _Unfit
+    row = row + base
+    if (row[1:] < row[:-1]).any():
+        raise _Unfit  # collectives out of row order
+    vals = np.ascontiguousarray(table[:, 2:])
+    if vals.min() < 0 or vals.max() > MAX_NS:
+        raise _Unfit
+    first = parts[0][3]
+    if all(p[3] is first for p in parts):  # the same keys in every batch: codes as they are
+        names, codes = list(first), table[:, 1].copy()
+        if (codes < 0).any() or (codes >= len(names)).any():
+            raise _Unfit
+    else:
+        index: dict[str, int] = {}
+        remap = []
+        for p in parts:
+            local = np.array([index.setdefault(k, len(index)) for k in p[3]], np.int64)
+            code = p[2].reshape(-1, 5)[:, 1]
+            if (code < 0).any() or (code >= len(local)).any():
+                raise _Unfit
+            remap.append(local[code])
+        names, codes = list(index), np.concatenate(remap)
+    if len(set(names)) != len(names):
+        raise _Unfit
+    return steps[row], names, codes, vals
