@@ -253,11 +253,21 @@ def test_rows_the_columns_cannot_hold_end_the_side_file(tmp_path, monkeypatch):
     assert len(got.frame) == 40
 
 
-@pytest.mark.parametrize("value", [True, 1.5, 1 << 64, "7"])
-def test_values_that_are_not_int64_end_the_side_file(tmp_path, value):
+@pytest.mark.parametrize("where,value", [(w, v) for w in ("column", "collective", "samples")
+                                         for v in (True, 1.5, 1 << 64, "7")]
+                         + [("samples", -2), ("collective", None)])
+def test_values_that_are_not_int64_end_the_side_file(tmp_path, where, value):
+    """What the JSON path's typed decoder would not take as it is (bool, float, past int64, a
+    string; a negative batch size) is never put in a column: the writer ends the side file."""
     run = tmp_path / "run"
     batches = _batches(0)
-    batches[1][2][4] = value
+    row = batches[1][2]  # step 10: collectives under one key
+    if where == "column":
+        row[4] = value
+    elif where == "collective":
+        row[W]["_comm"]["all_reduce:ddp"][1] = value
+    else:
+        row[W]["_samples"] = value
     _write(run, 0, batches)
     assert not glob.glob(str(run / ("*" + COLUMNS_SUFFIX)))
     read_path(str(run))  # the JSON path decides (a bad value is skipped and counted)

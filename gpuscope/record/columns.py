@@ -8,12 +8,15 @@ import struct
 import sys
 import zlib
 from array import array
+from itertools import chain
+from operator import itemgetter
 
 from ..record_format import CHUNK_HEADER, CHUNK_MAGIC, STEP_COLUMNS
 
 _HEAD = struct.Struct(CHUNK_HEADER)
 _WIDTH = len(STEP_COLUMNS)
 _EXTRA_KEYS = {"_comm", "_samples"}
+_fixed = itemgetter(slice(0, _WIDTH))
 
 
 class Chunk:
@@ -48,46 +51,44 @@ class Chunk:
     def add_rows(self, rows: list, data: bytes) -> bool:
         """Step `rows`, written to the record file as `data`; False when a row does not fit the
         columns exactly (named phases, a value that is not an int64, ...): the side file then
-        ends, and readers decode the JSON."""
-        if data.count(b"\n") != len(rows):
+        ends, and readers decode the JSON. Runs on the writer thread, beside training: one pass
+        over the values in C where it can."""
+        n = len(rows)
+        if data.count(b"\n") != n or set(map(type, rows)) != {list}:
             return False
-        flat, samples, comm = array("q"), array("q"), array("q")
-        keys, base = self._keys, self.n_rows
+        values = list(chain.from_iterable(map(_fixed, rows)))
+        if len(values) != n * _WIDTH or set(map(type, values)) != {int}:  # no bool, float, str
+            return False
+        samples, comm, keys = array("q", [-1]) * n, [], self._keys
+        for i, row in enumerate(rows):
+            if len(row) == _WIDTH:
+                continue
+            extra = row[_WIDTH] if len(row) == _WIDTH + 1 else None
+            if type(extra) is not dict or not extra.keys() <= _EXTRA_KEYS:
+                return False
+            if "_samples" in extra:
+                s = extra["_samples"]
+                if type(s) is not int or not 0 <= s < 1 << 63:
+                    return False
+                samples[i] = s
+            by_key = extra.get("_comm", {})
+            if type(by_key) is not dict:
+                return False
+            for key, vals in by_key.items():
+                if type(key) is not str or type(vals) is not list or len(vals) != 3:
+                    return False
+                comm += (self.n_rows + i, keys.setdefault(key, len(keys)), *vals)
         try:
-            for i, row in enumerate(rows, base):
-                if type(row) is not list:
-                    return False
-                if len(row) == _WIDTH + 1:
-                    extra = row[_WIDTH]
-                    if type(extra) is not dict or not extra.keys() <= _EXTRA_KEYS:
-                        return False
-                    n = extra.get("_samples", -1)
-                    if type(n) is not int or (n < 0 and "_samples" in extra):
-                        return False
-                    samples.append(n)
-                    by_key = extra.get("_comm", {})
-                    if type(by_key) is not dict:
-                        return False
-                    for key, vals in by_key.items():
-                        if type(key) is not str or len(vals) != 3 or \
-                                not all(type(v) is int for v in vals):
-                            return False
-                        comm.extend((i, keys.setdefault(key, len(keys)), *vals))
-                elif len(row) == _WIDTH:
-                    samples.append(-1)
-                else:
-                    return False
-                values = row[:_WIDTH]
-                if not all(type(v) is int for v in values):  # bool, float, str: not columns
-                    return False
-                flat.extend(values)
-        except (OverflowError, TypeError):  # past int64, or not a list of three
+            if comm and set(map(type, comm)) != {int}:
+                return False
+            self._rows.extend(values)
+            self._comm.extend(comm)
+        except OverflowError:  # past int64: nothing of this batch is kept
+            del self._rows[self.n_rows * _WIDTH:]
             return False
-        self._rows += flat
         self._samples += samples
-        self._comm += comm
-        self.n_rows += len(rows)
-        self.lines += len(rows)
+        self.n_rows += n
+        self.lines += n
         self._grow(data)
         return True
 

@@ -127,9 +127,11 @@ class RecordWriter:
         chunk = self._chunk
         if self._cols is None or chunk is None:
             return
-        if rows is None:
-            chunk.add_side(data)
-        elif not chunk.add_rows(rows, data):
+        try:
+            fits = chunk.add_rows(rows, data) if rows is not None else chunk.add_side(data)
+        except Exception:  # noqa: BLE001 - only ever an optimisation: never the thread's end
+            fits = False
+        if fits is False:
             self._end_columns(remove=True)
             return
         if chunk.full:
