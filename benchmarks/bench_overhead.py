@@ -106,6 +106,27 @@ def recorder_cost_per_step(n: int = 20000) -> float:
     return (spent - base) / n
 
 
+def side_file_cost_per_row(n: int = 2000) -> float:
+    """Seconds the writer thread spends per DDP step row on the column side file (batches of 16
+    rows with their collectives, as the recorder flushes them): off the step path, but it holds
+    the GIL while it runs."""
+    from gpuscope.record.columns import Chunk
+
+    row = [5, 1_790_000_000_080_064_112, 80_711_471, 2_273_923, 62_355_406, 15_062_845,
+           15_585_151, 496_991, 19_209_455, 41_030_794, 2_115_157, 1, 227_392, 1, 0,
+           {"_comm": {"all_reduce:ddp": [15_062_845, 15_585_151, 4]}}]
+    rows = [list(row) for _ in range(16)]
+    data = ("\n".join(json.dumps(r, separators=(",", ":")) for r in rows) + "\n").encode()
+    chunk = Chunk(0)
+    t = time.perf_counter()
+    for _ in range(n):
+        if chunk.full:
+            chunk.to_bytes()
+            chunk = Chunk(chunk.offset + chunk.length)
+        chunk.add_rows(rows, data)
+    return (time.perf_counter() - t) / (n * len(rows))
+
+
 _DDP_COST = r"""
 import json, os, statistics, sys, tempfile, time
 import torch, torch.distributed as dist
@@ -207,6 +228,7 @@ def main() -> None:
         "ddp_tiny_step_us_with": round(ddp["with_us"], 1),
         "recorder_cost_ddp_us_per_step": round(ddp_cost * 1e6, 1),
         "recorder_cost_ddp_pct_of_step": round(ddp_cost / med_without * 100, 3),
+        "side_file_us_per_step_writer_thread": round(side_file_cost_per_row() * 1e6, 2),
         "cpu_count": os.cpu_count(),
     }
     if with_live:
