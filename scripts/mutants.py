@@ -100,6 +100,21 @@ MUTANTS = [
     ("trace CPU claimed", "gpuscope/readers/kineto/steps.py",
      '"data_cpu_ns": -1,', '"data_cpu_ns": data_ns,',
      ["tests/test_sample_traces.py", "-k", "claim"]),
+    ("side file crc not checked", "gpuscope/readers/record_columns.py",
+     "crc32(side_[pos + _HEAD.size:end], crc32(record[off:off + length])) != crc",
+     "False", ["tests/test_record_columns.py", "-k", "not_used"]),
+    ("side file values not range-checked", "gpuscope/readers/record_columns.py",
+     "    if n and ((arr.min(axis=0) < _LO).any() or (arr.max(axis=0) > _HI).any()):",
+     "    if False:", ["tests/test_record_columns.py", "-k", "not_used"]),
+    ("side file taken when the record is longer", "gpuscope/readers/record_columns.py",
+     "    if at != len(blob):", "    if at > len(blob):",
+     ["tests/test_record_columns.py", "-k", "not_used or killed"]),
+    ("side file holds bools", "gpuscope/record/columns.py",
+     "set(map(type, values)) != {int}", "not all(isinstance(v, int) for v in values)",
+     ["tests/test_record_columns.py", "-k", "int64"]),
+    ("side file keys in chunk order", "gpuscope/readers/record_columns.py",
+     "    if all(p[3] == first for p in parts):", "    if True:",
+     ["tests/test_record_columns.py", "-k", "many_chunks or not_used or sample"]),
 ]
 
 

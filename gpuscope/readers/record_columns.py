@@ -132,7 +132,7 @@ def _collectives(parts: list, steps: np.ndarray) -> tuple | None:
     if vals.min() < 0 or vals.max() > MAX_NS:
         raise _Unfit
     first = parts[0][3]
-    if all(p[3] is first for p in parts):  # the same keys in every batch: codes as they are
+    if all(p[3] == first for p in parts):  # the same keys in every chunk: codes as they are
         names, codes = list(first), table[:, 1].copy()
         if (codes < 0).any() or (codes >= len(names)).any():
             raise _Unfit
