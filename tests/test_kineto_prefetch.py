@@ -7,8 +7,10 @@ import json
 import multiprocessing as mp
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -217,3 +219,39 @@ def test_the_progress_bar_follows_the_processes(tmp_path, monkeypatch, capsys):
     moves = [d for d in draws if d > 0]
     assert len(moves) >= 2  # not all at once at the end
     assert sum(moves) == sum(os.path.getsize(os.path.join(SAMPLE, f)) for f in files)
+
+
+def test_a_sigterm_right_after_the_fork_still_stops_the_child():
+    """A prefetch process stopped by SIGTERM just after it forked the child for half its file,
+    before it entered the block that stops that child: the signal waits for the block, so the
+    child is stopped all the same (it used to be left running, orphaned)."""
+    from gpuscope.readers import fork
+    from gpuscope.readers.kineto.prefetch import _unwind
+
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the prefetch process
+        try:
+            signal.signal(signal.SIGTERM, _unwind)
+            real = mp.process.BaseProcess.start
+
+            def start(self):
+                real(self)
+                os.write(w, f"{self.pid}\n".encode())
+                os.kill(os.getpid(), signal.SIGTERM)  # the parent stops it right now
+
+            mp.process.BaseProcess.start = start
+            with fork._in_child(lambda: time.sleep(30)):
+                time.sleep(30)
+        except SystemExit:
+            pass
+        finally:
+            os._exit(0)
+    os.close(w)
+    child = int(os.read(r, 100).split()[0])
+    os.close(r)
+    os.waitpid(pid, 0)
+    gone = _gone(child)
+    if not gone:
+        os.kill(child, signal.SIGKILL)
+    assert gone

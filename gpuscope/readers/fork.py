@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import signal
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -22,13 +23,21 @@ def _in_child(work, daemon: bool = True):
     function that returns ("ok", value) or ("error", reason). On leaving the block the child is
     gone on every path: joined when it delivered, terminated (then killed) when the parent
     stopped listening early, e.g. because its own half raised. A child that forks children of
-    its own must not be a daemon (multiprocessing forbids it)."""
+    its own must not be a daemon (multiprocessing forbids it).
+
+    SIGTERM is held back from the fork until the block is entered: a process stopped by SIGTERM
+    (a prefetch process, which then unwinds) between the fork and the block would otherwise
+    never stop the child it had just forked."""
     import multiprocessing as mp
 
     ctx = mp.get_context("fork")
     recv, send = ctx.Pipe(duplex=False)
+    held = threading.current_thread() is threading.main_thread()
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM}) if held else None
 
     def target():
+        if held:  # the child starts with the mask its parent had before the fork
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         try:
             send.send(("ok", work()))
         except BaseException as exc:  # reported; the parent then does the work itself
@@ -39,8 +48,13 @@ def _in_child(work, daemon: bool = True):
         finally:
             send.close()
 
-    child = ctx.Process(target=target, daemon=daemon)
-    child.start()
+    try:
+        child = ctx.Process(target=target, daemon=daemon)
+        child.start()
+    except BaseException:
+        if held:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        raise
     send.close()
 
     delivered = []
@@ -57,6 +71,8 @@ def _in_child(work, daemon: bool = True):
         return out
 
     try:
+        if held:  # a SIGTERM that came meanwhile is delivered here, inside the block
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         yield collect
     finally:
         recv.close()
