@@ -22,7 +22,7 @@ RERUNS: list[str] = []
 
 def pytest_terminal_summary(terminalreporter):
     if RERUNS:
-        terminalreporter.section("scenario reruns (a rank straggled for the host's reasons)")
+        terminalreporter.section("reruns (a rank straggled, or the VM's speed drifted between timed runs)")
         for line in RERUNS:
             terminalreporter.write_line(line)
 

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import gpuscope
+from conftest import RERUNS
 
 pytestmark = pytest.mark.slow
 WORKLOAD = os.path.join(os.path.dirname(__file__), "workloads", "parallel.py")
@@ -24,9 +25,10 @@ WORKLOAD = os.path.join(os.path.dirname(__file__), "workloads", "parallel.py")
 def parallel_run(tmp_path_factory):
     cache: dict = {}
 
-    def run(case: str, nproc: int, *args: str, profile: bool = True) -> str:
+    def run(case: str, nproc: int, *args: str, profile: bool = True, again: bool = False) -> str:
+        """`again`: run it anew, even if this session already did."""
         key = (case, nproc, profile) + args
-        if key not in cache:
+        if key not in cache or again:
             out = tmp_path_factory.mktemp(case)
             cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                    "--nproc_per_node", str(nproc), WORKLOAD, "--case", case, "--out", str(out),
@@ -89,12 +91,22 @@ def test_pipelining_heavy_stage_is_named_and_repartitioned(parallel_run):
 def test_repartition_estimate_matches_the_repartitioned_run(parallel_run):
     """The estimate for moving 2 layers from stage 1 to stage 0, against running 4 + 4 (both
     without the profiler, whose trace writing lengthens some steps)."""
-    before = gpuscope.analyze(os.path.join(
-        parallel_run("pipeline", 2, "--layers", "2,6", profile=False), "record"))
-    out = parallel_run("pipeline", 2, "--layers", "4,4", profile=False)
-    after = gpuscope.analyze(os.path.join(out, "record"))
-    est = before.suggestions[0].estimated_step_ms
-    measured = float(np.median([s.step_ns for s in after.steps])) / 1e6
+    for attempt in range(2):
+        # two separate 12-step runs: this shared VM's speed can drift between them (once in a
+        # CI run the 4 + 4 run's steps took 154 ms against 98 ms predicted). When they
+        # disagree the pair is run once more, and the rerun is listed in the test summary; a
+        # wrong estimate disagrees both times
+        before = gpuscope.analyze(os.path.join(parallel_run(
+            "pipeline", 2, "--layers", "2,6", profile=False, again=attempt > 0), "record"))
+        out = parallel_run("pipeline", 2, "--layers", "4,4", profile=False, again=attempt > 0)
+        after = gpuscope.analyze(os.path.join(out, "record"))
+        est = before.suggestions[0].estimated_step_ms
+        measured = float(np.median([s.step_ns for s in after.steps])) / 1e6
+        if abs(est - measured) <= 0.15 * measured:
+            break
+        if attempt == 0:
+            RERUNS.append(f"repartition pair: {est:.1f} ms predicted, {measured:.1f} ms "
+                          "measured; ran both again")
     assert abs(est - measured) <= 0.15 * measured, (est, measured)
     # balanced now: no repartition, and the bubble is the schedule's own
     assert not any(s.knob == "pipeline_partition" for s in after.suggestions)
