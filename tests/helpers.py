@@ -91,3 +91,18 @@ def add_side_files(run_dir: str) -> list[str]:
                 fh.write(b"".join(chunks + ([chunk.to_bytes()] if chunk.lines else [])))
             out.append(columns_path(path))
     return out
+
+
+def spy_taken(monkeypatch, module, name: str) -> list[bool]:
+    """Wraps module.name (a reader's path that returns None when it declines the input): the
+    returned list gets, per call, whether it took it."""
+    seen = []
+    real = getattr(module, name)
+
+    def spy(*a):
+        got = real(*a)
+        seen.append(got is not None)
+        return got
+
+    monkeypatch.setattr(module, name, spy)
+    return seen

@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 
 import gpuscope
+from helpers import spy_taken
 from gpuscope.analyze.groups import Groups
 from gpuscope.readers import record as rec_reader
 from gpuscope.readers import read_path
@@ -57,16 +58,7 @@ def test_bulk_paths_read_what_line_by_line_reads(run, monkeypatch):
 
 def _typed_files(monkeypatch) -> list:
     """Counts the files the typed decoder took (None: it declined)."""
-    seen = []
-    real = rec_reader.decode_body
-
-    def spy(*a):
-        out = real(*a)
-        seen.append(out is not None)
-        return out
-
-    monkeypatch.setattr(rec_reader, "decode_body", spy)
-    return seen
+    return spy_taken(monkeypatch, rec_reader, "decode_body")
 
 
 @pytest.mark.parametrize("shape", ["as_recorded", "no_trailing_objects", "mixed_with_samples",

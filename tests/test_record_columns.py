@@ -15,6 +15,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from helpers import spy_taken
+
 from gpuscope.readers import read_path
 from gpuscope.readers import record as rec_reader
 from gpuscope.record.columns import Chunk
@@ -98,16 +100,7 @@ def _read(run_dir, json_only=False):
 
 def _spy(monkeypatch) -> list:
     """Records, per file, whether the side file was taken."""
-    seen = []
-    real = rec_reader.read_columns
-
-    def spy(*a):
-        got = real(*a)
-        seen.append(got is not None)
-        return got
-
-    monkeypatch.setattr(rec_reader, "read_columns", spy)
-    return seen
+    return spy_taken(monkeypatch, rec_reader, "read_columns")
 
 
 def _same(a, b):
