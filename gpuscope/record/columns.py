@@ -78,13 +78,12 @@ class Chunk:
                 if type(key) is not str or type(vals) is not list or len(vals) != 3:
                     return False
                 comm += (self.n_rows + i, keys.setdefault(key, len(keys)), *vals)
+        if comm and set(map(type, comm)) != {int}:
+            return False
         try:
-            if comm and set(map(type, comm)) != {int}:
-                return False
             self._rows.extend(values)
             self._comm.extend(comm)
-        except OverflowError:  # past int64: nothing of this batch is kept
-            del self._rows[self.n_rows * _WIDTH:]
+        except OverflowError:  # past int64 (False ends the side file: no rollback needed)
             return False
         self._samples += samples
         self.n_rows += n
