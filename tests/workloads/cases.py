@@ -296,7 +296,7 @@ def case_tutorial(args, rank, tim):
     model = DDP(nn.Linear(20, 1))
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     with gpuscope.record(args.run_dir, model=model, live_every=args.live_every) as rec:
-        for epoch in range(2):
+        for epoch in range(args.epochs):
             loader.sampler.set_epoch(epoch)
             it = iter(rec.data(loader))
             while True:
@@ -335,6 +335,7 @@ def main() -> None:
     ap.add_argument("--live-every", type=int, default=0, help="record(live_every=N)")
     ap.add_argument("--accum", type=int, help="micro-steps per optimizer step (no_sync, fsdp2)")
     ap.add_argument("--batch", type=int, help="per-rank batch (no_sync, fsdp2)")
+    ap.add_argument("--epochs", type=int, default=2, help="tutorial: epochs (32 steps each)")
     ap.add_argument("--no-reshard", action="store_true",
                     help="fsdp2: fully_shard(..., reshard_after_forward=False)")
     args = ap.parse_args()
