@@ -7,7 +7,7 @@ TORCH_SPEC ?= torch==$(TORCH_VERSION)
 BIN := $(VENV)/bin
 SCENARIO ?= data
 
-.PHONY: install demo test test-fast bench bench-overhead bench-whatif samples dashboards clean
+.PHONY: install demo test test-fast bench bench-overhead bench-overhead-cases bench-whatif samples dashboards clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,9 @@ test-fast: install   # everything but the tests that start other processes (~30 
 
 bench-overhead: install
 	$(BIN)/python benchmarks/bench_overhead.py
+
+bench-overhead-cases: install   # the overhead on nanoGPT-style, FSDP2, HF Trainer, Lightning loops
+	$(BIN)/python benchmarks/bench_overhead_cases.py
 
 bench-whatif: install
 	$(BIN)/python benchmarks/bench_whatif.py
