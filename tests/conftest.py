@@ -20,6 +20,18 @@ BALANCED_RERUNS = 2
 RERUNS: list[str] = []
 
 
+def run_with_reruns(tries: int, run, trouble):
+    """`run(attempt)` up to `tries` times, while `trouble(result)` says what looked wrong (None:
+    nothing); each rerun is listed in the test summary, never silent. Returns the last result,
+    for the test's own assertions."""
+    for attempt in range(tries):
+        result = run(attempt)
+        why = trouble(result)
+        if why is None or attempt == tries - 1:
+            return result
+        RERUNS.append(f"{why}; ran it again")
+
+
 def pytest_terminal_summary(terminalreporter):
     if RERUNS:
         terminalreporter.section("reruns (a rank straggled, or the VM's speed drifted between timed runs)")

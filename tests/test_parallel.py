@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import gpuscope
-from conftest import BALANCED_RERUNS, RERUNS
+from conftest import BALANCED_RERUNS, run_with_reruns
 
 pytestmark = pytest.mark.slow
 WORKLOAD = os.path.join(os.path.dirname(__file__), "workloads", "parallel.py")
@@ -91,22 +91,20 @@ def test_pipelining_heavy_stage_is_named_and_repartitioned(parallel_run):
 def test_repartition_estimate_matches_the_repartitioned_run(parallel_run):
     """The estimate for moving 2 layers from stage 1 to stage 0, against running 4 + 4 (both
     without the profiler, whose trace writing lengthens some steps)."""
-    for attempt in range(2):
-        # two separate 12-step runs: this shared VM's speed can drift between them (once in a
-        # CI run the 4 + 4 run's steps took 154 ms against 98 ms predicted). When they
-        # disagree the pair is run once more, and the rerun is listed in the test summary; a
-        # wrong estimate disagrees both times
+    # two separate 12-step runs: this shared VM's speed can drift between them (once in a CI
+    # run the 4 + 4 run's steps took 154 ms against 98 ms predicted). When they disagree the
+    # pair is run once more, listed in the test summary; a wrong estimate disagrees both times
+    def pair(attempt):
         before = gpuscope.analyze(os.path.join(parallel_run(
             "pipeline", 2, "--layers", "2,6", profile=False, again=attempt > 0), "record"))
         out = parallel_run("pipeline", 2, "--layers", "4,4", profile=False, again=attempt > 0)
         after = gpuscope.analyze(os.path.join(out, "record"))
         est = before.suggestions[0].estimated_step_ms
-        measured = float(np.median([s.step_ns for s in after.steps])) / 1e6
-        if abs(est - measured) <= 0.15 * measured:
-            break
-        if attempt == 0:
-            RERUNS.append(f"repartition pair: {est:.1f} ms predicted, {measured:.1f} ms "
-                          "measured; ran both again")
+        return est, float(np.median([s.step_ns for s in after.steps])) / 1e6, after
+
+    est, measured, after = run_with_reruns(
+        2, pair, lambda r: None if abs(r[0] - r[1]) <= 0.15 * r[1] else
+        f"repartition pair: {r[0]:.1f} ms predicted, {r[1]:.1f} ms measured")
     assert abs(est - measured) <= 0.15 * measured, (est, measured)
     # balanced now: no repartition, and the bubble is the schedule's own
     assert not any(s.knob == "pipeline_partition" for s in after.suggestions)
@@ -160,15 +158,13 @@ def test_hybrid_balanced_names_no_one(parallel_run):
     # CI: rank 0, 10 ms per step in the profiled steps, its backward). As for the balanced demo
     # scenarios, such a run is run again, up to twice, each rerun listed in the test summary; a
     # tool that invents stragglers names one all three times
-    for attempt in range(BALANCED_RERUNS + 1):
-        out = parallel_run("hybrid", 4, again=attempt > 0)
-        named = {src: gpuscope.analyze(os.path.join(out, src)).to_dict()["straggler_details"]
-                 for src in ("record", "kineto")}
-        if not any(named.values()) or attempt == BALANCED_RERUNS:
-            break
-        RERUNS.append(f"hybrid 4 ranks: run {attempt + 1} named "
-                      f"{[(src, s['rank'], s['excess_ms']) for src, d in named.items() for s in d]}; "
-                      "ran it again")
+    def named(out):
+        found = [(src, d["rank"], d["excess_ms"]) for src in ("record", "kineto")
+                 for d in gpuscope.analyze(os.path.join(out, src)).to_dict()["straggler_details"]]
+        return f"hybrid 4 ranks: named {found}" if found else None
+
+    out = run_with_reruns(BALANCED_RERUNS + 1,
+                          lambda attempt: parallel_run("hybrid", 4, again=attempt > 0), named)
     for src in ("record", "kineto"):
         rep = gpuscope.analyze(os.path.join(out, src))
         assert rep.stragglers == [], (src, rep.to_dict()["straggler_details"])
