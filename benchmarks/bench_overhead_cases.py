@@ -14,6 +14,8 @@ steady-state wall time per micro-step (warm-up micro-steps left out), the slower
 workload: the median over runs of each variant, and the median of the rounds' paired ratios.
 
     python benchmarks/bench_overhead_cases.py [--rounds 4] [--only nanogpt,hf]
+    # on a GPU machine: each rank on a GPU (NCCL; gloo when ranks share one), runs 4x longer
+    python benchmarks/bench_overhead_cases.py --device cuda --nproc 1 --longer 4
 """
 
 from __future__ import annotations
@@ -67,16 +69,26 @@ def micro_steps(out: str) -> list[list[float]]:
     return ranks
 
 
-def run_once(name: str, record: bool, tmp: str) -> float:
+def longer(args: list[str], factor: int) -> list[str]:
+    """The workload's arguments with its --steps / --epochs multiplied by factor."""
+    out = list(args)
+    for i, a in enumerate(out[:-1]):
+        if a in ("--steps", "--epochs"):
+            out[i + 1] = str(int(out[i + 1]) * factor)
+    return out
+
+
+def run_once(name: str, record: bool, tmp: str, opts) -> float:
     """Steady-state seconds per micro-step of one run: the slower rank's mean."""
     script, args, warm, _ = WORKLOADS[name]
+    args = longer(args, opts.longer) + (["--device", opts.device] if opts.device != "cpu" else [])
     out = tempfile.mkdtemp(dir=tmp)
     env = dict(os.environ, OMP_NUM_THREADS="1")
     env.pop("GPUSCOPE_DISABLE", None)
     if not record:
         env["GPUSCOPE_DISABLE"] = "1"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           script, *args, "--out", out]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+           str(opts.nproc), script, *args, "--out", out]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     if proc.returncode:
         sys.exit(f"{name} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
@@ -85,7 +97,7 @@ def run_once(name: str, record: bool, tmp: str) -> float:
     recorded = os.path.isdir(rec_dir) and any(f.endswith(FILE_SUFFIX) for f in os.listdir(rec_dir))
     if recorded != record:  # the switch did not do what it says: the comparison would be void
         sys.exit(f"{name}: expected {'a' if record else 'no'} recording in {out}")
-    if len(ranks) != 2 or min(len(r) for r in ranks) <= warm:
+    if len(ranks) != opts.nproc or min(len(r) for r in ranks) <= warm:
         sys.exit(f"{name}: timings missing in {out}")
     return max(statistics.fmean(r[warm:]) for r in ranks)
 
@@ -96,6 +108,9 @@ def main() -> None:
     ap.add_argument("--only", default=",".join(WORKLOADS), help="comma-separated workloads")
     ap.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results",
                                                   "overhead_cases.json"))
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--nproc", type=int, default=2, help="ranks (torchrun --nproc_per_node)")
+    ap.add_argument("--longer", type=int, default=1, help="multiply each run's steps by this")
     args = ap.parse_args()
     names = [n for n in args.only.split(",") if n]
     unknown = set(names) - set(WORKLOADS)
@@ -107,12 +122,13 @@ def main() -> None:
         for i in range(args.rounds):
             for name in names:
                 for record in ((False, True) if i % 2 == 0 else (True, False)):
-                    runs[name][record].append(run_once(name, record, tmp))
+                    runs[name][record].append(run_once(name, record, tmp, args))
                 w, o = runs[name][True][-1], runs[name][False][-1]
                 print(f"round {i + 1}/{args.rounds} {name}: {o * 1e3:.2f} ms without, "
                       f"{w * 1e3:.2f} ms with", flush=True)
-    result = {"rounds": args.rounds, "ranks": 2, "backend": "gloo", "device": "cpu",
-              "cpu_count": os.cpu_count(), "seconds": round(time.perf_counter() - t0, 1),
+    result = {"rounds": args.rounds, "ranks": args.nproc, "device": args.device,
+              "backend": "gloo" if args.device == "cpu" else "nccl (one GPU per rank), else gloo",
+              "steps_factor": args.longer, "cpu_count": os.cpu_count(), "seconds": round(time.perf_counter() - t0, 1),
               "workloads": {}}
     print(f"\n{'workload':<10} {'without':>9} {'with':>9} {'ratio':>6}  paired ratios")
     for name in names:

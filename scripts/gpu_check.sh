@@ -1,14 +1,24 @@
 #!/usr/bin/env bash
 # The GPU checks, as one script for a machine with an NVIDIA GPU (not run in CI, which has none).
 # Each check has its own time limit and its own log; one failing does not stop the others.
-#   1. gpuscope doctor: real NVML, CUDA, NCCL smoke test;
-#   2. the quick test suite on a machine where CUDA is available;
-#   3. the demo on CUDA: 1 rank with NCCL (CUDA events, NVML), and 2 ranks on one GPU with gloo,
-#      each recorded and profiled (CUDA Kineto traces with NCCL / gloo);
-#   4. FSDP2 (NCCL) and nn.DataParallel on the GPU, recorded and profiled;
-#   5. the recording overhead on the GPU, side by side with and without gpuscope;
-# everything lands in $OUT (default gpu_results): summary.txt, log.txt, gpu_runs.tgz.
-# ONLY="tests cuda_data" runs just the checks named (default: all). Then
+#   doctor     gpuscope doctor: real NVML, CUDA, NCCL smoke test;
+#   cases      tests/workloads/cases.py on CUDA (torch.set_default_device, as some loops do): nanoGPT
+#              shape, the loop's own all_reduce (NCCL), FSDP2 (+ CUDA Kineto trace), autocast bf16,
+#              no_sync, LBFGS closure, the DDP tutorial, 1 rank with NCCL; nanoGPT again on 2 ranks
+#              sharing the GPU (gloo) with live diagnosis; scripts/gpu_cases.py compares each with
+#              the loop's own perf_counter timing (cases.jsonl);
+#   trainers   transformers' Trainer and Lightning on CUDA with gpuscope's callbacks;
+#   cuda_data, cuda_imbalanced_gloo
+#              the demo on CUDA: 1 rank with NCCL (CUDA events, NVML), and 2 ranks on one GPU
+#              with gloo and live diagnosis every 10 steps, each recorded and profiled;
+#   tests      the quick test suite on a machine where CUDA is available;
+#   overhead_cases  benchmarks/bench_overhead_cases.py on CUDA: the recording overhead on the
+#              loops above, each timed by itself, with and without gpuscope;
+#   overhead, overhead_big  bench_overhead.py on CUDA, and a 4096-wide MLP side by side;
+#   fsdp, dp   FSDP2 (NCCL) and nn.DataParallel on the GPU (scripts/gpu_parallel.py).
+# Everything lands in $OUT (default gpu_results): summary.txt, log.txt, gpu_runs.tgz.
+# ONLY="tests cuda_data" runs just the checks named (default: all); CASES="nanogpt fsdp2" and
+# TRAINERS=hf pick within those two checks. Then
 #   tar xzf gpu_runs.tgz -C DIR && python scripts/gpu_samples.py DIR --summary summary.txt
 # copies the CUDA runs into sample_traces/cuda/.
 # Python packages gpuscope needs that the machine lacks can come as wheels in .whl/ (see the
@@ -50,7 +60,45 @@ $PY -c "import torch, sys; print('python', sys.version.split()[0], 'torch', torc
   | tee -a "$OUT/summary.txt"
 
 step doctor 60 $PY -m gpuscope doctor --json "$W/doctor.json"
-step tests 120 $PY -m pytest -q -p no:cacheprovider -m "not slow" tests
+
+cases() {  # every case on CUDA, then each compared with its own timing
+  local dirs=() c
+  for c in ${CASES:-nanogpt allreduce fsdp2 autocast no_sync closure tutorial}; do
+    local extra=(); [ $c = fsdp2 ] && extra=(--profile)
+    [ $c = tutorial ] && extra=(--epochs 1)
+    echo "--- $c (1 rank, NCCL)"
+    timeout 90 $PY -m torch.distributed.run --standalone --nproc_per_node 1 \
+        tests/workloads/cases.py --case $c --device cuda --out "$W/cases/$c" "${extra[@]}" \
+        > "$W/cases-$c.log" 2>&1 || { echo "$c rc=$?"; tail -n 15 "$W/cases-$c.log"; }
+    dirs+=("$W/cases/$c")
+  done
+  echo "--- nanogpt on 2 ranks sharing the GPU (gloo), live diagnosis every 4 steps"
+  timeout 120 $PY -m torch.distributed.run --standalone --nproc_per_node 2 \
+      tests/workloads/cases.py --case nanogpt --device cuda --live-every 4 \
+      --out "$W/cases/nanogpt_gloo2" > "$W/cases-nanogpt_gloo2.log" 2>&1 \
+      || { echo "nanogpt_gloo2 rc=$?"; tail -n 15 "$W/cases-nanogpt_gloo2.log"; }
+  grep -h "gpuscope" "$W/cases-nanogpt_gloo2.log" | head -n 8
+  dirs+=("$W/cases/nanogpt_gloo2")
+  $PY scripts/gpu_cases.py "${dirs[@]}" | tee "$W/cases.jsonl"
+  [ -d "$W/cases/fsdp2/kineto" ] && $PY -m gpuscope analyze "$W/cases/fsdp2/kineto" 2>&1 | head -n 16
+  [ "$(grep -c '"ranks"' "$W/cases.jsonl")" = "${#dirs[@]}" ]
+}
+trainers() {
+  local t rc=0
+  for t in ${TRAINERS:-hf lightning}; do
+    echo "--- $t"
+    timeout 120 $PY -m torch.distributed.run --standalone --nproc_per_node 1 \
+        tests/workloads/trainers.py --trainer $t --device cuda --steps 40 --accum 2 \
+        --out "$W/trainers/$t" > "$W/trainers-$t.log" 2>&1 \
+        || { r=$?; rc=1; echo "$t rc=$r"; tail -n 20 "$W/trainers-$t.log"; }
+  done
+  $PY scripts/gpu_cases.py "$W"/trainers/* | tee "$W/trainers.jsonl"
+  return $rc
+}
+export -f cases trainers
+export W PY
+step cases 420 bash -c cases
+step trainers 240 bash -c trainers
 
 demo() {  # demo NAME NPROC SCENARIO EXTRA...
   wanted "$1" || return 0
@@ -66,24 +114,13 @@ demo() {  # demo NAME NPROC SCENARIO EXTRA...
   done
 }
 demo cuda_data 1 data
-demo cuda_imbalanced_gloo 2 imbalanced --backend gloo
+demo cuda_imbalanced_gloo 2 imbalanced --backend gloo --live-every 10
+grep -h "gpuscope" "$W/cuda_imbalanced_gloo.log" 2>/dev/null | grep -i live | head -n 6
 
-for mode in fsdp dp; do
-  wanted $mode || continue
-  mkdir -p "$W/$mode"
-  if [ $mode = fsdp ]; then
-    step $mode 90 $PY -m torch.distributed.run --standalone --nproc_per_node 1 \
-        scripts/gpu_parallel.py --mode fsdp --out "$W/$mode"
-  else
-    step $mode 90 $PY scripts/gpu_parallel.py --mode dp --out "$W/$mode"
-  fi
-  for src in record kineto; do
-    $PY -m gpuscope analyze "$W/$mode/$src" --json "$W/$mode/$src.json" > "$W/$mode/$src.txt" 2>&1
-    echo "$mode/$src analyze rc=$?" | tee -a "$OUT/summary.txt"
-    head -n 14 "$W/$mode/$src.txt"
-  done
-done
+step overhead_cases 300 $PY benchmarks/bench_overhead_cases.py --device cuda --nproc 1 --longer 2 \
+    --rounds 2 --only ${OVERHEAD_CASES:-nanogpt,tutorial,hf,lightning} --out "$W/overhead_cases_gpu.json"
 
+step tests ${TESTS_LIMIT:-150} $PY -m pytest -q -p no:cacheprovider -m "not slow" tests
 step overhead 200 $PY benchmarks/bench_overhead.py --device cuda --nproc 1 --runs 4 --steps 100 \
     --out "$W/overhead_gpu.json"
 cat "$W/overhead_gpu.json" 2>/dev/null
@@ -107,5 +144,21 @@ PYEOF
 export -f overhead_big
 export W PY
 step overhead_big 120 bash -c overhead_big
+for mode in fsdp dp; do
+  wanted $mode || continue
+  mkdir -p "$W/$mode"
+  if [ $mode = fsdp ]; then
+    step $mode 90 $PY -m torch.distributed.run --standalone --nproc_per_node 1 \
+        scripts/gpu_parallel.py --mode fsdp --out "$W/$mode"
+  else
+    step $mode 90 $PY scripts/gpu_parallel.py --mode dp --out "$W/$mode"
+  fi
+  for src in record kineto; do
+    $PY -m gpuscope analyze "$W/$mode/$src" --json "$W/$mode/$src.json" > "$W/$mode/$src.txt" 2>&1
+    echo "$mode/$src analyze rc=$?" | tee -a "$OUT/summary.txt"
+    head -n 14 "$W/$mode/$src.txt"
+  done
+done
+
 pack
 ls -la "$OUT"

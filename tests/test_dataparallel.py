@@ -121,7 +121,13 @@ def train(model, run_dir, steps=12, host_s=0.0):
             rec.step()
 
 
-def test_dataparallel_on_cpu_is_detected_and_explained(tmp_path):
+@pytest.fixture
+def no_gpu(monkeypatch):
+    """nn.DataParallel as on a machine without a GPU (on one with, it moves the module there)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+
+
+def test_dataparallel_on_cpu_is_detected_and_explained(tmp_path, no_gpu):
     model = nn.DataParallel(nn.Sequential(nn.Linear(64, 64), nn.ReLU()))
     assert model.device_ids == []  # no GPU: torch's DataParallel runs the module directly
     train(model, tmp_path / "run")
@@ -133,7 +139,7 @@ def test_dataparallel_on_cpu_is_detected_and_explained(tmp_path):
     assert not any(s.knob == "parallel" for s in rep.suggestions)  # nothing measured to estimate
 
 
-def test_dataparallel_devices_timed_and_ddp_suggested(tmp_path, monkeypatch):
+def test_dataparallel_devices_timed_and_ddp_suggested(tmp_path, monkeypatch, no_gpu):
     monkeypatch.setattr(dp_timing, "backend_factory", FakeDevices)
     model = DataParallel(Slow0())
     train(model, tmp_path / "run", host_s=0.008)

@@ -14,6 +14,7 @@ import time
 
 import pandas as pd
 import pytest
+import torch
 
 import gpuscope
 from gpuscope.record import cuda_timing, nvml
@@ -105,6 +106,8 @@ def test_samples_are_recorded_joined_to_steps_and_reported(tmp_path, monkeypatch
 
 
 def test_device_is_chosen_from_cuda_visible_devices(monkeypatch):
+    # before CUDA is initialized (on a GPU machine, torch's own PCI bus id comes first)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
     assert nvml.device_selector(1) == {"index": 5}
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-aaaa,GPU-bbbb")
@@ -202,12 +205,15 @@ def test_device_timer_resolves_gpu_stall_and_comm_without_blocking():
     assert fake.created <= 64  # events come from the pool
 
 
-def _gpu_gap_run(tmp_path, monkeypatch, load_s, between_s):
-    """6 steps on a scripted GPU that sits idle 5 ms before each batch arrives; the host takes
-    `load_s` in next() and spends `between_s` elsewhere between steps."""
-    timeline = []
+def _gpu_gap_run(tmp_path, monkeypatch, load_s, between_s, idle_before_ms):
+    """6 steps on a scripted GPU that sits idle 5 ms at the start of each step: the first
+    `idle_before_ms` of it before the host asks for the batch, the rest until the batch arrives;
+    the host takes `load_s` in next() and spends `between_s` elsewhere between steps."""
+    timeline = []  # per step: fetch, ready, end; then the fetch that ends the loader
     for k in range(6):
-        timeline += [k * 25_000_000 + 5_000_000, k * 25_000_000 + 25_000_000]
+        timeline += [k * 25_000_000 + idle_before_ms * 1_000_000, k * 25_000_000 + 5_000_000,
+                     k * 25_000_000 + 25_000_000]
+    timeline.append(150_000_000)
     monkeypatch.setattr(cuda_timing, "backend_factory", lambda: FakeCuda(timeline))
 
     def loader():
@@ -221,18 +227,55 @@ def _gpu_gap_run(tmp_path, monkeypatch, load_s, between_s):
             time.sleep(between_s)  # e.g. a checkpoint or a profiler writing its trace
     table = load_table(tmp_path)
     assert table.ranks[0].meta["gpu"]["device_timing"] == "cuda_events"
+    assert not rec.warnings
     later = table.frame[table.frame["step"] >= 1]
-    assert (later["gpu_data_stall_ns"] == 5_000_000).all()
+    assert (later["gpu_data_stall_ns"] + later["gpu_idle_before_data_ns"] == 5_000_000).all()
     return later
 
 
 def test_a_gpu_idle_while_the_host_waits_for_data_is_a_data_stall(tmp_path, monkeypatch):
-    later = _gpu_gap_run(tmp_path, monkeypatch, load_s=0.008, between_s=0)
+    later = _gpu_gap_run(tmp_path, monkeypatch, load_s=0.008, between_s=0, idle_before_ms=0)
     # the host waited >= 8 ms, the GPU only saw 5 ms of it (queued work covered the rest)
     assert (later["data_ns"] == 5_000_000).all()
 
 
 def test_a_gpu_idle_while_the_host_works_elsewhere_is_not_data(tmp_path, monkeypatch):
-    later = _gpu_gap_run(tmp_path, monkeypatch, load_s=0, between_s=0.008)
+    later = _gpu_gap_run(tmp_path, monkeypatch, load_s=0, between_s=0.008, idle_before_ms=5)
     assert (later["data_ns"] < 1_000_000).all()  # the host barely waited in next()
     assert (later["other_ns"] + later["data_ns"] == 5_000_000).all()  # the gap is "other"
+
+
+def test_a_batch_fetched_mid_step_counts_only_the_gpu_idle_inside_next(tmp_path, monkeypatch):
+    """nanoGPT's loop asks for the next batch after the forward is queued; a fetch that waits on
+    the GPU (CUDA tensors indexed on the host) blocks the host 10 ms while the GPU finishes that
+    forward. Scripted GPU: per step the forward runs 15 ms, the fetch's event completes then,
+    the batch is there 2 ms later, the step ends at 25 ms. The GPU idled 2 ms for data, not the
+    17 ms from the previous step's end (the forward in between is compute)."""
+    timeline = []  # step 0: the first batch (fetched before the loop), then per step: fetch,
+    for k in range(6):  # ready, end
+        timeline += [k * 25_000_000 + 15_000_000, k * 25_000_000 + 17_000_000,
+                     k * 25_000_000 + 25_000_000]
+    monkeypatch.setattr(cuda_timing, "backend_factory", lambda: FakeCuda(timeline))
+    model = torch.nn.Linear(4, 4)
+
+    def batches():
+        while True:
+            time.sleep(0.010)  # the host blocked until the GPU is done with the forward
+            yield torch.randn(2, 4)
+
+    rec = gpuscope.record(tmp_path, model=model, device_timing=True, telemetry=False)
+    rec.start()
+    it = rec.data(batches())
+    x = next(it)
+    for _ in range(6):
+        y = model(x)
+        x = next(it)  # the next batch, fetched mid-step
+        y.sum().backward()
+        rec.step()
+    rec.stop()
+    assert not rec.warnings
+    frame = load_table(tmp_path).frame
+    later = frame[frame["step"] >= 1]
+    assert (later["gpu_data_stall_ns"] == 2_000_000).all()
+    assert (later["gpu_idle_before_data_ns"] == 0).all()  # the step queued its forward first
+    assert (later["data_ns"] == 2_000_000).all() and (later["other_ns"] == 0).all()

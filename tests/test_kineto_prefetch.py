@@ -205,15 +205,21 @@ def test_the_progress_bar_follows_the_processes(tmp_path, monkeypatch, capsys):
 
     import gpuscope.readers.kineto.prefetch as prefetch
 
-    real = parse.parse_file  # patched before the fork: each file takes a while in the processes
-    monkeypatch.setattr(prefetch, "parse_file", lambda f, **kw: time.sleep(0.4) or real(f, **kw))
+    real = parse.parse_file  # patched before the fork: each file takes a while in the processes,
+    files = sorted(os.listdir(SAMPLE))  # each its own while, so that the files finish apart
+    # however many processes the machine's cores allow (one per file on 4+ cores)
+
+    def slow(f, **kw):
+        time.sleep(0.25 * (1 + files.index(os.path.basename(f))))
+        return real(f, **kw)
+
+    monkeypatch.setattr(prefetch, "parse_file", slow)
     monkeypatch.setenv("GPUSCOPE_PROGRESS", "1")
     monkeypatch.setattr(progress, "BIG_FILES", 2)
     draws = []
     real_advance = progress.advance
     monkeypatch.setattr(progress, "advance", lambda n: draws.append(n) or real_advance(n))
-    files = sorted(os.listdir(SAMPLE))
-    assert len(files) == 4  # two processes, two files each
+    assert len(files) == 4
     assert main(["analyze", SAMPLE, "--json", str(tmp_path / "r.json")]) == 0
     assert "reading kineto" in capsys.readouterr().err
     moves = [d for d in draws if d > 0]

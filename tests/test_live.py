@@ -197,3 +197,33 @@ def test_one_process_without_torch_distributed_diagnoses_itself(tmp_path, capsys
     assert got[0]["verdict"] == "compute-bound"
     assert rec.live_summaries == got
     assert len(_lines(capsys.readouterr().err)) == 2
+
+
+def test_the_exchange_stays_on_the_cpu_whatever_the_default_device(monkeypatch):
+    """A loop that sets torch.set_default_device("cuda") must not move the live exchange (a
+    gloo group of gpuscope's own) onto the GPU and the training's stream. "meta" stands in for
+    the GPU here; the collective is captured instead of sent (one process)."""
+    import torch
+    import torch.distributed as dist
+
+    sent = []
+
+    class Pending:
+        def is_completed(self):
+            return False
+
+    def all_gather(outs, t, group=None, async_op=False):
+        sent.append([t.device] + [o.device for o in outs])
+        return Pending()
+
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "all_gather", all_gather)
+    live = Live(10, rank=1, world_size=2, log=False)
+    monkeypatch.setattr(live, "_new_group", lambda d: object())
+    torch.set_default_device("meta")
+    try:
+        live.launch()
+    finally:
+        torch.set_default_device(None)
+    assert not live.off
+    assert sent == [[torch.device("cpu")] * 3]

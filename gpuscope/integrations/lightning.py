@@ -44,6 +44,7 @@ class _FetchListener:
 
     def start(self, action_name: str) -> None:
         if action_name.endswith(FETCH):
+            self.recorder.fetch_started()
             self._c0, self._t0 = _cpu(), _now()
         return self.start0(action_name)
 

@@ -592,11 +592,11 @@ def _comm_only(steps: np.ndarray, extras: list) -> tuple | None:
 def _apply_device_times(df: pd.DataFrame, device: list[dict]) -> pd.DataFrame:
     """On CUDA runs, the GPU's own timeline replaces host guesses where it was measured.
 
-    The GPU sits idle from the end of the previous step's work until the batch arrives (the
-    gap). The part of that gap the host spent blocked in next() is the data stall the GPU saw
-    (min(gap, host data wait): the gap ends when the batch arrives, and so does the wait); the
-    rest of the gap the host spent elsewhere (a checkpoint, a profiler writing its trace,
-    logging) and is "other". comm = NCCL time on the GPU, exposed = the last bucket's tail;
+    The GPU's idle time while the host was blocked in next() is the data stall it saw (capped
+    at the host's data wait); the GPU's idle time before the host asked for the batch, when
+    nothing of the step was queued yet, the host spent elsewhere (a checkpoint, a profiler
+    writing its trace, logging) and is "other". (Files of older recorders carry one gap, from
+    the previous step's end to the batch: min(gap, host wait) is the stall, the rest other.) comm = NCCL time on the GPU, exposed = the last bucket's tail;
     compute is what remains of the step."""
     if not device or df.empty:
         return df
@@ -613,8 +613,14 @@ def _apply_device_times(df: pd.DataFrame, device: list[dict]) -> pd.DataFrame:
         df.loc[has, "comm_ns"] = df.loc[has, "gpu_comm_ns"].fillna(0).astype("int64")
         df.loc[has, "comm_exposed_ns"] = (df.loc[has, "gpu_comm_exposed_ns"].fillna(0)
                                           .astype("int64").clip(upper=df.loc[has, "step_ns"]))
-        other = np.minimum(gap - stall, (df["step_ns"] - df["data_ns"]
-                                         - df["comm_exposed_ns"]).clip(lower=0)[has])
+        # the GPU idle before the host asked for the batch (new files: measured from the
+        # fetch's own event, 0 when the step queued work first); older files: the gap's rest
+        before = gap - stall
+        if "gpu_idle_before_data_ns" in df:
+            idle = df.loc[has, "gpu_idle_before_data_ns"]
+            before = before.where(idle.isna(), idle.fillna(0).astype("int64"))
+        other = np.minimum(before, (df["step_ns"] - df["data_ns"]
+                                    - df["comm_exposed_ns"]).clip(lower=0)[has])
         df.loc[has, "other_ns"] = other
         rest = df["step_ns"] - df["data_ns"] - df["comm_exposed_ns"] - df["other_ns"]
         df.loc[has, "compute_ns"] = rest[has].clip(lower=0)

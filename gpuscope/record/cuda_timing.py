@@ -1,13 +1,20 @@
 """Device-side step timing with CUDA events, resolved in batches: no synchronization per step.
 
-Per step, events are recorded on the current stream at three points:
-  ready  - right after the batch arrived (before the step's first kernel is queued)
+Per step, events are recorded on the current stream at these points:
+  fetch  - as the host asks for the batch (entering next())
+  ready  - right after the batch arrived
   end    - at rec.step() (after the optimizer's kernels are queued)
 and, through the comm hook, before each gradient all-reduce is launched and in its completion
 callback. On the GPU's own timeline:
   gpu_step_ns        = end[k] - end[k-1]
-  gpu_data_stall_ns  = ready[k] - end[k-1]   (the GPU sat idle waiting for this batch; ~0 when
-                                              kernels of the previous step were still queued)
+  gpu_data_stall_ns  = ready[k] - fetch[k]  (the GPU sat idle while the host was in next(): the
+                                             `fetch` event completes once the work queued before
+                                             it has, `ready` once the batch is there; ~0 when
+                                             kernels were still queued when the batch came)
+  gpu_idle_before_data_ns = fetch[k] - end[k-1] when the fetch opened the step (nothing of it
+                                             queued before: the GPU idled while the host worked
+                                             elsewhere: logging, checkpoints); 0 for a loop that
+                                             fetches its next batch mid-step, after the forward
   gpu_comm_ns        = sum over buckets of (done - launch)
 Events come from a pool and are read only once `query()` says they completed (every N steps),
 or at close, where one synchronize is allowed. All CUDA calls go through `CudaBackend`, the
@@ -59,11 +66,19 @@ class DeviceTimer:
         self._ready = None
         self._comm: list = []
         self._last_end = None
+        self._fetch = None
+        self._opens = True
 
     def _event(self):
         ev = self._pool.pop() if self._pool else self.backend.new_event()
         self.backend.record(ev)
         return ev
+
+    def fetch_start(self, opens_step: bool) -> None:
+        """The host asks for a batch; `opens_step`: nothing of the step was queued before."""
+        if self._ready is None and self._fetch is None:
+            self._fetch = self._event()
+            self._opens = opens_step
 
     def batch_ready(self) -> None:
         if self._ready is None:
@@ -77,8 +92,11 @@ class DeviceTimer:
 
     def step_end(self, step: int) -> None:
         end = self._event()
-        self._pending.append((step, self._last_end, self._ready, end, self._comm))
-        self._last_end, self._ready, self._comm = end, None, []
+        fetch = (self._fetch, self._opens) if self._ready is not None else None
+        if self._fetch is not None and fetch is None:  # asked, never came: the event goes back
+            self._pool.append(self._fetch)
+        self._pending.append((step, self._last_end, self._ready, end, self._comm, fetch))
+        self._last_end, self._ready, self._comm, self._fetch = end, None, [], None
 
     def resolve(self, wait: bool = False) -> list[dict]:
         """Device times of the steps whose events have completed (all of them if `wait`)."""
@@ -87,7 +105,7 @@ class DeviceTimer:
         out = []
         b = self.backend
         while self._pending:
-            step, prev_end, ready, end, comm = self._pending[0]
+            step, prev_end, ready, end, comm, fetch = self._pending[0]
             if not b.done(end):
                 break
             self._pending.popleft()
@@ -96,11 +114,15 @@ class DeviceTimer:
                 row["gpu_comm_exposed_ns"] = b.elapsed_ns(*comm[-1])
             if prev_end is not None:
                 row["gpu_step_ns"] = b.elapsed_ns(prev_end, end)
-                if ready is not None:
+                if ready is not None and fetch is not None and fetch[0] is not None:
+                    row["gpu_data_stall_ns"] = max(0, b.elapsed_ns(fetch[0], ready))
+                    row["gpu_idle_before_data_ns"] = (max(0, b.elapsed_ns(prev_end, fetch[0]))
+                                                      if fetch[1] else 0)
+                elif ready is not None:  # a batch noted without its start: the whole gap
                     row["gpu_data_stall_ns"] = max(0, b.elapsed_ns(prev_end, ready))
             out.append(row)
             # the previous step's end event is no longer needed by anyone: back to the pool
-            for ev in ([prev_end] if prev_end is not None else []) + ([ready] if ready else []) + \
-                    [e for pair in comm for e in pair]:
+            spent = [prev_end, ready, fetch[0] if fetch else None]
+            for ev in [e for e in spent if e is not None] + [e for pair in comm for e in pair]:
                 self._pool.append(ev)
         return out

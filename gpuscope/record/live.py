@@ -101,7 +101,9 @@ class Live:
             return
         if self._group is None:
             self._group = self._new_group(dist)
-        t = torch.tensor(window, dtype=torch.float64)
+        # on the CPU whatever the loop's torch.set_default_device() says: the group is gloo's,
+        # and a device tensor would queue on the training's stream
+        t = torch.tensor(window, dtype=torch.float64, device="cpu")
         outs = [torch.empty_like(t) for _ in range(self.world_size)]
         with quiet():  # ours: not the training's communication
             work = dist.all_gather(outs, t, group=self._group, async_op=True)

@@ -365,6 +365,8 @@ class Recorder:
     def timed(self, iterator):
         """Yield from an iterator, timing each next() as the wait for a batch."""
         while True:
+            if self._dev is not None:
+                self.fetch_started()
             c0 = _cpu()
             t0 = _now()
             try:
@@ -374,6 +376,18 @@ class Recorder:
             if self._active:
                 self.batch_fetched(t0, _now(), _cpu() - c0, item)
             yield item
+
+    def fetch_started(self) -> None:
+        """The loop asks for a batch now (batch_fetched() follows): on CUDA, the GPU's idle time
+        while the host is inside next() is measured from here."""
+        if not self._active or self._dev is None:
+            return
+        st = self._state
+        try:  # did the step queue any work before this fetch (a loop that prefetches mid-step)?
+            self._dev.fetch_start(not st.phases and st.fwd_t0 is None and st.bwd_t0 is None
+                                  and st.opt_t0 is None)
+        except Exception as exc:
+            self._fail("device timing", exc)
 
     def batch_fetched(self, t0: int, t1: int, cpu_ns: int | None = None, batch=None) -> None:
         """A batch was fetched between t0 and t1 (perf_counter_ns) by a loop gpuscope does not

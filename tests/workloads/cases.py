@@ -1,6 +1,7 @@
 """Training loops shaped like other people's code, recorded by gpuscope and timed independently.
 
-Run under torchrun (2 ranks, gloo, CPU):
+Run under torchrun (2 ranks, gloo, CPU; `--device cuda` on a GPU machine: NCCL when each rank has
+a GPU of its own, else gloo on CUDA tensors):
 
     python -m torch.distributed.run --standalone --nproc_per_node 2 tests/workloads/cases.py \\
         --case nanogpt --out DIR [--profile]
@@ -42,6 +43,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import gpuscope  # noqa: E402
 
 _now = time.perf_counter
+DEVICE = "cpu"  # main() sets "cuda" for --device cuda; tensors are made on torch's default device
 
 
 class Timings:
@@ -189,7 +191,7 @@ def _ddp_loop(args, rank, tim, model, rec_model, accum=1, autocast=False, closur
                 with sync:
                     t = _now()
                     if autocast:
-                        with torch.autocast("cpu", dtype=torch.bfloat16):
+                        with torch.autocast(DEVICE, dtype=torch.bfloat16):
                             loss = F.cross_entropy(model(x), y)
                     else:
                         loss = F.cross_entropy(model(x), y)
@@ -288,11 +290,14 @@ def case_tutorial(args, rank, tim):
         def __getitem__(self, i):
             return self.data[i]
 
+    # the tutorial keeps its data on the CPU and moves each batch to its GPU (its default device
+    # stays the CPU: DistributedSampler's shuffle draws on it)
+    torch.set_default_device("cpu")
     torch.manual_seed(0)
     data = Samples(2048)
     loader = DataLoader(data, batch_size=32, pin_memory=False, shuffle=False,
                         sampler=DistributedSampler(data))
-    model = DDP(nn.Linear(20, 1))
+    model = DDP(nn.Linear(20, 1).to(DEVICE))
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     with gpuscope.record(args.run_dir, model=model, live_every=args.live_every) as rec:
         for epoch in range(args.epochs):
@@ -304,6 +309,7 @@ def case_tutorial(args, rank, tim):
                     source, targets = next(it)
                 except StopIteration:
                     break
+                source, targets = source.to(DEVICE), targets.to(DEVICE)
                 tim.part("data", t)
                 opt.zero_grad()
                 t = _now()
@@ -337,16 +343,29 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=2, help="tutorial: epochs (32 steps each)")
     ap.add_argument("--no-reshard", action="store_true",
                     help="fsdp2: fully_shard(..., reshard_after_forward=False)")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                    help="cuda: the loop's tensors on this rank's GPU (torch.set_default_device), "
+                         "as some training code sets it")
     args = ap.parse_args()
     args.run_dir = os.path.join(args.out, "record")
     torch.set_num_threads(1)
-    dist.init_process_group("gloo")
+    backend = "gloo"
+    if args.device == "cuda":
+        global DEVICE
+        DEVICE = "cuda"
+        gpus = torch.cuda.device_count()
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)) % gpus)
+        torch.set_default_device("cuda")
+        if int(os.environ.get("LOCAL_WORLD_SIZE", 1)) <= gpus:
+            backend = "nccl"
+    dist.init_process_group(backend)
     rank = dist.get_rank()
     prof = None
     if args.profile:
         from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
 
-        prof = profile(activities=[ProfilerActivity.CPU],
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if DEVICE == "cuda" else [])
+        prof = profile(activities=acts,
                        schedule=schedule(wait=1, warmup=1, active=args.profile_steps, repeat=1),
                        on_trace_ready=tensorboard_trace_handler(os.path.join(args.out, "kineto")))
         prof.start()

@@ -2,13 +2,14 @@
 
     python -m torch.distributed.run --standalone --nproc_per_node 2 tests/workloads/trainers.py \\
         --trainer hf|lightning --out DIR [--accum 4] [--steps 8] [--profile]
-        [--live-every N] [--slow-rank-ms MS]
+        [--live-every N] [--slow-rank-ms MS] [--device cuda]
 
 Tiny models built from a config (no downloads), synthetic data. Beside gpuscope, a plain
 callback of the framework's own notes perf_counter at every micro-step end (the independent
 timing): DIR/timings-rank<r>.json. With --profile, torch.profiler traces go to DIR/kineto.
 With --live-every, the callback gets record(live_every=N) and rank 0's live summaries go to
 DIR/live.jsonl; --slow-rank-ms makes rank 1 a straggler (a sleep at each micro-step).
+--device cuda: the frameworks' own GPU path (NCCL, one GPU per rank).
 """
 
 from __future__ import annotations
@@ -78,8 +79,9 @@ def run_hf(args) -> None:
                                        n_positions=64))
     data = [{"input_ids": ids, "labels": ids}
             for ids in torch.randint(0, 256, (args.steps * args.accum * 2 * 8 + 64, 64))]
-    targs = TrainingArguments(output_dir=os.path.join(args.out, "hf"), use_cpu=True,
-                              ddp_backend="gloo", per_device_train_batch_size=8,
+    cpu = args.device == "cpu"
+    targs = TrainingArguments(output_dir=os.path.join(args.out, "hf"), use_cpu=cpu,
+                              ddp_backend="gloo" if cpu else "nccl", per_device_train_batch_size=8,
                               gradient_accumulation_steps=args.accum, max_steps=args.steps,
                               logging_steps=10_000, save_strategy="no", report_to=[],
                               dataloader_num_workers=0, disable_tqdm=True)
@@ -122,7 +124,9 @@ def run_lightning(args) -> None:
     n = args.steps * args.accum * 2 * 16 + 64
     loader = DataLoader(TensorDataset(torch.randn(n, 64), torch.randint(0, 10, (n,))),
                         batch_size=16, num_workers=0)
-    trainer = pl.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_steps=args.steps,
+    devices = int(os.environ.get("LOCAL_WORLD_SIZE", 2))
+    trainer = pl.Trainer(accelerator="cpu" if args.device == "cpu" else "gpu", devices=devices,
+                         strategy="ddp", max_steps=args.steps,
                          accumulate_grad_batches=args.accum, logger=False,
                          enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False,
@@ -140,6 +144,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--live-every", type=int, default=0)
     ap.add_argument("--slow-rank-ms", type=float, default=0.0)
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     args = ap.parse_args()
     torch.set_num_threads(1)
     os.makedirs(args.out, exist_ok=True)
