@@ -74,8 +74,10 @@ def test_nanogpt_style_accumulation_backward_in_compute_and_cycles(run_case):
     frame = rep.table.frame
     assert (frame["backward_ns"] > 0).all() and (frame["micro_steps"] == 4).all()
     for r in rep.ranks:
-        # backward is compute, not "other": other is the grad clipping and the loop's own work
-        assert r.phases_pct["backward"] > 40 and r.other_pct < 10
+        # backward is compute, not "other": other is the grad clipping and the loop's own work.
+        # Backward takes ~1.5-1.7x the forward here (50-57% of the step); a share bound alone
+        # fails when the other rank straggles and waiting takes the step (38% seen in CI)
+        assert r.phases_pct["backward"] > r.phases_pct["forward"] and r.other_pct < 10
         ind = independent(out, r.rank, 4)
         assert agree(mean_ms(rep, r.rank, "step"), ind["step"], 0.05)
         assert agree(mean_ms(rep, r.rank, "forward"), ind["forward"])
