@@ -128,7 +128,8 @@ def main() -> None:
                       f"{w * 1e3:.2f} ms with", flush=True)
     result = {"rounds": args.rounds, "ranks": args.nproc, "device": args.device,
               "backend": "gloo" if args.device == "cpu" else "nccl (one GPU per rank), else gloo",
-              "steps_factor": args.longer, "cpu_count": os.cpu_count(), "seconds": round(time.perf_counter() - t0, 1),
+              "steps_factor": args.longer, "cpu_count": os.cpu_count(),
+              "seconds": round(time.perf_counter() - t0, 1),
               "workloads": {}}
     print(f"\n{'workload':<10} {'without':>9} {'with':>9} {'ratio':>6}  paired ratios")
     for name in names:

@@ -26,8 +26,7 @@ def run_with_reruns(tries: int, run, trouble):
     for the test's own assertions."""
     for attempt in range(tries):
         result = run(attempt)
-        why = trouble(result)
-        if why is None or attempt == tries - 1:
+        if attempt == tries - 1 or (why := trouble(result)) is None:
             return result
         RERUNS.append(f"{why}; ran it again")
 
@@ -72,17 +71,16 @@ def scenario_run(tmp_path_factory):
         return str(out / "record")
 
     def run(scenario: str, steps: int = 24, extra: tuple = ()) -> str:
+        def named(path):
+            d = gpuscope.analyze(path).to_dict()
+            slow = [(s["rank"], s["cause"], s["excess_ms"]) for s in d["straggler_details"]]
+            return (f"{scenario}: named rank(s) {d['stragglers']} (rank, cause, excess ms: "
+                    f"{slow})") if d["stragglers"] else None
+
         if scenario not in cache:
-            path = once(scenario, steps, extra)
-            for attempt in range(BALANCED_RERUNS if scenario in _BALANCED else 0):
-                d = gpuscope.analyze(path).to_dict()
-                if not d["stragglers"]:
-                    break
-                slow = [(s["rank"], s["cause"], s["excess_ms"]) for s in d["straggler_details"]]
-                RERUNS.append(f"{scenario}: run {attempt + 1} named rank(s) {d['stragglers']} "
-                              f"(rank, cause, excess ms: {slow}); ran it again")
-                path = once(scenario, steps, extra)
-            cache[scenario] = path
+            tries = BALANCED_RERUNS + 1 if scenario in _BALANCED else 1
+            cache[scenario] = run_with_reruns(tries, lambda attempt: once(scenario, steps, extra),
+                                              named)
         return cache[scenario]
 
     return run

@@ -596,8 +596,9 @@ def _apply_device_times(df: pd.DataFrame, device: list[dict]) -> pd.DataFrame:
     at the host's data wait); the GPU's idle time before the host asked for the batch, when
     nothing of the step was queued yet, the host spent elsewhere (a checkpoint, a profiler
     writing its trace, logging) and is "other". (Files of older recorders carry one gap, from
-    the previous step's end to the batch: min(gap, host wait) is the stall, the rest other.) comm = NCCL time on the GPU, exposed = the last bucket's tail;
-    compute is what remains of the step."""
+    the previous step's end to the batch: min(gap, host wait) is the stall, the rest other.)
+    comm = NCCL time on the GPU, exposed = the last bucket's tail; compute is what remains of
+    the step."""
     if not device or df.empty:
         return df
     dev = pd.DataFrame(device).drop_duplicates("step").set_index("step")

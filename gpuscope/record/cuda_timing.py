@@ -92,10 +92,12 @@ class DeviceTimer:
 
     def step_end(self, step: int) -> None:
         end = self._event()
-        fetch = (self._fetch, self._opens) if self._ready is not None else None
-        if self._fetch is not None and fetch is None:  # asked, never came: the event goes back
-            self._pool.append(self._fetch)
-        self._pending.append((step, self._last_end, self._ready, end, self._comm, fetch))
+        fetch = self._fetch
+        if fetch is not None and self._ready is None:  # asked, never came: the event goes back
+            self._pool.append(fetch)
+            fetch = None
+        self._pending.append((step, self._last_end, fetch, self._opens, self._ready, end,
+                              self._comm))
         self._last_end, self._ready, self._comm, self._fetch = end, None, [], None
 
     def resolve(self, wait: bool = False) -> list[dict]:
@@ -105,7 +107,7 @@ class DeviceTimer:
         out = []
         b = self.backend
         while self._pending:
-            step, prev_end, ready, end, comm, fetch = self._pending[0]
+            step, prev_end, fetch, opens, ready, end, comm = self._pending[0]
             if not b.done(end):
                 break
             self._pending.popleft()
@@ -114,15 +116,15 @@ class DeviceTimer:
                 row["gpu_comm_exposed_ns"] = b.elapsed_ns(*comm[-1])
             if prev_end is not None:
                 row["gpu_step_ns"] = b.elapsed_ns(prev_end, end)
-                if ready is not None and fetch is not None and fetch[0] is not None:
-                    row["gpu_data_stall_ns"] = max(0, b.elapsed_ns(fetch[0], ready))
-                    row["gpu_idle_before_data_ns"] = (max(0, b.elapsed_ns(prev_end, fetch[0]))
-                                                      if fetch[1] else 0)
+                if fetch is not None:  # (a fetch is kept only with its batch)
+                    row["gpu_data_stall_ns"] = max(0, b.elapsed_ns(fetch, ready))
+                    row["gpu_idle_before_data_ns"] = (max(0, b.elapsed_ns(prev_end, fetch))
+                                                      if opens else 0)
                 elif ready is not None:  # a batch noted without its start: the whole gap
                     row["gpu_data_stall_ns"] = max(0, b.elapsed_ns(prev_end, ready))
             out.append(row)
             # the previous step's end event is no longer needed by anyone: back to the pool
-            spent = [prev_end, ready, fetch[0] if fetch else None]
-            for ev in [e for e in spent if e is not None] + [e for pair in comm for e in pair]:
+            for ev in [e for e in (prev_end, ready, fetch) if e is not None] + \
+                    [e for pair in comm for e in pair]:
                 self._pool.append(ev)
         return out
