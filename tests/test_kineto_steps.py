@@ -1,7 +1,8 @@
 """Kineto per-step numbers pinned on small hand-built traces, worked out by hand (times in µs in
 the trace, ns in the table). Each test fails if one rule of readers/kineto/steps.py is dropped:
-the overlap subtraction in exposed communication, "data only while the GPU is idle", GPU work
-assigned to the step whose host range launched it (not where the kernel started), and on CPU
+the overlap subtraction in exposed communication, "data only while the GPU is idle", GPU steps
+measured in device windows (a step starts on the GPU when its host range has begun and the GPU has
+finished the previous step's work; nothing of a step is counted outside its window), and on CPU
 traces "exposed = collectives while the training thread is not working"."""
 
 import json
@@ -29,11 +30,14 @@ def kernel(name, ts, dur, corr):
 
 LOAD = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
 
-# step 1 [0, 1000): data 0-200 (GPU idle); compute K1 300-600; NCCL C1 500-800 (100 under K1);
-#   K2 launched at 950 (step 1) runs 1050-1150, inside step 2's window
-# step 2 [1000, 2000): data 1000-1200, of which 1050-1150 the GPU runs K2: 100 idle;
+# host step 1 [0, 1000): data 0-200 (GPU idle); compute K1 300-600; NCCL C1 500-800 (100 under
+#   K1); K2 launched at 950 (step 1) runs 1050-1150, after the host has begun step 2
+# host step 2 [1000, 2000): data 1000-1200, of which 1050-1150 the GPU runs K2;
 #   compute K3 1300-1700; NCCL C2 1600-1900 (100 under K3)
 # step 3: a short last step (dropped, as HTA drops the last one)
+# Device windows: step 1 [0, 1150) (it ends when the GPU finishes K2, step 1's last work),
+#   step 2 [1150, 2000): the GPU idles 1000-1050 and 1150-1200 while the host loads step 2's
+#   batch: 50 of data stall in each window
 GPU_TRACE = [
     X("ProfilerStep#1", 0, 1000), X("ProfilerStep#2", 1000, 1000), X("ProfilerStep#3", 2000, 100),
     X(LOAD, 0, 200), X(LOAD, 1000, 200),
@@ -68,15 +72,44 @@ def test_gpu_steps_by_hand(tmp_path):
     rows = _rows(_write(tmp_path, GPU_TRACE))
     assert sorted(rows) == [1, 2]
     one, two = rows[1], rows[2]
-    assert one.step_ns == 1000 * US and two.step_ns == 1000 * US
-    # K2 belongs to step 1, which launched it: 300 + 100 of compute there, 400 in step 2
+    assert one.start_ns == 0 and two.start_ns == 1150 * US
+    assert one.step_ns == 1150 * US and two.step_ns == 850 * US
+    # K2 runs in step 1's window: 300 + 100 of compute there, 400 in step 2
     assert one.compute_ns == 400 * US and two.compute_ns == 400 * US
     # 300 of NCCL each, 100 of it under a compute kernel: 200 exposed
     assert one.comm_ns == 300 * US and one.comm_exposed_ns == 200 * US
     assert two.comm_ns == 300 * US and two.comm_exposed_ns == 200 * US
-    # data: step 1 waits 200 with the GPU idle; step 2 waits 200, 100 of them while K2 runs
-    assert one.data_ns == 200 * US and two.data_ns == 100 * US
-    assert one.other_ns == (1000 - 200 - 400 - 200) * US
+    # data: the GPU idles while the host waits: 0-200 and 1000-1050 in step 1, 1150-1200 in 2
+    assert one.data_ns == 250 * US and two.data_ns == 50 * US
+    # the host launched K2 at 950 and K3 at 1210 after the GPU had gone idle: 800-1000 and
+    # 1200-1300 outside data waits
+    assert one.host_ns == 200 * US and two.host_ns == 100 * US
+    assert one.other_ns == (1150 - 250 - 400 - 200) * US
+    assert two.other_ns == (850 - 50 - 400 - 200) * US
+
+
+def test_gpu_step_waits_for_work_the_host_queued_ahead(tmp_path):
+    # the host runs 30 ms ahead of the GPU (a GPU-bound run): host steps of 10, device work of
+    # 20 per step, launched at the start of each host step. Host windows would give each step
+    # kernels that run long after it ended; device windows hold each step's 20 of work. Work
+    # queued before the profiler started runs first, with no launch in the trace (as Kineto
+    # records it): the first step starts on the GPU when that ends.
+    events = [kernel("gemm_queued_before", 0, 30, 999)]
+    corr = 0
+    for n in range(4):
+        events.append(X(f"ProfilerStep#{n}", n * 10, 10))
+        corr += 1
+        events += [launch(n * 10 + 1, corr), kernel("gemm", 30 + n * 20, 15, corr)]
+        corr += 1
+        events += [launch(n * 10 + 2, corr),
+                   kernel("ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)",
+                          45 + n * 20, 5, corr)]
+    rows = _rows(_write(tmp_path, events))
+    assert sorted(rows) == [0, 1, 2]  # the last dropped
+    for r in rows.values():
+        assert r.step_ns == 20 * US  # the device's pace, not the host's 10
+        assert r.compute_ns == 15 * US and r.comm_ns == 5 * US and r.comm_exposed_ns == 5 * US
+        assert r.other_ns == 0
 
 
 def test_gpu_shares_in_the_report(tmp_path):

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .decode import Event
+from .kernels import family_of, looks_like_comm
 
 #: timestamps (µs) accepted: up to year 2096 in unix µs, so ns fit int64; durations up to ~11 days
 MAX_TS_US = 4e15
@@ -66,6 +67,9 @@ class RankEvents:
     float_ts: bool = False      # timestamps written as floats (ns resolution, PyTorch >= 2.3)
     loader: str = ""            # DataLoader iterator seen: "single-process" | "multi-process"
     counts: dict = field(default_factory=dict)
+    #: kernels counted as communication for their name alone (no family in kernels.py claims
+    #: them): the reader names them in a warning
+    odd_comm: tuple = ()
 
     @classmethod
     def concat(cls, parts: list["RankEvents"]) -> "RankEvents":
@@ -82,12 +86,15 @@ class RankEvents:
                    dev_coll=[x for p in parts for x in p.dev_coll],
                    step_thread=parts[0].step_thread, float_ts=any(p.float_ts for p in parts),
                    loader=next((p.loader for p in parts if p.loader), ""),
+                   odd_comm=tuple(dict.fromkeys(n for p in parts for n in p.odd_comm)),
                    counts={k: sum(p.counts.get(k, 0) for p in parts)
                            for k in ("events", "bad_time", "bad_id", "bad_json")})
 
 
 def device_kind(name: str, cat: str) -> int:
-    if name.startswith("nccl") or name.startswith("rccl") or "gloo" in name[:12]:
+    """COMM for a kernel of a known communication family (kernels.py) or one that looks like
+    communication (reported by the reader), MEMORY for copies and sets, else COMPUTE."""
+    if family_of(name) is not None or looks_like_comm(name):
         return COMM
     if cat in ("gpu_memcpy", "gpu_memset", "Memcpy", "Memset") or "Memcpy" in name or \
             "Memset" in name:
@@ -158,9 +165,9 @@ _SKIP, _DEVICE, _LAUNCH, _HOST = 0, 1, 2, 3
 def _classify(name: str, cat: str, on_stream: bool) -> tuple:
     """(what, kind, sub, step id, collective key, waits on collectives) for one distinct event
     name."""
+    if cat in _DEVICE_SKIP_CATS:  # GPU-side marks (ProfilerStep#N, nccl:all_reduce on the
+        return (_SKIP, 0, 0, -1, None, False)  # GPU timeline), with or without a stream
     if on_stream:
-        if cat in _DEVICE_SKIP_CATS:
-            return (_SKIP, 0, 0, -1, None, False)
         kind = device_kind(name, cat)
         return (_DEVICE, kind, 0, -1, None, False)
     if cat in _LAUNCH_CATS:
@@ -302,6 +309,9 @@ def sort_events(batches) -> RankEvents:
     else:  # no ProfilerStep: the busiest thread stands in for the training thread
         values, counts = np.unique(host_tid, return_counts=True)
         step_thread = int(values[counts.argmax()]) if values.size else -1
+    odd = tuple(dict.fromkeys(
+        uniq_names[k // 2 // ncat] for k, c in zip(uniq_key.tolist(), table)
+        if c[0] == _DEVICE and c[1] == COMM and looks_like_comm(uniq_names[k // 2 // ncat])))
     data_names = [uniq_names[k // 2 // ncat] for k, c in zip(uniq_key.tolist(), table)
                   if c[0] == _HOST and c[1] == DATA]
     loader = ""
@@ -318,4 +328,4 @@ def sort_events(batches) -> RankEvents:
         dev_stream=streams[dev], dev_coll=dev_coll, launch_corr=corr[launch],
         launch_ts=start[launch], step_thread=step_thread, float_ts=float_ts, loader=loader,
         counts={"events": n_events, "bad_time": bad_time, "bad_id": bad_id,
-                "bad_json": bad_json})
+                "bad_json": bad_json}, odd_comm=odd)

@@ -5,21 +5,21 @@ imports the analysis stack (prefetch.py)."""
 from __future__ import annotations
 
 import os
+import re
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 
 import msgspec
-import numpy as np
 
 import gpuscope.progress as progress
 from ...trace_files import file_size
 from ..fork import _can_fork, _in_child
 from .decode import (BATCH, Salvaged, batches, decode_trace, events_of, read_bytes,
                      split_events)
-from .events import STEP, RankEvents, sort_events
+from .events import RankEvents, sort_events
 from .hta import gpu_breakdown
 from .rank import identify
-from .steps import rank_rows
+from .steps import last_step, rank_rows
 
 PARALLEL_MIN_BYTES = 4 << 20  # a process pool pays for itself above this (more than 2 cores)
 
@@ -119,28 +119,39 @@ def _parse_all(files: list[str], jobs: int | None) -> list:
 
 
 def prepared(item: tuple) -> tuple:
-    """(path, info, events, (rank, drop_last, rank_rows' result, GPU breakdown)): the rows of
-    the file's rank as if it were that rank's only file, with the last step dropped when the
-    file alone has two steps or more. _table uses them when both turn out so, and works them
-    out itself otherwise."""
+    """(path, info, events, (rank, rank_rows' result, GPU breakdown)): the rows of the file's
+    rank as if it were that rank's only file. _table uses them when it turns out so, and works
+    them out itself otherwise."""
     f, info, ev = item[:3]
     rid, _ = identify(f, info)
     if rid.rank is None:
         return f, info, ev, None
-    drop_last = np.unique(ev.step_id[ev.host_kind == STEP]).size >= 2
-    return f, info, ev, (rid.rank, drop_last, rank_rows(ev, rid.rank, drop_last),
-                         gpu_breakdown(ev, drop_last))
+    last = last_step(ev)
+    drop = frozenset() if last is None else frozenset({last})
+    return f, info, ev, (rid.rank, rank_rows(ev, rid.rank, drop), gpu_breakdown(ev, last is not None))
+
+
+#: a host name as RFC 1123 allows it: labels of letters, digits and hyphens, not starting or
+#: ending with a hyphen; so "worker0_step" (from "worker0_step_12.<ts>.json") is not one
+_HOST = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)(\.(?!-)[A-Za-z0-9-]{1,63}(?<!-))*")
+
+
+def _host_pid(path: str) -> tuple[str, str]:
+    """(host, pid) of tensorboard_trace_handler's `{host}_{pid}.{ts}.pt.trace.json`, or ("", "")
+    when the name is not of that form with a real host name."""
+    head = os.path.basename(path).split(".", 1)[0]
+    host, sep, pid = head.rpartition("_")
+    if sep and pid.isdigit() and len(host) <= 253 and _HOST.fullmatch(host):
+        return host, pid
+    return "", ""
 
 
 def process_of(path: str) -> str:
-    """`{host}_{pid}` of tensorboard_trace_handler's `{host}_{pid}.{ts}.pt.trace.json`, or ""."""
-    head = os.path.basename(path).split(".", 1)[0]
-    host, sep, pid = head.rpartition("_")
-    return head if host and sep and pid.isdigit() else ""
+    """`{host}_{pid}` of tensorboard_trace_handler's names, or ""."""
+    host, pid = _host_pid(path)
+    return f"{host}_{pid}" if host else ""
 
 
 def host_of(path: str) -> str:
-    """`{host}_{pid}.{ts}.pt.trace.json` -> host (tensorboard_trace_handler's naming)."""
-    head = os.path.basename(path).split(".", 1)[0]
-    host, sep, pid = head.rpartition("_")
-    return host if sep and pid.isdigit() else ""
+    """The host of tensorboard_trace_handler's names, "" (unknown) for any other name."""
+    return _host_pid(path)[0]

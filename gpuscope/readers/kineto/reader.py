@@ -20,11 +20,11 @@ from ...runtable import RankInfo, RunTable, empty_frame
 from ...trace_files import file_size
 from . import prefetch
 from .collectives import match_collectives, sync_points
-from .events import STEP, RankEvents, p2p_masks
-from .hta import gpu_breakdown
+from .events import RankEvents, p2p_masks
+from .hta import gpu_breakdown_of
 from .parse import _parse_all, host_of, parse_file, process_of
 from .rank import RankId, identify
-from .steps import rank_rows
+from .steps import last_step, rank_rows
 
 
 def file_warnings(path: str, ev: RankEvents) -> list[str]:
@@ -38,6 +38,11 @@ def file_warnings(path: str, ev: RankEvents) -> list[str]:
     if c.get("bad_time"):
         out.append(f"{name}: {c['bad_time']} event(s) with a negative, huge or non-numeric time "
                    "or duration skipped")
+    if ev.odd_comm:
+        shown = ", ".join(n.split("(", 1)[0][:80] for n in ev.odd_comm[:3])
+        more = f" and {len(ev.odd_comm) - 3} more" if len(ev.odd_comm) > 3 else ""
+        out.append(f"{name}: kernel(s) {shown}{more} look like communication but match no known "
+                   "family (docs/rules.md): counted as communication")
     if c.get("bad_id"):
         out.append(f"{name}: stream or correlation ids past 64 bits in {c['bad_id']} batch(es) "
                    "of events read as unknown")
@@ -100,6 +105,7 @@ def _table(path: str, parsed: list, warnings: list[str]) -> RunTable:
             if process_of(f):
                 procs.setdefault(process_of(f), set()).add(rank)
     next_free = max(by_rank, default=-1) + 1
+    sessions: dict[tuple, int] = {}  # (file prefix, training thread) of unknown-rank files
     for f, rid, ev in unknown:  # reported above; numbered after the known ranks
         same = procs.get(process_of(f)) or set()
         if len(same) == 1:  # another profiler cycle of the same process names its rank
@@ -108,16 +114,19 @@ def _table(path: str, parsed: list, warnings: list[str]) -> RunTable:
             warnings.append(f"{os.path.basename(f)}: analysed as rank {rank}, the rank of the "
                             "same process's other trace(s)")
             continue
+        session = (os.path.basename(f).split(".", 1)[0], ev.step_thread)
+        if session in sessions:  # one process profiled again: the same name, the same thread
+            rank = sessions[session]
+            by_rank[rank].append((f, ev))
+            warnings.append(f"{os.path.basename(f)}: analysed as rank {rank}: another profiling "
+                            f"session of the same process (file prefix {session[0]!r}, "
+                            f"training thread {session[1]})")
+            continue
+        sessions[session] = next_free
         by_rank[next_free] = [(f, ev)]
         ids[next_free] = rid
         warnings.append(f"{os.path.basename(f)}: analysed as rank {next_free}")
         next_free += 1
-
-    step_names = set()
-    for items in by_rank.values():
-        for _, ev in items:
-            step_names.update(ev.step_id[ev.host_kind == STEP].tolist())
-    drop_last = len(step_names) >= 2  # HTA's default: the last step's work may be cut off
 
     rows, colls, ranks, breakdown = [], {}, {}, {}
     for rank in sorted(by_rank):
@@ -127,10 +136,13 @@ def _table(path: str, parsed: list, warnings: list[str]) -> RunTable:
             warnings.append(f"rank {rank}: {len(items)} trace files (repeated profiler cycles) "
                             "merged")
         pre = ready.get(items[0][0]) if len(items) == 1 else None
-        if pre is not None and pre[:2] == (rank, drop_last):  # worked out beside the parse
-            (r_rows, r_colls, w), hta = pre[2], pre[3]
-        else:
-            (r_rows, r_colls, w), hta = rank_rows(ev, rank, drop_last), gpu_breakdown(ev, drop_last)
+        if pre is not None and pre[0] == rank:  # worked out beside the parse
+            (r_rows, r_colls, w), hta = pre[1], pre[2]
+        else:  # each file's last step left out (HTA's default: its work may be cut off)
+            lasts = [last_step(e) for _, e in items]
+            drop = frozenset(x for x in lasts if x is not None)
+            r_rows, r_colls, w = rank_rows(ev, rank, drop)
+            hta = gpu_breakdown_of([(e, x is not None) for (_, e), x in zip(items, lasts)])
         micro = [r.pop("microbatches") for r in r_rows]
         warnings += [f"rank {rank}: {x}" for x in w]
         rows += r_rows

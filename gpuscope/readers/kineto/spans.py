@@ -56,3 +56,12 @@ def clip(spans, lo: int, hi: int):
     e = np.minimum(spans[1], hi)
     keep = e > s
     return s[keep], e[keep]
+
+
+def window(spans, lo: int, hi: int):
+    """`clip` for a large merged set: only the spans that can reach [lo, hi) are looked at (two
+    binary searches), so a window costs its own spans, not the whole set's."""
+    s, e = spans
+    a = int(np.searchsorted(e, lo, "right"))  # spans before a end by lo
+    b = int(np.searchsorted(s, hi, "left"))   # spans from b on start at hi or later
+    return clip((s[a:b], e[a:b]), lo, hi)

@@ -1,14 +1,23 @@
 """One rank's Kineto events -> RunTable rows, one per ProfilerStep.
 
-For each step window [start, end) of the host's ProfilerStep#N range:
-1. GPU traces: device work belongs to the step whose host range *launched* it (runtime launch
-   correlated with the kernel); compute = |union of compute kernels|, comm = |union of
-   communication kernels and of host-side collectives that no kernel stands for (gloo on CUDA
+Each host step window [start, end) is a ProfilerStep#N range on the training thread.
+1. GPU traces: the host runs ahead of the GPU (by tens of ms when the GPU is the bottleneck), so
+   a step is measured on the device timeline, in its device window [b, e):
+     b = min(first start of the kernels the step launched, max(host step start, end of the
+         previous step's device work)),
+     e = the next step's b (or, after the last step or before a gap between host steps, the
+         later of the host step's end and the end of its device work).
+   So the windows tile the device timeline without overlap, and every part below is measured
+   inside one window: nothing can exceed the step. step_ns = e - b.
+   compute = |union of compute kernels in the window|, comm = |union of communication kernels
+   (kernels.py's families) and of host-side collectives that no kernel stands for (gloo on CUDA
    tensors copies to the host and reduces there while the GPU idles)|, exposed = comm not
    overlapped by compute; data = the part of the DataLoader wait during which the device was
-   idle (the stall the GPU actually sees); host = GPU idle gaps between kernels that the host
-   caused (the next kernel was launched after the GPU had gone idle, as HTA's idle-time
-   breakdown counts "host wait"), outside data waits and host collectives: a part of other.
+   idle (the stall the GPU actually sees); host = GPU idle gaps that the host caused (the next
+   kernel was launched after the GPU had gone idle, as HTA's idle-time breakdown counts "host
+   wait"), outside data waits and host collectives: a part of other.
+   GPU-side marks (gpu_user_annotation ranges such as ProfilerStep#N on the GPU timeline) are
+   not windows: on some traces they are ~20 us marks, not spans of the step's kernels.
 2. CPU traces: comm = |union of collective ranges (gloo:*, nccl:*, ...)| on any thread;
    exposed = the part of it when the training thread was not working: outside its ops and
    DataLoader waits, or inside a range that only waits on collectives (FSDP::all_gather,
@@ -19,8 +28,8 @@ For each step window [start, end) of the host's ProfilerStep#N range:
 3. other = step - data - compute - exposed; each part is capped so the parts add up to the step.
 4. bubble = the exposed part of point-to-point communication (gloo:send / gloo:recv, NCCL
    SendRecv kernels): a pipeline stage waiting on its neighbour.
-Collectives seen in the step (point-to-point left out) are returned too, for matching across
-ranks.
+Collectives the step launched (point-to-point left out) are returned too, for matching across
+ranks; named phases (forward, backward, optimizer) are host ranges in the host window.
 """
 
 from __future__ import annotations
@@ -37,8 +46,8 @@ from .events import (ANNOTATION, BACKWARD, COMM, COMM_HOST, COMPUTE, DATA, FORWA
 ANNOTATION_GAP_NS = 500_000
 
 
-def step_windows(ev: RankEvents, drop_last: bool) -> tuple[list[tuple[int, int, int]], list[str]]:
-    """(step id, start, end) of each ProfilerStep, sorted; the last one dropped if asked."""
+def step_windows(ev: RankEvents) -> tuple[list[tuple[int, int, int]], list[str]]:
+    """(step id, start, end) of each ProfilerStep, sorted by start."""
     warnings: list[str] = []
     idx = np.flatnonzero(ev.host_kind == STEP)
     if idx.size == 0:
@@ -56,21 +65,60 @@ def step_windows(ev: RankEvents, drop_last: bool) -> tuple[list[tuple[int, int, 
         out.append((sid, int(ev.host_start[i]), int(ev.host_end[i])))
     if len(order) > len(out):
         warnings.append(f"{len(order) - len(out)} repeated ProfilerStep number(s) ignored")
-    if drop_last and len(out) >= 2:
-        out = out[:-1]  # its device work may be cut off when the profiler stopped (as HTA does)
     return out, warnings
 
 
-def launch_times(ev: RankEvents) -> np.ndarray:
-    """Host launch time of each device event; its own start where no launch is correlated."""
+def last_step(ev: RankEvents) -> int | None:
+    """The step HTA's default leaves out of one trace file: its last ProfilerStep, when it has
+    two or more (the profiler may stop before its device work ends)."""
+    idx = np.flatnonzero(ev.host_kind == STEP)
+    if np.unique(ev.step_id[idx]).size < 2:
+        return None
+    return int(ev.step_id[idx[np.argmax(ev.host_start[idx])]])
+
+
+def launch_times(ev: RankEvents) -> tuple[np.ndarray, np.ndarray]:
+    """Host launch time of each device event (its own start where no launch is correlated),
+    and the mask of those whose launch was found."""
     out = ev.dev_start.copy()
+    found = np.zeros(out.size, dtype=bool)
     if ev.launch_corr.size == 0 or ev.dev_corr.size == 0:
-        return out
+        return out, found
     order = np.argsort(ev.launch_corr, kind="stable")
     corr, ts = ev.launch_corr[order], ev.launch_ts[order]
     pos = np.clip(np.searchsorted(corr, ev.dev_corr), 0, corr.size - 1)
     found = (corr[pos] == ev.dev_corr) & (ev.dev_corr >= 0)
     out[found] = ts[pos[found]]
+    return out, found
+
+
+def device_windows(ev: RankEvents, windows: list, launched: np.ndarray,
+                   found: np.ndarray) -> list[tuple[int, int]]:
+    """[b, e) on the device timeline for each host window (the module's docstring, 1.)."""
+    n = len(windows)
+    lo = np.array([w[1] for w in windows], dtype=np.int64)
+    hi = np.array([w[2] for w in windows], dtype=np.int64)
+    big = np.iinfo(np.int64).max
+    first = np.full(n, big, dtype=np.int64)
+    last = np.full(n, -big, dtype=np.int64)
+    idx = np.flatnonzero(found)
+    at = np.searchsorted(lo, launched[idx], "right") - 1  # the window that launched each
+    ok = (at >= 0) & (launched[idx] < hi[np.maximum(at, 0)])
+    idx, at = idx[ok], at[ok]
+    np.minimum.at(first, at, ev.dev_start[idx])
+    np.maximum.at(last, at, ev.dev_end[idx])
+    before = ev.dev_start < first[0]  # work on the GPU before the first step's own
+    prev = int(ev.dev_end[before].max()) if before.any() else -big
+    starts = []
+    for i in range(n):
+        starts.append(int(min(first[i], max(lo[i], prev))))
+        prev = int(last[i]) if last[i] > -big else starts[-1]
+    out = []
+    for i in range(n):
+        end = int(max(hi[i], last[i]))
+        if i + 1 < n:
+            end = min(end, starts[i + 1])
+        out.append((starts[i], end) if end > starts[i] else (int(lo[i]), int(hi[i])))
     return out
 
 
@@ -99,22 +147,14 @@ class Ranges:
         return spans.clip(spans.merge(s[keep], e[keep]), lo, hi), self.index[a:b][keep]
 
 
-def rank_rows(ev: RankEvents, rank: int, drop_last: bool):
-    """RunTable rows and collective instances (step, key, dur_ns, end_ns) of one rank. Each row also
-    holds "microbatches", the pipeline schedule's forward ranges in the step (not a column)."""
-    windows, warnings = step_windows(ev, drop_last)
+def rank_rows(ev: RankEvents, rank: int, drop: frozenset = frozenset()):
+    """RunTable rows and collective instances (step, key, dur_ns, end_ns) of one rank; the steps
+    in `drop` (last_step of each of its files) are left out. Each row also holds
+    "microbatches", the pipeline schedule's forward ranges in the step (not a column)."""
+    windows, warnings = step_windows(ev)
     gpu = ev.dev_kind.size > 0
-    launched = launch_times(ev) if gpu else None
-    busy_all = spans.merge(ev.dev_start, ev.dev_end) if gpu else None
     main = ev.host_tid == ev.step_thread
-    # host collectives that run on the CPU even in a GPU trace (gloo, MPI); NCCL's host ranges
-    # only enqueue its kernels, which are counted on the device
-    cpu_coll = np.array([c is not None and not c[1].startswith("nccl:") for c in ev.host_coll],
-                        dtype=bool) if gpu else None
     host_p2p, dev_p2p = p2p_masks(ev)
-    leaf = leaf_ops(ev, main) if not gpu else None
-    waits = main & (ev.host_wait == WAITS) if not gpu else None
-    annots = main & (ev.host_wait == ANNOTATION) if not gpu else None
     # the host ranges each part of a step is made of, indexed once for all the steps
     data_r = Ranges(ev, DATA)
     phase_r = {name: Ranges(ev, OP, main & np.isin(ev.host_sub, subs))
@@ -122,38 +162,57 @@ def rank_rows(ev: RankEvents, rank: int, drop_last: bool):
                                   ("backward_ns", (BACKWARD,)), ("optimizer_ns", (OPTIMIZER,)))}
     micro_r = Ranges(ev, OP, main & (ev.host_sub == MICROBATCH))
     if gpu:
+        launched, found = launch_times(ev)
+        dev = device_windows(ev, windows, launched, found)
+        kind_all = ev.dev_kind
+        busy_all = spans.merge(ev.dev_start, ev.dev_end)
+        comp_all = spans.merge(ev.dev_start[kind_all == COMPUTE], ev.dev_end[kind_all == COMPUTE])
+        comm_all = spans.merge(ev.dev_start[kind_all == COMM], ev.dev_end[kind_all == COMM])
+        p2p_dev = dev_p2p & (kind_all == COMM)
+        p2p_all = spans.merge(ev.dev_start[p2p_dev], ev.dev_end[p2p_dev])
+        gaps_all = host_gaps(ev.dev_start, ev.dev_end, launched)
+        # host collectives that run on the CPU even in a GPU trace (gloo, MPI); NCCL's host
+        # ranges only enqueue its kernels, which are counted on the device
+        cpu_coll = np.array([c is not None and not c[1].startswith("nccl:")
+                             for c in ev.host_coll], dtype=bool)
         comm_r, p2p_r = Ranges(ev, COMM_HOST, cpu_coll), Ranges(ev, COMM_HOST, cpu_coll & host_p2p)
+        dev_order = np.argsort(launched, kind="stable")
+        launched_sorted = launched[dev_order]
     else:
+        leaf = leaf_ops(ev, main)
+        waits = main & (ev.host_wait == WAITS)
+        annots = main & (ev.host_wait == ANNOTATION)
         ops_r, comm_r = Ranges(ev, OP, main), Ranges(ev, COMM_HOST)
         wait_r, annot_r, leaf_r = Ranges(ev, OP, waits), Ranges(ev, OP, annots), Ranges(ev, OP, leaf)
         p2p_r = Ranges(ev, COMM_HOST, host_p2p)
-    dev_order = np.argsort(launched, kind="stable") if gpu else None
-    launched_sorted = launched[dev_order] if gpu else None
     rows, colls = [], []
-    for sid, lo, hi in windows:
+    for i, (sid, host_lo, host_hi) in enumerate(windows):
+        if sid in drop:  # its device work may be cut off where the profiler stopped (as HTA)
+            continue
         n_before = len(colls)
+        lo, hi = dev[i] if gpu else (host_lo, host_hi)
         step_ns = hi - lo
         data_set, _ = data_r.window(lo, hi)
-        if gpu:  # the device events the step launched: a slice of them in launch order
-            sel = dev_order[np.searchsorted(launched_sorted, lo, "left"):
-                            np.searchsorted(launched_sorted, hi, "left")]
-            sel = np.sort(sel)  # in trace order, as a mask would give them
-            kind, s, e = ev.dev_kind[sel], ev.dev_start[sel], ev.dev_end[sel]
-            comp = spans.merge(s[kind == COMPUTE], e[kind == COMPUTE])
-            host_comm, hsel = comm_r.window(lo, hi)
-            comm = spans.union(spans.merge(s[kind == COMM], e[kind == COMM]), host_comm)
+        if gpu:  # everything the device did inside the step's device window
+            comp = spans.window(comp_all, lo, hi)
+            host_comm, _ = comm_r.window(lo, hi)
+            comm = spans.union(spans.window(comm_all, lo, hi), host_comm)
             compute_ns = spans.length(comp)
             comm_ns = spans.length(comm)
             exposed_ns = comm_ns - spans.overlap(comm, comp)
-            data_ns = spans.length(data_set) - spans.overlap(data_set, busy_all)
-            gaps = host_gaps(s, e, launched[sel])
-            host_ns = spans.length(spans.subtract(gaps, spans.union(data_set, comm)))
-            p2p_dev = dev_p2p[sel] & (kind == COMM)
-            p2p = spans.union(spans.merge(s[p2p_dev], e[p2p_dev]), p2p_r.window(lo, hi)[0])
+            data_ns = spans.length(data_set) - spans.overlap(data_set, spans.window(busy_all, lo, hi))
+            host_ns = spans.length(spans.subtract(spans.window(gaps_all, lo, hi),
+                                                  spans.union(data_set, comm)))
+            p2p = spans.union(spans.window(p2p_all, lo, hi), p2p_r.window(lo, hi)[0])
             bubble_ns = spans.length(spans.subtract(p2p, comp))
-            for j in sel[(kind == COMM) & ~dev_p2p[sel]].tolist():
+            # the collectives the step launched (host window), for matching across ranks
+            sel = dev_order[np.searchsorted(launched_sorted, host_lo, "left"):
+                            np.searchsorted(launched_sorted, host_hi, "left")]
+            sel = np.sort(sel)  # in trace order, as a mask would give them
+            for j in sel[(ev.dev_kind[sel] == COMM) & ~dev_p2p[sel]].tolist():
                 colls.append((sid, ev.dev_coll[j], int(ev.dev_end[j] - ev.dev_start[j]),
                               int(ev.dev_end[j])))
+            _, hsel = comm_r.window(host_lo, host_hi)
             for j in np.sort(hsel[~host_p2p[hsel]]).tolist():
                 colls.append((sid, ev.host_coll[j], int(ev.host_end[j] - ev.host_start[j]),
                               int(ev.host_end[j])))
@@ -187,8 +246,9 @@ def rank_rows(ev: RankEvents, rank: int, drop_last: bool):
         compute_ns = max(0, min(compute_ns, step_ns - data_ns - exposed_ns))
         host_ns = max(0, min(host_ns, step_ns - data_ns - exposed_ns - compute_ns))
         bubble_ns = max(0, min(bubble_ns, exposed_ns))
-        parts = {name: spans.length(r.window(lo, hi)[0]) for name, r in phase_r.items()}
-        micro = int(micro_r.window(lo, hi)[1].size)
+        parts = {name: spans.length(r.window(host_lo, host_hi)[0])
+                 for name, r in phase_r.items()}
+        micro = int(micro_r.window(host_lo, host_hi)[1].size)
         rows.append({"rank": rank, "step": sid, "start_ns": lo, "step_ns": step_ns,
                      "data_ns": data_ns, "compute_ns": compute_ns, "comm_ns": comm_ns,
                      "comm_exposed_ns": exposed_ns, "wait_ns": 0,
