@@ -235,3 +235,36 @@ def test_a_decoder_still_working_is_stopped_when_the_parent_gives_up():
             raise _ParentFailed()
     assert time.perf_counter() - t0 < 10
     assert set(live_children()) - before == set()
+
+
+# distributedInfo fields of the wrong type (a mutation fuzz of the samples found pg_config: 5
+# raising TypeError): each is left out, the file is read, and the rank comes from elsewhere
+INFO_DAMAGE = {
+    "pg_config number": {"rank": 0, "world_size": 2, "pg_config": 5},
+    "pg_config string": {"rank": 0, "world_size": 2, "pg_config": "0,1"},
+    "pg_config object": {"rank": 0, "world_size": 2, "pg_config": {"ranks": [0, 1]}},
+    "pg entry list": {"rank": 0, "world_size": 2, "pg_config": [[0, 1]]},
+    "pg ranks number": {"rank": 0, "world_size": 2, "pg_config": [{"pg_name": "0", "ranks": 2}]},
+    "pg ranks strings": {"rank": 0, "world_size": 2, "pg_config": [{"ranks": ["a"]}]},
+    "pg name object": {"rank": 0, "world_size": 2, "pg_config": [{"pg_name": {}, "ranks": [0]}]},
+    "rank string": {"rank": "0", "world_size": 2},
+    "rank float": {"rank": 0.0, "world_size": 2},
+    "world list": {"rank": 0, "world_size": [2]},
+    "backend number": {"rank": 0, "world_size": 2, "backend": 7},
+    "info list": [1, 2],
+    "info number": 3,
+}
+
+
+@pytest.mark.parametrize("kind", sorted(INFO_DAMAGE))
+def test_distributed_info_of_the_wrong_types_is_read_around(tmp_path, kind):
+    src = os.path.join(KINETO, sorted(os.listdir(KINETO))[0])
+    with gzip.open(src, "rt") as f:
+        doc = json.load(f)
+    doc["distributedInfo"] = INFO_DAMAGE[kind]
+    p = tmp_path / "rank-0.pt.trace.json"
+    p.write_text(json.dumps(doc))
+    table = read_path(str(p))
+    assert list(table.ranks) == [0] and not table.frame.empty
+    groups = table.ranks[0].knobs.get("process_groups")
+    assert groups is None or all(isinstance(v, list) for v in groups.values())

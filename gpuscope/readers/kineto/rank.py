@@ -37,14 +37,22 @@ def rank_from_name(path: str) -> int | None:
 
 
 def _groups(info: dict) -> dict | None:
-    """distributedInfo's pg_config: the process groups this rank belongs to."""
+    """distributedInfo's pg_config: the process groups this rank belongs to. Every field is
+    checked: a pg_config that is not a list, an entry that is not an object, ranks that are not
+    a list of ranks or a name that is not a string or a number leave that part out."""
+    config = info.get("pg_config")
+    if not isinstance(config, list):
+        return None
     out = {}
-    for pg in info.get("pg_config") or []:
+    for pg in config:
         if not isinstance(pg, dict):
             continue
         ranks = pg.get("ranks")
+        name = pg.get("pg_name", len(out))
+        if type(name) not in (str, int) or isinstance(name, bool):
+            continue
         if isinstance(ranks, list) and ranks and all(_as_int(r) is not None for r in ranks):
-            out[str(pg.get("pg_name", len(out)))] = [int(r) for r in ranks]
+            out[str(name)] = [int(r) for r in ranks]
     return out or None
 
 
