@@ -37,8 +37,9 @@ class Verdict:
 
     label: str
     share: float          # share of total step time carried by steps with that label
-    confidence: str       # high (>= 75%), medium (>= 50%), low
+    confidence: str       # high / medium / low: the share, capped by evidence (confidence.py)
     time_by_label: dict   # label -> share of step time
+    evidence: tuple = ()  # what in the input limits the confidence, one line each
 
 
 @dataclass(frozen=True)
@@ -405,6 +406,7 @@ class Report:
             "verdict": self.verdict.label,
             "verdict_share": round(self.verdict.share, 4),
             "confidence": self.verdict.confidence,
+            "confidence_why": list(self.verdict.evidence),
             "time_by_label": self.verdict.time_by_label,
             "stragglers": self.straggler_ranks,
             "straggler_details": [s.to_dict() for s in self.stragglers],
@@ -438,7 +440,7 @@ class Report:
             raise InputError(f"not a {SCHEMA} JSON report (schema {got!r})")
         try:
             verdict = Verdict(d["verdict"], d["verdict_share"], d["confidence"],
-                              dict(d["time_by_label"]))
+                              dict(d["time_by_label"]), tuple(d.get("confidence_why", ())))
             return cls(
                 d["source"], d["path"], d["world_size"], verdict,
                 [StepResult.from_dict(s) for s in d["steps"]],

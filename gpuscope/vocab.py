@@ -15,13 +15,17 @@ STACK_COLORS = {"data": "#e0a100", "compute": "#2e9d5b", "transfer": "#9b59b6", 
 COMPUTE_PHASES = ("forward", "backward", "optimizer")
 
 # step labels
-DATA, COMM, IMBALANCED, HOST, PIPELINE, COMPUTE = (
-    "data-bound", "comm-bound", "imbalanced", "host-bound", "pipeline-bound", "compute-bound")
-LABELS = (DATA, COMM, IMBALANCED, HOST, PIPELINE, COMPUTE)
-JITTER = "jitter"                       # secondary: waiting with no consistent late rank
+DATA, COMM, IMBALANCED, JITTER_BOUND, HOST, PIPELINE, COMPUTE = (
+    "data-bound", "comm-bound", "imbalanced", "jitter-bound", "host-bound", "pipeline-bound",
+    "compute-bound")
+LABELS = (DATA, COMM, IMBALANCED, JITTER_BOUND, HOST, PIPELINE, COMPUTE)
+#: secondary: waiting over the threshold with no consistent late rank (the label "jitter-bound"
+#: when that waiting is the step's largest share)
+JITTER = "jitter"
 MODERATE_DATA = "moderately data-bound"  # secondary: data wait between the two thresholds
 #: label colours, distinct from the part colours above (a label strip sits under the parts)
-LABEL_COLORS = {DATA: "#2b6cb0", COMM: "#dd6b20", IMBALANCED: "#b83280", HOST: "#975a16",
-                PIPELINE: "#4a5568", COMPUTE: "#2c7a7b"}
-LABEL_STYLES = {DATA: "yellow", COMM: "magenta", IMBALANCED: "red", HOST: "cyan",
-                PIPELINE: "blue", COMPUTE: "green"}  # terminal
+LABEL_COLORS = {DATA: "#2b6cb0", COMM: "#dd6b20", IMBALANCED: "#b83280",
+                JITTER_BOUND: "#805ad5", HOST: "#975a16", PIPELINE: "#4a5568",
+                COMPUTE: "#2c7a7b"}
+LABEL_STYLES = {DATA: "yellow", COMM: "magenta", IMBALANCED: "red", JITTER_BOUND: "bright_red",
+                HOST: "cyan", PIPELINE: "blue", COMPUTE: "green"}  # terminal

@@ -1,8 +1,11 @@
-"""Matching collectives across ranks: waiting vs transfer, and mismatches reported, not fatal."""
+"""The wait split from collectives (readers' per-collective table + analyze/wait.py, one rule
+for traces and records): waiting vs transfer, hidden waiting free, mismatches left out and
+reported, never fatal, never flipping who was late."""
 
 import pandas as pd
 
-from gpuscope.readers.kineto.collectives import match_collectives
+from gpuscope.analyze.wait import estimate_wait
+from gpuscope.readers.kineto.collectives import comm_table
 
 MS = 1_000_000
 
@@ -13,33 +16,65 @@ def _frame(exposed: dict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def test_the_shortest_duration_is_transfer_the_excess_is_waiting():
-    colls = {0: [(1, ("0", "allreduce"), 30 * MS), (1, ("0", "allreduce"), 5 * MS)],
-             1: [(1, ("0", "allreduce"), 10 * MS), (1, ("0", "allreduce"), 5 * MS)]}
-    frame = _frame({(0, 1): 40 * MS, (1, 1): 15 * MS})
+def _waits(colls, exposed, warnings=None):
+    """{(rank, step): wait} from {rank: [(step, key, dur, end, exposed)]}."""
+    out = estimate_wait(_frame(exposed), warnings if warnings is not None else [],
+                        comm_table(colls))
+    return {(r, s): w for r, s, w in zip(out["rank"], out["step"], out["wait_ns"])}
+
+
+def test_the_table_names_kinds_as_the_recorder_does():
+    t = comm_table({0: [(1, ("0", "allreduce"), 5, 9, 4), (1, ("0", "allreduce"), 3, 12, 1),
+                        (1, ("", "gloo:_allgather_base"), 2, 14, 2)]})
+    assert t.to_dict("records") == [
+        {"rank": 0, "step": 1, "key": "all_gather:", "comm_ns": 2, "exposed_ns": 2, "count": 1},
+        {"rank": 0, "step": 1, "key": "all_reduce:0", "comm_ns": 8, "exposed_ns": 5, "count": 2}]
+    assert comm_table({0: [], 1: []}) is None
+
+
+def test_the_least_exposed_is_transfer_the_excess_is_waiting():
+    colls = {0: [(1, ("0", "allreduce"), 30 * MS, 0, 30 * MS), (1, ("0", "allreduce"), 5 * MS, 0, 5 * MS)],
+             1: [(1, ("0", "allreduce"), 10 * MS, 0, 10 * MS), (1, ("0", "allreduce"), 5 * MS, 0, 5 * MS)]}
     warnings = []
-    out = match_collectives(colls, frame, warnings).set_index("rank")
-    assert out.loc[0, "wait_ns"] == 20 * MS and out.loc[1, "wait_ns"] == 0
+    w = _waits(colls, {(0, 1): 40 * MS, (1, 1): 15 * MS}, warnings)
+    assert w == {(0, 1): 20 * MS, (1, 1): 0}
     assert warnings == []
 
 
-def test_waiting_is_capped_by_exposed_communication():
-    colls = {0: [(1, ("", "gloo:all_reduce"), 50 * MS)], 1: [(1, ("", "gloo:all_reduce"), 5 * MS)]}
-    out = match_collectives(colls, _frame({(0, 1): 10 * MS, (1, 1): 5 * MS}), [])
-    assert out.set_index("rank").loc[0, "wait_ns"] == 10 * MS  # the rest was hidden by compute
+def test_waiting_hidden_behind_compute_costs_nothing():
+    # rank 0's all-reduce lasts 50 ms but runs beside its own backward: 10 ms of it exposed;
+    # rank 1's 5 ms are all exposed. A duration rule would say rank 0 waited 45 (capped at 10)
+    colls = {0: [(1, ("", "gloo:all_reduce"), 50 * MS, 0, 10 * MS)],
+             1: [(1, ("", "gloo:all_reduce"), 5 * MS, 0, 5 * MS)]}
+    assert _waits(colls, {(0, 1): 10 * MS, (1, 1): 5 * MS}) == {(0, 1): 5 * MS, (1, 1): 0}
 
 
-def test_missing_and_extra_collectives_are_reported_and_the_rest_matched():
-    colls = {0: [(1, ("0", "allreduce"), 30 * MS), (1, ("0", "broadcast"), 9 * MS)],
-             1: [(1, ("0", "allreduce"), 10 * MS)],
-             2: [(1, ("0", "allreduce"), 12 * MS), (1, ("0", "allreduce"), 3 * MS)]}
-    frame = _frame({(0, 1): 40 * MS, (1, 1): 20 * MS, (2, 1): 20 * MS})
+def test_missing_and_extra_collectives_are_left_out_and_reported():
+    # rank 2 has an extra all-reduce in step 1, rank 0 a broadcast no one else has
+    colls = {0: [(1, ("0", "allreduce"), 30 * MS, 0, 30 * MS), (1, ("0", "broadcast"), 9 * MS, 0, 9 * MS)],
+             1: [(1, ("0", "allreduce"), 10 * MS, 0, 10 * MS)],
+             2: [(1, ("0", "allreduce"), 12 * MS, 0, 12 * MS), (1, ("0", "allreduce"), 3 * MS, 0, 3 * MS)]}
     warnings = []
-    out = match_collectives(colls, frame, warnings).set_index("rank")
-    assert out.loc[0, "wait_ns"] == 20 * MS and out.loc[2, "wait_ns"] == 2 * MS
-    assert len(warnings) == 1 and "2 collective instance(s) are not present" in warnings[0]
+    w = _waits(colls, {(0, 1): 40 * MS, (1, 1): 20 * MS, (2, 1): 20 * MS}, warnings)
+    assert w == {(0, 1): 0, (1, 1): 0, (2, 1): 0}
+    assert len(warnings) == 1 and "1 (collective, step) pair(s)" in warnings[0]
+
+
+def test_an_instance_cut_on_the_waiting_rank_does_not_make_it_late():
+    # rank 0 waits ~20 ms for rank 1 every step in the second of two all-reduces; in step 3 a
+    # profiler cycle cut rank 0's second all-reduce off: compared by sums, rank 0 would look
+    # like the late one (5 against 6 ms); left out, step 3 says nothing
+    ar = ("0", "allreduce")
+    colls = {0: [(s, ar, 5 * MS, 0, 5 * MS) for s in (1, 2, 3)]
+             + [(s, ar, 21 * MS, 0, 21 * MS) for s in (1, 2)],
+             1: [(s, ar, 5 * MS, 0, 5 * MS) for s in (1, 2, 3)]
+             + [(s, ar, 1 * MS, 0, 1 * MS) for s in (1, 2, 3)]}
+    exposed = {(0, 1): 26 * MS, (0, 2): 26 * MS, (0, 3): 5 * MS,
+               (1, 1): 6 * MS, (1, 2): 6 * MS, (1, 3): 6 * MS}
+    w = _waits(colls, exposed)
+    assert w[(0, 1)] == w[(0, 2)] == 20 * MS
+    assert w[(1, 1)] == w[(1, 2)] == w[(1, 3)] == 0
 
 
 def test_one_rank_has_nothing_to_match():
-    out = match_collectives({0: [(1, ("", "x"), 5)]}, _frame({(0, 1): 5}), [])
-    assert (out["wait_ns"] == 0).all()
+    assert _waits({0: [(1, ("", "x"), 5, 0, 5)]}, {(0, 1): 5}) == {(0, 1): 0}

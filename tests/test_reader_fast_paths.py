@@ -207,24 +207,27 @@ def test_a_progress_bar_on_big_inputs_only(tmp_path, monkeypatch, capsys, kind):
 
 
 def _group_waits_reference(frame, comm):
-    """The split written with pandas group-bys: the oracle for the numpy one."""
+    """The split written with pandas group-bys: the oracle for the numpy one. Per key and step,
+    among the ranks seen with the key, when all are there with one instance count."""
     from gpuscope.record_format import comm_kind, is_p2p
 
     keys = comm["key"].astype(str).tolist()
     keep = np.array([not is_p2p(comm_kind(k)) for k in keys], dtype=bool)
     if not keep.any():
-        return None
-    c = comm.loc[keep, ["rank", "step", "exposed_ns"]].copy()
-    c["group"] = [k.split(":", 1)[1] if not k.startswith("phase:") else "*"
-                  for k in np.array(keys, dtype=object)[keep]]
-    members = c.groupby("group")["rank"].nunique()
-    per = c.groupby(["group", "step", "rank"])["exposed_ns"].sum().reset_index()
-    size = per.groupby(["group", "step"])["rank"].transform("size")
-    per = per[size.to_numpy() == members.reindex(per["group"]).to_numpy()]
-    per["wait"] = per["exposed_ns"] - per.groupby(["group", "step"])["exposed_ns"].transform("min")
+        return None, 0
+    c = comm.loc[keep, ["rank", "step", "exposed_ns", "count"]].copy()
+    c["key"] = np.array(keys, dtype=object)[keep]
+    members = c.groupby("key")["rank"].nunique()
+    per = c.groupby(["key", "step", "rank"])[["exposed_ns", "count"]].sum().reset_index()
+    by = per.groupby(["key", "step"])
+    present = by["rank"].transform("size").to_numpy() == members.reindex(per["key"]).to_numpy()
+    same = (by["count"].transform("min") == by["count"].transform("max")).to_numpy()
+    mismatched = per[present & ~same][["key", "step"]].drop_duplicates().shape[0]
+    per = per[present & same]
+    per["wait"] = per["exposed_ns"] - per.groupby(["key", "step"])["exposed_ns"].transform("min")
     total = per.groupby(["rank", "step"])["wait"].sum()
     idx = pd.MultiIndex.from_arrays([frame["rank"].to_numpy(), frame["step"].to_numpy()])
-    return total.reindex(idx).fillna(0).to_numpy(np.int64)
+    return total.reindex(idx).fillna(0).to_numpy(np.int64), mismatched
 
 
 @pytest.mark.parametrize("path", ["grid", "sort"])
@@ -257,13 +260,15 @@ def test_group_waits_match_the_pandas_reference(seed, path, monkeypatch):
                         "phase:comm"):
                 for _ in range(int(rng.integers(1, 3))):
                     e = int(rng.integers(0, 5_000_000))
-                    rows.append((r, s, key, e + 100, e, 1))
+                    n = 2 if rng.random() < 0.05 else 1  # an extra instance on this rank
+                    rows.append((r, s, key, e + 100, e, n))
     comm = pd.DataFrame(rows, columns=["rank", "step", "key", "comm_ns", "exposed_ns", "count"])
     for c in (comm, comm.assign(key=pd.Categorical(comm["key"]))):
-        got = _group_waits(frame, c)
-        want = _group_waits_reference(frame, c)
+        got, got_mismatched = _group_waits(frame, c)
+        want, want_mismatched = _group_waits_reference(frame, c)
         assert np.array_equal(got, want)
         assert got.sum() > 0
+        assert got_mismatched == want_mismatched > 0
     assert set(taken) == {"_dense_waits" if path == "grid" else "_sorted_waits"}
 
 

@@ -89,9 +89,10 @@ def test_random_jitter_is_not_imbalance_but_its_cost_is_reported():
             rows.append({"rank": r, "step": s, "compute": 70 if r == slow else 50, "comm": exposed,
                          "comm_exposed": exposed, "other": 0})
     rep = verdict(rows)
-    assert rep.verdict.label == "compute-bound"
+    # lost time, not compute: a label of its own, and no one named
+    assert rep.verdict.label == "jitter-bound"
     assert rep.stragglers == []
-    assert all(s.jitter for s in rep.steps)
+    assert all(s.jitter and s.label == "jitter-bound" for s in rep.steps)
     d = rep.to_dict()
     assert d["jitter"]["steps_time_pct"] == pytest.approx(100)
     assert d["jitter"]["wait_pct"] == pytest.approx(100 * 20 / 75, abs=0.1)  # 20 of 75 ms waited

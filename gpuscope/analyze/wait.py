@@ -1,12 +1,19 @@
-"""Splits exposed communication into waiting for other ranks and moving bytes.
+"""Splits exposed communication into waiting for other ranks and moving bytes: one rule for
+recorded runs and profiler traces (both readers give the same per-collective table).
 
 For one synchronous collective, the rank that reaches it last waits least, so the shortest
-exposed communication among the ranks that take part approximates the transfer; each rank's
-excess is waiting. Ranks wait for each other only within a process group: with the recorder's
-per-collective table, the split is made group by group (a data-parallel group of a hybrid
-layout, DDP's buckets, ...) and summed per rank; without it, over all ranks. Point-to-point
+exposed time among the ranks that take part approximates the transfer; each rank's excess is
+waiting. Exposed, not the whole duration: waiting hidden behind a rank's own compute costs it
+nothing (a DDP bucket's all-reduce that starts early on a fast rank runs beside its backward).
+Ranks wait for each other only within a process group, so the comparison is made per collective
+key (kind and process group: a data-parallel group of a hybrid layout, DDP's buckets, FSDP's
+all-gathers and reduce-scatters apart) and step, between the ranks seen with that key, and only
+where every one of them has the same number of instances of it in the step: an instance extra or
+missing on one rank (a profiler cycle that cut it, a collective only some ranks issue) leaves
+that key out of that step rather than making the rank that lacks it look late. The excess is
+summed per rank and capped by its exposed communication outside point-to-point. Point-to-point
 communication (pipeline stages) is not in it: a stage waiting on its neighbour is the pipeline's
-bubble (`bubble_ns`), judged in pipeline.py. Steps some ranks lack are reported.
+bubble (`bubble_ns`), judged in stages.py. Steps some ranks lack are reported.
 """
 
 from __future__ import annotations
@@ -44,7 +51,11 @@ def estimate_wait(frame: pd.DataFrame, warnings: list[str],
                         "(mismatched step counts); waiting is not estimated for them")
     bubble = frame["bubble_ns"].to_numpy() if "bubble_ns" in frame else 0
     exposed = frame["comm_exposed_ns"].to_numpy() - bubble
-    grouped = _group_waits(frame, comm) if comm is not None else None
+    grouped, mismatched = _group_waits(frame, comm) if comm is not None else (None, 0)
+    if mismatched:
+        warnings.append(f"{mismatched} (collective, step) pair(s) have a different number of "
+                        "instances on some ranks (a profiler cycle cut one, or only some ranks "
+                        "issue it): left out of the wait split")
     if grouped is None:  # no per-collective table: all ranks form one group
         sub = pd.Series(exposed[complete], index=frame.index[complete])
         transfer = sub.groupby(frame.loc[complete, "step"]).transform("min")
@@ -55,34 +66,38 @@ def estimate_wait(frame: pd.DataFrame, warnings: list[str],
     return frame
 
 
-def _group_waits(frame: pd.DataFrame, comm: pd.DataFrame) -> np.ndarray | None:
-    """Per frame row, the summed excess over the group minimum of its exposed collectives
-    (numpy on a (group, step, rank) grid, or on one sort of the table when the grid would be
-    sparse: the table has a row per rank, step and collective key, up to millions)."""
-    kinds, groups = key_parts(comm)
+def _group_waits(frame: pd.DataFrame, comm: pd.DataFrame) -> tuple[np.ndarray | None, int]:
+    """Per frame row, the summed excess over the least of its exposed collectives, key by key
+    and step by step (numpy on a (key, step, rank) grid, or on one sort of the table when the
+    grid would be sparse: the table has a row per rank, step and key, up to millions); and the
+    number of (key, step) pairs left out for unequal instance counts."""
+    kinds, _ = key_parts(comm)
     keep = ~mask_of(kinds, is_p2p)
     if not keep.any():
-        return None
-    # rec.phase("comm") has no group: the ranks that use it form one (-1)
-    g = np.where(mask_of(kinds, lambda k: k == "phase")[keep], -1,
-                 np.asarray(groups.codes)[keep]).astype(np.int64)
+        return None, 0
+    codes = (comm["key"].cat.codes.to_numpy() if isinstance(comm["key"].dtype, pd.CategoricalDtype)
+             else pd.factorize(comm["key"])[0])
+    g = np.asarray(codes)[keep].astype(np.int64)
     r = comm["rank"].to_numpy()[keep].astype(np.int64)
     s = comm["step"].to_numpy()[keep].astype(np.int64)
     e = comm["exposed_ns"].to_numpy()[keep].astype(np.int64)
-    dense = _dense_waits(g, s, r, e)
+    c = (comm["count"].to_numpy()[keep].astype(np.int64) if "count" in comm
+         else np.ones(g.size, np.int64))
+    dense = _dense_waits(g, s, r, e, c)
     if dense is not None:
-        s, r, wait = dense
+        s, r, wait, mismatched = dense
     else:
-        s, r, wait = _sorted_waits(g, s, r, e)
+        s, r, wait, mismatched = _sorted_waits(g, s, r, e, c)
     hit, at = find_pairs(frame["rank"].to_numpy(), frame["step"].to_numpy(), r, s)
-    return np.bincount(at[hit], wait[hit], len(frame)).astype(np.int64)
+    return np.bincount(at[hit], wait[hit], len(frame)).astype(np.int64), mismatched
 
 
-def _dense_waits(g, s, r, e):
-    """On a (group, step, rank) grid: each cell's exposed time summed over its collectives, the
-    group's members (ranks seen in it at all), and per (group, step) seen on all of them the
-    excess over the least. Returns (steps, ranks, wait) of the cells, or None when the grid
-    would be much larger than the table (sparse groups, huge step numbers)."""
+def _dense_waits(g, s, r, e, c):
+    """On a (key, step, rank) grid: each cell's exposed time and instance count summed, the
+    key's members (ranks seen with it at all), and per (key, step) seen on all of them with one
+    count the excess over the least. Returns (steps, ranks, wait, mismatched pairs) of the
+    cells, or None when the grid would be much larger than the table (sparse keys, huge step
+    numbers)."""
     g0, s0, r0 = int(g.min()), int(s.min()), int(r.min())
     ng, ns, nr = int(g.max()) - g0 + 1, int(s.max()) - s0 + 1, int(r.max()) - r0 + 1
     cells = ng * ns * nr
@@ -90,35 +105,43 @@ def _dense_waits(g, s, r, e):
         return None
     idx = ((g - g0) * ns + (s - s0)) * nr + (r - r0)
     total = np.bincount(idx, e.astype(np.float64), cells).reshape(ng, ns, nr)
+    count = np.bincount(idx, c.astype(np.float64), cells).reshape(ng, ns, nr)
     seen = np.bincount(idx, minlength=cells).reshape(ng, ns, nr) > 0
-    members = seen.any(axis=1).sum(axis=1)                     # per group
-    full = seen.sum(axis=2) == members[:, None]                # per (group, step)
-    low = np.where(seen, total, np.inf).min(axis=2)            # per (group, step)
+    members = seen.any(axis=1).sum(axis=1)                     # per key
+    present = (seen.sum(axis=2) == members[:, None]) & (members[:, None] > 0)  # (key, step)
+    same = (np.where(seen, count, np.inf).min(axis=2)
+            == np.where(seen, count, -np.inf).max(axis=2))
+    full = present & same
+    mismatched = int((present & ~same).sum())
+    low = np.where(seen, total, np.inf).min(axis=2)            # per (key, step)
     wait = np.where(seen & full[:, :, None], total - np.where(full, low, 0)[:, :, None], 0)
-    per = wait.sum(axis=0)                                     # per (step, rank), over groups
+    per = wait.sum(axis=0)                                     # per (step, rank), over keys
     any_seen = seen.any(axis=0)
     si, ri = np.nonzero(any_seen)
-    return si + s0, ri + r0, per[si, ri]
+    return si + s0, ri + r0, per[si, ri], mismatched
 
 
-def _sorted_waits(g, s, r, e):
+def _sorted_waits(g, s, r, e, c):
     """The same on one sort of the table (any numbering)."""
     order = np.lexsort((r, s, g))
-    g, s, r, e = g[order], s[order], r[order], e[order]
-    # one row per (group, step, rank): its exposed time summed over the group's collectives
+    g, s, r, e, c = g[order], s[order], r[order], e[order], c[order]
+    # one row per (key, step, rank): its exposed time and count summed over its instances
     new = np.r_[True, (g[1:] != g[:-1]) | (s[1:] != s[:-1]) | (r[1:] != r[:-1])]
     at = np.flatnonzero(new)
-    g, s, r, e = g[at], s[at], r[at], np.add.reduceat(e, at)
-    # the group's members: the ranks seen in it at all; a step counts when all of them are there
+    g, s, r, e, c = g[at], s[at], r[at], np.add.reduceat(e, at), np.add.reduceat(c, at)
+    # the key's members: the ranks seen with it at all; a step counts when all of them are
+    # there with the same number of instances
     gu, g_inv = np.unique(g, return_inverse=True)
     g_inv = g_inv.reshape(-1)
     n_r = int(r.max(initial=0)) + 1
-    pairs = np.unique(g_inv * n_r + r)  # distinct (group, rank)
+    pairs = np.unique(g_inv * n_r + r)  # distinct (key, rank)
     members = np.bincount(pairs // n_r, minlength=gu.size)
     first = np.r_[True, (g[1:] != g[:-1]) | (s[1:] != s[:-1])]
     starts = np.flatnonzero(first)
     size = np.diff(np.r_[starts, g.size])
     low = np.minimum.reduceat(e, starts)
-    step_of = np.cumsum(first) - 1  # each row's (group, step)
-    full = (size == members[g_inv[starts]])[step_of]
-    return s, r, np.where(full, e - low[step_of], 0)
+    present = size == members[g_inv[starts]]
+    same = np.minimum.reduceat(c, starts) == np.maximum.reduceat(c, starts)
+    step_of = np.cumsum(first) - 1  # each row's (key, step)
+    full = (present & same)[step_of]
+    return s, r, np.where(full, e - low[step_of], 0), int((present & ~same).sum())

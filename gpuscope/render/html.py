@@ -357,6 +357,9 @@ def _summary_html(report: Report) -> str:
     others = [f"{esc(k)} {s:.0%}" for k, s in v.time_by_label.items() if k != v.label and s > 0]
     if others:
         out.append(f' <span class="dim">(also: {", ".join(others)})</span>')
+    if v.evidence:
+        out.append(f'<div class="dim" id="confidence-why">confidence {esc(v.confidence)}: '
+                   f'{esc("; ".join(v.evidence))}</div>')
     out.append("</div>")
     if report.stragglers:
         items = "".join(

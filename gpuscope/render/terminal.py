@@ -81,6 +81,8 @@ def _header(report: Report, console: Console) -> None:
               if k != v.label and s > 0]
     if others:
         head.append(f"  (also: {', '.join(others)})", style="dim")
+    if v.evidence:
+        head.append(f"\nconfidence {v.confidence}: " + "; ".join(v.evidence), style="dim")
     console.print(head)
 
 

@@ -50,8 +50,14 @@ _LOOKS = re.compile(r"allreduce|allgather|reducescatter|alltoall|sendrecv|crossd
 
 
 def _bare(name: str) -> str:
-    """The kernel name without a leading return type ("void ", "std::enable_if<...>::type ")."""
-    return name[5:] if name.startswith("void ") else name
+    """The kernel name without a leading "void " and "(anonymous namespace)::"."""
+    name = name[5:] if name.startswith("void ") else name
+    return name.replace("(anonymous namespace)::", "")
+
+
+def _core(name: str) -> str:
+    """The function name alone: before its argument list and template arguments."""
+    return _bare(name).split("(", 1)[0].split("<", 1)[0]
 
 
 @functools.lru_cache(maxsize=1 << 14)
@@ -69,7 +75,7 @@ def looks_like_comm(name: str) -> bool:
     """A kernel with a collective word in its name that no family claims."""
     if family_of(name) is not None:
         return False
-    return bool(_LOOKS.search(name.split("(", 1)[0].lower().replace("_", "")))
+    return bool(_LOOKS.search(_core(name).lower().replace("_", "")))
 
 
 def families_table() -> str:
@@ -79,3 +85,25 @@ def families_table() -> str:
         rows.append(f"| {f.name} | {f.what} | {', '.join(f'`{p}`' for p in f.prefixes) or '-'} | "
                     f"{', '.join(f'`{c}`' for c in f.contains) or '-'} |")
     return "\n".join(rows)
+
+
+#: collective words (lower case, "_" removed) -> the recorder's kind names, most specific first
+_KINDS = (("reducescatter", "reduce_scatter"), ("allreduce", "all_reduce"),
+          ("crossdevicereduce", "all_reduce"), ("quickreduce", "all_reduce"),
+          ("allgather", "all_gather"), ("alltoall", "all_to_all"), ("sendrecv", "send_recv"),
+          ("broadcast", "broadcast"), ("barrier", "barrier"), ("reduce", "reduce"),
+          ("gather", "gather"), ("scatter", "scatter"), ("isend", "send"), ("irecv", "recv"),
+          ("send", "send"), ("recv", "recv"))
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def kind_of(name: str) -> str:
+    """The kind of collective (all_reduce, all_gather, ...) named by a collective range
+    ("gloo:all_reduce", "nccl:_all_gather_base"), a kernel ("ncclDevKernel_AllGather_RING_LL",
+    "multimem_all_reduce_kernel") or a kernel's "Collective name" arg ("allgather_into_tensor");
+    "collective" when the name does not say (RCCL's ncclDevKernel_Generic)."""
+    bare = _core(name).rsplit(":", 1)[-1].lower().replace("_", "")
+    for word, kind in _KINDS:
+        if word in bare:
+            return kind
+    return "collective"

@@ -4,7 +4,7 @@
 2. Find each file's rank (distributedInfo, else file name, else reported as unknown); files of the
    same rank (repeated profiler cycles) are concatenated.
 3. Per rank: the HTA-compatible GPU breakdown and one row per ProfilerStep.
-4. Across ranks: match collectives to split exposed communication into waiting and transfer.
+4. The collectives of every rank, as the table the analysis splits waiting from transfer with.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from ...errors import InputError, TraceFormatError
 from ...runtable import RankInfo, RunTable, empty_frame
 from ...trace_files import file_size
 from . import prefetch
-from .collectives import match_collectives, sync_points
-from .events import RankEvents, p2p_masks
+from .collectives import comm_table, sync_points
+from .events import STEP, RankEvents, p2p_masks
 from .hta import gpu_breakdown_of
 from .parse import _parse_all, host_of, parse_file, process_of
 from .rank import RankId, identify
@@ -164,11 +164,12 @@ def _table(path: str, parsed: list, warnings: list[str]) -> RunTable:
         ranks[rank] = RankInfo(rank, host_of(items[0][0]), knobs,
                                {"files": [os.path.basename(f) for f, _ in items],
                                 "rank_source": ids[rank].source,
+                                "step_markers": bool((ev.host_kind == STEP).any()),
                                 "events": ev.counts.get("events", 0)})
     frame = pd.DataFrame(rows) if rows else empty_frame()
     if not frame.empty:
         frame = frame.sort_values(["rank", "step"], kind="stable").reset_index(drop=True)
-        frame = match_collectives(colls, frame, warnings)
+        frame["wait_ns"] = 0  # split from the collectives by the analysis (analyze/wait.py)
     hosts = {r: info.host for r, info in ranks.items()}
     if len(set(hosts.values()) - {""}) > 1:  # several hosts: several clocks (clocks.py)
         from ...clocks import host_offsets
@@ -181,4 +182,5 @@ def _table(path: str, parsed: list, warnings: list[str]) -> RunTable:
         warnings.append(f"traces for {len(ranks)} of {world} ranks; the others are missing")
     if frame.empty:
         raise InputError(f"{path}: the traces hold no events gpuscope can use")
-    return RunTable(frame, "kineto", path, ranks, world, warnings, gpu_breakdown=breakdown)
+    return RunTable(frame, "kineto", path, ranks, world, warnings, gpu_breakdown=breakdown,
+                    comm=comm_table(colls))

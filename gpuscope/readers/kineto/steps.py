@@ -148,7 +148,8 @@ class Ranges:
 
 
 def rank_rows(ev: RankEvents, rank: int, drop: frozenset = frozenset()):
-    """RunTable rows and collective instances (step, key, dur_ns, end_ns) of one rank; the steps
+    """RunTable rows and collective instances (step, key, dur_ns, end_ns, exposed_ns) of one
+    rank; the steps
     in `drop` (last_step of each of its files) are left out. Each row also holds
     "microbatches", the pipeline schedule's forward ranges in the step (not a column)."""
     windows, warnings = step_windows(ev)
@@ -205,17 +206,20 @@ def rank_rows(ev: RankEvents, rank: int, drop: frozenset = frozenset()):
                                                   spans.union(data_set, comm)))
             p2p = spans.union(spans.window(p2p_all, lo, hi), p2p_r.window(lo, hi)[0])
             bubble_ns = spans.length(spans.subtract(p2p, comp))
-            # the collectives the step launched (host window), for matching across ranks
+            # the collectives the step launched (host window), with the part of each that no
+            # compute kernel hides: the wait split compares it across ranks
             sel = dev_order[np.searchsorted(launched_sorted, host_lo, "left"):
                             np.searchsorted(launched_sorted, host_hi, "left")]
             sel = np.sort(sel)  # in trace order, as a mask would give them
             for j in sel[(ev.dev_kind[sel] == COMM) & ~dev_p2p[sel]].tolist():
-                colls.append((sid, ev.dev_coll[j], int(ev.dev_end[j] - ev.dev_start[j]),
-                              int(ev.dev_end[j])))
+                a, b = int(ev.dev_start[j]), int(ev.dev_end[j])
+                colls.append((sid, ev.dev_coll[j], b - a, b,
+                              b - a - spans.length(spans.window(comp_all, a, b))))
             _, hsel = comm_r.window(host_lo, host_hi)
             for j in np.sort(hsel[~host_p2p[hsel]]).tolist():
-                colls.append((sid, ev.host_coll[j], int(ev.host_end[j] - ev.host_start[j]),
-                              int(ev.host_end[j])))
+                a, b = int(ev.host_start[j]), int(ev.host_end[j])
+                colls.append((sid, ev.host_coll[j], b - a, b,
+                              b - a - spans.length(spans.window(comp_all, a, b))))
         else:
             ops, _ = ops_r.window(lo, hi)
             comm, csel = comm_r.window(lo, hi)
@@ -239,8 +243,9 @@ def rank_rows(ev: RankEvents, rank: int, drop: frozenset = frozenset()):
             host_ns = 0
             bubble_ns = spans.overlap(p2p_r.window(lo, hi)[0], exposed)
             for j in np.sort(csel[~host_p2p[csel]]).tolist():
-                colls.append((sid, ev.host_coll[j], int(ev.host_end[j] - ev.host_start[j]),
-                              int(ev.host_end[j])))
+                a, b = int(ev.host_start[j]), int(ev.host_end[j])
+                colls.append((sid, ev.host_coll[j], b - a, b,
+                              spans.length(spans.window(exposed, a, b))))
         data_ns = min(data_ns, step_ns)
         exposed_ns = max(0, min(exposed_ns, step_ns - data_ns))
         compute_ns = max(0, min(compute_ns, step_ns - data_ns - exposed_ns))

@@ -1,0 +1,112 @@
+"""Confidence from evidence: how much the input supports the verdict (docs/rules.md, "Confidence").
+
+1. The verdict's share of step time sets the starting level: high (>= 75%), medium (>= 50%), low.
+2. Each lack of evidence caps it, with the reason kept on the verdict:
+   - steps: one analysed step caps at low, two at medium; an imbalanced or jitter-bound verdict,
+     or a named straggler, needs at least three (fewer cannot tell a consistent straggler from
+     one step's lateness): low;
+   - step markers: a trace without ProfilerStep ranges is read as one step: low;
+   - ranks: fewer ranks than the world size caps at medium (waiting for a rank that is not there
+     cannot be told from transfer);
+   - communication: several ranks and no collective recognised: low;
+   - clocks: ranks on several hosts whose clocks could not be aligned: medium;
+   - margin: when the deciding share of the verdict's steps (median) lies within a fifth of its
+     threshold (15% against 15%: one noisy step flips it), medium;
+3. Each rule the report broke and had to clip (invariants.py) drops one level.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+import pandas as pd
+
+from ..report import Verdict
+from ..thresholds import Thresholds
+from ..vocab import COMM, DATA, HOST, IMBALANCED, JITTER_BOUND, PIPELINE
+
+LEVELS = ("low", "medium", "high")
+MARGIN = 0.2  # relative distance from the threshold under which one noisy step flips a label
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What the input holds that the verdict rests on."""
+
+    steps: int                 # analysed (optimizer) steps
+    ranks: int                 # ranks with data
+    world: int                 # world size
+    step_markers: bool = True  # steps come from markers (rec.step(), ProfilerStep#N)
+    comm_seen: bool = True     # some communication recognised (matters with 2+ ranks)
+    clocks_aligned: bool = True  # ranks on several hosts placed on one clock (or one host)
+    stragglers: bool = False   # a straggler is named
+    broken_rules: int = 0      # invariant rules the analysis had to clip
+
+
+def start_level(share: float) -> str:
+    return "high" if share >= 0.75 else "medium" if share >= 0.5 else "low"
+
+
+#: the per-step share that decides each label, and its threshold's name
+_DECIDING = {IMBALANCED: ("wait_share", "wait"), JITTER_BOUND: ("wait_share", "wait"),
+             DATA: ("data_share", "data_high"), COMM: ("comm_share", "comm"),
+             HOST: ("host_share", "host"), PIPELINE: ("bubble_share", "bubble")}
+
+
+def margin(steps: pd.DataFrame, label: str, th: Thresholds) -> tuple[float, str]:
+    """(median relative distance of the deciding share from its threshold over the verdict's
+    steps, what it was). For compute-bound: the distance of the nearest other label."""
+    mine = steps[steps["label"] == label]
+    if mine.empty:
+        return 1.0, ""
+    if label in _DECIDING:
+        col, name = _DECIDING[label]
+        thr = getattr(th, name)
+        v = float(np.median(mine[col].to_numpy()))
+        return (abs(v - thr) / thr if thr > 0 else 1.0), f"{col[:-6]} {v:.0%} against {thr:.0%}"
+    best, what = 1.0, ""
+    for other, (col, name) in _DECIDING.items():
+        thr = getattr(th, name)
+        if other == JITTER_BOUND or thr <= 0 or col not in mine:
+            continue
+        v = float(np.median(mine[col].to_numpy()))
+        d = (thr - v) / thr
+        if d < best:
+            best, what = d, f"{col[:-6]} {v:.0%} against {thr:.0%} for {other}"
+    return max(best, 0.0), what
+
+
+def earn(verdict: Verdict, ev: Evidence, steps: pd.DataFrame, th: Thresholds) -> Verdict:
+    """The verdict with its confidence capped by the evidence, and the reasons."""
+    caps: list[tuple[str, str]] = []
+    waiting = verdict.label in (IMBALANCED, JITTER_BOUND)
+    if ev.steps < 3 and (waiting or ev.stragglers):
+        caps.append(("low", f"{ev.steps} step(s) cannot tell a consistent straggler from one "
+                            "step's lateness"))
+    if ev.steps <= 1:
+        caps.append(("low", "1 step analysed"))
+    elif ev.steps == 2:
+        caps.append(("medium", "2 steps analysed"))
+    if not ev.step_markers:
+        caps.append(("low", "no step markers: the whole trace is one step"))
+    if ev.ranks < ev.world:
+        caps.append(("medium", f"{ev.ranks} of {ev.world} ranks: waiting for the others cannot "
+                               "be told from transfer"))
+    if ev.world > 1 and ev.ranks > 1 and not ev.comm_seen:
+        caps.append(("low", "no communication recognised"))
+    if not ev.clocks_aligned:
+        caps.append(("medium", "clocks of several hosts could not be aligned"))
+    dist, what = margin(steps, verdict.label, th)
+    if what and dist < MARGIN:
+        caps.append(("medium", f"close to its threshold ({what})"))
+    level = LEVELS.index(start_level(verdict.share))
+    reasons = []
+    for cap, why in caps:
+        if LEVELS.index(cap) < level:
+            level = LEVELS.index(cap)
+        reasons.append(why)
+    if ev.broken_rules:
+        level = max(level - 1, 0)
+        reasons.append(f"{ev.broken_rules} rule(s) of the report did not add up and were clipped")
+    return replace(verdict, confidence=LEVELS[level], evidence=tuple(reasons))

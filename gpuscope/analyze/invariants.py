@@ -1,0 +1,195 @@
+"""What every report must add up to, checked on every analysis (DESIGN.md, "Every report adds up").
+
+1. On the rank x step table, before anything is judged (`enforce_parts`): every part >= 0 and no
+   longer than its step; data + compute + exposed + other = step; exposed <= comm; wait + bubble
+   <= exposed; host <= other; a named phase (forward, backward, optimizer) no longer than its step.
+   A row that breaks a rule is clipped, in that order, and counted per rule.
+2. On the suggestions (`bound_suggestions`): an estimated step (and the low end of its range) is
+   never shorter than the typical step minus what the change can recover (`recoverable`), and a
+   gain never above what recovering all of it would give.
+3. On the report as the renderers read it (`violations`): shares of step time in [0, 100], the
+   four disjoint parts summing to 100, exposed <= comm, wait <= exposed, per-step shares in
+   [0, 1], a verdict share in [0, 1]. Pure: the tests run it over every input they make.
+A violation is a bug: at run time the part is clipped, the report's warnings say what did not add
+up, and the confidence drops one level (confidence.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+
+from ..report import Report, Suggestion
+from ..vocab import COMM, DATA, HOST, IMBALANCED, JITTER_BOUND, MS, PIPELINE
+
+#: a bound is broken when it is missed by more than this share of the step (rounding in ms)
+TOLERANCE = 0.005
+
+
+def enforce_parts(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """The table with every row's parts clipped to add up (1.), and one warning per rule broken
+    ("" rules: none). The frame is copied only when something is clipped."""
+    if frame.empty:
+        return frame, []
+    col = lambda c: frame[c].to_numpy(np.int64) if c in frame else None  # noqa: E731
+    step = np.maximum(col("step_ns"), 0)
+    data, comm, exposed = col("data_ns"), col("comm_ns"), col("comm_exposed_ns")
+    compute, other, wait = col("compute_ns"), col("other_ns"), col("wait_ns")
+    bubble, host = col("bubble_ns"), col("host_ns")
+    broken: dict[str, int] = {}
+    fixed: dict[str, np.ndarray] = {}
+
+    def clip(name, value, lo, hi, rule):
+        got = np.minimum(np.maximum(value, lo), hi)
+        bad = int((got != value).sum())
+        if bad:
+            broken[rule] = broken.get(rule, 0) + bad
+            fixed[name] = got
+        return got
+
+    if (col("step_ns") < 0).any():
+        broken["a negative step"] = int((col("step_ns") < 0).sum())
+        fixed["step_ns"] = step
+    data = clip("data_ns", data, 0, step, "data outside [0, step]")
+    comm = clip("comm_ns", comm, 0, np.iinfo(np.int64).max, "negative communication")
+    exposed = clip("comm_exposed_ns", exposed, 0, np.minimum(comm, step - data),
+                   "exposed communication above communication or the step's rest")
+    compute = clip("compute_ns", compute, 0, step - data - exposed,
+                   "compute above the step's rest")
+    rest = step - data - exposed - compute
+    if other is not None and (other != rest).any():
+        broken["data + compute + exposed + other != step"] = int((other != rest).sum())
+        fixed["other_ns"] = rest
+    wait = clip("wait_ns", wait, 0, exposed, "waiting above exposed communication")
+    if bubble is not None:
+        clip("bubble_ns", bubble, 0, exposed - wait, "waiting + bubble above exposed communication")
+    if host is not None:
+        clip("host_ns", host, 0, rest, "host wait above other")
+    for phase in ("forward_ns", "backward_ns", "optimizer_ns"):
+        if phase in frame:
+            clip(phase, col(phase), 0, step, f"{phase[:-3]} outside [0, step]")
+    if not fixed:
+        return frame, []
+    frame = frame.copy()
+    for name, values in fixed.items():
+        frame[name] = values
+    return frame, [f"{n} row(s) did not add up ({rule}): clipped" for rule, n in broken.items()]
+
+
+def _typical(frame: pd.DataFrame, col: str) -> float:
+    """Median over steps of the mean over ranks of a column (as suggest.typical_step)."""
+    if col not in frame or frame.empty:
+        return 0.0
+    per_step = frame[col].groupby(frame["step"].to_numpy()).mean()
+    return float(per_step.median())
+
+
+def recoverable(s: Suggestion, typical, frame: pd.DataFrame) -> float | None:
+    """ns of the typical step that suggestion `s` can recover at most; None when no bound
+    applies (a change of parallelism may recover anything).
+
+    Syncing gradients less often (or more samples per sync) saves a micro-step all of its
+    communication, hidden or not, and the optimizer step; the other communication changes save
+    the exposed part; data changes the data wait; a straggler or jitter fix the waiting; fewer
+    launches the GPU's wait on the host; a pipeline change the bubble and the waiting."""
+    label = s.addresses
+    if s.knob in ("sync_frequency", "batch_size") and label == COMM:
+        return _typical(frame, "comm_ns") + _typical(frame, "optimizer_ns")
+    if label == DATA:
+        return typical.data
+    if label == COMM:
+        return typical.transfer + typical.wait
+    if label == IMBALANCED:
+        return typical.wait
+    if label == JITTER_BOUND:  # sporadic: the mean, not the median step's
+        return max(typical.wait, typical.mean_wait)
+    if label == HOST:
+        return typical.host
+    if label == PIPELINE and not frame.empty:
+        lost = frame["wait_ns"].to_numpy(np.float64)
+        if "bubble_ns" in frame:
+            lost = lost + frame["bubble_ns"].to_numpy(np.float64)
+        per_step = pd.Series(lost).groupby(frame["step"].to_numpy()).max()
+        return float(per_step.median())
+    return None
+
+
+def _batch_factor(s: Suggestion) -> float:
+    if s.knob == "batch_size" and isinstance(s.current, int) and isinstance(s.proposed, int) \
+            and s.current > 0:
+        return s.proposed / s.current
+    return 1.0
+
+
+def bound_suggestions(suggestions: list[Suggestion], typical, frame: pd.DataFrame
+                      ) -> tuple[list[Suggestion], list[str]]:
+    """The suggestions with estimates and gains held to what their change can recover (2.),
+    and a warning for each one that was not."""
+    out, warnings = [], []
+    step = typical.step
+    for s in suggestions:
+        rec = recoverable(s, typical, frame)
+        if rec is None or step <= 0:
+            out.append(s)
+            continue
+        rec = min(max(rec, 0.0), step)
+        m = _batch_factor(s)
+        floor_ms = m * (step - rec) / MS  # the step of m x today's batch, all of it recovered
+        tol = TOLERANCE * step / MS
+        max_gain = (step / max(step - rec, 1.0) - 1) * 100 if rec < step else float("inf")
+        lo = s.estimated_step_ms_range[0] if s.estimated_step_ms_range else s.estimated_step_ms
+        if s.estimated_step_ms >= floor_ms - tol and lo >= floor_ms - tol \
+                and s.gain_pct <= max_gain + 100 * TOLERANCE:
+            out.append(s)
+            continue
+        est = max(s.estimated_step_ms, floor_ms)
+        rng = None
+        if s.estimated_step_ms_range:
+            lo, hi = s.estimated_step_ms_range
+            rng = (max(lo, floor_ms), max(hi, lo, floor_ms))
+        gain = min(s.gain_pct, (m * step / MS / max(est, 1e-9) - 1) * 100, max_gain)
+        what = (f"estimated {s.estimated_step_ms:.2f} ms per step" if s.estimated_step_ms
+                < floor_ms - tol else f"its range down to {lo:.2f} ms" if lo < floor_ms - tol
+                else f"a gain of {s.gain_pct:.0f}%")
+        warnings.append(f"suggestion {s.knob}: {what}, beyond the {step / MS:.2f} ms step less "
+                        f"all that it can recover ({rec / MS:.2f} ms of {s.addresses} time): "
+                        f"held at {est:.2f} ms (+{gain:.0f}% at most)")
+        out.append(replace(s, estimated_step_ms=est, estimated_step_ms_range=rng, gain_pct=gain))
+    return out, warnings
+
+
+def violations(report: Report) -> list[str]:
+    """What in a finished report does not add up (3.); empty when all holds. Pure."""
+    out = []
+    eps = 0.01  # % rounding
+    for r in report.ranks:
+        for part in ("data", "compute", "comm", "comm_exposed", "wait", "other"):
+            pct = r.part_pct(part)
+            if not -eps <= pct <= 100 + eps or not np.isfinite(pct):
+                out.append(f"rank {r.rank}: {part} {pct:.2f}% of step time")
+            if r.part_ns(part) < 0:
+                out.append(f"rank {r.rank}: {part} {r.part_ns(part) / MS:.3f} ms")
+        total = r.data_pct + r.compute_pct + r.comm_exposed_pct + r.other_pct
+        if r.steps and abs(total - 100) > 0.1:
+            out.append(f"rank {r.rank}: data + compute + exposed + other = {total:.2f}%")
+        if r.comm_exposed_pct > r.comm_pct + eps:
+            out.append(f"rank {r.rank}: exposed {r.comm_exposed_pct:.2f}% > comm {r.comm_pct:.2f}%")
+        if r.wait_pct > r.comm_exposed_pct + eps:
+            out.append(f"rank {r.rank}: wait {r.wait_pct:.2f}% > exposed "
+                       f"{r.comm_exposed_pct:.2f}%")
+    for s in report.steps:
+        for name in ("data_share", "comm_share", "wait_share", "compute_share", "host_share",
+                     "bubble_share"):
+            v = getattr(s, name)
+            if not -1e-9 <= v <= 1 + 1e-9:
+                out.append(f"step {s.step}: {name} {v:.4f}")
+        if s.step_ns < 0:
+            out.append(f"step {s.step}: step {s.step_ns} ns")
+    if not 0 <= report.verdict.share <= 1 + 1e-9:
+        out.append(f"verdict share {report.verdict.share}")
+    for s in report.suggestions:
+        if not (s.estimated_step_ms >= 0 and np.isfinite(s.gain_pct)):
+            out.append(f"suggestion {s.knob}: {s.estimated_step_ms} ms, {s.gain_pct}%")
+    return out
