@@ -222,13 +222,25 @@ def suggest_comm(t: TypicalStep, knobs: dict, th: Thresholds,
     cur = max(1, t.sync_interval)
     bs = knobs.get("batch_size")
     micro = micro if micro is not None and micro.synced is not None else None
+    # the models work on per-rank medians of micro-steps; the report's step is the median of the
+    # slowest rank's: their estimates are moved by the difference, so a gain is against the step
+    # it is quoted for and never claims more than the change can save
+    shift = 0.0
+    if micro is not None:  # the models' own current cycle: its synchronized micro-step and
+        # the run's others (measured when it accumulates)
+        u = micro.unsynced.step if micro.unsynced is not None else micro.synced.step
+        shift = t.step - (micro.synced.step + (cur - 1) * u)
+
+    def on_step(e: whatif.Estimate) -> whatif.Estimate:
+        return whatif.Estimate(max(e.ms + shift, 1.0), max(e.lo + shift, 1.0),
+                               max(e.hi + shift, 1.0), e.assumes)
     if grads > 0:
         fsdp = "reduce_scatter" in by_kind
         share = grads / T
         if micro is not None:
             unsync = whatif.unsynced_step(micro, knobs, share)
             new = whatif.choose_interval(micro.synced.step, unsync.ms, th.comm_target, cur)
-            e = whatif.sync_estimate(micro, unsync, new, cur)
+            e = on_step(whatif.sync_estimate(micro, unsync, new, cur))
             k = new // cur
         else:  # no per-micro-step table (a saved report): exposed transfer only
             k = math.ceil((1 - th.comm_target) * grads / (th.comm_target * (rest + gather)))
@@ -273,7 +285,7 @@ def suggest_comm(t: TypicalStep, knobs: dict, th: Thresholds,
         if headroom is not None:
             m = min(m, headroom)
         if micro is not None:
-            e = whatif.batch_estimate(micro, knobs, m, cur, (growth or {}).get(m))
+            e = on_step(whatif.batch_estimate(micro, knobs, m, cur, (growth or {}).get(m)))
         else:
             new_step = rest * m + T  # compute scales with the batch, the gradient size does not
             e = whatif.Estimate(new_step, t.step + (new_step - t.step) * 0.5, new_step,

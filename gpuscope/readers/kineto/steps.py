@@ -216,6 +216,7 @@ def rank_rows(ev: RankEvents, rank: int, drop: frozenset = frozenset()):
                 colls.append((sid, ev.dev_coll[j], b - a, b,
                               b - a - spans.length(spans.window(comp_all, a, b))))
             _, hsel = comm_r.window(host_lo, host_hi)
+            hsel = hsel[ev.host_start[hsel] >= host_lo]  # each in the step it started in
             for j in np.sort(hsel[~host_p2p[hsel]]).tolist():
                 a, b = int(ev.host_start[j]), int(ev.host_end[j])
                 colls.append((sid, ev.host_coll[j], b - a, b,
@@ -242,6 +243,7 @@ def rank_rows(ev: RankEvents, rank: int, drop: frozenset = frozenset()):
             data_ns = spans.length(data_set)
             host_ns = 0
             bubble_ns = spans.overlap(p2p_r.window(lo, hi)[0], exposed)
+            csel = csel[ev.host_start[csel] >= lo]  # each collective in the step it started in
             for j in np.sort(csel[~host_p2p[csel]]).tolist():
                 a, b = int(ev.host_start[j]), int(ev.host_end[j])
                 colls.append((sid, ev.host_coll[j], b - a, b,

@@ -1,0 +1,101 @@
+"""The same run recorded and profiled at once gets the same verdict and straggler from both sources.
+
+    python scripts/same_run.py --runs 10 --busy 1     # the accuracy figure (~6 min on 2 cores)
+    python scripts/same_run.py --runs 2 --only comm   # quicker
+
+Each run is one demo scenario (2-rank gloo DDP on CPU, tests' defaults: 24 steps), recorded by
+gpuscope and profiled by torch.profiler in the same processes. `--busy N` keeps N cores busy with
+spinning processes meanwhile, as a shared machine would. A run agrees when the record and the
+traces give the same verdict and name the same stragglers; the scenario's own label is checked
+too (the balanced `compute` scenario may come out jitter-bound on shared cores, from both sources
+alike). Results go to benchmarks/results/same_run.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+EXPECTED = {"data": {"data-bound"}, "comm": {"comm-bound"}, "imbalanced": {"imbalanced"},
+            "compute": {"compute-bound", "jitter-bound"}}
+STRAGGLERS = {"imbalanced": [1]}
+
+
+def _spin(stop) -> None:
+    while not stop.is_set():
+        sum(i * i for i in range(10_000))
+
+
+def one(scenario: str, steps: int, out: str) -> dict:
+    import gpuscope
+    from gpuscope.demo.launch import run_training
+
+    run_training(scenario, os.path.join(out, "record"), steps,
+                 profile_dir=os.path.join(out, "kineto"))
+    got = {}
+    for src in ("record", "kineto"):
+        r = gpuscope.analyze(os.path.join(out, src))
+        got[src] = {"verdict": r.verdict.label, "confidence": r.verdict.confidence,
+                    "stragglers": r.straggler_ranks,
+                    "shares": {k: round(v, 3) for k, v in r.verdict.time_by_label.items()},
+                    "wait_pct": [round(x.wait_pct, 1) for x in r.ranks],
+                    "exposed_pct": [round(x.comm_exposed_pct, 1) for x in r.ranks]}
+    rec, kin = got["record"], got["kineto"]
+    agree = rec["verdict"] == kin["verdict"] and rec["stragglers"] == kin["stragglers"]
+    right = all(g["verdict"] in EXPECTED[scenario]
+                and g["stragglers"] == STRAGGLERS.get(scenario, []) for g in got.values())
+    return {"scenario": scenario, "agree": agree, "right": right, **got}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument("--busy", type=int, default=1, help="cores kept busy meanwhile")
+    ap.add_argument("--steps", type=int, default=24)
+    ap.add_argument("--only", nargs="*", default=list(EXPECTED))
+    ap.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "same_run.json"))
+    args = ap.parse_args()
+    stop = mp.Event()
+    spinners = [mp.Process(target=_spin, args=(stop,), daemon=True) for _ in range(args.busy)]
+    for p in spinners:
+        p.start()
+    results = []
+    t0 = time.perf_counter()
+    try:
+        for i in range(args.runs):
+            for scenario in args.only:
+                with tempfile.TemporaryDirectory(prefix="gpuscope-same-") as tmp:
+                    res = one(scenario, args.steps, tmp)
+                res["run"] = i
+                results.append(res)
+                print(f"{scenario:10s} run {i}: record {res['record']['verdict']} "
+                      f"{res['record']['stragglers']}, kineto {res['kineto']['verdict']} "
+                      f"{res['kineto']['stragglers']}: {'agree' if res['agree'] else 'DIFFER'}"
+                      f"{'' if res['right'] else ' (not the scenario label)'}", flush=True)
+    finally:
+        stop.set()
+        for p in spinners:
+            p.join(timeout=5)
+    summary = {s: {"runs": sum(r["scenario"] == s for r in results),
+                   "agree": sum(r["agree"] for r in results if r["scenario"] == s),
+                   "right": sum(r["right"] for r in results if r["scenario"] == s)}
+               for s in args.only}
+    doc = {"runs": args.runs, "busy_cores": args.busy, "cpu_count": os.cpu_count(),
+           "steps": args.steps, "seconds": round(time.perf_counter() - t0, 1),
+           "summary": summary, "results": results}
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w") as fh:
+        json.dump(doc, fh, indent=1)
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()
