@@ -4,8 +4,8 @@
     python scripts/fuzz.py --cases 300 --seed 7     # quicker
     python scripts/fuzz.py --case 123 --keep /tmp/c  # one case again, its input kept to look at
 
-Inputs: every record dir and trace folder under sample_traces/ and the shared HTA traces
-(../shared/traces/hta), and each record dir again with column side files (made under
+Inputs: every record dir and trace folder under sample_traces/ (external/ included), the shared
+HTA traces (../shared/traces/hta) and the shared external traces (../shared/traces/external), and each record dir again with column side files (made under
 build/fuzz-inputs: a damaged side file, or a record file changed under an intact one). A case copies one input, mutates one of its files once (truncation, byte
 flips, inserted or deleted bytes, deleted keys, values of the wrong type, huge and negative
 numbers, duplicated, dropped or reordered lines and events, unicode and markup in names), then
@@ -15,7 +15,11 @@ trace files parsed by processes started first). A case fails when
 - anything but a GpuscopeError escapes (the family the CLI turns into exit code 2);
 - the report holds NaN or inf, or its JSON / terminal text (/ HTML, every 10th case) fails;
 - the analysis runs past --timeout seconds (a hang);
-- a process the analysis started is still alive when it returns (a leaked decoder).
+- a process the analysis started is still alive when it returns (a leaked decoder);
+- the report does not add up (analyze/invariants.py): a part negative or longer than its step,
+  shares that do not sum, waiting above exposed communication. A row the reader gives that does
+  not add up is clipped and said in a warning: that is the readers' damage handling, not a
+  failure; a finished report that still does not add up is.
 
 Exit 0 when no case failed; failures are listed with the command that replays them.
 """
@@ -40,6 +44,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HTA = os.path.join(os.path.dirname(ROOT), "shared", "traces", "hta")
+EXTERNAL = os.path.join(os.path.dirname(ROOT), "shared", "traces", "external")
 
 WRONG = ["x", "", [], {}, None, True, False, 1.5, -1, 0, [1, 2], {"a": 1}]
 HUGE = [2 ** 63 - 1, 2 ** 63, 2 ** 64 + 5, -(2 ** 63), -(2 ** 70), 1e308, -1e308, 1e-300, -1,
@@ -58,7 +63,7 @@ def inputs() -> list[str]:
     """Leaf folders that hold a record or trace: the sample traces and the HTA test data, and
     each record dir again with the column side files the recorder writes beside its files."""
     out = []
-    for base in (os.path.join(ROOT, "sample_traces"), HTA):
+    for base in (os.path.join(ROOT, "sample_traces"), HTA, EXTERNAL):
         for dirpath, _, files in os.walk(base):
             if any(f.endswith((".jsonl", ".json", ".json.gz")) and "MANIFEST" not in f
                    for f in files):
@@ -337,6 +342,10 @@ def check(path: str, html: bool, early: bool = False) -> str | None:
     bad = finite(d)
     if bad:
         return f"non-finite number at {bad}"
+    from gpuscope.analyze.invariants import violations
+    wrong = violations(report) + [w for w in report.warnings if w.startswith("did not add up")]
+    if wrong:
+        return f"the report does not add up: {wrong[0]}"
     json.dumps(d, allow_nan=False)
     json_render.render(report)
     terminal.render(report, width=120)

@@ -7,6 +7,7 @@ import sys
 import pytest
 
 import gpuscope
+from gpuscope.vocab import LABELS
 
 
 def run_cli(*args):
@@ -30,7 +31,7 @@ def test_json_report_has_the_design_keys(small_run, tmp_path):
                 "suggestions", "warnings"):
         assert key in d
     assert d["schema"] == "gpuscope.report/1" and d["source"] == "record"
-    assert d["verdict"] in ("data-bound", "comm-bound", "imbalanced", "compute-bound")
+    assert d["verdict"] in LABELS
     assert {"step", "label", "step_ms"} <= set(d["steps"][0])
     assert {"rank", "data_pct", "compute_pct", "comm_exposed_pct", "wait_pct"} <= set(d["ranks"][0])
 

@@ -81,9 +81,9 @@ def test_gpu_steps_by_hand(tmp_path):
     assert two.comm_ns == 300 * US and two.comm_exposed_ns == 200 * US
     # data: the GPU idles while the host waits: 0-200 and 1000-1050 in step 1, 1150-1200 in 2
     assert one.data_ns == 250 * US and two.data_ns == 50 * US
-    # the host launched K2 at 950 and K3 at 1210 after the GPU had gone idle: 800-1000 and
-    # 1200-1300 outside data waits
-    assert one.host_ns == 200 * US and two.host_ns == 100 * US
+    # the GPU idles with nothing queued, outside data waits: 200-300 (K1 launched at 210),
+    # 800-1000 (K2 at 950), 1200-1300 (K3 at 1210) and 1900-2000 (nothing more launched)
+    assert one.host_ns == 300 * US and two.host_ns == 200 * US
     assert one.other_ns == (1150 - 250 - 400 - 200) * US
     assert two.other_ns == (850 - 50 - 400 - 200) * US
 
@@ -126,3 +126,15 @@ def test_cpu_steps_by_hand(tmp_path):
     assert one.comm_ns == 400 * US and one.comm_exposed_ns == 300 * US
     assert one.compute_ns == 400 * US
     assert one.other_ns == (1000 - 100 - 400 - 300) * US
+
+
+def test_gpu_idle_with_work_queued_is_not_the_host(tmp_path):
+    # K2 is launched at 50, while K1 runs, but starts 100 after K1 ends (it waits on an event):
+    # that idle is not the host's; the idle before K1 (launched at 200, the step began at 0) is
+    events = [X("ProfilerStep#1", 0, 1000), X("ProfilerStep#2", 1000, 100),
+              launch(200, 1), kernel("gemm_K1", 300, 300, 1),
+              launch(250, 2), kernel("gemm_K2", 700, 300, 2)]
+    one = _rows(_write(tmp_path, events))[1]
+    assert one.step_ns == 1000 * US and one.compute_ns == 600 * US
+    assert one.host_ns == 300 * US  # 0-300 before K1; 600-700 had K2 queued
+    assert one.other_ns == 400 * US

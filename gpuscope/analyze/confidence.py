@@ -12,6 +12,7 @@
    - clocks: ranks on several hosts whose clocks could not be aligned: medium;
    - margin: when the deciding share of the verdict's steps (median) lies within a fifth of its
      threshold (15% against 15%: one noisy step flips it), medium;
+   - compute-bound, the healthy state, when compute is under half of its steps (median): low;
 3. Each rule the report broke and had to clip (invariants.py) drops one level.
 """
 
@@ -24,7 +25,7 @@ import pandas as pd
 
 from ..report import Verdict
 from ..thresholds import Thresholds
-from ..vocab import COMM, DATA, HOST, IMBALANCED, JITTER_BOUND, PIPELINE
+from ..vocab import COMM, COMPUTE, DATA, HOST, IMBALANCED, JITTER_BOUND, PIPELINE
 
 LEVELS = ("low", "medium", "high")
 MARGIN = 0.2  # relative distance from the threshold under which one noisy step flips a label
@@ -97,6 +98,12 @@ def earn(verdict: Verdict, ev: Evidence, steps: pd.DataFrame, th: Thresholds) ->
         caps.append(("low", "no communication recognised"))
     if not ev.clocks_aligned:
         caps.append(("medium", "clocks of several hosts could not be aligned"))
+    if verdict.label == COMPUTE:  # the healthy state must be earned: mostly compute
+        busy = steps.loc[steps["label"] == COMPUTE, "compute_share"] if "compute_share" in steps \
+            else None
+        if busy is not None and len(busy) and float(np.median(busy.to_numpy())) < 0.5:
+            caps.append(("low", f"compute is only {float(np.median(busy.to_numpy())):.0%} of "
+                                "the step: most of it is time gpuscope cannot place (other)"))
     dist, what = margin(steps, verdict.label, th)
     if what and dist < MARGIN:
         caps.append(("medium", f"close to its threshold ({what})"))

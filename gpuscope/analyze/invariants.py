@@ -90,12 +90,14 @@ def recoverable(s: Suggestion, typical, frame: pd.DataFrame) -> float | None:
     """ns of the typical step that suggestion `s` can recover at most; None when no bound
     applies (a change of parallelism may recover anything).
 
-    Syncing gradients less often (or more samples per sync) saves a micro-step all of its
-    communication, hidden or not, and the optimizer step; the other communication changes save
-    the exposed part; data changes the data wait; a straggler or jitter fix the waiting; fewer
+    Syncing gradients less often saves a micro-step all of its communication, hidden or not,
+    and the optimizer step; a larger batch may also make compute per sample cheaper (no bound
+    but its own arithmetic); the other communication changes save the exposed part; data changes the data wait; a straggler or jitter fix the waiting; fewer
     launches the GPU's wait on the host; a pipeline change the bubble and the waiting."""
     label = s.addresses
-    if s.knob in ("sync_frequency", "batch_size") and label == COMM:
+    if s.knob == "batch_size":  # more samples per step: compute per sample may shrink too
+        return None
+    if s.knob == "sync_frequency":
         return _typical(frame, "comm_ns") + _typical(frame, "optimizer_ns")
     if label == DATA:
         return typical.data
@@ -132,6 +134,12 @@ def bound_suggestions(suggestions: list[Suggestion], typical, frame: pd.DataFram
     for s in suggestions:
         rec = recoverable(s, typical, frame)
         if rec is None or step <= 0:
+            m = _batch_factor(s)
+            said = (m * step / MS / max(s.estimated_step_ms, 1e-9) - 1) * 100
+            if step > 0 and s.gain_pct > said + 100 * TOLERANCE:  # the gain its estimate gives
+                warnings.append(f"suggestion {s.knob}: a gain of {s.gain_pct:.0f}% where its "
+                                f"estimate gives {said:.0f}%: held at that")
+                s = replace(s, gain_pct=said)
             out.append(s)
             continue
         rec = min(max(rec, 0.0), step)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .decode import Event
-from .kernels import family_of, looks_like_comm
+from .kernels import family_of, kind_of, looks_like_comm
 
 #: timestamps (µs) accepted: up to year 2096 in unix µs, so ns fit int64; durations up to ~11 days
 MAX_TS_US = 4e15
@@ -103,11 +103,12 @@ def device_kind(name: str, cat: str) -> int:
 
 
 def collective_key(name: str, group, coll) -> tuple:
+    """(process group, collective) of a communication kernel: the kernel's "Collective name"
+    arg where it has one, else the kind its name says (ncclKernel_AllReduce_RING_LL_Sum_float,
+    ncclDevKernel_SendRecv, multimem_all_reduce_kernel: kernels.kind_of)."""
     group = group if group is not None else ""
-    if coll is None:  # ncclKernel_AllReduce_RING_LL_Sum_float(...) / ncclDevKernel_SendRecv(...)
-        base = name.split("(", 1)[0]
-        parts = base.split("_")
-        coll = parts[1] if len(parts) > 1 else base
+    if coll is None:
+        coll = kind_of(name)
     return (str(group), str(coll).lower())
 
 
@@ -122,7 +123,7 @@ def is_p2p(key, sendrecv_kernels: bool = True) -> bool:
     if key is None:
         return False
     name = _coll_name(key)
-    if name == "sendrecv":
+    if name in ("sendrecv", "send_recv"):  # a SendRecv kernel
         return sendrecv_kernels
     return name.startswith(("send", "recv", "isend", "irecv", "batch_isend"))
 

@@ -29,7 +29,8 @@ def length(spans: tuple[np.ndarray, np.ndarray]) -> int:
 
 
 def union(*sets: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    return merge(np.concatenate([s[0] for s in sets]), np.concatenate([s[1] for s in sets]))
+    return merge(np.concatenate([np.asarray(s[0], np.int64) for s in sets]),
+                 np.concatenate([np.asarray(s[1], np.int64) for s in sets]))
 
 
 def overlap(a, b) -> int:

@@ -13,9 +13,10 @@ Each host step window [start, end) is a ProfilerStep#N range on the training thr
    (kernels.py's families) and of host-side collectives that no kernel stands for (gloo on CUDA
    tensors copies to the host and reduces there while the GPU idles)|, exposed = comm not
    overlapped by compute; data = the part of the DataLoader wait during which the device was
-   idle (the stall the GPU actually sees); host = GPU idle gaps that the host caused (the next
-   kernel was launched after the GPU had gone idle, as HTA's idle-time breakdown counts "host
-   wait"), outside data waits and host collectives: a part of other.
+   idle (the stall the GPU actually sees); host = the GPU idle in the window with no kernel
+   queued (the next one was launched only after the GPU had gone idle, as HTA's idle-time
+   breakdown counts "host wait"; the window's edges too), outside data waits and host
+   collectives: a part of other.
    GPU-side marks (gpu_user_annotation ranges such as ProfilerStep#N on the GPU timeline) are
    not windows: on some traces they are ~20 us marks, not spans of the step's kernels.
 2. CPU traces: comm = |union of collective ranges (gloo:*, nccl:*, ...)| on any thread;
@@ -171,7 +172,7 @@ def rank_rows(ev: RankEvents, rank: int, drop: frozenset = frozenset()):
         comm_all = spans.merge(ev.dev_start[kind_all == COMM], ev.dev_end[kind_all == COMM])
         p2p_dev = dev_p2p & (kind_all == COMM)
         p2p_all = spans.merge(ev.dev_start[p2p_dev], ev.dev_end[p2p_dev])
-        gaps_all = host_gaps(ev.dev_start, ev.dev_end, launched)
+        queued_all = queued_gaps(ev.dev_start, ev.dev_end, launched)
         # host collectives that run on the CPU even in a GPU trace (gloo, MPI); NCCL's host
         # ranges only enqueue its kernels, which are counted on the device
         cpu_coll = np.array([c is not None and not c[1].startswith("nccl:")
@@ -202,8 +203,10 @@ def rank_rows(ev: RankEvents, rank: int, drop: frozenset = frozenset()):
             comm_ns = spans.length(comm)
             exposed_ns = comm_ns - spans.overlap(comm, comp)
             data_ns = spans.length(data_set) - spans.overlap(data_set, spans.window(busy_all, lo, hi))
-            host_ns = spans.length(spans.subtract(spans.window(gaps_all, lo, hi),
-                                                  spans.union(data_set, comm)))
+            idle = spans.subtract((np.array([lo], np.int64), np.array([hi], np.int64)),
+                                  spans.window(busy_all, lo, hi))
+            host_ns = spans.length(spans.subtract(idle, spans.union(
+                spans.window(queued_all, lo, hi), data_set, comm)))
             p2p = spans.union(spans.window(p2p_all, lo, hi), p2p_r.window(lo, hi)[0])
             bubble_ns = spans.length(spans.subtract(p2p, comp))
             # the collectives the step launched (host window), with the part of each that no
@@ -279,14 +282,15 @@ def leaf_ops(ev: RankEvents, main: np.ndarray) -> np.ndarray:
     return out
 
 
-def host_gaps(start: np.ndarray, end: np.ndarray, launched: np.ndarray):
-    """GPU-idle gaps between device events that the host caused: the next event was launched
-    only after every earlier one had ended (HTA's "host wait", over all streams)."""
+def queued_gaps(start: np.ndarray, end: np.ndarray, launched: np.ndarray):
+    """GPU-idle gaps between device events while the next one had already been launched: the
+    GPU waited on something other than the host (an event, another stream). Every other idle
+    stretch of a step's window is the GPU waiting for the host to launch work (HTA's "host
+    wait", over all streams), outside data waits and host-side collectives."""
     if start.size < 2:
         return spans.merge(start[:0], end[:0])
     order = np.argsort(start, kind="stable")
     s, e, ln = start[order], end[order], launched[order]
     reach = np.maximum.accumulate(e)[:-1]  # GPU busy until here before event i+1
-    gap = s[1:] > reach
-    host = gap & (ln[1:] > reach)
-    return spans.merge(reach[host], s[1:][host])
+    queued = (s[1:] > reach) & (ln[1:] <= reach)
+    return spans.merge(reach[queued], s[1:][queued])

@@ -1,0 +1,169 @@
+"""Every report adds up (analyze/invariants.py) and its confidence is earned by the input's
+evidence (analyze/confidence.py): each rule on hand-built tables, where breaking it is done on
+purpose, so each test fails when its rule is dropped."""
+
+import pandas as pd
+import pytest
+
+from gpuscope.analyze.confidence import Evidence, earn
+from gpuscope.analyze.invariants import bound_suggestions, enforce_parts, violations
+from gpuscope.analyze.pipeline import analyze_table
+from gpuscope.analyze.suggest import typical_step
+from gpuscope.report import Suggestion, Verdict
+from gpuscope.thresholds import Thresholds
+from helpers import MS, balanced, table_from_rows
+
+TH0 = Thresholds(warmup_steps=0)
+
+
+def _frame(**cols):
+    base = {"rank": [0], "step": [1], "step_ns": [100], "data_ns": [10], "compute_ns": [50],
+            "comm_ns": [30], "comm_exposed_ns": [20], "wait_ns": [5], "other_ns": [20]}
+    base.update({k: [v] for k, v in cols.items()})
+    return pd.DataFrame(base)
+
+
+def test_a_row_that_adds_up_is_left_as_it_is():
+    f = _frame()
+    out, warnings = enforce_parts(f)
+    assert out is f and warnings == []
+
+
+@pytest.mark.parametrize("cols,rule,want", [
+    ({"data_ns": 130, "other_ns": -60}, "data outside [0, step]", {"data_ns": 100,
+                                                                    "comm_exposed_ns": 0}),
+    ({"comm_exposed_ns": 40, "other_ns": 0}, "exposed communication above", {"comm_exposed_ns": 30}),
+    ({"compute_ns": 90, "other_ns": -20}, "compute above", {"compute_ns": 70, "other_ns": 0}),
+    ({"other_ns": 0}, "data + compute + exposed + other != step", {"other_ns": 20}),
+    ({"wait_ns": 25}, "waiting above exposed", {"wait_ns": 20}),
+    ({"host_ns": 50}, "host wait above other", {"host_ns": 20}),
+    ({"backward_ns": 140}, "backward outside", {"backward_ns": 100}),
+    ({"data_ns": -5, "other_ns": 35}, "data outside [0, step]", {"data_ns": 0}),
+])
+def test_a_row_that_does_not_add_up_is_clipped_and_said(cols, rule, want):
+    out, warnings = enforce_parts(_frame(**cols))
+    assert any(rule in w and "clipped" in w for w in warnings), warnings
+    for k, v in want.items():
+        assert out[k].iloc[0] == v, (k, out[k].iloc[0])
+    row = out.iloc[0]
+    assert row.data_ns + row.compute_ns + row.comm_exposed_ns + row.other_ns == row.step_ns
+
+
+def test_an_impossible_table_gives_a_report_that_adds_up_with_less_confidence():
+    # compute is recorded longer than the step and exposed communication longer than all of it
+    rows = balanced(6, 2, compute=70, comm=10, comm_exposed=40, other=0, step_ms=100)
+    rep = analyze_table(table_from_rows(rows), TH0)
+    assert violations(rep) == []
+    assert any("did not add up" in w for w in rep.warnings)
+    assert any("did not add up and were clipped" in e for e in rep.verdict.evidence)
+    clean = analyze_table(table_from_rows(balanced(6, 2, compute=70, comm=10, comm_exposed=10,
+                                                   other=20)), TH0)
+    assert ["low", "medium", "high"].index(rep.verdict.confidence) < \
+        ["low", "medium", "high"].index(clean.verdict.confidence)
+
+
+def test_violations_names_what_does_not_add_up():
+    rep = analyze_table(table_from_rows(balanced(6, 2, compute=90, other=10)), TH0)
+    assert violations(rep) == []
+    r = rep.ranks[0]
+    object.__setattr__(r, "compute_pct", 171.0)
+    object.__setattr__(r, "wait_pct", 5.0)
+    got = violations(rep)
+    assert any("compute 171.00%" in v for v in got)
+    assert any("= 171" in v or "data + compute" in v for v in got)
+    assert any("wait 5.00% > exposed" in v for v in got)
+
+
+def _sync(est, lo=None, gain=None):
+    return Suggestion("sync_frequency", "every 1 step(s)", "every 32 steps", est, "why",
+                      "comm-bound", gain if gain is not None else (16.4 / est - 1) * 100,
+                      (lo if lo is not None else est, est))
+
+
+def test_a_suggestion_never_recovers_more_than_there_is():
+    # the MI300 case: a 16.4 ms step, all of it exposed communication, and a sync-every-32
+    # estimate of 1.3 ms (+1155%): at most the communication and the optimizer can go
+    rows = balanced(4, 1, comm=10, comm_exposed=10, compute=6.4, optimizer=0.4, step_ms=16.4)
+    frame = table_from_rows(rows).frame
+    t = typical_step(frame)
+    (held,), warnings = bound_suggestions([_sync(1.3)], t, frame)
+    assert held.estimated_step_ms == pytest.approx(16.4 - 10 - 0.4)
+    assert held.estimated_step_ms_range[0] >= held.estimated_step_ms - 1e-9
+    assert held.gain_pct == pytest.approx((16.4 / 6.0 - 1) * 100)
+    assert len(warnings) == 1 and "can recover" in warnings[0]
+    (ok,), none = bound_suggestions([_sync(8.0)], t, frame)
+    assert ok.estimated_step_ms == 8.0 and none == []
+    (lo,), w = bound_suggestions([_sync(8.0, lo=2.0)], t, frame)  # only its range claims more
+    assert lo.estimated_step_ms == 8.0 and lo.estimated_step_ms_range[0] == pytest.approx(6.0)
+    assert "range down to 2.00" in w[0]
+
+
+def test_a_larger_batch_is_held_to_its_own_arithmetic():
+    # 2x the batch in 12 ms for a 16 ms step of 1x is +167%: a gain above that is not said
+    rows = balanced(4, 1, comm=10, comm_exposed=10, compute=6, step_ms=16)
+    frame = table_from_rows(rows).frame
+    s = Suggestion("batch_size", 2, 4, 12.0, "why", "comm-bound", (2 * 16 / 12 - 1) * 100,
+                   (12.0, 14.0))
+    (ok,), none = bound_suggestions([s], typical_step(frame), frame)
+    assert ok.gain_pct == s.gain_pct and none == []
+    s2 = Suggestion("batch_size", 2, 4, 12.0, "why", "comm-bound", 300.0, (12.0, 14.0))
+    (held,), warnings = bound_suggestions([s2], typical_step(frame), frame)
+    assert held.gain_pct == pytest.approx((2 * 16 / 12 - 1) * 100) and warnings
+
+
+def _verdict(label="comm-bound", share=1.0):
+    return Verdict(label, share, "high", {label: share})
+
+
+def _steps(label, **shares):
+    row = {"step": 1, "label": label, "data_share": 0.0, "comm_share": 0.0, "wait_share": 0.0,
+           "host_share": 0.0, "bubble_share": 0.0, **shares}
+    return pd.DataFrame([row, {**row, "step": 2}, {**row, "step": 3}])
+
+
+@pytest.mark.parametrize("ev,label,want,why", [
+    (Evidence(steps=1, ranks=8, world=8), "imbalanced", "low", "cannot tell a consistent"),
+    (Evidence(steps=2, ranks=2, world=2, stragglers=True), "imbalanced", "low", "cannot tell"),
+    (Evidence(steps=1, ranks=2, world=2), "comm-bound", "low", "1 step analysed"),
+    (Evidence(steps=2, ranks=2, world=2), "comm-bound", "medium", "2 steps analysed"),
+    (Evidence(steps=9, ranks=2, world=2, step_markers=False), "comm-bound", "low", "no step mark"),
+    (Evidence(steps=9, ranks=1, world=8), "comm-bound", "medium", "1 of 8 ranks"),
+    (Evidence(steps=9, ranks=2, world=2, comm_seen=False), "comm-bound", "low", "no communica"),
+    (Evidence(steps=9, ranks=2, world=2, clocks_aligned=False), "comm-bound", "medium", "clocks"),
+    (Evidence(steps=9, ranks=2, world=2, broken_rules=1), "comm-bound", "medium", "clipped"),
+    (Evidence(steps=9, ranks=2, world=2), "comm-bound", "high", None),
+])
+def test_confidence_is_capped_by_the_evidence(ev, label, want, why):
+    shares = {"comm_share": 0.5} if label == "comm-bound" else {"wait_share": 0.5}
+    v = earn(_verdict(label), ev, _steps(label, **shares), TH0)
+    assert v.confidence == want, v.evidence
+    if why:
+        assert any(why in e for e in v.evidence), v.evidence
+    else:
+        assert v.evidence == ()
+
+
+def test_a_deciding_share_close_to_its_threshold_is_medium():
+    ev = Evidence(steps=9, ranks=2, world=2)
+    near = earn(_verdict(), ev, _steps("comm-bound", comm_share=0.16), TH0)
+    far = earn(_verdict(), ev, _steps("comm-bound", comm_share=0.40), TH0)
+    assert near.confidence == "medium" and "threshold" in near.evidence[0]
+    assert far.confidence == "high"
+    # compute-bound close to another label's threshold (data 18% against 20%)
+    c = earn(_verdict("compute-bound"), ev, _steps("compute-bound", data_share=0.18), TH0)
+    assert c.confidence == "medium" and "data-bound" in c.evidence[0]
+
+
+def test_one_profiled_step_of_eight_ranks_is_not_high():
+    # PARAM's DLRM shape: 8 ranks, one step, rank 7 last to arrive
+    rows = []
+    for r in range(8):
+        late = r == 7
+        rows.append({"rank": r, "step": 10, "compute": 9 if late else 5, "comm": 6,
+                     "comm_exposed": 1 if late else 5, "other": 1})
+    rep = analyze_table(table_from_rows(rows), TH0)
+    assert rep.verdict.confidence == "low"
+    assert any("1 step" in e for e in rep.verdict.evidence)
+    d = rep.to_dict()
+    assert d["confidence"] == "low" and d["confidence_why"] == list(rep.verdict.evidence)
+    assert MS  # times in the table are ms
