@@ -6,6 +6,7 @@ Spark over many runs. Times in ms, shares in %; pyarrow is an optional extra
 from __future__ import annotations
 
 import json
+import os
 from typing import TYPE_CHECKING
 
 from ..errors import GpuscopeError, InputError
@@ -79,5 +80,6 @@ def write(report: "Report", path: str) -> int:
                                                "schema": "gpuscope.steps/1",
                                                "verdict": report.verdict.label,
                                                "stragglers": report.straggler_ranks}).encode()})
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     pq.write_table(table, path)
     return table.num_rows
