@@ -78,6 +78,7 @@ def make_run(path: str, ranks: int, steps: int, seed: int = 0) -> int:
         step = np.full(steps, base_step) + rng.integers(0, 2_000_000, steps)
         exposed = np.maximum(step - data - compute - other, 500_000)
         step = data + compute + exposed + other
+        comm = np.maximum(comm, exposed)  # the exposed part lies inside the communication
         start = t0 + np.concatenate([[0], np.cumsum(step)[:-1]])
         head = {"schema": SCHEMA, "rank": rank, "local_rank": rank % 8, "world_size": ranks,
                 "host": f"node{rank // 8:04d}", "pid": 1000 + rank, "placement_source": "env",
