@@ -214,16 +214,15 @@ def rank_rows(ev: RankEvents, rank: int, drop: frozenset = frozenset()):
             sel = dev_order[np.searchsorted(launched_sorted, host_lo, "left"):
                             np.searchsorted(launched_sorted, host_hi, "left")]
             sel = np.sort(sel)  # in trace order, as a mask would give them
-            for j in sel[(ev.dev_kind[sel] == COMM) & ~dev_p2p[sel]].tolist():
-                a, b = int(ev.dev_start[j]), int(ev.dev_end[j])
-                colls.append((sid, ev.dev_coll[j], b - a, b,
-                              b - a - spans.length(spans.window(comp_all, a, b))))
+            insts = [(ev.dev_coll[j], int(ev.dev_start[j]), int(ev.dev_end[j]))
+                     for j in sel[(ev.dev_kind[sel] == COMM) & ~dev_p2p[sel]].tolist()]
             _, hsel = comm_r.window(host_lo, host_hi)
             hsel = hsel[ev.host_start[hsel] >= host_lo]  # each in the step it started in
-            for j in np.sort(hsel[~host_p2p[hsel]]).tolist():
-                a, b = int(ev.host_start[j]), int(ev.host_end[j])
-                colls.append((sid, ev.host_coll[j], b - a, b,
-                              b - a - spans.length(spans.window(comp_all, a, b))))
+            insts += [(ev.host_coll[j], int(ev.host_start[j]), int(ev.host_end[j]))
+                      for j in np.sort(hsel[~host_p2p[hsel]]).tolist()]
+            add_collectives(colls, sid, insts,
+                            lambda u: spans.length(spans.subtract(
+                                u, spans.window(comp_all, int(u[0][0]), int(u[1][-1])))))
         else:
             ops, _ = ops_r.window(lo, hi)
             comm, csel = comm_r.window(lo, hi)
@@ -247,10 +246,9 @@ def rank_rows(ev: RankEvents, rank: int, drop: frozenset = frozenset()):
             host_ns = 0
             bubble_ns = spans.overlap(p2p_r.window(lo, hi)[0], exposed)
             csel = csel[ev.host_start[csel] >= lo]  # each collective in the step it started in
-            for j in np.sort(csel[~host_p2p[csel]]).tolist():
-                a, b = int(ev.host_start[j]), int(ev.host_end[j])
-                colls.append((sid, ev.host_coll[j], b - a, b,
-                              spans.length(spans.window(exposed, a, b))))
+            insts = [(ev.host_coll[j], int(ev.host_start[j]), int(ev.host_end[j]))
+                     for j in np.sort(csel[~host_p2p[csel]]).tolist()]
+            add_collectives(colls, sid, insts, lambda u, x=exposed: spans.overlap(u, x))
         data_ns = min(data_ns, step_ns)
         exposed_ns = max(0, min(exposed_ns, step_ns - data_ns))
         compute_ns = max(0, min(compute_ns, step_ns - data_ns - exposed_ns))
@@ -267,6 +265,25 @@ def rank_rows(ev: RankEvents, rank: int, drop: frozenset = frozenset()):
                      "data_cpu_ns": -1,  # unknown: a trace does not say whether loading used CPU
                      "host_ns": host_ns, "bubble_ns": bubble_ns, "microbatches": micro})
     return rows, colls, warnings
+
+
+def add_collectives(colls: list, sid: int, insts: list, exposed_of) -> None:
+    """Append one step's collective instances (key, start, end) to `colls` as (step, key,
+    dur_ns, end_ns, exposed_ns). The exposed time of a key is that of the union of its
+    instances in the step (`exposed_of(merged spans)`), carried by its first instance: gloo
+    runs two buckets' all-reduces at once on two threads, and summing their parts would count
+    the time they overlap twice."""
+    if not insts:
+        return
+    by_key: dict = {}
+    for key, a, b in insts:
+        by_key.setdefault(key, []).append((a, b))
+    exposed = {}
+    for key, ab in by_key.items():
+        arr = np.array(ab, dtype=np.int64)
+        exposed[key] = int(exposed_of(spans.merge(arr[:, 0], arr[:, 1])))
+    for key, a, b in insts:
+        colls.append((sid, key, b - a, b, exposed.pop(key, 0)))
 
 
 def leaf_ops(ev: RankEvents, main: np.ndarray) -> np.ndarray:
