@@ -81,8 +81,9 @@ def same_run(d: dict) -> list[str]:
            f"`python scripts/same_run.py --runs {d['runs']} --busy {d['busy_cores']}` on "
            f"{d['cpu_count']} cores, {d['busy_cores']} of them kept busy by a spinning process: "
            f"each demo scenario ({d['steps']} steps, 2 ranks, gloo) recorded by gpuscope and "
-           "profiled by torch.profiler in the same processes; both are analysed and compared "
-           f"({d['seconds']:.0f} s in all).", "",
+           "profiled by torch.profiler in the same processes; the record over the steps the "
+           "profiler captured and the traces are analysed and compared (\"record_all_steps\": "
+           f"the record over all its steps, as a user reads it; {d['seconds']:.0f} s in all).", "",
            "| scenario | runs | same verdict and stragglers from both | the scenario's label |",
            "| --- | --- | --- | --- |"]
     for s, v in d["summary"].items():
@@ -90,10 +91,15 @@ def same_run(d: dict) -> list[str]:
                    f"{v['runs']} |")
     verdicts: dict = {}
     for r in d["results"]:
-        for src in ("record", "kineto"):
+        for src in ("record", "kineto", "record_all_steps"):
+            if src not in r:
+                continue
             key = (r["scenario"], src)
             verdicts.setdefault(key, {}).setdefault(r[src]["verdict"], 0)
             verdicts[key][r[src]["verdict"]] += 1
+    if d.get("trainings_that_failed"):
+        out += ["", f"{len(d['trainings_that_failed'])} training(s) failed to run and were run "
+                    "again (their output is in the results file)."]
     out += ["", "Verdicts per source: " + "; ".join(
         f"{s} {src}: " + ", ".join(f"{k} x{n}" for k, n in v.items())
         for (s, src), v in verdicts.items()) + "."]

@@ -51,3 +51,21 @@ def test_a_failed_fact_fails_the_case():
     got = {k: ok for k, ok, _ in accuracy.check(FOLDERS[name], wrong, report)}
     assert got == {"verdict_in": False, "compute%": False, "ranks": False,
                    "confidence_at_most": True, "adds up": True}
+
+
+SAMPLE_DIRS = sorted(os.path.relpath(dp, os.path.join(ROOT, "sample_traces"))
+                     for dp, dirs, files in os.walk(os.path.join(ROOT, "sample_traces"))
+                     if not dirs and any(f.endswith((".jsonl", ".json.gz")) for f in files)
+                     and os.sep + "external" not in os.sep + os.path.relpath(
+                         dp, os.path.join(ROOT, "sample_traces")))
+
+
+@pytest.mark.parametrize("rel", SAMPLE_DIRS)
+def test_every_sample_report_adds_up(rel):
+    import gpuscope
+    from gpuscope.analyze.invariants import violations
+
+    report = gpuscope.analyze(os.path.join(ROOT, "sample_traces", rel))
+    assert violations(report) == []
+    assert not [w for w in report.warnings if "did not add up" in w or "can recover" in w]
+    assert len(SAMPLE_DIRS) >= 12

@@ -167,3 +167,14 @@ def test_one_profiled_step_of_eight_ranks_is_not_high():
     d = rep.to_dict()
     assert d["confidence"] == "low" and d["confidence_why"] == list(rep.verdict.evidence)
     assert MS  # times in the table are ms
+
+
+def test_a_near_tie_between_two_labels_is_low():
+    ev = Evidence(steps=9, ranks=2, world=2)
+    tie = Verdict("jitter-bound", 0.52, "medium", {"jitter-bound": 0.52, "comm-bound": 0.48})
+    v = earn(tie, ev, _steps("jitter-bound", wait_share=0.4), TH0)
+    assert v.confidence == "low" and any("either could be" in e for e in v.evidence)
+    clear = Verdict("jitter-bound", 0.8, "high", {"jitter-bound": 0.8, "comm-bound": 0.2})
+    assert earn(clear, ev, _steps("jitter-bound", wait_share=0.4), TH0).confidence == "high"
+    alone = Verdict("compute-bound", 0.0, "low", {})  # an empty run: nothing to compare
+    assert earn(alone, ev, _steps("compute-bound"), TH0).confidence == "low"

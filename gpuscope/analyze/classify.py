@@ -7,7 +7,7 @@ Per step, across ranks (a synchronous step is as slow as its slowest rank):
   wait share     = max over ranks of wait_ns / step_ns                       (the waiting ranks)
 Each share over its threshold is a candidate; the largest candidate is the label, the others are
 secondary; with no candidate the step is compute-bound. The run verdict is the label that holds
-the most step time.
+the most step time, each step's time shared among its candidates in proportion to their shares.
 
 Waiting makes a step imbalanced only when it follows a persistent pattern (consistency.py): the
 step's last rank is one that is late step after step, or a rank that always waits waited. Waiting
@@ -68,6 +68,14 @@ def classify_steps(frame: pd.DataFrame, th: Thresholds, roles: Roles | None = No
     best = cand.argmax(axis=1)
     has = cand.max(axis=1) >= 0
     out["label"] = np.where(has, names[best], COMPUTE)
+    # the step's time, shared among the labels that hold in it in proportion to their shares
+    # (a step 43% comm and 42% waiting is both): the run verdict sums these, so a step on the
+    # edge between two labels moves the verdict by a little, not by its whole time
+    held = np.maximum(cand, 0.0)
+    total = held.sum(axis=1)
+    for i, name in enumerate(names):
+        out[f"w:{name}"] = np.where(has, held[:, i] / np.where(total > 0, total, 1.0), 0.0)
+    out[f"w:{COMPUTE}"] = np.where(has, 0.0, 1.0)
     secondary = []
     for row_cand, b, h, data, jit in zip(cand, best, has, out["data_share"].to_numpy(), jitter):
         extra = [str(names[i]) for i in range(names.size)
@@ -102,12 +110,24 @@ def step_results(steps: pd.DataFrame) -> list[StepResult]:
 
 
 def run_verdict(steps: pd.DataFrame) -> Verdict:
+    """The label holding the most step time: each step's time shared among the labels that
+    hold in it, in proportion to their shares (classify_steps' "w:" columns; a table without
+    them counts each step's time for its label alone)."""
     step_ns = steps["step_ns"].to_numpy(np.float64)
     total = float(step_ns.sum())
     if total <= 0:
         return Verdict(COMPUTE, 0.0, "low", {})
-    labels, inv = np.unique(steps["label"].to_numpy(dtype=object).astype(str), return_inverse=True)
-    by = np.bincount(inv, step_ns, labels.size) / total
+    weights = [c for c in steps.columns if isinstance(c, str) and c.startswith("w:")]
+    if weights:
+        by_label = {c[2:]: float((step_ns * steps[c].to_numpy(np.float64)).sum()) / total
+                    for c in weights}
+        by_label = {k: v for k, v in by_label.items() if v > 0}
+        labels = np.array(sorted(by_label), dtype=object)
+        by = np.array([by_label[k] for k in labels])
+    else:
+        labels, inv = np.unique(steps["label"].to_numpy(dtype=object).astype(str),
+                                return_inverse=True)
+        by = np.bincount(inv, step_ns, labels.size) / total
     best = int(by.argmax())
     label, share = str(labels[best]), float(by[best])
     conf = "high" if share >= 0.75 else "medium" if share >= 0.5 else "low"

@@ -13,6 +13,7 @@
    - margin: when the deciding share of the verdict's steps (median) lies within a fifth of its
      threshold (15% against 15%: one noisy step flips it), medium;
    - compute-bound, the healthy state, when compute is under half of its steps (median): low;
+   - a near tie: the next label holds within 15 points of the verdict's share of time: low;
 3. Each rule the report broke and had to clip (invariants.py) drops one level.
 """
 
@@ -29,6 +30,7 @@ from ..vocab import COMM, COMPUTE, DATA, HOST, IMBALANCED, JITTER_BOUND, PIPELIN
 
 LEVELS = ("low", "medium", "high")
 MARGIN = 0.2  # relative distance from the threshold under which one noisy step flips a label
+RUNNER_UP = 0.15  # the verdict's lead over the next label (share of time) under which: a tie
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,12 @@ def earn(verdict: Verdict, ev: Evidence, steps: pd.DataFrame, th: Thresholds) ->
         if busy is not None and len(busy) and float(np.median(busy.to_numpy())) < 0.5:
             caps.append(("low", f"compute is only {float(np.median(busy.to_numpy())):.0%} of "
                                 "the step: most of it is time gpuscope cannot place (other)"))
+    others = {k: v for k, v in verdict.time_by_label.items() if k != verdict.label}
+    if others:
+        other = max(others, key=others.get)
+        if verdict.share - others[other] < RUNNER_UP:  # a near tie: noise picks the other
+            caps.append(("low", f"{other} holds {others[other]:.0%} of the time against its "
+                                f"{verdict.share:.0%}: either could be the verdict"))
     dist, what = margin(steps, verdict.label, th)
     if what and dist < MARGIN:
         caps.append(("medium", f"close to its threshold ({what})"))

@@ -1,5 +1,6 @@
-"""The analysis: RunTable -> sync cycles -> warm-up dropped -> wait split -> step labels ->
-stragglers -> telemetry -> suggestions -> Report."""
+"""The analysis: RunTable -> sync cycles -> warm-up dropped -> wait split -> every row made to
+add up -> step labels -> stragglers -> telemetry -> suggestions (held to what they can recover)
+-> Report, checked, its confidence earned by the evidence."""
 
 from __future__ import annotations
 
@@ -243,9 +244,9 @@ def analyze_table(table: RunTable, thresholds: Thresholds | None = None,
     if PIPELINE in labels:
         more, why_not_pipeline = suggest_pipeline(pipeline, table, typical.step)
         suggestions = sorted(suggestions + more, key=lambda s: -s.gain_pct)
-    # what fixes the verdict first, then by gain: the top suggestion is about the main bottleneck
     suggestions, unbound = bound_suggestions(suggestions, typical, frame)  # held to what they
     warnings += unbound                                                     # can recover
+    # what fixes the verdict first, then by gain: the top suggestion is about the main bottleneck
     suggestions = sorted(suggestions, key=lambda s: (s.addresses != verdict.label, -s.gain_pct))
     if verdict.label == PIPELINE and why_not_pipeline and not any(
             s.addresses == PIPELINE for s in suggestions):

@@ -1,0 +1,29 @@
+"""The same run recorded by gpuscope and profiled by torch.profiler at once gets the same verdict
+and stragglers from both sources, over the steps the profiler captured, for each demo scenario
+(real 2-rank gloo DDP runs; scripts/same_run.py repeats it 10 times with a core kept busy)."""
+
+import importlib.util
+import os
+
+import pytest
+
+ROOT = os.path.join(os.path.dirname(__file__), "..")
+_spec = importlib.util.spec_from_file_location("same_run", os.path.join(ROOT, "scripts",
+                                                                        "same_run.py"))
+same_run = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(same_run)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scenario", ["data", "comm", "imbalanced", "compute"])
+def test_recorded_and_profiled_at_once_agree(scenario, tmp_path):
+    res = same_run.one(scenario, 24, str(tmp_path), same_run.EXTRA.get(scenario, ()))
+    rec, kin = res["record"], res["kineto"]
+    assert (rec["verdict"], rec["stragglers"]) == (kin["verdict"], kin["stragglers"]), res
+    if scenario == "imbalanced":  # the 40 ms straggler is named from both
+        assert rec["stragglers"] == kin["stragglers"] == [1]
+        assert res["record_all_steps"]["stragglers"] == [1]
+    else:
+        assert rec["stragglers"] == kin["stragglers"] == []
+    if scenario == "data":
+        assert rec["verdict"] == "data-bound"
