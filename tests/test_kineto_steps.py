@@ -138,3 +138,13 @@ def test_gpu_idle_with_work_queued_is_not_the_host(tmp_path):
     assert one.step_ns == 1000 * US and one.compute_ns == 600 * US
     assert one.host_ns == 300 * US  # 0-300 before K1; 600-700 had K2 queued
     assert one.other_ns == 400 * US
+
+
+def test_a_blocking_collective_call_with_no_child_is_waiting_not_work(tmp_path):
+    # gloo's queue is full: c10d::allreduce_ blocks the training thread 300-800 while the
+    # all-reduce runs on gloo's thread; the call has no op inside it
+    events = [X("ProfilerStep#1", 0, 1000), X("ProfilerStep#2", 1000, 100),
+              X("aten::mm", 0, 300), X("c10d::allreduce_", 300, 500),
+              X("gloo:all_reduce", 300, 500, tid=2)]
+    one = _rows(_write(tmp_path, events))[1]
+    assert one.comm_exposed_ns == 500 * US and one.compute_ns == 300 * US

@@ -181,8 +181,11 @@ def rank_rows(ev: RankEvents, rank: int, drop: frozenset = frozenset()):
         dev_order = np.argsort(launched, kind="stable")
         launched_sorted = launched[dev_order]
     else:
-        leaf = leaf_ops(ev, main)
         waits = main & (ev.host_wait == WAITS)
+        # the work inside wait ranges: ops with no op inside them, but not a wait range that
+        # has no child (gloo's c10d::allreduce_ blocking 20 ms when its queue is full is
+        # waiting, not work)
+        leaf = leaf_ops(ev, main) & ~waits
         annots = main & (ev.host_wait == ANNOTATION)
         ops_r, comm_r = Ranges(ev, OP, main), Ranges(ev, COMM_HOST)
         wait_r, annot_r, leaf_r = Ranges(ev, OP, waits), Ranges(ev, OP, annots), Ranges(ev, OP, leaf)
