@@ -42,6 +42,11 @@ def _spin(stop) -> None:
         sum(i * i for i in range(10_000))
 
 
+def _ends(text: str, n: int = 6000) -> str:
+    """The head and the tail of a long output (a rank's own error comes before torchrun's)."""
+    return text if len(text) <= 2 * n else text[:n] + "\n[...]\n" + text[-n:]
+
+
 def one(scenario: str, steps: int, out: str, extra: tuple = ()) -> dict:
     import gpuscope
     from gpuscope.demo.launch import run_training
@@ -104,7 +109,8 @@ def main() -> None:
                             res = one(scenario, args.steps, tmp, EXTRA.get(scenario, ()))
                         except subprocess.CalledProcessError as exc:
                             failed.append({"scenario": scenario, "run": i, "attempt": attempt,
-                                           "stderr": (exc.stderr or "")[-2000:]})
+                                           "stderr": _ends(exc.stderr or ""),
+                                           "stdout": _ends(exc.stdout or "")})
                             print(f"{scenario:10s} run {i}: the training failed (exit "
                                   f"{exc.returncode}); {'again' if attempt == 0 else 'given up'}",
                                   flush=True)
