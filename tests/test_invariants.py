@@ -178,3 +178,16 @@ def test_a_near_tie_between_two_labels_is_low():
     assert earn(clear, ev, _steps("jitter-bound", wait_share=0.4), TH0).confidence == "high"
     alone = Verdict("compute-bound", 0.0, "low", {})  # an empty run: nothing to compare
     assert earn(alone, ev, _steps("compute-bound"), TH0).confidence == "low"
+
+
+def test_a_step_of_no_length_is_left_out_and_said():
+    # a cut GPU-only trace gave a step with no length (the fuzz found it): its shares cannot
+    # add up to anything
+    from gpuscope.errors import InputError
+
+    rows = balanced(4, 1, compute=10) + [{"rank": 0, "step": 9, "step_ms": 0}]
+    rep = analyze_table(table_from_rows(rows), TH0)
+    assert len(rep.steps) == 4 and violations(rep) == []
+    assert any("1 step(s) of no length" in w for w in rep.warnings)
+    with pytest.raises(InputError, match="no length"):
+        analyze_table(table_from_rows([{"rank": 0, "step": 1, "step_ms": 0}]), TH0)

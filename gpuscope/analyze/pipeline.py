@@ -176,6 +176,15 @@ def analyze_table(table: RunTable, thresholds: Thresholds | None = None,
     frame = table.frame
     if frame.empty:
         raise InputError(f"{table.path}: no steps to analyse (the run recorded none)")
+    empty = frame["step_ns"].to_numpy() <= 0
+    if empty.any():  # nothing in them adds up to anything: said, and left out
+        warnings.append(f"{int(empty.sum())} step(s) of no length (a cut trace, a damaged row) "
+                        "left out")
+        frame = frame[~empty].reset_index(drop=True)
+        if frame.empty:
+            raise InputError(f"{table.path}: no steps to analyse (every step has no length)")
+        table = RunTable(frame, table.source, table.path, table.ranks, table.world_size,
+                         table.warnings, table.telemetry, table.gpu_breakdown, table.comm)
     knobs = table.knobs()
     stopped, missing = stopped_ranks(table)
     warnings += stopped_warnings(stopped)
