@@ -148,3 +148,12 @@ def test_a_blocking_collective_call_with_no_child_is_waiting_not_work(tmp_path):
               X("gloo:all_reduce", 300, 500, tid=2)]
     one = _rows(_write(tmp_path, events))[1]
     assert one.comm_exposed_ns == 500 * US and one.compute_ns == 300 * US
+
+
+def test_a_collective_kernel_of_no_length_reads(tmp_path):
+    # a damaged trace (the fuzz found it): an NCCL kernel with dur 0 raised IndexError
+    events = [X("ProfilerStep#1", 0, 1000), X("ProfilerStep#2", 1000, 100),
+              launch(10, 1), kernel("gemm", 100, 300, 1),
+              launch(20, 2), kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 500, 0, 2)]
+    one = _rows(_write(tmp_path, events))[1]
+    assert one.compute_ns == 300 * US and one.comm_ns == 0

@@ -284,7 +284,8 @@ def add_collectives(colls: list, sid: int, insts: list, exposed_of) -> None:
     exposed = {}
     for key, ab in by_key.items():
         arr = np.array(ab, dtype=np.int64)
-        exposed[key] = int(exposed_of(spans.merge(arr[:, 0], arr[:, 1])))
+        union = spans.merge(arr[:, 0], arr[:, 1])  # instances of no length drop out
+        exposed[key] = int(exposed_of(union)) if union[0].size else 0
     for key, a, b in insts:
         colls.append((sid, key, b - a, b, exposed.pop(key, 0)))
 
