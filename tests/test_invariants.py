@@ -94,9 +94,9 @@ def test_a_suggestion_never_recovers_more_than_there_is():
     assert len(warnings) == 1 and "can recover" in warnings[0]
     (ok,), none = bound_suggestions([_sync(8.0)], t, frame)
     assert ok.estimated_step_ms == 8.0 and none == []
-    (lo,), w = bound_suggestions([_sync(8.0, lo=2.0)], t, frame)  # only its range claims more
+    (lo,), w = bound_suggestions([_sync(8.0, lo=2.0)], t, frame)  # only its range claims more:
     assert lo.estimated_step_ms == 8.0 and lo.estimated_step_ms_range[0] == pytest.approx(5.0)
-    assert "range down to 2.00" in w[0]
+    assert w == []  # held there, quietly (the range is the spread of the steps it drew on)
 
 
 def test_a_larger_batch_is_held_to_its_own_arithmetic():

@@ -4,9 +4,10 @@
    longer than its step; data + compute + exposed + other = step; exposed <= comm; wait + bubble
    <= exposed; host <= other; a named phase (forward, backward, optimizer) no longer than its step.
    A row that breaks a rule is clipped, in that order, and counted per rule.
-2. On the suggestions (`bound_suggestions`): an estimated step (and the low end of its range) is
-   never shorter than the typical step minus what the change can recover (`recoverable`), and a
-   gain never above what recovering all of it would give.
+2. On the suggestions (`bound_suggestions`): an estimated step is never shorter than the typical
+   step minus what the change can recover (`recoverable`), and a gain never above what
+   recovering all of it would give. The low end of an estimate's range (the spread of the steps
+   it drew on) is held there too, without a warning.
 3. On the report as the renderers read it (`violations`): shares of step time in [0, 100], the
    four disjoint parts summing to 100, exposed <= comm, wait <= exposed, per-step shares in
    [0, 1], a verdict share in [0, 1]. Pure: the tests run it over every input they make.
@@ -151,20 +152,20 @@ def bound_suggestions(suggestions: list[Suggestion], typical, frame: pd.DataFram
         floor_ms = m * (step - rec) / MS  # the step of m x today's batch, all of it recovered
         tol = TOLERANCE * step / MS
         max_gain = (step / max(step - rec, 1.0) - 1) * 100 if rec < step else float("inf")
-        lo = s.estimated_step_ms_range[0] if s.estimated_step_ms_range else s.estimated_step_ms
-        if s.estimated_step_ms >= floor_ms - tol and lo >= floor_ms - tol \
-                and s.gain_pct <= max_gain + 100 * TOLERANCE:
+        rng = s.estimated_step_ms_range
+        if rng is not None and rng[0] < floor_ms:  # the range's low end is the spread of the
+            # steps the model drew on (a quartile): no step can beat all of it recovered
+            rng = (floor_ms, max(rng[1], floor_ms))
+            s = replace(s, estimated_step_ms_range=rng)
+        if s.estimated_step_ms >= floor_ms - tol and s.gain_pct <= max_gain + 100 * TOLERANCE:
             out.append(s)
             continue
         est = max(s.estimated_step_ms, floor_ms)
-        rng = None
-        if s.estimated_step_ms_range:
-            lo, hi = s.estimated_step_ms_range
-            rng = (max(lo, floor_ms), max(hi, lo, floor_ms))
+        if rng is not None:
+            rng = (max(rng[0], floor_ms), max(rng[1], est))
         gain = min(s.gain_pct, (m * step / MS / max(est, 1e-9) - 1) * 100, max_gain)
         what = (f"estimated {s.estimated_step_ms:.2f} ms per step" if s.estimated_step_ms
-                < floor_ms - tol else f"its range down to {lo:.2f} ms" if lo < floor_ms - tol
-                else f"a gain of {s.gain_pct:.0f}%")
+                < floor_ms - tol else f"a gain of {s.gain_pct:.0f}%")
         warnings.append(f"suggestion {s.knob}: {what}, beyond the {step / MS:.2f} ms step less "
                         f"all that it can recover ({rec / MS:.2f} ms of {s.addresses} time): "
                         f"held at {est:.2f} ms (+{gain:.0f}% at most)")
