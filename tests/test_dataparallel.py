@@ -148,7 +148,10 @@ def test_dataparallel_devices_timed_and_ddp_suggested(tmp_path, monkeypatch, no_
     dp = rep.dataparallel
     assert dp["devices"] == ["0", "1"]
     assert 5.5 <= dp["forward_ms"]["0"] <= 9 and 1.8 <= dp["forward_ms"]["1"] <= 4
-    assert dp["device0_forward_excess_pct"] > 80
+    # device 0 sleeps 6 ms to the others' 2: ~100% over the median when the machine is idle;
+    # with a core kept busy the short sleeps overshoot more (76.6% seen): the margin keeps it
+    # clear of a balanced run's ~0
+    assert dp["device0_forward_excess_pct"] > 50
     for part in ("scatter_ms", "replicate_ms", "gather_ms"):
         assert 0.9 <= dp[part] <= 3
     assert dp["peak_memory_gb"] == {"0": 6.0, "1": 4.0} and dp["device0_memory_excess_pct"] == 50

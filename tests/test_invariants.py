@@ -192,3 +192,19 @@ def test_a_step_of_no_length_is_left_out_and_said():
     assert any("1 step(s) of no length" in w for w in rep.warnings)
     with pytest.raises(InputError, match="no length"):
         analyze_table(table_from_rows([{"rank": 0, "step": 1, "step_ms": 0}]), TH0)
+
+
+def test_compute_bound_must_lead_a_lost_time_label_by_more_than_a_near_tie():
+    from gpuscope.analyze.classify import run_verdict
+
+    def steps(compute, jitter):
+        return pd.DataFrame({"step": [1, 2], "label": ["compute-bound", "jitter-bound"],
+                             "step_ns": [compute, jitter], "w:compute-bound": [1.0, 0.0],
+                             "w:jitter-bound": [0.0, 1.0]})
+
+    # 55% compute against 45% lost to jitter: the healthy state is not earned
+    assert run_verdict(steps(55, 45)).label == "jitter-bound"
+    assert run_verdict(steps(75, 25)).label == "compute-bound"
+    # the rule only keeps compute-bound from winning a near tie, not other labels
+    lost = steps(55, 45).assign(**{"w:compute-bound": [0.0, 0.0], "w:comm-bound": [1.0, 0.0]})
+    assert run_verdict(lost).label == "comm-bound"

@@ -7,7 +7,8 @@ Per step, across ranks (a synchronous step is as slow as its slowest rank):
   wait share     = max over ranks of wait_ns / step_ns                       (the waiting ranks)
 Each share over its threshold is a candidate; the largest candidate is the label, the others are
 secondary; with no candidate the step is compute-bound. The run verdict is the label that holds
-the most step time, each step's time shared among its candidates in proportion to their shares.
+the most step time, each step's time shared among its candidates in proportion to their shares;
+compute-bound, the healthy state, must lead the largest lost-time label by NEAR_TIE.
 
 Waiting makes a step imbalanced only when it follows a persistent pattern (consistency.py): the
 step's last rank is one that is late step after step, or a rank that always waits waited. Waiting
@@ -30,6 +31,11 @@ from ..vocab import (COMM, COMPUTE, DATA, HOST, IMBALANCED, JITTER, JITTER_BOUND
                      PIPELINE)
 from .consistency import Roles, persistent_steps
 from .groups import Groups
+
+
+#: the verdict's lead (share of step time) over the next label under which the two are a near
+#: tie: compute-bound does not win one (confidence.py makes a near tie low)
+NEAR_TIE = 0.15
 
 
 def classify_steps(frame: pd.DataFrame, th: Thresholds, roles: Roles | None = None) -> pd.DataFrame:
@@ -129,6 +135,11 @@ def run_verdict(steps: pd.DataFrame) -> Verdict:
                                 return_inverse=True)
         by = np.bincount(inv, step_ns, labels.size) / total
     best = int(by.argmax())
+    if str(labels[best]) == COMPUTE and labels.size > 1:  # the healthy state must be earned:
+        # a lost-time label within a near tie of it wins
+        rest = np.where(labels == COMPUTE, -1.0, by)
+        if by[best] - rest.max() < NEAR_TIE:
+            best = int(rest.argmax())
     label, share = str(labels[best]), float(by[best])
     conf = "high" if share >= 0.75 else "medium" if share >= 0.5 else "low"
     return Verdict(label, share, conf, {str(k): round(float(v), 4) for k, v in zip(labels, by)})

@@ -27,10 +27,11 @@ import pandas as pd
 from ..report import Verdict
 from ..thresholds import Thresholds
 from ..vocab import COMM, COMPUTE, DATA, HOST, IMBALANCED, JITTER_BOUND, PIPELINE
+from .classify import NEAR_TIE
 
 LEVELS = ("low", "medium", "high")
 MARGIN = 0.2  # relative distance from the threshold under which one noisy step flips a label
-RUNNER_UP = 0.15  # the verdict's lead over the next label (share of time) under which: a tie
+RUNNER_UP = NEAR_TIE  # the verdict's lead over the next label (share of time): a near tie
 
 
 @dataclass(frozen=True)
