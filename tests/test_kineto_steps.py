@@ -157,3 +157,17 @@ def test_a_collective_kernel_of_no_length_reads(tmp_path):
               launch(20, 2), kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 500, 0, 2)]
     one = _rows(_write(tmp_path, events))[1]
     assert one.compute_ns == 300 * US and one.comm_ns == 0
+
+
+def test_time_blocked_in_a_collective_call_before_its_range_starts_is_exposed(tmp_path):
+    # the training thread blocks in c10d::allreduce_ 300-900; gloo's own range for it runs
+    # 500-900 only (the bucket before it held gloo's thread): all 600 are communication the
+    # step waited on, none of it compute; the wait split's table holds them too
+    events = [X("ProfilerStep#1", 0, 1000), X("ProfilerStep#2", 1000, 100),
+              X("aten::mm", 0, 300), X("c10d::allreduce_", 300, 600),
+              X("gloo:all_reduce", 500, 400, tid=2)]
+    path = _write(tmp_path, events)
+    one = _rows(path)[1]
+    assert one.comm_exposed_ns == 600 * US and one.compute_ns == 300 * US
+    comm = read_path(path).comm
+    assert comm.loc[comm["step"] == 1, "exposed_ns"].tolist() == [600 * US]

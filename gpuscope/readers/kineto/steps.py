@@ -231,9 +231,11 @@ def rank_rows(ev: RankEvents, rank: int, drop: frozenset = frozenset()):
             comm, csel = comm_r.window(lo, hi)
             waiting, _ = wait_r.window(lo, hi)
             annot, _ = annot_r.window(lo, hi)
+            blocked = spans.merge(np.zeros(0, np.int64), np.zeros(0, np.int64))
             if waiting[0].size or annot[0].size:  # inside wait ranges only their ops work
                 leaves, _ = leaf_r.window(lo, hi)
-                idle = spans.subtract(waiting, leaves)
+                blocked = spans.subtract(waiting, leaves)  # blocked in a collective call
+                idle = blocked
                 if annot[0].size:  # long stretches of a record_function range with no op
                     gap_s, gap_e = spans.subtract(annot, leaves)
                     long = gap_e - gap_s >= ANNOTATION_GAP_NS
@@ -241,6 +243,10 @@ def rank_rows(ev: RankEvents, rank: int, drop: frozenset = frozenset()):
                 busy = spans.subtract(ops, idle)
             else:
                 busy = ops
+            # a thread blocked in a collective call is communicating whether or not the
+            # collective's own range (on its backend's thread) has started: gloo runs a DDP
+            # bucket only when the one before it is done
+            comm = spans.union(comm, blocked)
             exposed = spans.subtract(comm, spans.union(busy, data_set))
             compute_ns = spans.length(spans.subtract(ops, spans.union(data_set, exposed)))
             comm_ns = spans.length(comm)
@@ -251,7 +257,8 @@ def rank_rows(ev: RankEvents, rank: int, drop: frozenset = frozenset()):
             csel = csel[ev.host_start[csel] >= lo]  # each collective in the step it started in
             insts = [(ev.host_coll[j], int(ev.host_start[j]), int(ev.host_end[j]))
                      for j in np.sort(csel[~host_p2p[csel]]).tolist()]
-            add_collectives(colls, sid, insts, lambda u, x=exposed: spans.overlap(u, x))
+            add_collectives(colls, sid, insts, lambda u, x=exposed: spans.overlap(u, x),
+                            blocks=_blocks(waiting, blocked))
         data_ns = min(data_ns, step_ns)
         exposed_ns = max(0, min(exposed_ns, step_ns - data_ns))
         compute_ns = max(0, min(compute_ns, step_ns - data_ns - exposed_ns))
@@ -270,17 +277,32 @@ def rank_rows(ev: RankEvents, rank: int, drop: frozenset = frozenset()):
     return rows, colls, warnings
 
 
-def add_collectives(colls: list, sid: int, insts: list, exposed_of) -> None:
+def _blocks(waiting, blocked) -> list:
+    """[(call start, call end, blocked spans in it)] for each span of collective calls."""
+    out = []
+    for a, b in zip(waiting[0].tolist(), waiting[1].tolist()):
+        part = spans.clip(blocked, a, b)
+        if part[0].size:
+            out.append((a, b, part))
+    return out
+
+
+def add_collectives(colls: list, sid: int, insts: list, exposed_of, blocks=()) -> None:
     """Append one step's collective instances (key, start, end) to `colls` as (step, key,
     dur_ns, end_ns, exposed_ns). The exposed time of a key is that of the union of its
     instances in the step (`exposed_of(merged spans)`), carried by its first instance: gloo
     runs two buckets' all-reduces at once on two threads, and summing their parts would count
-    the time they overlap twice."""
+    the time they overlap twice. `blocks`: the spans of collective calls the training thread
+    was blocked in (CPU traces), each given to the key of the first instance it overlaps."""
     if not insts:
         return
     by_key: dict = {}
     for key, a, b in insts:
         by_key.setdefault(key, []).append((a, b))
+    for a, b, part in blocks:
+        key = next((k for k, s_, e_ in insts if s_ < b and e_ > a), None)
+        if key is not None:
+            by_key[key] += list(zip(part[0].tolist(), part[1].tolist()))
     exposed = {}
     for key, ab in by_key.items():
         arr = np.array(ab, dtype=np.int64)
