@@ -194,7 +194,7 @@ def test_a_step_of_no_length_is_left_out_and_said():
         analyze_table(table_from_rows([{"rank": 0, "step": 1, "step_ms": 0}]), TH0)
 
 
-def test_compute_bound_must_lead_a_lost_time_label_by_more_than_a_near_tie():
+def test_compute_bound_must_lead_all_lost_time_by_more_than_a_near_tie():
     from gpuscope.analyze.classify import run_verdict
 
     def steps(compute, jitter):
@@ -205,6 +205,14 @@ def test_compute_bound_must_lead_a_lost_time_label_by_more_than_a_near_tie():
     # 55% compute against 45% lost to jitter: the healthy state is not earned
     assert run_verdict(steps(55, 45)).label == "jitter-bound"
     assert run_verdict(steps(75, 25)).label == "compute-bound"
+    # the lost time counts together: 56% compute against 30% jitter and 14% comm is not
+    # healthy, whichever way the 44% is split; the largest lost-time label is the verdict
+    three = pd.DataFrame({"step": [1, 2, 3], "label": ["compute-bound", "jitter-bound",
+                                                      "comm-bound"],
+                          "step_ns": [56, 30, 14], "w:compute-bound": [1.0, 0.0, 0.0],
+                          "w:jitter-bound": [0.0, 1.0, 0.0], "w:comm-bound": [0.0, 0.0, 1.0]})
+    assert run_verdict(three).label == "jitter-bound"
+    assert run_verdict(three.assign(step_ns=[72, 18, 10])).label == "compute-bound"
     # the rule only keeps compute-bound from winning a near tie, not other labels
     lost = steps(55, 45).assign(**{"w:compute-bound": [0.0, 0.0], "w:comm-bound": [1.0, 0.0]})
     assert run_verdict(lost).label == "comm-bound"

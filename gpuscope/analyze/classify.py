@@ -8,7 +8,10 @@ Per step, across ranks (a synchronous step is as slow as its slowest rank):
 Each share over its threshold is a candidate; the largest candidate is the label, the others are
 secondary; with no candidate the step is compute-bound. The run verdict is the label that holds
 the most step time, each step's time shared among its candidates in proportion to their shares;
-compute-bound, the healthy state, must lead the largest lost-time label by NEAR_TIE.
+compute-bound, the healthy state, must lead all lost time together (every other label's share
+summed) by NEAR_TIE; else the largest lost-time label is the verdict. Whether the run is healthy
+is decided before which problem it has, so how two sources split the same lost time between two
+labels (waiting judged jitter in one, transfer in the other) cannot flip it.
 
 Waiting makes a step imbalanced only when it follows a persistent pattern (consistency.py): the
 step's last rank is one that is late step after step, or a rank that always waits waited. Waiting
@@ -136,9 +139,11 @@ def run_verdict(steps: pd.DataFrame) -> Verdict:
         by = np.bincount(inv, step_ns, labels.size) / total
     best = int(by.argmax())
     if str(labels[best]) == COMPUTE and labels.size > 1:  # the healthy state must be earned:
-        # a lost-time label within a near tie of it wins
+        # it leads all the time lost together by more than a near tie, else the largest lost-time
+        # label wins (a same-run pair split compute 52% / lost 48% as jitter 38% + comm 6% in
+        # one source and jitter 32% + comm 11% in the other)
         rest = np.where(labels == COMPUTE, -1.0, by)
-        if by[best] - rest.max() < NEAR_TIE:
+        if by[best] - rest[rest > 0].sum() < NEAR_TIE:
             best = int(rest.argmax())
     label, share = str(labels[best]), float(by[best])
     conf = "high" if share >= 0.75 else "medium" if share >= 0.5 else "low"
