@@ -171,3 +171,26 @@ def test_time_blocked_in_a_collective_call_before_its_range_starts_is_exposed(tm
     assert one.comm_exposed_ns == 600 * US and one.compute_ns == 300 * US
     comm = read_path(path).comm
     assert comm.loc[comm["step"] == 1, "exposed_ns"].tolist() == [600 * US]
+
+
+def test_idle_until_an_issued_collective_ends_is_exposed(tmp_path):
+    # DDP on gloo, as a busy core made it: the training thread issues the all-reduce
+    # (c10d::allreduce_ 290-300, a call with no child: waiting), computes until 400, then waits
+    # in the reducer, in no op of its own, until gloo's range (starting late, 550-900) ends; it
+    # runs again at 905. All of 400-905 is the step waiting on communication, none of it
+    # "other"; the wait split's table gets it too. An idle stretch that ends long after any
+    # collective (950-1000) stays other.
+    events = [X("ProfilerStep#1", 0, 1000), X("ProfilerStep#2", 1000, 100),
+              X("aten::mm", 0, 290), X("c10d::allreduce_", 290, 10), X("aten::mm", 300, 100),
+              X("gloo:all_reduce", 550, 350, tid=2), X("aten::copy_", 905, 45)]
+    path = _write(tmp_path, events)
+    one = _rows(path)[1]
+    assert one.comm_exposed_ns == 515 * US
+    assert one.compute_ns == 435 * US and one.other_ns == 50 * US
+    comm = read_path(path).comm
+    assert comm.loc[comm["step"] == 1, "exposed_ns"].tolist() == [505 * US]
+    # without the collective call before the idle stretch, nothing says the thread waited
+    # for it (the thread idles, a collective issued elsewhere happens to end)
+    events[3] = X("aten::add", 290, 10)
+    one = _rows(_write(tmp_path, events, "rank-0b.pt.trace.json"))[1]
+    assert one.comm_exposed_ns == 350 * US and one.other_ns == 155 * US + 50 * US

@@ -243,9 +243,18 @@ def rank_rows(ev: RankEvents, rank: int, drop: frozenset = frozenset()):
                 busy = spans.subtract(ops, idle)
             else:
                 busy = ops
-            # a thread blocked in a collective call is communicating whether or not the
-            # collective's own range (on its backend's thread) has started: gloo runs a DDP
-            # bucket only when the one before it is done
+            csel = csel[ev.host_start[csel] >= lo]  # each collective in the step it started in
+            insts = [(ev.host_coll[j], int(ev.host_start[j]), int(ev.host_end[j]))
+                     for j in np.sort(csel[~host_p2p[csel]]).tolist()]
+            gaps = pending_gaps((np.array([lo], np.int64), np.array([hi], np.int64)),
+                                spans.union(ops, data_set), insts,
+                                wait_r.window(lo, hi)[0][0])
+            blocked = spans.union(blocked, gaps)
+            # a thread blocked in a collective call, or idle until a collective it issued ends
+            # (DDP's reducer waiting for the last bucket, in no op of its own), is communicating
+            # whether or not the collective's own range (on its backend's thread) has started:
+            # gloo runs a DDP bucket only when the one before it is done, and its thread may
+            # wait for a core
             comm = spans.union(comm, blocked)
             exposed = spans.subtract(comm, spans.union(busy, data_set))
             compute_ns = spans.length(spans.subtract(ops, spans.union(data_set, exposed)))
@@ -254,11 +263,8 @@ def rank_rows(ev: RankEvents, rank: int, drop: frozenset = frozenset()):
             data_ns = spans.length(data_set)
             host_ns = 0
             bubble_ns = spans.overlap(p2p_r.window(lo, hi)[0], exposed)
-            csel = csel[ev.host_start[csel] >= lo]  # each collective in the step it started in
-            insts = [(ev.host_coll[j], int(ev.host_start[j]), int(ev.host_end[j]))
-                     for j in np.sort(csel[~host_p2p[csel]]).tolist()]
             add_collectives(colls, sid, insts, lambda u, x=exposed: spans.overlap(u, x),
-                            blocks=_blocks(waiting, blocked))
+                            blocks=_blocks(waiting, blocked) + _blocks(gaps, gaps))
         data_ns = min(data_ns, step_ns)
         exposed_ns = max(0, min(exposed_ns, step_ns - data_ns))
         compute_ns = max(0, min(compute_ns, step_ns - data_ns - exposed_ns))
@@ -275,6 +281,28 @@ def rank_rows(ev: RankEvents, rank: int, drop: frozenset = frozenset()):
                      "data_cpu_ns": -1,  # unknown: a trace does not say whether loading used CPU
                      "host_ns": host_ns, "bubble_ns": bubble_ns, "microbatches": micro})
     return rows, colls, warnings
+
+
+#: how soon after a collective ends the thread waiting for it runs again (a busy core delays it)
+RESUME_NS = 2_000_000
+
+
+def pending_gaps(window, work, insts: list, issued):
+    """The stretches of `window` where the training thread runs nothing (no op, no data wait:
+    `work`) from after it issued a collective (a collective call starts before the stretch:
+    `issued`, the starts of its wait ranges) until a collective ends, the thread running again
+    within RESUME_NS of that end: it was waiting for the collective (CPU traces, where DDP's
+    reducer waits for its buckets in no op of its own)."""
+    gs, ge = spans.subtract(window, work)
+    ends = np.sort(np.array([b for _, _, b in insts], np.int64))
+    if not gs.size or not ends.size or not np.size(issued):
+        return spans.merge(gs[:0], ge[:0])
+    first_issue = int(np.min(issued))
+    # the last collective end within the gap, and how long before the gap's end it was
+    at = np.searchsorted(ends, ge, "right") - 1
+    last = np.where(at >= 0, ends[at.clip(min=0)], -1)
+    keep = (gs >= first_issue) & (last > gs) & (ge - last <= RESUME_NS)
+    return gs[keep], ge[keep]
 
 
 def _blocks(waiting, blocked) -> list:
