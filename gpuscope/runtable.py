@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 if TYPE_CHECKING:
-    from .report import GpuBreakdown
+    from .breakdown import GpuBreakdown
 
 #: columns every reader fills (integer ns unless noted); readers may add more
 TIME_COLUMNS = ("step_ns", "data_ns", "compute_ns", "comm_ns", "comm_exposed_ns", "wait_ns",

@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..report import Jitter, StepResult, Verdict
+from ..results import Jitter, StepResult, Verdict
 from ..runtable import shares
 from ..thresholds import Thresholds
 from ..vocab import (COMM, COMPUTE, DATA, HOST, IMBALANCED, JITTER, JITTER_BOUND, MODERATE_DATA,

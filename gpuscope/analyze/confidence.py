@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from ..report import Verdict
+from ..results import Verdict
 from ..thresholds import Thresholds
 from ..vocab import COMM, COMPUTE, DATA, HOST, IMBALANCED, JITTER_BOUND, PIPELINE
 from .classify import NEAR_TIE

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..report import Suggestion
+from ..results import Suggestion
 from ..runtable import RunTable
 from ..vocab import MS
 

@@ -22,7 +22,7 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
-from ..report import Report, Suggestion
+from ..results import ReportData, Suggestion
 from ..vocab import COMM, DATA, HOST, IMBALANCED, JITTER_BOUND, MS, PIPELINE
 from .whatif import HIDDEN_COST
 
@@ -173,7 +173,7 @@ def bound_suggestions(suggestions: list[Suggestion], typical, frame: pd.DataFram
     return out, warnings
 
 
-def violations(report: Report) -> list[str]:
+def violations(report: ReportData) -> list[str]:
     """What in a finished report does not add up (3.); empty when all holds. Pure."""
     out = []
     eps = 0.01  # % rounding

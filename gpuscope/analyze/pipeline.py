@@ -8,7 +8,8 @@ import numpy as np
 import pandas as pd
 
 from ..errors import InputError
-from ..report import RankResult, Report
+from ..report import Report
+from ..results import RankResult
 from ..runtable import RunTable, key_parts
 from ..thresholds import Thresholds
 from ..vocab import COMPUTE, COMPUTE_PHASES, LABELS, PARTS, PIPELINE

@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from ..report import PipelineResult, StageResult, Suggestion
+from ..results import PipelineResult, StageResult, Suggestion
 from ..runtable import RunTable
 from ..vocab import MS, PIPELINE
 from .layout import Layout

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..report import Jitter, Straggler, Suggestion
+from ..results import Jitter, Straggler, Suggestion
 from ..thresholds import Thresholds
 from ..vocab import COMM, DATA, HOST, IMBALANCED, JITTER_BOUND, MS
 from . import whatif

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 
 from ..record_format import throttle_names
-from ..report import TelemetrySummary
+from ..results import TelemetrySummary
 
 
 def summarize(tel: pd.DataFrame) -> dict[int, TelemetrySummary]:

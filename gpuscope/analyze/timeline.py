@@ -24,7 +24,7 @@ from .cycles import cycle_ends, group_cycles
 from .wait import estimate_wait
 
 if TYPE_CHECKING:
-    from ..report import Report
+    from ..results import ReportData
     from ..runtable import RunTable
 
 
@@ -46,7 +46,7 @@ def record_sync_points(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.
     return frame["rank"].to_numpy()[sync], frame["step"].to_numpy()[sync], end[sync]
 
 
-def _results(report: "Report", frame: pd.DataFrame) -> list:
+def _results(report: "ReportData", frame: pd.DataFrame) -> list:
     """Per row, the StepResult of the step it belongs to (with accumulation: its optimizer
     step), or None when the analysis left the step out."""
     by_step = {s.step: s for s in report.steps}
@@ -57,7 +57,7 @@ def _results(report: "Report", frame: pd.DataFrame) -> list:
     return [by_step.get(s) for s in mapping["cycle_step"].tolist()]
 
 
-def timeline(table: "RunTable", report: "Report") -> Timeline:
+def timeline(table: "RunTable", report: "ReportData") -> Timeline:
     """The rows to draw for `table` (as read) analysed into `report`."""
     if table.source == "record":
         frame = estimate_wait(table.frame, [], table.comm)

@@ -24,7 +24,7 @@ from ..runtable import shares
 from ..vocab import LABEL_COLORS, MS, STACK_COLORS
 
 if TYPE_CHECKING:
-    from ..report import Report
+    from ..results import ReportData
 
 MAX_HEAT_RANKS = 256
 MAX_HEAT_STEPS = 400
@@ -47,13 +47,13 @@ def _parts_ms(frame: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _stack(report: Report) -> dict[str, str]:
+def _stack(report: ReportData) -> dict[str, str]:
     """The stacked parts drawn, with their colours (the bubble only for pipeline runs)."""
     bubble = any(r.bubble_ns or r.bubble_pct for r in report.ranks)
     return {p: c for p, c in STACK_COLORS.items() if p != "bubble" or bubble}
 
 
-def _step_views(report: Report) -> dict[str, pd.DataFrame]:
+def _step_views(report: ReportData) -> dict[str, pd.DataFrame]:
     """Per-step parts (ms) for the dropdown: slowest rank, median, stragglers and slow ranks."""
     if report.table is None:  # read back from JSON: the steps' own shares
         st = report.steps
@@ -81,7 +81,7 @@ def _step_views(report: Report) -> dict[str, pd.DataFrame]:
     return views
 
 
-def step_bars(report: Report):
+def step_bars(report: ReportData):
     """Stacked per-step bars for a few views, one dropdown; label strip underneath."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
@@ -152,7 +152,7 @@ def _binned(frame: pd.DataFrame, column: str,
     return z.astype(np.float32), ylab, xlab  # float32: half the bytes of the embedded data
 
 
-def heatmap(report: Report):
+def heatmap(report: ReportData):
     if report.table is None:
         return None
     import plotly.graph_objects as go
@@ -181,7 +181,7 @@ def heatmap(report: Report):
     return fig
 
 
-def rank_bars(report: Report):
+def rank_bars(report: ReportData):
     import plotly.graph_objects as go
 
     ranks = report.ranks
@@ -198,7 +198,7 @@ def rank_bars(report: Report):
     return fig
 
 
-def phase_bars(report: Report):
+def phase_bars(report: ReportData):
     """Per rank: forward, backward, optimizer and each kind of collective, mean ms per step."""
     ranks = report.ranks
     phases = [p for p in ("forward", "backward", "optimizer") if any(p in r.phases_pct
@@ -226,7 +226,7 @@ def phase_bars(report: Report):
     return fig
 
 
-def stage_bars(report: Report):
+def stage_bars(report: ReportData):
     """Per pipeline stage: busy, waiting on the previous and on the next stage, median ms."""
     p = report.pipeline
     if p is None:
@@ -265,7 +265,7 @@ def stage_bars(report: Report):
     return fig
 
 
-def gpu_breakdown_bars(report: Report):
+def gpu_breakdown_bars(report: ReportData):
     import plotly.graph_objects as go
 
     gb = {r.rank: r.gpu_breakdown.to_dict() for r in report.ranks if r.gpu_breakdown is not None}
@@ -287,7 +287,7 @@ def gpu_breakdown_bars(report: Report):
     return fig
 
 
-def telemetry_lines(report: Report):
+def telemetry_lines(report: ReportData):
     tel = report.table.telemetry if report.table is not None else None
     if tel is None or len(tel) == 0:
         return None
@@ -309,13 +309,13 @@ def telemetry_lines(report: Report):
 
 
 # ------------------------------------------------------------------------------ page
-def _steps_text(report: Report) -> str:
+def _steps_text(report: ReportData) -> str:
     micro = report.knobs.get("sync_interval") or 1
     n = len(report.steps)
     return f"{n} optimizer steps of {micro} micro-steps" if micro > 1 else f"{n} steps"
 
 
-def _layout_html(report: Report) -> str:
+def _layout_html(report: ReportData) -> str:
     groups = report.layout.get("groups") or []
     chains = report.layout.get("pipelines") or []
     items = [f"<li>process group {esc(g['name'])}: ranks {esc(', '.join(map(str, g['ranks'])))}"
@@ -345,7 +345,7 @@ def _layout_html(report: Report) -> str:
     return f'<h2>Layout</h2><ul id="layout">{"".join(items)}</ul>' if items else ""
 
 
-def _summary_html(report: Report) -> str:
+def _summary_html(report: ReportData) -> str:
     v = report.verdict
     color = LABEL_COLORS.get(v.label, "#333")
     out = [f'<h1>gpuscope <small>{esc(report.source)}: {esc(report.path)}</small></h1>',
@@ -410,7 +410,7 @@ border-radius:4px;text-transform:uppercase;font-weight:bold}.gain{color:#2e7d32}
 .why{color:#555;font-size:14px}.panel{margin-top:18px}li{margin-bottom:6px}"""
 
 
-def figures(report: Report) -> list[tuple[str, object]]:
+def figures(report: ReportData) -> list[tuple[str, object]]:
     """(div id, plotly figure) of every panel the report has data for."""
     figs = (("panel-steps", step_bars(report)), ("panel-heatmap", heatmap(report)),
             ("panel-ranks", rank_bars(report)), ("panel-stages", stage_bars(report)),
@@ -420,7 +420,7 @@ def figures(report: Report) -> list[tuple[str, object]]:
     return [(pid, fig) for pid, fig in figs if fig is not None]
 
 
-def render(report: Report, *, plotlyjs: str = "inline") -> str:
+def render(report: ReportData, *, plotlyjs: str = "inline") -> str:
     """The dashboard page. plotlyjs: "inline" (self-contained, offline) or a script URL/path
     (shared plotly.js, for a folder of dashboards)."""
     import plotly.io as pio

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..report import Report
+    from ..results import ReportData
 
 
-def render(report: Report) -> bytes:
+def render(report: ReportData) -> bytes:
     import orjson
 
     return orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2)

@@ -15,7 +15,7 @@ from ..vocab import MS
 if TYPE_CHECKING:
     import pandas as pd
 
-    from ..report import Report
+    from ..results import ReportData
 
 #: time columns of the analysed table, exported in ms as <name>_ms
 TIMES = ("step", "data", "compute", "comm", "comm_exposed", "wait", "other", "forward",
@@ -26,7 +26,7 @@ KNOBS = {"batch_size": "Int64", "num_workers": "Int64", "sync_interval": "Int64"
          "param_dtype": "string", "comm_hook": "string"}
 
 
-def step_table(report: "Report") -> "pd.DataFrame":
+def step_table(report: "ReportData") -> "pd.DataFrame":
     """The table a Parquet export holds (a pandas DataFrame)."""
     import pandas as pd
 
@@ -67,7 +67,7 @@ def step_table(report: "Report") -> "pd.DataFrame":
     return out.reset_index(drop=True)
 
 
-def write(report: "Report", path: str) -> int:
+def write(report: "ReportData", path: str) -> int:
     """Write the table to `path` (Parquet); returns the number of rows."""
     try:
         import pyarrow as pa

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from ..analyze.timeline import Timeline
-    from ..report import Report
+    from ..results import ReportData
     from ..runtable import RunTable
 
 LAYOUT = ("parts laid out in the order a step runs them (between, data, forward, backward, "
@@ -80,7 +80,7 @@ def _step_args(row: dict, result, micro: int | None = None) -> dict:
     return args
 
 
-def record_events(table: "RunTable", report: "Report", tl: "Timeline") -> tuple[list[dict], dict]:
+def record_events(table: "RunTable", report: "ReportData", tl: "Timeline") -> tuple[list[dict], dict]:
     """Trace events of a recorded run (micro-steps as recorded, all of them) and the metadata."""
     frame, results, offsets = tl.frame, tl.results, tl.offsets
     hosts = {r: info.host for r, info in table.ranks.items()}
@@ -185,7 +185,7 @@ def _load(path: str) -> dict:
     return doc
 
 
-def kineto_events(table: "RunTable", report: "Report", tl: "Timeline",
+def kineto_events(table: "RunTable", report: "ReportData", tl: "Timeline",
                   files: list[str]) -> tuple[list, dict, list]:
     """The ranks' own events, merged, plus a gpuscope step track per rank; (events, metadata,
     warnings)."""
@@ -247,7 +247,7 @@ def kineto_events(table: "RunTable", report: "Report", tl: "Timeline",
     return ev, meta, warnings
 
 
-def write(report: "Report", table: "RunTable", tl: "Timeline", path: str,
+def write(report: "ReportData", table: "RunTable", tl: "Timeline", path: str,
           files: list[str] | None = None) -> dict:
     """Write the timeline of `tl` (analyze/timeline.py) to `path` (.gz: gzip); returns
     {"events", "ranks", "warnings"}."""

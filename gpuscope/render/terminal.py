@@ -15,7 +15,7 @@ PHASE_HEADS = {"forward": "fwd", "backward": "bwd", "optimizer": "opt"}
 from ._console import text_console
 
 if TYPE_CHECKING:
-    from ..report import RankResult, Report
+    from ..results import RankResult, ReportData
 
 MAX_RANK_ROWS = 16
 
@@ -30,7 +30,7 @@ def _pct(share: float, digits: int = 3) -> float:
     return round(100 * share, digits)
 
 
-def render(report: Report, *, width: int | None = None, color: bool = False) -> str:
+def render(report: ReportData, *, width: int | None = None, color: bool = False) -> str:
     """The report as text, `width` columns wide (the terminal's, else 100); ANSI colours if
     `color`."""
     console, buf = text_console(width, color)
@@ -38,7 +38,7 @@ def render(report: Report, *, width: int | None = None, color: bool = False) -> 
     return buf.getvalue()
 
 
-def write(report: Report, console: Console) -> None:
+def write(report: ReportData, console: Console) -> None:
     """Print the report on a rich Console."""
     _header(report, console)
     _rank_table(report, console)
@@ -59,7 +59,7 @@ def write(report: Report, console: Console) -> None:
         console.print(Text.assemble(("warning:", "yellow"), f" {w}"))
 
 
-def _header(report: Report, console: Console) -> None:
+def _header(report: ReportData, console: Console) -> None:
     v = report.verdict
     head = Text()
     head.append("gpuscope ", style="bold")
@@ -116,7 +116,7 @@ def _phase_cell(r: RankResult, phase: str) -> str:
     return f"{_share_ms(r, r.phases_pct[phase]):.1f}"
 
 
-def _rank_table(report: Report, console: Console) -> None:
+def _rank_table(report: ReportData, console: Console) -> None:
     ranks = report.ranks
     step_w = max([4] + [len(f"{_ms(_mean_ns(r)):.1f}") for r in ranks])
     cols = _parts(ranks)
@@ -148,7 +148,7 @@ def _rank_table(report: Report, console: Console) -> None:
         console.print(f"[dim]{len(ranks) - len(shown)} more ranks in the JSON report[/dim]")
 
 
-def _comm_and_other(report: Report, console: Console) -> None:
+def _comm_and_other(report: ReportData, console: Console) -> None:
     """Collectives by kind, and what "other" holds where gpuscope can tell."""
     ranks = report.ranks
     kinds = sorted({k for r in ranks for k in r.comm_by_kind})
@@ -180,7 +180,7 @@ def _interesting(ranks: list[RankResult], stragglers: set) -> list[RankResult]:
     return [r for r in ranks if r.rank in keep]
 
 
-def _gpu_tables(report: Report, console: Console) -> None:
+def _gpu_tables(report: ReportData, console: Console) -> None:
     with_gb = [r for r in report.ranks if r.gpu_breakdown is not None][:MAX_RANK_ROWS]
     if with_gb:
         gt = Table(title="GPU time (HTA-compatible, % of kernel time)", title_justify="left")
@@ -206,7 +206,7 @@ def _gpu_tables(report: Report, console: Console) -> None:
         console.print(tt)
 
 
-def _layout(report: Report, console: Console) -> None:
+def _layout(report: ReportData, console: Console) -> None:
     groups = report.layout.get("groups") or []
     chains = report.layout.get("pipelines") or []
     if not groups and not chains:
@@ -220,7 +220,7 @@ def _layout(report: Report, console: Console) -> None:
     console.print(Text("Layout: " + "; ".join(parts)))
 
 
-def _dataparallel(report: Report, console: Console) -> None:
+def _dataparallel(report: ReportData, console: Console) -> None:
     dp = report.dataparallel
     if not dp.get("forward_ms"):
         return
@@ -234,7 +234,7 @@ def _dataparallel(report: Report, console: Console) -> None:
            if mem else "")))
 
 
-def _pipeline(report: Report, console: Console) -> None:
+def _pipeline(report: ReportData, console: Console) -> None:
     p = report.pipeline
     if p is None:
         return
@@ -260,7 +260,7 @@ def _pipeline(report: Report, console: Console) -> None:
     console.print(t)
 
 
-def _stragglers(report: Report, console: Console) -> None:
+def _stragglers(report: ReportData, console: Console) -> None:
     if report.stragglers:
         for s in report.stragglers:
             where = f" on {s.host}" if s.host else ""
@@ -282,7 +282,7 @@ def _stragglers(report: Report, console: Console) -> None:
         console.print(Text(note, style="yellow"))
 
 
-def _suggestions(report: Report, console: Console) -> None:
+def _suggestions(report: ReportData, console: Console) -> None:
     if not report.suggestions:
         return
     console.print(Text("\nSuggestions (what fixes the verdict first, then by estimated gain)",

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...report import GpuBreakdown
+from ...breakdown import GpuBreakdown
 from . import spans
 from .events import COMM, COMPUTE, STEP, RankEvents
 

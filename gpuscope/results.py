@@ -1,0 +1,451 @@
+"""The typed result of an analysis as data (Verdict, StepResult, RankResult, Straggler,
+Suggestion, ..., ReportData) and its stable JSON form (`to_dict` / `from_dict`). Renderers and the
+analysis import these; `report.Report` adds the ways out.
+
+Times inside are integer (or median) nanoseconds and shares are fractions 0..1 unless a field
+says `_pct`; the JSON form uses ms and % (DESIGN.md keys). `from_dict(to_dict())` gives back an
+equal report, less the rank x step table (`table`), which the JSON does not carry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import TYPE_CHECKING
+
+from .breakdown import GpuBreakdown
+from .errors import InputError
+from .thresholds import Thresholds
+from .vocab import COMPUTE_PHASES, JITTER, MS, PARTS
+
+if TYPE_CHECKING:  # the table needs pandas; a Report read from JSON has none
+    from .runtable import RunTable
+
+SCHEMA = "gpuscope.report/1"
+
+
+def _r3(x) -> float:
+    return round(float(x), 3)
+
+
+def _ns(ms) -> int:
+    return int(round(float(ms) * MS))
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The run's label: the one that holds the most step time."""
+
+    label: str
+    share: float          # share of total step time carried by steps with that label
+    confidence: str       # high / medium / low: the share, capped by evidence (confidence.py)
+    time_by_label: dict   # label -> share of step time
+    evidence: tuple = ()  # what in the input limits the confidence, one line each
+
+
+@dataclass(frozen=True)
+class Jitter:
+    """Waiting in steps where the late rank changes from step to step (no consistent straggler)."""
+
+    steps_share: float = 0.0   # share of step time in those steps
+    wait_share: float = 0.0    # share of step time lost waiting in them
+
+    def note(self) -> str:
+        """One line on it ("" when it costs under 1% of step time)."""
+        d = self.to_dict()
+        if d["wait_pct"] < 1:
+            return ""
+        return (f"Rank jitter: {d['wait_pct']:.1f}% of step time is spent waiting in steps where "
+                f"the late rank changes from step to step ({d['steps_time_pct']:.0f}% of step "
+                "time): no consistent straggler")
+
+    def to_dict(self) -> dict:
+        return {"steps_time_pct": round(100 * self.steps_share, 2),
+                "wait_pct": round(100 * self.wait_share, 2)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Jitter":
+        return cls(d["steps_time_pct"] / 100, d["wait_pct"] / 100)
+
+
+@dataclass(frozen=True)
+class TelemetrySummary:
+    """One rank's NVML samples summed up."""
+
+    samples: int
+    util_pct: float            # mean utilization
+    mem_used_max_pct: float    # peak memory in use, % of the device's
+    power_w: float             # mean power
+    sm_clock_mhz: float        # mean SM clock
+    sm_clock_min_mhz: int
+    temp_max_c: int
+    throttle: tuple[str, ...]  # throttle reasons seen (idle excluded)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["throttle"] = list(self.throttle)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TelemetrySummary":
+        return cls(**{**d, "throttle": tuple(d.get("throttle", ()))})
+
+
+@dataclass
+class Straggler:
+    """A rank the others wait for, consistently."""
+
+    rank: int
+    slow_steps_share: float     # share of imbalanced steps in which it arrived last
+    excess_ns: int              # median busy time (step - wait) above the median rank
+    cause: str                  # "data" | "compute" | "other"
+    cause_detail: str = ""      # e.g. "backward" when the compute excess sits there
+    cause_excess_ns: int = 0
+    host: str = ""
+    telemetry: str = ""         # what its GPU shows against the others (NVML), if anything
+    group: list = field(default_factory=list)  # the ranks it makes wait (its process group)
+
+    @property
+    def part(self) -> str:
+        return f"{self.cause} ({self.cause_detail})" if self.cause_detail else self.cause
+
+    def to_dict(self) -> dict:
+        return {"rank": self.rank, "host": self.host,
+                "slow_steps_pct": round(100 * self.slow_steps_share, 1),
+                "excess_ms": _r3(self.excess_ns / MS), "cause": self.cause,
+                "cause_detail": self.cause_detail, "telemetry": self.telemetry,
+                **({"group": list(self.group)} if self.group else {})}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Straggler":
+        return cls(d["rank"], d["slow_steps_pct"] / 100, _ns(d["excess_ms"]), d["cause"],
+                   d.get("cause_detail", ""), host=d.get("host", ""),
+                   telemetry=d.get("telemetry", ""), group=list(d.get("group", [])))
+
+
+@dataclass(frozen=True)
+class StageResult:
+    """One pipeline stage (a rank with point-to-point communication), median ns per step."""
+
+    rank: int
+    stage: int | None          # index in its pipeline (None: unknown order, profiler traces)
+    pipeline: int | None       # which pipeline (replica) it belongs to
+    step_ns: float
+    busy_ns: float             # step minus waiting on other ranks and on other stages
+    compute_ns: float
+    wait_prev_ns: float        # blocked on the previous stage (its activations)
+    wait_next_ns: float        # blocked on the next stage (its gradients)
+    bubble_ns: float           # all point-to-point waiting (the two above, or without peers)
+    microbatches: int | None   # forward calls per step
+
+    def to_dict(self) -> dict:
+        d = {"rank": self.rank, "stage": self.stage, "pipeline": self.pipeline}
+        for k in ("step", "busy", "compute", "wait_prev", "wait_next", "bubble"):
+            d[f"{k}_ms"] = _r3(getattr(self, f"{k}_ns") / MS)
+        d["bubble_pct"] = round(100 * self.bubble_ns / max(self.step_ns, 1.0), 2)
+        d["microbatches"] = self.microbatches
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "StageResult":
+        ns = {f"{k}_ns": d[f"{k}_ms"] * MS
+              for k in ("step", "busy", "compute", "wait_prev", "wait_next", "bubble")}
+        return cls(d["rank"], d.get("stage"), d.get("pipeline"), microbatches=d.get("microbatches"),
+                   **ns)
+
+
+@dataclass(frozen=True)
+class PipelineResult:
+    """Pipeline parallelism: per stage its busy time and waiting, the bubble against the
+    schedule's ideal, and the slowest stage."""
+
+    stages: tuple[StageResult, ...]
+    n_stages: int
+    microbatches: int | None
+    bubble_share: float          # mean over stages of bubble / step
+    ideal_bubble_share: float | None   # (S - 1) / (M + S - 1): GPipe and 1F1B, balanced stages
+    slowest_rank: int
+    imbalance: float             # busiest stage's busy over the mean stage's (over replicas)
+
+    def slowest(self) -> StageResult:
+        return next(s for s in self.stages if s.rank == self.slowest_rank)
+
+    def to_dict(self) -> dict:
+        return {"stages": [s.to_dict() for s in self.stages], "n_stages": self.n_stages,
+                "microbatches": self.microbatches,
+                "bubble_pct": round(100 * self.bubble_share, 2),
+                "ideal_bubble_pct": (round(100 * self.ideal_bubble_share, 2)
+                                     if self.ideal_bubble_share is not None else None),
+                "slowest_rank": self.slowest_rank, "imbalance": round(self.imbalance, 3)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "PipelineResult":
+        ideal = d.get("ideal_bubble_pct")
+        return cls(tuple(StageResult.from_dict(s) for s in d["stages"]), d["n_stages"],
+                   d.get("microbatches"), d["bubble_pct"] / 100,
+                   ideal / 100 if ideal is not None else None, d["slowest_rank"], d["imbalance"])
+
+
+@dataclass
+class Suggestion:
+    """One change to make: the knob, its current and proposed value, the step time expected."""
+
+    knob: str
+    current: object
+    proposed: object
+    estimated_step_ms: float
+    why: str
+    addresses: str            # the label it fixes
+    gain_pct: float = 0.0     # throughput gain (samples/s) the estimate implies
+    #: (lo, hi) ms: where the step time should land given what the estimate had to assume
+    estimated_step_ms_range: tuple[float, float] | None = None
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["estimated_step_ms"] = _r3(self.estimated_step_ms)
+        rng = self.estimated_step_ms_range
+        d["estimated_step_ms_range"] = None if rng is None else [_r3(rng[0]), _r3(rng[1])]
+        d["gain_pct"] = round(float(self.gain_pct), 1)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Suggestion":
+        kw = {f.name: d[f.name] for f in fields(cls) if f.name in d}
+        if kw.get("estimated_step_ms_range") is not None:
+            kw["estimated_step_ms_range"] = tuple(kw["estimated_step_ms_range"])
+        return cls(**kw)
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """One step across ranks (a synchronous step is as slow as its slowest rank)."""
+
+    step: int                     # with accumulation: the optimizer step's last micro-step
+    label: str
+    step_ns: int                  # the slowest rank's
+    data_share: float             # mean over ranks of data / step
+    comm_share: float             # mean over ranks of exposed transfer / step
+    wait_share: float             # max over ranks of wait / step
+    compute_share: float          # mean over ranks of compute / step
+    secondary: tuple[str, ...] = ()
+    micro_steps: int = 1          # micro-steps (rec.step() calls) in this optimizer step
+    host_share: float = 0.0       # mean over ranks of GPU-waits-on-host / step (GPU traces)
+    bubble_share: float = 0.0     # max over ranks of waiting on another pipeline stage / step
+
+    @property
+    def jitter(self) -> bool:
+        return JITTER in self.secondary
+
+    def to_dict(self) -> dict:
+        d = {"step": self.step, "label": self.label, "step_ms": _r3(self.step_ns / MS),
+             "data_pct": _r3(100 * self.data_share),
+             "comm_exposed_pct": _r3(100 * self.comm_share),
+             "wait_pct": _r3(100 * self.wait_share),
+             "compute_pct": _r3(100 * self.compute_share), "secondary": list(self.secondary)}
+        if self.micro_steps != 1:
+            d["micro_steps"] = self.micro_steps
+        if self.host_share:
+            d["host_pct"] = _r3(100 * self.host_share)
+        if self.bubble_share:
+            d["bubble_pct"] = _r3(100 * self.bubble_share)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "StepResult":
+        return cls(d["step"], d["label"], _ns(d["step_ms"]), d["data_pct"] / 100,
+                   d["comm_exposed_pct"] / 100, d["wait_pct"] / 100, d["compute_pct"] / 100,
+                   tuple(d.get("secondary", ())), d.get("micro_steps", 1),
+                   d.get("host_pct", 0.0) / 100, d.get("bubble_pct", 0.0) / 100)
+
+
+@dataclass(frozen=True)
+class RankResult:
+    """One rank over the analysed steps: the median ns of each part (`<part>_ns`), each part's
+    share of the rank's summed step time in % (`<part>_pct`), the mean step, and where known the
+    compute phases, collectives by kind (mean ns per step) and what "other" holds."""
+
+    rank: int
+    host: str
+    steps: int
+    step_ns: float
+    data_ns: float
+    compute_ns: float
+    comm_ns: float
+    comm_exposed_ns: float
+    wait_ns: float
+    other_ns: float
+    data_pct: float
+    compute_pct: float
+    comm_pct: float
+    comm_exposed_pct: float
+    wait_pct: float
+    other_pct: float
+    telemetry: TelemetrySummary | None = None
+    gpu_breakdown: GpuBreakdown | None = None
+    step_mean_ns: float = 0.0
+    phases_ns: dict = field(default_factory=dict)   # forward / backward / optimizer: median ns
+    phases_pct: dict = field(default_factory=dict)  # and share of step time, %
+    comm_by_kind: dict = field(default_factory=dict)  # kind -> mean ns per step
+    between_pct: float | None = None  # share of step time between rec.step() and the next step
+    host_pct: float | None = None     # share of step time the GPU waited on the host to launch
+    bubble_ns: float = 0.0   # median exposed point-to-point wait (a pipeline stage's bubble)
+    bubble_pct: float = 0.0
+
+    def part_ns(self, part: str) -> float:
+        return getattr(self, f"{part}_ns")
+
+    def part_pct(self, part: str) -> float:
+        return getattr(self, f"{part}_pct")
+
+    def mean_ms(self, part: str) -> float:
+        """Mean ms per step of a part (its share of the mean step)."""
+        return self.step_mean_ns * self.part_pct(part) / 100 / MS
+
+    @property
+    def transfer_ns(self) -> float:
+        """Median exposed communication that is moving bytes, not waiting."""
+        return max(self.comm_exposed_ns - self.wait_ns - self.bubble_ns, 0.0)
+
+    def to_dict(self) -> dict:
+        d = {"rank": self.rank, "host": self.host, "steps": self.steps,
+             "step_ms": _r3(self.step_ns / MS)}
+        for part in PARTS:
+            d[f"{part}_ms"] = _r3(self.part_ns(part) / MS)
+            d[f"{part}_pct"] = _r3(self.part_pct(part))
+        if self.step_mean_ns:
+            d["step_mean_ms"] = _r3(self.step_mean_ns / MS)
+        for phase, ns in self.phases_ns.items():
+            d[f"{phase}_ms"] = _r3(ns / MS)
+            d[f"{phase}_pct"] = _r3(self.phases_pct.get(phase, 0.0))
+        if self.comm_by_kind:
+            d["comm_by_kind"] = {k: _r3(v / MS) for k, v in self.comm_by_kind.items()}
+        if self.between_pct is not None:
+            d["between_pct"] = _r3(self.between_pct)
+        if self.host_pct is not None:
+            d["host_pct"] = _r3(self.host_pct)
+        if self.bubble_ns or self.bubble_pct:
+            d["bubble_ms"] = _r3(self.bubble_ns / MS)
+            d["bubble_pct"] = _r3(self.bubble_pct)
+        if self.telemetry is not None:
+            d["telemetry"] = self.telemetry.to_dict()
+        if self.gpu_breakdown is not None:
+            d["gpu_breakdown"] = self.gpu_breakdown.to_dict()
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "RankResult":
+        parts = {f"{p}_ns": d[f"{p}_ms"] * MS for p in PARTS}
+        pcts = {f"{p}_pct": d[f"{p}_pct"] for p in PARTS}
+        tel, gb = d.get("telemetry"), d.get("gpu_breakdown")
+        phases = [p for p in COMPUTE_PHASES if f"{p}_ms" in d]
+        return cls(d["rank"], d.get("host", ""), d["steps"], d["step_ms"] * MS, **parts, **pcts,
+                   telemetry=TelemetrySummary.from_dict(tel) if tel else None,
+                   gpu_breakdown=GpuBreakdown.from_dict(gb) if gb else None,
+                   step_mean_ns=d.get("step_mean_ms", 0.0) * MS,
+                   phases_ns={p: d[f"{p}_ms"] * MS for p in phases},
+                   phases_pct={p: d.get(f"{p}_pct", 0.0) for p in phases},
+                   comm_by_kind={k: v * MS for k, v in d.get("comm_by_kind", {}).items()},
+                   between_pct=d.get("between_pct"), host_pct=d.get("host_pct"),
+                   bubble_ns=d.get("bubble_ms", 0.0) * MS, bubble_pct=d.get("bubble_pct", 0.0))
+
+
+@dataclass
+class ReportData:
+    """What an analysis found, as data: renderers read these fields; `to_dict` is the JSON
+    contract. `gpuscope.Report` adds the ways out (print, write_json, write_html)."""
+
+    source: str                     # "record" | "kineto"
+    path: str
+    world_size: int
+    verdict: Verdict
+    steps: list[StepResult]
+    ranks: list[RankResult]
+    stragglers: list[Straggler]
+    suggestions: list[Suggestion]
+    thresholds: Thresholds          # as applied (warm-up steps resolved for the source)
+    jitter: Jitter = field(default_factory=Jitter)
+    knobs: dict = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    early_ranks: list[int] = field(default_factory=list)  # ranks that wait for all others
+    layout: dict = field(default_factory=dict)  # process groups and pipelines (layout.Layout)
+    pipeline: PipelineResult | None = None
+    dataparallel: dict = field(default_factory=dict)  # nn.DataParallel per device (ms, GB)
+    #: ranks that stopped before the others (analyze/stopped.py), and ranks with no data
+    stopped_ranks: list[dict] = field(default_factory=list)
+    missing_ranks: list[int] = field(default_factory=list)
+    #: the analysed rank x step table (with wait and telemetry joined); None when read from JSON
+    table: RunTable | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def straggler_ranks(self) -> list[int]:
+        return [s.rank for s in self.stragglers]
+
+    def to_dict(self) -> dict:
+        """The JSON report (DESIGN.md keys; times in ms, shares in %)."""
+        d = {
+            "schema": SCHEMA, "source": self.source, "path": self.path,
+            "world_size": int(self.world_size),
+            "ranks_analysed": len(self.ranks),
+            "steps_analysed": len(self.steps),
+            "verdict": self.verdict.label,
+            "verdict_share": round(self.verdict.share, 4),
+            "confidence": self.verdict.confidence,
+            "confidence_why": list(self.verdict.evidence),
+            "time_by_label": self.verdict.time_by_label,
+            "stragglers": self.straggler_ranks,
+            "straggler_details": [s.to_dict() for s in self.stragglers],
+            "jitter": self.jitter.to_dict(),
+            "steps": [s.to_dict() for s in self.steps],
+            "ranks": [r.to_dict() for r in self.ranks],
+            "suggestions": [s.to_dict() for s in self.suggestions],
+            "knobs": self.knobs,
+            "thresholds": self.thresholds.to_dict(),
+            "warnings": list(self.warnings),
+        }
+        if self.early_ranks:
+            d["early_ranks"] = list(self.early_ranks)
+        if self.layout:
+            d["layout"] = self.layout
+        if self.pipeline is not None:
+            d["pipeline"] = self.pipeline.to_dict()
+        if self.dataparallel:
+            d["dataparallel"] = self.dataparallel
+        if self.stopped_ranks:
+            d["stopped_ranks"] = [dict(s) for s in self.stopped_ranks]
+        if self.missing_ranks:
+            d["missing_ranks"] = list(self.missing_ranks)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ReportData":
+        """Read back a saved JSON report (`to_dict`'s form)."""
+        if not isinstance(d, dict) or d.get("schema") != SCHEMA:
+            got = d.get("schema") if isinstance(d, dict) else type(d).__name__
+            raise InputError(f"not a {SCHEMA} JSON report (schema {got!r})")
+        try:
+            verdict = Verdict(d["verdict"], d["verdict_share"], d["confidence"],
+                              dict(d["time_by_label"]), tuple(d.get("confidence_why", ())))
+            return cls(
+                d["source"], d["path"], d["world_size"], verdict,
+                [StepResult.from_dict(s) for s in d["steps"]],
+                [RankResult.from_dict(r) for r in d["ranks"]],
+                [Straggler.from_dict(s) for s in d["straggler_details"]],
+                [Suggestion.from_dict(s) for s in d["suggestions"]],
+                Thresholds(**d["thresholds"]), Jitter.from_dict(d["jitter"]),
+                dict(d["knobs"]), list(d["warnings"]), list(d.get("early_ranks", [])),
+                dict(d.get("layout", {})),
+                PipelineResult.from_dict(d["pipeline"]) if d.get("pipeline") else None,
+                dict(d.get("dataparallel", {})),
+                [dict(s) for s in d.get("stopped_ranks", [])], list(d.get("missing_ranks", [])))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InputError(f"a {SCHEMA} report with a missing or malformed field ({exc!r})") \
+                from None
+
+    @classmethod
+    def read_json(cls, path) -> "ReportData":
+        import msgspec
+
+        try:
+            with open(path, "rb") as fh:
+                return cls.from_dict(msgspec.json.decode(fh.read()))
+        except (OSError, msgspec.DecodeError) as exc:
+            raise InputError(f"{path}: cannot read the report ({exc})") from None
