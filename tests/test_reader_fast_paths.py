@@ -14,7 +14,7 @@ import pytest
 
 import gpuscope
 from helpers import spy_taken
-from gpuscope.analyze.groups import Groups
+from gpuscope.analyze.rowgroups import Groups
 from gpuscope.readers import record as rec_reader
 from gpuscope.readers import read_path
 

@@ -33,7 +33,7 @@ from ..thresholds import Thresholds
 from ..vocab import (COMM, COMPUTE, DATA, HOST, IMBALANCED, JITTER, JITTER_BOUND, MODERATE_DATA,
                      PIPELINE)
 from .consistency import Roles, persistent_steps
-from .groups import Groups
+from .rowgroups import Groups
 
 
 #: the verdict's lead (share of step time) over the next label under which the two are a near

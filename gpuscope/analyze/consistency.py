@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .groups import dense_unique
+from .rowgroups import dense_unique
 
 MIN_STEPS = 3  # fewer steps cannot tell a straggler from jitter
 

@@ -19,7 +19,7 @@ from .consistency import find_roles
 from .cycles import cycle_ends, group_cycles, sync_interval
 from .whatif import batch_growth, micro_steps
 from .dataparallel import dataparallel
-from .groups import PerRank, find_pairs, rank_position
+from .rowgroups import PerRank, find_pairs, rank_position
 from .invariants import bound_suggestions, enforce_parts, violations
 from .layout import find_layout, split_bubble
 from .stages import suggest_pipeline, summarize_pipeline

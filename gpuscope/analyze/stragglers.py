@@ -20,7 +20,7 @@ from ..thresholds import Thresholds
 from ..vocab import COMPUTE_PHASES, IMBALANCED
 from .consistency import Roles
 from .layout import Layout
-from .groups import PerRank
+from .rowgroups import PerRank
 
 _CAUSES = ("data_ns", "compute_ns", "other_ns")
 _COMPUTE_PARTS = tuple(f"{p}_ns" for p in COMPUTE_PHASES)

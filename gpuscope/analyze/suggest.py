@@ -13,7 +13,7 @@ from ..results import Jitter, Straggler, Suggestion
 from ..thresholds import Thresholds
 from ..vocab import COMM, DATA, HOST, IMBALANCED, JITTER_BOUND, MS
 from . import whatif
-from .groups import Groups
+from .rowgroups import Groups
 
 #: what a DataLoader worker process costs the loop per batch, measured with
 #: benchmarks/bench_workers.py (loading that costs nothing, num_workers 1 against 0, on a 2-core

@@ -23,7 +23,7 @@ import pandas as pd
 
 from ..record_format import is_p2p
 from ..runtable import key_parts, mask_of
-from .groups import dense_unique, find_pairs, small_range
+from .rowgroups import dense_unique, find_pairs, small_range
 
 
 def estimate_wait(frame: pd.DataFrame, warnings: list[str],

@@ -3,7 +3,7 @@
 import numpy as np
 import pandas as pd
 
-from gpuscope.analyze.groups import Groups
+from gpuscope.analyze.rowgroups import Groups
 
 
 def test_groups_match_pandas():
