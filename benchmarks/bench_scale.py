@@ -44,7 +44,7 @@ import json, resource, sys, time
 def rss():
     return int(open("/proc/self/statm").read().split()[1]) * 4096
 t_start = time.perf_counter()
-import gpuscope, gpuscope.analyze.pipeline, gpuscope.readers.record  # imports before the clock
+import gpuscope, gpuscope.analyze.run, gpuscope.readers.record  # imports before the clock
 base = rss()
 t0 = time.perf_counter()
 report = gpuscope.analyze(sys.argv[1])

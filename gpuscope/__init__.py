@@ -26,7 +26,7 @@ def analyze(path, *, thresholds: Thresholds | dict | str | None = None,
     thresholds: a Thresholds, or overrides as {"wait": 0.05} or "wait=0.05,comm=0.2".
     skip: warm-up steps to leave out per rank (default: 1 for recorded runs, 0 for traces).
     """
-    from .analyze.pipeline import analyze_table
+    from .analyze.run import analyze_table
     from .readers import read_path
 
     if not isinstance(thresholds, Thresholds):

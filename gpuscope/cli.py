@@ -69,7 +69,7 @@ def cmd_export(args) -> int:
     if not args.parquet and not args.perfetto:
         raise GpuscopeError("nothing to export: give --parquet FILE and/or --perfetto FILE")
     with _early_parse(args.path):
-        from .analyze.pipeline import analyze_table
+        from .analyze.run import analyze_table
         from .readers import read_path
 
         table = read_path(args.path)

@@ -1,6 +1,6 @@
 """Fuzz gpuscope's readers and reports: mutate one file of a real input, analyse, check.
 
-    python scripts/fuzz.py --cases 10000            # the README's figure (~10 min on 2 cores)
+    python scripts/fuzz.py --cases 10000            # the figure in docs/performance.md (~25 min on 2 cores)
     python scripts/fuzz.py --cases 300 --seed 7     # quicker
     python scripts/fuzz.py --case 123 --keep /tmp/c  # one case again, its input kept to look at
 

@@ -55,7 +55,7 @@ def one(scenario: str, steps: int, out: str, extra: tuple = ()) -> dict:
                  profile_dir=os.path.join(out, "kineto"), extra=extra)
     from dataclasses import replace
 
-    from gpuscope.analyze.pipeline import analyze_table
+    from gpuscope.analyze.run import analyze_table
     from gpuscope.readers import read_path
 
     def summary(r) -> dict:

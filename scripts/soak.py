@@ -1,6 +1,6 @@
 """Soak: kill 2-rank recorded runs with SIGKILL at random points, then analyse what is left.
 
-    python scripts/soak.py --runs 30            # the README's figure (~3 min on 2 cores)
+    python scripts/soak.py --runs 30            # the figure in docs/performance.md (~3 min on 2 cores)
     python scripts/soak.py --runs 4 --seed 1    # quicker
 
 Each run is one of four kinds of kill, in turn, at a random moment within it:

@@ -73,7 +73,7 @@ def test_bad_kineto_input_through_the_cli(tmp_path):
 BOOM = """
 import sys
 import importlib
-p = importlib.import_module("gpuscope.analyze.pipeline")
+p = importlib.import_module("gpuscope.analyze.run")
 from gpuscope import cli
 
 def boom(*a, **k):

@@ -11,7 +11,7 @@ import pytest
 
 import gpuscope
 from gpuscope.analyze.compare import compare
-from gpuscope.analyze.pipeline import analyze_table
+from gpuscope.analyze.run import analyze_table
 from gpuscope.cli import main
 from gpuscope.thresholds import Thresholds
 from conftest import run_with_reruns

@@ -18,7 +18,7 @@ import torch
 
 import gpuscope
 from gpuscope.record import cuda_timing, nvml
-from gpuscope.analyze.pipeline import analyze_table
+from gpuscope.analyze.run import analyze_table
 from gpuscope.readers import read_path as load_table
 from gpuscope.thresholds import Thresholds
 from helpers import table_from_rows

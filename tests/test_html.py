@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 import gpuscope
-from gpuscope.analyze.pipeline import analyze_table
+from gpuscope.analyze.run import analyze_table
 from gpuscope.render.html import render as render_html
 from gpuscope.runtable import RankInfo, RunTable
 from gpuscope.thresholds import Thresholds

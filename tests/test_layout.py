@@ -152,7 +152,7 @@ def test_the_checker_sees_a_cycle_and_a_lazy_import():
     """The checks above can fail: a lazy import inside a function is seen (cli -> demo), and so
     is a type-checking one (render.html hints results.ReportData)."""
     assert "gpuscope.demo.launch" in GRAPH["gpuscope.cli"]
-    assert "gpuscope.analyze.pipeline" in GRAPH["gpuscope"]
+    assert "gpuscope.analyze.run" in GRAPH["gpuscope"]
     assert "gpuscope.results" in GRAPH["gpuscope.render.html"]  # TYPE_CHECKING only
     assert "gpuscope.results" not in RUN_GRAPH["gpuscope.render.html"]
 
@@ -181,12 +181,12 @@ def test_every_record_module_loads_light():
 
 
 def test_analysis_side_is_importable_on_demand():
-    code = "import sys, gpuscope.analyze.pipeline; print('pandas' in sys.modules)"
+    code = "import sys, gpuscope.analyze.run; print('pandas' in sys.modules)"
     assert _run(code) == "True"  # the check above can fail: pandas does get loaded here
 
 
 def test_record_and_analyze_stay_functions_after_their_packages_load():
-    code = ("import gpuscope, gpuscope.analyze.pipeline, gpuscope.record.nvml\n"
+    code = ("import gpuscope, gpuscope.analyze.run, gpuscope.record.nvml\n"
             "from gpuscope.analyze import scaling\n"
             "print(callable(gpuscope.record), callable(gpuscope.analyze),\n"
             "      gpuscope.Report.__name__, gpuscope.Thresholds.__name__)")

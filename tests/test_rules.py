@@ -2,7 +2,7 @@
 
 import pytest
 
-from gpuscope.analyze.pipeline import analyze_table
+from gpuscope.analyze.run import analyze_table
 from gpuscope.thresholds import Thresholds
 from helpers import balanced, table_from_rows
 

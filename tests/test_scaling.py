@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from gpuscope.errors import InputError
-from gpuscope.analyze.pipeline import analyze_table
+from gpuscope.analyze.run import analyze_table
 from gpuscope.analyze.scaling import scaling_dict, scaling_points
 from gpuscope.thresholds import Thresholds
 from helpers import table_from_rows

@@ -8,7 +8,7 @@ import pytest
 
 import gpuscope
 from gpuscope.analyze import whatif
-from gpuscope.analyze.pipeline import analyze_table
+from gpuscope.analyze.run import analyze_table
 from gpuscope.thresholds import Thresholds
 from helpers import balanced, table_from_rows
 

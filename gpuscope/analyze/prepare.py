@@ -1,0 +1,93 @@
+"""The preparation pass: the run table made ready for the bottleneck passes. Steps of no length
+are left out; ranks that stopped early are found; with gradient accumulation the micro-steps are
+summed into optimizer steps; warm-up steps are dropped; exposed communication is split into
+waiting and transfer (the one wait split of both sources, wait.py); how forward grows with the
+batch and the micro-step statistics are kept for the estimates.
+
+Order matters once: with accumulation, waits are split per micro-step (a micro-step that syncs
+is where ranks wait) before the micro-steps are summed; without it, the warm-up is dropped first.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from ..errors import InputError
+from ..runtable import RunTable
+from .cycles import cycle_ends, group_cycles, sync_interval
+from .rowgroups import rank_position
+from .stopped import stopped_ranks, stopped_warnings
+from .wait import estimate_wait
+from .whatif import batch_growth, micro_steps
+
+
+def drop_warmup(frame: pd.DataFrame, n: int, warnings: list[str]) -> pd.DataFrame:
+    """Leave out the first `n` steps of each rank (all of them kept, with a warning, when that
+    would leave nothing)."""
+    if n <= 0 or frame.empty:
+        return frame
+    kept = frame[rank_position(frame) >= n]
+    if kept.empty:
+        warnings.append(f"only {frame['step'].nunique()} step(s): warm-up steps kept in the analysis")
+        return frame
+    return kept
+
+
+def growth(frame: pd.DataFrame, knobs: dict, warmup: int) -> dict:
+    """{m: how forward grows for m x the batch}, where the run had batches of another size."""
+    bs = knobs.get("batch_size")
+    if not isinstance(bs, int) or "samples" not in frame:
+        return {}
+    return {m: g for m in (2, 4) if (g := batch_growth(frame, bs, m, warmup)) is not None}
+
+
+def to_cycles(frame: pd.DataFrame, ends, warnings: list[str]):
+    """Micro-steps summed into optimizer steps; returns (frame, micro-step -> cycle map)."""
+    cycles, mapping = group_cycles(frame, ends)
+    last = cycles.groupby("rank")["step"].transform("max") == cycles["step"]
+    partial = last & (cycles["micro_steps"] < sync_interval(cycles))
+    if partial.any() and (~partial).any():
+        warnings.append(f"the last {int(cycles.loc[partial, 'micro_steps'].max())} micro-step(s) "
+                        "did not complete an optimizer step and are left out")
+        cycles = cycles[~partial].reset_index(drop=True)
+    return cycles, mapping
+
+
+def without_empty_steps(table: RunTable, warnings: list[str]) -> RunTable:
+    """The table less its steps of no length (nothing in them adds up to anything: said)."""
+    frame = table.frame
+    if frame.empty:
+        raise InputError(f"{table.path}: no steps to analyse (the run recorded none)")
+    empty = frame["step_ns"].to_numpy() <= 0
+    if not empty.any():
+        return table
+    warnings.append(f"{int(empty.sum())} step(s) of no length (a cut trace, a damaged row) "
+                    "left out")
+    frame = frame[~empty].reset_index(drop=True)
+    if frame.empty:
+        raise InputError(f"{table.path}: no steps to analyse (every step has no length)")
+    return RunTable(frame, table.source, table.path, table.ranks, table.world_size,
+                    table.warnings, table.telemetry, table.gpu_breakdown, table.comm)
+
+
+def prepare(a) -> None:
+    """The pass (run.Analysis -> its table, frame, knobs, stopped ranks, cycle map, micro-step
+    statistics and batch growth)."""
+    a.table = without_empty_steps(a.table, a.warnings)
+    a.knobs = a.table.knobs()
+    a.stopped, a.missing = stopped_ranks(a.table)
+    a.warnings += stopped_warnings(a.stopped)
+    frame, warmup = a.table.frame, a.th.warmup_steps
+    ends = cycle_ends(frame)
+    if ends is not None:  # accumulation: waits per micro-step, then optimizer steps
+        frame = estimate_wait(frame, a.warnings, a.table.comm)
+        a.micro = micro_steps(frame, max(warmup, 1))
+        a.growth = growth(frame, a.knobs, max(warmup, 1))
+        frame, a.mapping = to_cycles(frame, ends, a.warnings)
+        frame = drop_warmup(frame, warmup, a.warnings)
+        a.knobs["sync_interval"] = sync_interval(frame)
+    else:
+        frame = drop_warmup(frame, warmup, a.warnings)
+        frame = estimate_wait(frame, a.warnings, a.table.comm)
+        a.growth = growth(frame, a.knobs, 0)
+    a.frame = frame

@@ -1,0 +1,90 @@
+"""Per-rank summaries of the analysed rows: the median of each part and its share of the rank's
+time, the compute phases, and the timed collectives by kind (in numpy: the collective table has
+a row per rank, step and collective, up to millions)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..results import RankResult
+from ..runtable import RunTable, key_parts
+from ..vocab import COMPUTE_PHASES, PARTS
+from .rowgroups import PerRank, find_pairs
+
+
+def comm_by_kind(table: RunTable, frame: pd.DataFrame, mapping,
+                 columns: tuple[str, ...] = ("comm_ns",)) -> list[dict[int, dict]]:
+    """For each column: per rank, {kind: mean ns per analysed step} of the timed collectives
+    (their time, comm_ns, or the part the step was blocked on, exposed_ns). In numpy: the table
+    has a row per rank, step and collective, up to millions."""
+    comm = table.comm
+    if comm is None or comm.empty:
+        return [{} for _ in columns]
+    kinds = key_parts(comm)[0]
+    r = comm["rank"].to_numpy(np.int64)
+    s = comm["step"].to_numpy(np.int64)
+    code = np.asarray(kinds.codes, np.int64)
+    sel = np.ones(len(comm), dtype=bool)
+    if mapping is not None:  # micro-steps -> the optimizer step (cycle) they belong to
+        sel, at = find_pairs(mapping["rank"].to_numpy(np.int64),
+                             mapping["step"].to_numpy(np.int64), r, s)
+        r, code = r[sel], code[sel]
+        s = mapping["cycle_step"].to_numpy(np.int64)[at[sel]]
+    fr = frame["rank"].to_numpy(np.int64)
+    hit, _ = find_pairs(fr, frame["step"].to_numpy(np.int64), r, s)  # analysed steps only
+    hit &= code >= 0
+    if not hit.any():
+        return [{} for _ in columns]
+    n_kinds = len(kinds.categories)
+    cell = r[hit] * n_kinds + code[hit]
+    seen = np.flatnonzero(np.bincount(cell))
+    n_steps = np.bincount(fr)
+    names = [str(k) for k in kinds.categories]
+    outs = []
+    for column in columns:
+        total = np.bincount(cell, comm[column].to_numpy(np.float64)[sel][hit])
+        out: dict[int, dict] = {}
+        for c in seen.tolist():
+            rank, k = divmod(c, n_kinds)
+            out.setdefault(rank, {})[names[k]] = float(total[c]) / int(n_steps[rank])
+        outs.append(out)
+    return outs
+
+
+def summarize_ranks(table: RunTable, frame: pd.DataFrame, telemetry: dict,
+                    by_kind: dict, per_rank: PerRank | None = None) -> list[RankResult]:
+    """Per rank: median ns of each part, its share of the rank's summed step time in %, and
+    the mean step; the compute phases, collectives by kind and the breakdown of "other"
+    where known. `per_rank`: medians already known for these rows."""
+    per_rank = per_rank or PerRank(frame)
+    g = per_rank.groups
+    med = {p: per_rank.median(f"{p}_ns").tolist() for p in ("step",) + PARTS}
+    step_total = np.maximum(g.sum(frame["step_ns"].to_numpy()), 1.0)
+    share = lambda col: (100 * g.sum(frame[col].to_numpy()) / step_total).tolist()  # noqa: E731
+    pct = {p: share(f"{p}_ns") for p in PARTS}
+    mean_step = (step_total / g.counts).tolist()
+    phases = [p for p in COMPUTE_PHASES if f"{p}_ns" in frame and frame[f"{p}_ns"].any()]
+    phase_med = {p: per_rank.median(f"{p}_ns").tolist() for p in phases}
+    phase_pct = {p: share(f"{p}_ns") for p in phases}
+    between = (share("between_ns") if table.source == "record" and "between_ns" in frame
+               and frame["between_ns"].notna().all() else None)
+    host = share("host_ns") if "host_ns" in frame and frame["host_ns"].any() else None
+    has_bubble = "bubble_ns" in frame and frame["bubble_ns"].any()
+    bubble_med = per_rank.median("bubble_ns").tolist() if has_bubble else None
+    bubble_pct = share("bubble_ns") if has_bubble else None
+    out = []
+    for i, rank in enumerate(g.keys.tolist()):
+        info = table.ranks.get(rank)
+        out.append(RankResult(
+            rank, info.host if info else "", int(g.counts[i]), med["step"][i],
+            *(med[p][i] for p in PARTS), *(pct[p][i] for p in PARTS),
+            telemetry=telemetry.get(rank), gpu_breakdown=table.gpu_breakdown.get(rank),
+            step_mean_ns=mean_step[i], phases_ns={p: phase_med[p][i] for p in phases},
+            phases_pct={p: phase_pct[p][i] for p in phases},
+            comm_by_kind=by_kind.get(rank, {}),
+            between_pct=between[i] if between is not None else None,
+            host_pct=host[i] if host is not None else None,
+            bubble_ns=bubble_med[i] if has_bubble else 0.0,
+            bubble_pct=bubble_pct[i] if has_bubble else 0.0))
+    return out

@@ -1,0 +1,257 @@
+"""The analysis driver: RunTable -> Report through one ordered list of passes (PASSES), each a
+function of one `Analysis` (the state the passes share) that reads what earlier passes found and
+adds its own; warnings go to `Analysis.warnings` only.
+
+    prepare        empty steps, stopped ranks, accumulation cycles, warm-up, the wait split
+    add_up         pipeline bubbles split out; every row made to add up (invariants.py)
+    classify       per-step labels, the run verdict, the roles of late and early ranks
+    stragglers     who holds the others back, with why
+    telemetry      NVML samples joined to the steps; straggler evidence; memory headroom
+    suggest        each bottleneck's suggestions (suggest.py, stages.py, dataparallel.py)
+    bound          suggestions held to what they can recover, the verdict's fix first
+    report         per-rank summaries; the Report
+    check          the report checked against its own arithmetic; confidence earned
+
+A pass may be left out or one added (a memory pass) without touching the others: each names
+the fields it reads in its docstring.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from ..report import Report
+from ..runtable import RunTable
+from ..thresholds import Thresholds
+from ..vocab import COMPUTE, LABELS, PIPELINE
+from .classify import classify_steps, jitter_cost, run_verdict, step_results
+from .confidence import Evidence, earn
+from .consistency import Roles, find_roles
+from .dataparallel import dataparallel
+from .invariants import bound_suggestions, enforce_parts, violations
+from .layout import Layout, find_layout, split_bubble
+from .prepare import prepare
+from .rank_summary import comm_by_kind, summarize_ranks
+from .rowgroups import PerRank
+from .stages import suggest_pipeline, summarize_pipeline
+from .stragglers import find_stragglers
+from .suggest import Findings, suggest, typical_step, unaddressed
+from .whatif import micro_steps
+
+
+@dataclass
+class Analysis:
+    """What the passes share. Set by `prepare`: table (less empty steps), frame, knobs,
+    stopped, missing, mapping, micro, growth; the others by the pass named beside them."""
+
+    table: RunTable
+    th: Thresholds
+    warnings: list[str]
+    frame: pd.DataFrame | None = None
+    knobs: dict = field(default_factory=dict)
+    stopped: list = field(default_factory=list)
+    missing: list = field(default_factory=list)
+    mapping: pd.DataFrame | None = None          # micro-step -> optimizer step (accumulation)
+    micro: object = None                         # micro-step statistics (whatif.micro_steps)
+    growth: dict = field(default_factory=dict)   # forward growth with the batch
+    layout: Layout | None = None                 # add_up
+    per_rank: PerRank | None = None              # add_up: medians over the analysed rows
+    broken: list[str] = field(default_factory=list)  # add_up: rows clipped to add up
+    roles: Roles | None = None                   # classify
+    steps: pd.DataFrame | None = None            # classify: one row per step
+    verdict: object = None                       # classify, then check
+    unseen: str = ""                             # classify: no communication on several ranks
+    stragglers: list = field(default_factory=list)  # stragglers
+    telemetry: dict = field(default_factory=dict)   # telemetry
+    labels: set = field(default_factory=set)        # suggest: labels holding material time
+    jitter: object = None                           # suggest
+    by_kind: dict = field(default_factory=dict)     # suggest: comm per rank and kind
+    findings: Findings | None = None                # suggest
+    suggestions: list = field(default_factory=list)  # suggest, bound
+    pipeline: object = None                         # suggest: pipeline stages
+    dp_section: dict = field(default_factory=dict)  # suggest: nn.DataParallel
+    why_not_pipeline: str = ""                      # suggest
+    typical: object = None                          # suggest: the report's typical step
+    unbound: list[str] = field(default_factory=list)  # bound: estimates clipped
+    report: Report | None = None                    # report
+
+
+def add_up(a: Analysis) -> None:
+    """frame -> bubbles split out, rows made to add up; layout, per_rank, broken (and the
+    micro-step statistics, where prepare left them: they share the per-rank medians)."""
+    a.layout = find_layout(a.table)
+    before = a.frame
+    a.frame, a.broken = enforce_parts(split_bubble(before, a.layout))
+    a.warnings += a.broken
+    a.per_rank = PerRank(a.frame)
+    if a.micro is None:
+        a.micro = micro_steps(before, 0, a.per_rank if a.frame is before else None)
+
+
+def classify(a: Analysis) -> None:
+    """frame -> roles, steps, verdict; a warning when too few steps tell roles, or when no
+    communication was seen on several ranks."""
+    a.roles = find_roles(a.frame, a.th.wait)
+    if a.frame["rank"].nunique() > 1 and not a.roles.decided and (a.frame["wait_ns"] > 0).any():
+        a.warnings.append(f"only {a.roles.n_steps} step(s) recorded on every rank: too few to "
+                          "tell a consistent straggler from per-step jitter")
+    a.steps = classify_steps(a.frame, a.th, a.roles)
+    a.verdict = run_verdict(a.steps)
+    a.unseen = comm_unseen(a.table, a.frame)
+    if a.unseen:
+        a.warnings.append(a.unseen)
+
+
+def stragglers(a: Analysis) -> None:
+    """frame, steps, roles, layout -> stragglers."""
+    hosts = {r: info.host for r, info in a.table.ranks.items()}
+    a.stragglers = find_stragglers(a.frame, a.steps, a.th, a.roles, hosts, a.layout, a.per_rank)
+
+
+def telemetry(a: Analysis) -> None:
+    """The table's NVML samples -> telemetry per rank, joined to the frame; each straggler's
+    telemetry evidence; knobs["memory_used_fraction"]."""
+    if a.table.telemetry is None or not len(a.table.telemetry):
+        return
+    from .telemetry import join_steps, memory_used_fraction, straggler_evidence, summarize
+
+    a.telemetry = summarize(a.table.telemetry)
+    a.frame = join_steps(a.frame, a.table.telemetry)
+    for s in a.stragglers:
+        s.telemetry = straggler_evidence(a.telemetry, s.rank)
+    used = memory_used_fraction(a.telemetry, a.table.ranks)
+    if used is not None:
+        a.knobs["memory_used_fraction"] = used
+
+
+def suggest_all(a: Analysis) -> None:
+    """Suggestions for the verdict and for every label holding a material share of the time
+    (the bottlenecks' own: suggest.py; pipeline stages: stages.py; DataParallel)."""
+    a.labels = {a.verdict.label} | {k for k, v in a.verdict.time_by_label.items() if v >= 0.2}
+    a.labels |= secondary_labels(a.steps, 0.2)
+    a.jitter = jitter_cost(a.steps)
+    exposed, a.by_kind = comm_by_kind(a.table, a.frame, a.mapping, ("exposed_ns", "comm_ns"))
+    kinds = {k for per_rank in exposed.values() for k in per_rank}
+    a.findings = Findings(a.frame, a.labels, a.th, a.knobs, a.stragglers, a.roles.early,
+                          float(a.steps["data_share"].median()), a.jitter,
+                          {k: float(np.mean([r.get(k, 0.0) for r in exposed.values()]))
+                           for k in kinds}, a.micro, a.growth)
+    a.suggestions = list(suggest(a.findings))
+    a.pipeline = summarize_pipeline(a.table, a.frame, a.layout, exposed)
+    a.typical = typical_step(a.frame)
+    a.dp_section, more, dp_warnings = dataparallel(a.table, lambda: a.typical.step,
+                                                   a.verdict.label)
+    a.warnings += dp_warnings
+    a.suggestions += more
+    if PIPELINE in a.labels:
+        more, a.why_not_pipeline = suggest_pipeline(a.pipeline, a.table, a.typical.step)
+        a.suggestions += more
+
+
+def bound(a: Analysis) -> None:
+    """suggestions -> held to what each can recover (a warning for those that could not be),
+    the verdict's fix first and then by gain; a warning when the verdict has no fix."""
+    ordered = sorted(a.suggestions, key=lambda s: -s.gain_pct)
+    ordered, a.unbound = bound_suggestions(ordered, a.typical, a.frame)
+    a.warnings += a.unbound
+    a.suggestions = sorted(ordered, key=lambda s: (s.addresses != a.verdict.label, -s.gain_pct))
+    label = a.verdict.label
+    if label == PIPELINE and a.why_not_pipeline and not any(
+            s.addresses == PIPELINE for s in a.suggestions):
+        a.warnings.append(f"no suggestion for {PIPELINE}: {a.why_not_pipeline}")
+    elif label != COMPUTE:
+        why = unaddressed(a.findings, label, a.suggestions)
+        if why:
+            a.warnings.append(why)
+    if len(a.table.ranks) == 1 and a.table.world_size > 1:
+        a.warnings.append("only one rank's data: waiting for other ranks cannot be told apart "
+                          "from transfer, so imbalance is not detected")
+
+
+def report(a: Analysis) -> None:
+    """Everything found -> the Report (per-rank summaries over the analysed rows)."""
+    t = a.table
+    analysed = RunTable(a.frame, t.source, t.path, t.ranks, t.world_size, t.warnings,
+                        t.telemetry, t.gpu_breakdown, t.comm)
+    ranks = summarize_ranks(t, a.frame, a.telemetry, a.by_kind, a.per_rank)
+    layout = a.layout
+    a.report = Report(
+        t.source, t.path, int(t.world_size), a.verdict, step_results(a.steps), ranks,
+        a.stragglers, a.suggestions, a.th, jitter=a.jitter, knobs=a.knobs,
+        warnings=a.warnings, early_ranks=sorted(a.roles.early),
+        layout=layout.to_dict() if layout.groups or layout.pipelined else {},
+        pipeline=a.pipeline, dataparallel=a.dp_section, stopped_ranks=a.stopped,
+        missing_ranks=a.missing, table=analysed)
+
+
+def check(a: Analysis) -> None:
+    """The report against its own arithmetic (a bug if anything fails: said, and it costs
+    confidence), then the verdict's confidence earned by the evidence."""
+    wrong = violations(a.report)
+    a.warnings += [f"did not add up: {w}" for w in wrong]
+    t = a.table
+    evidence = Evidence(steps=len(a.steps), ranks=len(t.ranks), world=int(t.world_size),
+                        step_markers=all(i.meta.get("step_markers", True)
+                                         for i in t.ranks.values()),
+                        comm_seen=not a.unseen, clocks_aligned=clocks_aligned(t),
+                        stragglers=bool(a.stragglers),
+                        broken_rules=len(a.broken) + len(a.unbound) + len(wrong))
+    a.report.verdict = earn(a.verdict, evidence, a.steps, a.th)
+
+
+#: the analysis, in order
+PASSES: tuple[Callable[[Analysis], None], ...] = (
+    prepare, add_up, classify, stragglers, telemetry, suggest_all, bound, report, check)
+
+
+def analyze_table(table: RunTable, thresholds: Thresholds | None = None,
+                  skip: int | None = None, passes=PASSES) -> Report:
+    """Analyse one RunTable. `skip`: warm-up steps (optimizer steps, when the run accumulates
+    gradients) to leave out per rank (default: the thresholds' warmup_steps, else 1 for
+    recorded runs and 0 for profiler traces)."""
+    th = thresholds or Thresholds()
+    if skip is not None:
+        th = th.with_overrides({"warmup_steps": skip})
+    a = Analysis(table, th.for_source(table.source), list(table.warnings))
+    for p in passes:
+        p(a)
+    return a.report
+
+
+def comm_unseen(table: RunTable, frame: pd.DataFrame) -> str:
+    """A warning when a multi-rank run shows no communication at all ("" otherwise)."""
+    if table.world_size < 2 or frame["comm_ns"].any() or frame["n_comm"].any():
+        return ""
+    if table.source == "kineto":
+        return (f"{table.world_size} ranks, but the traces hold no collective (no NCCL kernel, "
+                "no gloo / nccl range): waiting and transfer cannot be told from compute, so the "
+                "verdict may be wrong; profile with record_shapes off but CPU and CUDA activities "
+                "on, on every rank")
+    return (f"{table.world_size} ranks, but no communication was timed: pass the DDP or FSDP "
+            "model itself as record(model=...), not the module inside it, or mark your own "
+            "collectives with rec.phase('comm'); until then waiting and transfer count as "
+            "compute and the verdict may be wrong")
+
+
+def secondary_labels(steps: pd.DataFrame, min_share: float) -> set[str]:
+    """Labels that steps holding at least `min_share` of the step time have as secondary."""
+    total = float(steps["step_ns"].sum()) or 1.0
+    time: dict[str, float] = {}
+    for ns, sec in zip(steps["step_ns"].tolist(), steps["secondary"].tolist()):
+        for label in sec:
+            if label in LABELS:
+                time[label] = time.get(label, 0.0) + ns
+    return {k for k, v in time.items() if v / total >= min_share}
+
+
+def clocks_aligned(table: RunTable) -> bool:
+    """False when ranks sit on several hosts and no clock offset between them could be found
+    (traces; recorded runs carry unix time from each host's synchronized clock)."""
+    hosts = {i.host for i in table.ranks.values() if i.host}
+    if len(hosts) < 2 or table.source != "kineto":
+        return True
+    return any("clock_offset_ns" in i.meta for i in table.ranks.values())
