@@ -8,7 +8,7 @@ import pytest
 from gpuscope.analyze.confidence import Evidence, earn
 from gpuscope.analyze.invariants import bound_suggestions, enforce_parts, violations
 from gpuscope.analyze.run import analyze_table
-from gpuscope.analyze.suggest import typical_step
+from gpuscope.analyze.findings import typical_step
 from gpuscope.report import Suggestion, Verdict
 from gpuscope.thresholds import Thresholds
 from helpers import MS, balanced, table_from_rows

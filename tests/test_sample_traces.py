@@ -125,7 +125,7 @@ def test_parallel_sample_gets_its_verdict(sample, source):
 def test_traces_do_not_claim_what_they_cannot_measure():
     """A trace shows how long the loop waited in next(), not whether loading used the CPU: the
     recorded run measures it (4% here: the demo's loader sleeps), the trace leaves it unknown."""
-    from gpuscope.analyze.suggest import typical_step
+    from gpuscope.analyze.findings import typical_step
 
     kin = gpuscope.analyze(os.path.join(SAMPLES, "data", "kineto"))
     rec = gpuscope.analyze(os.path.join(SAMPLES, "data", "record"))

@@ -7,7 +7,7 @@ adds its own; warnings go to `Analysis.warnings` only.
     classify       per-step labels, the run verdict, the roles of late and early ranks
     stragglers     who holds the others back, with why
     telemetry      NVML samples joined to the steps; straggler evidence; memory headroom
-    suggest        each bottleneck's suggestions (suggest.py, stages.py, dataparallel.py)
+    suggest        each bottleneck's suggestions (bottlenecks/, through suggestions.py)
     bound          suggestions held to what they can recover, the verdict's fix first
     report         per-rank summaries; the Report
     check          the report checked against its own arithmetic; confidence earned
@@ -31,15 +31,16 @@ from ..vocab import COMPUTE, LABELS, PIPELINE
 from .classify import classify_steps, jitter_cost, run_verdict, step_results
 from .confidence import Evidence, earn
 from .consistency import Roles, find_roles
-from .dataparallel import dataparallel
+from .bottlenecks.dataparallel import dataparallel
+from .bottlenecks.pipeline import suggest_pipeline, summarize_pipeline
 from .invariants import bound_suggestions, enforce_parts, violations
 from .layout import Layout, find_layout, split_bubble
 from .prepare import prepare
 from .rank_summary import comm_by_kind, summarize_ranks
 from .rowgroups import PerRank
-from .stages import suggest_pipeline, summarize_pipeline
 from .stragglers import find_stragglers
-from .suggest import Findings, suggest, typical_step, unaddressed
+from .suggestions import suggest, unaddressed
+from .findings import Findings, typical_step
 from .whatif import micro_steps
 
 
@@ -129,8 +130,9 @@ def telemetry(a: Analysis) -> None:
 
 
 def suggest_all(a: Analysis) -> None:
-    """Suggestions for the verdict and for every label holding a material share of the time
-    (the bottlenecks' own: suggest.py; pipeline stages: stages.py; DataParallel)."""
+    """Suggestions for the verdict and for every label holding a material share of the time,
+    each from its bottleneck's module (bottlenecks/: data, comm, host, imbalance through
+    suggestions.py; pipeline stages; DataParallel)."""
     a.labels = {a.verdict.label} | {k for k, v in a.verdict.time_by_label.items() if v >= 0.2}
     a.labels |= secondary_labels(a.steps, 0.2)
     a.jitter = jitter_cost(a.steps)

@@ -13,7 +13,7 @@ missing on one rank (a profiler cycle that cut it, a collective only some ranks 
 that key out of that step rather than making the rank that lacks it look late. The excess is
 summed per rank and capped by its exposed communication outside point-to-point. Point-to-point
 communication (pipeline stages) is not in it: a stage waiting on its neighbour is the pipeline's
-bubble (`bubble_ns`), judged in stages.py. Steps some ranks lack are reported.
+bubble (`bubble_ns`), judged in bottlenecks/pipeline.py. Steps some ranks lack are reported.
 """
 
 from __future__ import annotations

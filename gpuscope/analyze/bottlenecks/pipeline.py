@@ -28,10 +28,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from ..results import PipelineResult, StageResult, Suggestion
-from ..runtable import RunTable
-from ..vocab import MS, PIPELINE
-from .layout import Layout
+from ...results import PipelineResult, StageResult, Suggestion
+from ...runtable import RunTable
+from ...vocab import MS, PIPELINE
+from ..layout import Layout
 
 BALANCED = 1.15   # slowest stage's busy within 15% of the mean: balanced
 EXCESS = 0.10     # bubble this far above the ideal (share of the step): stages block each other

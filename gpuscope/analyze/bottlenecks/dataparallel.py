@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..results import Suggestion
-from ..runtable import RunTable
-from ..vocab import MS
+from ...results import Suggestion
+from ...runtable import RunTable
+from ...vocab import MS
 
 WHY_SLOW = ("nn.DataParallel drives every GPU from one process: each step it scatters the batch "
             "from device 0, copies the model onto every GPU and gathers the outputs back on "

@@ -1,0 +1,24 @@
+"""Host-bound: the GPU idles waiting for the host to launch work (GPU traces). Suggestions:
+CUDA graphs / torch.compile, fewer small kernels, with their estimate.
+"""
+
+from __future__ import annotations
+
+from ...results import Suggestion
+from ...vocab import HOST, MS
+from ..findings import TypicalStep, gain
+
+def suggest_host(t: TypicalStep) -> list[Suggestion]:
+    """The GPU waits for the host to launch work: fewer, larger launches."""
+    if t.host <= 0:
+        return []
+    est = t.step - t.host
+    return [Suggestion(
+        "host_overhead", f"GPU idle {t.host / MS:.1f} ms per step waiting for launches",
+        "CUDA graphs / torch.compile", est / MS,
+        f"the GPU sits idle {t.host / MS:.1f} ms of each {t.step / MS:.1f} ms step after a kernel "
+        "ends and before the host has launched the next: capture the step in CUDA graphs "
+        "(torch.compile(mode='reduce-overhead')) or fuse kernels with torch.compile, remove host "
+        "syncs from the loop (.item(), .cpu(), printing tensors), or give each launch more work "
+        "(a larger batch); assumes every idle gap closes (range: half of them)", HOST,
+        gain(t.step, est), (est / MS, (t.step - 0.5 * t.host) / MS))]

@@ -1,0 +1,106 @@
+"""Imbalanced and jitter-bound: ranks waiting for others. A straggler (the same rank late step
+after step: stragglers.py, consistency.py) gets the fix for its own cause; waiting whose late
+rank moves between steps (jitter) gets the fix for noise. Each with its estimate.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from ...results import Jitter, Straggler, Suggestion
+from ...vocab import IMBALANCED, JITTER_BOUND, MS
+from ..findings import TypicalStep, gain
+
+def suggest_imbalance(t: TypicalStep, stragglers: list[Straggler], knobs: dict,
+                      early: set[int] | None = None,
+                      frame: pd.DataFrame | None = None) -> list[Suggestion]:
+    if not stragglers:
+        if early:
+            names = ", ".join(str(r) for r in sorted(early))
+            current = f"rank(s) {names} wait for the rest every step"
+            why = (f"rank(s) {names} consistently finish first and wait up to {t.wait / MS:.1f} ms "
+                   "for the others, which are all slower: look at what those ranks do less of "
+                   "(a smaller data shard, skipped logging or eval) or what slows the rest (shared "
+                   "hosts, clocks); DataParallel's master GPU is the classic case")
+        else:
+            current = "none consistent"
+            why = (f"ranks wait up to {t.wait / MS:.1f} ms per step for each other, but too few "
+                   "steps show who is late: record more steps to name a straggler")
+        est = t.step - t.wait
+        return [Suggestion("straggler", current, "match the median rank", est / MS,
+                           why, IMBALANCED, gain(t.step, est), _straggler_range(t, est))]
+    out = []
+    fixed = without_stragglers(frame, {s.rank for s in stragglers}) if frame is not None else None
+    floor = t.step - t.wait  # all the waiting gone: no estimate goes below it
+    for s in stragglers:
+        est = floor
+        rng = _straggler_range(t, est)
+        if fixed is not None and fixed[0] < t.step:
+            est = max(fixed[0], floor)
+            rng = (max(min(fixed[1], fixed[0]), floor) / MS, max(min(fixed[2], t.step), est) / MS)
+        where = f" on host {s.host}" if s.host else ""
+        part = f"{s.cause} ({s.cause_detail})" if s.cause_detail else s.cause
+        fixes = {
+            "data": "its data loading is slower: check its storage/decoder, its DataLoader workers "
+                    "and whether its shard holds larger samples",
+            "compute": "it computes longer: check for uneven inputs (sort or bucket by length), "
+                       "extra work on that rank (logging, metrics, eval), other processes on its "
+                       "device, GPU clocks and temperature; with DataParallel, switch to DDP",
+            "other": "it spends longer outside data and compute: host overhead, Python work or "
+                     "synchronization specific to that rank",
+        }
+        evidence = s.telemetry
+        out.append(Suggestion(
+            "straggler", f"rank {s.rank}{where}", "match the median rank", est / MS,
+            f"the other ranks wait {t.wait / MS:.1f} ms per step for rank {s.rank} (slow in "
+            f"{s.slow_steps_share:.0%} of steps); it spends {s.cause_excess_ns / MS:+.1f} ms "
+            f"more per step in {part} than the median rank"
+            + (f"; {evidence}" if evidence else "") + f": {fixes[s.cause]}; assumes the other "
+            "ranks keep their pace and their own step-to-step variation (the step then waits "
+            "for the last of them)", IMBALANCED, gain(t.step, est), rng))
+    return out
+
+
+#: E[max of n standard normals]: how much later than the mean the last of n ranks arrives
+_EXPECTED_MAX = {1: 0.0, 2: 0.564, 3: 0.846, 4: 1.029, 5: 1.163}
+
+
+def without_stragglers(frame: pd.DataFrame, slow: set[int]) -> tuple[float, float, float] | None:
+    """(point, lo, hi) ns of a step once the slow ranks keep pace: the other ranks' busy time
+    (step minus waiting), its mean plus how late the last of n ranks with that per-step spread
+    comes (the synchronous step waits for it); lo: the median, hi: twice the spread's share."""
+    if frame.empty or "wait_ns" not in frame:
+        return None
+    keep = ~np.isin(frame["rank"].to_numpy(), list(slow))  # columns, not a copy of the frame
+    if not keep.any():
+        return None
+    busy = (frame["step_ns"].to_numpy(dtype=float) - frame["wait_ns"].to_numpy(dtype=float))[keep]
+    n = int(frame["rank"].nunique())
+    c = _EXPECTED_MAX.get(n, math.sqrt(2 * math.log(max(n, 2))))
+    sd = float(np.std(busy))
+    point = float(np.mean(busy)) + c * sd
+    return point, float(np.median(busy)), point + c * sd
+
+
+def _straggler_range(t: TypicalStep, est: float) -> tuple[float, float]:
+    """Without the straggler the others still wait for each other now and then: up to a tenth
+    of the step and half the wait the straggler caused."""
+    return (est / MS, min(t.step, est * 1.1 + 0.1 * t.wait) / MS)
+
+
+def suggest_jitter(t: TypicalStep, jitter: Jitter) -> list[Suggestion]:
+    """Waiting that moves between ranks: no one rank to fix, so even out the per-step work.
+    The estimate takes the typical step less the waiting in jitter steps, per step on average."""
+    wait_share = jitter.wait_share
+    est = max(t.step - wait_share * t.mean_step, 0.0)
+    return [Suggestion(
+        "rank_jitter", f"waiting moves between ranks ({jitter.steps_share:.0%} of step time)",
+        "even out per-step work", est / MS,
+        f"ranks lose {wait_share:.1%} of step time waiting for each other, but no rank is late "
+        "step after step: look for uneven inputs (sort or bucket samples by length), noisy "
+        "neighbours or CPU oversubscription on the hosts, and host work that runs on some steps "
+        "(logging, checkpointing, garbage collection); assumes all the waiting goes (range: "
+        "none of it)", JITTER_BOUND, gain(t.step, est), (est / MS, t.step / MS))]

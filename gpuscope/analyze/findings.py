@@ -1,0 +1,90 @@
+"""What the analysis found that the bottlenecks' suggestions are drawn from (Findings), the
+typical step every estimate starts from, and the two conversions all estimates share."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from ..results import Jitter, Straggler
+from ..thresholds import Thresholds
+from ..vocab import MS
+from . import whatif
+from .rowgroups import Groups
+
+
+@dataclass
+class Findings:
+    """What the analysis found that the suggestions are drawn from."""
+
+    frame: pd.DataFrame             # the analysed rank x step table (wait filled)
+    labels: set[str]                # the verdict and every label holding a material share
+    thresholds: Thresholds
+    knobs: dict
+    stragglers: list[Straggler] = field(default_factory=list)
+    early_ranks: set[int] = field(default_factory=set)  # ranks that wait for all others
+    data_share: float = 0.0         # median step's data share
+    jitter: Jitter = field(default_factory=Jitter)
+    exposed_by_kind: dict = field(default_factory=dict)  # kind -> mean exposed ns per step
+    micro: whatif.MicroSteps | None = None  # per micro-step medians, synchronized or not
+    growth: dict = field(default_factory=dict)  # {m: (point, lo, hi)} forward's growth, measured
+
+
+@dataclass(frozen=True)
+class TypicalStep:
+    """Median step (ns) over the analysed steps: step time is the slowest rank's, parts are means."""
+
+    step: float
+    data: float
+    transfer: float
+    wait: float
+    compute: float
+    data_cpu: float | None  # CPU time of loading, None when not measured (traces)
+    sync_interval: int
+    host: float = 0.0    # GPU idle waiting for the host to launch (GPU traces)
+    mean_wait: float = 0.0  # mean over steps of the longest wait (sporadic waiting counts)
+    mean_step: float = 0.0  # mean over steps of the slowest rank's step
+
+    @property
+    def busy(self) -> float:  # time the step needs besides data
+        return max(self.step - self.data, 1.0)
+
+
+def typical_step(frame: pd.DataFrame) -> TypicalStep:
+    g = Groups(frame["step"].to_numpy())
+
+    def mean(col: str) -> np.ndarray:
+        return g.mean(frame[col].to_numpy()) if col in frame else np.zeros(g.keys.size)
+
+    slowest = g.max(frame["step_ns"].to_numpy())
+    most_wait = g.max(frame["wait_ns"].to_numpy())
+    data = mean("data_ns")
+    # CPU time while loading: recorded runs measure it; traces do not (-1): unknown stays unknown
+    known_cpu = "data_cpu_ns" in frame and bool((frame["data_cpu_ns"] >= 0).all())
+    data_cpu = mean("data_cpu_ns") if known_cpu else None
+    comm = mean("comm_ns")
+    if "micro_steps" in frame:  # rows are optimizer steps of several micro-steps
+        interval = int(np.median(frame["micro_steps"].to_numpy()))
+    else:  # rows are micro-steps: how often one of them communicated
+        synced = float((comm > 0).mean()) if g.keys.size else 0.0
+        interval = int(round(1 / synced)) if synced > 0 else 1
+    med = lambda a: float(np.median(a)) if a.size else 0.0  # noqa: E731
+    transfer = mean("comm_exposed_ns") - mean("wait_ns") - mean("bubble_ns")
+    return TypicalStep(med(slowest), med(data), med(np.maximum(transfer, 0)),
+                       med(most_wait), med(mean("compute_ns")),
+                       med(data_cpu) if data_cpu is not None else None,
+                       interval, med(mean("host_ns")),
+                       float(most_wait.mean()) if most_wait.size else 0.0,
+                       float(slowest.mean()) if slowest.size else 0.0)
+
+
+def ms_range(e: "whatif.Estimate") -> tuple[float, float]:
+    lo, hi = e.range
+    return (lo / MS, hi / MS)
+
+
+def gain(old_step: float, new_step: float, batch_factor: float = 1.0) -> float:
+    """Throughput gain in % when a step of `old_step` becomes `new_step` for batch_factor x samples."""
+    return (old_step * batch_factor / max(new_step, 1.0) - 1) * 100

@@ -1,0 +1,80 @@
+"""Each bottleneck's module alone (analyze/bottlenecks/), on a hand-built typical step: its
+suggestions and their estimates worked out by hand, without the rest of the analysis."""
+
+from gpuscope.analyze.bottlenecks import comm, data, host, imbalance
+from gpuscope.analyze.findings import TypicalStep, gain
+from gpuscope.results import Jitter, Straggler
+from gpuscope.thresholds import Thresholds
+
+MS = 1_000_000
+TH = Thresholds()
+
+
+def step(**kw) -> TypicalStep:
+    base = dict(step=40 * MS, data=0.0, transfer=0.0, wait=0.0, compute=30 * MS, data_cpu=None,
+                sync_interval=1)
+    base.update(kw)
+    return TypicalStep(**base)
+
+
+def test_gain_is_throughput_not_time():
+    assert gain(40, 20) == 100.0 and round(gain(40, 30, 1.5), 6) == 100.0
+
+
+def test_data_workers_hide_the_wait_of_io_like_loading():
+    # 20 ms of a 40 ms step waiting for a batch that takes 20 ms to load and barely uses the CPU
+    # (a 20 ms load against 20 ms of other work: one worker hides it, and costs 0.5 ms per batch
+    # to hand over)
+    t = step(data=20 * MS, data_cpu=0.5 * MS)
+    out, why = data.suggest_data(t, {"num_workers": 0, "dataloader": True,
+                                     "cpus_available": 4}, TH)
+    assert why == "" and [s.knob for s in out] == ["num_workers"]
+    (top,) = out
+    assert (top.current, top.proposed) == (0, 1) and top.addresses == "data-bound"
+    assert top.estimated_step_ms == 20.5 and top.estimated_step_ms_range == (20.0, 20.5)
+    assert round(top.gain_pct, 1) == round(gain(40, 20.5), 1)
+
+
+def test_data_no_workers_for_loading_that_is_not_a_dataloader():
+    t = step(data=20 * MS, data_cpu=0.5 * MS)
+    out, why = data.suggest_data(t, {"dataloader": False, "loader": "generator"}, TH)
+    assert out == [] and "not a torch DataLoader" in why
+
+
+def test_comm_sync_less_often_from_the_measured_transfer():
+    # 12 ms of exposed transfer per 40 ms step, syncing every step
+    t = step(transfer=12 * MS, compute=28 * MS)
+    out = comm.suggest_comm(t, {"ddp": True, "sync_interval": 1}, TH)
+    by = {s.knob: s for s in out}
+    assert set(by) == {"sync_frequency", "grad_compression"}
+    # syncing every k steps spreads the transfer over k of them; the smallest k that brings it
+    # under 5% of the step is 9 (12/9 ms of 29.3), 8 leaves 5.1%
+    s = by["sync_frequency"]
+    assert s.proposed == "every 9 steps" and s.addresses == "comm-bound"
+    assert abs(s.estimated_step_ms - (28 + 12 / 9)) < 1e-9
+    # bf16 gradients halve the bytes: half the transfer goes
+    assert by["grad_compression"].estimated_step_ms == 34.0
+
+
+def test_host_fewer_launches_bound_by_the_idle_time():
+    t = step(host=10 * MS, compute=25 * MS)
+    (s,) = host.suggest_host(t)
+    assert s.addresses == "host-bound" and s.estimated_step_ms == 30.0
+    assert s.estimated_step_ms_range == (30.0, 35.0)
+    assert host.suggest_host(step()) == []
+
+
+def test_imbalance_names_the_straggler_and_recovers_at_most_the_wait():
+    t = step(wait=15 * MS)
+    late = Straggler(1, 0.9, 15 * MS, "compute", "forward", 15 * MS, host="h1")
+    (s,) = imbalance.suggest_imbalance(t, [late], {})
+    assert s.current == "rank 1 on host h1" and s.estimated_step_ms == 25.0
+    assert "forward" in s.why and s.estimated_step_ms_range[0] >= 25.0
+
+
+def test_jitter_gets_its_own_fix_and_estimate():
+    # a fifth of the time lost waiting that moves between ranks: all of it back at best
+    t = step(wait=8 * MS, mean_wait=8 * MS, mean_step=40 * MS)
+    (s,) = imbalance.suggest_jitter(t, Jitter(steps_share=0.6, wait_share=0.2))
+    assert s.addresses == "jitter-bound" and s.estimated_step_ms == 32.0
+    assert s.estimated_step_ms_range == (32.0, 40.0)
