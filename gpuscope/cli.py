@@ -24,7 +24,8 @@ def _need_plotly() -> None:
 @contextmanager
 def _early_parse(path: str):
     """Profiler traces at `path` are parsed by forked processes from now on, while the block
-    imports the analysis stack (readers/kineto/prefetch.py); a run dir is left to its reader."""
+    imports the analysis stack (readers/kineto/prefetch.py); the block gets what to hand the
+    reader (None for a run dir, which is left to its reader)."""
     files = []
     try:
         from .record_format import is_record_file, is_run_dir
@@ -36,21 +37,24 @@ def _early_parse(path: str):
     except OSError:  # the reader reports it
         files = []
     if not files:
-        yield
+        yield None
         return
     from .readers.kineto.prefetch import prefetching
 
-    with prefetching(files):
-        yield
+    with prefetching(files) as ahead:
+        yield ahead
 
 
 def cmd_analyze(args) -> int:
-    with _early_parse(args.path):
+    with _early_parse(args.path) as ahead:
         if args.html:
             _need_plotly()
-        from . import analyze
+        from .analyze.run import analyze_table
+        from .readers import read_path
+        from .thresholds import Thresholds
 
-        report = analyze(args.path, thresholds=args.thresholds, skip=args.skip)
+        report = analyze_table(read_path(args.path, parsed=ahead),
+                               Thresholds().with_overrides(args.thresholds), skip=args.skip)
     # the files first: a reader that closes stdout early (| head) must not lose them
     if args.json:
         report.write_json(args.json)
@@ -68,11 +72,11 @@ def cmd_analyze(args) -> int:
 def cmd_export(args) -> int:
     if not args.parquet and not args.perfetto:
         raise GpuscopeError("nothing to export: give --parquet FILE and/or --perfetto FILE")
-    with _early_parse(args.path):
+    with _early_parse(args.path) as ahead:
         from .analyze.run import analyze_table
         from .readers import read_path
 
-        table = read_path(args.path)
+        table = read_path(args.path, parsed=ahead)
     from .thresholds import Thresholds
 
     report = analyze_table(table, Thresholds().with_overrides(args.thresholds), skip=args.skip)

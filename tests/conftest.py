@@ -33,7 +33,8 @@ def run_with_reruns(tries: int, run, trouble):
 
 def pytest_terminal_summary(terminalreporter):
     if RERUNS:
-        terminalreporter.section("reruns (a rank straggled, or the VM's speed drifted between timed runs)")
+        terminalreporter.section(f"{len(RERUNS)} rerun(s) (a rank straggled, the VM's speed "
+                                 "drifted between timed runs, or a framework aborted at exit)")
         for line in RERUNS:
             terminalreporter.write_line(line)
 

@@ -54,10 +54,10 @@ def _same_table(a, b):
 
 def test_prefetched_files_are_taken_not_parsed_again(traces, monkeypatch):
     files = find_trace_files(str(traces))
-    with prefetching(files):
+    with prefetching(files) as ahead:
         assert len(mp.active_children()) == 2  # one process per file on two cores
         calls = _count_parses(monkeypatch)
-        early = read_path(str(traces))
+        early = read_path(str(traces), parsed=ahead)
         assert calls == []
     assert mp.active_children() == []
     monkeypatch.undo()
@@ -71,9 +71,9 @@ def test_one_file_is_cut_in_two_by_its_process(traces, tmp_path, monkeypatch):
     whole = tmp_path / "decoded in one piece"
     real = parse.decode_trace  # patched before the fork: the processes leave a mark if used
     monkeypatch.setattr(parse, "decode_trace", lambda p, b=None: whole.touch() or real(p, b))
-    with prefetching([str(one)]):
+    with prefetching([str(one)]) as ahead:
         calls = _count_parses(monkeypatch)
-        early = read_path(str(one))
+        early = read_path(str(one), parsed=ahead)
         assert calls == []
     assert not whole.exists()  # the text was cut and each half decoded by its own process
     monkeypatch.undo()
@@ -82,12 +82,12 @@ def test_one_file_is_cut_in_two_by_its_process(traces, tmp_path, monkeypatch):
 
 def test_a_file_changed_since_the_start_is_parsed_again(traces, monkeypatch):
     files = find_trace_files(str(traces))
-    with prefetching(files):
+    with prefetching(files) as ahead:
         calls = _count_parses(monkeypatch)
         with open(files[1], "ab") as fh:  # gzip ignores nothing after its end: rewrite instead
             fh.truncate(0)
         shutil.copy(os.path.join(SAMPLE, ONE_CYCLE_EACH[0]), files[1])
-        early = read_path(str(traces))
+        early = read_path(str(traces), parsed=ahead)
     assert calls == [os.path.basename(files[1])]
     monkeypatch.undo()
     _same_table(early, read_path(str(traces)))
@@ -98,9 +98,9 @@ def test_a_bad_file_is_reported_as_without_the_early_parse(traces, monkeypatch):
     bad.write_bytes(b"\x00 not a trace at all {{{")
     files = find_trace_files(str(traces))
     assert str(bad) in files
-    with prefetching(files):
+    with prefetching(files) as ahead:
         calls = _count_parses(monkeypatch)
-        early = read_path(str(traces))
+        early = read_path(str(traces), parsed=ahead)
     assert calls == [bad.name]  # the reader tried it again itself (and reported it)
     monkeypatch.undo()
     plain = read_path(str(traces))

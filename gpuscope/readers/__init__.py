@@ -27,14 +27,15 @@ def no_gc():
             gc.enable()
 
 
-def read_path(path) -> RunTable:
+def read_path(path, *, parsed=None) -> RunTable:
     """Read a gpuscope run dir (or one of its rank files), or a torch.profiler trace folder or
-    file; which one is detected."""
+    file; which one is detected. `parsed`: the command line's early parse of the trace files
+    (kineto/prefetch.py), or None."""
     with no_gc():
-        return _read_path(path)
+        return _read_path(path, parsed)
 
 
-def _read_path(path) -> RunTable:
+def _read_path(path, parsed=None) -> RunTable:
     from ..record_format import is_record_file, is_run_dir
 
     path = os.fspath(path)
@@ -49,6 +50,6 @@ def _read_path(path) -> RunTable:
 
     files = find_trace_files(path)
     if files:
-        return read_kineto(path, files)
+        return read_kineto(path, files, parsed_ahead=parsed)
     raise InputError(f"{path}: neither a gpuscope run dir (rank-*.gpuscope.jsonl) nor torch.profiler "
                      "traces (*.pt.trace.json[.gz] / *.json[.gz])")

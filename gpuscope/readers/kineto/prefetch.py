@@ -3,8 +3,10 @@
 `gpuscope analyze TRACES` would spend half a second importing pandas and the analysis before
 reading a byte. The command line instead enters `prefetching(files)` first: one process per core
 (at most one per file) parses the files, and works out the step rows of those that are their
-process's only trace, while the command imports what it needs. The reader then `take`s what they
-delivered instead of parsing again. What did not come (a file that failed, a file changed since,
+process's only trace, while the command imports what it needs. The block gives the command the
+Prefetch, which it hands to the reader (`read_path(path, parsed=ahead)`); the reader `take`s what
+the processes delivered instead of parsing again. Nothing is kept in a global: a reader given no
+Prefetch parses everything itself (the plain path, top to bottom). What did not come (a file that failed, a file changed since,
 a process that died) the reader parses itself as usual, and reports its errors. On leaving the
 block every process is gone, delivered or not.
 """
@@ -21,9 +23,6 @@ from contextlib import ExitStack, contextmanager
 import gpuscope.progress as progress
 from ..fork import _can_fork, _in_child
 from .parse import parse_file, prepared, process_of
-
-_current: "Prefetch | None" = None
-
 
 def _stamp(path: str):
     try:
@@ -110,21 +109,12 @@ class Prefetch:
 
 @contextmanager
 def prefetching(files: list[str]):
-    """Parse `files` in forked processes while the block runs (see the module's docstring);
-    nothing happens where forking is not allowed or there is one core."""
-    global _current
+    """Parse `files` in forked processes while the block runs (see the module's docstring); the
+    block gets the Prefetch to hand to the reader, or None where forking is not allowed or there
+    is one core (the reader then parses everything itself)."""
     cores = os.cpu_count() or 1
-    if not files or _current is not None or not _can_fork() or cores < 2:
-        yield
+    if not files or not _can_fork() or cores < 2:
+        yield None
         return
     with ExitStack() as stack:
-        _current = Prefetch(files, stack, min(cores, len(files)))
-        try:
-            yield
-        finally:
-            _current = None
-
-
-def take(files: list[str]) -> dict[str, tuple]:
-    """What the processes of the current `prefetching` block parsed of `files` ({} if none)."""
-    return _current.take(files) if _current is not None else {}
+        yield Prefetch(files, stack, min(cores, len(files)))

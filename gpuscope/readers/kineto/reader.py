@@ -18,7 +18,6 @@ import gpuscope.progress as progress
 from ...errors import InputError, TraceFormatError
 from ...runtable import RankInfo, RunTable, empty_frame
 from ...trace_files import file_size
-from . import prefetch
 from .collectives import comm_table, sync_points
 from .events import STEP, RankEvents, p2p_masks
 from .hta import gpu_breakdown_of
@@ -49,21 +48,24 @@ def file_warnings(path: str, ev: RankEvents) -> list[str]:
     return out
 
 
-def read_kineto(path: str, files: list[str], jobs: int | None = None) -> RunTable:
+def read_kineto(path: str, files: list[str], jobs: int | None = None, parsed_ahead=None) -> RunTable:
+    """`parsed_ahead`: a prefetch.Prefetch whose processes parsed some of `files` already (the
+    command line's), or None."""
     warnings: list[str] = []
     parsed, bad = [], []
     with progress.reading(sum(file_size(f) for f in files), len(files), path):
-        parsed, bad = _parse_or_skip(path, files, jobs)
+        parsed, bad = _parse_or_skip(path, files, jobs, parsed_ahead)
     warnings += [f"skipped: {b}" for b in bad]
     if not parsed:
         raise TraceFormatError(f"{path}: no readable torch.profiler trace ({bad[0] if bad else ''})")
     return _table(path, parsed, warnings)
 
 
-def _parse_or_skip(path: str, files: list[str], jobs: int | None) -> tuple[list, list]:
-    """Every file parsed (those parsed already by processes the command line started first
-    are taken as they came); with several, a bad one is skipped (its error returned)."""
-    early = prefetch.take(files)  # the progress bar advanced as they came
+def _parse_or_skip(path: str, files: list[str], jobs: int | None,
+                   ahead=None) -> tuple[list, list]:
+    """Every file parsed (those parsed already by processes the command line started first,
+    `ahead`, are taken as they came); with several, a bad one is skipped (its error returned)."""
+    early = ahead.take(files) if ahead is not None else {}  # the progress bar advanced as they came
     todo = [f for f in files if f not in early]
     parsed, bad = [], []
     try:
