@@ -153,3 +153,74 @@ def test_rows_reach_the_disk_every_flush_s_not_only_every_flush_rows(tmp_path):
         written = on_disk()
     assert 20 <= written < 35  # the last few wait for the next flush (here: the close)
     assert on_disk() == 35
+
+
+def test_options_are_one_frozen_dataclass_and_keywords_set_its_fields(tmp_path):
+    import dataclasses
+
+    from gpuscope import RecordOptions
+
+    o = RecordOptions(flush_rows=4, tensorboard=True)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        o.flush_rows = 5
+    rec = gpuscope.record(tmp_path / "a", options=o, flush_s=2.0)
+    assert (rec.options.flush_rows, rec.options.flush_s, rec.options.tensorboard) == (4, 2.0, True)
+    assert gpuscope.record(tmp_path / "b", live_every=8).options.live_every == 8
+    with pytest.raises(TypeError):
+        gpuscope.record(tmp_path / "c", flush_row=4)  # a misspelt option is not ignored
+    # every field is documented where it is declared (a #: comment above it)
+    import importlib
+
+    lines = open(importlib.import_module("gpuscope.record.options").__file__).read().splitlines()
+    for name in RecordOptions.names():
+        at = next(i for i, x in enumerate(lines) if x.startswith(f"    {name}:"))
+        above = [x for x in lines[at - 3:at] if x.startswith("    #: ")]
+        assert above, name
+
+
+def test_the_flush_timer_runs_on_the_injected_clock(tmp_path):
+    """A clock the test moves by hand: no rows are handed to the writer until the oldest step
+    is flush_s old on that clock, then all of them at the next step (no sleeping)."""
+    now = [0]
+    rec = gpuscope.record(tmp_path / "run", flush_rows=1000, flush_s=1.0, telemetry=False,
+                          clock=lambda: now[0])
+    with rec:
+        for i in range(6):  # the first call opens step 0, each next one closes a step
+            now[0] += 100_000_000  # 0.1 s per step
+            rec.step()
+        assert len(rec._raw) == 5  # the oldest is 0.5 s old: kept
+        now[0] += 1_000_000_000
+        rec.step()  # now it is 1.5 s old: all six go
+        assert rec._raw == [] and rec.steps == 6
+    rows = [line for line in (tmp_path / "run" / "rank-00000.gpuscope.jsonl").read_text()
+            .splitlines() if line.startswith("[")]
+    assert len(rows) == 6
+    # the steps' lengths are the injected clock's: 0.1 s each, then 1 s
+    steps = load_table(str(tmp_path / "run")).frame["step_ns"].tolist()
+    assert steps == [100_000_000] * 5 + [1_000_000_000]
+
+
+def test_teardown_closes_every_side_channel_in_one_loop_even_when_one_fails(tmp_path, caplog):
+    """Side channels register their closer when they open; teardown runs them last-opened
+    first, the record file last, and one that raises neither stops the others nor training."""
+    order = []
+    rec = gpuscope.record(tmp_path / "run", telemetry=False).start()
+    rec._a, rec._b = object(), object()
+    rec._closing("first channel", "_a", lambda ch, end: order.append("a"))
+
+    def broken(ch, end):
+        order.append("b")
+        raise RuntimeError("cannot close")
+
+    rec._closing("second channel", "_b", broken)
+    rec.step()
+    rec.step()
+    with caplog.at_level(logging.WARNING, logger="gpuscope"):
+        rec.stop()  # never raises
+    assert order == ["b", "a"] and rec._a is None and rec._b is None
+    assert any("second channel" in r.getMessage() for r in caplog.records)
+    # the record file, closed last, holds the end record
+    last = (tmp_path / "run" / "rank-00000.gpuscope.jsonl").read_text().splitlines()[-1]
+    assert json.loads(last)["end"]["steps"] == 1
+    rec.stop()  # again: nothing left to close
+    assert order == ["b", "a"]

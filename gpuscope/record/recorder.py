@@ -21,17 +21,18 @@ import sys
 import threading
 import time
 from contextlib import contextmanager
+from dataclasses import replace
 
 from .._log import warn_once
 from ..record_format import SCHEMA, STEP_COLUMNS
 from .hooks import Hooks
 from .knobs import batch_knobs, batch_size_of, loader_knobs, model_knobs, process_knobs
+from .options import RecordOptions
 from .placement import detect_placement, job_id
 from .step_row import sum_step
 from .step_state import StepState
 from .writer import RecordWriter
 
-_now = time.perf_counter_ns
 _cpu = time.thread_time_ns
 
 #: phase names that count as communication (blocking, host-visible) when used with rec.phase()
@@ -44,14 +45,17 @@ _NEW, _RUNNING, _STOPPED = "new", "running", "stopped"
 class Recorder:
     """Returned by :func:`record`: a context manager, or ``start()`` / ``stop()``. See DESIGN.md."""
 
-    def __init__(self, run_dir, model=None, *, flush_rows: int = 16, flush_s: float = 1.0,
-                 time_optimizer: bool = True, tensorboard: bool = False,
-                 telemetry: bool = True, telemetry_hz: float = 5.0,
-                 device_timing: bool | None = None, enabled: bool | None = None,
-                 live_every: int = 0, on_diagnosis=None, live_log: bool = True,
-                 live_timeout_s: float = 60.0):
-        if enabled is None:
-            enabled = os.environ.get("GPUSCOPE_DISABLE", "") in ("", "0")
+    def __init__(self, run_dir, model=None, options: RecordOptions | None = None, **kw):
+        """`options`: a RecordOptions; keywords set its fields one by one (record()'s way)."""
+        o = RecordOptions(**kw) if options is None else (replace(options, **kw) if kw
+                                                          else options)
+        self.options = o
+        enabled = o.resolved_enabled()
+        flush_rows, flush_s, time_optimizer = o.flush_rows, o.flush_s, o.time_optimizer
+        tensorboard, telemetry, telemetry_hz = o.tensorboard, o.telemetry, o.telemetry_hz
+        device_timing, live_every, on_diagnosis = o.device_timing, o.live_every, o.on_diagnosis
+        live_log, live_timeout_s = o.live_log, o.live_timeout_s
+        self._clock = o.clock
         self.run_dir = os.fspath(run_dir)
         self.model = model
         self.enabled = bool(enabled)
@@ -74,7 +78,9 @@ class Recorder:
         self._dp = None          # dataparallel.DataParallelTimer for nn.DataParallel on 2+ GPUs
         self._tb = None          # tb_scalars.BackgroundScalars, created on the first flush
         self._hooks: Hooks | None = None
-        self._state = StepState()  # the micro-step being recorded
+        self._state = StepState(o.clock)  # the micro-step being recorded
+        #: what teardown closes, in reverse order of opening, in one loop (_teardown)
+        self._closers: list[tuple[str, object]] = []
         self._knobs: dict = {}
         self._batch_seen = False
         self._first_batch = None
@@ -191,13 +197,15 @@ class Recorder:
         self.placement = p = detect_placement()
         # the file first: nothing is hooked into training unless the recording can be written
         self._writer = RecordWriter(self.run_dir, p.rank)
+        self._closing("record file", "_writer", self._close_writer)
         self.path = self._writer.path
-        self._t0_perf = _now()
+        self._t0_perf = self._clock()
         self._t0_unix = time.time_ns()
         self._knobs = {"world_size": p.world_size, **process_knobs(p.local_world_size)}
         if self.model is not None:
             self._knobs.update(model_knobs(self.model))
         self._hooks = Hooks(self._state, self.model, self._time_optimizer)
+        self._closing("hooks", "_hooks", lambda hooks, end: hooks.remove())
         self._hooks.install()
         self.warnings += self._hooks.warnings
         gpu: dict = {}
@@ -207,10 +215,13 @@ class Recorder:
             self._dp = DataParallelTimer(self.model)
             if not self._dp.install():
                 self._dp = None
+            else:
+                self._closing("DataParallel timer", "_dp", lambda dp, end: dp.remove())
         if self._wants_device_timing():
             from . import cuda_timing
 
             self._dev = cuda_timing.DeviceTimer(cuda_timing.backend_factory())
+            self._closing("device timer", "_dev", lambda dev, end: None)
             if self._hooks.ddp is not None:
                 self._hooks.ddp.device = self._dev
             gpu["device_timing"] = "cuda_events"
@@ -218,6 +229,7 @@ class Recorder:
             from .nvml import Sampler
 
             self._sampler = Sampler(p.local_rank, self._telemetry_hz).start()
+            self._closing("NVML sampler", "_sampler", lambda sampler, end: sampler.stop())
             gpu.update(self._sampler.device or {"telemetry": f"off: {self._sampler.reason}"})
         if self._live_every > 0:
             self._start_live(p)
@@ -234,7 +246,7 @@ class Recorder:
         if self._raw:
             self._flush_rows_now()
         self._flush_side_channels(final=True)
-        end: dict = {"steps": self.steps, "crashed": crashed, "end_unix_ns": self._unix(_now())}
+        end: dict = {"steps": self.steps, "crashed": crashed, "end_unix_ns": self._unix(self._clock())}
         if getattr(self, "_terminated", None):
             end["terminated"] = self._terminated
         if crashed and getattr(self, "_error", None):
@@ -262,7 +274,9 @@ class Recorder:
         return end
 
     def _teardown(self, end: dict | None = None) -> None:
-        """The one way out, run on every exit path; idempotent, never raises."""
+        """The one way out, run on every exit path; idempotent, never raises. Every side channel
+        registered its closer when it opened (_closing); they run here in one loop, the last
+        opened first, the record file last of all (it takes the end record)."""
         self._active = self._state.active = False
         self._state.clear()
         self._raw = []
@@ -270,43 +284,35 @@ class Recorder:
             atexit.unregister(self._at_exit)
         except Exception:
             pass
-        hooks, self._hooks = self._hooks, None
-        if hooks is not None:
-            hooks.remove()
-        sampler, self._sampler = self._sampler, None
-        if sampler is not None:
+        closers, self._closers = self._closers, []
+        for name, close in reversed(closers):
             try:
-                sampler.stop()
-            except Exception:
-                pass
-        tb, self._tb = self._tb, None
-        if tb is not None:
-            try:
-                tb.close()
-            except Exception:
-                pass
-        self._dev = None
-        live, self._live = self._live, None
-        if live is not None:
-            live.close()  # drops an exchange in flight: nothing waits at exit
-        dp, self._dp = self._dp, None
-        if dp is not None:
-            try:
-                dp.remove()
-            except Exception:
-                pass
-        writer, self._writer = self._writer, None
-        if writer is not None:
-            try:
-                writer.close(end)
+                close(end)
             except Exception as exc:
-                warn_once("recorder-final-close", "gpuscope: could not close %s: %r",
-                          writer.path, exc)
-            if writer.error is not None:
-                warn_once("recorder-write", "gpuscope: recording stopped after step %d: %s",
-                          self.steps, writer.error)
+                warn_once(f"recorder-close-{name}", "gpuscope: could not close the %s: %r",
+                          name, exc)
         # last: a SIGTERM during the close above still waits for the end record
         self._release_sigterm()
+
+    def _closing(self, name: str, attr: str, close) -> None:
+        """Register the side channel held in `attr`: teardown takes it (the attribute is None
+        from then on) and calls `close(channel, end)`, unless it was dropped meanwhile."""
+        def closer(end):
+            channel = getattr(self, attr)
+            setattr(self, attr, None)
+            if channel is not None:
+                close(channel, end)
+
+        self._closers.append((name, closer))
+
+    def _close_writer(self, writer: RecordWriter, end: dict | None) -> None:
+        try:
+            writer.close(end)
+        except Exception as exc:
+            warn_once("recorder-final-close", "gpuscope: could not close %s: %r", writer.path, exc)
+        if writer.error is not None:
+            warn_once("recorder-write", "gpuscope: recording stopped after step %d: %s",
+                      self.steps, writer.error)
 
     def _wants_device_timing(self) -> bool:
         if self._device_timing is not None:
@@ -368,13 +374,13 @@ class Recorder:
             if self._dev is not None:
                 self.fetch_started()
             c0 = _cpu()
-            t0 = _now()
+            t0 = self._clock()
             try:
                 item = next(iterator)
             except StopIteration:
                 return
             if self._active:
-                self.batch_fetched(t0, _now(), _cpu() - c0, item)
+                self.batch_fetched(t0, self._clock(), _cpu() - c0, item)
             yield item
 
     def fetch_started(self) -> None:
@@ -433,13 +439,13 @@ class Recorder:
         if not self._active:
             yield self
             return
-        t0 = _now()
+        t0 = self._clock()
         self._state.mark(t0)
         try:
             yield self
         finally:
             if self._active:
-                t1 = _now()
+                t1 = self._clock()
                 if kind is None:
                     kind = "comm" if name.lower() in COMM_PHASES else "compute"
                 if kind == "comm":
@@ -451,7 +457,7 @@ class Recorder:
         """Close the current step and start the next one."""
         if not self._active:
             return
-        now = _now()
+        now = self._clock()
         st = self._state
         try:
             opt_ran = st.opt_ran
@@ -510,6 +516,8 @@ class Recorder:
         self._live = Live(self._live_every, self._on_diagnosis, rank=p.rank,
                           world_size=p.world_size, knobs=self._knobs,
                           timeout_s=self._live_timeout_s, log=self._live_log and p.rank == 0)
+        # drops an exchange in flight: nothing waits at exit
+        self._closing("live diagnosis", "_live", lambda live, end: live.close())
         self.live_summaries = self._live.summaries
         try:
             dist = sys.modules.get("torch.distributed")
@@ -554,6 +562,7 @@ class Recorder:
 
                 name = os.path.basename(self.path or "rank").split(".", 1)[0]
                 self._tb = BackgroundScalars(self.run_dir, name)
+                self._closing("TensorBoard writer", "_tb", lambda tb, end: tb.close())
             self._tb.write(rows)
             if self._tb.error is not None:
                 raise self._tb.error
@@ -620,7 +629,7 @@ class Recorder:
                         "recorder_error": f"{where}: {exc!r}", "warnings": self.warnings})
 
 
-def record(run_dir, model=None, **options) -> Recorder:
+def record(run_dir, model=None, options: RecordOptions | None = None, **kw) -> Recorder:
     """Record per-rank step timings into `run_dir`::
 
         with gpuscope.record("runs/exp1", model=ddp_model) as rec:
@@ -629,8 +638,9 @@ def record(run_dir, model=None, **options) -> Recorder:
                 rec.step()
 
     or ``rec = gpuscope.record(...); rec.start(); ...; rec.stop()`` around a top-level loop.
+    Options are RecordOptions' fields, as keywords (``tensorboard=True``) or one RecordOptions.
     """
-    return Recorder(run_dir, model, **options)
+    return Recorder(run_dir, model, options, **kw)
 
 
-__all__ = ["Recorder", "record"]
+__all__ = ["Recorder", "RecordOptions", "record"]

@@ -10,11 +10,12 @@ import time
 
 from .step_row import Raw
 
-_now = time.perf_counter_ns
-
-
 class StepState:
-    def __init__(self):
+    _now = staticmethod(time.perf_counter_ns)
+
+    def __init__(self, clock=None):
+        if clock is not None:
+            self._now = clock  # the recorder's clock (a test injects one): its hooks read it too
         self.active = False
         self.buckets: list = []      # DDP buckets may complete on another thread: kept across
         self.colls: list = []        # resets, handed over at close()
@@ -62,14 +63,14 @@ class StepState:
     # ---------------------------------------------------------------- hook callbacks
     def forward_start(self, sync_flag) -> None:
         if self.active:
-            t = _now()
+            t = self._now()
             self.mark(t)
             self.fwd_t0 = t
             self.sync_flag = sync_flag
 
     def forward_end(self) -> None:
         if self.active and self.fwd_t0 is not None:
-            t = _now()
+            t = self._now()
             self.phases.append(("forward", self.fwd_t0, t))
             self.fwd_t0 = None
             self.fwd_end = t
@@ -78,7 +79,7 @@ class StepState:
         """True when this starts a backward (not one nested in another); the caller then calls
         backward_end when it returns."""
         if self.active and self.bwd_t0 is None:
-            t = _now()
+            t = self._now()
             self.mark(t)
             self.bwd_t0 = t
             return True
@@ -86,18 +87,18 @@ class StepState:
 
     def backward_end(self) -> None:
         if self.active and self.bwd_t0 is not None:
-            self.phases.append(("backward", self.bwd_t0, _now()))
+            self.phases.append(("backward", self.bwd_t0, self._now()))
         self.bwd_t0 = None
 
     def optimizer_start(self) -> None:
         if self.active:
-            t = _now()
+            t = self._now()
             self.mark(t)
             self.opt_t0 = t
 
     def optimizer_end(self) -> None:
         if self.active and self.opt_t0 is not None:
-            self.phases.append(("optimizer", self.opt_t0, _now()))
+            self.phases.append(("optimizer", self.opt_t0, self._now()))
             self.opt_t0 = None
             self.opt_ran = True
 
