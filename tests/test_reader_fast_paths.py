@@ -288,3 +288,33 @@ def test_shared_arena_carries_arrays_across_the_fork():
     for want, have in zip(arrays, got):
         assert have.dtype == want.dtype and have.shape == want.shape
         assert list(have) == list(want)
+
+
+SAMPLES = [os.path.join(ROOT, s, src) for s in ("imbalanced", "comm", "data", "compute")
+           for src in ("record", "kineto")]
+
+
+@pytest.mark.parametrize("path", SAMPLES, ids=lambda p: "/".join(p.split(os.sep)[-2:]))
+def test_the_plain_path_reads_what_the_fast_paths_read(path, monkeypatch):
+    """One switch (readers/speed.py) turns every fast path off: no fork, no bulk decoder, no
+    side file; the table is the same, and the fast paths were really off (spied)."""
+    from gpuscope.readers import speed
+    from gpuscope.readers.kineto import parse as kparse
+
+    cols = spy_taken(monkeypatch, rec_reader, "read_columns")
+    body = spy_taken(monkeypatch, rec_reader, "decode_body")
+    fast = read_path(path)
+    if path.endswith("record"):  # a bulk path read every rank file
+        assert len(cols) == 2 and sum(cols) + sum(body) == 2  # side file, else typed rows
+    cols.clear(), body.clear()
+    with speed.plain():
+        assert not speed.forks() and not speed.bulk()
+        plain = read_path(path)
+    assert cols == [] and body == []
+    assert speed.bulk()  # back on after the block
+    pd.testing.assert_frame_equal(fast.frame, plain.frame)
+    if fast.comm is not None:
+        pd.testing.assert_frame_equal(fast.comm.reset_index(drop=True),
+                                      plain.comm.reset_index(drop=True))
+    assert fast.warnings == plain.warnings
+    assert kparse.speed is speed  # the trace reader asks the same switch
