@@ -91,8 +91,11 @@ def cmd_export(args) -> int:
 
         from .analyze.timeline import timeline
 
+        from .readers.kineto.raw import raw_trace
+
         files = find_trace_files(args.path) if table.source == "kineto" else None
-        out = perfetto.write(report, table, timeline(table, report), args.perfetto, files)
+        out = perfetto.write(report, table, timeline(table, report), args.perfetto, files,
+                             load=raw_trace)
         for w in out["warnings"]:
             print(f"warning: {w}", file=sys.stderr)
         print(f"Perfetto: {args.perfetto} ({out['events']} events, {out['ranks']} ranks; open it "

@@ -43,7 +43,7 @@ MUTANTS = [
     ("heatmap bins summed", "gpuscope/render/html.py",
      "z = np.where(count > 0, total / np.maximum(count, 1), np.nan)",
      "z = np.where(count > 0, total, np.nan)", ["tests/test_html.py", "-k", "binned"]),
-    ("tensorboard cache off", "gpuscope/render/tb_plugin/plugin.py",
+    ("tensorboard cache off", "gpuscope/integrations/tensorboard/plugin.py",
      "            if hit and hit[0] == sig:\n", "            if False:\n",
      ["tests/test_tb_plugin.py", "-k", "cache"]),
     ("t_critical constant", "gpuscope/analyze/consistency.py", "    if dof >= 1000:\n",

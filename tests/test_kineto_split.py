@@ -20,7 +20,7 @@ def _same(a, b):
 @pytest.fixture
 def small_cut(monkeypatch):
     monkeypatch.setattr(parse, "SPLIT_TEXT_BYTES", 64 << 10)
-    if not parse._can_fork():
+    if not parse.forks():
         pytest.skip("needs fork and two cores")
 
 
@@ -64,7 +64,7 @@ def test_two_processes_work_out_the_rows_of_their_own_files(tmp_path, monkeypatc
 
     from gpuscope.readers import read_path
 
-    if not parse._can_fork():
+    if not parse.forks():
         pytest.skip("needs fork and two cores")
     src = os.path.join(os.path.dirname(__file__), "..", "sample_traces", "imbalanced", "kineto")
     for name in ("vm_22026.1795999609973900603.pt.trace.json.gz",
@@ -80,7 +80,7 @@ def test_two_processes_work_out_the_rows_of_their_own_files(tmp_path, monkeypatc
     two = read_path(str(tmp_path))
     assert len(calls) == 1  # the parent's file here; the child's in the child
     assert len(used) == 1  # the parent's file, beside the child; none left for the table
-    monkeypatch.setattr(parse, "_can_fork", lambda: False)
+    monkeypatch.setattr(parse, "forks", lambda: False)
     one = read_path(str(tmp_path))
     assert sorted(two.frame["rank"].unique()) == [0, 1]
     assert two.frame.equals(one.frame) and two.warnings == one.warnings

@@ -299,7 +299,7 @@ def test_analysis_cache_is_used_and_bounded(tmp_path, monkeypatch):
     """In-process RunIndex: a second request is served from the cache (one analysis), a
     changed run is analysed again, the cache holds at most CACHE_RUNS, and a run over the size
     bound is refused with a message instead of being loaded into the server."""
-    from gpuscope.render.tb_plugin.plugin import RunIndex
+    from gpuscope.integrations.tensorboard.plugin import RunIndex
 
     for name in ("a", "b", "c"):
         shutil.copytree(os.path.join(SAMPLES, "comm", "record"), tmp_path / name)

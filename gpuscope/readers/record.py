@@ -26,7 +26,7 @@ from ..record_format import (COLUMN_DEFAULTS, FILE_GLOB, NVML_FIELDS, SCHEMA, ST
                              is_p2p, is_record_file, parse_file_name)
 from ..runtable import RankInfo, RunTable, empty_frame, key_parts, mask_of
 from ..trace_files import file_size
-from . import speed
+from .speed import bulk, forks
 from .record_body import coded, decode_body
 from .record_columns import read_columns
 from .validate import (MAX_NS, MAX_RANKS, MAX_STEP, MAX_UNIX_NS, Tally, clean_knobs, is_int, is_num)
@@ -183,7 +183,7 @@ def _objects(body: list, text: bytes = b"") -> tuple[list | None, list]:
     as one buffer, when the caller has it."""
     n = len(body) - (1 if body and not body[-1] else 0)  # a last newline ends the last line
     idx = [i for i, line in enumerate(body) if line and not line.isspace()]
-    if not speed.bulk():
+    if not bulk():
         return idx, _one_by_one(body, idx)
     try:
         objs = _decode_lines(text or b"\n".join(body))
@@ -230,7 +230,7 @@ def read_rank_file(path: str, build: bool = False) -> RankFile:
         tally.add("knob value(s) of the wrong type", 1, bad)
     out = RankFile(path, header, [], {})
     fast = None
-    if build and cut >= 0 and speed.bulk():  # the column side file, else the common shape
+    if build and cut >= 0 and bulk():  # the column side file, else the common shape
         fast = read_columns(path, blob, cut + 1, header["columns"], out.rank) or \
             decode_body(blob[cut + 1:], header["columns"], out.rank)  # decoded and checked
     if fast is not None:
@@ -336,7 +336,7 @@ def _load_all(names: list[str]) -> list:
 
     big = len(names) >= PARALLEL_MIN_FILES or (
         len(names) >= 2 and sum(file_size(n) for n in names) >= PARALLEL_MIN_BYTES)
-    if not big or not speed.forks():
+    if not big or not forks():
         return load(names)
     # the child also copies its columns into the shared arena, so it takes a little less
     sizes = [file_size(n) for n in names]
@@ -547,7 +547,7 @@ def _frame(rank: int, cols: list[str], rows: list[list], lines: list[int],
     if all(e is None for e in extras):
         return df, None
     steps = df["step"]
-    fast = _comm_only(steps, extras) if speed.bulk() else None
+    fast = _comm_only(steps, extras) if bulk() else None
     if fast is not None:
         return df, fast
     phases, samples, at, keys, vals = [], [], [], [], []

@@ -172,23 +172,11 @@ def _comm_kinds(table: "RunTable") -> dict:
     return out
 
 
-def _load(path: str) -> dict:
-    with open(path, "rb") as f:
-        blob = f.read()
-    if blob[:2] == b"\x1f\x8b":
-        blob = gzip.decompress(blob)
-    doc = msgspec.json.decode(blob)
-    if isinstance(doc, list):  # the JSON array form of the format
-        doc = {"traceEvents": doc}
-    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
-        raise ValueError("no traceEvents list")
-    return doc
-
-
 def kineto_events(table: "RunTable", report: "ReportData", tl: "Timeline",
-                  files: list[str]) -> tuple[list, dict, list]:
+                  files: list[str], load) -> tuple[list, dict, list]:
     """The ranks' own events, merged, plus a gpuscope step track per rank; (events, metadata,
-    warnings)."""
+    warnings). `load(path)`: a trace file's document, every key kept (the reader's
+    readers/kineto/raw.py, handed over by the caller)."""
     by_name: dict[str, list[str]] = {}
     for f in files:
         by_name.setdefault(os.path.basename(f), []).append(f)
@@ -210,7 +198,7 @@ def kineto_events(table: "RunTable", report: "ReportData", tl: "Timeline",
         paths = [p for n in info.meta.get("files", []) for p in by_name.get(n, [])[:1]]
         for path in paths:
             try:
-                doc = _load(path)
+                doc = load(path)
             except (OSError, ValueError, msgspec.DecodeError, EOFError) as exc:
                 warnings.append(f"{os.path.basename(path)}: its events are left out of the "
                                 f"timeline ({exc})")
@@ -248,14 +236,14 @@ def kineto_events(table: "RunTable", report: "ReportData", tl: "Timeline",
 
 
 def write(report: "ReportData", table: "RunTable", tl: "Timeline", path: str,
-          files: list[str] | None = None) -> dict:
+          files: list[str] | None = None, load=None) -> dict:
     """Write the timeline of `tl` (analyze/timeline.py) to `path` (.gz: gzip); returns
-    {"events", "ranks", "warnings"}."""
+    {"events", "ranks", "warnings"}. For traces, `files` and `load` (see kineto_events)."""
     if table.source == "record":
         ev, meta = record_events(table, report, tl)
         warnings: list[str] = []
     else:
-        ev, meta, warnings = kineto_events(table, report, tl, files or [])
+        ev, meta, warnings = kineto_events(table, report, tl, files or [], load)
     from .. import __version__
 
     doc = {"traceEvents": ev, "displayTimeUnit": "ms",

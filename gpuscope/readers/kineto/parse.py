@@ -13,7 +13,7 @@ import msgspec
 
 import gpuscope.progress as progress
 from ...trace_files import file_size
-from .. import speed
+from ..speed import forks
 from ..fork import _in_child
 from .decode import (BATCH, Salvaged, batches, decode_trace, events_of, read_bytes,
                      split_events)
@@ -34,7 +34,7 @@ def parse_file(path: str, split: bool = False) -> tuple[str, object, RankEvents]
     boundary and each half is decoded and sorted by its own process (fork); the halves are
     joined like two profiler cycles. Anything unexpected falls back to one process."""
     blob = None
-    if split and speed.forks() and file_size(path) >= SPLIT_TEXT_BYTES // 64:
+    if split and forks() and file_size(path) >= SPLIT_TEXT_BYTES // 64:
         blob = read_bytes(path)
         cut = split_events(blob) if len(blob) >= SPLIT_TEXT_BYTES else None
         if cut is not None:
@@ -53,7 +53,7 @@ def parse_file(path: str, split: bool = False) -> tuple[str, object, RankEvents]
     raws, info = decode_trace(path, blob)
     blob = None
     damaged = raws.damaged if isinstance(raws, Salvaged) else -1
-    if not (split and len(raws) >= SPLIT_MIN_EVENTS and speed.forks()):
+    if not (split and len(raws) >= SPLIT_MIN_EVENTS and forks()):
         ev = sort_events(batches(raws))
     else:
         mid = (len(raws) // 2) // BATCH * BATCH
@@ -79,7 +79,7 @@ def _parse_all(files: list[str], jobs: int | None) -> list:
         progress.advance(file_size(f))
         return out
 
-    if jobs <= 1 or not speed.forks():
+    if jobs <= 1 or not forks():
         return [parse(f) for f in files]
     if len(files) == 1:
         return [parse(files[0], split=True)]

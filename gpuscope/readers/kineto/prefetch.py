@@ -21,7 +21,7 @@ from collections import Counter
 from contextlib import ExitStack, contextmanager
 
 import gpuscope.progress as progress
-from .. import speed
+from ..speed import forks
 from ..fork import _in_child
 from .parse import parse_file, prepared, process_of
 
@@ -114,7 +114,7 @@ def prefetching(files: list[str]):
     block gets the Prefetch to hand to the reader, or None where forking is not allowed or there
     is one core (the reader then parses everything itself)."""
     cores = os.cpu_count() or 1
-    if not files or not speed.forks() or cores < 2:
+    if not files or not forks() or cores < 2:
         yield None
         return
     with ExitStack() as stack:

@@ -1,2 +1,2 @@
 """The gpuscope TensorBoard plugin (entry point group `tensorboard_plugins`:
-gpuscope.render.tb_plugin.plugin:GpuscopePlugin)."""
+gpuscope.integrations.tensorboard.plugin:GpuscopePlugin)."""

@@ -165,7 +165,7 @@ class RunIndex:
                 return payload
             outside = [f for f in _files(path) if not _inside(f, self.logdir)]
             total = sum(s for _, s, _ in sig)
-            from ..html import esc
+            from ...render.html import esc
 
             if outside:
                 payload = {"run": esc(run), "error": esc(f"{run} holds {len(outside)} link(s) to files "
@@ -184,7 +184,7 @@ class RunIndex:
 def build_payload(path: str, run: str) -> dict:
     from ... import analyze
     from ...vocab import LABEL_COLORS
-    from ..html import esc, figures
+    from ...render.html import esc, figures
 
     try:
         report = analyze(path)
