@@ -32,7 +32,7 @@ import time
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, ROOT)
 
-from gpuscope.record_format import FILE_SUFFIX  # noqa: E402
+from gpuscope.run_format import FILE_SUFFIX  # noqa: E402
 
 CASES = os.path.join(ROOT, "tests", "workloads", "cases.py")
 TRAINERS = os.path.join(ROOT, "tests", "workloads", "trainers.py")

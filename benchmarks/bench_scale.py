@@ -35,7 +35,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
 from gpuscope.record.writer import RecordWriter  # noqa: E402
-from gpuscope.record_format import COLUMNS_SUFFIX, SCHEMA, STEP_COLUMNS  # noqa: E402
+from gpuscope.run_format import COLUMNS_SUFFIX, SCHEMA, STEP_COLUMNS  # noqa: E402
 
 FLUSH_ROWS = 16  # the recorder's batch
 
@@ -44,7 +44,7 @@ import json, resource, sys, time
 def rss():
     return int(open("/proc/self/statm").read().split()[1]) * 4096
 t_start = time.perf_counter()
-import gpuscope, gpuscope.analyze.run, gpuscope.readers.record  # imports before the clock
+import gpuscope, gpuscope.analyze.run, gpuscope.readers.rundir  # imports before the clock
 base = rss()
 t0 = time.perf_counter()
 report = gpuscope.analyze(sys.argv[1])

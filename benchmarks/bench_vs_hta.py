@@ -59,7 +59,7 @@ print(json.dumps({{"wall_s": wall, "peak_over_base": peak - base, "child_peak": 
 """
 
 TOOLS = {
-    "gpuscope": ("import gpuscope, gpuscope.analyze.run, gpuscope.readers.record, "
+    "gpuscope": ("import gpuscope, gpuscope.analyze.run, gpuscope.readers.rundir, "
                  "gpuscope.readers.kineto.reader, gpuscope.trace_files",
                  "gpuscope.analyze(sys.argv[1])"),
     "hta": ("from hta.trace_analysis import TraceAnalysis",

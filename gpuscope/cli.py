@@ -28,7 +28,7 @@ def _early_parse(path: str):
     reader (None for a run dir, which is left to its reader)."""
     files = []
     try:
-        from .record_format import is_record_file, is_run_dir
+        from .run_format import is_record_file, is_run_dir
 
         if os.path.exists(path) and not (is_run_dir(path) or is_record_file(path)):
             from .trace_files import find_trace_files

@@ -41,7 +41,7 @@ class RunTable:
     ranks: dict[int, RankInfo]
     world_size: int
     warnings: list[str] = field(default_factory=list)
-    #: NVML samples, one row each: rank + record_format.NVML_FIELDS (recorded runs on GPUs)
+    #: NVML samples, one row each: rank + run_format.NVML_FIELDS (recorded runs on GPUs)
     telemetry: pd.DataFrame | None = None
     #: HTA-compatible GPU time breakdown per rank (Kineto traces with device events)
     gpu_breakdown: dict[int, GpuBreakdown] = field(default_factory=dict)

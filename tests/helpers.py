@@ -67,7 +67,7 @@ def add_side_files(run_dir: str) -> list[str]:
     made from its lines by the writer's own Chunk (chunks of Chunk.MAX_ROWS rows); a file whose
     rows the columns cannot hold gets none, as from the recorder. Returns the side files."""
     from gpuscope.record.columns import Chunk
-    from gpuscope.record_format import columns_path
+    from gpuscope.run_format import columns_path
 
     out = []
     for path in sorted(glob.glob(os.path.join(run_dir, "rank-*.gpuscope.jsonl"))):

@@ -10,7 +10,7 @@ import pytest
 
 import gpuscope
 from gpuscope.doctor import free_port
-from gpuscope.record_format import rank_file_name
+from gpuscope.run_format import rank_file_name
 from gpuscope.vocab import LABELS
 
 

@@ -18,7 +18,7 @@ from torch.optim import optimizer as optim_mod  # noqa: E402
 
 import gpuscope  # noqa: E402
 from gpuscope.record import recorder as recorder_mod  # noqa: E402
-from gpuscope.readers.record import RankFile, group_recordings  # noqa: E402
+from gpuscope.readers.rundir import RankFile, group_recordings  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

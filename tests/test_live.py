@@ -12,7 +12,7 @@ import time
 import pytest
 
 from gpuscope.record.live import WIDTH, Live, diagnose, windows_needed
-from gpuscope.record_format import STEP_COLUMNS
+from gpuscope.run_format import STEP_COLUMNS
 from gpuscope.thresholds import Thresholds
 
 WORKLOAD = os.path.join(os.path.dirname(__file__), "workloads", "live_train.py")

@@ -10,7 +10,7 @@ from gpuscope.analyze.layout import Layout, find_layout, split_bubble
 from gpuscope.analyze.run import analyze_table
 from gpuscope.analyze.bottlenecks.pipeline import model_step, stage_view, suggest_pipeline
 from gpuscope.readers.kineto.events import RankEvents, is_p2p, p2p_masks
-from gpuscope.readers.record import with_bubble
+from gpuscope.readers.rundir import with_bubble
 from gpuscope.report import PipelineResult, Report, StageResult
 from gpuscope.runtable import COMM_COLUMNS, RankInfo, RunTable
 

@@ -15,7 +15,7 @@ import pytest
 import gpuscope
 from helpers import spy_taken
 from gpuscope.analyze.rowgroups import Groups
-from gpuscope.readers import record as rec_reader
+from gpuscope.readers import rundir as rec_reader
 from gpuscope.readers import read_path
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "sample_traces")
@@ -209,7 +209,7 @@ def test_a_progress_bar_on_big_inputs_only(tmp_path, monkeypatch, capsys, kind):
 def _group_waits_reference(frame, comm):
     """The split written with pandas group-bys: the oracle for the numpy one. Per key and step,
     among the ranks seen with the key, when all are there with one instance count."""
-    from gpuscope.record_format import comm_kind, is_p2p
+    from gpuscope.run_format import comm_kind, is_p2p
 
     keys = comm["key"].astype(str).tolist()
     keep = np.array([not is_p2p(comm_kind(k)) for k in keys], dtype=bool)

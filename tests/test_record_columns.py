@@ -18,10 +18,10 @@ import pytest
 from helpers import spy_taken
 
 from gpuscope.readers import read_path
-from gpuscope.readers import record as rec_reader
+from gpuscope.readers import rundir as rec_reader
 from gpuscope.record.columns import Chunk
 from gpuscope.record.writer import RecordWriter
-from gpuscope.record_format import (CHUNK_HEADER, COLUMNS_SUFFIX, SCHEMA, STEP_COLUMNS,
+from gpuscope.run_format import (CHUNK_HEADER, COLUMNS_SUFFIX, SCHEMA, STEP_COLUMNS,
                                     columns_path)
 
 W = len(STEP_COLUMNS)

@@ -8,7 +8,7 @@ import time
 import pytest
 
 import gpuscope
-from gpuscope import record_format
+from gpuscope import run_format
 from gpuscope.readers import read_path as load_table
 from gpuscope.record import writer
 
@@ -26,7 +26,7 @@ class SlowIterable:
 
 
 def _rows(run_dir):
-    path = os.path.join(run_dir, record_format.rank_file_name(0))
+    path = os.path.join(run_dir, run_format.rank_file_name(0))
     with open(path) as fh:
         lines = [json.loads(x) for x in fh]
     return lines[0], [x for x in lines if isinstance(x, list)], lines[-1]

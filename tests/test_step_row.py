@@ -1,7 +1,7 @@
 """sum_step: one micro-step's recorded intervals -> a row (times in ns on a made-up clock)."""
 
 from gpuscope.record.step_row import DDP_KEY, Raw, sum_step
-from gpuscope.record_format import STEP_COLUMNS
+from gpuscope.run_format import STEP_COLUMNS
 
 
 def raw(**kw) -> Raw:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..record_format import comm_kind, is_p2p
+from ..run_format import comm_kind, is_p2p
 from ..runtable import RunTable
 
 

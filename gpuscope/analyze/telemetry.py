@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..record_format import throttle_names
+from ..run_format import throttle_names
 from ..results import TelemetrySummary
 
 

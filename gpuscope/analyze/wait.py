@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..record_format import is_p2p
+from ..run_format import is_p2p
 from ..runtable import key_parts, mask_of
 from .rowgroups import dense_unique, find_pairs, small_range
 

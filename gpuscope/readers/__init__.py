@@ -1,4 +1,4 @@
-"""Readers: a gpuscope run dir (record.py) or torch.profiler traces (kineto/) -> RunTable."""
+"""Readers: a gpuscope run dir (rundir.py) or torch.profiler traces (kineto/) -> RunTable."""
 
 from __future__ import annotations
 
@@ -36,13 +36,13 @@ def read_path(path, *, parsed=None) -> RunTable:
 
 
 def _read_path(path, parsed=None) -> RunTable:
-    from ..record_format import is_record_file, is_run_dir
+    from ..run_format import is_record_file, is_run_dir
 
     path = os.fspath(path)
     if not os.path.exists(path):
         raise InputError(f"{path}: no such file or directory")
     if is_run_dir(path) or is_record_file(path):
-        from .record import read_run_dir
+        from .rundir import read_run_dir
 
         return read_run_dir(path)
     from ..trace_files import find_trace_files

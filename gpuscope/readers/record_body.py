@@ -20,7 +20,7 @@ from typing import Annotated, Any, Optional, Union
 import msgspec
 import numpy as np
 
-from ..record_format import STEP_COLUMNS
+from ..run_format import STEP_COLUMNS
 from .validate import MAX_NS, MAX_STEP, MAX_UNIX_NS
 
 _NS = Annotated[int, msgspec.Meta(ge=0, le=MAX_NS)]

@@ -1,4 +1,4 @@
-"""A record file's step rows from its column side file (record_format), without decoding JSON.
+"""A record file's step rows from its column side file (run_format), without decoding JSON.
 
 The side file is used only when it accounts for the record file's whole body, byte for byte:
 its chunks follow each other from the end of the header to the end of the file, and each
@@ -16,7 +16,7 @@ import zlib
 import msgspec
 import numpy as np
 
-from ..record_format import CHUNK_HEADER, CHUNK_MAGIC, STEP_COLUMNS, columns_path
+from ..run_format import CHUNK_HEADER, CHUNK_MAGIC, STEP_COLUMNS, columns_path
 from .record_body import Body
 from .validate import MAX_NS, MAX_STEP, MAX_UNIX_NS
 

@@ -1,4 +1,4 @@
-"""Chunks of the column side file (record_format: ``rank-N.gpuscope.cols``), made on the writer
+"""Chunks of the column side file (run_format: ``rank-N.gpuscope.cols``), made on the writer
 thread from the lines it has just appended to the record file: standard library only."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from array import array
 from itertools import chain
 from operator import itemgetter
 
-from ..record_format import CHUNK_HEADER, CHUNK_MAGIC, STEP_COLUMNS
+from ..run_format import CHUNK_HEADER, CHUNK_MAGIC, STEP_COLUMNS
 
 _HEAD = struct.Struct(CHUNK_HEADER)
 _WIDTH = len(STEP_COLUMNS)

@@ -32,7 +32,7 @@ import sys
 import time
 
 from .._log import warn_once
-from ..record_format import STEP_COLUMNS
+from ..run_format import STEP_COLUMNS
 from ..thresholds import Thresholds
 from ..vocab import COMM, COMPUTE, DATA, IMBALANCED
 

@@ -1,6 +1,6 @@
 """NVML telemetry: a background thread that reads (never sets) one GPU's state at 1-10 Hz.
 
-Per sample (record_format.NVML_FIELDS): utilization %, memory used / total, power, SM clock,
+Per sample (run_format.NVML_FIELDS): utilization %, memory used / total, power, SM clock,
 temperature, throttle reasons.
 The device is the one this rank uses: matched by PCI bus id when torch can tell it, else through
 CUDA_VISIBLE_DEVICES (index or UUID), else the local rank. Without a driver the sampler switches
@@ -46,7 +46,7 @@ class NvmlApi:
         return self.nv.nvmlDeviceGetHandleByIndex(index or 0)
 
     def sample(self, h) -> tuple:
-        """One sample, in the order of record_format.NVML_FIELDS."""
+        """One sample, in the order of run_format.NVML_FIELDS."""
         nv = self.nv
         util = nv.nvmlDeviceGetUtilizationRates(h).gpu
         mem = nv.nvmlDeviceGetMemoryInfo(h)

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 
 from .._log import warn_once
-from ..record_format import SCHEMA, STEP_COLUMNS
+from ..run_format import SCHEMA, STEP_COLUMNS
 from .hooks import Hooks
 from .knobs import batch_knobs, batch_size_of, loader_knobs, model_knobs, process_knobs
 from .options import RecordOptions

@@ -6,7 +6,7 @@ import os
 import queue
 import threading
 
-from ..record_format import STEP_COLUMNS
+from ..run_format import STEP_COLUMNS
 from ..vocab import MS
 
 SCALARS = ("step_ns", "data_ns", "compute_ns", "comm_ns", "comm_exposed_ns", "other_ns")

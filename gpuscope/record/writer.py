@@ -1,5 +1,5 @@
 """Writes one rank's record file (a header, then lines appended and flushed at once) and its
-column side file (record_format)."""
+column side file (run_format)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 import os
 import threading
 
-from ..record_format import columns_path, rank_file_name
+from ..run_format import columns_path, rank_file_name
 from .columns import Chunk
 
 MAX_RECORDINGS = 10_000
@@ -41,7 +41,7 @@ class RecordWriter:
     stall, batches past MAX_PENDING are dropped and counted. `close` is idempotent and waits for
     the thread at most CLOSE_TIMEOUT_S.
 
-    The thread also keeps the column side file (record_format): each batch, once in the record
+    The thread also keeps the column side file (run_format): each batch, once in the record
     file, joins the current chunk, written when full and at the end. A row the columns cannot
     hold exactly (named phases), or a side file that cannot be written, ends the side file (it is
     removed: readers then decode the JSON, which is always complete)."""

@@ -157,7 +157,7 @@ def record_events(table: "RunTable", report: "ReportData", tl: "Timeline") -> tu
 
 def _comm_kinds(table: "RunTable") -> dict:
     """{(rank, step): {kind: (comm_ns, exposed_ns)}} from the collectives by kind, if timed."""
-    from ..record_format import comm_kind
+    from ..run_format import comm_kind
 
     comm = table.comm
     if comm is None or comm.empty:

@@ -52,7 +52,7 @@ def find_runs(logdir: str, max_depth: int = MAX_DEPTH) -> dict[str, str]:
     by the same rules as `gpuscope analyze` (readers). Links are not followed out of the logdir:
     a file whose target lies outside does not make its folder a run."""
     from ...trace_files import is_trace_file
-    from ...record_format import parse_file_name
+    from ...run_format import parse_file_name
 
     runs: dict[str, str] = {}
     root = os.path.realpath(logdir)

@@ -22,7 +22,7 @@ import pandas as pd
 
 import gpuscope.progress as progress
 from ..errors import InputError, TraceFormatError
-from ..record_format import (COLUMN_DEFAULTS, FILE_GLOB, NVML_FIELDS, SCHEMA, STEP_COLUMNS,
+from ..run_format import (COLUMN_DEFAULTS, FILE_GLOB, NVML_FIELDS, SCHEMA, STEP_COLUMNS,
                              is_p2p, is_record_file, parse_file_name)
 from ..runtable import RankInfo, RunTable, empty_frame, key_parts, mask_of
 from ..trace_files import file_size
