@@ -171,8 +171,11 @@ def test_real_pair_straggler_removed_and_the_gate(tmp_path):
     # the 40 ms straggler is gone from AFTER; two ranks sharing 2 cores with the test runner can
     # still make a real straggler of a few ms (seen once in eight suite runs: rank 1 named again),
     # which the tool is right to name: what is pinned is that nothing near 40 ms is left
+    # rank 1 computes 40 ms more of wall time; with a core kept busy, rank 0 computes slower
+    # meanwhile too, so the difference between them is less (23.9 ms in a busy-core clone's
+    # run): the bound is what holds there, far above a few ms of noise
     slow = next(s for s in gpuscope.analyze(before).stragglers if s.rank == 1)
-    assert slow.excess_ns > 25e6
+    assert slow.excess_ns > 15e6
     assert all(s.excess_ns < slow.excess_ns / 4 for s in gpuscope.analyze(after).stragglers)
     wait = next(p for p in c["parts"] if p["part"] == "wait")
     # the 40 ms of extra work rank 0 waited for; parts are means over the 2 ranks (rank 1 waited
