@@ -78,3 +78,30 @@ def test_jitter_gets_its_own_fix_and_estimate():
     (s,) = imbalance.suggest_jitter(t, Jitter(steps_share=0.6, wait_share=0.2))
     assert s.addresses == "jitter-bound" and s.estimated_step_ms == 32.0
     assert s.estimated_step_ms_range == (32.0, 40.0)
+
+
+def test_each_bottleneck_holds_its_own_evidence_on_a_hand_built_step_table():
+    import numpy as np
+    import pandas as pd
+
+    from gpuscope.analyze.bottlenecks import pipeline
+    from gpuscope.analyze.consistency import Roles
+
+    steps = pd.DataFrame({"step": [1, 2, 3, 4], "data_share": [0.25, 0.1, 0.0, 0.0],
+                          "comm_share": [0.0, 0.2, 0.1, 0.0], "host_share": [0.0, 0.0, 0.3, 0.0],
+                          "bubble_share": [0.0, 0.0, 0.0, 0.2],
+                          "wait_share": [0.0, 0.12, 0.0, 0.3]})
+    assert data.share(steps, TH).tolist() == [0.25, -1, -1, -1]   # >= 20%
+    assert comm.share(steps, TH).tolist() == [-1, 0.2, -1, -1]    # >= 15%
+    assert host.share(steps, TH).tolist() == [-1, -1, 0.3, -1]    # >= 15%
+    assert pipeline.share(steps, TH).tolist() == [-1, -1, -1, 0.2]
+    # waiting >= 10% in steps 2 and 4: imbalance while roles are undecided ...
+    waits, jitter = imbalance.waiting_steps(steps, TH, None)
+    assert waits.tolist() == [False, True, False, True] and not jitter.any()
+    # ... jitter when the roles are decided and no persistent rank explains it
+    roles = Roles(n_steps=4, steps=np.array([1, 2, 3, 4]), ranks=np.array([0, 1]),
+                  slow=np.zeros((4, 2), dtype=bool))
+    waits, jitter = imbalance.waiting_steps(steps, TH, roles)
+    assert not waits.any() and jitter.tolist() == [False, True, False, True]
+    imb, jit = imbalance.shares(steps, waits, jitter)
+    assert imb.tolist() == [-1] * 4 and jit.tolist() == [-1, 0.12, -1, 0.3]

@@ -5,8 +5,9 @@ Per step, across ranks (a synchronous step is as slow as its slowest rank):
   data share     = mean over ranks of data_ns / step_ns
   comm share     = mean over ranks of (comm_exposed_ns - wait_ns) / step_ns   (exposed transfer)
   wait share     = max over ranks of wait_ns / step_ns                       (the waiting ranks)
-Each share over its threshold is a candidate; the largest candidate is the label, the others are
-secondary; with no candidate the step is compute-bound. The run verdict is the label that holds
+Each share over its threshold is a candidate (each bottleneck's module, bottlenecks/, holds its
+own test: `share(steps, th)`); the largest candidate is the label, the others are secondary; with
+no candidate the step is compute-bound. The run verdict is the label that holds
 the most step time, each step's time shared among its candidates in proportion to their shares;
 compute-bound, the healthy state, must lead all lost time together (every other label's share
 summed) by NEAR_TIE; else the largest lost-time label is the verdict. Whether the run is healthy
@@ -30,9 +31,10 @@ import pandas as pd
 from ..results import Jitter, StepResult, Verdict
 from ..runtable import shares
 from ..thresholds import Thresholds
-from ..vocab import (COMM, COMPUTE, DATA, HOST, IMBALANCED, JITTER, JITTER_BOUND, MODERATE_DATA,
-                     PIPELINE)
-from .consistency import Roles, persistent_steps
+from ..vocab import COMPUTE, JITTER, JITTER_BOUND, MODERATE_DATA
+from .bottlenecks import comm, host, imbalance, pipeline
+from .bottlenecks import data as data_bound
+from .consistency import Roles
 from .rowgroups import Groups
 
 
@@ -59,21 +61,13 @@ def classify_steps(frame: pd.DataFrame, th: Thresholds, roles: Roles | None = No
         "micro_steps": (g.max(frame["micro_steps"].to_numpy()).astype(np.int64)
                         if "micro_steps" in frame else np.ones(steps.size, np.int64)),
     })
-    waits = out["wait_share"].to_numpy() >= th.wait
-    jitter = np.zeros(steps.size, dtype=bool)
-    if roles is not None and roles.decided:
-        jitter = waits & ~persistent_steps(roles, steps)
-        waits &= ~jitter
+    # each bottleneck's module says, per step, whether its label holds and with what share
+    waits, jitter = imbalance.waiting_steps(out, th, roles)
     out["jitter"] = jitter
-    cand = np.column_stack([
-        np.where(waits, out["wait_share"], -1.0),
-        np.where(jitter, out["wait_share"], -1.0),
-        np.where(out["data_share"] >= th.data_high, out["data_share"], -1.0),
-        np.where(out["comm_share"] >= th.comm, out["comm_share"], -1.0),
-        np.where(out["host_share"] >= th.host, out["host_share"], -1.0),
-        np.where(out["bubble_share"] >= th.bubble, out["bubble_share"], -1.0),
-    ])
-    names = np.array([IMBALANCED, JITTER_BOUND, DATA, COMM, HOST, PIPELINE])
+    cand = np.column_stack([*imbalance.shares(out, waits, jitter), data_bound.share(out, th),
+                            comm.share(out, th), host.share(out, th), pipeline.share(out, th)])
+    names = np.array([imbalance.LABEL, imbalance.JITTER_LABEL, data_bound.LABEL, comm.LABEL,
+                      host.LABEL, pipeline.LABEL])
     best = cand.argmax(axis=1)
     has = cand.max(axis=1) >= 0
     out["label"] = np.where(has, names[best], COMPUTE)

@@ -5,6 +5,8 @@ sizes; each with its estimate from the measured micro-steps (whatif.py).
 
 from __future__ import annotations
 
+import numpy as np
+
 import math
 
 from ...results import Suggestion
@@ -12,6 +14,16 @@ from ...thresholds import Thresholds
 from ...vocab import COMM, MS
 from .. import whatif
 from ..findings import TypicalStep, gain, ms_range
+
+
+LABEL = COMM
+
+
+def share(steps, th):
+    """The evidence, per step: its exposed-transfer share (exposed communication less waiting
+    for other ranks) where it is comm-bound (at least th.comm), else -1."""
+    s = steps["comm_share"].to_numpy()
+    return np.where(s >= th.comm, s, -1.0)
 
 def _global_batch(knobs: dict, micro: int, accum: int) -> str:
     world = knobs.get("world_size") or 1

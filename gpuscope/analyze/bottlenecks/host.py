@@ -4,9 +4,21 @@ CUDA graphs / torch.compile, fewer small kernels, with their estimate.
 
 from __future__ import annotations
 
+import numpy as np
+
 from ...results import Suggestion
 from ...vocab import HOST, MS
 from ..findings import TypicalStep, gain
+
+
+LABEL = HOST
+
+
+def share(steps, th):
+    """The evidence, per step: the share the GPU idled waiting for launches (GPU traces) where
+    it is host-bound (at least th.host), else -1."""
+    s = steps["host_share"].to_numpy()
+    return np.where(s >= th.host, s, -1.0)
 
 def suggest_host(t: TypicalStep) -> list[Suggestion]:
     """The GPU waits for the host to launch work: fewer, larger launches."""

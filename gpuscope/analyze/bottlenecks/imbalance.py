@@ -13,6 +13,30 @@ import pandas as pd
 from ...results import Jitter, Straggler, Suggestion
 from ...vocab import IMBALANCED, JITTER_BOUND, MS
 from ..findings import TypicalStep, gain
+from ..consistency import Roles, persistent_steps
+
+
+LABEL, JITTER_LABEL = IMBALANCED, JITTER_BOUND
+
+
+def waiting_steps(steps: pd.DataFrame, th, roles: Roles | None) -> tuple[np.ndarray, np.ndarray]:
+    """(imbalanced, jitter) masks over classify's steps: a rank waits at least th.wait of the
+    step; that waiting is imbalance when it follows a persistent pattern (a consistently late
+    rank arrived last, or a consistently early one waited: consistency.py), jitter when the
+    roles are decided and it does not. Undecided roles (too few steps): all imbalance."""
+    waits = steps["wait_share"].to_numpy() >= th.wait
+    jitter = np.zeros(len(steps), dtype=bool)
+    if roles is not None and roles.decided:
+        jitter = waits & ~persistent_steps(roles, steps["step"].to_numpy())
+        waits = waits & ~jitter
+    return waits, jitter
+
+
+def shares(steps: pd.DataFrame, waits: np.ndarray, jitter: np.ndarray):
+    """The evidence per step: the wait share where the step is imbalanced, and where it is
+    jitter-bound (else -1 each)."""
+    s = steps["wait_share"].to_numpy()
+    return np.where(waits, s, -1.0), np.where(jitter, s, -1.0)
 
 def suggest_imbalance(t: TypicalStep, stragglers: list[Straggler], knobs: dict,
                       early: set[int] | None = None,
