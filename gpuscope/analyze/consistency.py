@@ -7,8 +7,12 @@ between ranks from step to step. A one-sample t statistic per rank over the step
 recorded measures how consistent that offset is, so a large, steady offset is found in a few
 steps and random lateness is not called a straggler however many steps wait.
 
-The test is one-sided at 0.1% per rank (Student's t critical values below): random jitter makes
-a rank look consistent in about one run in a thousand. Significance alone is not enough over many
+The tests are one-sided, at a family-wise 1% per run: each of n ranks at 1%/n (Bonferroni; the
+largest tabled level at or below it, t_table.py), so random jitter names a rank in about one run
+in a hundred whatever the world size (0.5% per rank for 2 ranks, 0.001% for 1,000). A fixed
+per-rank level would both miss a clear straggler in a short run of 2 ranks (8 profiled steps,
+rank 0 waiting in all of them: not significant at 0.1%) and name a false one among a thousand
+ranks in most runs. Significance alone is not enough over many
 steps, where a tiny steady offset (a rank that always starts its collective 1% later) becomes
 significant; the offset must also be material: the waiting it causes, on average, is at least
 `min_share` of the typical step (the imbalance threshold).
@@ -22,7 +26,7 @@ longer: the plain t test misses it) but not for a rank late in a third of the st
 checkpoint every third step), which the plain test finds. A third test only looks at order: per step, each rank's rank of wait among the ranks
 (ties share the average rank). When ranks are exchangeable each step's ranks are a random
 permutation, so a rank's mean rank is (n + 1) / 2 with variance (n^2 - 1) / (12 S) over S steps
-(less with ties: conservative); a normal z beyond the same 0.1% point, with the median offset
+(less with ties: conservative); a normal z beyond the same level's point, with the median offset
 material, is consistent too. Outliers cannot move an order.
 """
 
@@ -35,22 +39,26 @@ import numpy as np
 import pandas as pd
 
 from .rowgroups import dense_unique
+from .t_table import LEVELS, T, Z
 
 MIN_STEPS = 3  # fewer steps cannot tell a straggler from jitter
 
-# one-sided Student's t critical values at alpha = 0.001, by degrees of freedom
-_T_001 = {1: 318.31, 2: 22.327, 3: 10.215, 4: 7.173, 5: 5.893, 6: 5.208, 7: 4.785, 8: 4.501,
-          9: 4.297, 10: 4.144, 11: 4.025, 12: 3.930, 13: 3.852, 14: 3.787, 15: 3.733,
-          16: 3.686, 17: 3.646, 18: 3.610, 19: 3.579, 20: 3.552, 25: 3.450, 30: 3.385,
-          40: 3.307, 60: 3.232, 120: 3.160}
-_Z_001 = 3.090
+FAMILY_ALPHA = 0.01  # the chance, per run, that random jitter names a rank
 
 
-def t_critical(dof: int) -> float:
-    """Critical t at alpha 0.001 (one-sided); between table rows the smaller dof (conservative)."""
+def rank_alpha(n_ranks: int) -> float:
+    """The per-rank level: FAMILY_ALPHA / n_ranks, down to the next tabled level (conservative)."""
+    want = FAMILY_ALPHA / max(n_ranks, 1)
+    return max((a for a in LEVELS if a <= want), default=LEVELS[-1])
+
+
+def t_critical(dof: int, alpha: float = 0.001) -> float:
+    """Critical t at `alpha` (one-sided, a tabled level); between table rows the smaller dof
+    (conservative); from 1,000 degrees of freedom on, the normal's."""
     if dof >= 1000:
-        return _Z_001
-    return _T_001[max(k for k in _T_001 if k <= dof)]
+        return Z[alpha]
+    row = T[alpha]
+    return row[max(k for k in row if k <= max(dof, 1))]
 
 
 @dataclass
@@ -95,9 +103,11 @@ def find_roles(frame: pd.DataFrame, min_share: float = 0.0) -> Roles:
     n = x.shape[0]
     mean = x.mean(axis=0)
     sd = x.std(axis=0, ddof=1)
-    crit = t_critical(n - 1)
+    alpha = rank_alpha(ranks.size)
+    crit = t_critical(n - 1, alpha)
     tmean, se, dof = yuen(x)
-    crit_y = t_critical(dof)
+    crit_y = t_critical(dof, alpha)
+    crit_z = Z[alpha]
     typical = 0.0
     if min_share > 0:
         slowest = np.zeros(si.max() + 1)
@@ -113,9 +123,9 @@ def find_roles(frame: pd.DataFrame, min_share: float = 0.0) -> Roles:
         ty = _t(tmean[j], se[j], tiny)
         roles.t[int(rank)] = float(t)
         late = (material[j] and (t <= -crit or ty <= -crit_y)) or (
-            material_median[j] and z[j] <= -_Z_001)
+            material_median[j] and z[j] <= -crit_z)
         early = (material[j] and (t >= crit or ty >= crit_y)) or (
-            material_median[j] and z[j] >= _Z_001)
+            material_median[j] and z[j] >= crit_z)
         if late:
             roles.late.add(int(rank))
         elif early:
