@@ -105,3 +105,12 @@ def test_each_bottleneck_holds_its_own_evidence_on_a_hand_built_step_table():
     assert not waits.any() and jitter.tolist() == [False, True, False, True]
     imb, jit = imbalance.shares(steps, waits, jitter)
     assert imb.tolist() == [-1] * 4 and jit.tolist() == [-1, 0.12, -1, 0.3]
+
+
+def test_jitter_never_recovers_more_than_the_waiting_there_is():
+    # seen in a busy-core suite run (nanoGPT-style loop): the jitter share (each rank's wait
+    # over its own, shorter step) times the mean step came to more than the mean longest wait,
+    # and the report's bound had to clip the estimate with a warning
+    t = step(wait=5 * MS, mean_wait=6 * MS, mean_step=40 * MS)
+    (s,) = imbalance.suggest_jitter(t, Jitter(steps_share=0.6, wait_share=0.2))  # 8 ms > 6
+    assert s.estimated_step_ms == 34.0

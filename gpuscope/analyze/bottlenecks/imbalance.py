@@ -119,7 +119,11 @@ def suggest_jitter(t: TypicalStep, jitter: Jitter) -> list[Suggestion]:
     """Waiting that moves between ranks: no one rank to fix, so even out the per-step work.
     The estimate takes the typical step less the waiting in jitter steps, per step on average."""
     wait_share = jitter.wait_share
-    est = max(t.step - wait_share * t.mean_step, 0.0)
+    # the time lost in jitter steps, per step on average; never more than the longest wait of a
+    # step on average (the jitter share is each rank's wait over its own step, which can be
+    # shorter than the slowest rank's: share x step may exceed the wait itself)
+    saved = min(wait_share * t.mean_step, max(t.wait, t.mean_wait))
+    est = max(t.step - saved, 0.0)
     return [Suggestion(
         "rank_jitter", f"waiting moves between ranks ({jitter.steps_share:.0%} of step time)",
         "even out per-step work", est / MS,
