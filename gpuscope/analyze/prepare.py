@@ -10,6 +10,8 @@ is where ranks wait) before the micro-steps are summed; without it, the warm-up 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pandas as pd
 
 from ..errors import InputError
@@ -66,8 +68,7 @@ def without_empty_steps(table: RunTable, warnings: list[str]) -> RunTable:
     frame = frame[~empty].reset_index(drop=True)
     if frame.empty:
         raise InputError(f"{table.path}: no steps to analyse (every step has no length)")
-    return RunTable(frame, table.source, table.path, table.ranks, table.world_size,
-                    table.warnings, table.telemetry, table.gpu_breakdown, table.comm)
+    return replace(table, frame=frame)
 
 
 def prepare(a) -> None:

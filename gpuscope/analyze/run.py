@@ -18,7 +18,7 @@ the fields it reads in its docstring.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import numpy as np
@@ -75,6 +75,7 @@ class Analysis:
     suggestions: list = field(default_factory=list)  # suggest, bound
     pipeline: object = None                         # suggest: pipeline stages
     dp_section: dict = field(default_factory=dict)  # suggest: nn.DataParallel
+    why_not: dict = field(default_factory=dict)     # suggest: label -> why no suggestion
     why_not_pipeline: str = ""                      # suggest
     typical: object = None                          # suggest: the report's typical step
     unbound: list[str] = field(default_factory=list)  # bound: estimates clipped
@@ -142,9 +143,10 @@ def suggest_all(a: Analysis) -> None:
                           float(a.steps["data_share"].median()), a.jitter,
                           {k: float(np.mean([r.get(k, 0.0) for r in exposed.values()]))
                            for k in kinds}, a.micro, a.growth)
-    a.suggestions = list(suggest(a.findings))
-    a.pipeline = summarize_pipeline(a.table, a.frame, a.layout, exposed)
     a.typical = typical_step(a.frame)
+    made, a.why_not = suggest(a.findings, a.typical)
+    a.suggestions = list(made)
+    a.pipeline = summarize_pipeline(a.table, a.frame, a.layout, exposed)
     a.dp_section, more, dp_warnings = dataparallel(a.table, lambda: a.typical.step,
                                                    a.verdict.label)
     a.warnings += dp_warnings
@@ -166,7 +168,7 @@ def bound(a: Analysis) -> None:
             s.addresses == PIPELINE for s in a.suggestions):
         a.warnings.append(f"no suggestion for {PIPELINE}: {a.why_not_pipeline}")
     elif label != COMPUTE:
-        why = unaddressed(a.findings, label, a.suggestions)
+        why = unaddressed(a.why_not, label, a.suggestions)
         if why:
             a.warnings.append(why)
     if len(a.table.ranks) == 1 and a.table.world_size > 1:
@@ -177,8 +179,7 @@ def bound(a: Analysis) -> None:
 def report(a: Analysis) -> None:
     """Everything found -> the Report (per-rank summaries over the analysed rows)."""
     t = a.table
-    analysed = RunTable(a.frame, t.source, t.path, t.ranks, t.world_size, t.warnings,
-                        t.telemetry, t.gpu_breakdown, t.comm)
+    analysed = replace(t, frame=a.frame)
     ranks = summarize_ranks(t, a.frame, a.telemetry, a.by_kind, a.per_rank)
     layout = a.layout
     a.report = Report(

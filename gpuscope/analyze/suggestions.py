@@ -10,22 +10,19 @@ from .bottlenecks.comm import suggest_comm
 from .bottlenecks.data import suggest_data
 from .bottlenecks.host import suggest_host
 from .bottlenecks.imbalance import suggest_imbalance, suggest_jitter
-from .findings import Findings, typical_step
+from .findings import Findings, TypicalStep, typical_step
 
 
-def suggest(found: Findings) -> list[Suggestion]:
-    """Suggestions for every bottleneck present (label or secondary), best estimated gain first.
+def suggest(found: Findings, t: TypicalStep | None = None
+            ) -> tuple[list[Suggestion], dict[str, str]]:
+    """(suggestions for every bottleneck present (label or secondary), best estimated gain
+    first; label -> why none was made for it). `t`: the typical step, when already known.
 
     Jitter gets a suggestion when its steps hold a material share (>= 20%) of the time."""
-    return _suggest(found)[0]
-
-
-def _suggest(found: Findings) -> tuple[list[Suggestion], dict[str, str]]:
-    """(suggestions, label -> why none was made for it)."""
     frame, labels, th, knobs = found.frame, found.labels, found.thresholds, found.knobs
     if frame.empty:
         return [], {}
-    t = typical_step(frame)
+    t = t or typical_step(frame)
     out: list[Suggestion] = []
     why_not: dict[str, str] = {}
     if IMBALANCED in labels:
@@ -46,9 +43,10 @@ def _suggest(found: Findings) -> tuple[list[Suggestion], dict[str, str]]:
     return sorted(out, key=lambda s: -s.gain_pct), why_not
 
 
-def unaddressed(found: Findings, label: str, suggestions: list[Suggestion]) -> str:
-    """Why no suggestion addresses the verdict `label` ("" when one does)."""
+def unaddressed(why_not: dict[str, str], label: str, suggestions: list[Suggestion]) -> str:
+    """Why no suggestion addresses the verdict `label` ("" when one does); `why_not`: what
+    suggest() said of the labels it made none for."""
     if any(s.addresses == label for s in suggestions):
         return ""
-    why = _suggest(found)[1].get(label) or "no change with a measurable gain could be estimated"
+    why = why_not.get(label) or "no change with a measurable gain could be estimated"
     return f"no suggestion for {label}: {why}"
