@@ -117,8 +117,9 @@ def _verdict(label="comm-bound", share=1.0):
 
 
 def _steps(label, **shares):
-    row = {"step": 1, "label": label, "data_share": 0.0, "comm_share": 0.0, "wait_share": 0.0,
-           "host_share": 0.0, "bubble_share": 0.0, **shares}
+    row = {"step": 1, "step_ns": 1_000_000, "label": label, "data_share": 0.0,
+           "comm_share": 0.0, "wait_share": 0.0, "host_share": 0.0, "bubble_share": 0.0,
+           **shares}
     return pd.DataFrame([row, {**row, "step": 2}, {**row, "step": 3}])
 
 
@@ -216,3 +217,37 @@ def test_compute_bound_must_lead_all_lost_time_by_more_than_a_near_tie():
     # the rule only keeps compute-bound from winning a near tie, not other labels
     lost = steps(55, 45).assign(**{"w:compute-bound": [0.0, 0.0], "w:comm-bound": [1.0, 0.0]})
     assert run_verdict(lost).label == "comm-bound"
+
+
+def test_a_verdict_one_step_decides_is_low():
+    from gpuscope.analyze.classify import changes_without_one_step, run_verdict
+
+    def steps(labels):
+        n = len(labels)
+        return pd.DataFrame({
+            "step": range(1, n + 1), "label": labels, "step_ns": [100] * n,
+            "w:compute-bound": [float(x == "compute-bound") for x in labels],
+            "w:jitter-bound": [float(x == "jitter-bound") for x in labels],
+            "data_share": 0.0, "comm_share": 0.0, "wait_share": 0.0, "host_share": 0.0,
+            "bubble_share": 0.0, "compute_share": 0.9})
+
+    ev = Evidence(steps=8, ranks=2, world=2)
+    # 5 of 8 steps healthy: compute 62.5% leads the 37.5% lost by 25 points, but without one of
+    # its steps (4 of 7: 57% against 43%) it would not: a busy-core run of the balanced
+    # scenario, where the record and the trace put one step on either side of the threshold
+    close = steps(["compute-bound"] * 5 + ["jitter-bound"] * 3)
+    v = run_verdict(close)
+    assert v.label == "compute-bound"
+    assert changes_without_one_step(close, v.label) == (1, "jitter-bound")
+    got = earn(v, ev, close, TH0)
+    assert got.confidence == "low"
+    assert any("without step 1 the verdict would be jitter-bound" in e for e in got.evidence)
+    # the jitter-bound side of the same line: without one jitter step, compute would lead
+    # (5 of 9 healthy: compute 56% leads by 11 points; without a jitter step, 5 of 8 by 25)
+    other = steps(["compute-bound"] * 5 + ["jitter-bound"] * 4)
+    assert run_verdict(other).label == "jitter-bound"
+    assert changes_without_one_step(other, "jitter-bound") == (6, "compute-bound")
+    # 7 of 8: no single step moves it
+    clear = steps(["compute-bound"] * 7 + ["jitter-bound"])
+    assert changes_without_one_step(clear, "compute-bound") is None
+    assert earn(run_verdict(clear), ev, clear, TH0).confidence == "high"  # 88% of the time

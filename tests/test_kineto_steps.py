@@ -188,9 +188,38 @@ def test_idle_until_an_issued_collective_ends_is_exposed(tmp_path):
     assert one.comm_exposed_ns == 515 * US
     assert one.compute_ns == 435 * US and one.other_ns == 50 * US
     comm = read_path(path).comm
-    assert comm.loc[comm["step"] == 1, "exposed_ns"].tolist() == [505 * US]
+    # all of it, the 10 us blocked in the call that issued it included: the row's exposed
+    assert comm.loc[comm["step"] == 1, "exposed_ns"].tolist() == [515 * US]
     # without the collective call before the idle stretch, nothing says the thread waited
     # for it (the thread idles, a collective issued elsewhere happens to end)
     events[3] = X("aten::add", 290, 10)
     one = _rows(_write(tmp_path, events, "rank-0b.pt.trace.json"))[1]
     assert one.comm_exposed_ns == 350 * US and one.other_ns == 155 * US + 50 * US
+
+
+def test_a_call_blocked_before_its_collective_starts_is_that_collective_s_wait(tmp_path):
+    # DDP on gloo (a busy-core run): rank 0 computes to 300, then blocks in c10d::allreduce_
+    # (300-500, no child) while its peer is still computing; gloo's range starts only after the
+    # call returns (510-600), and the thread idles until it ends. The 200 us blocked are
+    # exposed communication of that all-reduce (300 us with the idle wait after them), in the
+    # step's row and in the per-collective table the wait split compares across ranks.
+    events = [X("ProfilerStep#1", 0, 1000), X("ProfilerStep#2", 1000, 100),
+              X("aten::mm", 0, 300), X("c10d::allreduce_", 300, 200),
+              X("gloo:all_reduce", 510, 90, tid=2), X("aten::mm", 600, 400)]
+    path = _write(tmp_path, events)
+    one = _rows(path)[1]
+    assert one.comm_exposed_ns == 300 * US
+    comm = read_path(path).comm
+    assert comm.loc[comm["step"] == 1, "exposed_ns"].tolist() == [300 * US]
+
+
+def test_idle_long_after_the_collective_ended_is_exposed_only_up_to_resume(tmp_path):
+    # the training thread issues the all-reduce (290-300), computes to 400, and idles until
+    # 3,500; gloo's range ends at 500. Up to RESUME_NS past that end (400-2,500) it waited for
+    # the collective; the 1,000 us after, for a core: other
+    events = [X("ProfilerStep#1", 0, 4000), X("ProfilerStep#2", 4000, 100),
+              X("aten::mm", 0, 290), X("c10d::allreduce_", 290, 10), X("aten::mm", 300, 100),
+              X("gloo:all_reduce", 300, 200, tid=2), X("aten::copy_", 3500, 500)]
+    one = _rows(_write(tmp_path, events))[1]
+    assert one.comm_exposed_ns == 10 * US + 2100 * US
+    assert one.other_ns == 1000 * US

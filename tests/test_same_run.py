@@ -1,5 +1,6 @@
 """The same run recorded by gpuscope and profiled by torch.profiler at once gets the same verdict
-and stragglers from both sources, over the steps the profiler captured, for each demo scenario
+(or a close call said by both) and stragglers from both sources, over the steps the profiler
+captured, for each demo scenario
 (real 2-rank gloo DDP runs; scripts/same_run.py repeats it 10 times with a core kept busy)."""
 
 import importlib.util
@@ -19,7 +20,10 @@ _spec.loader.exec_module(same_run)
 def test_recorded_and_profiled_at_once_agree(scenario, tmp_path):
     res = same_run.one(scenario, 24, str(tmp_path), same_run.EXTRA.get(scenario, ()))
     rec, kin = res["record"], res["kineto"]
-    assert (rec["verdict"], rec["stragglers"]) == (kin["verdict"], kin["stragglers"]), res
+    # the same verdict, or each report saying its verdict is a close call (the balanced
+    # scenario on a busy machine sits between compute- and jitter-bound)
+    assert res["agree"] or res["close_call"], res
+    assert rec["stragglers"] == kin["stragglers"], res
     if scenario == "imbalanced":  # the 40 ms straggler is named from both
         assert rec["stragglers"] == kin["stragglers"] == [1]
         assert res["record_all_steps"]["stragglers"] == [1]

@@ -2,6 +2,7 @@
 
 from gpuscope.record.step_row import DDP_KEY, Raw, sum_step
 from gpuscope.run_format import STEP_COLUMNS
+from gpuscope.vocab import RESUME_NS
 
 
 def raw(**kw) -> Raw:
@@ -77,3 +78,24 @@ def test_the_loops_own_work_before_the_step_is_named():
     # rec.step() at 0; the loop logs until 25, then fetches the batch (25-35), forward 35-60
     r = row(first=25, data_ns=10, phases=[("forward", 35, 60)])
     assert r["other_ns"] == 100 - 10 - 25 and r["between_ns"] == 25
+
+
+def test_ddp_tail_runs_to_the_end_of_the_measured_backward():
+    # backward measured 30-95: the last bucket launched at 70 and its callback ran at 80, but
+    # the training thread came back from DDP's reducer only at 95 (a busy core): 70-95 is the
+    # thread waiting on communication, not backward compute. A backward that ended before the
+    # last bucket was done leaves the tail at the bucket's end.
+    r = row(phases=[("forward", 10, 30), ("backward", 30, 95)], buckets=[(50, 60), (70, 80)],
+            fwd_end=30)
+    assert r["comm_exposed_ns"] == 25 and r["backward_ns"] == 40
+    assert r["extra"]["_comm"] == {DDP_KEY: [35, 25, 2]}
+    r = row(phases=[("forward", 10, 30), ("backward", 30, 75)], buckets=[(50, 60), (70, 80)],
+            fwd_end=30)
+    assert r["comm_exposed_ns"] == 10 and r["backward_ns"] == 40
+    # back more than RESUME_NS after the bucket was done: what is later than that the thread
+    # waited for a core, not for communication (the trace reader's rule): other
+    late = 80 + RESUME_NS + 500
+    r = row(end=late + 10, phases=[("forward", 10, 30), ("backward", 30, late)],
+            buckets=[(50, 60), (70, 80)], fwd_end=30)
+    assert r["comm_exposed_ns"] == 10 + RESUME_NS
+    assert r["backward_ns"] == late - 30 - 10 - RESUME_NS

@@ -112,33 +112,70 @@ def step_results(steps: pd.DataFrame) -> list[StepResult]:
             for st, lb, ns, d, c, w, cp, sec, k, hs, bs in zip(*cols)]
 
 
-def run_verdict(steps: pd.DataFrame) -> Verdict:
-    """The label holding the most step time: each step's time shared among the labels that
-    hold in it, in proportion to their shares (classify_steps' "w:" columns; a table without
-    them counts each step's time for its label alone)."""
+def label_times(steps: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """(labels, (steps x labels) step time held by each label): each step's time shared among
+    the labels that hold in it, in proportion to their shares (classify_steps' "w:" columns; a
+    table without them counts each step's time for its label alone)."""
     step_ns = steps["step_ns"].to_numpy(np.float64)
-    total = float(step_ns.sum())
-    if total <= 0:
-        return Verdict(COMPUTE, 0.0, "low", {})
     weights = [c for c in steps.columns if isinstance(c, str) and c.startswith("w:")]
     if weights:
-        by_label = {c[2:]: float((step_ns * steps[c].to_numpy(np.float64)).sum()) / total
-                    for c in weights}
-        by_label = {k: v for k, v in by_label.items() if v > 0}
-        labels = np.array(sorted(by_label), dtype=object)
-        by = np.array([by_label[k] for k in labels])
-    else:
-        labels, inv = np.unique(steps["label"].to_numpy(dtype=object).astype(str),
-                                return_inverse=True)
-        by = np.bincount(inv, step_ns, labels.size) / total
-    best = int(by.argmax())
-    if str(labels[best]) == COMPUTE and labels.size > 1:  # the healthy state must be earned:
-        # it leads all the time lost together by more than a near tie, else the largest lost-time
-        # label wins (a same-run pair split compute 52% / lost 48% as jitter 38% + comm 6% in
-        # one source and jitter 32% + comm 11% in the other)
-        rest = np.where(labels == COMPUTE, -1.0, by)
-        if by[best] - rest[rest > 0].sum() < NEAR_TIE:
-            best = int(rest.argmax())
+        held = step_ns[:, None] * steps[weights].to_numpy(np.float64)
+        keep = held.sum(axis=0) > 0
+        labels = np.array([c[2:] for c in weights], dtype=object)[keep]
+        held = held[:, keep]
+        order = np.argsort(labels.astype(str))
+        return labels[order], held[:, order]
+    labels, inv = np.unique(steps["label"].to_numpy(dtype=object).astype(str), return_inverse=True)
+    held = np.zeros((len(steps), labels.size))
+    held[np.arange(len(steps)), inv.reshape(-1)] = step_ns
+    return labels.astype(object), held
+
+
+def decide(labels: np.ndarray, by: np.ndarray) -> np.ndarray:
+    """The verdict's index for each row of `by` (shares of step time per label): the label
+    holding the most time, but compute-bound, the healthy state, must lead all the time lost
+    together by NEAR_TIE, else the largest lost-time label wins (a same-run pair split compute
+    52% / lost 48% as jitter 38% + comm 6% in one source and jitter 32% + comm 11% in the
+    other)."""
+    by = np.atleast_2d(by)
+    best = by.argmax(axis=1)
+    is_compute = labels == COMPUTE
+    if is_compute.any() and labels.size > 1:
+        c = int(np.flatnonzero(is_compute)[0])
+        lost = np.where(is_compute, -1.0, by)
+        lead = by[:, c] - np.clip(lost, 0, None).sum(axis=1)
+        best = np.where((best == c) & (lead < NEAR_TIE), lost.argmax(axis=1), best)
+    return best
+
+
+def run_verdict(steps: pd.DataFrame) -> Verdict:
+    """The label holding the most step time (label_times, decide)."""
+    total = float(steps["step_ns"].to_numpy(np.float64).sum())
+    if total <= 0:
+        return Verdict(COMPUTE, 0.0, "low", {})
+    labels, held = label_times(steps)
+    by = held.sum(axis=0) / total
+    best = int(decide(labels, by)[0])
     label, share = str(labels[best]), float(by[best])
     conf = "high" if share >= 0.75 else "medium" if share >= 0.5 else "low"
     return Verdict(label, share, conf, {str(k): round(float(v), 4) for k, v in zip(labels, by)})
+
+
+def changes_without_one_step(steps: pd.DataFrame, label: str) -> tuple[int, str] | None:
+    """(step, verdict) for the first step without which the run verdict would not be `label`
+    (leave-one-out over the steps, in one pass); None when no single step decides it."""
+    if len(steps) < 3:
+        return None
+    labels, held = label_times(steps)
+    step_ns = steps["step_ns"].to_numpy(np.float64)
+    rest = step_ns.sum() - step_ns
+    ok = rest > 0
+    if not ok.any():
+        return None
+    by = (held.sum(axis=0)[None, :] - held[ok]) / rest[ok, None]
+    got = labels[decide(labels, by)]
+    moved = np.flatnonzero(got.astype(str) != label)
+    if not moved.size:
+        return None
+    i = int(moved[0])
+    return int(steps["step"].to_numpy()[ok][i]), str(got[i])

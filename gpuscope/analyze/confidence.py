@@ -14,6 +14,9 @@
      threshold (15% against 15%: one noisy step flips it), medium;
    - compute-bound, the healthy state, when compute is under half of its steps (median): low;
    - a near tie: the next label holds within 15 points of the verdict's share of time: low;
+   - one step decides it: without some single step the verdict would be another label
+     (leave-one-out): low. Two sources of the same run measure a step near a threshold on either
+     side of it now and then; a verdict that rests on such a step is a close call either way;
 3. Each rule the report broke and had to clip (invariants.py) drops one level.
 """
 
@@ -27,7 +30,7 @@ import pandas as pd
 from ..results import Verdict
 from ..thresholds import Thresholds
 from ..vocab import COMM, COMPUTE, DATA, HOST, IMBALANCED, JITTER_BOUND, PIPELINE
-from .classify import NEAR_TIE
+from .classify import NEAR_TIE, changes_without_one_step
 
 LEVELS = ("low", "medium", "high")
 MARGIN = 0.2  # relative distance from the threshold under which one noisy step flips a label
@@ -113,6 +116,10 @@ def earn(verdict: Verdict, ev: Evidence, steps: pd.DataFrame, th: Thresholds) ->
         if verdict.share - others[other] < RUNNER_UP:  # a near tie: noise picks the other
             caps.append(("low", f"{other} holds {others[other]:.0%} of the time against its "
                                 f"{verdict.share:.0%}: either could be the verdict"))
+    moved = changes_without_one_step(steps, verdict.label) if ev.steps >= 3 else None
+    if moved is not None:
+        caps.append(("low", f"without step {moved[0]} the verdict would be {moved[1]}: one "
+                            "step decides it"))
     dist, what = margin(steps, verdict.label, th)
     if what and dist < MARGIN:
         caps.append(("medium", f"close to its threshold ({what})"))

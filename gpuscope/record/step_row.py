@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..vocab import COMPUTE_PHASES
+from ..vocab import COMPUTE_PHASES, RESUME_NS
 from . import intervals as iv
 
 DDP_KEY = "all_reduce:ddp"  # DDP's gradient buckets, in the per-collective breakdown
@@ -40,7 +40,11 @@ def sum_step(r: Raw, start_unix: int) -> list:
        Lightning); forward and backward exclude the time they were blocked on communication
        (FSDP's all-gather waits, DDP's last buckets);
     3. exposed communication: the tail from DDP's last bucket launch (the end of backward
-       compute) to its last bucket done, blocking collectives and waits on async ones;
+       compute) to its last bucket done, and on to the end of the measured backward, at most
+       RESUME_NS past that done (the training thread waits in DDP's reducer until the bucket's
+       future is complete, which can be after its callback ran: a busy core held the backend's
+       thread 3.5 ms there; what is later than that is the thread waiting for a core: other,
+       the trace reader's rule too), blocking collectives and waits on async ones;
     4. compute is the union of the compute phases minus what overlaps exposed communication;
        with no phase at all, everything that is not data or exposed comm counts as compute;
     5. other is what remains of the step; `between_ns`, the part of it before the step's first
@@ -50,6 +54,7 @@ def sum_step(r: Raw, start_unix: int) -> list:
     step_ns = end - start
     buckets = iv.clip(r.buckets, start, end)
     phases = [(n, a, b) for n, a, b in r.phases if b > a]
+    measured_bwd = [(a, b) for n, a, b in phases if n == "backward"]
     if r.fwd_end is not None and not any(n == "backward" for n, _, _ in phases):
         opt_starts = [a for n, a, _ in phases if n == "optimizer" and a >= r.fwd_end]
         bwd_end = min(opt_starts) if opt_starts else max((b for _, b in buckets), default=None)
@@ -62,6 +67,9 @@ def sum_step(r: Raw, start_unix: int) -> list:
     if buckets:
         last_launch = max(a for a, _ in buckets)
         last_done = max(b for _, b in buckets)
+        for a, b in measured_bwd:
+            if a <= last_launch < b:
+                last_done = max(last_done, min(b, last_done + RESUME_NS))
         if last_done > last_launch:
             exposed.append((last_launch, last_done, DDP_KEY))
     exposed_m = iv.merge([(a, b) for a, b, _ in exposed])

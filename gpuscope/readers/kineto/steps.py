@@ -38,6 +38,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import spans
+from ...vocab import RESUME_NS
 from .events import (ANNOTATION, BACKWARD, COMM, COMM_HOST, COMPUTE, DATA, FORWARD,
                      MICROBATCH, OP, OPTIMIZER, STEP, WAITS, RankEvents, p2p_masks)
 
@@ -283,16 +284,14 @@ def rank_rows(ev: RankEvents, rank: int, drop: frozenset = frozenset()):
     return rows, colls, warnings
 
 
-#: how soon after a collective ends the thread waiting for it runs again (a busy core delays it)
-RESUME_NS = 2_000_000
-
 
 def pending_gaps(window, work, insts: list, issued):
     """The stretches of `window` where the training thread runs nothing (no op, no data wait:
     `work`) from after it issued a collective (a collective call starts before the stretch:
     `issued`, the starts of its wait ranges) until a collective ends, the thread running again
     within RESUME_NS of that end: it was waiting for the collective (CPU traces, where DDP's
-    reducer waits for its buckets in no op of its own)."""
+    reducer waits for its buckets in no op of its own); of a longer stretch, up to RESUME_NS
+    past the end (the rest is the thread waiting for a core: other)."""
     gs, ge = spans.subtract(window, work)
     ends = np.sort(np.array([b for _, _, b in insts], np.int64))
     if not gs.size or not ends.size or not np.size(issued):
@@ -301,8 +300,8 @@ def pending_gaps(window, work, insts: list, issued):
     # the last collective end within the gap, and how long before the gap's end it was
     at = np.searchsorted(ends, ge, "right") - 1
     last = np.where(at >= 0, ends[at.clip(min=0)], -1)
-    keep = (gs >= first_issue) & (last > gs) & (ge - last <= RESUME_NS)
-    return gs[keep], ge[keep]
+    keep = (gs >= first_issue) & (last > gs)
+    return gs[keep], np.minimum(ge[keep], last[keep] + RESUME_NS)
 
 
 def _blocks(waiting, blocked) -> list:
@@ -321,14 +320,17 @@ def add_collectives(colls: list, sid: int, insts: list, exposed_of, blocks=()) -
     instances in the step (`exposed_of(merged spans)`), carried by its first instance: gloo
     runs two buckets' all-reduces at once on two threads, and summing their parts would count
     the time they overlap twice. `blocks`: the spans of collective calls the training thread
-    was blocked in (CPU traces), each given to the key of the first instance it overlaps."""
+    was blocked in (CPU traces), each given to the key of the first instance that ends after
+    the block begins: the one it overlaps, or the one it issued and waited to start (gloo's
+    c10d::allreduce_ blocked 8 ms while the peer was still in its backward, its own range on
+    the backend's thread starting after the call returned)."""
     if not insts:
         return
     by_key: dict = {}
     for key, a, b in insts:
         by_key.setdefault(key, []).append((a, b))
     for a, b, part in blocks:
-        key = next((k for k, s_, e_ in insts if s_ < b and e_ > a), None)
+        key = next((k for k, _, e_ in insts if e_ > a), None)
         if key is not None:
             by_key[key] += list(zip(part[0].tolist(), part[1].tolist()))
     exposed = {}
