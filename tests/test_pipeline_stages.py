@@ -170,15 +170,28 @@ def test_a_stage_slow_in_one_replica_is_a_straggler_not_a_partition():
     assert back.to_dict() == d
 
 
-def test_stage_view_takes_the_median_over_replicas():
+def test_stage_view_takes_the_least_busy_replica():
     st = lambda r, s, p, b: StageResult(r, s, p, 100 * MS, b * MS, b * MS, 0, 0, 0, 4)  # noqa: E731
     p = PipelineResult((st(0, 0, 0, 40), st(1, 1, 0, 40), st(2, 0, 1, 40), st(3, 1, 1, 90),
                         st(4, 0, 2, 40), st(5, 1, 2, 40)), 2, 4, 0.2, 0.2, 3, 1.0)
     view = stage_view(p)
     assert [(v.stage, v.ranks, v.busy_ns) for v in view] == [(0, (0, 2, 4), 40 * MS),
                                                               (1, (1, 3, 5), 40 * MS)]
-    assert suggest_pipeline(p, RunTable(pd.DataFrame(), "record", "", {}, 6, []),
-                            100 * MS)[0] == []
+    empty = RunTable(pd.DataFrame(), "record", "", {}, 6, [])
+    assert suggest_pipeline(p, empty, 100 * MS)[0] == []
+    # two replicas, stage 1 slow in one (rank 3, 90 ms) and a little slower in the other
+    # (rank 1, 44 ms, a busy core): a median over two (67 ms) would still ask to repartition
+    two = PipelineResult((st(0, 0, 0, 40), st(1, 1, 0, 44), st(2, 0, 1, 40), st(3, 1, 1, 90)),
+                         2, 4, 0.2, 0.2, 2, 1.0)
+    assert [v.busy_ns for v in stage_view(two)] == [40 * MS, 44 * MS]
+    assert not any(s.knob == "pipeline_partition" for s in suggest_pipeline(two, empty,
+                                                                            100 * MS)[0])
+    # slow in both replicas: the partition is what to change
+    both = PipelineResult((st(0, 0, 0, 40), st(1, 1, 0, 85), st(2, 0, 1, 40), st(3, 1, 1, 90)),
+                          2, 4, 0.2, 0.2, 2, 1.0)
+    assert [v.busy_ns for v in stage_view(both)] == [40 * MS, 85 * MS]
+    assert any(s.knob == "pipeline_partition" for s in suggest_pipeline(both, empty,
+                                                                        100 * MS)[0])
 
 
 def test_kineto_point_to_point_keys():

@@ -157,15 +157,21 @@ class _Stage:
 
 
 def stage_view(p: PipelineResult) -> list[_Stage]:
-    """The stages in order, each over its replicas: a stage slow in one replica only is a
-    straggler there (imbalance), not a partition to change. Without a known order (traces),
+    """The stages in order, each as its least busy replica: a stage slow in one replica only
+    is a straggler there (imbalance), not a partition to change (with two replicas a median
+    would still carry half of the slow one's excess: a busy-core run of 2 replicas x 2 stages
+    with one slow rank got a repartition suggestion from it). Without a known order (traces),
     each stage rank on its own."""
     if all(s.stage is not None for s in p.stages):
         by: dict[int, list[StageResult]] = {}
         for s in p.stages:
             by.setdefault(s.stage, []).append(s)
-        return [_Stage(k, tuple(x.rank for x in v), float(np.median([x.busy_ns for x in v])),
-                       float(np.median([x.compute_ns for x in v]))) for k, v in sorted(by.items())]
+        view = []
+        for k, v in sorted(by.items()):
+            least = min(v, key=lambda x: x.busy_ns)
+            view.append(_Stage(k, tuple(x.rank for x in v), float(least.busy_ns),
+                               float(least.compute_ns)))
+        return view
     return [_Stage(None, (s.rank,), s.busy_ns, s.compute_ns) for s in p.stages]
 
 
