@@ -99,3 +99,50 @@ def test_ddp_tail_runs_to_the_end_of_the_measured_backward():
             buckets=[(50, 60), (70, 80)], fwd_end=30)
     assert r["comm_exposed_ns"] == 10 + RESUME_NS
     assert r["backward_ns"] == late - 30 - 10 - RESUME_NS
+
+
+def test_the_plain_shape_fast_path_agrees_with_the_general_one_on_random_rows():
+    # sum_step takes a short path for forward / backward / optimizer in order with at most one
+    # DDP tail; on random rows of that shape and near it, both paths give the same row
+    import random
+
+    from gpuscope.record import step_row
+
+    rng = random.Random(24)
+    checked = 0
+    for _ in range(4000):
+        start = rng.randrange(0, 1000)
+        end = start + rng.randrange(1, 5000)
+        cuts = sorted(rng.randrange(start - 50, end + 50) for _ in range(6))
+        phases = []
+        for name, (a, b) in zip(("forward", "backward", "optimizer"),
+                                (cuts[0:2], cuts[2:4], cuts[4:6])):
+            if rng.random() < 0.8:
+                phases.append((name, a, b))
+        if rng.random() < 0.1 and phases:
+            phases.reverse()  # out of order: the general path
+        buckets = []
+        if rng.random() < 0.7:
+            a = rng.randrange(start - 20, end + 20)
+            buckets = [(a, a + rng.randrange(-5, 3000))]
+        fwd_end = cuts[1] if rng.random() < 0.5 else None
+        big = rng.random() < 0.2  # tails longer than RESUME_NS
+        scale = 1000 if big else 1
+        r = raw(start=start * scale, end=end * scale, first=rng.choice([None, start * scale]),
+                data_ns=rng.randrange(0, 200) * scale, phases=[(n, a * scale, b * scale)
+                                                                for n, a, b in phases],
+                buckets=[(a * scale, b * scale) for a, b in buckets],
+                fwd_end=None if fwd_end is None else fwd_end * scale,
+                samples=rng.choice([-1, 3]))
+        fast = step_row._plain_step(r, 5)
+        if fast is None:
+            continue
+        checked += 1
+        saved = step_row._plain_step
+        step_row._plain_step = lambda r, s: None
+        try:
+            general = sum_step(r, 5)
+        finally:
+            step_row._plain_step = saved
+        assert fast == general, (r, fast, general)
+    assert checked > 1000

@@ -11,7 +11,7 @@ recording runs gpuscope puts a thin timing wrapper in front of those functions, 
 kind, the process group, when it was launched and when it completed (an async call's future),
 and how long the calling thread was blocked (a blocking call, or `wait()` on an async one):
 blocked time is exposed communication. Collectives issued from inside another timed collective
-(or from DDP's comm hook, which times its buckets itself) are not counted twice.
+(or inside gpuscope's own live exchange, `quiet()`) are not counted twice.
 
 On CUDA with NCCL the host only sees enqueueing and waiting, not the transfer on the GPU; the
 report says so, and torch.profiler traces give the device view.

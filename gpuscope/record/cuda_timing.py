@@ -4,8 +4,8 @@ Per step, events are recorded on the current stream at these points:
   fetch  - as the host asks for the batch (entering next())
   ready  - right after the batch arrived
   end    - at rec.step() (after the optimizer's kernels are queued)
-and, through the comm hook, before each gradient all-reduce is launched and in its completion
-callback. On the GPU's own timeline:
+and, for DDP (ddp_timing.py), at the end of backward compute and after backward returned (DDP's
+finalize has made the stream wait for the all-reduce by then). On the GPU's own timeline:
   gpu_step_ns        = end[k] - end[k-1]
   gpu_data_stall_ns  = ready[k] - fetch[k]  (the GPU sat idle while the host was in next(): the
                                              `fetch` event completes once the work queued before
@@ -15,7 +15,7 @@ callback. On the GPU's own timeline:
                                              queued before: the GPU idled while the host worked
                                              elsewhere: logging, checkpoints); 0 for a loop that
                                              fetches its next batch mid-step, after the forward
-  gpu_comm_ns        = sum over buckets of (done - launch)
+  gpu_comm_ns        = sum over those pairs of (done - launch): the exposed tail
 Events come from a pool and are read only once `query()` says they completed (every N steps),
 or at close, where one synchronize is allowed. All CUDA calls go through `CudaBackend`, the
 seam tests replace with a fake clock.

@@ -6,8 +6,9 @@
 - backward: torch.autograd.backward (which loss.backward() calls) is wrapped while a recording
   runs, so every backward is timed in every micro-step, synchronized or not, the loss
   function's own backward included, whatever the model returns;
-- DDP's gradient buckets (ddp_timing.py), torch's global optimizer step hooks, and the
-  collectives issued through torch.distributed (collectives.py).
+- the tail of DDP's backward, waiting for its gradient all-reduces (ddp_timing.py: no comm
+  hook), torch's global optimizer step hooks, and the collectives issued through
+  torch.distributed (collectives.py).
 """
 
 from __future__ import annotations
@@ -24,10 +25,22 @@ def _timed_backward(*args, **kwargs):
     state = _backward_states[-1] if _backward_states else None
     if state is None or not state.backward_start():
         return _backward_original(*args, **kwargs)
+    tail = state.tail
+    armed = False
+    if tail is not None:
+        try:
+            armed = tail.arm(args[0] if args else kwargs.get("tensors"))
+        except Exception:
+            state.tail = None  # timing off; the backward runs as it would
     try:
         return _backward_original(*args, **kwargs)
     finally:
         state.backward_end()
+        if armed:
+            try:
+                tail.finish()
+            except Exception:
+                state.tail = None
 
 
 def _attach_backward(state) -> None:
@@ -97,7 +110,7 @@ class Hooks:
         self.state = state
         self.model = model
         self.handles: list = []
-        self.ddp = None          # ddp_timing.DDPCommTimer
+        self.ddp = None          # ddp_timing.DDPTailTimer
         self.collectives = None  # collectives.CollectiveTimer
         self.warnings: list[str] = []
         self._probe = None
@@ -107,12 +120,11 @@ class Hooks:
     def install(self) -> None:
         model, state = self.model, self.state
         if model is not None:
-            from .ddp_timing import DDPCommTimer, is_ddp
+            from .ddp_timing import DDPTailTimer, is_ddp
 
-            if is_ddp(model):
-                self.ddp = DDPCommTimer(model, state.bucket)
-                if not self.ddp.install():
-                    self.warnings.append(self.ddp.reason)
+            if is_ddp(model) and "torch" in sys.modules:
+                self.ddp = DDPTailTimer(model, state.bucket, state._now)
+                state.tail = self.ddp
             self._probe = sync_probe(model)
             module = timed_module(model)
             if module is not None:
@@ -151,7 +163,8 @@ class Hooks:
         self.handles.clear()
         for timer in (self.ddp, self.collectives):
             if timer is not None:
-                timer.detach()  # DDP cannot unregister its hook: it now only forwards
+                timer.detach()
+        self.state.tail = None
         self.collectives = None
         self._probe = None
         if self._backward:

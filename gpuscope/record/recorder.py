@@ -263,7 +263,9 @@ class Recorder:
             from .ddp_timing import ddp_logging_summary
 
             end["ddp_logging"] = ddp_logging_summary(self.model)
-            end["comm_hook"] = ddp.hook_name
+            user = getattr(self.model, "_comm_hooks", None)  # DDP keeps the user's hooks here
+            end["comm_hook"] = (getattr(user[-1][0], "__qualname__", repr(user[-1][0])) if user
+                                else "DDP's built-in all-reduce")
         if self._tb is not None:
             self._close_tensorboard()
         if self._writer is not None and self._writer.dropped:
@@ -344,12 +346,12 @@ class Recorder:
                 self._dp = None
 
     def _comm_timing_mode(self) -> str:
-        """How communication is timed: DDP's comm hook, DDP's own logging (another hook was
-        there first), torch.distributed's collectives, or only rec.phase("comm")."""
+        """How communication is timed: the tail of DDP's backward (with DDP's own logging for
+        what backward hides), torch.distributed's collectives, or only rec.phase("comm")."""
         hooks = self._hooks
         modes = []
         if hooks is not None and hooks.ddp is not None:
-            modes.append("ddp_comm_hook" if hooks.ddp.active else "ddp_logging")
+            modes.append("ddp_tail")
         if hooks is not None and hooks.collectives is not None:
             modes.append("collectives")
         return "+".join(modes) or "phases"

@@ -20,6 +20,7 @@ class StepState:
         self.buckets: list = []      # DDP buckets may complete on another thread: kept across
         self.colls: list = []        # resets, handed over at close()
         self.sync_flag = None        # probe's answer at the last forward: will backward sync?
+        self.tail = None             # ddp_timing.DDPTailTimer of a DDP model
         self.reset(None)
 
     def reset(self, start) -> None:
