@@ -133,43 +133,55 @@ import torch, torch.distributed as dist
 from torch import nn
 import gpuscope
 torch.set_num_threads(1)
+device, rounds, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 d = tempfile.mkdtemp()
-dist.init_process_group("gloo", init_method=f"file://{d}/store", rank=0, world_size=1)
-model = nn.parallel.DistributedDataParallel(nn.Linear(8, 8))
-opt = torch.optim.SGD(model.parameters(), lr=0.01)
-x = torch.randn(4, 8)
-data = [x] * 400
-
-def loop(it, rec=None):
+dist.init_process_group("nccl" if device == "cuda" else "gloo",
+                        init_method=f"file://{d}/store", rank=0, world_size=1)
+torch.manual_seed(0)
+def make():
+    m = nn.Linear(8, 8).to(device)
+    ddp = nn.parallel.DistributedDataParallel(m, device_ids=[0] if device == "cuda" else None)
+    return ddp, torch.optim.SGD(ddp.parameters(), lr=0.01)
+plain, plain_opt = make()   # never seen by gpuscope
+recm, rec_opt = make()      # recorded
+x = torch.randn(4, 8, device=device)
+data = [x] * n
+def loop(model, opt, it, rec=None):
+    if device == "cuda": torch.cuda.synchronize()
     t = time.perf_counter()
     for b in it:
         opt.zero_grad(); model(b).sum().backward(); opt.step()
         if rec is not None: rec.step()
-    return (time.perf_counter() - t) / len(data)
-
-with gpuscope.record(os.path.join(d, "run"), model=model, telemetry=True) as rec:
-    loop(rec.data(data), rec)  # warm
-    with_ = [loop(rec.data(data), rec) for _ in range(7)]
-    # the hooks stay installed while recording: measure "without" after the block
-loop(data)
-# a fresh model without gpuscope's hooks for the baseline
-model = nn.parallel.DistributedDataParallel(nn.Linear(8, 8))
-opt = torch.optim.SGD(model.parameters(), lr=0.01)
-loop(data)
-without = [loop(data) for _ in range(7)]
+    if device == "cuda": torch.cuda.synchronize()
+    return (time.perf_counter() - t) / n
+with gpuscope.record(os.path.join(d, "run"), model=recm) as rec:
+    loop(recm, rec_opt, rec.data(data), rec); loop(plain, plain_opt, data)  # warm
+    with_, without = [], []
+    for i in range(rounds):  # interleaved, the order swapped every round
+        for which in ((1, 0) if i % 2 else (0, 1)):
+            if which:
+                with_.append(loop(recm, rec_opt, rec.data(data), rec))
+            else:
+                without.append(loop(plain, plain_opt, data))
+diff = [a - b for a, b in zip(with_, without)]
 print(json.dumps({"with_us": statistics.median(with_) * 1e6,
-                  "without_us": statistics.median(without) * 1e6}))
+                  "without_us": statistics.median(without) * 1e6,
+                  "cost_us": statistics.median(diff) * 1e6,
+                  "round_costs_us": [round(c * 1e6, 1) for c in diff]}))
+os._exit(0)
 """
 
 
-def recorder_cost_ddp() -> dict:
-    """Per-step cost of the whole recorder on a tiny one-rank DDP model (forward and optimizer
-    hooks, the comm hook wrapper, NVML probe, data wrapper, step()): the tiny model makes the
-    fixed per-step cost visible."""
+def recorder_cost_ddp(device: str = "cpu", rounds: int = 9, steps: int = 400) -> dict:
+    """Per-step cost of the whole recorder on a tiny one-rank DDP model (forward, backward and
+    optimizer hooks, the DDP tail timer, NVML, the data wrapper, step()): the tiny model makes
+    the fixed per-step cost visible. One process holds a recorded model and a plain one, timed
+    in interleaved rounds; the figure is the median of the rounds' differences."""
     import subprocess
 
-    out = subprocess.run([sys.executable, "-c", _DDP_COST], capture_output=True, text=True,
-                         check=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    out = subprocess.run([sys.executable, "-c", _DDP_COST, device, str(rounds), str(steps)],
+                         capture_output=True, text=True, check=True,
+                         env=dict(os.environ, OMP_NUM_THREADS="1"))
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -213,8 +225,8 @@ def main() -> None:
             if args.live_every else []
     med_without, med_with = statistics.median(without), statistics.median(with_)
     per_step = recorder_cost_per_step()
-    ddp = recorder_cost_ddp()
-    ddp_cost = (ddp["with_us"] - ddp["without_us"]) / 1e6
+    ddp = recorder_cost_ddp(args.device)
+    ddp_cost = ddp["cost_us"] / 1e6
     result = {
         "scenario": args.scenario, "runs_each": args.runs, "steps_per_run": args.steps,
         "ranks": args.nproc, "device": args.device,
@@ -227,6 +239,7 @@ def main() -> None:
         "ddp_tiny_step_us_without": round(ddp["without_us"], 1),
         "ddp_tiny_step_us_with": round(ddp["with_us"], 1),
         "recorder_cost_ddp_us_per_step": round(ddp_cost * 1e6, 1),
+        "recorder_cost_ddp_round_costs_us": ddp["round_costs_us"],
         "recorder_cost_ddp_pct_of_step": round(ddp_cost / med_without * 100, 3),
         "side_file_us_per_step_writer_thread": round(side_file_cost_per_row() * 1e6, 2),
         "cpu_count": os.cpu_count(),

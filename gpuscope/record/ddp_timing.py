@@ -44,7 +44,6 @@ class DDPTailTimer:
         self.active = True
         self.device = None  # DeviceTimer on CUDA: the tail on the GPU's timeline too
         self._queue = torch.autograd.Variable._execution_engine.queue_callback
-        self._handle = None
         self._t_final = None
         self._dev_final = None
 
@@ -59,7 +58,9 @@ class DDPTailTimer:
         if fn is None:
             return False
         self._t_final = None
-        self._handle = fn.register_prehook(self._root)
+        # not removed afterwards: the graph (and the hook with it) goes when backward frees it;
+        # a graph kept for a second backward queues the callback again, as it should
+        fn.register_prehook(self._root)
         return True
 
     def _root(self, grad_outputs):
@@ -74,9 +75,6 @@ class DDPTailTimer:
     def finish(self) -> None:
         """After the backward returned: the tail, if the final callback ran."""
         t_end = self.clock()
-        handle, self._handle = self._handle, None
-        if handle is not None:
-            handle.remove()
         t0, self._t_final = self._t_final, None
         if t0 is None or self.sink is None:
             return

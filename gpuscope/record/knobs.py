@@ -47,6 +47,12 @@ def _tensors(batch, limit: int = 32):
 
 def batch_size_of(batch) -> int | None:
     """Leading dimension of the first tensor-like thing in a batch, if any."""
+    shape = getattr(batch, "shape", None)  # a tensor or array itself: the common case, quickly
+    if shape is not None and hasattr(batch, "dtype"):
+        try:
+            return int(shape[0]) if len(shape) > 0 else None
+        except Exception:
+            pass
     for t in _tensors(batch):
         if len(t.shape) > 0:
             return int(t.shape[0])
