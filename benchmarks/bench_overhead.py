@@ -185,6 +185,16 @@ def recorder_cost_ddp(device: str = "cpu", rounds: int = 9, steps: int = 400) ->
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+
+def _commit() -> str | None:
+    """The code measured: the checkout's commit (None outside a git checkout)."""
+    try:
+        return subprocess.run(["git", "-C", os.path.dirname(os.path.abspath(__file__)), "rev-parse",
+                               "--short", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip() or None
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scenario", default="compute")
@@ -243,6 +253,7 @@ def main() -> None:
         "recorder_cost_ddp_pct_of_step": round(ddp_cost / med_without * 100, 3),
         "side_file_us_per_step_writer_thread": round(side_file_cost_per_row() * 1e6, 2),
         "cpu_count": os.cpu_count(),
+        "commit": _commit(),
     }
     if with_live:
         med_live = statistics.median(with_live)

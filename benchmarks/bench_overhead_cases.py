@@ -102,6 +102,16 @@ def run_once(name: str, record: bool, tmp: str, opts) -> float:
     return max(statistics.fmean(r[warm:]) for r in ranks)
 
 
+
+def _commit() -> str | None:
+    """The code measured: the checkout's commit (None outside a git checkout)."""
+    try:
+        return subprocess.run(["git", "-C", os.path.dirname(os.path.abspath(__file__)), "rev-parse",
+                               "--short", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip() or None
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=4)
@@ -128,7 +138,7 @@ def main() -> None:
                       f"{w * 1e3:.2f} ms with", flush=True)
     result = {"rounds": args.rounds, "ranks": args.nproc, "device": args.device,
               "backend": "gloo" if args.device == "cpu" else "nccl (one GPU per rank), else gloo",
-              "steps_factor": args.longer, "cpu_count": os.cpu_count(),
+              "steps_factor": args.longer, "cpu_count": os.cpu_count(), "commit": _commit(),
               "seconds": round(time.perf_counter() - t0, 1),
               "workloads": {}}
     print(f"\n{'workload':<10} {'without':>9} {'with':>9} {'ratio':>6}  paired ratios")

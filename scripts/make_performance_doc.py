@@ -127,7 +127,10 @@ def overhead(d: dict) -> list[str]:
             f"{d['median_step_ms_with']:.2f} ms | {d['ratio_with_over_without']:.2f} |",
             f"| the same with live diagnosis | {d['median_step_ms_without']:.2f} ms | "
             f"{d['median_step_ms_with_live']:.2f} ms | {d['ratio_with_live_over_without']:.2f} |",
-            f"| the recorder's whole cost per step, tiny 1-rank DDP model (every default timing) "
+            f"| the recorder's whole cost per step, tiny 1-rank DDP model (every default timing; "
+            f"a recorded and a plain model in one process, "
+            f"{len(d.get('recorder_cost_ddp_round_costs_us') or []) or 'sequential'} interleaved "
+            f"rounds, the median of their differences) "
             f"| {d['ddp_tiny_step_us_without']:,.0f} us | {d['ddp_tiny_step_us_with']:,.0f} us | "
             f"+{d['recorder_cost_ddp_us_per_step']:,.0f} us per step |",
             f"| `rec.data()` + `rec.step()` alone, tight loop | | | "
@@ -211,9 +214,12 @@ def budgets(docs: dict) -> list[str]:
     out = []
     o = docs.get("overhead.json")
     if o:
+        rounds = o.get("recorder_cost_ddp_round_costs_us")
+        spread = (f", median of {len(rounds)} interleaved rounds, {min(rounds):,.0f}-"
+                  f"{max(rounds):,.0f} us" if rounds else "")
         out.append(f"- Recording: at most 50 us per step and 0.5% of a 10 ms step; measured "
                    f"{o['recorder_cost_ddp_us_per_step']:,.0f} us per step on a tiny DDP model "
-                   f"({o['cpu_count']}-core CPU) ([recording overhead](docs/performance.md"
+                   f"({o['cpu_count']}-core CPU{spread}) ([recording overhead](docs/performance.md"
                    "#recording-overhead)).")
     c = docs.get("overhead_cases.json")
     if c:
@@ -223,8 +229,10 @@ def budgets(docs: dict) -> list[str]:
     g = docs.get("overhead_cases_gpu.json")
     if g:
         r = [w["paired_ratio_median"] for w in g["workloads"].values()]
-        out.append(f"- On a GPU (1 rank, NCCL): with / without {min(r):.2f}-{max(r):.2f} "
-                   "([on a GPU](docs/performance.md#on-a-gpu)).")
+        out.append(f"- On a GPU (1 rank, NCCL): with / without {min(r):.2f}-{max(r):.2f}"
+                   + ("" if g.get("commit") else " (measured before the recorder timed DDP by "
+                      "its backward's tail; the GPU issue measures it again)")
+                   + " ([on a GPU](docs/performance.md#on-a-gpu)).")
     h = docs.get("vs_hta.json")
     if h:
         r = [x["time_ratio"] for x in h["rows"]]
