@@ -57,6 +57,8 @@ def test_the_backward_tail_is_timed_and_phases_found(pg, tmp_path):
     end = json.loads(open(tmp_path / "rank-00000.gpuscope.jsonl").read().splitlines()[-1])["end"]
     assert end["comm_hook"] == "DDP's built-in all-reduce"
     assert "avg_backward_comm_time" in end["ddp_logging"]  # what backward hides, by DDP
+    knobs = gpuscope.analyze(tmp_path).knobs  # what the estimates are told of it
+    assert knobs["hidden_comm"] == "unmeasured"
 
 
 def test_the_tail_is_the_wait_for_the_last_all_reduce(pg, tmp_path):

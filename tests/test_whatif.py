@@ -50,6 +50,22 @@ def test_unsynced_step_derived_on_cpu_subtracts_exposed_optimizer_and_hidden_cos
     assert g.ms == pytest.approx(25e6) and "CUDA" in g.assumes  # alpha 0.1 on a GPU
 
 
+def test_hidden_comm_not_measured_widens_the_estimate_not_guesses_it():
+    # a DDP record timed by its backward's tail: the rows' comm is the exposed 20 ms only, and
+    # how much hid behind the 20 ms backward is unknown: the estimate spans none of it (51 - 20 -
+    # 5 = 26 ms) to all of it (capped at 0.9 x backward: 8 ms), half of it the point
+    rows = [dict(r, comm=20) if r.get("synced") else r for r in ddp_rows()]
+    micro = whatif.micro_steps(table_from_rows(rows).frame, 0)
+    assert micro.synced.hidden == 0
+    unknown = {"device": "cpu", "hidden_comm": "unmeasured"}
+    n = whatif.unsynced_step(micro, unknown)
+    assert n.ms == pytest.approx(16e6) and n.lo == pytest.approx(8e6) and n.hi == 26e6
+    assert "was not measured" in n.assumes
+    # hidden time measured in the rows is used as it is
+    assert whatif.unsynced_step(whatif.micro_steps(table_from_rows(ddp_rows()).frame, 0),
+                                unknown).ms == pytest.approx(16e6)
+
+
 def test_unsynced_step_measured_when_the_run_accumulates():
     micro = whatif.micro_steps(table_from_rows(ddp_rows(accum=4)).frame, 0)
     assert micro.unsynced is not None and micro.unsynced.step == pytest.approx(16e6)

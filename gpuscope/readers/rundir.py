@@ -732,6 +732,9 @@ def read_run_dir(path: str) -> RunTable:
         knobs = header["knobs"]
         if isinstance(f.end, dict) and isinstance(f.end.get("comm_hook"), str):
             knobs = {**knobs, "comm_hook": f.end["comm_hook"]}  # known when the run ends
+        if "ddp_tail" in str(header.get("comm_timing", "")).split("+"):
+            # DDP timed by its backward's tail: what backward hid is not in the rows
+            knobs = {**knobs, "hidden_comm": "unmeasured"}
         ranks[rank] = RankInfo(rank, header.get("host", ""), knobs,
                                {k: header.get(k) for k in ("pid", "comm_timing", "start_unix_ns",
                                                            "placement_source", "local_rank", "gpu",
