@@ -101,6 +101,27 @@ def test_the_tail_is_the_wait_for_the_last_all_reduce(pg, tmp_path):
         assert r["backward_ns"] + r["comm_exposed_ns"] == pytest.approx(t, abs=1e6), (rows, own)
 
 
+def test_a_launch_that_blocks_is_inside_the_tail(pg, tmp_path):
+    # the comm hook blocks 20 ms before it launches the all-reduce (as gloo's launch does when a
+    # busy core preempts it): the tail starts before the launch, so the 20 ms are in it, as a
+    # trace counts a collective call that blocks
+    import time
+
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    def blocking(state, bucket):
+        time.sleep(0.02)
+        return default_hooks.allreduce_hook(state, bucket)
+
+    model = _model()
+    with gpuscope.record(tmp_path, model=model) as rec:
+        model.register_comm_hook(None, blocking)
+        _train(model, rec, steps=4)
+    _, rows = _rows(tmp_path)
+    for r in rows[2:]:  # once DDP's logging has named the last gradient
+        assert r["comm_exposed_ns"] >= 19e6, rows
+
+
 def test_users_hooks_run_as_registered_before_or_after_record(pg, tmp_path):
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 

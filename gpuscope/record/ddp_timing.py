@@ -2,18 +2,21 @@
 without gpuscope (its C++ all-reduce, or the user's own hook, registered whenever they like).
 
 A Python comm hook costs a call from C++ into Python per bucket and a Python completion callback
-on the backend's thread: torch's own default Python hook costs ~56 us per step on this project's
-CPU against DDP's built-in one, more than gpuscope's whole per-step budget. What a step loses to
-gradient communication is the backward's tail instead: once autograd has run every node of the
-backward graph (the last bucket is launched inside the last gradient's accumulation), DDP's
-reducer waits for its all-reduces to finish before backward returns. So a prehook on the root of
-the graph queues an autograd final callback (queued before DDP's own, it runs first: at the end
-of backward compute), and the tail from there to backward's return is the exposed communication,
-noted as the step's one "bucket" (launch = end of backward compute, done = backward's return).
-On CUDA, the same two points get events (DeviceTimer.comm_launch/comm_done): after DDP's
-finalize, the current stream waits for the all-reduce, so the second event completes when the
-gradients are in. Communication hidden behind backward is taken from DDP's own runtime logging
-(sampled iterations, `ddp_logging_summary`, written at the end of the run).
+on the backend's thread: even a minimal one costs ~46 us per step on this project's CPU against
+DDP's built-in all-reduce, most of gpuscope's whole per-step budget. What a step loses to
+gradient communication is the backward's tail instead: DDP launches its last bucket inside the
+last gradient's accumulation, and once autograd has run every node of the graph, its reducer
+waits for the all-reduces before backward returns. The tail starts just before that last launch:
+a post-accumulate hook on the parameter whose gradient is ready last (a guess, the first
+parameter, until DDP's logging names it after an iteration) runs before DDP's own hook on the
+same accumulation, so a launch that blocks (gloo's, when a busy core preempts it) is inside, as
+a trace counts it. A prehook on the root of the graph queues an autograd final callback (before
+DDP's own, so it runs first, at the end of backward compute): where the watched gradient was not
+ready this time, the tail starts there. It ends at backward's return, and is the step's one
+"bucket" (all_reduce:ddp). On CUDA, the same points get events (DeviceTimer.comm_launch /
+comm_done): after DDP's finalize the current stream waits for the all-reduce, so the second
+event completes when the gradients are in. Communication that backward hides is not seen;
+DDP's own runtime logging (sampled iterations) is written at the end of the run.
 """
 
 from __future__ import annotations
@@ -21,7 +24,6 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from .._log import warn_once
 
 CommSink = Callable[[int, int, int], None]  # (bucket_index, launch_ns, done_ns)
 
@@ -44,24 +46,64 @@ class DDPTailTimer:
         self.active = True
         self.device = None  # DeviceTimer on CUDA: the tail on the GPU's timeline too
         self._queue = torch.autograd.Variable._execution_engine.queue_callback
-        self._t_final = None
-        self._dev_final = None
+        self._t_final = self._t_ready = None
+        self._dev_final = self._dev_ready = None
+        # the parameter whose gradient is ready last: DDP launches its last bucket right after
+        # (in DDP's own hook on the same accumulation, which runs after this one). A guess
+        # first (the first parameter: backward reaches the first layer last), then what DDP's
+        # logging says of the previous iteration's order
+        self._params = _reducer_params(ddp)
+        self._handle = None
+        self._order_tries = 0
+        if self._params:
+            self._watch(self._params[0])
+
+    def _watch(self, param) -> None:
+        if self._handle is not None:
+            self._handle.remove()
+        self._handle = param.register_post_accumulate_grad_hook(self._ready)
+
+    def _ready(self, param) -> None:
+        self._t_ready = self.clock()
+        device = self.device
+        if device is not None:
+            self._dev_ready = device.comm_launch()
 
     def arm(self, tensors) -> bool:
         """Before a backward: if it synchronizes gradients, hook the root of its graph."""
         if not self.active or not self.ddp.require_backward_grad_sync:
             return False
+        if 0 <= self._order_tries < 8:
+            self._learn_order()
         root = tensors if hasattr(tensors, "grad_fn") else next(
             (t for t in tensors if hasattr(t, "grad_fn") and t.grad_fn is not None), None) \
             if isinstance(tensors, (list, tuple)) else None
         fn = getattr(root, "grad_fn", None)
         if fn is None:
             return False
-        self._t_final = None
+        self._t_final = self._t_ready = None
+        self._dev_ready = None
         # not removed afterwards: the graph (and the hook with it) goes when backward frees it;
         # a graph kept for a second backward queues the callback again, as it should
         fn.register_prehook(self._root)
         return True
+
+    def _learn_order(self) -> None:
+        """Once DDP's logging holds the previous iteration's gradient order, watch its last."""
+        self._order_tries += 1
+        try:
+            order = self.ddp._get_ddp_logging_data().get("prev_iteration_grad_ready_order_indices")
+        except Exception:
+            order = None
+        if not isinstance(order, str) or not order.strip():
+            return
+        self._order_tries = -1  # known: not asked again
+        try:
+            last = int(order.split(",")[-1])
+        except ValueError:
+            return
+        if 0 <= last < len(self._params):
+            self._watch(self._params[last])
 
     def _root(self, grad_outputs):
         self._queue(self._final)
@@ -73,14 +115,20 @@ class DDPTailTimer:
             self._dev_final = device.comm_launch()
 
     def finish(self) -> None:
-        """After the backward returned: the tail, if the final callback ran."""
+        """After the backward returned: the tail, if the final callback ran. It starts when
+        the last gradient was ready (just before DDP launched the last bucket: a launch that
+        blocks, as gloo's does when a busy core preempts it, is inside), or at the end of
+        backward compute when that parameter's hook did not run this time."""
         t_end = self.clock()
-        t0, self._t_final = self._t_final, None
-        if t0 is None or self.sink is None:
+        t_final, t_ready = self._t_final, self._t_ready
+        self._t_final = self._t_ready = None
+        if t_final is None or self.sink is None:
             return
-        self.sink(0, t0, t_end)
-        device, ev = self.device, self._dev_final
-        self._dev_final = None
+        ready = t_ready is not None and t_ready <= t_final
+        self.sink(0, t_ready if ready else t_final, t_end)
+        device = self.device
+        ev = self._dev_ready if ready and self._dev_ready is not None else self._dev_final
+        self._dev_final = self._dev_ready = None
         if device is not None and ev is not None:
             device.comm_done(ev)
 
@@ -88,6 +136,22 @@ class DDPTailTimer:
         self.active = False
         self.sink = None
         self.device = None
+        if self._handle is not None:
+            try:
+                self._handle.remove()
+            except Exception:
+                pass
+            self._handle = None
+
+
+def _reducer_params(ddp) -> list:
+    """DDP's parameters in its reducer's order (its gradient-order indices count these)."""
+    try:
+        ignore = set(getattr(ddp, "parameters_to_ignore", ()) or ())
+        return [p for n, p in ddp.module.named_parameters()
+                if n not in ignore and p.requires_grad]
+    except Exception:
+        return []
 
 
 def ddp_logging_summary(ddp) -> dict:
