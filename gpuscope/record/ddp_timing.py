@@ -59,9 +59,13 @@ class DDPTailTimer:
             self._watch(self._params[0])
 
     def _watch(self, param) -> None:
-        if self._handle is not None:
-            self._handle.remove()
-        self._handle = param.register_post_accumulate_grad_hook(self._ready)
+        try:  # a torch without post-accumulate hooks: the tail starts at the final callback
+            if self._handle is not None:
+                self._handle.remove()
+                self._handle = None
+            self._handle = param.register_post_accumulate_grad_hook(self._ready)
+        except Exception:
+            self._handle = None
 
     def _ready(self, param) -> None:
         self._t_ready = self.clock()
