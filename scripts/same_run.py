@@ -97,7 +97,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=24)
     ap.add_argument("--only", nargs="*", default=list(EXPECTED))
     ap.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "same_run.json"))
-    ap.add_argument("--keep", metavar="DIR", help="keep the runs whose sources disagree here")
+    ap.add_argument("--keep", metavar="DIR", help="keep the runs whose sources disagree, or "
+                    "miss the scenario's label or stragglers, here")
     args = ap.parse_args()
     stop = mp.Event()
     spinners = [mp.Process(target=_spin, args=(stop,), daemon=True) for _ in range(args.busy)]
@@ -121,7 +122,7 @@ def main() -> None:
                                   f"{exc.returncode}); {'again' if attempt == 0 else 'given up'}",
                                   flush=True)
                             continue
-                        if args.keep and not res["agree"]:
+                        if args.keep and (not res["agree"] or not res["right"]):
                             shutil.copytree(tmp, os.path.join(args.keep, f"{scenario}-{i}"))
                         break
                 if res is None:
