@@ -61,6 +61,7 @@ def one(scenario: str, steps: int, out: str, extra: tuple = ()) -> dict:
 
     def summary(r) -> dict:
         return {"verdict": r.verdict.label, "confidence": r.verdict.confidence,
+                "evidence": list(r.verdict.evidence),
                 "stragglers": r.straggler_ranks,
                 "shares": {k: round(v, 3) for k, v in r.verdict.time_by_label.items()},
                 "wait_pct": [round(x.wait_pct, 1) for x in r.ranks],

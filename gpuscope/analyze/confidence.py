@@ -14,6 +14,8 @@
      threshold (15% against 15%: one noisy step flips it), medium;
    - compute-bound, the healthy state, when compute is under half of its steps (median): low;
    - a near tie: the next label holds within 15 points of the verdict's share of time: low;
+   - jitter-bound while one rank arrived last in three quarters of the steps or more (no test
+     found it consistent: too few or too noisy steps): low;
    - one step decides it: without some single step the verdict would be another label
      (leave-one-out): low. Two sources of the same run measure a step near a threshold on either
      side of it now and then; a verdict that rests on such a step is a close call either way;
@@ -49,6 +51,8 @@ class Evidence:
     clocks_aligned: bool = True  # ranks on several hosts placed on one clock (or one host)
     stragglers: bool = False   # a straggler is named
     broken_rules: int = 0      # invariant rules the analysis had to clip
+    leaning: tuple[int, int] | None = None  # (rank, steps) last in most steps, not significant
+    leaning_of: int = 0        # ... of this many steps
 
 
 def start_level(share: float) -> str:
@@ -116,6 +120,10 @@ def earn(verdict: Verdict, ev: Evidence, steps: pd.DataFrame, th: Thresholds) ->
         if verdict.share - others[other] < RUNNER_UP:  # a near tie: noise picks the other
             caps.append(("low", f"{other} holds {others[other]:.0%} of the time against its "
                                 f"{verdict.share:.0%}: either could be the verdict"))
+    if verdict.label == JITTER_BOUND and ev.leaning is not None:
+        rank, n = ev.leaning
+        caps.append(("low", f"rank {rank} arrived last in {n} of {ev.leaning_of} steps, too few "
+                            "or too noisy to call it a consistent straggler: record more steps"))
     moved = changes_without_one_step(steps, verdict.label) if ev.steps >= 3 else None
     if moved is not None:
         caps.append(("low", f"without step {moved[0]} the verdict would be {moved[1]}: one "

@@ -80,6 +80,19 @@ class Roles:
     def persistent(self) -> bool:
         return bool(self.late or self.early)
 
+    def leaning(self, share: float = 0.75) -> tuple[int, int] | None:
+        """(rank, steps) for a rank that arrived last in at least `share` of the steps though no
+        test found it consistent (too few or too noisy steps): what a jitter verdict must not
+        be confident against. None when none did or roles are decided already."""
+        if self.persistent or self.slow is None or not self.decided or self.ranks is None:
+            return None
+        counts = self.slow.sum(axis=0)
+        if not counts.size:
+            return None
+        i = int(counts.argmax())
+        n = int(counts[i])
+        return (int(self.ranks[i]), n) if n >= share * self.n_steps else None
+
 
 def find_roles(frame: pd.DataFrame, min_share: float = 0.0) -> Roles:
     """Per-rank lateness consistency over the steps that every rank recorded.

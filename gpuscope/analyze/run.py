@@ -202,7 +202,9 @@ def check(a: Analysis) -> None:
                                          for i in t.ranks.values()),
                         comm_seen=not a.unseen, clocks_aligned=clocks_aligned(t),
                         stragglers=bool(a.stragglers),
-                        broken_rules=len(a.broken) + len(a.unbound) + len(wrong))
+                        broken_rules=len(a.broken) + len(a.unbound) + len(wrong),
+                        leaning=a.roles.leaning() if a.roles is not None else None,
+                        leaning_of=a.roles.n_steps if a.roles is not None else 0)
     a.report.verdict = earn(a.verdict, evidence, a.steps, a.th)
 
 
