@@ -26,6 +26,8 @@ import sys
 import tempfile
 import time
 
+from measured import commit  # noqa: E402  (benchmarks/measured.py)
+
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from gpuscope.demo.launch import run_training  # noqa: E402
@@ -186,14 +188,6 @@ def recorder_cost_ddp(device: str = "cpu", rounds: int = 9, steps: int = 400) ->
 
 
 
-def _commit() -> str | None:
-    """The code measured: the checkout's commit (None outside a git checkout)."""
-    try:
-        return subprocess.run(["git", "-C", os.path.dirname(os.path.abspath(__file__)), "rev-parse",
-                               "--short", "HEAD"], capture_output=True, text=True,
-                              check=True).stdout.strip() or None
-    except (OSError, subprocess.CalledProcessError):
-        return None
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -253,7 +247,7 @@ def main() -> None:
         "recorder_cost_ddp_pct_of_step": round(ddp_cost / med_without * 100, 3),
         "side_file_us_per_step_writer_thread": round(side_file_cost_per_row() * 1e6, 2),
         "cpu_count": os.cpu_count(),
-        "commit": _commit(),
+        "commit": commit(),
     }
     if with_live:
         med_live = statistics.median(with_live)

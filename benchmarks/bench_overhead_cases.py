@@ -29,6 +29,8 @@ import sys
 import tempfile
 import time
 
+from measured import commit  # noqa: E402  (benchmarks/measured.py)
+
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, ROOT)
 
@@ -103,14 +105,6 @@ def run_once(name: str, record: bool, tmp: str, opts) -> float:
 
 
 
-def _commit() -> str | None:
-    """The code measured: the checkout's commit (None outside a git checkout)."""
-    try:
-        return subprocess.run(["git", "-C", os.path.dirname(os.path.abspath(__file__)), "rev-parse",
-                               "--short", "HEAD"], capture_output=True, text=True,
-                              check=True).stdout.strip() or None
-    except (OSError, subprocess.CalledProcessError):
-        return None
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -138,7 +132,7 @@ def main() -> None:
                       f"{w * 1e3:.2f} ms with", flush=True)
     result = {"rounds": args.rounds, "ranks": args.nproc, "device": args.device,
               "backend": "gloo" if args.device == "cpu" else "nccl (one GPU per rank), else gloo",
-              "steps_factor": args.longer, "cpu_count": os.cpu_count(), "commit": _commit(),
+              "steps_factor": args.longer, "cpu_count": os.cpu_count(), "commit": commit(),
               "seconds": round(time.perf_counter() - t0, 1),
               "workloads": {}}
     print(f"\n{'workload':<10} {'without':>9} {'with':>9} {'ratio':>6}  paired ratios")
