@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The suite on a busy machine: N fresh clones of this repository's main in a row, `.ci/run` in
 # each (a fresh venv, make test), one core kept busy by a spinning process the whole time.
-#   scripts/busy_clones.sh [N] [RESULTS]     (default 10, ../busy_clones.txt)
+#   scripts/busy_clones.sh [N] [RESULTS] [REV]   (default 10, ../busy_clones.txt, HEAD)
+# REV pins every clone to one commit (taken when the script starts), so that work committed
+# meanwhile does not change what the later runs test.
 # The clone sits beside this checkout, so that it finds ../shared as CI does. One line per run
 # in RESULTS: its exit status, seconds, commit, and pytest's summary (failures and reruns).
 set -u
@@ -9,6 +11,7 @@ N=${1:-10}
 HERE=$(cd "$(dirname "$0")/.." && pwd)
 RESULTS=${2:-$(dirname "$HERE")/busy_clones.txt}
 CLONE=$(dirname "$HERE")/busyclone
+REV=$(git -C "$HERE" rev-parse "${3:-HEAD}")
 python3 -c "
 while True:
     sum(i * i for i in range(10000))
@@ -17,7 +20,7 @@ SPIN=$!
 trap 'kill $SPIN' EXIT
 for i in $(seq 1 "$N"); do
   rm -rf "$CLONE"
-  git clone -q "$HERE" "$CLONE"
+  git clone -q "$HERE" "$CLONE" && git -C "$CLONE" checkout -q "$REV"
   start=$(date +%s)
   (cd "$CLONE" && ./.ci/run > "$CLONE.log.$i" 2>&1)
   rc=$?
