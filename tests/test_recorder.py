@@ -224,3 +224,52 @@ def test_teardown_closes_every_side_channel_in_one_loop_even_when_one_fails(tmp_
     assert json.loads(last)["end"]["steps"] == 1
     rec.stop()  # again: nothing left to close
     assert order == ["b", "a"]
+
+
+def test_a_sink_that_raises_goes_alone_and_the_others_and_training_go_on(tmp_path, caplog):
+    """Side channels are sinks in one list: each flush hands them the rows and writes their
+    meta; one that raises is switched off alone (its channel attribute cleared, one warning,
+    named in the end record), the other keeps every row, and training is never touched."""
+    from gpuscope.record.sinks import Sink
+
+    class Counting(Sink):
+        name, off = "counting sink", "counting off"
+
+        def __init__(self):
+            self.seen, self.closed = [], 0
+
+        def rows(self, rows):
+            self.seen += [r[0] for r in rows]
+
+        def meta(self, final):
+            return {"counting": len(self.seen)} if final else None
+
+        def close(self):
+            self.closed += 1
+
+    class Breaking(Counting):
+        name, off, attr = "breaking sink", "breaking off", "_breaking_channel"
+
+        def rows(self, rows):
+            super().rows(rows)
+            if len(self.seen) > 4:
+                raise RuntimeError("broke at a flush")
+
+    good, bad = Counting(), Breaking()
+    rec = gpuscope.record(tmp_path / "run", telemetry=False, flush_rows=4).start()
+    rec._add_sink(good)
+    rec._add_sink(bad, channel=object())
+    assert rec._breaking_channel is not None
+    with caplog.at_level(logging.WARNING, logger="gpuscope"):
+        for _ in rec.data(range(12)):
+            rec.step()
+        rec.stop()
+    assert rec.steps == 12 and good.seen == list(range(12)) and good.closed == 1
+    assert bad.seen == list(range(8)) and bad.closed == 1 and rec._breaking_channel is None
+    assert sum("breaking off" in r.getMessage() for r in caplog.records) == 1
+    lines = [json.loads(x) for x in (tmp_path / "run" / "rank-00000.gpuscope.jsonl").read_text()
+             .splitlines() if x.startswith("{")]
+    assert {"counting": 12} in lines  # the final meta, beside the rows
+    assert any("breaking off: RuntimeError('broke at a flush')" in w
+               for w in lines[-1]["end"]["warnings"])
+    assert load_table(str(tmp_path / "run")).frame["step"].tolist() == list(range(12))

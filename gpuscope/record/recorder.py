@@ -6,8 +6,8 @@ summed every few steps and go to an append-only file. No device synchronization,
 Lifecycle: ``start()`` (or entering the ``with`` block) opens the file and installs the hooks;
 ``stop()`` (or leaving it) writes what is left and tears everything down. Every way out - a clean
 stop, an exception in training, an error inside gpuscope, the interpreter exiting without
-``stop()`` - goes through the one teardown: hooks removed, comm timer detached, sampler and
-TensorBoard thread stopped, file closed. Per-step state is kept only while recording is active,
+``stop()`` - goes through the one teardown: sinks closed (sinks.py: device times, NVML, DataParallel,
+live diagnosis, TensorBoard), hooks removed, comm timer detached, file closed. Per-step state is kept only while recording is active,
 so a disabled or failed recorder holds nothing. Any error inside gpuscope is logged once and
 recording stops; it never reaches the training loop.
 """
@@ -29,6 +29,7 @@ from .hooks import Hooks
 from .knobs import batch_knobs, batch_size_of, loader_knobs, model_knobs, process_knobs
 from .options import RecordOptions
 from .placement import detect_placement, job_id
+from .sinks import DataParallelTimes, DeviceTimes, LiveDiagnosis, Sink, Telemetry, TensorBoardScalars
 from .step_row import sum_step
 from .step_state import StepState
 from .writer import RecordWriter
@@ -73,10 +74,12 @@ class Recorder:
         self._status = _NEW
         self._active = False     # per-step state is kept only while this is True
         self._writer: RecordWriter | None = None
+        #: the side channels (sinks.py), in the order opened; flushed and closed in one loop each
+        self._sinks: list[Sink] = []
+        # what the step path calls directly, held by a sink (cleared when it goes)
         self._sampler = None     # nvml.Sampler
         self._dev = None         # cuda_timing.DeviceTimer when the model trains on a CUDA device
         self._dp = None          # dataparallel.DataParallelTimer for nn.DataParallel on 2+ GPUs
-        self._tb = None          # tb_scalars.BackgroundScalars, created on the first flush
         self._hooks: Hooks | None = None
         self._state = StepState(o.clock)  # the micro-step being recorded
         #: what teardown closes, in reverse order of opening, in one loop (_teardown)
@@ -212,27 +215,28 @@ class Recorder:
         if self._knobs.get("parallel") == "DataParallel":
             from .dataparallel import DataParallelTimer
 
-            self._dp = DataParallelTimer(self.model)
-            if not self._dp.install():
-                self._dp = None
-            else:
-                self._closing("DataParallel timer", "_dp", lambda dp, end: dp.remove())
+            dp = DataParallelTimer(self.model)
+            if dp.install():
+                self._add_sink(DataParallelTimes(dp), dp)
         if self._wants_device_timing():
             from . import cuda_timing
 
-            self._dev = cuda_timing.DeviceTimer(cuda_timing.backend_factory())
-            self._closing("device timer", "_dev", lambda dev, end: None)
+            dev = cuda_timing.DeviceTimer(cuda_timing.backend_factory())
+            self._add_sink(DeviceTimes(dev), dev)
             if self._hooks.ddp is not None:
-                self._hooks.ddp.device = self._dev
+                self._hooks.ddp.device = dev
             gpu["device_timing"] = "cuda_events"
         if self._telemetry:
             from .nvml import Sampler
 
-            self._sampler = Sampler(p.local_rank, self._telemetry_hz).start()
-            self._closing("NVML sampler", "_sampler", lambda sampler, end: sampler.stop())
-            gpu.update(self._sampler.device or {"telemetry": f"off: {self._sampler.reason}"})
+            sampler = Sampler(p.local_rank, self._telemetry_hz).start()
+            self._add_sink(Telemetry(sampler), sampler)
+            gpu.update(sampler.device or {"telemetry": f"off: {sampler.reason}"})
         if self._live_every > 0:
             self._start_live(p)
+        if self._tensorboard:
+            name = os.path.basename(self.path or "rank").split(".", 1)[0]
+            self._add_sink(TensorBoardScalars(self.run_dir, name))
         self._writer.write_header({
             "schema": SCHEMA, "rank": p.rank, "local_rank": p.local_rank,
             "world_size": p.world_size, "host": p.host, "pid": os.getpid(),
@@ -245,7 +249,7 @@ class Recorder:
         """Flush the last rows and side channels; the end record."""
         if self._raw:
             self._flush_rows_now()
-        self._flush_side_channels(final=True)
+        self._flush_sinks(None, final=True)
         end: dict = {"steps": self.steps, "crashed": crashed, "end_unix_ns": self._unix(self._clock())}
         if getattr(self, "_terminated", None):
             end["terminated"] = self._terminated
@@ -266,8 +270,7 @@ class Recorder:
             user = getattr(self.model, "_comm_hooks", None)  # DDP keeps the user's hooks here
             end["comm_hook"] = (getattr(user[-1][0], "__qualname__", repr(user[-1][0])) if user
                                 else "DDP's built-in all-reduce")
-        if self._tb is not None:
-            self._close_tensorboard()
+        self._close_sinks()  # before the end record: what failed to close is in its warnings
         if self._writer is not None and self._writer.dropped:
             self.warnings.append(f"{self._writer.dropped} line(s) dropped while writes to the "
                                  "run dir stalled")
@@ -321,29 +324,54 @@ class Recorder:
             return bool(self._device_timing)
         return str(self._knobs.get("device", "")).startswith("cuda")
 
-    def _flush_side_channels(self, final: bool = False) -> None:
-        """Device times of finished steps and NVML samples, written beside the step rows."""
-        if self._writer is None:
-            return
-        if self._dev is not None:
+    # ----------------------------------------------------------------- sinks
+    def _add_sink(self, sink: Sink, channel=None) -> None:
+        """Open a side channel: flushed from now on, closed at stop() or teardown; `channel`
+        is what the step path calls directly (held in sink.attr until the sink goes)."""
+        self._sinks.append(sink)
+        if sink.attr is not None:
+            setattr(self, sink.attr, channel)
+        self._closers.append((sink.name, lambda end: self._drop_sink(sink)))
+
+    def _drop_sink(self, sink: Sink) -> bool:
+        """Take a sink out (once): False when it was gone already."""
+        if sink not in self._sinks:
+            return False
+        self._sinks.remove(sink)
+        if sink.attr is not None:
+            setattr(self, sink.attr, None)
+        sink.close()  # teardown's loop warns if this raises
+        return True
+
+    def _flush_sinks(self, rows: list | None, final: bool = False) -> None:
+        """Hand every sink the rows just written, and write what each measured beside them."""
+        for sink in list(self._sinks):
             try:
-                rows = self._dev.resolve(wait=final)
-                if rows:
-                    self._writer.add_meta({"device": rows})
+                if rows is not None:
+                    sink.rows(rows)
+                meta = sink.meta(final)
+                if meta and self._writer is not None:
+                    self._writer.add_meta(meta)
             except Exception as exc:
-                warn_once("device-timing", "gpuscope: device timing off: %r", exc)
-                self.warnings.append(f"device timing off: {exc!r}")
-                self._dev = None
-        if self._sampler is not None:
-            samples = self._sampler.drain()
-            if samples:
-                self._writer.add_meta({"nvml": samples})
-        if self._dp is not None:
+                self._sink_failed(sink, exc)
+
+    def _sink_failed(self, sink: Sink, exc: Exception) -> None:
+        """One sink raised: it alone goes (warned once, noted for the end record)."""
+        if sink in self._sinks:
+            self._sinks.remove(sink)
+        if sink.attr is not None:
+            setattr(self, sink.attr, None)
+        self.warnings.append(f"{sink.off}: {exc!r}"[:400])
+        sink.abandon(exc)
+
+    def _close_sinks(self) -> None:
+        """At stop(): close every sink, last opened first; a failure goes into the warnings."""
+        for sink in reversed(list(self._sinks)):
             try:
-                self._writer.add_meta({"dataparallel": self._dp.summary()})
+                self._drop_sink(sink)
             except Exception as exc:
-                warn_once("dataparallel", "gpuscope: DataParallel timing off: %r", exc)
-                self._dp = None
+                warn_once(f"sink-{sink.name}", "gpuscope: %s: %r", sink.off, exc)
+                self.warnings.append(f"{sink.off}: {exc!r}"[:400])
 
     def _comm_timing_mode(self) -> str:
         """How communication is timed: the tail of DDP's backward (with DDP's own logging for
@@ -491,16 +519,12 @@ class Recorder:
         raw, self._raw = self._raw, []
         self._note_forwards(raw)
         rows = [sum_step(r, start_unix=self._unix(r.start)) for r in raw]
-        if self._live is not None:
-            self._live_rows(rows)
         if self._writer is not None:
             if self._writer.error is not None:  # the disk is full, the file vanished...
                 self._write_failed(self._writer.error)
                 return
             self._writer.add_rows(rows)
-        if self._tensorboard:
-            self._write_tensorboard(rows)
-        self._flush_side_channels()
+        self._flush_sinks(rows)
 
     def _write_failed(self, error: str) -> None:
         """The record file cannot be written any more: stop recording, say so once, and leave
@@ -515,16 +539,15 @@ class Recorder:
         """The live exchange (live.py); its group is made now when torch.distributed is up."""
         from .live import Live
 
-        self._live = Live(self._live_every, self._on_diagnosis, rank=p.rank,
-                          world_size=p.world_size, knobs=self._knobs,
-                          timeout_s=self._live_timeout_s, log=self._live_log and p.rank == 0)
-        # drops an exchange in flight: nothing waits at exit
-        self._closing("live diagnosis", "_live", lambda live, end: live.close())
-        self.live_summaries = self._live.summaries
+        live = Live(self._live_every, self._on_diagnosis, rank=p.rank,
+                    world_size=p.world_size, knobs=self._knobs,
+                    timeout_s=self._live_timeout_s, log=self._live_log and p.rank == 0)
+        self._add_sink(LiveDiagnosis(live), live)
+        self.live_summaries = live.summaries
         try:
             dist = sys.modules.get("torch.distributed")
             if p.world_size > 1 and dist is not None and dist.is_initialized():
-                self._live.start_group()
+                live.start_group()
         except Exception as exc:
             self._live_failed(exc)
 
@@ -538,52 +561,16 @@ class Recorder:
         except Exception as exc:
             self._live_failed(exc)
 
-    def _live_rows(self, rows: list) -> None:
-        try:
-            self._live.feed(rows)
-            self._live.poll()
-        except Exception as exc:
-            self._live_failed(exc)
-
     def _live_failed(self, exc: Exception) -> None:
         """Live diagnosis stops; recording goes on."""
-        live, self._live = self._live, None
-        if live is not None:
-            live._stop(repr(exc)[:300])
-        self.warnings.append(f"live diagnosis stopped: {exc!r}"[:400])
+        for sink in self._sinks:
+            if isinstance(sink, LiveDiagnosis):
+                self._sink_failed(sink, exc)
+                return
 
     # ----------------------------------------------------------------- internals
     def _unix(self, perf_ns: int) -> int:
         return self._t0_unix + (perf_ns - self._t0_perf)
-
-    def _write_tensorboard(self, rows: list) -> None:
-        """Per-step scalars for TensorBoard, on a background thread; a failure only turns them off."""
-        try:
-            if self._tb is None:
-                from .tb_scalars import BackgroundScalars
-
-                name = os.path.basename(self.path or "rank").split(".", 1)[0]
-                self._tb = BackgroundScalars(self.run_dir, name)
-                self._closing("TensorBoard writer", "_tb", lambda tb, end: tb.close())
-            self._tb.write(rows)
-            if self._tb.error is not None:
-                raise self._tb.error
-        except Exception as exc:
-            self._tensorboard_failed(exc)
-
-    def _close_tensorboard(self) -> None:
-        tb, self._tb = self._tb, None
-        tb.close()
-        if tb.error is not None:
-            self._tensorboard_failed(tb.error)
-
-    def _tensorboard_failed(self, exc: Exception) -> None:
-        warn_once("tensorboard", "gpuscope: TensorBoard scalars disabled: %r", exc)
-        self.warnings.append(f"TensorBoard scalars disabled: {exc!r}")
-        self._tensorboard = False
-        tb, self._tb = self._tb, None
-        if tb is not None:
-            tb.close(timeout=1.0)
 
     def _learn_batch_size(self, item) -> None:
         """The first batch's size (unless a knob gave it) and bytes."""
