@@ -33,7 +33,9 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
+sys.path.insert(0, HERE)
 
+from measured import commit  # noqa: E402  (benchmarks/measured.py)
 from gpuscope.record.writer import RecordWriter  # noqa: E402
 from gpuscope.run_format import COLUMNS_SUFFIX, SCHEMA, STEP_COLUMNS  # noqa: E402
 
@@ -191,7 +193,7 @@ def main() -> None:
         row["bytes_per_row_peak"] = round(row["peak_over_base_mb"] * 2**20 / row["rows"], 1)
         rows.append(row)
         print(json.dumps(row), flush=True)
-    result = {"cpu_count": os.cpu_count(), "repeat": args.repeat, "rows": rows}
+    result = {"commit": commit(), "cpu_count": os.cpu_count(), "repeat": args.repeat, "rows": rows}
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(result, f, indent=2)

@@ -30,6 +30,9 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from measured import commit  # noqa: E402  (benchmarks/measured.py)
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 SHARED = os.path.join(ROOT, "..", "shared", "traces", "hta")
@@ -227,8 +230,8 @@ def main() -> None:
         print(json.dumps(row), flush=True)
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as fh:
-        json.dump({"cpu_count": os.cpu_count(), "repeat": args.repeat, "rows": results}, fh,
-                  indent=2)
+        json.dump({"commit": commit(), "cpu_count": os.cpu_count(), "repeat": args.repeat,
+                   "rows": results}, fh, indent=2)
     print("\n| trace | raw JSON | gpuscope | HTA load | ratio | gpuscope memory, all processes "
           "(x raw JSON) [heap and arrays only] | HTA memory | CLI end to end: gpuscope / HTA | "
           "CLI peak, all processes: gpuscope / HTA |")

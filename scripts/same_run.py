@@ -29,6 +29,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+from measured import commit  # noqa: E402  (benchmarks/measured.py)
 
 EXPECTED = {"data": {"data-bound"}, "comm": {"comm-bound"}, "imbalanced": {"imbalanced"},
             "compute": {"compute-bound", "jitter-bound"}}
@@ -145,7 +147,7 @@ def main() -> None:
                    "close_calls": sum(r["close_call"] for r in results if r["scenario"] == s),
                    "right": sum(r["right"] for r in results if r["scenario"] == s)}
                for s in args.only}
-    doc = {"runs": args.runs, "busy_cores": args.busy, "cpu_count": os.cpu_count(),
+    doc = {"commit": commit(), "runs": args.runs, "busy_cores": args.busy, "cpu_count": os.cpu_count(),
            "steps": args.steps, "seconds": round(time.perf_counter() - t0, 1),
            "summary": summary, "trainings_that_failed": failed, "results": results}
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
