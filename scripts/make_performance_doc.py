@@ -91,12 +91,15 @@ def same_run(d: dict) -> list[str]:
            "profiled by torch.profiler in the same processes; the record over the steps the "
            "profiler captured and the traces are analysed and compared (\"record_all_steps\": "
            f"the record over all its steps, as a user reads it; {d['seconds']:.0f} s in all).", "",
-           "| scenario | runs | same verdict and stragglers from both | the scenario's label |",
+           "| scenario | runs | same verdict and stragglers from both | the scenario's label and "
+           "stragglers in all three readings |",
            "| --- | --- | --- | --- |"]
     for s, v in d["summary"].items():
         out.append(f"| {s} | {v['runs']} | {v['agree']} of {v['runs']} | {v['right']} of "
                    f"{v['runs']} |")
     verdicts: dict = {}
+    named: dict = {}  # stragglers named where the scenario injects none, or others than it does
+    injected = d["injected_stragglers"]
     for r in d["results"]:
         for src in ("record", "kineto", "record_all_steps"):
             if src not in r:
@@ -104,12 +107,21 @@ def same_run(d: dict) -> list[str]:
             key = (r["scenario"], src)
             verdicts.setdefault(key, {}).setdefault(r[src]["verdict"], 0)
             verdicts[key][r[src]["verdict"]] += 1
+            if r[src]["stragglers"] != injected.get(r["scenario"], []):
+                ranks = str(r[src]["stragglers"])
+                named.setdefault(key, {}).setdefault(ranks, 0)
+                named[key][ranks] += 1
     if d.get("trainings_that_failed"):
         out += ["", f"{len(d['trainings_that_failed'])} training(s) failed to run and were run "
                     "again (their output is in the results file)."]
     out += ["", "Verdicts per source: " + "; ".join(
         f"{s} {src}: " + ", ".join(f"{k} x{n}" for k, n in v.items())
         for (s, src), v in verdicts.items()) + "."]
+    if named:
+        out += ["", "Stragglers other than the scenario's (a rank slower for a whole run on the "
+                    "shared cores is a real straggler): " + "; ".join(
+                        f"{s} {src}: " + ", ".join(f"{k} x{n}" for k, n in v.items())
+                        for (s, src), v in named.items()) + "."]
     return out + [""]
 
 

@@ -148,7 +148,7 @@ def main() -> None:
                    "right": sum(r["right"] for r in results if r["scenario"] == s)}
                for s in args.only}
     doc = {"commit": commit(), "runs": args.runs, "busy_cores": args.busy, "cpu_count": os.cpu_count(),
-           "steps": args.steps, "seconds": round(time.perf_counter() - t0, 1),
+           "steps": args.steps, "injected_stragglers": STRAGGLERS, "seconds": round(time.perf_counter() - t0, 1),
            "summary": summary, "trainings_that_failed": failed, "results": results}
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as fh:
