@@ -291,11 +291,36 @@ def make_case(seed: int, index: int, where: str, corpus: list[str]) -> tuple[str
 # ---------------------------------------------------------------------------- checks
 
 def children() -> list[int]:
-    """Live child processes of this process (the tests' helper, read from /proc)."""
+    """Live child processes of this process (the tests' helper, read from /proc), and forks
+    orphaned on the way (a grandchild whose parent died: adopted by init, running this very
+    command line)."""
     sys.path.insert(0, os.path.join(ROOT, "tests"))
     from helpers import live_children
 
-    return live_children()
+    return live_children() + orphans()
+
+
+def orphans() -> list[int]:
+    """Processes adopted by init that run this process's command line: forks left behind."""
+    try:
+        with open("/proc/self/cmdline", "rb") as fh:
+            mine = fh.read()
+    except OSError:
+        return []
+    out = []
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            with open(stat) as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+            if fields[1] != "1" or fields[0] in ("Z", "X"):
+                continue
+            pid = int(stat.split("/")[2])
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                if fh.read() == mine and pid != os.getpid():
+                    out.append(pid)
+        except (OSError, IndexError, ValueError):
+            continue
+    return out
 
 
 def finite(obj, path="report") -> str | None:
@@ -444,7 +469,11 @@ def main(argv=None) -> int:
                 print(f"{done}/{args.cases} cases, {len(failures)} failed, "
                       f"{time.perf_counter() - t0:.0f} s", flush=True)
     wall = time.perf_counter() - t0
-    summary = {"cases": args.cases, "failures": len(failures), "seed": args.seed,
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    from measured import commit  # benchmarks/measured.py
+
+    summary = {"commit": commit(), "cases": args.cases, "failures": len(failures),
+               "seed": args.seed,
                "inputs": len(corpus), "wall_s": round(wall, 1),
                "slowest_case": {"index": slowest[1], "s": round(slowest[0], 2)}}
     print(f"{args.cases} cases over {len(corpus)} inputs: {len(failures)} failed "

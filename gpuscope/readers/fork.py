@@ -17,6 +17,20 @@ def _can_fork() -> bool:
             and threading.active_count() == 1)  # never fork a threaded host (TensorBoard)
 
 
+def _die_with_parent() -> None:
+    """Linux: the kernel sends this process SIGKILL when the one that forked it dies (a parent
+    killed outright leaves no one to stop it); elsewhere nothing."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+        if os.getppid() == 1:  # the parent died before that took effect
+            os._exit(1)
+    except (OSError, AttributeError):
+        pass
+
+
 @contextmanager
 def _in_child(work, daemon: bool = True):
     """Run `work()` in a forked process (it sees this process's memory as it is now); yields a
@@ -38,6 +52,11 @@ def _in_child(work, daemon: bool = True):
     def target():
         if held:  # the child starts with the mask its parent had before the fork
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        # the fork gave the child its parent's end of the pipe too: holding it, the child would
+        # block for ever on a full pipe once the parent is gone (killed outright, no block left
+        # to stop it), orphaned; closed, its write fails and it exits
+        recv.close()
+        _die_with_parent()
         try:
             send.send(("ok", work()))
         except BaseException as exc:  # reported; the parent then does the work itself
