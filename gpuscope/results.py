@@ -372,6 +372,8 @@ class ReportData:
     #: ranks that stopped before the others (analyze/stopped.py), and ranks with no data
     stopped_ranks: list[dict] = field(default_factory=list)
     missing_ranks: list[int] = field(default_factory=list)
+    #: memory per rank (series) and what it tells (findings): analyze/bottlenecks/memory.py
+    memory: dict = field(default_factory=dict)
     #: the analysed rank x step table (with wait and telemetry joined); None when read from JSON
     table: RunTable | None = field(default=None, compare=False, repr=False)
 
@@ -413,6 +415,8 @@ class ReportData:
             d["stopped_ranks"] = [dict(s) for s in self.stopped_ranks]
         if self.missing_ranks:
             d["missing_ranks"] = list(self.missing_ranks)
+        if self.memory:
+            d["memory"] = self.memory
         return d
 
     @classmethod
@@ -435,7 +439,8 @@ class ReportData:
                 dict(d.get("layout", {})),
                 PipelineResult.from_dict(d["pipeline"]) if d.get("pipeline") else None,
                 dict(d.get("dataparallel", {})),
-                [dict(s) for s in d.get("stopped_ranks", [])], list(d.get("missing_ranks", [])))
+                [dict(s) for s in d.get("stopped_ranks", [])], list(d.get("missing_ranks", [])),
+                memory=dict(d.get("memory", {})))
         except (KeyError, TypeError, ValueError) as exc:
             raise InputError(f"a {SCHEMA} report with a missing or malformed field ({exc!r})") \
                 from None

@@ -47,6 +47,8 @@ class RunTable:
     gpu_breakdown: dict[int, GpuBreakdown] = field(default_factory=dict)
     #: collectives per rank and step by kind and process group (COMM_COLUMNS), where timed
     comm: pd.DataFrame | None = None
+    #: memory per rank and step where sampled (readers/memory_records.MEMORY_COLUMNS)
+    memory: pd.DataFrame | None = None
 
     @property
     def rank_ids(self) -> list[int]:

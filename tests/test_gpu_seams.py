@@ -17,13 +17,42 @@ import pytest
 import torch
 
 import gpuscope
-from gpuscope.record import cuda_timing, nvml
+from gpuscope.record import cuda_timing, memory, nvml
 from gpuscope.analyze.run import analyze_table
 from gpuscope.readers import read_path as load_table
 from gpuscope.thresholds import Thresholds
 from helpers import table_from_rows
 
 GiB = 1 << 30
+
+
+class FakeCudaMemory:
+    """Fake CUDA caching allocator (no GPU here): scripted memory_stats, one dict per read (the
+    last one repeats); counts the peak resets."""
+
+    script = [{}]
+    total = 80 * GiB
+
+    def __init__(self, device=None):
+        self.device, self.reads, self.resets = device, 0, 0
+        FakeCudaMemory.last = self
+
+    def stats(self):
+        self.reads += 1
+        return self.script[min(self.reads - 1, len(self.script) - 1)]
+
+    def reset_peaks(self):
+        self.resets += 1
+
+    def total_bytes(self):
+        return self.total
+
+
+@pytest.fixture(autouse=True)
+def fake_allocator(monkeypatch):
+    """Every recording here that believes it is on CUDA reads the fake allocator."""
+    monkeypatch.setattr(FakeCudaMemory, "script", [{}])
+    monkeypatch.setattr(memory, "device_factory", FakeCudaMemory)
 
 
 def _no_driver():
@@ -279,3 +308,35 @@ def test_a_batch_fetched_mid_step_counts_only_the_gpu_idle_inside_next(tmp_path,
     assert (later["gpu_data_stall_ns"] == 2_000_000).all()
     assert (later["gpu_idle_before_data_ns"] == 0).all()  # the step queued its forward first
     assert (later["data_ns"] == 2_000_000).all() and (later["other_ns"] == 0).all()
+
+
+def test_device_memory_per_flush_through_the_allocator_seam(tmp_path, monkeypatch):
+    """On CUDA the allocator is read once per flush, then its peaks reset: each window's peak
+    allocated and reserved, with the running retries and OOMs, reach the report (a device peak
+    growing 256 MiB per window, retries rising, the reserved peak near the device's 80 GiB),
+    and an OOM raised in the block leaves what the allocator held in the end record."""
+    monkeypatch.setattr(FakeCudaMemory, "script", [
+        {"allocated_bytes.all.peak": (20 + i) * GiB // 4 + i * (256 << 20),
+         "reserved_bytes.all.peak": (60 + 2 * i) * GiB // 1 if i < 7 else 76 * GiB,
+         "num_alloc_retries": i // 2, "num_ooms": 0} for i in range(12)])
+    monkeypatch.setattr(cuda_timing, "backend_factory", lambda: FakeCuda([0] * 10**4))
+    with pytest.raises(torch.OutOfMemoryError):
+        with gpuscope.record(tmp_path, device_timing=True, telemetry=False, flush_rows=2) as rec:
+            for i in rec.data(range(100)):
+                if i == 20:
+                    raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 3.00 GiB."
+                                                 " GPU 0 has a total capacity of 80 GiB")
+                rec.step()
+    fake = FakeCudaMemory.last
+    assert fake.resets == fake.reads - 1  # every flush's read, then a reset; the error's read
+    table = load_table(tmp_path)
+    assert table.ranks[0].meta["capacity"]["device_total_bytes"] == 80 * GiB
+    dev = table.memory[table.memory["device_peak_bytes"].notna()]
+    assert len(dev) == 10 and (dev["step"] - dev["device_first_step"] == 1).all()  # 2 per flush
+    rep = analyze_table(table, Thresholds(warmup_steps=0))
+    kinds = {f["kind"] for f in rep.memory["findings"]}
+    assert {"near_capacity", "alloc_retries", "out_of_memory"} <= kinds
+    oom = next(f for f in rep.memory["findings"] if f["kind"] == "out_of_memory")
+    assert oom["asked_bytes"] == 3 * GiB and oom["memory_at_error"]["device_peak_reserved_bytes"]
+    assert "of 80.0 GiB" in oom["text"]
+    assert rep.knobs["memory_used_fraction"] == pytest.approx(76 / 80)

@@ -7,13 +7,14 @@ adds its own; warnings go to `Analysis.warnings` only.
     classify       per-step labels, the run verdict, the roles of late and early ranks
     stragglers     who holds the others back, with why
     telemetry      NVML samples joined to the steps; straggler evidence; memory headroom
+    memory         growth with its forecast, peaks near capacity, allocator retries, OOMs
     suggest        each bottleneck's suggestions (bottlenecks/, through suggestions.py)
     bound          suggestions held to what they can recover, the verdict's fix first
     report         per-rank summaries; the Report
     check          the report checked against its own arithmetic; confidence earned
 
-A pass may be left out or one added (a memory pass) without touching the others: each names
-the fields it reads in its docstring.
+A pass may be left out or one added without touching the others: each names the fields it
+reads in its docstring.
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ class Analysis:
     unseen: str = ""                             # classify: no communication on several ranks
     stragglers: list = field(default_factory=list)  # stragglers
     telemetry: dict = field(default_factory=dict)   # telemetry
+    memory: dict = field(default_factory=dict)      # memory: the report's memory section
     labels: set = field(default_factory=set)        # suggest: labels holding material time
     jitter: object = None                           # suggest
     by_kind: dict = field(default_factory=dict)     # suggest: comm per rank and kind
@@ -130,6 +132,23 @@ def telemetry(a: Analysis) -> None:
         a.knobs["memory_used_fraction"] = used
 
 
+def memory(a: Analysis) -> None:
+    """table.memory, the ranks' capacity and end records, frame (the analysed steps) -> the
+    memory section (series per rank, findings); knobs["memory_used_fraction"] raised to
+    the device's measured peak where that is higher (batch-size suggestions need the room)."""
+    from .bottlenecks.memory import memory_findings, report_section, used_fraction
+
+    t = a.table
+    last = t.frame.groupby("rank")["step"].max().to_dict() if len(t.frame) else {}
+    step_s = float(a.frame["step_ns"].median()) / 1e9 if len(a.frame) else None
+    firsts = a.frame.groupby("rank")["step"].min() if len(a.frame) else None
+    found = memory_findings(t.memory, t.ranks, firsts, step_s, last)
+    a.memory = report_section(found)
+    used = used_fraction(t.memory, t.ranks)
+    if used is not None and used > a.knobs.get("memory_used_fraction", 0.0):
+        a.knobs["memory_used_fraction"] = used
+
+
 def suggest_all(a: Analysis) -> None:
     """Suggestions for the verdict and for every label holding a material share of the time,
     each from its bottleneck's module (bottlenecks/: data, comm, host, imbalance through
@@ -188,7 +207,7 @@ def report(a: Analysis) -> None:
         warnings=a.warnings, early_ranks=sorted(a.roles.early),
         layout=layout.to_dict() if layout.groups or layout.pipelined else {},
         pipeline=a.pipeline, dataparallel=a.dp_section, stopped_ranks=a.stopped,
-        missing_ranks=a.missing, table=analysed)
+        missing_ranks=a.missing, memory=a.memory, table=analysed)
 
 
 def check(a: Analysis) -> None:
@@ -210,7 +229,7 @@ def check(a: Analysis) -> None:
 
 #: the analysis, in order
 PASSES: tuple[Callable[[Analysis], None], ...] = (
-    prepare, add_up, classify, stragglers, telemetry, suggest_all, bound, report, check)
+    prepare, add_up, classify, stragglers, telemetry, memory, suggest_all, bound, report, check)
 
 
 def analyze_table(table: RunTable, thresholds: Thresholds | None = None,

@@ -34,7 +34,7 @@ _PEER_FAILED = re.compile(r"closed by peer|reset by peer|broken pipe|timed? ?out
                           r"remote worker|connection refused", re.IGNORECASE)
 
 
-def _victim(end) -> bool:
+def failed_on_a_peer(end) -> bool:
     """The rank stopped because another did: terminated by the launcher, or its collective
     failed on a lost peer."""
     if not isinstance(end, dict) or not end:
@@ -56,7 +56,7 @@ def stopped_ranks(table: RunTable) -> tuple[list[dict], list[int]]:
     last = frame.groupby("rank")["step"].max().to_dict() if len(frame) else {}
     ends = {r: info.meta.get("end") for r, info in table.ranks.items()}
     cut = {r: _why(e) for r, e in ends.items() if _why(e)}
-    victims = {r for r in cut if _victim(ends[r])}
+    victims = {r for r in cut if failed_on_a_peer(ends[r])}
     out = []
     for rank in sorted(cut):
         mine = last.get(rank, -1)

@@ -28,6 +28,7 @@ from ..runtable import RankInfo, RunTable, empty_frame, key_parts, mask_of
 from ..trace_files import file_size
 from .speed import bulk, forks
 from .record_body import coded, decode_body
+from .memory_records import capacity_of, memory_frame, memory_ok
 from .record_columns import read_columns
 from .validate import (MAX_NS, MAX_RANKS, MAX_STEP, MAX_UNIX_NS, Tally, clean_knobs, is_int, is_num)
 
@@ -46,6 +47,7 @@ class RankFile:
     device: list = field(default_factory=list)
     nvml: list = field(default_factory=list)
     dataparallel: dict = field(default_factory=dict)  # the latest DataParallel totals
+    memory: list = field(default_factory=list)  # memory records (memory_records.py)
     warnings: list[str] = field(default_factory=list)
     row_lines: list[int] = field(default_factory=list)  # line number of each row
     tally: Tally | None = None  # what was skipped while reading
@@ -165,6 +167,11 @@ def _side_record(obj: dict, out: "RankFile", knobs: dict, tally: Tally, at: int)
             getattr(out, key).extend(good)
             if len(good) < len(items):
                 tally.add(what, at, len(items) - len(good))
+    if "memory" in obj:
+        if memory_ok(obj["memory"]):
+            out.memory.append(obj["memory"])
+        else:
+            tally.add("malformed memory record(s)", at)
     if "dataparallel" in obj:
         if _dataparallel_ok(obj["dataparallel"]):
             out.dataparallel = obj["dataparallel"]
@@ -725,6 +732,7 @@ def read_run_dir(path: str) -> RunTable:
             f.path = os.path.abspath(f.path)
     chosen = _pick_recording(path, files, want, warnings)
     frames, ranks, world, telemetry, comm = [], {}, 0, [], []  # comm: (rank, columns)
+    memory = []  # (rank, its memory records)
     for f in chosen:
         warnings += f.warnings
         header, rank = f.header, f.rank
@@ -739,11 +747,14 @@ def read_run_dir(path: str) -> RunTable:
                                {k: header.get(k) for k in ("pid", "comm_timing", "start_unix_ns",
                                                            "placement_source", "local_rank", "gpu",
                                                            "run_id")}
-                               | {"end": f.end, "file": os.path.basename(f.path)}
+                               | {"end": f.end, "file": os.path.basename(f.path),
+                                  "capacity": capacity_of(header)}
                                | ({"dataparallel": f.dataparallel} if f.dataparallel else {}))
         tel = _telemetry(rank, f.nvml)
         if tel is not None:
             telemetry.append(tel)
+        if f.memory:
+            memory.append((rank, f.memory))
         frame = f.frame
         if f.comm is not None:
             comm.append((rank, f.comm))
@@ -771,4 +782,4 @@ def read_run_dir(path: str) -> RunTable:
     if comm_frame is not None:
         frame = with_bubble(frame, comm_frame)
     return RunTable(frame, "record", path, ranks, world or len(ranks), warnings, telemetry=tel,
-                    comm=comm_frame)
+                    comm=comm_frame, memory=memory_frame(memory))

@@ -31,6 +31,9 @@ class RecordOptions:
     #: NVML sampling of utilization, memory, power and clocks (off by itself without a driver)
     telemetry: bool = True
     telemetry_hz: float = 5.0
+    #: memory after every step (the process's resident set) and, on CUDA, the allocator's
+    #: peaks, retries and out-of-memory errors per flush (memory.py)
+    memory: bool = True
     #: CUDA-event timing of the device's work; None: on when the model is on a CUDA device
     device_timing: bool | None = None
     #: None: on unless the environment sets GPUSCOPE_DISABLE=1

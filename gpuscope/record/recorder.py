@@ -80,6 +80,8 @@ class Recorder:
         self._sampler = None     # nvml.Sampler
         self._dev = None         # cuda_timing.DeviceTimer when the model trains on a CUDA device
         self._dp = None          # dataparallel.DataParallelTimer for nn.DataParallel on 2+ GPUs
+        self._mem = None         # memory.Memory: the resident set after every step
+        self._memory_at_error: dict = {}
         self._hooks: Hooks | None = None
         self._state = StepState(o.clock)  # the micro-step being recorded
         #: what teardown closes, in reverse order of opening, in one loop (_teardown)
@@ -149,6 +151,8 @@ class Recorder:
                 self._error = f"{exc_type.__name__}: {exc}"[:400]
             except Exception:
                 self._error = exc_type.__name__
+            if self._mem is not None:  # what memory held as it raised (an OOM's post-mortem)
+                self._memory_at_error = self._mem.at_error()
         self.stop(crashed=exc_type is not None)
         return False  # never swallow the training loop's own exception
 
@@ -226,6 +230,7 @@ class Recorder:
             if self._hooks.ddp is not None:
                 self._hooks.ddp.device = dev
             gpu["device_timing"] = "cuda_events"
+        capacity = self._open_memory() if self.options.memory else {}
         if self._telemetry:
             from .nvml import Sampler
 
@@ -243,7 +248,32 @@ class Recorder:
             "placement_source": p.source, "run_id": job_id(),
             "recording": self._writer.recording, "start_unix_ns": self._t0_unix,
             "clock": "perf_counter_ns", "columns": list(STEP_COLUMNS),
-            "comm_timing": self._comm_timing_mode(), "knobs": self._knobs, "gpu": gpu})
+            "comm_timing": self._comm_timing_mode(), "knobs": self._knobs, "gpu": gpu,
+            "memory": capacity})
+
+    def _open_memory(self) -> dict:
+        """The memory sink (memory.py) and what this machine can hold, for the header."""
+        from . import memory
+        from .memory import Memory, host_capacity, host_rss
+
+        capacity = host_capacity()
+        device = None
+        if self._wants_device_timing():
+            try:
+                device = memory.device_factory(self._cuda_index())
+                capacity["device_total_bytes"] = device.total_bytes()
+            except Exception as exc:
+                self.warnings.append(f"device memory not sampled: {exc!r}"[:300])
+                device = None
+        rss = host_rss()
+        if rss is not None or device is not None:
+            sink = Memory(rss, device)
+            self._add_sink(sink, sink)  # held for an error's post-mortem (at_error)
+        return capacity
+
+    def _cuda_index(self):
+        dev = str(self._knobs.get("device", ""))
+        return int(dev.split(":", 1)[1]) if dev.startswith("cuda:") else None
 
     def _finish(self, crashed: bool) -> dict:
         """Flush the last rows and side channels; the end record."""
@@ -255,6 +285,8 @@ class Recorder:
             end["terminated"] = self._terminated
         if crashed and getattr(self, "_error", None):
             end["error"] = self._error
+        if crashed and self._memory_at_error:
+            end["memory_at_error"] = self._memory_at_error
         if self._dev is not None:
             try:
                 import torch

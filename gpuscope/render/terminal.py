@@ -48,6 +48,7 @@ def write(report: ReportData, console: Console) -> None:
     _dataparallel(report, console)
     _gpu_tables(report, console)
     _stragglers(report, console)
+    _memory(report, console)
     _suggestions(report, console)
     th = report.thresholds
     console.print(f"\n[dim]thresholds: data >= {th.data_high:.0%} (moderate {th.data_moderate:.0%}), "
@@ -280,6 +281,29 @@ def _stragglers(report: ReportData, console: Console) -> None:
     note = report.jitter.note()
     if note:
         console.print(Text(note, style="yellow"))
+
+
+def _mib(n: float) -> str:
+    return f"{n / 2**30:.1f} GiB" if abs(n) >= 2**30 else f"{n / 2**20:.0f} MiB"
+
+
+def _memory(report: ReportData, console: Console) -> None:
+    """One line per kind of memory measured (first -> last, rate), then each finding."""
+    mem = report.memory
+    if not mem:
+        return
+    for kind, what in (("host", "resident"), ("device", "device, peak allocated")):
+        ss = [s for s in mem.get("series", []) if s["memory"] == kind]
+        if not ss:
+            continue
+        cells = "; ".join(f"rank {s['rank']} {_mib(s['first_bytes'])} -> {_mib(s['last_bytes'])}"
+                          + (f" ({s['rate_bytes_per_step'] / 2**20:+.1f} MiB/step)"
+                             if s["growing"] else "") for s in ss[:8])
+        more = f"; {len(ss) - 8} more rank(s)" if len(ss) > 8 else ""
+        console.print(Text(f"\nMemory ({what}, analysed steps): {cells}{more}"))
+    for f in mem.get("findings", []):
+        style = "red" if f["kind"] in ("out_of_memory", "near_capacity", "growth") else "yellow"
+        console.print(Text.assemble(("memory:", style), f" {f['text']}"))
 
 
 def _suggestions(report: ReportData, console: Console) -> None:

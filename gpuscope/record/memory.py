@@ -1,0 +1,151 @@
+"""Memory as the run goes: the process's resident set, and on CUDA the caching allocator's
+peaks, retries and out-of-memory errors, sampled at every flush (every `flush_rows` steps or
+`flush_s` seconds: a long run gets thousands of samples, and the step path pays nothing).
+
+Why not every step: reading /proc/self/statm costs ~1.5 us alone, but inside a recording it
+releases the GIL to a writer thread that may be encoding rows, and the step then waits for it
+(+5 us per step measured); `torch.cuda.memory_stats` builds a dict of some hundred entries. At
+a flush both are one read for many steps. The device's peaks are reset after each read: each
+sample holds the peak over its window. One side record per flush::
+
+    {"memory": {"steps": [27], "rss_bytes": [...],
+                "device": [first_step, last_step, peak_allocated, peak_reserved,
+                           alloc_retries, ooms]}}
+
+`steps` is the window's last step (the resident set as it closed); retries and OOMs are the
+allocator's running totals. What a machine can hold goes into the record header once
+(`memory`): the host's memory and this process's cgroup limit, the device's total.
+"""
+
+from __future__ import annotations
+
+import os
+
+from .sinks import Sink
+
+#: cgroup limits (v2, then v1) that cap this process's memory below the host's
+CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
+
+
+class HostRss:
+    """This process's resident set in bytes, read from /proc/self/statm (None elsewhere)."""
+
+    def __init__(self, path: str = "/proc/self/statm"):
+        self.fd = os.open(path, os.O_RDONLY)
+        self.page = os.sysconf("SC_PAGE_SIZE")
+
+    def __call__(self) -> int:
+        return int(os.pread(self.fd, 128, 0).split()[1]) * self.page
+
+    def close(self) -> None:
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+
+def host_rss() -> HostRss | None:
+    try:
+        probe = HostRss()
+        probe()
+        return probe
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+
+
+def host_capacity(meminfo: str = "/proc/meminfo", limits=CGROUP_LIMITS) -> dict:
+    """{"host_total_bytes", "host_limit_bytes" (a cgroup's, when below the host's)}, as known."""
+    out: dict = {}
+    try:
+        with open(meminfo) as fh:
+            for line in fh:
+                if line.startswith("MemTotal:"):
+                    out["host_total_bytes"] = int(line.split()[1]) * 1024
+                    break
+    except (OSError, ValueError, IndexError):
+        pass
+    for path in limits:
+        try:
+            with open(path) as fh:
+                text = fh.read().strip()
+        except OSError:
+            continue
+        if text.isdigit() and int(text) < out.get("host_total_bytes", 1 << 62):
+            out["host_limit_bytes"] = int(text)
+        break
+    return out
+
+
+class CudaMemory:
+    """The caching allocator of one device, through torch.cuda (a seam: tests pass a fake)."""
+
+    def __init__(self, device=None):
+        import torch
+
+        self.torch = torch
+        self.device = device if device is not None else torch.cuda.current_device()
+
+    def stats(self) -> dict:
+        return self.torch.cuda.memory_stats(self.device)
+
+    def reset_peaks(self) -> None:
+        self.torch.cuda.reset_peak_memory_stats(self.device)
+
+    def total_bytes(self) -> int:
+        return int(self.torch.cuda.mem_get_info(self.device)[1])
+
+
+#: what the recorder opens for a CUDA device (tests without a GPU put a fake here)
+device_factory = CudaMemory
+
+
+def device_window(stats: dict) -> tuple[int, int, int, int]:
+    """(peak allocated, peak reserved, allocation retries, OOMs) from a memory_stats dict."""
+    get = lambda k: int(stats.get(k, 0) or 0)  # noqa: E731
+    return (get("allocated_bytes.all.peak"), get("reserved_bytes.all.peak"),
+            get("num_alloc_retries"), get("num_ooms"))
+
+
+class Memory(Sink):
+    """The memory sink: the flushed rows tell it the window's steps; `meta()` samples."""
+
+    name, off, attr = "memory probe", "memory sampling off", "_mem"
+
+    def __init__(self, rss: HostRss | None, device: CudaMemory | None = None):
+        self.rss, self.device = rss, device
+        self._window: tuple[int, int] | None = None  # first and last step not yet sampled
+
+    def rows(self, rows: list) -> None:
+        if rows:
+            first = rows[0][0] if self._window is None else self._window[0]
+            self._window = (first, rows[-1][0])  # STEP_COLUMNS[0]: the step
+
+    def meta(self, final: bool) -> dict | None:
+        if self._window is None:
+            return None
+        (first, last), self._window = self._window, None
+        out: dict = {}
+        if self.rss is not None:
+            out = {"steps": [last], "rss_bytes": [self.rss()]}
+        if self.device is not None:
+            window = device_window(self.device.stats())
+            self.device.reset_peaks()
+            out["device"] = [first, last, *window]
+        return {"memory": out} if out else None
+
+    def at_error(self) -> dict:
+        """What memory held when training raised (an out-of-memory error): for the end record."""
+        out: dict = {}
+        try:
+            if self.rss is not None:
+                out["rss_bytes"] = self.rss()
+            if self.device is not None:
+                peak, reserved, retries, ooms = device_window(self.device.stats())
+                out.update(device_peak_allocated_bytes=peak, device_peak_reserved_bytes=reserved,
+                           alloc_retries=retries, ooms=ooms)
+        except Exception:
+            pass
+        return out
+
+    def close(self) -> None:
+        if self.rss is not None:
+            self.rss.close()
