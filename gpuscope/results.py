@@ -374,6 +374,8 @@ class ReportData:
     missing_ranks: list[int] = field(default_factory=list)
     #: memory per rank (series) and what it tells (findings): analyze/bottlenecks/memory.py
     memory: dict = field(default_factory=dict)
+    #: steps/s, samples/s, tokens/s, FLOP/s and MFU per rank and globally: analyze/throughput.py
+    throughput: dict = field(default_factory=dict)
     #: the analysed rank x step table (with wait and telemetry joined); None when read from JSON
     table: RunTable | None = field(default=None, compare=False, repr=False)
 
@@ -417,6 +419,8 @@ class ReportData:
             d["missing_ranks"] = list(self.missing_ranks)
         if self.memory:
             d["memory"] = self.memory
+        if self.throughput:
+            d["throughput"] = self.throughput
         return d
 
     @classmethod
@@ -440,7 +444,7 @@ class ReportData:
                 PipelineResult.from_dict(d["pipeline"]) if d.get("pipeline") else None,
                 dict(d.get("dataparallel", {})),
                 [dict(s) for s in d.get("stopped_ranks", [])], list(d.get("missing_ranks", [])),
-                memory=dict(d.get("memory", {})))
+                memory=dict(d.get("memory", {})), throughput=dict(d.get("throughput", {})))
         except (KeyError, TypeError, ValueError) as exc:
             raise InputError(f"a {SCHEMA} report with a missing or malformed field ({exc!r})") \
                 from None

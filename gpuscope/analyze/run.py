@@ -8,6 +8,7 @@ adds its own; warnings go to `Analysis.warnings` only.
     stragglers     who holds the others back, with why
     telemetry      NVML samples joined to the steps; straggler evidence; memory headroom
     memory         growth with its forecast, peaks near capacity, allocator retries, OOMs
+    throughput     steps/s, samples/s, tokens/s, FLOP/s and MFU per rank and globally
     suggest        each bottleneck's suggestions (bottlenecks/, through suggestions.py)
     bound          suggestions held to what they can recover, the verdict's fix first
     report         per-rank summaries; the Report
@@ -70,6 +71,7 @@ class Analysis:
     stragglers: list = field(default_factory=list)  # stragglers
     telemetry: dict = field(default_factory=dict)   # telemetry
     memory: dict = field(default_factory=dict)      # memory: the report's memory section
+    throughput: dict = field(default_factory=dict)  # throughput: the report's section
     labels: set = field(default_factory=set)        # suggest: labels holding material time
     jitter: object = None                           # suggest
     by_kind: dict = field(default_factory=dict)     # suggest: comm per rank and kind
@@ -149,6 +151,22 @@ def memory(a: Analysis) -> None:
         a.knobs["memory_used_fraction"] = used
 
 
+def throughput(a: Analysis) -> None:
+    """frame (or, with accumulation, the table's micro-steps from the first analysed one),
+    knobs, layout, stragglers -> the throughput section; each straggler's MFU gap."""
+    from .throughput import straggler_mfu_gap, throughput_section
+
+    micro = a.frame if a.mapping is None else a.table.frame
+    firsts = a.frame.groupby("rank")["step"].min().to_dict() if len(a.frame) else {}
+    if a.mapping is not None:  # a cycle's step is its last micro-step: back to its first
+        per = a.knobs.get("sync_interval") or 1
+        firsts = {r: s - int(per) + 1 for r, s in firsts.items()}
+    a.throughput = throughput_section(micro, firsts, a.knobs, a.table, a.layout)
+    gaps = straggler_mfu_gap(a.throughput, [s.rank for s in a.stragglers])
+    if gaps:
+        a.throughput["straggler_mfu_gap_pct"] = {str(k): v for k, v in gaps.items()}
+
+
 def suggest_all(a: Analysis) -> None:
     """Suggestions for the verdict and for every label holding a material share of the time,
     each from its bottleneck's module (bottlenecks/: data, comm, host, imbalance through
@@ -207,7 +225,7 @@ def report(a: Analysis) -> None:
         warnings=a.warnings, early_ranks=sorted(a.roles.early),
         layout=layout.to_dict() if layout.groups or layout.pipelined else {},
         pipeline=a.pipeline, dataparallel=a.dp_section, stopped_ranks=a.stopped,
-        missing_ranks=a.missing, memory=a.memory, table=analysed)
+        missing_ranks=a.missing, memory=a.memory, throughput=a.throughput, table=analysed)
 
 
 def check(a: Analysis) -> None:
@@ -229,7 +247,8 @@ def check(a: Analysis) -> None:
 
 #: the analysis, in order
 PASSES: tuple[Callable[[Analysis], None], ...] = (
-    prepare, add_up, classify, stragglers, telemetry, memory, suggest_all, bound, report, check)
+    prepare, add_up, classify, stragglers, telemetry, memory, throughput, suggest_all, bound,
+    report, check)
 
 
 def analyze_table(table: RunTable, thresholds: Thresholds | None = None,

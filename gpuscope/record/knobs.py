@@ -70,11 +70,20 @@ def batch_knobs(batch, want_size: bool = True) -> dict:
     for t in _tensors(batch):
         try:
             nbytes += int(t.numel()) * int(t.element_size())
+            if "tokens_per_sample" not in out and _token_ids(t):
+                out["tokens_per_sample"] = int(t.shape[1])
         except Exception:
             pass
     if nbytes:
         out["batch_bytes"] = nbytes
     return out
+
+
+def _token_ids(t) -> bool:
+    """A (batch, sequence) tensor of integer ids: token inputs (padding included)."""
+    dtype = getattr(t, "dtype", None)
+    return (len(t.shape) == 2 and dtype is not None and not dtype.is_floating_point
+            and not dtype.is_complex and str(dtype) != "torch.bool")
 
 
 def model_knobs(model) -> dict:

@@ -34,6 +34,12 @@ class RecordOptions:
     #: memory after every step (the process's resident set) and, on CUDA, the allocator's
     #: peaks, retries and out-of-memory errors per flush (memory.py)
     memory: bool = True
+    #: FLOPs of one micro-step on one rank (forward, backward, optimizer), for FLOP/s and MFU
+    flops_per_step: float | None = None
+    #: ... or count them once, on micro-step 2, with torch's FlopCounterMode (flops.py)
+    count_flops: bool = False
+    #: the device's peak FLOP/s for MFU, where gpuscope's table does not know it
+    peak_flops: float | None = None
     #: CUDA-event timing of the device's work; None: on when the model is on a CUDA device
     device_timing: bool | None = None
     #: None: on unless the environment sets GPUSCOPE_DISABLE=1

@@ -82,6 +82,7 @@ class Recorder:
         self._dp = None          # dataparallel.DataParallelTimer for nn.DataParallel on 2+ GPUs
         self._mem = None         # memory.Memory: the resident set after every step
         self._memory_at_error: dict = {}
+        self._flops = None       # flops.FlopCount while micro-step 2's FLOPs are to be counted
         self._hooks: Hooks | None = None
         self._state = StepState(o.clock)  # the micro-step being recorded
         #: what teardown closes, in reverse order of opening, in one loop (_teardown)
@@ -211,6 +212,11 @@ class Recorder:
         self._knobs = {"world_size": p.world_size, **process_knobs(p.local_world_size)}
         if self.model is not None:
             self._knobs.update(model_knobs(self.model))
+        o = self.options
+        if o.flops_per_step:
+            self._knobs.update(flops_per_step=float(o.flops_per_step), flops_source="given")
+        if o.peak_flops:
+            self._knobs["peak_flops"] = float(o.peak_flops)
         self._hooks = Hooks(self._state, self.model, self._time_optimizer)
         self._closing("hooks", "_hooks", lambda hooks, end: hooks.remove())
         self._hooks.install()
@@ -239,6 +245,18 @@ class Recorder:
             gpu.update(sampler.device or {"telemetry": f"off: {sampler.reason}"})
         if self._live_every > 0:
             self._start_live(p)
+        if o.count_flops and not o.flops_per_step:
+            from .flops import FlopCount
+
+            self._flops = FlopCount(at=2)
+            self._closing("FLOP counter", "_flops", lambda counter, end: counter.stop())
+        if gpu.get("device_timing") and "name" not in gpu:
+            try:
+                import torch
+
+                gpu["name"] = torch.cuda.get_device_name(self._cuda_index())
+            except Exception:
+                pass
         if self._tensorboard:
             name = os.path.basename(self.path or "rank").split(".", 1)[0]
             self._add_sink(TensorBoardScalars(self.run_dir, name))
@@ -519,6 +537,8 @@ class Recorder:
         """Close the current step and start the next one."""
         if not self._active:
             return
+        if self._flops is not None:
+            self._count_flops()
         now = self._clock()
         st = self._state
         try:
@@ -545,6 +565,24 @@ class Recorder:
             self._fail("step", exc)
             return
         st.reset(now)
+
+    def _count_flops(self) -> None:
+        """Stop counting as the counted micro-step closes, or start as micro-step `at` begins
+        (called at the top of step(): the step that is closing is number self.steps)."""
+        counter = self._flops
+        try:
+            if counter.counting:
+                self._flops = None
+                n = counter.stop()
+                if n:
+                    self._note_knobs({"flops_per_step": n, "flops_source":
+                                      f"FlopCounterMode, micro-step {counter.at}"})
+            elif self.steps + 1 == counter.at:
+                counter.start()
+        except Exception as exc:
+            self._flops = None
+            counter.stop()
+            self.warnings.append(f"FLOPs not counted: {exc!r}"[:300])
 
     def _flush_rows_now(self) -> None:
         self._note_groups()

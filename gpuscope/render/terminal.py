@@ -84,7 +84,36 @@ def _header(report: ReportData, console: Console) -> None:
         head.append(f"  (also: {', '.join(others)})", style="dim")
     if v.evidence:
         head.append(f"\nconfidence {v.confidence}: " + "; ".join(v.evidence), style="dim")
+    line = throughput_line(report.throughput)
+    if line:
+        head.append("\nThroughput: ", style="bold")
+        head.append(line)
     console.print(head)
+
+
+def _si(x: float) -> str:
+    for div, unit in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= div:
+            return f"{x / div:.3g} {unit}"
+    return f"{x:.3g} "
+
+
+def throughput_line(t: dict) -> str:
+    """The run's rates in one line ("" without a throughput section)."""
+    if not t:
+        return ""
+    n = len(t.get("per_rank", []))
+    parts = [f"{t['steps_per_s']:.2f} steps/s"]
+    if t.get("samples_per_s") is not None:
+        parts.append(f"{_si(t['samples_per_s'])}samples/s"
+                     + (f" ({_si(t['samples_per_s'] / n)}per rank)" if n > 1 else ""))
+    if t.get("tokens_per_s") is not None:
+        parts.append(f"{_si(t['tokens_per_s'])}tokens/s")
+    if t.get("flop_per_s") is not None:
+        parts.append(f"{_si(t['flop_per_s'])}FLOP/s per rank")
+        parts.append(f"MFU {t['mfu_pct']:.1f}% of {t['peak_source']}" if t.get("mfu_pct")
+                     is not None else "MFU unknown")
+    return ", ".join(parts)
 
 
 def _mean_ns(r: RankResult) -> float:

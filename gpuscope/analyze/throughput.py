@@ -1,0 +1,149 @@
+"""How fast the run trains: steps/s, samples/s and tokens/s per rank and globally, FLOP/s and
+MFU (model FLOPs utilization) against the device's peak.
+
+Over each rank's analysed micro-steps (warm-up left out): samples are the rows' own batch sizes
+(the data wrapper's first batch, and each smaller batch noted on its step); a rank's rate is its
+samples over the time of those steps. Globally the ranks' rates add up, each rank training its
+own samples (data parallel); in a pipeline only each pipeline's first stage counts (the others
+see the same samples again). Tokens are samples x `tokens_per_sample` (the batch's first
+(batch, sequence) tensor of integer ids: padding included). FLOPs are one micro-step's
+(`record(flops_per_step=...)`, or counted once: `record(count_flops=True)`), scaled to each
+step's batch. MFU is achieved FLOP/s over the peak of the device (PEAKS: dense, no sparsity,
+for the dtype the parameters have unless a `compute_dtype` knob says otherwise; a
+`peak_flops` knob overrides the table); on a device the table does not hold, MFU stays unknown.
+`busy_mfu_pct` divides by the rank's own busy time (step minus waiting for other ranks): a
+straggler's is lower than the others'.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+#: dense peak TFLOPS by device and dtype, from the vendors' datasheets (the sparse figures
+#: halved where a sheet gives only those); matched on the device name, first match wins
+PEAKS: tuple[tuple[str, str, dict], ...] = (
+    (r"H100.*PCIe", "H100 PCIe", {"bf16": 756.0, "fp16": 756.0, "tf32": 378.0, "fp32": 51.2}),
+    (r"H100 NVL", "H100 NVL", {"bf16": 835.5, "fp16": 835.5, "tf32": 417.5, "fp32": 60.0}),
+    (r"H100|H800", "H100 SXM", {"bf16": 989.4, "fp16": 989.4, "tf32": 494.7, "fp32": 66.9}),
+    (r"H200", "H200", {"bf16": 989.4, "fp16": 989.4, "tf32": 494.7, "fp32": 66.9}),
+    (r"A100|A800", "A100", {"bf16": 312.0, "fp16": 312.0, "tf32": 156.0, "fp32": 19.5}),
+    (r"V100.*PCIE", "V100 PCIe", {"fp16": 112.0, "fp32": 14.0}),
+    (r"V100", "V100 SXM2", {"fp16": 125.0, "fp32": 15.7}),
+    (r"\bL4\b", "L4", {"bf16": 121.0, "fp16": 121.0, "tf32": 60.0, "fp32": 30.3}),
+    (r"\bA10\b", "A10", {"bf16": 125.0, "fp16": 125.0, "tf32": 62.5, "fp32": 31.2}),
+    (r"MI300X", "MI300X", {"bf16": 1307.4, "fp16": 1307.4, "tf32": 653.7, "fp32": 163.4}),
+    (r"MI250X", "MI250X", {"bf16": 383.0, "fp16": 383.0, "fp32": 95.7}),
+)
+_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32",
+           "float": "fp32", "tf32": "tf32", "bf16": "bf16", "fp16": "fp16", "fp32": "fp32"}
+
+
+def device_peak(name: str, dtype: str) -> tuple[float | None, str]:
+    """(peak FLOP/s, what it is) for a device name and a dtype; (None, why) when unknown."""
+    d = _DTYPES.get(str(dtype).replace("torch.", ""), "")
+    for pattern, label, peaks in PEAKS:
+        if re.search(pattern, name or "", re.IGNORECASE):
+            if d in peaks:
+                return peaks[d] * 1e12, f"{label} dense {d} ({peaks[d]:,.0f} TFLOPS)"
+            return None, f"{label}: no peak for dtype {dtype!r} in gpuscope's table"
+    return None, (f"device {name!r} is not in gpuscope's peak table" if name
+                  else "the device is not known (a CPU, or no GPU name recorded)")
+
+
+def _peak(table, knobs: dict) -> tuple[float | None, str]:
+    if isinstance(knobs.get("peak_flops"), (int, float)) and knobs["peak_flops"] > 0:
+        return float(knobs["peak_flops"]), "given (peak_flops)"
+    names = {str((info.meta.get("gpu") or {}).get("name") or "") for info in table.ranks.values()}
+    names.discard("")
+    if len(names) > 1:
+        return None, f"ranks on different devices ({', '.join(sorted(names))})"
+    dtype = knobs.get("compute_dtype") or knobs.get("param_dtype") or ""
+    return device_peak(next(iter(names), ""), dtype)
+
+
+def _data_ranks(layout, ranks: list[int]) -> tuple[list[int], str]:
+    pipes = getattr(layout, "pipelines", None) or []
+    if pipes:
+        first = [p[0] for p in pipes if p]
+        return first, "each pipeline's first stage counts its samples once"
+    return ranks, "each rank trains its own samples (data parallel)"
+
+
+def throughput_section(micro: pd.DataFrame, firsts: dict, knobs: dict, table,
+                       layout=None) -> dict:
+    """The report's `throughput` section from the micro-step table (each rank's rows from its
+    first analysed step on); {} without steps."""
+    if micro is None or micro.empty:
+        return {}
+    batch = knobs.get("batch_size") if isinstance(knobs.get("batch_size"), int) else None
+    tokens = knobs.get("tokens_per_sample") if isinstance(knobs.get("tokens_per_sample"),
+                                                          int) else None
+    fps = knobs.get("flops_per_step")
+    fps = float(fps) if isinstance(fps, (int, float)) and fps > 0 else None
+    peak, peak_what = _peak(table, knobs)
+    rows = []
+    for rank, g in micro.groupby("rank"):
+        g = g[g["step"] >= firsts.get(int(rank), 0)]
+        t = float(g["step_ns"].sum()) / 1e9
+        if t <= 0:
+            continue
+        busy = float((g["step_ns"] - g["wait_ns"]).clip(lower=0).sum()) / 1e9 \
+            if "wait_ns" in g else t
+        n = g["samples"].to_numpy() if "samples" in g else np.full(len(g), -1)
+        samples = float(np.where(n >= 0, n, batch).sum()) if batch else None
+        r = {"rank": int(rank), "steps_per_s": round(len(g) / t, 3),
+             "samples_per_s": round(samples / t, 2) if samples is not None else None}
+        if tokens and samples is not None:
+            r["tokens_per_s"] = round(samples * tokens / t, 1)
+        if fps:
+            flops = fps * (samples / batch if samples is not None and batch else len(g))
+            r["flop_per_s"] = flops / t
+            if peak:
+                r["mfu_pct"] = round(100 * flops / t / peak, 2)
+                r["busy_mfu_pct"] = round(100 * flops / max(busy, 1e-9) / peak, 2)
+        rows.append(r)
+    if not rows:
+        return {}
+    counted, how = _data_ranks(layout, [r["rank"] for r in rows])
+    known = [r for r in rows if r["rank"] in counted and r["samples_per_s"] is not None]
+    out: dict = {"per_rank": rows, "steps_per_s": round(float(np.median(
+        [r["steps_per_s"] for r in rows])), 3)}
+    out["samples_per_s"] = round(sum(r["samples_per_s"] for r in known), 2) if known else None
+    if tokens and known:
+        out["tokens_per_s"] = round(sum(r.get("tokens_per_s", 0.0) for r in known), 1)
+    assumes = [how] if known else ["the batch size is not known: samples/s unknown"]
+    if tokens:
+        assumes.append(f"{tokens} tokens per sample (the batch's integer id tensor, padding "
+                       "included)")
+    if fps:
+        out.update(flops_per_step=fps, flops_source=knobs.get("flops_source", "given"),
+                   flop_per_s=round(float(np.mean([r["flop_per_s"] for r in rows])), 1))
+        out["peak_flops"] = peak
+        out["peak_source"] = peak_what
+        if peak:
+            mfus = [r["mfu_pct"] for r in rows]
+            out["mfu_pct"] = round(float(np.mean(mfus)), 2)
+            if max(mfus) > 100:
+                assumes.append("MFU above 100%: the matmuls run in a lower precision than the "
+                               "peak's dtype (autocast?): set a compute_dtype knob")
+        else:
+            out["mfu_pct"] = None
+            assumes.append(f"MFU unknown: {peak_what}")
+        for r in rows:
+            r["flop_per_s"] = round(r["flop_per_s"], 1)
+    else:
+        assumes.append("FLOPs not known: record(flops_per_step=...) or count_flops=True")
+    out["assumes"] = assumes
+    return out
+
+
+def straggler_mfu_gap(section: dict, stragglers: list[int]) -> dict[int, float]:
+    """Per straggler: the median rank's busy MFU minus its own (points of MFU)."""
+    rows = {r["rank"]: r for r in section.get("per_rank", []) if "busy_mfu_pct" in r}
+    if not rows or not stragglers:
+        return {}
+    med = float(np.median([r["busy_mfu_pct"] for r in rows.values()]))
+    return {s: round(med - rows[s]["busy_mfu_pct"], 2) for s in stragglers if s in rows}

@@ -1,0 +1,127 @@
+"""Throughput: steps/s, samples/s, tokens/s, FLOP/s and MFU (analyze/throughput.py) on
+hand-built tables, the peak table, and a real 2-rank run against the loop's own count."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import gpuscope
+from gpuscope.analyze.run import analyze_table
+from gpuscope.analyze.throughput import device_peak, throughput_section
+from gpuscope.thresholds import Thresholds
+from helpers import table_from_rows
+
+HERE = os.path.dirname(__file__)
+
+
+def _table(gpu_name="NVIDIA H100 80GB HBM3", **knobs):
+    """2 balanced ranks, 100 ms steps, batch 32."""
+    rows = [{"rank": r, "step": s, "compute": 60, "comm": 40, "comm_exposed": 40, "other": 0}
+            for r in range(2) for s in range(10)]
+    t = table_from_rows(rows, knobs={"batch_size": 32, "param_dtype": "bfloat16", **knobs})
+    for info in t.ranks.values():
+        info.meta["gpu"] = {"name": gpu_name}
+    return t
+
+
+def test_rates_tokens_flops_and_mfu_on_a_table():
+    rep = analyze_table(_table(tokens_per_sample=128, flops_per_step=1e12,
+                               flops_source="given"), Thresholds(warmup_steps=0))
+    t = rep.throughput
+    assert t["steps_per_s"] == pytest.approx(10.0)
+    assert t["samples_per_s"] == pytest.approx(2 * 320)      # 32 samples per 0.1 s, 2 ranks
+    assert t["tokens_per_s"] == pytest.approx(2 * 320 * 128)
+    assert t["flop_per_s"] == pytest.approx(1e13)             # 1e12 per 0.1 s step
+    assert t["mfu_pct"] == pytest.approx(100 * 1e13 / 989.4e12, abs=0.01)
+    assert "H100 SXM dense bf16" in t["peak_source"]
+    d = json.loads(json.dumps(rep.to_dict()))
+    assert type(rep).from_dict(d).throughput == rep.throughput
+    from gpuscope.render.terminal import render
+
+    assert "640 samples/s" in render(rep, width=200) and "MFU 1.0%" in render(rep, width=200)
+
+
+def test_unknown_device_or_batch_stays_unknown():
+    rep = analyze_table(_table("", flops_per_step=1e12), Thresholds(warmup_steps=0))
+    assert rep.throughput["mfu_pct"] is None and rep.throughput["flop_per_s"] > 0
+    assert any("MFU unknown" in a for a in rep.throughput["assumes"])
+    t = _table()
+    for info in t.ranks.values():
+        info.knobs.pop("batch_size")
+    rep = analyze_table(t, Thresholds(warmup_steps=0))
+    assert rep.throughput["samples_per_s"] is None and rep.throughput["steps_per_s"] > 0
+    assert "flop_per_s" not in rep.throughput
+
+
+def test_a_stragglers_busy_mfu_is_lower_and_the_gap_is_given():
+    rows = [{"rank": r, "step": s, "compute": 90 if r == 1 else 50, "comm": 15 if r == 1 else 55,
+             "comm_exposed": 5 if r == 1 else 45, "other": 0}  # the others wait 40 ms for it
+            for r in range(4) for s in range(12)]
+    t = table_from_rows(rows, knobs={"batch_size": 8, "param_dtype": "bfloat16",
+                                     "flops_per_step": 2e13})
+    for info in t.ranks.values():
+        info.meta["gpu"] = {"name": "NVIDIA A100-SXM4-80GB"}
+    rep = analyze_table(t, Thresholds(warmup_steps=0))
+    assert rep.straggler_ranks == [1]
+    busy = {r["rank"]: r["busy_mfu_pct"] for r in rep.throughput["per_rank"]}
+    assert busy[1] < min(busy[r] for r in (0, 2, 3))
+    assert rep.throughput["straggler_mfu_gap_pct"]["1"] > 0
+
+
+@pytest.mark.parametrize("name, dtype, tflops", [
+    ("NVIDIA A100-SXM4-80GB", "bfloat16", 312.0), ("NVIDIA A10", "float16", 125.0),
+    ("NVIDIA H100 PCIe", "float32", 51.2), ("NVIDIA H200", "bf16", 989.4),
+    ("AMD Instinct MI300X", "float16", 1307.4), ("Tesla V100-SXM2-16GB", "float16", 125.0)])
+def test_the_peak_table(name, dtype, tflops):
+    peak, what = device_peak(name, dtype)
+    assert peak == pytest.approx(tflops * 1e12) and "dense" in what
+
+
+def test_no_peak_is_guessed():
+    assert device_peak("NVIDIA GeForce RTX 4090", "bfloat16")[0] is None
+    assert device_peak("", "float32")[0] is None
+    assert device_peak("Tesla V100-SXM2-16GB", "bfloat16")[0] is None  # no bf16 on a V100
+
+
+def test_no_steps_no_section():
+    assert throughput_section(None, {}, {}, None) == {}
+
+
+@pytest.mark.slow
+def test_real_two_rank_tokens_and_flops_against_the_loop(tmp_path):
+    """gpuscope's samples/s and tokens/s against the loop's own count over the same steps
+    (within 5%), and its counted FLOPs against FlopCounterMode run here on the same shapes."""
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+         os.path.join(HERE, "workloads", "tokens.py"), "--run-dir", str(out), "--steps", "30"],
+        capture_output=True, text=True, timeout=240, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rep = gpuscope.analyze(str(out))
+    t = rep.throughput
+    skip = rep.thresholds.warmup_steps
+    theirs = 0.0
+    for r in range(2):
+        loop = json.loads((out / f"loop-rank{r}.json").read_text())
+        theirs += sum(loop["samples"][skip:]) / sum(loop["step_s"][skip:])
+    assert t["samples_per_s"] == pytest.approx(theirs, rel=0.05)
+    assert t["tokens_per_s"] == pytest.approx(t["samples_per_s"] * 64, rel=1e-3)
+
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    sys.path.insert(0, os.path.join(HERE, "workloads"))
+    from tokens import BATCH, SEQ, VOCAB, language_model
+
+    model = language_model()
+    x = torch.randint(0, VOCAB, (BATCH, SEQ))
+    with FlopCounterMode(display=False) as fc:
+        logits = model(x)
+        torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB), x.reshape(-1)).backward()
+    assert t["flops_per_step"] == fc.get_total_flops()
+    assert t["flops_source"].startswith("FlopCounterMode")
+    assert t["mfu_pct"] is None  # a CPU: no peak, none guessed
