@@ -46,6 +46,11 @@ def test_parts_verdict_and_knobs_compare():
     d = c.to_dict()
     assert d["schema"] == "gpuscope.compare/1" and d["unit"] == "sample"
     assert json.loads(json.dumps(d)) == d
+    # samples/s before and after: 2 ranks x 4 samples per 62 ms, then x 8 per 35 ms
+    b_rate, a_rate = d["rates"]["samples_per_s"]
+    assert b_rate == pytest.approx(2 * 4 / 0.062, rel=1e-3)
+    assert a_rate == pytest.approx(2 * 8 / 0.035, rel=1e-3)
+    assert "mfu_pct" not in d["rates"]  # neither side knows it
 
 
 def test_micro_steps_compare_across_accumulation():

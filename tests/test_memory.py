@@ -189,6 +189,21 @@ def test_a_recording_that_keeps_memory_alive_is_told_by_the_report(tmp_path):
     assert "MiB/step" in text and "memory:" in text
     d = json.loads(json.dumps(rep.to_dict()))
     assert type(rep).from_dict(d).memory == rep.memory
+    from gpuscope.render.html import figures
+    from gpuscope.render.html import render as page
+
+    html = page(rep, plotlyjs="plotly.js")
+    assert 'id="memory"' in html and "MiB/step" in html and 'id="throughput"' in html
+    (fig,) = [f for pid, f in figures(rep) if pid == "panel-memory"]
+    (trace,) = fig.data
+    assert list(trace.x) == rep.table.memory["step"].tolist()  # one point per sample
+    from gpuscope.render.parquet import step_table
+
+    steps = step_table(rep).set_index("step")["memory_resident_mib"]
+    sampled = rep.table.memory.set_index("step")["rss_bytes"] / 2**20
+    sampled = sampled[sampled.index.isin(steps.index)]
+    assert steps[sampled.index].tolist() == pytest.approx(sampled.tolist())
+    assert steps.drop(sampled.index).isna().all()  # between samples: unknown
 
 
 # ------------------------------------------------------------------ real 2-rank runs

@@ -112,6 +112,8 @@ class Comparison:
     stragglers_before: list[int] = field(default_factory=list)
     stragglers_after: list[int] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    #: rates and memory, [before, after] where either side knows them (None: unknown)
+    rates: dict = field(default_factory=dict)
 
     def slower_than(self, pct: float) -> bool:
         return self.slower_pct > pct
@@ -127,6 +129,7 @@ class Comparison:
             "parts": [p.to_dict() for p in self.parts],
             "knobs_changed": {k: list(v) for k, v in self.knobs_changed.items()},
             "predictions": [p.to_dict() for p in self.predictions],
+            "rates": {k: list(v) for k, v in self.rates.items()},
             "warnings": self.warnings,
         }
 
@@ -246,4 +249,31 @@ def compare(before: Report, after: Report) -> Comparison:
     return Comparison(before.path, after.path, parts,
                       (before.verdict.label, before.verdict.share),
                       (after.verdict.label, after.verdict.share), changed, preds, per_sample, slower,
-                      before.straggler_ranks, after.straggler_ranks, warnings)
+                      before.straggler_ranks, after.straggler_ranks, warnings,
+                      rates_before_after(before, after))
+
+
+#: what `rates` compares: (name, where in a report)
+RATES = (("samples_per_s", ("throughput", "samples_per_s")),
+         ("tokens_per_s", ("throughput", "tokens_per_s")),
+         ("mfu_pct", ("throughput", "mfu_pct")))
+
+
+def _memory_stat(rep: Report, key: str):
+    """The largest over ranks of a host series' `key` (peak or rate), None without memory."""
+    ss = [s[key] for s in (rep.memory or {}).get("series", []) if s["memory"] == "host"]
+    return max(ss) if ss else None
+
+
+def rates_before_after(before: Report, after: Report) -> dict:
+    out = {}
+    for name, (section, key) in RATES:
+        pair = tuple((getattr(r, section) or {}).get(key) for r in (before, after))
+        if any(v is not None for v in pair):
+            out[name] = pair
+    for name, key in (("resident_peak_bytes", "peak_bytes"),
+                      ("resident_growth_bytes_per_step", "rate_bytes_per_step")):
+        pair = (_memory_stat(before, key), _memory_stat(after, key))
+        if any(v is not None for v in pair):
+            out[name] = pair
+    return out

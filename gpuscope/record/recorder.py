@@ -394,16 +394,26 @@ class Recorder:
         return True
 
     def _flush_sinks(self, rows: list | None, final: bool = False) -> None:
-        """Hand every sink the rows just written, and write what each measured beside them."""
+        """Hand every sink the rows just written, write what each measured beside them, and
+        show every sink what the others measured (TensorBoard plots the memory)."""
+        metas = []
         for sink in list(self._sinks):
             try:
                 if rows is not None:
                     sink.rows(rows)
                 meta = sink.meta(final)
-                if meta and self._writer is not None:
-                    self._writer.add_meta(meta)
+                if meta:
+                    metas.append(meta)
+                    if self._writer is not None:
+                        self._writer.add_meta(meta)
             except Exception as exc:
                 self._sink_failed(sink, exc)
+        for meta in metas:
+            for sink in list(self._sinks):
+                try:
+                    sink.side(meta)
+                except Exception as exc:
+                    self._sink_failed(sink, exc)
 
     def _sink_failed(self, sink: Sink, exc: Exception) -> None:
         """One sink raised: it alone goes (warned once, noted for the end record)."""

@@ -33,6 +33,9 @@ class Sink:
         """What to write beside the rows now (None: nothing); `final` at stop()."""
         return None
 
+    def side(self, meta: dict) -> None:
+        """What another sink measured this flush (its meta), for a sink that shows it too."""
+
     def close(self) -> None:
         """Once, at stop() or teardown; may raise (the recorder warns and goes on)."""
 
@@ -107,6 +110,10 @@ class TensorBoardScalars(Sink):
         self.writer.write(rows)
         if self.writer.error is not None:
             raise self.writer.error
+
+    def side(self, meta: dict) -> None:
+        if "memory" in meta and self.writer is not None:
+            self.writer.write(("memory", meta["memory"]))
 
     def close(self, timeout: float = 10.0) -> None:
         writer, self.writer = self.writer, None

@@ -27,6 +27,15 @@ class ScalarWriter:
             for col in SCALARS:
                 self._w.add_scalar(f"gpuscope/{col[:-3]}_ms", r[col] / MS, r["step"])
 
+    def write_memory(self, m: dict) -> None:
+        """A memory sample (record/memory.py): MiB at the window's last step."""
+        for step, rss in zip(m.get("steps", []), m.get("rss_bytes", [])):
+            self._w.add_scalar("gpuscope/memory_resident_mib", rss / 2**20, step)
+        dev = m.get("device")
+        if dev:
+            self._w.add_scalar("gpuscope/memory_device_peak_mib", dev[2] / 2**20, dev[1])
+            self._w.add_scalar("gpuscope/memory_device_reserved_mib", dev[3] / 2**20, dev[1])
+
     def close(self) -> None:
         self._w.close()
 
@@ -49,7 +58,10 @@ class BackgroundScalars:
         try:
             writer = ScalarWriter(run_dir, name)
             while (rows := self._queue.get()) is not None:
-                writer.write(rows)
+                if isinstance(rows, tuple) and rows[0] == "memory":
+                    writer.write_memory(rows[1])
+                else:
+                    writer.write(rows)
         except Exception as exc:
             self.error = exc
         finally:
@@ -59,7 +71,8 @@ class BackgroundScalars:
                 except Exception as exc:
                     self.error = self.error or exc
 
-    def write(self, rows: list[list]) -> None:
+    def write(self, rows) -> None:
+        """Step rows (a list), or ("memory", a memory sample)."""
         self._queue.put(rows)
 
     def close(self, timeout: float = 10.0) -> None:

@@ -40,6 +40,12 @@ def render(c: Comparison, *, width: int | None = None, color: bool = False) -> s
         t.add_row(PART_HEADS.get(p.part, p.part), f"{p.before_ms:.2f}", f"{p.after_ms:.2f}",
                   f"{p.delta_ms:+.2f}", _pct(p.delta_pct))
     console.print(t)
+    if c.rates:
+        def fmt(v):
+            return "?" if v is None else f"{v:,.3g}"
+
+        console.print("rates: " + ", ".join(f"{k} {fmt(a)} -> {fmt(b)}"
+                                            for k, (a, b) in c.rates.items()))
     if c.knobs_changed:
         console.print("knobs changed: " + ", ".join(f"{k} {a} -> {b}" if k != "layers" else
                                                      "layers per stage"

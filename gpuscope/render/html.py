@@ -2,14 +2,15 @@
 
 Panels: verdict and suggestions in words; per-step stacked bars (slowest rank, median rank, or one
 of a few named ranks) with the step labels as a colour strip; a rank x step heatmap (step time
-or wait), binned so 1,000 x 1,000 stays light; per-rank breakdown; GPU telemetry when recorded;
-the HTA-compatible GPU breakdown for Kineto input.
+or wait), binned so 1,000 x 1,000 stays light; per-rank breakdown; GPU telemetry and memory
+over steps when recorded; the HTA-compatible GPU breakdown for Kineto input.
 
 Every name that comes from a run or a trace is data, not markup: it is HTML-escaped in the page
 and in every string handed to plotly (which would otherwise render tags in labels and hovers).
 
 A Report read back from JSON has no rank x step table: its page shows the per-step bars from the
-steps' shares and leaves out the panels that need every rank's steps (heatmap, telemetry).
+steps' shares and leaves out the panels that need every rank's steps (heatmap, telemetry,
+memory).
 """
 
 from __future__ import annotations
@@ -308,6 +309,46 @@ def telemetry_lines(report: ReportData):
     return fig
 
 
+def memory_lines(report: ReportData):
+    """Memory over steps per rank: the resident set, and the device's peak allocated (MiB)."""
+    mem = report.table.memory if report.table is not None else None
+    if mem is None or len(mem) == 0:
+        return None
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    kinds = [(c, t) for c, t in (("rss_bytes", "resident set (host)"),
+                                 ("device_peak_bytes", "device: peak allocated"))
+             if c in mem and mem[c].notna().any()]
+    if not kinds:
+        return None
+    fig = make_subplots(rows=len(kinds), cols=1, shared_xaxes=True,
+                        subplot_titles=[t for _, t in kinds])
+    for i, (col, _) in enumerate(kinds, 1):
+        for rank, g in mem[mem[col].notna()].groupby("rank"):
+            fig.add_trace(go.Scattergl(x=g["step"], y=g[col] / 2**20, mode="lines+markers",
+                                       name=f"rank {rank}", legendgroup=str(rank),
+                                       showlegend=i == 1), row=i, col=1)
+    fig.update_layout(title="Memory over steps (MiB)", height=220 * len(kinds) + 80)
+    fig.update_xaxes(title_text="step", row=len(kinds), col=1)
+    return fig
+
+
+def _throughput_html(report: ReportData) -> str:
+    from .terminal import throughput_line
+
+    line = throughput_line(report.throughput)
+    return f'<p id="throughput"><b>Throughput:</b> {esc(line)}</p>' if line else ""
+
+
+def _memory_html(report: ReportData) -> str:
+    found = report.memory.get("findings", []) if report.memory else []
+    if not found:
+        return ""
+    items = "".join(f"<li>{esc(f['text'])}</li>" for f in found)
+    return f'<h2>Memory</h2><ul id="memory">{items}</ul>'
+
+
 # ------------------------------------------------------------------------------ page
 def _steps_text(report: ReportData) -> str:
     micro = report.knobs.get("sync_interval") or 1
@@ -361,6 +402,7 @@ def _summary_html(report: ReportData) -> str:
         out.append(f'<div class="dim" id="confidence-why">confidence {esc(v.confidence)}: '
                    f'{esc("; ".join(v.evidence))}</div>')
     out.append("</div>")
+    out.append(_throughput_html(report))
     if report.stragglers:
         items = "".join(
             f"<li>rank {s.rank}{' on ' + esc(s.host) if s.host else ''}: slow in "
@@ -375,6 +417,7 @@ def _summary_html(report: ReportData) -> str:
     layout = _layout_html(report)
     if layout:
         out.append(layout)
+    out.append(_memory_html(report))
     if report.suggestions:
         items = "".join(
             f'<li><b>{esc(s.knob)}</b>: {esc(s.current)} &rarr; {esc(s.proposed)} '
@@ -416,7 +459,8 @@ def figures(report: ReportData) -> list[tuple[str, object]]:
             ("panel-ranks", rank_bars(report)), ("panel-stages", stage_bars(report)),
             ("panel-phases", phase_bars(report)),
             ("panel-gpu", gpu_breakdown_bars(report)),
-            ("panel-telemetry", telemetry_lines(report)))
+            ("panel-telemetry", telemetry_lines(report)),
+            ("panel-memory", memory_lines(report)))
     return [(pid, fig) for pid, fig in figs if fig is not None]
 
 

@@ -1,6 +1,6 @@
 """`gpuscope export PATH --parquet FILE`: the analysed rank x step table, one row per rank and
-(optimizer) step, with the step's label, the run's verdict and the knobs, for DuckDB, Polars or
-Spark over many runs. Times in ms, shares in %; pyarrow is an optional extra
+(optimizer) step, with the step's label, the run's verdict, the knobs, memory where sampled and
+each rank's rates, for DuckDB, Polars or Spark over many runs. Times in ms, shares in %; pyarrow is an optional extra
 (`pip install 'gpuscope[parquet]'`)."""
 
 from __future__ import annotations
@@ -64,7 +64,32 @@ def step_table(report: "ReportData") -> "pd.DataFrame":
             isinstance(value, int) and not isinstance(value, bool))
         out[name] = pd.Series([value if ok else None] * len(out), dtype=dtype)
     out["knobs_json"] = json.dumps(knobs, sort_keys=True, default=str)
+    _memory_columns(out, report)
+    per_rank = {r["rank"]: r for r in report.throughput.get("per_rank", [])}
+    for key in ("samples_per_s", "tokens_per_s", "mfu_pct"):
+        out[f"rank_{key}"] = pd.Series([per_rank.get(r, {}).get(key) for r in
+                                        out["rank"].tolist()], dtype="Float64")
     return out.reset_index(drop=True)
+
+
+#: memory columns (record/memory.py samples, in MiB), on the step that closed each sample's
+#: window; null on the steps between samples
+MEMORY = {"rss_bytes": "memory_resident_mib", "device_peak_bytes": "memory_device_peak_mib",
+          "device_reserved_bytes": "memory_device_reserved_mib"}
+
+
+def _memory_columns(out: "pd.DataFrame", report: "ReportData") -> None:
+    import pandas as pd
+
+    mem = report.table.memory if report.table is not None else None
+    if mem is None or not len(mem):
+        return
+    keyed = mem.set_index(["rank", "step"])
+    at = pd.MultiIndex.from_arrays([out["rank"].astype("int64"), out["step"]])
+    for col, name in MEMORY.items():
+        if col in keyed and keyed[col].notna().any():
+            out[name] = (keyed[col].reindex(at).to_numpy("float64") / 2**20)
+            out[name] = out[name].astype("Float64")
 
 
 def write(report: "ReportData", path: str) -> int:
