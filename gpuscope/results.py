@@ -376,6 +376,8 @@ class ReportData:
     memory: dict = field(default_factory=dict)
     #: steps/s, samples/s, tokens/s, FLOP/s and MFU per rank and globally: analyze/throughput.py
     throughput: dict = field(default_factory=dict)
+    #: joules per step and sample, the share spent waiting, cost per 1,000 steps: analyze/energy.py
+    energy: dict = field(default_factory=dict)
     #: the analysed rank x step table (with wait and telemetry joined); None when read from JSON
     table: RunTable | None = field(default=None, compare=False, repr=False)
 
@@ -421,6 +423,8 @@ class ReportData:
             d["memory"] = self.memory
         if self.throughput:
             d["throughput"] = self.throughput
+        if self.energy:
+            d["energy"] = self.energy
         return d
 
     @classmethod
@@ -444,7 +448,8 @@ class ReportData:
                 PipelineResult.from_dict(d["pipeline"]) if d.get("pipeline") else None,
                 dict(d.get("dataparallel", {})),
                 [dict(s) for s in d.get("stopped_ranks", [])], list(d.get("missing_ranks", [])),
-                memory=dict(d.get("memory", {})), throughput=dict(d.get("throughput", {})))
+                memory=dict(d.get("memory", {})), throughput=dict(d.get("throughput", {})),
+                energy=dict(d.get("energy", {})))
         except (KeyError, TypeError, ValueError) as exc:
             raise InputError(f"a {SCHEMA} report with a missing or malformed field ({exc!r})") \
                 from None

@@ -85,7 +85,9 @@ COLUMN_DEFAULTS = {"synced": -1}
 
 #: one NVML sample (record side writes them as arrays in this order under {"nvml": [...]})
 NVML_FIELDS = ("t_ns", "util_pct", "mem_used_bytes", "mem_total_bytes", "power_w", "sm_clock_mhz",
-               "temp_c", "throttle")
+               "temp_c", "throttle", "energy_mj")
+#: samples written before the energy counter was read have the first 8 fields (read as unknown)
+NVML_FIELDS_V1 = 8
 
 #: clock throttle reason bits (nvml.h: nvmlClocksEventReason*)
 THROTTLE_BITS = {0x1: "gpu_idle", 0x2: "app_clocks", 0x4: "sw_power_cap", 0x8: "hw_slowdown",

@@ -340,3 +340,64 @@ def test_device_memory_per_flush_through_the_allocator_seam(tmp_path, monkeypatc
     assert oom["asked_bytes"] == 3 * GiB and oom["memory_at_error"]["device_peak_reserved_bytes"]
     assert "of 80.0 GiB" in oom["text"]
     assert rep.knobs["memory_used_fraction"] == pytest.approx(76 / 80)
+
+
+class FakeNvmlEnergy(FakeNvml):
+    """FakeNvml with the total energy counter: a GPU drawing a steady 300 W (mJ since load)."""
+
+    def sample(self, h):
+        t = time.time_ns()
+        return (*super().sample(h)[:-1], self.throttle, 5_000_000_000 + (t - self.t0) * 300 // 10**6)
+
+    def __init__(self):
+        super().__init__()
+        self.t0 = time.time_ns()
+
+
+def test_energy_per_step_from_the_counter_and_the_cost_of_waiting(tmp_path, monkeypatch):
+    """A steady 300 W GPU (faked NVML), 40 ms steps of which 10 ms wait for data: each step
+    takes ~12 J, a quarter of it while waiting for data; at 2.00 per GPU hour 1,000 steps cost
+    ~0.022, a quarter of it the data wait."""
+    monkeypatch.setattr(nvml, "api_factory", FakeNvmlEnergy)
+
+    def loader():
+        for i in range(40):
+            time.sleep(0.010)
+            yield i
+
+    with gpuscope.record(tmp_path, telemetry_hz=10, price_per_gpu_hour=2.0) as rec:
+        for _ in rec.data(loader()):
+            time.sleep(0.030)
+            rec.step()
+    table = load_table(tmp_path)
+    assert table.telemetry["energy_mj"].notna().all()
+    rep = analyze_table(table)
+    e = rep.energy
+    assert e["source"] == "NVML energy counter"
+    (r,) = e["per_rank"]
+    step_s = float(rep.table.frame["step_ns"].median()) / 1e9
+    assert r["joules_per_step"] == pytest.approx(300 * step_s, rel=0.05)
+    assert r["watts"] == pytest.approx(300, rel=0.05)
+    data_share = float((rep.table.frame["data_ns"] / rep.table.frame["step_ns"]).mean())
+    assert e["waiting_pct"]["data"] == pytest.approx(100 * data_share, abs=3)
+    c = e["cost"]
+    assert c["per_1000_steps"] == pytest.approx(step_s * 1000 / 3600 * 2.0, rel=0.05)
+    assert c["data"] == pytest.approx(c["per_1000_steps"] * data_share, rel=0.05)
+    from gpuscope.render.terminal import render
+
+    assert "J/step" in render(rep, width=200) and "per 1,000 steps" in render(rep, width=200)
+
+
+def test_older_nvml_samples_without_the_counter_still_read(tmp_path, monkeypatch):
+    """8-field samples (written before the energy counter was read): energy from the power
+    samples instead, said so."""
+    monkeypatch.setattr(nvml, "api_factory", FakeNvml)  # its samples have no counter
+    with gpuscope.record(tmp_path, telemetry_hz=10) as rec:
+        for _ in rec.data(range(30)):
+            time.sleep(0.02)
+            rec.step()
+    table = load_table(tmp_path)
+    assert len(table.telemetry) and table.telemetry["energy_mj"].isna().all()
+    e = analyze_table(table).energy
+    assert e["source"] == "power samples"
+    assert e["per_rank"][0]["watts"] == pytest.approx(350.0, rel=0.02)

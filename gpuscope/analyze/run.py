@@ -9,6 +9,7 @@ adds its own; warnings go to `Analysis.warnings` only.
     telemetry      NVML samples joined to the steps; straggler evidence; memory headroom
     memory         growth with its forecast, peaks near capacity, allocator retries, OOMs
     throughput     steps/s, samples/s, tokens/s, FLOP/s and MFU per rank and globally
+    energy         joules per step and sample (NVML), the share spent waiting; cost per 1,000 steps
     suggest        each bottleneck's suggestions (bottlenecks/, through suggestions.py)
     bound          suggestions held to what they can recover, the verdict's fix first
     report         per-rank summaries; the Report
@@ -72,6 +73,7 @@ class Analysis:
     telemetry: dict = field(default_factory=dict)   # telemetry
     memory: dict = field(default_factory=dict)      # memory: the report's memory section
     throughput: dict = field(default_factory=dict)  # throughput: the report's section
+    energy: dict = field(default_factory=dict)      # energy: the report's section
     labels: set = field(default_factory=set)        # suggest: labels holding material time
     jitter: object = None                           # suggest
     by_kind: dict = field(default_factory=dict)     # suggest: comm per rank and kind
@@ -167,6 +169,13 @@ def throughput(a: Analysis) -> None:
         a.throughput["straggler_mfu_gap_pct"] = {str(k): v for k, v in gaps.items()}
 
 
+def energy(a: Analysis) -> None:
+    """frame (the analysed steps, wait split), table.telemetry, knobs -> the energy section."""
+    from .energy import energy_section
+
+    a.energy = energy_section(a.frame, a.table.telemetry, a.knobs)
+
+
 def suggest_all(a: Analysis) -> None:
     """Suggestions for the verdict and for every label holding a material share of the time,
     each from its bottleneck's module (bottlenecks/: data, comm, host, imbalance through
@@ -225,7 +234,8 @@ def report(a: Analysis) -> None:
         warnings=a.warnings, early_ranks=sorted(a.roles.early),
         layout=layout.to_dict() if layout.groups or layout.pipelined else {},
         pipeline=a.pipeline, dataparallel=a.dp_section, stopped_ranks=a.stopped,
-        missing_ranks=a.missing, memory=a.memory, throughput=a.throughput, table=analysed)
+        missing_ranks=a.missing, memory=a.memory, throughput=a.throughput, energy=a.energy,
+        table=analysed)
 
 
 def check(a: Analysis) -> None:
@@ -247,8 +257,8 @@ def check(a: Analysis) -> None:
 
 #: the analysis, in order
 PASSES: tuple[Callable[[Analysis], None], ...] = (
-    prepare, add_up, classify, stragglers, telemetry, memory, throughput, suggest_all, bound,
-    report, check)
+    prepare, add_up, classify, stragglers, telemetry, memory, throughput, energy, suggest_all,
+    bound, report, check)
 
 
 def analyze_table(table: RunTable, thresholds: Thresholds | None = None,

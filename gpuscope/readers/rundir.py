@@ -22,8 +22,8 @@ import pandas as pd
 
 import gpuscope.progress as progress
 from ..errors import InputError, TraceFormatError
-from ..run_format import (COLUMN_DEFAULTS, FILE_GLOB, NVML_FIELDS, SCHEMA, STEP_COLUMNS,
-                             is_p2p, is_record_file, parse_file_name)
+from ..run_format import (COLUMN_DEFAULTS, FILE_GLOB, NVML_FIELDS, NVML_FIELDS_V1, SCHEMA,
+                          STEP_COLUMNS, is_p2p, is_record_file, parse_file_name)
 from ..runtable import RankInfo, RunTable, empty_frame, key_parts, mask_of
 from ..trace_files import file_size
 from .speed import bulk, forks
@@ -119,9 +119,9 @@ def _device_ok(item) -> bool:
 
 
 def _nvml_ok(sample) -> bool:
-    return (isinstance(sample, list) and len(sample) == len(NVML_FIELDS)
+    return (isinstance(sample, list) and len(sample) in (NVML_FIELDS_V1, len(NVML_FIELDS))
             and is_int(sample[0], 0, MAX_UNIX_NS)
-            and all(v is None or is_num(v, 0.0, 1e15) for v in sample[1:]))
+            and all(v is None or is_num(v, 0.0, 1e18) for v in sample[1:]))
 
 
 def _dataparallel_ok(d) -> bool:
@@ -644,7 +644,9 @@ def _apply_device_times(df: pd.DataFrame, device: list[dict]) -> pd.DataFrame:
 
 
 def _telemetry(rank: int, samples: list) -> pd.DataFrame | None:
-    good = [s for s in samples if isinstance(s, list) and len(s) == len(NVML_FIELDS)]
+    n = len(NVML_FIELDS)
+    good = [s if len(s) == n else s + [None] * (n - len(s)) for s in samples
+            if isinstance(s, list) and len(s) in (NVML_FIELDS_V1, n)]  # older: energy unknown
     if not good:
         return None
     t = pd.DataFrame(good, columns=list(NVML_FIELDS))

@@ -1,7 +1,8 @@
 """NVML telemetry: a background thread that reads (never sets) one GPU's state at 1-10 Hz.
 
 Per sample (run_format.NVML_FIELDS): utilization %, memory used / total, power, SM clock,
-temperature, throttle reasons.
+temperature, throttle reasons, and the device's total energy counter (mJ since the driver
+loaded; None on GPUs before Volta).
 The device is the one this rank uses: matched by PCI bus id when torch can tell it, else through
 CUDA_VISIBLE_DEVICES (index or UUID), else the local rank. Without a driver the sampler switches
 itself off with one info line. Everything NVML goes through `NvmlApi`, the seam tests replace.
@@ -57,8 +58,12 @@ class NvmlApi:
             throttle = int(nv.nvmlDeviceGetCurrentClocksEventReasons(h))
         except Exception:
             throttle = int(nv.nvmlDeviceGetCurrentClocksThrottleReasons(h))
+        try:
+            energy = int(nv.nvmlDeviceGetTotalEnergyConsumption(h))
+        except Exception:  # not supported on this device
+            energy = None
         return (time.time_ns(), int(util), int(mem.used), int(mem.total), round(power, 1),
-                int(clock), int(temp), throttle)
+                int(clock), int(temp), throttle, energy)
 
     def describe(self, h) -> dict:
         nv = self.nv

@@ -40,6 +40,8 @@ class RecordOptions:
     count_flops: bool = False
     #: the device's peak FLOP/s for MFU, where gpuscope's table does not know it
     peak_flops: float | None = None
+    #: what a GPU hour costs: the report prices each bottleneck per 1,000 steps
+    price_per_gpu_hour: float | None = None
     #: CUDA-event timing of the device's work; None: on when the model is on a CUDA device
     device_timing: bool | None = None
     #: None: on unless the environment sets GPUSCOPE_DISABLE=1

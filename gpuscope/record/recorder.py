@@ -217,6 +217,8 @@ class Recorder:
             self._knobs.update(flops_per_step=float(o.flops_per_step), flops_source="given")
         if o.peak_flops:
             self._knobs["peak_flops"] = float(o.peak_flops)
+        if o.price_per_gpu_hour:
+            self._knobs["price_per_gpu_hour"] = float(o.price_per_gpu_hour)
         self._hooks = Hooks(self._state, self.model, self._time_optimizer)
         self._closing("hooks", "_hooks", lambda hooks, end: hooks.remove())
         self._hooks.install()
