@@ -194,6 +194,33 @@ def whatif(d: dict) -> list[str]:
     return out + [""]
 
 
+def memory(d: dict) -> list[str]:
+    leak, tok, oom = d["leak"], d["tokens"], d["oom"]
+    lines = ["## Memory and throughput against independent measurements", "",
+             f"`python benchmarks/bench_memory.py --runs {d['runs']}` on {d['cpu_count']} cores "
+             "(2 ranks, gloo): a loop in which rank 1 keeps 8 MiB alive every step (the rate "
+             "gpuscope reports against the slope of the loop's own VmRSS readings from "
+             "/proc/self/status over the same steps), the same loop with rank 1 asking for 1 PiB "
+             "at step 12 (the post-mortem), and a language model on token ids with its FLOPs "
+             "counted (samples/s against the loop's own count over its perf_counter time; the "
+             "FLOPs against FlopCounterMode on the same shapes).", "",
+             "| run | gpuscope | independent | error |", "| --- | --- | --- | --- |"]
+    for i, r in enumerate(leak):
+        lines.append(f"| leak {i + 1}: ranks named {r['ranks_named']} | "
+                     f"{r['rate_mib_per_step']:.3f} MiB/step, fills the host in "
+                     f"~{r['forecast_steps']:,} steps | {r['loop_vmrss_slope_mib_per_step']:.3f} "
+                     f"MiB/step | {r['error_pct']:+.2f}% |")
+    for i, r in enumerate(tok):
+        same = "equal" if r["flops_per_step"] == r["flop_counter_here"] else "differ"
+        lines.append(f"| tokens {i + 1} | {r['samples_per_s']:,.1f} samples/s, "
+                     f"{r['tokens_per_s']:,.0f} tokens/s, {r['flops_per_step']:,.0f} FLOPs per "
+                     f"step | {r['loop_samples_per_s']:,.1f} samples/s; FLOPs {same} | "
+                     f"{r['error_pct']:+.2f}% |")
+    lines += ["", "Out of memory: " + "; ".join(
+        f"run {i + 1}: {r['text'] or 'no post-mortem'}" for i, r in enumerate(oom)) + ".", ""]
+    return lines
+
+
 def fuzz(d: dict) -> list[str]:
     return ["## Damaged input (fuzzing)", "",
             f"`python scripts/fuzz.py --cases {d['cases']} --seed {d['seed']}`: one file of a "
@@ -307,6 +334,7 @@ def main() -> None:
             ("vs_hta.json", vs_hta, "benchmarks/bench_vs_hta.py"),
             ("scale.json", scale, "benchmarks/bench_scale.py"),
             ("same_run.json", same_run, "scripts/same_run.py"),
+            ("memory.json", memory, "benchmarks/bench_memory.py"),
             ("fuzz.json", fuzz, "scripts/fuzz.py"),
             ("soak.json", soak, "scripts/soak.py")):
         d = docs[name] = _load(name)
