@@ -125,3 +125,17 @@ def test_real_two_rank_tokens_and_flops_against_the_loop(tmp_path):
     assert t["flops_per_step"] == fc.get_total_flops()
     assert t["flops_source"].startswith("FlopCounterMode")
     assert t["mfu_pct"] is None  # a CPU: no peak, none guessed
+
+
+def test_the_step_whose_flops_were_counted_is_left_out():
+    """Counting makes micro-step 2 slow on every rank: left out, it is not a slow step in the
+    report, nor a label of its own."""
+    rows = [{"rank": r, "step": s, "compute": 400 if s == 2 else 60, "comm": 40,
+             "comm_exposed": 40, "other": 0} for r in range(2) for s in range(10)]
+    t = table_from_rows(rows, knobs={"batch_size": 4, "flops_per_step": 1e9,
+                                     "flops_counted_step": 2})
+    rep = analyze_table(t, Thresholds(warmup_steps=0))
+    assert 2 not in [s.step for s in rep.steps] and len(rep.steps) == 9
+    assert rep.throughput["steps_per_s"] == pytest.approx(10.0)
+    t2 = table_from_rows(rows, knobs={"batch_size": 4})  # not counted: the step stays
+    assert 2 in [s.step for s in analyze_table(t2, Thresholds(warmup_steps=0)).steps]

@@ -88,7 +88,18 @@ def prepare(a) -> None:
         frame = drop_warmup(frame, warmup, a.warnings)
         a.knobs["sync_interval"] = sync_interval(frame)
     else:
-        frame = drop_warmup(frame, warmup, a.warnings)
+        frame = drop_warmup(without_counted_step(frame, a.knobs), warmup, a.warnings)
         frame = estimate_wait(frame, a.warnings, a.table.comm)
         a.growth = growth(frame, a.knobs, 0)
     a.frame = frame
+
+
+def without_counted_step(frame, knobs: dict):
+    """The frame less the micro-step whose FLOPs were counted (record(count_flops=True)): every
+    op went through Python in it, so it is slower than the others, on every rank alike. Kept
+    when nothing else would be left."""
+    n = knobs.get("flops_counted_step")
+    if not isinstance(n, int) or isinstance(n, bool):
+        return frame
+    keep = frame["step"] != n
+    return frame[keep].reset_index(drop=True) if keep.sum() and not keep.all() else frame

@@ -22,7 +22,8 @@ MAX_RANKS = 1 << 20
 _INT_KNOBS = ("batch_size", "batches_per_epoch", "batch_bytes", "num_workers", "prefetch_factor",
               "cpu_count", "cpus_available", "local_world_size", "world_size", "params",
               "param_bytes", "torch_threads", "pipeline_stage", "pipeline_stages",
-              "forwards_per_step", "sync_interval", "gradient_accumulation_steps")
+              "forwards_per_step", "sync_interval", "gradient_accumulation_steps",
+              "flops_counted_step")
 _BOOL_KNOBS = ("persistent_workers", "pin_memory", "dataloader", "cuda_available", "p2p")
 _STR_KNOBS = ("device", "param_dtype", "model", "loader", "parallel", "backend", "comm_hook",
               "torch", "python")

@@ -4,7 +4,7 @@ torch.utils.flop_counter.FlopCounterMode (a dispatch mode: it sees every op and 
 matmuls, convolutions and attention; the maths is untouched) is entered when micro-step
 `at` begins (as the previous rec.step() returns) and left at its own rec.step(): forward,
 backward and optimizer of that one micro-step, on this rank. That step runs slower (every op
-goes through Python); every other step runs as before. Off by default: a dispatch mode that
+goes through Python; the analysis leaves it out); every other step runs as before. Off by default: a dispatch mode that
 stays on across a compiled model's call makes it recompile. Give ``flops_per_step=`` instead
 when the number is known (6 x parameters x tokens for a transformer's training step).
 """

@@ -586,9 +586,9 @@ class Recorder:
             if counter.counting:
                 self._flops = None
                 n = counter.stop()
-                if n:
-                    self._note_knobs({"flops_per_step": n, "flops_source":
-                                      f"FlopCounterMode, micro-step {counter.at}"})
+                if n:  # the step it slowed is left out of the analysis (prepare.py)
+                    self._note_knobs({"flops_per_step": n, "flops_counted_step": counter.at,
+                                      "flops_source": f"FlopCounterMode, micro-step {counter.at}"})
             elif self.steps + 1 == counter.at:
                 counter.start()
         except Exception as exc:
