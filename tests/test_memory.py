@@ -249,3 +249,56 @@ def test_real_out_of_memory_on_one_rank_gets_its_post_mortem(tmp_path):
     assert oom["step"] == 11 and oom["memory_at_error"]["rss_bytes"] > 0
     assert oom["stopped_waiting"] == [0]  # its all-reduce failed on the lost peer
     assert "rank(s) 0 stopped waiting on it" in oom["text"]
+
+
+# ------------------------------------------------------------------ profiler traces
+def test_a_profiled_leak_is_found_from_the_allocators_memory_events(tmp_path):
+    """torch.profiler(profile_memory=True) over a loop that keeps 2 MiB of tensors alive every
+    step: the CPU allocator's totals per step come out of the trace's "[memory]" instants and
+    grow by 2 MiB per step (24 MiB over the analysed steps: over the 16 MiB a finding needs)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+
+    m = torch.nn.Linear(64, 64)
+    keep = []
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True,
+                 schedule=schedule(wait=0, warmup=1, active=14),
+                 on_trace_ready=tensorboard_trace_handler(str(tmp_path))) as prof:
+        for _ in range(15):
+            m(torch.randn(32, 64)).sum().backward()
+            keep.append(torch.ones(MiB // 2))  # 2 MiB, never freed
+            prof.step()
+    table = read_path(str(tmp_path))
+    assert table.memory is not None and table.memory["host_alloc_bytes"].notna().sum() >= 10
+    assert table.memory["device_peak_bytes"].isna().all()  # a CPU run: no device allocator
+    rep = gpuscope.analyze(str(tmp_path))
+    (g,) = [f for f in rep.memory["findings"] if f["kind"] == "growth"]
+    assert g["memory"] == "host_alloc" and g["ranks"] == [0]
+    assert g["rate_bytes_per_step"] == pytest.approx(2 * MiB, rel=0.05)
+    assert g["capacity_bytes"] is None  # a trace does not say what the host holds
+
+
+def test_device_memory_events_in_a_trace_give_per_step_device_peaks(tmp_path):
+    """A hand-written trace (the shape Kineto writes): CUDA "[memory]" instants inside three
+    ProfilerStep ranges; each step's peak is the largest total inside it, or the total it
+    began with."""
+    def step(i, t):
+        return {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "pid": 1,
+                "tid": 1, "ts": t, "dur": 1000}
+
+    def mem(t, alloc, reserved, dev=1):
+        return {"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": 1,
+                "tid": 1, "ts": t, "args": {"Total Allocated": alloc, "Total Reserved": reserved,
+                                             "Bytes": 1, "Device Type": dev, "Device Id": 0}}
+
+    events = [step(1, 1000), step(2, 2000), step(3, 3000), step(4, 4000),
+              mem(1100, 5 * MiB, 8 * MiB), mem(1500, 9 * MiB, 16 * MiB), mem(1600, 2 * MiB, 16 * MiB),
+              mem(3200, 7 * MiB, 16 * MiB), mem(3300, 4 * MiB, 16 * MiB),
+              mem(2500, 3 * MiB, 0, dev=0)]  # a CPU allocation, kept apart
+    (tmp_path / "rank0.pt.trace.json").write_text(json.dumps(
+        {"traceEvents": events, "distributedInfo": {"rank": 0, "world_size": 1}}))
+    t = read_path(str(tmp_path)).memory.set_index("step")
+    assert t.loc[1, "device_peak_bytes"] == 9 * MiB and t.loc[1, "device_reserved_bytes"] == 16 * MiB
+    assert t.loc[2, "device_peak_bytes"] == 2 * MiB  # nothing allocated in it: what it began with
+    assert t.loc[3, "device_peak_bytes"] == 7 * MiB
+    assert t.loc[2, "host_alloc_bytes"] == 3 * MiB and np.isnan(t.loc[1, "host_alloc_bytes"])

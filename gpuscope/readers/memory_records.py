@@ -1,9 +1,11 @@
 """The recorder's memory records (record/memory.py) read into one table, checked on the way.
 
-`RunTable.memory` has one row per (rank, step) where something was sampled (MEMORY_COLUMNS),
-the step that closed a flush: the process's resident set then, and the device's peaks over the
-steps since the previous sample (`device_first_step` .. `step`) with the allocator's running
-totals of retries and OOMs. What was not sampled is NaN, never 0.
+`RunTable.memory` has one row per (rank, step) where something was sampled (MEMORY_COLUMNS).
+Recorded runs: the step that closed a flush, with the process's resident set then, and the
+device's peaks over the steps since the previous sample (`device_first_step` .. `step`) with the
+allocator's running totals of retries and OOMs. Profiler traces with profile_memory=True
+(readers/kineto/memory_steps.py): every profiled step, the device allocator's peaks in it and
+the CPU allocator's (`host_alloc_bytes`). What was not sampled is NaN, never 0.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from .validate import MAX_STEP, is_int
 
 MAX_BYTES = 1 << 60
 MEMORY_COLUMNS = ("rank", "step", "rss_bytes", "device_first_step", "device_peak_bytes",
-                  "device_reserved_bytes", "alloc_retries", "ooms")
+                  "device_reserved_bytes", "alloc_retries", "ooms", "host_alloc_bytes")
 CAPACITY_KEYS = ("host_total_bytes", "host_limit_bytes", "device_total_bytes")
 
 
@@ -49,11 +51,11 @@ def memory_frame(parts: list[tuple[int, list[dict]]]) -> pd.DataFrame | None:
         by_step: dict[int, list] = {}
         for m in records:
             for s, b in zip(m.get("steps", []), m.get("rss_bytes", [])):
-                by_step.setdefault(s, [rank, s, b] + [np.nan] * 5)[2] = b
+                by_step.setdefault(s, [rank, s, b] + [np.nan] * 6)[2] = b
             dev = m.get("device")
             if dev is not None:
-                row = by_step.setdefault(dev[1], [rank, dev[1], np.nan] + [np.nan] * 5)
-                row[3:] = dev[0], *dev[2:]
+                row = by_step.setdefault(dev[1], [rank, dev[1], np.nan] + [np.nan] * 6)
+                row[3:8] = dev[0], *dev[2:]
         rows += [by_step[s] for s in sorted(by_step)]
     if not rows:
         return None

@@ -344,7 +344,8 @@ def _memory(report: ReportData, console: Console) -> None:
     mem = report.memory
     if not mem:
         return
-    for kind, what in (("host", "resident"), ("device", "device, peak allocated")):
+    for kind, what in (("host", "resident"), ("device", "device, peak allocated"),
+                       ("host_alloc", "CPU allocator")):
         ss = [s for s in mem.get("series", []) if s["memory"] == kind]
         if not ss:
             continue

@@ -1,8 +1,9 @@
 """Memory: growth that will end the run, peaks near capacity, allocator retries, and what an
 out-of-memory error left behind.
 
-Evidence: `RunTable.memory` (the recorder's resident set after every step; on CUDA the
-allocator's peaks per flush), each rank's capacity (its record header) and end record.
+Evidence: `RunTable.memory` (recorded runs: the resident set and, on CUDA, the allocator's peaks
+per flush; profiler traces with profile_memory=True: the device and CPU allocators' peaks per
+step), each rank's capacity (its record header; not in traces) and end record.
 
 - **growth**: per rank, the slope of memory over the analysed steps (Theil-Sen: the median of
   the slopes between each step and the one half the span later, which a few outliers do not
@@ -148,7 +149,7 @@ def host_capacity(meta: dict) -> tuple[float | None, str]:
 
 
 def growth_findings(host: list[Series], device: list[Series], ranks: dict,
-                    step_s: float | None) -> list[dict]:
+                    step_s: float | None, host_alloc: list[Series] = ()) -> list[dict]:
     out = []
     by_host: dict[str, list[Series]] = {}
     for s in host:
@@ -167,6 +168,10 @@ def growth_findings(host: list[Series], device: list[Series], ranks: dict,
                 if s.rank in ranks else None
             out.append(_growth("device", [s.rank], s.rate_bytes_per_step, s.last_bytes,
                                float(cap) if cap else None, "the device's memory", step_s, [s], ""))
+    for s in host_alloc:  # a trace's CPU allocator: what the host holds is not in it
+        if s.growing:
+            out.append(_growth("host_alloc", [s.rank], s.rate_bytes_per_step, s.last_bytes,
+                               None, "", step_s, [s], ""))
     return out
 
 
@@ -174,7 +179,8 @@ def _growth(kind, ranks_, rate, used, cap, what, step_s, grow, host) -> dict:
     who = f"rank {ranks_[0]}" if len(ranks_) == 1 else f"ranks {', '.join(map(str, ranks_))}"
     span = "; ".join(f"rank {s.rank}: {_bytes(s.first_bytes)} -> {_bytes(s.last_bytes)} over "
                      f"{s.points} steps" for s in grow[:4])
-    mem = "resident memory" if kind == "host" else "device memory allocated at peak"
+    mem = {"host": "resident memory", "device": "device memory allocated at peak",
+           "host_alloc": "memory held by torch's CPU allocator"}[kind]
     text = (f"{mem} grows {_bytes(rate / len(grow))}/step on {who} ({span}): a leak, a cache "
             "that is never emptied, or a graph kept alive (a loss or output kept across steps "
             "without .item() / .detach())")
@@ -288,8 +294,10 @@ def memory_findings(mem: pd.DataFrame | None, ranks: dict, firsts=None,
     firsts = {int(k): int(v) for k, v in dict(firsts if firsts is not None else {}).items()}
     host = series(mem, "rss_bytes", "host", firsts)
     device = series(mem, "device_peak_bytes", "device", firsts)
-    found.series = host + device
-    found.findings += growth_findings(host, device, ranks, step_s)
+    host_alloc = series(mem, "host_alloc_bytes", "host_alloc", firsts) \
+        if "host_alloc_bytes" in mem else []
+    found.series = host + device + host_alloc
+    found.findings += growth_findings(host, device, ranks, step_s, host_alloc)
     found.findings += capacity_findings(host, device, mem, ranks)
     found.findings += retry_findings(mem)
     return found

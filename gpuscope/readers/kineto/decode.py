@@ -33,16 +33,34 @@ class Event(msgspec.Struct, gc=False, tag_field="ph", tag="X"):
     args: Args | None = None
 
 
+#: what profile_memory=True writes on each allocation's "[memory]" instant
+MemArgs = msgspec.defstruct("MemArgs", [
+    ("allocated", float, msgspec.field(default=-1.0, name="Total Allocated")),
+    ("reserved", float, msgspec.field(default=-1.0, name="Total Reserved")),
+    ("device_type", float, msgspec.field(default=-1.0, name="Device Type"))], gc=False)
+
+
+MEMORY_EVENT = "[memory]"
+
+
+class Instant(msgspec.Struct, gc=False, tag_field="ph", tag="i"):
+    """An instant event ("ph": "i"): gpuscope reads the allocator's "[memory]" ones."""
+
+    name: str = ""
+    ts: float | None = None
+    args: MemArgs | None = None
+
+
 # Every other Chrome-trace phase decodes to an empty object: its fields are skipped unread.
 # (Metadata and flow events are most of a big trace: this keeps them from costing memory.)
-_OTHER_PHASES = ("B", "E", "i", "I", "C", "b", "n", "e", "s", "t", "f", "P", "O", "N", "D", "M",
+_OTHER_PHASES = ("B", "E", "I", "C", "b", "n", "e", "s", "t", "f", "P", "O", "N", "D", "M",
                  "V", "v", "R", "c", "(", ")")
 _Other = tuple(msgspec.defstruct(f"Skip{i}", [], tag_field="ph", tag=ph, gc=False)
                for i, ph in enumerate(_OTHER_PHASES))
-AnyEvent = Event | _Other[0] | _Other[1] | _Other[2] | _Other[3] | _Other[4] | _Other[5] | \
-    _Other[6] | _Other[7] | _Other[8] | _Other[9] | _Other[10] | _Other[11] | _Other[12] | \
-    _Other[13] | _Other[14] | _Other[15] | _Other[16] | _Other[17] | _Other[18] | _Other[19] | \
-    _Other[20] | _Other[21]
+AnyEvent = Event | Instant | _Other[0] | _Other[1] | _Other[2] | _Other[3] | _Other[4] | \
+    _Other[5] | _Other[6] | _Other[7] | _Other[8] | _Other[9] | _Other[10] | _Other[11] | \
+    _Other[12] | _Other[13] | _Other[14] | _Other[15] | _Other[16] | _Other[17] | _Other[18] | \
+    _Other[19] | _Other[20]
 
 
 class TraceDoc(msgspec.Struct, gc=False):
@@ -365,6 +383,12 @@ def _loose_events(items: list) -> list:
 
     events = []
     for e in items:
+        if isinstance(e, dict) and e.get("ph") == "i" and e.get("name") == MEMORY_EVENT:
+            a = e.get("args") if isinstance(e.get("args"), dict) else {}
+            events.append(Instant(MEMORY_EVENT, num(e.get("ts"), None), MemArgs(
+                num(a.get("Total Allocated"), -1.0), num(a.get("Total Reserved"), -1.0),
+                num(a.get("Device Type"), -1.0))))
+            continue
         if not isinstance(e, dict) or e.get("ph") != "X":
             continue
         a = e.get("args") if isinstance(e.get("args"), dict) else None

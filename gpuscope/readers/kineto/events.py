@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .decode import Event
+from .decode import MEMORY_EVENT, Event, Instant
 from .kernels import family_of, kind_of, looks_like_comm
 
 #: timestamps (µs) accepted: up to year 2096 in unix µs, so ns fit int64; durations up to ~11 days
@@ -70,6 +70,12 @@ class RankEvents:
     #: kernels counted as communication for their name alone (no family in kernels.py claims
     #: them): the reader names them in a warning
     odd_comm: tuple = ()
+    #: the allocator's "[memory]" instants (profile_memory=True): time (ns), total allocated and
+    #: reserved bytes after the event, device type (0 CPU, 1 CUDA, ...)
+    mem_ts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    mem_alloc: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    mem_reserved: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    mem_dev: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int8))
 
     @classmethod
     def concat(cls, parts: list["RankEvents"]) -> "RankEvents":
@@ -80,7 +86,7 @@ class RankEvents:
         for name in ("host_kind", "host_start", "host_end", "host_tid", "step_id", "host_sub",
                      "host_wait",
                      "dev_kind", "dev_start", "dev_end", "dev_corr", "dev_stream", "launch_corr",
-                     "launch_ts"):
+                     "launch_ts", "mem_ts", "mem_alloc", "mem_reserved", "mem_dev"):
             arrays[name] = np.concatenate([getattr(p, name) for p in parts])
         return cls(**arrays, host_coll=[x for p in parts for x in p.host_coll],
                    dev_coll=[x for p in parts for x in p.dev_coll],
@@ -213,6 +219,22 @@ def _intern(values: list, ids: dict, new_id=_next_id) -> np.ndarray:
     return np.fromiter(map(local.__getitem__, values), np.int64, len(values))
 
 
+def _memory_columns(mem: list, base: int) -> dict:
+    """The "[memory]" instants as RankEvents columns (ns on the events' own base); instants with
+    a time or a total out of range are left out."""
+    if not mem:
+        return {}
+    a = np.array(mem, dtype=np.float64)
+    ok = ((a[:, 0] >= 0) & (a[:, 0] < MAX_TS_US) & (a[:, 1] >= 0) & (a[:, 1] < 2.0**62)
+          & (a[:, 2] >= -1) & (a[:, 2] < 2.0**62))
+    a = a[ok]
+    if base == 0 and len(a):
+        base = math.floor(a[:, 0].min())
+    return {"mem_ts": np.rint((a[:, 0] - base) * 1000.0).astype(np.int64) + base * 1000,
+            "mem_alloc": a[:, 1].astype(np.int64), "mem_reserved": a[:, 2].astype(np.int64),
+            "mem_dev": a[:, 3].astype(np.int8)}
+
+
 def sort_events(batches) -> RankEvents:
     """Turn batches of decoded events into integer-ns columns, keeping numbers only.
 
@@ -229,10 +251,15 @@ def sort_events(batches) -> RankEvents:
     coll_args: dict = {}  # row -> (process group, collective) where the args carry them
     n_events = n = 0
     bad_time = bad_id = bad_json = 0
+    mem: list = []  # (ts µs, allocated, reserved, device type) of "[memory]" instants
     for batch in batches:
         n_events += len(batch)
         bad_json += getattr(batch, "damaged", 0)
         keep = [e for e in batch if type(e) is Event and e.ts is not None]
+        if len(keep) < len(batch):  # other phases: the allocator's instants among them?
+            mem += [(e.ts, e.args.allocated, e.args.reserved, e.args.device_type) for e in batch
+                    if type(e) is Instant and e.name == MEMORY_EVENT and e.ts is not None
+                    and e.args is not None]
         del batch
         if not keep:
             continue
@@ -289,6 +316,7 @@ def sort_events(batches) -> RankEvents:
     base = math.floor(ts.min()) if n else 0
     start = np.rint((ts - base) * 1000.0).astype(np.int64) + base * 1000
     end = start + np.rint(dur * 1000.0).astype(np.int64)
+    memory = _memory_columns(mem, base)
     float_ts = bool(n) and bool(np.any(ts != np.floor(ts)))
 
     dev = np.flatnonzero(what == _DEVICE)
@@ -329,4 +357,4 @@ def sort_events(batches) -> RankEvents:
         dev_stream=streams[dev], dev_coll=dev_coll, launch_corr=corr[launch],
         launch_ts=start[launch], step_thread=step_thread, float_ts=float_ts, loader=loader,
         counts={"events": n_events, "bad_time": bad_time, "bad_id": bad_id,
-                "bad_json": bad_json}, odd_comm=odd)
+                "bad_json": bad_json}, odd_comm=odd, **memory)

@@ -20,7 +20,9 @@ from ...runtable import RankInfo, RunTable, empty_frame
 from ...trace_files import file_size
 from .collectives import comm_table, sync_points
 from .events import STEP, RankEvents, p2p_masks
+from ..memory_records import MEMORY_COLUMNS
 from .hta import gpu_breakdown_of
+from .memory_steps import memory_rows
 from .parse import _parse_all, host_of, parse_file, process_of
 from .rank import RankId, identify
 from .steps import last_step, rank_rows
@@ -130,7 +132,7 @@ def _table(path: str, parsed: list, warnings: list[str]) -> RunTable:
         warnings.append(f"{os.path.basename(f)}: analysed as rank {next_free}")
         next_free += 1
 
-    rows, colls, ranks, breakdown = [], {}, {}, {}
+    rows, colls, ranks, breakdown, memory = [], {}, {}, {}, []
     for rank in sorted(by_rank):
         items = by_rank[rank]
         ev = RankEvents.concat([e for _, e in items])
@@ -146,6 +148,7 @@ def _table(path: str, parsed: list, warnings: list[str]) -> RunTable:
             r_rows, r_colls, w = rank_rows(ev, rank, drop)
             hta = gpu_breakdown_of([(e, x is not None) for (_, e), x in zip(items, lasts)])
         micro = [r.pop("microbatches") for r in r_rows]
+        memory += memory_rows(ev, rank, r_rows)
         warnings += [f"rank {rank}: {x}" for x in w]
         rows += r_rows
         colls[rank] = r_colls
@@ -184,5 +187,8 @@ def _table(path: str, parsed: list, warnings: list[str]) -> RunTable:
         warnings.append(f"traces for {len(ranks)} of {world} ranks; the others are missing")
     if frame.empty:
         raise InputError(f"{path}: the traces hold no events gpuscope can use")
+    mem = pd.DataFrame(memory, columns=list(MEMORY_COLUMNS)) if memory else None
+    if mem is not None:
+        mem[["rank", "step"]] = mem[["rank", "step"]].astype("int64")
     return RunTable(frame, "kineto", path, ranks, world, warnings, gpu_breakdown=breakdown,
-                    comm=comm_table(colls))
+                    comm=comm_table(colls), memory=mem)
