@@ -378,6 +378,8 @@ class ReportData:
     throughput: dict = field(default_factory=dict)
     #: joules per step and sample, the share spent waiting, cost per 1,000 steps: analyze/energy.py
     energy: dict = field(default_factory=dict)
+    #: communication per process group, named by its mesh dimension where known
+    comm_by_group: list = field(default_factory=list)
     #: the analysed rank x step table (with wait and telemetry joined); None when read from JSON
     table: RunTable | None = field(default=None, compare=False, repr=False)
 
@@ -425,6 +427,8 @@ class ReportData:
             d["throughput"] = self.throughput
         if self.energy:
             d["energy"] = self.energy
+        if self.comm_by_group:
+            d["comm_by_group"] = [dict(g) for g in self.comm_by_group]
         return d
 
     @classmethod
@@ -449,7 +453,8 @@ class ReportData:
                 dict(d.get("dataparallel", {})),
                 [dict(s) for s in d.get("stopped_ranks", [])], list(d.get("missing_ranks", [])),
                 memory=dict(d.get("memory", {})), throughput=dict(d.get("throughput", {})),
-                energy=dict(d.get("energy", {})))
+                energy=dict(d.get("energy", {})),
+                comm_by_group=[dict(g) for g in d.get("comm_by_group", [])])
         except (KeyError, TypeError, ValueError) as exc:
             raise InputError(f"a {SCHEMA} report with a missing or malformed field ({exc!r})") \
                 from None

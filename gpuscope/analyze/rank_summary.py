@@ -14,14 +14,15 @@ from .rowgroups import PerRank, find_pairs
 
 
 def comm_by_kind(table: RunTable, frame: pd.DataFrame, mapping,
-                 columns: tuple[str, ...] = ("comm_ns",)) -> list[dict[int, dict]]:
+                 columns: tuple[str, ...] = ("comm_ns",), part: int = 0) -> list[dict[int, dict]]:
     """For each column: per rank, {kind: mean ns per analysed step} of the timed collectives
-    (their time, comm_ns, or the part the step was blocked on, exposed_ns). In numpy: the table
-    has a row per rank, step and collective, up to millions."""
+    (their time, comm_ns, or the part the step was blocked on, exposed_ns); `part` 1: by process
+    group instead of kind. In numpy: the table has a row per rank, step and collective, up to
+    millions."""
     comm = table.comm
     if comm is None or comm.empty:
         return [{} for _ in columns]
-    kinds = key_parts(comm)[0]
+    kinds = key_parts(comm)[part]
     r = comm["rank"].to_numpy(np.int64)
     s = comm["step"].to_numpy(np.int64)
     code = np.asarray(kinds.codes, np.int64)

@@ -74,6 +74,7 @@ class Analysis:
     memory: dict = field(default_factory=dict)      # memory: the report's memory section
     throughput: dict = field(default_factory=dict)  # throughput: the report's section
     energy: dict = field(default_factory=dict)      # energy: the report's section
+    comm_groups: list = field(default_factory=list)  # suggest: comm by group / mesh dimension
     labels: set = field(default_factory=set)        # suggest: labels holding material time
     jitter: object = None                           # suggest
     by_kind: dict = field(default_factory=dict)     # suggest: comm per rank and kind
@@ -184,6 +185,11 @@ def suggest_all(a: Analysis) -> None:
     a.labels |= secondary_labels(a.steps, 0.2)
     a.jitter = jitter_cost(a.steps)
     exposed, a.by_kind = comm_by_kind(a.table, a.frame, a.mapping, ("exposed_ns", "comm_ns"))
+    from .comm_groups import groups_section, kinds_by_group
+
+    g_exposed, g_comm = comm_by_kind(a.table, a.frame, a.mapping, ("exposed_ns", "comm_ns"), 1)
+    a.comm_groups = groups_section(a.table, g_comm, g_exposed, kinds_by_group(a.table),
+                                   a.layout)
     kinds = {k for per_rank in exposed.values() for k in per_rank}
     a.findings = Findings(a.frame, a.labels, a.th, a.knobs, a.stragglers, a.roles.early,
                           float(a.steps["data_share"].median()), a.jitter,
@@ -235,7 +241,7 @@ def report(a: Analysis) -> None:
         layout=layout.to_dict() if layout.groups or layout.pipelined else {},
         pipeline=a.pipeline, dataparallel=a.dp_section, stopped_ranks=a.stopped,
         missing_ranks=a.missing, memory=a.memory, throughput=a.throughput, energy=a.energy,
-        table=analysed)
+        comm_by_group=a.comm_groups, table=analysed)
 
 
 def check(a: Analysis) -> None:

@@ -56,6 +56,9 @@ def _knob_ok(key: str, v) -> bool:
     if key == "process_groups":
         return isinstance(v, dict) and all(
             isinstance(r, list) and all(is_int(x, 0, 1 << 31) for x in r) for r in v.values())
+    if key == "mesh_dims":
+        return isinstance(v, dict) and len(v) <= 4096 and all(
+            isinstance(k, str) and isinstance(x, str) for k, x in v.items())
     if key == "dp_devices":
         return isinstance(v, list) and all(isinstance(x, str) for x in v)
     # knobs no analysis reads (shown as they are): any JSON scalar, or a short list of them

@@ -13,6 +13,13 @@ and how long the calling thread was blocked (a blocking call, or `wait()` on an 
 blocked time is exposed communication. Collectives issued from inside another timed collective
 (or inside gpuscope's own live exchange, `quiet()`) are not counted twice.
 
+Functional collectives (`torch.distributed._functional_collectives`: what DTensor and tensor,
+sequence and context parallelism issue inside forward and backward, and `all_to_all_single`
+for experts) return at once a tensor that waits when first used: the same wrapper notes the
+launch, and one in front of the module's `wait_tensor` notes the blocked wait; the collective's
+span is taken to end with that wait (when it finished earlier, the span is longer than the
+transfer; the blocked part is exact). Their group is named as funcol names it.
+
 On CUDA with NCCL the host only sees enqueueing and waiting, not the transfer on the GPU; the
 report says so, and torch.profiler traces give the device view.
 """
@@ -39,6 +46,18 @@ KINDS = {
     "send": "send", "recv": "recv", "isend": "send", "irecv": "recv",
     "batch_isend_irecv": "send_recv", "barrier": "barrier", "monitored_barrier": "barrier",
 }
+
+#: torch.distributed._functional_collectives function -> kind (DTensor, TP / SP / CP, experts)
+FUNCOL_KINDS = {
+    "all_reduce": "all_reduce", "all_reduce_coalesced": "all_reduce",
+    "all_gather_tensor": "all_gather", "all_gather_tensor_autograd": "all_gather",
+    "all_gather_into_tensor_coalesced": "all_gather",
+    "reduce_scatter_tensor": "reduce_scatter", "reduce_scatter_tensor_autograd": "reduce_scatter",
+    "reduce_scatter_tensor_coalesced": "reduce_scatter",
+    "all_to_all_single": "all_to_all", "all_to_all_single_autograd": "all_to_all",
+    "broadcast": "broadcast", "permute_tensor": "send_recv",
+}
+FUNCOL = "torch.distributed._functional_collectives"
 
 _tls = threading.local()
 _lock = threading.Lock()
@@ -83,7 +102,13 @@ def group_name(group) -> str:
     name = _names.get(key)
     if name is None:
         try:
-            name = str(group.group_name)
+            from torch.distributed import distributed_c10d as c10d
+
+            default = c10d._get_default_group() if c10d.is_initialized() else None
+        except Exception:
+            default = None
+        try:  # the world's group passed as an object is the default one all the same
+            name = "default" if group is default else str(group.group_name)
         except Exception:
             name = f"pg{len(_names)}"
         if len(_names) > 4096:
@@ -196,6 +221,97 @@ def _wrap_wait(fn):
     return wait
 
 
+def _compiling() -> bool:
+    try:
+        import torch
+
+        return bool(torch.compiler.is_compiling())
+    except Exception:
+        return False
+
+
+def _funcol_group(funcol, group, tag) -> str:
+    """The name funcol gives a group argument (a ProcessGroup, a (DeviceMesh, dim), ranks, a
+    name); its ranks are noted as for torch.distributed's groups."""
+    try:
+        name = str(funcol._resolve_group_name(group, tag or ""))
+    except Exception:
+        return "?"
+    if name not in _members and len(_members) < 1024:
+        try:
+            from torch.distributed import distributed_c10d as c10d
+
+            pg = c10d._resolve_process_group(name)
+            if pg is c10d.GroupMember.WORLD or pg is c10d._get_default_group():
+                return "default"
+            ranks = _ranks_of(pg)
+            if ranks is not None:
+                _members[name] = ranks
+        except Exception:
+            pass
+    return name
+
+
+def _wrap_funcol(funcol, name: str, fn):
+    kind = FUNCOL_KINDS[name]
+    gi, ti = _param_index(fn, "group"), _param_index(fn, "tag")
+
+    def timed(*args, **kwargs):
+        timer = _sink()
+        if timer is None or _compiling():  # traced by torch.compile: nothing of ours in it
+            return fn(*args, **kwargs)
+        group = kwargs.get("group", args[gi] if 0 <= gi < len(args) else None)
+        tag = kwargs.get("tag", args[ti] if 0 <= ti < len(args) else "")
+        key = f"{kind}:{_funcol_group(funcol, group, tag)}"
+        t0 = _now()
+        _tls.depth = getattr(_tls, "depth", 0) + 1
+        try:
+            out = fn(*args, **kwargs)
+        finally:
+            _tls.depth -= 1
+        timer.launched(key, t0, _now(), out)
+        return out
+
+    timed.__wrapped__ = fn
+    timed.__name__ = getattr(fn, "__name__", name)
+    timed.__doc__ = getattr(fn, "__doc__", None)
+    timed._gpuscope = True
+    return timed
+
+
+def _wrap_wait_tensor(fn):
+    def wait_tensor(tensor, *args, **kwargs):
+        timer = _sink()
+        if timer is None or _compiling():
+            return fn(tensor, *args, **kwargs)
+        t0 = _now()
+        try:
+            return fn(tensor, *args, **kwargs)
+        finally:
+            timer.tensor_waited(tensor, t0, _now())
+
+    wait_tensor.__wrapped__ = fn
+    wait_tensor._gpuscope = True
+    return wait_tensor
+
+
+def _install_funcol() -> None:
+    """The functional collectives, where they are loaded (DTensor imports them)."""
+    funcol = sys.modules.get(FUNCOL)
+    if funcol is None:
+        return
+    for name in FUNCOL_KINDS:
+        fn = getattr(funcol, name, None)
+        if fn is None or getattr(fn, "_gpuscope", False):
+            continue
+        _originals[(funcol, name)] = fn
+        setattr(funcol, name, _wrap_funcol(funcol, name, fn))
+    wait = getattr(funcol, "wait_tensor", None)
+    if wait is not None and not getattr(wait, "_gpuscope", False):
+        _originals[(funcol, "wait_tensor")] = wait
+        funcol.wait_tensor = _wrap_wait_tensor(wait)
+
+
 def _install() -> None:
     import torch.distributed as dist
     from torch.distributed import distributed_c10d as c10d
@@ -213,6 +329,7 @@ def _install() -> None:
     if work is not None and not getattr(work.wait, "_gpuscope", False):
         _originals[(work, "wait")] = work.wait
         work.wait = _wrap_wait(work.wait)
+    _install_funcol()
 
 
 def _restore() -> None:
@@ -233,6 +350,9 @@ class CollectiveTimer:
         self.active = False
         self.reason = ""
         self._pending: dict = {}  # id(work) -> kind, for waits on an async collective
+        #: functional collectives in flight, oldest first: (key, launch). Waits take the oldest:
+        #: the tensor a wait is handed is not the one the launch returned (a custom op between)
+        self._inflight: list = []
 
     def attach(self) -> bool:
         if "torch" not in sys.modules:
@@ -262,6 +382,7 @@ class CollectiveTimer:
                 _restore()
         self.sink = self.on_wait = None
         self._pending.clear()
+        self._inflight.clear()
 
     # called by the wrappers, on whatever thread issued the collective
     def issued(self, kind: str, group, t0: int, t1: int, out) -> None:
@@ -282,6 +403,31 @@ class CollectiveTimer:
                 w.get_future().then(lambda f: self._done(key, t0))
             except Exception:  # no future on this backend: the launch is all we know
                 sink(key, t0, t1, False)
+
+    def launched(self, key: str, t0: int, t1: int, out) -> None:
+        """A functional collective returned `out`: a tensor that waits when first used (its
+        wait is timed by wait_tensor), or one already complete (the call blocked)."""
+        sink = self.sink
+        if sink is None:
+            return
+        if not hasattr(out, "trigger_wait"):  # not an AsyncCollectiveTensor: it has completed
+            sink(key, t0, t1, True)
+            return
+        if len(self._inflight) > 8192:  # launches nobody waited on
+            self._inflight.clear()
+        self._inflight.append((key, t0))
+        if self.on_wait is not None:  # the call itself held the thread (gloo's queue, a
+            self.on_wait(key, t0, t1)  # launch): blocked inside a collective, as a trace says
+
+    def tensor_waited(self, tensor, t0: int, t1: int) -> None:
+        if not self._inflight:
+            return
+        key, launch = self._inflight.pop(0)
+        sink, on_wait = self.sink, self.on_wait
+        if sink is not None:
+            sink(key, launch, t1, False)  # done by the end of its wait at the latest
+        if on_wait is not None:
+            on_wait(key, t0, t1)
 
     def _done(self, key: str, t0: int) -> None:
         sink = self.sink

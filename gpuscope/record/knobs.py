@@ -156,3 +156,28 @@ def process_knobs(local_world_size: int) -> dict:
         except Exception:
             pass
     return out
+
+
+def mesh_dims(model, group_name, limit: int = 4096) -> dict:
+    """{process group name: mesh dimension name} of the DeviceMeshes the model's DTensor
+    parameters live on (FSDP2 over `dp`, tensor parallel over `tp`, ...); {} without DTensors
+    or names. `group_name`: how collectives.py names a group."""
+    out: dict = {}
+    seen = set()
+    try:
+        for i, p in enumerate(model.parameters()):
+            if i >= limit:
+                break
+            mesh = getattr(p, "device_mesh", None)
+            if mesh is None or id(mesh) in seen:
+                continue
+            seen.add(id(mesh))
+            names = getattr(mesh, "mesh_dim_names", None) or ()
+            for dim, name in enumerate(names):
+                try:
+                    out[group_name(mesh.get_group(dim))] = str(name)
+                except Exception:
+                    continue
+    except Exception:
+        return out
+    return out

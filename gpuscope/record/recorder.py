@@ -672,10 +672,17 @@ class Recorder:
 
     def _note_groups(self) -> None:
         """The process groups the timed collectives went through, with their ranks (the
-        layout of a hybrid run), noted once they change; off the per-step path."""
+        layout of a hybrid run), and the mesh dimension each stands for, noted once they
+        change; off the per-step path."""
         mod = sys.modules.get("gpuscope.record.collectives")
         if mod is None:
             return
+        if "mesh_dims" not in self._knobs and self.model is not None:
+            from .knobs import mesh_dims
+
+            dims = mesh_dims(self.model, mod.group_name)
+            if dims:
+                self._note_knobs({"mesh_dims": dims})
         groups = mod.members()
         if groups and groups != self._knobs.get("process_groups"):
             self._note_knobs({"process_groups": groups})

@@ -43,6 +43,7 @@ def write(report: ReportData, console: Console) -> None:
     _header(report, console)
     _rank_table(report, console)
     _comm_and_other(report, console)
+    _comm_groups(report, console)
     _layout(report, console)
     _pipeline(report, console)
     _dataparallel(report, console)
@@ -257,6 +258,18 @@ def _gpu_tables(report: ReportData, console: Console) -> None:
                        f"{g.power_w:.0f}", f"{g.sm_clock_mhz:.0f}", str(g.temp_max_c),
                        ", ".join(g.throttle) or "-")
         console.print(tt)
+
+
+def _comm_groups(report: ReportData, console: Console) -> None:
+    """Communication per process group, named by its mesh dimension where known."""
+    groups = report.comm_by_group
+    if not groups or (len(groups) == 1 and not groups[0].get("dim")):
+        return
+    cells = [f"{g['dim'] or g['group']} (ranks {','.join(map(str, g['ranks'][:8]))}"
+             + ("..." if len(g["ranks"]) > 8 else "") + f"; {', '.join(g['kinds'])}): comm "
+             f"{g['comm_ms']:.1f}, exposed {g['exposed_ms']:.1f}" for g in groups[:8]]
+    console.print(Text("Communication by mesh dimension / group, mean ms per step: "
+                       + "; ".join(cells)))
 
 
 def _layout(report: ReportData, console: Console) -> None:

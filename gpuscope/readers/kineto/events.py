@@ -38,8 +38,10 @@ _COMM_HOST_PREFIX = ("gloo:", "nccl:", "mpi:", "ucc:")  # the collective itself 
 _OP_CATS = {"cpu_op", "Operator", "user_annotation", "python_function"}
 _LAUNCH_CATS = {"cuda_runtime", "cuda_driver", "Runtime", "mtia_runtime", "hip_runtime",
                 "xpu_runtime", "privateuse1_runtime"}
-#: ranges on the training thread that wait on collectives (FSDP2, FSDP1, c10d's launch ops)
-WAIT_RANGE_PREFIXES = ("FSDP::", "FullyShardedDataParallel.", "c10d::", "record_param_comms")
+#: ranges on the training thread that wait on collectives (FSDP2, FSDP1, c10d's launch ops, the
+#: functional collectives of DTensor / TP / SP / CP and their wait_tensor)
+WAIT_RANGE_PREFIXES = ("FSDP::", "FullyShardedDataParallel.", "c10d::", "record_param_comms",
+                       "_c10d_functional::", "c10d_functional::", "_c10d_functional_autograd::")
 
 
 @dataclass

@@ -23,6 +23,7 @@ class RankId:
     backend: str | None
     source: str  # "distributedInfo" | "file name" | "unknown"
     groups: dict | None = None  # process group name -> global ranks (pg_config), if given
+    mesh_dims: dict | None = None  # process group name -> mesh dimension (pg_desc "mesh_tp")
 
 
 def _as_int(x, hi: int = MAX_RANKS) -> int | None:
@@ -56,6 +57,22 @@ def _groups(info: dict) -> dict | None:
     return out or None
 
 
+def _mesh_dims(info: dict) -> dict | None:
+    """{pg_name: dimension} of pg_config's groups that a DeviceMesh made: their pg_desc is
+    "mesh_<dimension name>"."""
+    config = info.get("pg_config")
+    if not isinstance(config, list):
+        return None
+    out = {}
+    for pg in config:
+        if isinstance(pg, dict) and type(pg.get("pg_name")) in (str, int) \
+                and not isinstance(pg.get("pg_name"), bool):
+            desc = pg.get("pg_desc")
+            if isinstance(desc, str) and desc.startswith("mesh_") and len(desc) > 5:
+                out[str(pg["pg_name"])] = desc[5:]
+    return out or None
+
+
 def identify(path: str, info) -> tuple[RankId, list[str]]:
     """Rank of one trace file, and warnings saying how it was (or was not) found."""
     name = os.path.basename(path)
@@ -66,7 +83,8 @@ def identify(path: str, info) -> tuple[RankId, list[str]]:
         backend = info.get("backend") if isinstance(info.get("backend"), str) else None
         rank = _as_int(info.get("rank"))
         if rank is not None:
-            return RankId(rank, world, backend, "distributedInfo", _groups(info)), warnings
+            return (RankId(rank, world, backend, "distributedInfo", _groups(info),
+                           _mesh_dims(info)), warnings)
         what = "distributedInfo has no rank"
     elif info == "invalid":
         what = "distributedInfo is not valid JSON"

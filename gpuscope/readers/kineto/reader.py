@@ -162,6 +162,8 @@ def _table(path: str, parsed: list, warnings: list[str]) -> RunTable:
         knobs["device"] = "cuda" if ev.dev_kind.size else "cpu"
         if ids[rank].groups:
             knobs["process_groups"] = ids[rank].groups
+        if ids[rank].mesh_dims:
+            knobs["mesh_dims"] = ids[rank].mesh_dims
         if any(m.any() for m in p2p_masks(ev)):
             knobs["p2p"] = True
         if micro and int(np.median(micro)) > 1:  # a pipeline schedule's micro-batches
