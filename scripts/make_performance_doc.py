@@ -199,8 +199,8 @@ def memory(d: dict) -> list[str]:
     lines = ["## Memory and throughput against independent measurements", "",
              f"`python benchmarks/bench_memory.py --runs {d['runs']}` on {d['cpu_count']} cores "
              "(2 ranks, gloo): a loop in which rank 1 keeps 8 MiB alive every step (the rate "
-             "gpuscope reports against the slope of the loop's own VmRSS readings from "
-             "/proc/self/status over the same steps), the same loop with rank 1 asking for 1 PiB "
+             "gpuscope reports against the loop's own VmRSS readings from /proc/self/status, "
+             "their growth from the first analysed step to the last), the same loop with rank 1 asking for 1 PiB "
              "at step 12 (the post-mortem), and a language model on token ids with its FLOPs "
              "counted (samples/s against the loop's own count over its perf_counter time; the "
              "FLOPs against FlopCounterMode on the same shapes).", "",

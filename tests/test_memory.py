@@ -166,7 +166,9 @@ def test_host_capacity_takes_a_cgroup_limit_below_the_host(tmp_path):
 def test_a_recording_that_keeps_memory_alive_is_told_by_the_report(tmp_path):
     """In one process: 8 MiB kept alive every step (written, so resident), a flush every 2
     steps; the report's rate agrees with what /proc/self/status says the loop's resident set
-    grew, within 5%."""
+    grew from the first analysed step to the last, within 10% (a least-squares line through
+    the loop's readings is no yardstick: one outlier on a busy machine moved it to 7.7 MiB/step
+    while the loop kept 8 MiB more every step)."""
     keep, vmrss = [], []
 
     def rss_now():
@@ -180,8 +182,9 @@ def test_a_recording_that_keeps_memory_alive_is_told_by_the_report(tmp_path):
             rec.step()
     rep = gpuscope.analyze(str(tmp_path))
     (g,) = [f for f in rep.memory["findings"] if f["kind"] == "growth"]
-    theirs = np.polyfit(np.arange(1, 30), np.array(vmrss[1:], float), 1)[0]
-    assert g["rate_bytes_per_step"] == pytest.approx(theirs, rel=0.05)
+    theirs = (vmrss[-1] - vmrss[1]) / 28  # steps 1..29: the analysed ones
+    assert g["rate_bytes_per_step"] == pytest.approx(theirs, rel=0.1)
+    assert g["rate_bytes_per_step"] == pytest.approx(8 * MiB, rel=0.1)  # what the loop kept
     assert g["forecast_steps"] > 0 and g["capacity_bytes"] > 0
     from gpuscope.render.terminal import render
 
@@ -227,8 +230,8 @@ def test_real_two_rank_leak_is_named_with_its_rate(tmp_path):
     assert [f["ranks"] for f in growth] == [[1]], rep.memory["findings"]
     loop = json.loads((out / "loop-rank1.json").read_text())
     steps, rss = np.array(loop["steps"]), np.array(loop["vmrss_bytes"], float)
-    later = steps >= 2
-    theirs = np.polyfit(steps[later], rss[later], 1)[0]
+    later = steps >= 2  # the loop's own growth over the same steps, end to end
+    theirs = (rss[later][-1] - rss[later][0]) / (steps[later][-1] - steps[later][0])
     assert growth[0]["rate_bytes_per_step"] == pytest.approx(theirs, rel=0.1)
     assert growth[0]["rate_bytes_per_step"] == pytest.approx(8 * MiB, rel=0.1)
     assert growth[0]["forecast_steps"] > 0

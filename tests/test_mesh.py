@@ -66,6 +66,10 @@ def test_real_2d_run_fsdp_over_dp_and_tensor_parallel_over_tp(tmp_path):
     assert dims == {"dp": {"all_gather", "reduce_scatter"}, "tp": {"all_reduce"}}, \
         rec.comm_by_group
     by_dim = {g["dim"]: g for g in rec.comm_by_group}
+    mesh = rec.layout["mesh"]
+    assert set(mesh["by_dim"]) == {"dp", "tp"}
+    top = max(mesh["by_dim"], key=lambda k: mesh["by_dim"][k]["exposed_ms"])
+    assert mesh["holds_back"] in (top, None)  # named when it holds 15% of the step or more
     assert sorted(len(g["ranks"]) for g in rec.comm_by_group) == [2, 2, 2, 2]
     assert by_dim["tp"]["comm_ms"] > 0 and by_dim["dp"]["comm_ms"] > 0
     kin = gpuscope.analyze(str(tmp_path / "kineto"))
@@ -76,3 +80,49 @@ def test_real_2d_run_fsdp_over_dp_and_tensor_parallel_over_tp(tmp_path):
     ours, theirs = float(r["comm_ns"].sum()), float(k["comm_ns"].sum())
     assert len(r) == len(k) and abs(ours - theirs) <= 0.2 * theirs, (ours / 1e6, theirs / 1e6)
     assert set(kin.knobs["mesh_dims"].values()) == {"dp", "tp"}
+
+
+def test_exposed_tensor_parallel_communication_gets_its_suggestion():
+    from gpuscope.analyze.bottlenecks.mesh import heaviest, suggest_mesh
+
+    groups = [{"group": "3", "dim": "tp", "ranks": [0, 1], "comm_ms": 30.0, "exposed_ms": 25.0,
+               "kinds": ["all_reduce"]},
+              {"group": "1", "dim": "dp", "ranks": [0, 2], "comm_ms": 20.0, "exposed_ms": 5.0,
+               "kinds": ["all_gather"]}]
+    assert heaviest(groups, 100.0)[0] == "tp"
+    (s,) = suggest_mesh(groups, 100e6)
+    assert s.knob == "tensor_parallel" and s.estimated_step_ms == pytest.approx(87.5)
+    assert s.estimated_step_ms_range == pytest.approx((75.0, 100.0))
+    assert "sequence parallel" in s.why and "NVLink" in s.why
+    groups[0]["exposed_ms"] = 10.0  # 10% of the step: under the comm threshold
+    assert heaviest(groups, 100.0) is None and suggest_mesh(groups, 100e6) == []
+    groups[0]["exposed_ms"], groups[1]["exposed_ms"] = 5.0, 40.0  # dp holds it: comm's suggestions
+    assert heaviest(groups, 100.0)[0] == "dp" and suggest_mesh(groups, 100e6) == []
+
+
+@pytest.mark.slow
+def test_real_expert_parallel_run_names_the_rank_whose_expert_gets_most_tokens(tmp_path):
+    """2 ranks, one expert each; 80% of every rank's tokens routed to rank 1's expert through
+    the functional all_to_all_single (with autograd: its backward all-to-all is timed on its
+    autograd node). Rank 1 is named from both sources, the suggestion points at routing, and
+    the two agree on communication within 20% over the profiled steps."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+         os.path.join(HERE, "workloads", "experts.py"), "--out", str(tmp_path), "--steps", "14",
+         "--profile"], capture_output=True, text=True, timeout=300,
+        env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    import json
+
+    tokens = [json.loads((tmp_path / f"tokens-rank{r}.json").read_text())[-1] for r in range(2)]
+    assert tokens[1] >= 3.9 * tokens[0]  # the loop's own count: rank 1's expert gets ~80%
+    for src in ("record", "kineto"):
+        rep = gpuscope.analyze(str(tmp_path / src))
+        assert rep.verdict.label == "imbalanced" and rep.straggler_ranks == [1], src
+        top = rep.suggestions[0]
+        assert top.knob == "straggler" and "all-to-all" in top.why and "tokens" in top.why, src
+    k = read_path(str(tmp_path / "kineto")).frame
+    r = read_path(str(tmp_path / "record")).frame
+    r = r[r["step"].isin(set(k["step"]))]
+    ours, theirs = float(r["comm_ns"].sum()), float(k["comm_ns"].sum())
+    assert abs(ours - theirs) <= 0.2 * theirs, (ours / 1e6, theirs / 1e6)

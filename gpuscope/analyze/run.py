@@ -198,6 +198,9 @@ def suggest_all(a: Analysis) -> None:
     a.typical = typical_step(a.frame)
     made, a.why_not = suggest(a.findings, a.typical)
     a.suggestions = list(made)
+    from .bottlenecks.mesh import suggest_mesh
+
+    a.suggestions += suggest_mesh(a.comm_groups, a.typical.step, a.th.comm)
     a.pipeline = summarize_pipeline(a.table, a.frame, a.layout, exposed)
     a.dp_section, more, dp_warnings = dataparallel(a.table, lambda: a.typical.step,
                                                    a.verdict.label)
@@ -234,11 +237,21 @@ def report(a: Analysis) -> None:
     analysed = replace(t, frame=a.frame)
     ranks = summarize_ranks(t, a.frame, a.telemetry, a.by_kind, a.per_rank)
     layout = a.layout
+    layout_d = layout.to_dict() if layout.groups or layout.pipelined else {}
+    from .bottlenecks.mesh import by_dimension, heaviest
+
+    dims = by_dimension(a.comm_groups)
+    if dims:  # which mesh dimension holds the step back (None: none holds COMM of the step)
+        top = heaviest(a.comm_groups, a.typical.step / 1e6, a.th.comm)
+        layout_d["mesh"] = {"by_dim": {k: {"exposed_ms": round(v["exposed_ms"], 3),
+                                           "comm_ms": round(v["comm_ms"], 3), "kinds": v["kinds"]}
+                                       for k, v in dims.items()},
+                            "holds_back": top[0] if top else None}
     a.report = Report(
         t.source, t.path, int(t.world_size), a.verdict, step_results(a.steps), ranks,
         a.stragglers, a.suggestions, a.th, jitter=a.jitter, knobs=a.knobs,
         warnings=a.warnings, early_ranks=sorted(a.roles.early),
-        layout=layout.to_dict() if layout.groups or layout.pipelined else {},
+        layout=layout_d,
         pipeline=a.pipeline, dataparallel=a.dp_section, stopped_ranks=a.stopped,
         missing_ranks=a.missing, memory=a.memory, throughput=a.throughput, energy=a.energy,
         comm_by_group=a.comm_groups, table=analysed)

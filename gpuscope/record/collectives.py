@@ -270,13 +270,41 @@ def _wrap_funcol(funcol, name: str, fn):
         finally:
             _tls.depth -= 1
         timer.launched(key, t0, _now(), out)
+        if autograd:
+            _time_backward(timer, key, out)
         return out
 
+    autograd = name.endswith("_autograd")
     timed.__wrapped__ = fn
     timed.__name__ = getattr(fn, "__name__", name)
     timed.__doc__ = getattr(fn, "__doc__", None)
     timed._gpuscope = True
     return timed
+
+
+def _time_backward(timer, key: str, out) -> None:
+    """An autograd collective's backward is the same collective again (all-to-all back, an
+    all-gather's reduce-scatter), issued inside autograd where no Python wrapper sees it: hooks
+    on its autograd node time it, as a call that blocked its thread."""
+    node = getattr(getattr(out, "elem", out), "grad_fn", None)
+    if node is None:
+        return
+    start = [0]
+
+    def before(grad_outputs):
+        start[0] = _now()
+
+    def after(grad_inputs, grad_outputs):
+        t1 = _now()
+        sink = timer.sink
+        if sink is not None and start[0] and not getattr(_tls, "depth", 0):
+            sink(key, start[0], t1, True)
+
+    try:
+        node.register_prehook(before)
+        node.register_hook(after)
+    except Exception:  # a node that takes no hooks: its backward stays uncounted
+        pass
 
 
 def _wrap_wait_tensor(fn):

@@ -270,6 +270,12 @@ def _comm_groups(report: ReportData, console: Console) -> None:
              f"{g['comm_ms']:.1f}, exposed {g['exposed_ms']:.1f}" for g in groups[:8]]
     console.print(Text("Communication by mesh dimension / group, mean ms per step: "
                        + "; ".join(cells)))
+    mesh = report.layout.get("mesh") or {}
+    if mesh.get("holds_back"):
+        d = mesh["by_dim"][mesh["holds_back"]]
+        console.print(Text(f"The {mesh['holds_back']!r} dimension holds the step back: "
+                           f"{d['exposed_ms']:.1f} ms of exposed communication per step",
+                           style="bold"))
 
 
 def _layout(report: ReportData, console: Console) -> None:

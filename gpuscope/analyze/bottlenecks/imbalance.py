@@ -38,9 +38,14 @@ def shares(steps: pd.DataFrame, waits: np.ndarray, jitter: np.ndarray):
     s = steps["wait_share"].to_numpy()
     return np.where(waits, s, -1.0), np.where(jitter, s, -1.0)
 
+#: the share of the exposed time in all-to-all at which the waiting is taken for expert routing
+EXPERT_SHARE = 0.5
+
+
 def suggest_imbalance(t: TypicalStep, stragglers: list[Straggler], knobs: dict,
                       early: set[int] | None = None,
-                      frame: pd.DataFrame | None = None) -> list[Suggestion]:
+                      frame: pd.DataFrame | None = None,
+                      exposed_by_kind: dict | None = None) -> list[Suggestion]:
     if not stragglers:
         if early:
             names = ", ".join(str(r) for r in sorted(early))
@@ -77,12 +82,22 @@ def suggest_imbalance(t: TypicalStep, stragglers: list[Straggler], knobs: dict,
                      "synchronization specific to that rank",
         }
         evidence = s.telemetry
+        fix = fixes[s.cause]
+        by_kind = exposed_by_kind or {}
+        total = sum(by_kind.values())
+        if s.cause == "compute" and total > 0 and by_kind.get("all_to_all", 0) >= \
+                EXPERT_SHARE * total:  # the others wait inside all-to-alls: expert parallel
+            fix = (f"the waiting is in all-to-all ({by_kind['all_to_all'] / total:.0%} of the "
+                   "exposed communication): with experts, the router sends rank "
+                   f"{s.rank}'s expert(s) more tokens than the others; balance them (a capacity "
+                   "factor, an auxiliary load-balancing loss, expert placement), or check for "
+                   "uneven inputs")
         out.append(Suggestion(
             "straggler", f"rank {s.rank}{where}", "match the median rank", est / MS,
             f"the other ranks wait {t.wait / MS:.1f} ms per step for rank {s.rank} (slow in "
             f"{s.slow_steps_share:.0%} of steps); it spends {s.cause_excess_ns / MS:+.1f} ms "
             f"more per step in {part} than the median rank"
-            + (f"; {evidence}" if evidence else "") + f": {fixes[s.cause]}; assumes the other "
+            + (f"; {evidence}" if evidence else "") + f": {fix}; assumes the other "
             "ranks keep their pace and their own step-to-step variation (the step then waits "
             "for the last of them)", IMBALANCED, gain(t.step, est), rng))
     return out

@@ -1,0 +1,83 @@
+"""Mesh dimensions: which dimension of a 2D / 3D layout holds the step back, and what to change
+for it (analyze/comm_groups.py measures each group).
+
+Evidence: per mesh dimension, the mean exposed communication per step over its groups (the
+transfer and the waiting inside that dimension's collectives) against the typical step. The
+dimension with the most is named when it holds COMM_SHARE of the step or more. Suggestions, by
+dimension:
+
+- `tp` (tensor / sequence parallel: all-reduces, all-gathers and reduce-scatters inside forward
+  and backward, on the critical path): keep the TP group within one node / NVLink domain, a
+  smaller TP degree (more data parallel instead), sequence parallel (its reduce-scatter /
+  all-gather pair moves the same bytes as an all-reduce but keeps activations sharded), async
+  TP (overlaps the collective with the matmul). Estimate: from half to all of that exposed time
+  recovered, half as the point.
+- `dp` / `fsdp` / `hsdp` (gradient sync, parameter gathers): FSDP's reshard_after_forward=False
+  (saves the backward all-gathers), prefetching, or gradient accumulation; the comm module's
+  suggestions estimate those.
+- `ep` (expert all-to-all): balance tokens over experts (a capacity factor, an auxiliary
+  balancing loss); the busiest rank is the straggler of its group.
+- `cp` (context parallel ring): overlap of the ring's send / recv with attention.
+"""
+
+from __future__ import annotations
+
+from ...results import Suggestion
+from ...vocab import COMM, MS
+from ..findings import gain
+
+COMM_SHARE = 0.15  # the comm-bound threshold's default share
+
+TP_WORDS = ("tp", "tensor", "sp", "seq", "sequence")
+DP_WORDS = ("dp", "fsdp", "hsdp", "dp_shard", "dp_replicate", "data")
+
+
+def by_dimension(groups: list[dict]) -> dict[str, dict]:
+    """{dimension: {exposed_ms, comm_ms, kinds}}: the mean over its groups (each rank is in one
+    group of each dimension)."""
+    out: dict[str, dict] = {}
+    for g in groups:
+        if not g.get("dim"):
+            continue
+        d = out.setdefault(g["dim"], {"exposed": [], "comm": [], "kinds": set()})
+        d["exposed"].append(g["exposed_ms"])
+        d["comm"].append(g["comm_ms"])
+        d["kinds"] |= set(g["kinds"])
+    return {k: {"exposed_ms": sum(v["exposed"]) / len(v["exposed"]),
+                "comm_ms": sum(v["comm"]) / len(v["comm"]), "kinds": sorted(v["kinds"])}
+            for k, v in out.items()}
+
+
+def heaviest(groups: list[dict], step_ms: float, share: float = COMM_SHARE):
+    """(dimension, its numbers) with the most exposed communication when that is at least
+    `share` of the step; None otherwise."""
+    dims = by_dimension(groups)
+    if not dims or step_ms <= 0:
+        return None
+    name, d = max(dims.items(), key=lambda kv: kv[1]["exposed_ms"])
+    return (name, d) if d["exposed_ms"] >= share * step_ms else None
+
+
+def suggest_mesh(groups: list[dict], step_ns: float, share: float = COMM_SHARE) -> list:
+    """A suggestion for the dimension that holds the step back, where it is tensor or sequence
+    parallel (the data-parallel ones are the comm module's), else []."""
+    step_ms = step_ns / MS
+    top = heaviest(groups, step_ms, share)
+    if top is None:
+        return []
+    name, d = top
+    low = name.lower()
+    if not low.startswith(TP_WORDS):
+        return []
+    exposed = d["exposed_ms"]
+    point, best = step_ms - exposed / 2, step_ms - exposed
+    return [Suggestion(
+        "tensor_parallel", f"mesh dimension {name!r}: {exposed:.1f} ms exposed per step",
+        "TP within one node / NVLink domain, a smaller TP degree, sequence parallel or async TP",
+        point, f"{exposed:.1f} ms of each {step_ms:.1f} ms step is exposed communication of the "
+        f"{name!r} dimension ({', '.join(d['kinds'])} inside forward and backward, on the "
+        "critical path): keep its groups on the fastest links (one node, one NVLink domain), "
+        "use a smaller TP degree with more data parallel instead, sequence parallel (keeps "
+        "activations sharded, same bytes as the all-reduce), or async TP to overlap it with the "
+        "matmuls; assumes: half of that exposed time recovered (range: all of it to none)",
+        COMM, gain(step_ms, point), (best, step_ms))]
