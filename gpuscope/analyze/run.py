@@ -144,6 +144,9 @@ def memory(a: Analysis) -> None:
     from .bottlenecks.memory import memory_findings, report_section, used_fraction
 
     t = a.table
+    crashed = any((i.meta.get("end") or {}).get("crashed") for i in t.ranks.values())
+    if (t.memory is None or t.memory.empty) and not crashed:
+        return  # nothing measured, no error to look at
     last = t.frame.groupby("rank")["step"].max().to_dict() if len(t.frame) else {}
     step_s = float(a.frame["step_ns"].median()) / 1e9 if len(a.frame) else None
     firsts = a.frame.groupby("rank")["step"].min() if len(a.frame) else None

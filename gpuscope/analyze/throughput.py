@@ -84,27 +84,37 @@ def throughput_section(micro: pd.DataFrame, firsts: dict, knobs: dict, table,
     fps = knobs.get("flops_per_step")
     fps = float(fps) if isinstance(fps, (int, float)) and fps > 0 else None
     peak, peak_what = _peak(table, knobs)
+    rank = micro["rank"].to_numpy(np.int64)
+    step = micro["step"].to_numpy(np.int64)
+    first = np.array([firsts.get(int(r), 0) for r in range(int(rank.max()) + 1)], np.int64) \
+        if len(rank) else np.zeros(0, np.int64)
+    keep = step >= first[rank]
+    rank = rank[keep]
+    ns = micro["step_ns"].to_numpy(np.float64)[keep]
+    wait = micro["wait_ns"].to_numpy(np.float64)[keep] if "wait_ns" in micro else np.zeros_like(ns)
+    n = micro["samples"].to_numpy(np.int64)[keep] if "samples" in micro else np.full(len(ns), -1)
+    size = int(rank.max()) + 1 if len(rank) else 0
+    t_all = np.bincount(rank, ns, size) / 1e9
+    busy_all = np.bincount(rank, np.clip(ns - wait, 0, None), size) / 1e9
+    count = np.bincount(rank, minlength=size)
+    samples_all = np.bincount(rank, np.where(n >= 0, n, batch or 0).astype(np.float64), size)
     rows = []
-    for rank, g in micro.groupby("rank"):
-        g = g[g["step"] >= firsts.get(int(rank), 0)]
-        t = float(g["step_ns"].sum()) / 1e9
+    for r in np.flatnonzero(count).tolist():
+        t, busy = float(t_all[r]), float(busy_all[r])
         if t <= 0:
             continue
-        busy = float((g["step_ns"] - g["wait_ns"]).clip(lower=0).sum()) / 1e9 \
-            if "wait_ns" in g else t
-        n = g["samples"].to_numpy() if "samples" in g else np.full(len(g), -1)
-        samples = float(np.where(n >= 0, n, batch).sum()) if batch else None
-        r = {"rank": int(rank), "steps_per_s": round(len(g) / t, 3),
-             "samples_per_s": round(samples / t, 2) if samples is not None else None}
+        samples = float(samples_all[r]) if batch else None
+        row = {"rank": int(r), "steps_per_s": round(int(count[r]) / t, 3),
+               "samples_per_s": round(samples / t, 2) if samples is not None else None}
         if tokens and samples is not None:
-            r["tokens_per_s"] = round(samples * tokens / t, 1)
+            row["tokens_per_s"] = round(samples * tokens / t, 1)
         if fps:
-            flops = fps * (samples / batch if samples is not None and batch else len(g))
-            r["flop_per_s"] = flops / t
+            flops = fps * (samples / batch if samples is not None and batch else int(count[r]))
+            row["flop_per_s"] = flops / t
             if peak:
-                r["mfu_pct"] = round(100 * flops / t / peak, 2)
-                r["busy_mfu_pct"] = round(100 * flops / max(busy, 1e-9) / peak, 2)
-        rows.append(r)
+                row["mfu_pct"] = round(100 * flops / t / peak, 2)
+                row["busy_mfu_pct"] = round(100 * flops / max(busy, 1e-9) / peak, 2)
+        rows.append(row)
     if not rows:
         return {}
     counted, how = _data_ranks(layout, [r["rank"] for r in rows])
