@@ -35,6 +35,11 @@ from .classify import classify_steps, jitter_cost, run_verdict, step_results
 from .confidence import Evidence, earn
 from .consistency import Roles, find_roles
 from .bottlenecks.dataparallel import dataparallel
+from .bottlenecks.memory import memory_findings, report_section, used_fraction
+from .bottlenecks.mesh import by_dimension, heaviest, suggest_mesh
+from .comm_groups import groups_section, kinds_by_group
+from .energy import energy_section
+from .throughput import straggler_mfu_gap, throughput_section
 from .bottlenecks.pipeline import suggest_pipeline, summarize_pipeline
 from .invariants import bound_suggestions, enforce_parts, violations
 from .layout import Layout, find_layout, split_bubble
@@ -141,8 +146,6 @@ def memory(a: Analysis) -> None:
     """table.memory, the ranks' capacity and end records, frame (the analysed steps) -> the
     memory section (series per rank, findings); knobs["memory_used_fraction"] raised to
     the device's measured peak where that is higher (batch-size suggestions need the room)."""
-    from .bottlenecks.memory import memory_findings, report_section, used_fraction
-
     t = a.table
     crashed = any((i.meta.get("end") or {}).get("crashed") for i in t.ranks.values())
     if (t.memory is None or t.memory.empty) and not crashed:
@@ -160,8 +163,6 @@ def memory(a: Analysis) -> None:
 def throughput(a: Analysis) -> None:
     """frame (or, with accumulation, the table's micro-steps from the first analysed one),
     knobs, layout, stragglers -> the throughput section; each straggler's MFU gap."""
-    from .throughput import straggler_mfu_gap, throughput_section
-
     micro = a.frame if a.mapping is None else a.table.frame
     firsts = a.frame.groupby("rank")["step"].min().to_dict() if len(a.frame) else {}
     if a.mapping is not None:  # a cycle's step is its last micro-step: back to its first
@@ -175,8 +176,6 @@ def throughput(a: Analysis) -> None:
 
 def energy(a: Analysis) -> None:
     """frame (the analysed steps, wait split), table.telemetry, knobs -> the energy section."""
-    from .energy import energy_section
-
     a.energy = energy_section(a.frame, a.table.telemetry, a.knobs)
 
 
@@ -188,8 +187,6 @@ def suggest_all(a: Analysis) -> None:
     a.labels |= secondary_labels(a.steps, 0.2)
     a.jitter = jitter_cost(a.steps)
     exposed, a.by_kind = comm_by_kind(a.table, a.frame, a.mapping, ("exposed_ns", "comm_ns"))
-    from .comm_groups import groups_section, kinds_by_group
-
     g_exposed, g_comm = comm_by_kind(a.table, a.frame, a.mapping, ("exposed_ns", "comm_ns"), 1)
     a.comm_groups = groups_section(a.table, g_comm, g_exposed, kinds_by_group(a.table),
                                    a.layout)
@@ -201,8 +198,6 @@ def suggest_all(a: Analysis) -> None:
     a.typical = typical_step(a.frame)
     made, a.why_not = suggest(a.findings, a.typical)
     a.suggestions = list(made)
-    from .bottlenecks.mesh import suggest_mesh
-
     a.suggestions += suggest_mesh(a.comm_groups, a.typical.step, a.th.comm)
     a.pipeline = summarize_pipeline(a.table, a.frame, a.layout, exposed)
     a.dp_section, more, dp_warnings = dataparallel(a.table, lambda: a.typical.step,
@@ -241,8 +236,6 @@ def report(a: Analysis) -> None:
     ranks = summarize_ranks(t, a.frame, a.telemetry, a.by_kind, a.per_rank)
     layout = a.layout
     layout_d = layout.to_dict() if layout.groups or layout.pipelined else {}
-    from .bottlenecks.mesh import by_dimension, heaviest
-
     dims = by_dimension(a.comm_groups)
     if dims:  # which mesh dimension holds the step back (None: none holds COMM of the step)
         top = heaviest(a.comm_groups, a.typical.step / 1e6, a.th.comm)
