@@ -386,6 +386,9 @@ def test_energy_per_step_from_the_counter_and_the_cost_of_waiting(tmp_path, monk
     from gpuscope.render.terminal import render
 
     assert "J/step" in render(rep, width=200) and "per 1,000 steps" in render(rep, width=200)
+    from gpuscope.render.html import render as page
+
+    assert 'id="energy"' in page(rep, plotlyjs="plotly.js")
 
 
 def test_older_nvml_samples_without_the_counter_still_read(tmp_path, monkeypatch):

@@ -335,10 +335,16 @@ def memory_lines(report: ReportData):
 
 
 def _throughput_html(report: ReportData) -> str:
-    from .terminal import throughput_line
+    from .terminal import energy_line, throughput_line
 
+    out = ""
     line = throughput_line(report.throughput)
-    return f'<p id="throughput"><b>Throughput:</b> {esc(line)}</p>' if line else ""
+    if line:
+        out += f'<p id="throughput"><b>Throughput:</b> {esc(line)}</p>'
+    line = energy_line(report.energy)
+    if line:
+        out += f'<p id="energy"><b>Energy:</b> {esc(line)}</p>'
+    return out
 
 
 def _memory_html(report: ReportData) -> str:
