@@ -39,6 +39,8 @@ def test_a_row_that_adds_up_is_left_as_it_is():
     ({"host_ns": 50}, "host wait above other", {"host_ns": 20}),
     ({"backward_ns": 140}, "backward outside", {"backward_ns": 100}),
     ({"data_ns": -5, "other_ns": 35}, "data outside [0, step]", {"data_ns": 0}),
+    # a damaged row (fuzz seed 28, case 158: comm 2**31 ns in a 40 ms step): 283% of the step
+    ({"comm_ns": 2**31}, "communication outside [0, step]", {"comm_ns": 100}),
 ])
 def test_a_row_that_does_not_add_up_is_clipped_and_said(cols, rule, want):
     out, warnings = enforce_parts(_frame(**cols))

@@ -55,7 +55,8 @@ def enforce_parts(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
         broken["a negative step"] = int((col("step_ns") < 0).sum())
         fixed["step_ns"] = step
     data = clip("data_ns", data, 0, step, "data outside [0, step]")
-    comm = clip("comm_ns", comm, 0, np.iinfo(np.int64).max, "negative communication")
+    # the union of the step's collectives: inside the step (a damaged row can say more)
+    comm = clip("comm_ns", comm, 0, step, "communication outside [0, step]")
     exposed = clip("comm_exposed_ns", exposed, 0, np.minimum(comm, step - data),
                    "exposed communication above communication or the step's rest")
     compute = clip("compute_ns", compute, 0, step - data - exposed,
