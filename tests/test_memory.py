@@ -165,10 +165,14 @@ def test_host_capacity_takes_a_cgroup_limit_below_the_host(tmp_path):
 
 def test_a_recording_that_keeps_memory_alive_is_told_by_the_report(tmp_path):
     """In one process: 8 MiB kept alive every step (written, so resident), a flush every 2
-    steps; the report's rate agrees with what /proc/self/status says the loop's resident set
-    grew from the first analysed step to the last, within 10% (a least-squares line through
-    the loop's readings is no yardstick: one outlier on a busy machine moved it to 7.7 MiB/step
-    while the loop kept 8 MiB more every step)."""
+    steps; the report's rate agrees with the median step-to-step growth of the loop's resident
+    set as /proc/self/status gives it, within 10%, and with the 8 MiB the loop keeps. (Inside
+    a test process the collector frees earlier tests' memory now and then while the loop runs:
+    a line through the loop's readings, or their growth end to end, came out at 7.4-7.7
+    MiB/step in busy-core clones while gpuscope's robust rate gave 8.0.)"""
+    import gc
+
+    gc.collect()
     keep, vmrss = [], []
 
     def rss_now():
@@ -182,7 +186,7 @@ def test_a_recording_that_keeps_memory_alive_is_told_by_the_report(tmp_path):
             rec.step()
     rep = gpuscope.analyze(str(tmp_path))
     (g,) = [f for f in rep.memory["findings"] if f["kind"] == "growth"]
-    theirs = (vmrss[-1] - vmrss[1]) / 28  # steps 1..29: the analysed ones
+    theirs = float(np.median(np.diff(vmrss[1:])))  # steps 1..29: the analysed ones
     assert g["rate_bytes_per_step"] == pytest.approx(theirs, rel=0.1)
     assert g["rate_bytes_per_step"] == pytest.approx(8 * MiB, rel=0.1)  # what the loop kept
     assert g["forecast_steps"] > 0 and g["capacity_bytes"] > 0
@@ -230,8 +234,8 @@ def test_real_two_rank_leak_is_named_with_its_rate(tmp_path):
     assert [f["ranks"] for f in growth] == [[1]], rep.memory["findings"]
     loop = json.loads((out / "loop-rank1.json").read_text())
     steps, rss = np.array(loop["steps"]), np.array(loop["vmrss_bytes"], float)
-    later = steps >= 2  # the loop's own growth over the same steps, end to end
-    theirs = (rss[later][-1] - rss[later][0]) / (steps[later][-1] - steps[later][0])
+    later = steps >= 2  # the loop's own growth over the same steps: its median per step
+    theirs = float(np.median(np.diff(rss[later])))
     assert growth[0]["rate_bytes_per_step"] == pytest.approx(theirs, rel=0.1)
     assert growth[0]["rate_bytes_per_step"] == pytest.approx(8 * MiB, rel=0.1)
     assert growth[0]["forecast_steps"] > 0
