@@ -20,10 +20,14 @@ _spec.loader.exec_module(same_run)
 def test_recorded_and_profiled_at_once_agree(scenario, tmp_path):
     res = same_run.one(scenario, 24, str(tmp_path), same_run.EXTRA.get(scenario, ()))
     rec, kin = res["record"], res["kineto"]
+    # what each source said, in one line (pytest cuts a long dict short)
+    said = "; ".join(f"{src}: {r['verdict']} {r['confidence']} {r['stragglers']} {r['shares']} "
+                     f"wait {r['wait_pct']} evidence {r['evidence']}"
+                     for src, r in (("record", rec), ("kineto", kin)))
     # the same verdict, or each report saying its verdict is a close call (the balanced
     # scenario on a busy machine sits between compute- and jitter-bound)
-    assert res["agree"] or res["close_call"], res
-    assert rec["stragglers"] == kin["stragglers"], res
+    assert res["agree"] or res["close_call"], said
+    assert rec["stragglers"] == kin["stragglers"], said
     if scenario == "imbalanced":  # the 40 ms straggler is named from both
         # (or, over the 8 profiled steps of a busy core, both call it jitter at low confidence,
         # naming rank 1 as last in most steps: too few steps to be sure); all steps name it
