@@ -27,13 +27,17 @@ def test_recorded_and_profiled_at_once_agree(scenario, tmp_path):
     # the same verdict, or each report saying its verdict is a close call (the balanced
     # scenario on a busy machine sits between compute- and jitter-bound)
     assert res["agree"] or res["close_call"], said
-    assert rec["stragglers"] == kin["stragglers"], said
+    # the same stragglers, unless both say the call is close and point at the same rank (one
+    # names it, not confidently; the other calls it jitter at low confidence, that rank last in
+    # most steps: same_run.leaning_call)
+    assert rec["stragglers"] == kin["stragglers"] or same_run.leaning_call(rec, kin), said
     if scenario == "imbalanced":  # the 40 ms straggler is named from both
         # (or, over the 8 profiled steps of a busy core, both call it jitter at low confidence,
         # naming rank 1 as last in most steps: too few steps to be sure); all steps name it
-        assert rec["stragglers"] == kin["stragglers"] == [1] or all(
+        # (or one source names it and the other leans on it so: same_run.leaning_call)
+        assert all(r["stragglers"] == [1] or (
             r["verdict"] == "jitter-bound" and r["confidence"] == "low"
-            and any("rank 1 arrived last" in e for e in r["evidence"]) for r in (rec, kin)), res
+            and any("rank 1 arrived last" in e for e in r["evidence"])) for r in (rec, kin)), said
         assert res["record_all_steps"]["stragglers"] == [1]
     # the balanced scenarios name no one as a rule, but on a loaded machine one rank can be
     # slower for a whole run (a busy-core clone with a second suite beside it: rank 0 in the comm
