@@ -198,27 +198,32 @@ def _wrap(name: str, fn):
         timer.issued(what, group, t0, _now(), out)
         return out
 
-    timed.__wrapped__ = fn
-    timed.__name__ = getattr(fn, "__name__", name)
-    timed.__doc__ = getattr(fn, "__doc__", None)
-    timed._gpuscope = True
-    return timed
+    return _ours(timed, fn, name)
 
 
-def _wrap_wait(fn):
-    def wait(self, *args, **kwargs):
+def _ours(wrapper, fn, name: str):
+    """Mark `wrapper` as gpuscope's timing wrapper of `fn` (restored at detach)."""
+    wrapper.__wrapped__ = fn
+    wrapper.__name__ = getattr(fn, "__name__", name)
+    wrapper.__doc__ = getattr(fn, "__doc__", None)
+    wrapper._gpuscope = True
+    return wrapper
+
+
+def _wrap_blocking(fn, report: str, name: str):
+    """A call that blocks on a collective (Work.wait, funcol's wait_tensor): its first argument
+    and the time it blocked go to the timer's method `report`; nothing under torch.compile."""
+    def blocking(first, *args, **kwargs):
         timer = _sink()
-        if timer is None:
-            return fn(self, *args, **kwargs)
+        if timer is None or _compiling():
+            return fn(first, *args, **kwargs)
         t0 = _now()
         try:
-            return fn(self, *args, **kwargs)
+            return fn(first, *args, **kwargs)
         finally:
-            timer.waited(self, t0, _now())
+            getattr(timer, report)(first, t0, _now())
 
-    wait.__wrapped__ = fn
-    wait._gpuscope = True
-    return wait
+    return _ours(blocking, fn, name)
 
 
 def _compiling() -> bool:
@@ -275,11 +280,7 @@ def _wrap_funcol(funcol, name: str, fn):
         return out
 
     autograd = name.endswith("_autograd")
-    timed.__wrapped__ = fn
-    timed.__name__ = getattr(fn, "__name__", name)
-    timed.__doc__ = getattr(fn, "__doc__", None)
-    timed._gpuscope = True
-    return timed
+    return _ours(timed, fn, name)
 
 
 def _time_backward(timer, key: str, out) -> None:
@@ -307,22 +308,6 @@ def _time_backward(timer, key: str, out) -> None:
         pass
 
 
-def _wrap_wait_tensor(fn):
-    def wait_tensor(tensor, *args, **kwargs):
-        timer = _sink()
-        if timer is None or _compiling():
-            return fn(tensor, *args, **kwargs)
-        t0 = _now()
-        try:
-            return fn(tensor, *args, **kwargs)
-        finally:
-            timer.tensor_waited(tensor, t0, _now())
-
-    wait_tensor.__wrapped__ = fn
-    wait_tensor._gpuscope = True
-    return wait_tensor
-
-
 def _install_funcol() -> None:
     """The functional collectives, where they are loaded (DTensor imports them)."""
     funcol = sys.modules.get(FUNCOL)
@@ -337,7 +322,7 @@ def _install_funcol() -> None:
     wait = getattr(funcol, "wait_tensor", None)
     if wait is not None and not getattr(wait, "_gpuscope", False):
         _originals[(funcol, "wait_tensor")] = wait
-        funcol.wait_tensor = _wrap_wait_tensor(wait)
+        funcol.wait_tensor = _wrap_blocking(wait, "tensor_waited", "wait_tensor")
 
 
 def _install() -> None:
@@ -356,7 +341,7 @@ def _install() -> None:
     work = getattr(c10d, "Work", None)
     if work is not None and not getattr(work.wait, "_gpuscope", False):
         _originals[(work, "wait")] = work.wait
-        work.wait = _wrap_wait(work.wait)
+        work.wait = _wrap_blocking(work.wait, "waited", "wait")
     _install_funcol()
 
 

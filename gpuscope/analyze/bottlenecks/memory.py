@@ -205,8 +205,7 @@ def _growth(kind, ranks_, rate, used, cap, what, step_s, grow, host) -> dict:
     return d
 
 
-def capacity_findings(host: list[Series], device: list[Series], mem: pd.DataFrame,
-                      ranks: dict) -> list[dict]:
+def capacity_findings(host: list[Series], mem: pd.DataFrame, ranks: dict) -> list[dict]:
     out = []
     if "device_reserved_bytes" in mem:
         peak = mem.groupby("rank")["device_reserved_bytes"].max()
@@ -298,7 +297,7 @@ def memory_findings(mem: pd.DataFrame | None, ranks: dict, firsts=None,
         if "host_alloc_bytes" in mem else []
     found.series = host + device + host_alloc
     found.findings += growth_findings(host, device, ranks, step_s, host_alloc)
-    found.findings += capacity_findings(host, device, mem, ranks)
+    found.findings += capacity_findings(host, mem, ranks)
     found.findings += retry_findings(mem)
     return found
 
