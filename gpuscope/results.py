@@ -382,6 +382,9 @@ class ReportData:
     comm_by_group: list = field(default_factory=list)
     #: the analysed rank x step table (with wait and telemetry joined); None when read from JSON
     table: RunTable | None = field(default=None, compare=False, repr=False)
+    #: per analysed rank and step, each mesh dimension's comm, exposed and wait ns
+    #: (analyze/comm_groups.dim_steps); None when read from JSON or no group names a dimension
+    comm_by_dim_steps: object = field(default=None, compare=False, repr=False)
 
     @property
     def straggler_ranks(self) -> list[int]:

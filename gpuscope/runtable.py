@@ -54,6 +54,16 @@ class RunTable:
     def rank_ids(self) -> list[int]:
         return sorted(self.ranks)
 
+    def mesh_dims(self) -> dict[str, str]:
+        """{process group name: mesh dimension} over all ranks (knob `mesh_dims`: recorded
+        runs from the model's DTensor parameters, traces from pg_config's pg_desc)."""
+        out: dict[str, str] = {}
+        for info in self.ranks.values():
+            dims = info.knobs.get("mesh_dims")
+            if isinstance(dims, dict):
+                out.update({str(k): str(v) for k, v in dims.items() if isinstance(v, str)})
+        return out
+
     def knobs(self) -> dict:
         """Knobs of the lowest rank (ranks normally share their settings)."""
         if not self.ranks:

@@ -129,3 +129,141 @@ def test_real_expert_parallel_run_names_the_rank_whose_expert_gets_most_tokens(t
     ours, theirs = float(r["comm_ns"].sum()), float(k["comm_ns"].sum())
     # seen within -8% and +4%; the bound is one that holds with margin on a busy machine
     assert abs(ours - theirs) <= 0.3 * theirs, (ours / 1e6, theirs / 1e6)
+
+
+MESH2D = os.path.join(HERE, "..", "sample_traces", "parallel", "mesh2d")
+MESH2D_WANT = __import__("json").load(open(os.path.join(HERE, "..", "sample_traces", "parallel",
+                                                        "MANIFEST.json")))["samples"]["mesh2d"]
+
+
+def test_2d_sample_splits_each_dimension_into_wait_and_transfer():
+    """sample_traces/parallel/mesh2d (scripts/make_parallel_samples.py): FSDP2 over dp, TP + SP
+    over tp on 4 ranks. Every group's exposed time is its wait plus its transfer, the SP
+    all-gathers and reduce-scatters are on tp, and the dimension named as holding the step back
+    is the one with the most exposed communication."""
+    rep = gpuscope.analyze(os.path.join(MESH2D, "record"))
+    assert rep.verdict.label in MESH2D_WANT["expected"]
+    assert rep.verdict.label == MESH2D_WANT["record"]["verdict"]
+    kinds = {}
+    for g in rep.comm_by_group:
+        kinds.setdefault(g["dim"], set()).update(g["kinds"])
+        assert 0 <= g["wait_ms"] <= g["exposed_ms"] <= g["comm_ms"] + 1e-3, g
+        assert g["wait_ms"] + g["transfer_ms"] == pytest.approx(g["exposed_ms"], abs=2e-3)
+    assert kinds["dp"] == {"all_gather", "reduce_scatter"}
+    assert {"all_gather", "reduce_scatter"} <= kinds["tp"]  # sequence parallel's pair
+    mesh = rep.layout["mesh"]
+    top = max(mesh["by_dim"], key=lambda d: mesh["by_dim"][d]["exposed_ms"])
+    assert mesh["holds_back"] == top == MESH2D_WANT["record"]["holds_back"]
+    for d in mesh["by_dim"].values():
+        assert d["wait_ms"] + d["transfer_ms"] == pytest.approx(d["exposed_ms"], abs=2e-3)
+
+
+def test_2d_sample_traces_say_why_they_have_no_split():
+    """CPU (gloo) traces name the mesh (pg_config) but not the group of each collective: the
+    split is left out, and the report says so rather than guessing."""
+    rep = gpuscope.analyze(os.path.join(MESH2D, "kineto"))
+    assert rep.verdict.label == MESH2D_WANT["kineto"]["verdict"]
+    assert rep.comm_by_group == [] and "mesh" not in rep.layout
+    assert any("carry no process group" in w and "dp, tp" in w for w in rep.warnings)
+
+
+def test_2d_sample_views_show_each_dimension(tmp_path):
+    """Parquet columns, the HTML table and panel, the Perfetto tracks: per dimension, and the
+    Parquet columns add up to the report's means."""
+    from gpuscope.render.html import figures, render
+    from gpuscope.render.parquet import step_table
+
+    rep = gpuscope.analyze(os.path.join(MESH2D, "record"))
+    t = step_table(rep)
+    by_dim = rep.layout["mesh"]["by_dim"]
+    for dim in ("dp", "tp"):
+        assert t[f"comm_{dim}_ms"].mean() == pytest.approx(by_dim[dim]["comm_ms"], rel=1e-3)
+        assert t[f"comm_exposed_{dim}_ms"].mean() == pytest.approx(by_dim[dim]["exposed_ms"],
+                                                                   rel=1e-3)
+        assert t[f"wait_{dim}_ms"].mean() == pytest.approx(by_dim[dim]["wait_ms"], rel=1e-3)
+    # a rank's dimensions never hold more communication than its step does
+    assert (t["comm_dp_ms"] + t["comm_tp_ms"] <= t["comm_ms"] * 2 + 1e-6).all()
+    page = render(rep, plotlyjs="plotly.js")
+    assert 'id="mesh"' in page and "<td>tp</td>" in page and "<td>dp</td>" in page
+    assert "panel-mesh" in dict(figures(rep))
+    out = tmp_path / "t.json"
+    from gpuscope.cli import main
+
+    assert main(["export", os.path.join(MESH2D, "record"), "--perfetto", str(out)]) == 0
+    doc = __import__("json").loads(out.read_text())
+    tracks = {e["args"]["name"] for e in doc["traceEvents"]
+              if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert {"comm: all_gather [dp]", "comm: all_gather [tp]", "comm: reduce_scatter [tp]"} <= tracks
+
+
+def test_a_traced_collective_gets_its_dimension_and_a_track_of_its_own():
+    from gpuscope.render.perfetto import MESH_TID, _mesh_copy
+
+    ev, tids = [], {}
+    kernel = {"ph": "X", "name": "ncclDevKernel_AllGather_RING_LL", "ts": 10.0, "dur": 5.0,
+              "pid": 7, "tid": 3, "args": {"Process Group Name": "3"}}
+    _mesh_copy(kernel, {"3": "tp", "1": "dp"}, 0, 1, tids, ev)
+    assert kernel["args"]["mesh dim"] == "tp"
+    names = [e for e in ev if e["ph"] == "M" and e["name"] == "thread_name"]
+    assert names[0]["args"]["name"] == "mesh tp" and tids == {(0, "tp"): MESH_TID}
+    (copy,) = [e for e in ev if e["ph"] == "X"]
+    assert (copy["pid"], copy["tid"], copy["ts"], copy["dur"]) == (1, MESH_TID, 10.0, 5.0)
+    other = {"ph": "X", "name": "aten::mm", "ts": 1.0, "dur": 1.0, "args": {}}
+    _mesh_copy(other, {"3": "tp"}, 0, 1, tids, ev)
+    assert "mesh dim" not in other["args"] and len(ev) == 3  # not a mesh group's: untouched
+
+
+def test_waits_are_split_per_collective_key():
+    """key_waits: within each key and step, the excess over the least exposed rank; a key with
+    an instance missing on one rank, and point-to-point, are left out."""
+    import pandas as pd
+
+    from gpuscope.analyze.wait import key_waits
+
+    comm = pd.DataFrame({
+        "rank": [0, 1, 0, 1, 0, 1, 0],
+        "step": [5, 5, 5, 5, 6, 6, 5],
+        "key": ["all_reduce:3", "all_reduce:3", "all_gather:1", "all_gather:1",
+                "all_reduce:3", "all_reduce:3", "send_next:0"],
+        "comm_ns": [10, 10, 8, 8, 9, 9, 4], "exposed_ns": [10, 4, 3, 8, 9, 2, 4],
+        "count": [1, 1, 2, 2, 1, 2, 1]})
+    w = key_waits(comm).set_index(["rank", "step", "key"])["wait_ns"]
+    assert w[(0, 5, "all_reduce:3")] == 6 and w[(1, 5, "all_reduce:3")] == 0
+    assert w[(1, 5, "all_gather:1")] == 5 and w[(0, 5, "all_gather:1")] == 0
+    assert w[(0, 6, "all_reduce:3")] == 0 and w[(1, 6, "all_reduce:3")] == 0  # counts differ
+    assert not any(k.startswith("send") for _, _, k in w.index)
+    assert key_waits(comm[comm["key"] == "send_next:0"]) is None
+
+
+def test_every_functional_collective_of_this_torch_is_timed_and_its_backward_found(tmp_path):
+    """The functional collectives are found by name (2.13 added all_gather_single and
+    reduce_scatter_single, which DTensor uses): helpers are not; the autograd node of a
+    collective is found under the cat a gather on another dimension ends in."""
+    import torch
+    import torch.distributed as dist
+    import torch.distributed._functional_collectives as funcol
+
+    from gpuscope.record.collectives import _collective_node, funcol_kinds
+
+    kinds = funcol_kinds(funcol)
+    assert kinds["all_gather_single"] == "all_gather"
+    assert kinds["reduce_scatter_single"] == "reduce_scatter"
+    assert kinds["all_to_all_single_autograd"] == "all_to_all"
+    assert not any(n.endswith(("_backward", "_setup_context")) for n in kinds)
+    assert "wait_tensor" not in kinds
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0,
+                            world_size=1)
+    try:
+        x = torch.randn(4, 3, requires_grad=True)
+        for gather_dim in (0, 1):
+            out = funcol.all_gather_single(x, gather_dim, dist.group.WORLD)
+            node = _collective_node(getattr(out, "elem", out).grad_fn)
+            assert node is not None and "all_gather" in node.name(), gather_dim
+            out.wait() if hasattr(out, "wait") else None
+        with torch.no_grad():  # nothing for autograd to run: nothing to hook
+            out = funcol.all_gather_single(x, 0, dist.group.WORLD)
+        assert _collective_node(getattr(out, "elem", out).grad_fn) is None
+        out.wait()
+        assert _collective_node(None) is None
+    finally:
+        dist.destroy_process_group()

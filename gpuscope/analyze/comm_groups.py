@@ -5,7 +5,10 @@ Groups come from the collectives table (kind:group keys); their ranks from the l
 `process_groups`), their dimension from knob `mesh_dims` ({group name: dimension}): recorded
 runs read it from the model's DTensor parameters (their DeviceMesh), traces from
 distributedInfo's pg_config (`pg_desc` "mesh_<dim>", as DeviceMesh names its groups). Per group,
-the mean over its ranks of comm and exposed ms per analysed step, and the kinds seen.
+the mean over its ranks of comm, exposed, wait and transfer ms per analysed step, and the kinds
+seen. Wait is analyze/wait.py's split taken group by group (`key_waits`): the waiting for the
+slowest member inside that group's collectives; transfer is the rest of its exposed time.
+Per rank and step, `dim_steps` gives the same by mesh dimension (Parquet columns, Perfetto).
 """
 
 from __future__ import annotations
@@ -15,20 +18,13 @@ import numpy as np
 from ..vocab import MS
 
 
-def mesh_dims(table) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for info in table.ranks.values():
-        dims = info.knobs.get("mesh_dims")
-        if isinstance(dims, dict):
-            out.update({str(k): str(v) for k, v in dims.items() if isinstance(v, str)})
-    return out
-
-
-def groups_section(table, comm: dict, exposed: dict, kinds: dict, layout) -> list[dict]:
-    """[{group, dim, ranks, comm_ms, exposed_ms, kinds}] by exposed time, largest first; [] when
-    no collective names a group. `comm` / `exposed`: per rank {group: mean ns per step};
+def groups_section(table, comm: dict, exposed: dict, kinds: dict, layout,
+                   wait: dict | None = None) -> list[dict]:
+    """[{group, dim, ranks, comm_ms, exposed_ms, wait_ms, transfer_ms, kinds}] by exposed time,
+    largest first; [] when no collective names a group. `comm` / `exposed` / `wait`: per rank
+    {group: mean ns per step} (wait None: not split, wait_ms and transfer_ms left out);
     `kinds`: {group: set of kinds}."""
-    dims = mesh_dims(table)
+    dims = table.mesh_dims()
     members = dict(layout.groups) if layout is not None else {}
     names = sorted({g for per in comm.values() for g in per})
     if not names or names == [""]:
@@ -38,9 +34,13 @@ def groups_section(table, comm: dict, exposed: dict, kinds: dict, layout) -> lis
         ranks = [r for r in comm if g in comm[r]]
         c = float(np.mean([comm[r][g] for r in ranks])) / MS
         e = float(np.mean([exposed.get(r, {}).get(g, 0.0) for r in ranks])) / MS
-        out.append({"group": g or "?", "dim": dims.get(g), "ranks": members.get(g, ranks),
-                    "comm_ms": round(c, 3), "exposed_ms": round(e, 3),
-                    "kinds": sorted(kinds.get(g, ()))})
+        row = {"group": g or "?", "dim": dims.get(g), "ranks": members.get(g, ranks),
+               "comm_ms": round(c, 3), "exposed_ms": round(e, 3)}
+        if wait is not None:
+            w = min(float(np.mean([wait.get(r, {}).get(g, 0.0) for r in ranks])) / MS, e)
+            row["wait_ms"], row["transfer_ms"] = round(w, 3), round(e - w, 3)
+        row["kinds"] = sorted(kinds.get(g, ()))
+        out.append(row)
     return sorted(out, key=lambda d: -d["exposed_ms"])
 
 
@@ -52,4 +52,47 @@ def kinds_by_group(table) -> dict[str, set]:
     for key in comm["key"].astype(str).unique().tolist():
         kind, _, group = key.partition(":")
         out.setdefault(group, set()).add(kind)
+    return out
+
+
+def dim_steps(table, frame, mapping, waits) -> "pd.DataFrame | None":
+    """rank, step, dim, comm_ns, exposed_ns, wait_ns: per analysed rank and step (a micro-step's
+    collectives counted in its optimizer step, where `mapping` has one), the collectives of each
+    mesh dimension summed; None when no group is named by a dimension. `waits`: key_waits'
+    table (None: wait_ns left out)."""
+    import pandas as pd
+
+    from ..runtable import key_parts
+    from .rowgroups import find_pairs
+
+    comm, dims = table.comm, table.mesh_dims()
+    if comm is None or comm.empty or not dims:
+        return None
+    parts = []
+    for src, cols in ((comm, ("comm_ns", "exposed_ns")), (waits, ("wait_ns",))):
+        if src is None or src.empty:
+            continue
+        group = np.asarray(key_parts(src)[1].astype(str), dtype=object)
+        dim = pd.Series(group).map(dims).to_numpy(dtype=object)
+        r, s = src["rank"].to_numpy(np.int64), src["step"].to_numpy(np.int64)
+        sel = pd.notna(dim)
+        if mapping is not None:
+            hit, at = find_pairs(mapping["rank"].to_numpy(np.int64),
+                                 mapping["step"].to_numpy(np.int64), r, s)
+            s = np.where(hit, mapping["cycle_step"].to_numpy(np.int64)[np.where(hit, at, 0)], s)
+            sel &= hit
+        hit, _ = find_pairs(frame["rank"].to_numpy(np.int64), frame["step"].to_numpy(np.int64),
+                            r, s)
+        sel &= hit
+        part = pd.DataFrame({"rank": r[sel], "step": s[sel], "dim": dim[sel]})
+        for c in cols:
+            part[c] = src[c].to_numpy(np.int64)[sel]
+        parts.append(part)
+    if not parts or parts[0].empty:
+        return None
+    out = pd.concat(parts, ignore_index=True).fillna(0)
+    out = out.groupby(["rank", "step", "dim"], sort=True, as_index=False).sum()
+    for c in ("comm_ns", "exposed_ns", "wait_ns"):
+        if c in out:
+            out[c] = out[c].astype(np.int64)
     return out

@@ -37,7 +37,7 @@ from .consistency import Roles, find_roles
 from .bottlenecks.dataparallel import dataparallel
 from .bottlenecks.memory import memory_findings, report_section, used_fraction
 from .bottlenecks.mesh import by_dimension, heaviest, suggest_mesh
-from .comm_groups import groups_section, kinds_by_group
+from .comm_groups import dim_steps, groups_section, kinds_by_group
 from .energy import energy_section
 from .throughput import straggler_mfu_gap, throughput_section
 from .bottlenecks.pipeline import suggest_pipeline, summarize_pipeline
@@ -49,6 +49,7 @@ from .rowgroups import PerRank
 from .stragglers import find_stragglers
 from .suggestions import suggest, unaddressed
 from .findings import Findings, typical_step
+from .wait import key_waits
 from .whatif import micro_steps
 
 
@@ -80,6 +81,7 @@ class Analysis:
     throughput: dict = field(default_factory=dict)  # throughput: the report's section
     energy: dict = field(default_factory=dict)      # energy: the report's section
     comm_groups: list = field(default_factory=list)  # suggest: comm by group / mesh dimension
+    key_waits: object = None                         # suggest: wait per collective key (wait.py)
     labels: set = field(default_factory=set)        # suggest: labels holding material time
     jitter: object = None                           # suggest
     by_kind: dict = field(default_factory=dict)     # suggest: comm per rank and kind
@@ -188,8 +190,17 @@ def suggest_all(a: Analysis) -> None:
     a.jitter = jitter_cost(a.steps)
     exposed, a.by_kind = comm_by_kind(a.table, a.frame, a.mapping, ("exposed_ns", "comm_ns"))
     g_exposed, g_comm = comm_by_kind(a.table, a.frame, a.mapping, ("exposed_ns", "comm_ns"), 1)
+    a.key_waits = key_waits(a.table.comm)
+    g_wait = (comm_by_kind(replace(a.table, comm=a.key_waits), a.frame, a.mapping,
+                           ("wait_ns",), 1)[0] if a.key_waits is not None else None)
     a.comm_groups = groups_section(a.table, g_comm, g_exposed, kinds_by_group(a.table),
-                                   a.layout)
+                                   a.layout, g_wait)
+    dims = a.table.mesh_dims()
+    if dims and not any(g.get("dim") for g in a.comm_groups) and a.frame["comm_ns"].any():
+        a.warnings.append(
+            f"the run names mesh dimensions ({', '.join(sorted(set(dims.values())))}) but its "
+            "collectives carry no process group (CPU / gloo traces do not name one): "
+            "communication is not split by dimension")
     kinds = {k for per_rank in exposed.values() for k in per_rank}
     a.findings = Findings(a.frame, a.labels, a.th, a.knobs, a.stragglers, a.roles.early,
                           float(a.steps["data_share"].median()), a.jitter,
@@ -239,8 +250,9 @@ def report(a: Analysis) -> None:
     dims = by_dimension(a.comm_groups)
     if dims:  # which mesh dimension holds the step back (None: none holds COMM of the step)
         top = heaviest(a.comm_groups, a.typical.step / 1e6, a.th.comm)
-        layout_d["mesh"] = {"by_dim": {k: {"exposed_ms": round(v["exposed_ms"], 3),
-                                           "comm_ms": round(v["comm_ms"], 3), "kinds": v["kinds"]}
+        layout_d["mesh"] = {"by_dim": {k: {**{f: round(v[f], 3) for f in
+                                              ("exposed_ms", "comm_ms", "wait_ms", "transfer_ms")
+                                              if f in v}, "kinds": v["kinds"]}
                                        for k, v in dims.items()},
                             "holds_back": top[0] if top else None}
     a.report = Report(
@@ -250,7 +262,8 @@ def report(a: Analysis) -> None:
         layout=layout_d,
         pipeline=a.pipeline, dataparallel=a.dp_section, stopped_ranks=a.stopped,
         missing_ranks=a.missing, memory=a.memory, throughput=a.throughput, energy=a.energy,
-        comm_by_group=a.comm_groups, table=analysed)
+        comm_by_group=a.comm_groups, table=analysed,
+        comm_by_dim_steps=dim_steps(t, a.frame, a.mapping, a.key_waits))
 
 
 def check(a: Analysis) -> None:

@@ -68,34 +68,58 @@ def estimate_wait(frame: pd.DataFrame, warnings: list[str],
 
 def _group_waits(frame: pd.DataFrame, comm: pd.DataFrame) -> tuple[np.ndarray | None, int]:
     """Per frame row, the summed excess over the least of its exposed collectives, key by key
-    and step by step (numpy on a (key, step, rank) grid, or on one sort of the table when the
-    grid would be sparse: the table has a row per rank, step and key, up to millions); and the
-    number of (key, step) pairs left out for unequal instance counts."""
+    and step by step; and the number of (key, step) pairs left out for unequal instance
+    counts."""
+    cells = _cells(comm)
+    if cells is None:
+        return None, 0
+    _, s, r, wait, mismatched, _ = cells
+    hit, at = find_pairs(frame["rank"].to_numpy(), frame["step"].to_numpy(), r, s)
+    return np.bincount(at[hit], wait[hit], len(frame)).astype(np.int64), mismatched
+
+
+def key_waits(comm: pd.DataFrame | None) -> pd.DataFrame | None:
+    """rank, step, key, wait_ns: each rank's waiting inside each collective key (kind and
+    process group) and step, by the rule above (point-to-point left out); None when the table
+    has nothing to compare. What comm_groups.py sums per process group and mesh dimension."""
+    cells = _cells(comm) if comm is not None and not comm.empty else None
+    if cells is None:
+        return None
+    g, s, r, wait, _, names = cells
+    return pd.DataFrame({"rank": r, "step": s, "key": np.asarray(names, dtype=object)[g],
+                         "wait_ns": wait.astype(np.int64)})
+
+
+def _cells(comm: pd.DataFrame):
+    """(key codes, steps, ranks, wait, mismatched pairs, key names) per (key, step, rank) cell
+    of the table outside point-to-point (numpy on a (key, step, rank) grid, or on one sort of
+    the table when the grid would be sparse: the table has a row per rank, step and key, up to
+    millions); None when it holds only point-to-point."""
     kinds, _ = key_parts(comm)
     keep = ~mask_of(kinds, is_p2p)
     if not keep.any():
-        return None, 0
-    codes = (comm["key"].cat.codes.to_numpy() if isinstance(comm["key"].dtype, pd.CategoricalDtype)
-             else pd.factorize(comm["key"])[0])
+        return None
+    if isinstance(comm["key"].dtype, pd.CategoricalDtype):
+        codes, names = comm["key"].cat.codes.to_numpy(), list(comm["key"].cat.categories)
+    else:
+        codes, names = pd.factorize(comm["key"])
+        names = list(names)
     g = np.asarray(codes)[keep].astype(np.int64)
     r = comm["rank"].to_numpy()[keep].astype(np.int64)
     s = comm["step"].to_numpy()[keep].astype(np.int64)
     e = comm["exposed_ns"].to_numpy()[keep].astype(np.int64)
     c = (comm["count"].to_numpy()[keep].astype(np.int64) if "count" in comm
          else np.ones(g.size, np.int64))
-    dense = _dense_waits(g, s, r, e, c)
-    if dense is not None:
-        s, r, wait, mismatched = dense
-    else:
-        s, r, wait, mismatched = _sorted_waits(g, s, r, e, c)
-    hit, at = find_pairs(frame["rank"].to_numpy(), frame["step"].to_numpy(), r, s)
-    return np.bincount(at[hit], wait[hit], len(frame)).astype(np.int64), mismatched
+    found = _dense_waits(g, s, r, e, c)
+    if found is None:
+        found = _sorted_waits(g, s, r, e, c)
+    return (*found, [str(n) for n in names])
 
 
 def _dense_waits(g, s, r, e, c):
     """On a (key, step, rank) grid: each cell's exposed time and instance count summed, the
     key's members (ranks seen with it at all), and per (key, step) seen on all of them with one
-    count the excess over the least. Returns (steps, ranks, wait, mismatched pairs) of the
+    count the excess over the least. Returns (keys, steps, ranks, wait, mismatched pairs) of the
     cells, or None when the grid would be much larger than the table (sparse keys, huge step
     numbers)."""
     g0, s0, r0 = int(g.min()), int(s.min()), int(r.min())
@@ -115,10 +139,8 @@ def _dense_waits(g, s, r, e, c):
     mismatched = int((present & ~same).sum())
     low = np.where(seen, total, np.inf).min(axis=2)            # per (key, step)
     wait = np.where(seen & full[:, :, None], total - np.where(full, low, 0)[:, :, None], 0)
-    per = wait.sum(axis=0)                                     # per (step, rank), over keys
-    any_seen = seen.any(axis=0)
-    si, ri = np.nonzero(any_seen)
-    return si + s0, ri + r0, per[si, ri], mismatched
+    gi, si, ri = np.nonzero(seen)
+    return gi + g0, si + s0, ri + r0, wait[gi, si, ri], mismatched
 
 
 def _sorted_waits(g, s, r, e, c):
@@ -144,4 +166,4 @@ def _sorted_waits(g, s, r, e, c):
     same = np.minimum.reduceat(c, starts) == np.maximum.reduceat(c, starts)
     step_of = np.cumsum(first) - 1  # each row's (key, step)
     full = (present & same)[step_of]
-    return s, r, np.where(full, e - low[step_of], 0), int((present & ~same).sum())
+    return g, s, r, np.where(full, e - low[step_of], 0), int((present & ~same).sum())

@@ -47,16 +47,31 @@ KINDS = {
     "batch_isend_irecv": "send_recv", "barrier": "barrier", "monitored_barrier": "barrier",
 }
 
-#: torch.distributed._functional_collectives function -> kind (DTensor, TP / SP / CP, experts)
-FUNCOL_KINDS = {
-    "all_reduce": "all_reduce", "all_reduce_coalesced": "all_reduce",
-    "all_gather_tensor": "all_gather", "all_gather_tensor_autograd": "all_gather",
-    "all_gather_into_tensor_coalesced": "all_gather",
-    "reduce_scatter_tensor": "reduce_scatter", "reduce_scatter_tensor_autograd": "reduce_scatter",
-    "reduce_scatter_tensor_coalesced": "reduce_scatter",
-    "all_to_all_single": "all_to_all", "all_to_all_single_autograd": "all_to_all",
-    "broadcast": "broadcast", "permute_tensor": "send_recv",
-}
+#: torch.distributed._functional_collectives: the prefix of a public function's name -> kind
+#: (DTensor, TP / SP / CP, experts). Found by name in the loaded module, so that the functions a
+#: release adds (2.13's all_gather_single, reduce_scatter_single, their _autograd and _coalesced
+#: forms) are timed without a list to keep up; their helpers (_backward, _setup_context) are not
+FUNCOL_PREFIXES = (("all_reduce", "all_reduce"), ("all_gather", "all_gather"),
+                   ("reduce_scatter", "reduce_scatter"), ("all_to_all", "all_to_all"),
+                   ("broadcast", "broadcast"), ("permute_tensor", "send_recv"))
+FUNCOL_HELPERS = ("_backward", "_setup_context", "_meta")
+
+
+def funcol_kinds(funcol) -> dict[str, str]:
+    """{function name: kind} of the functional collectives `funcol` defines."""
+    out = {}
+    for name, fn in vars(funcol).items():
+        if name.startswith("_") or name.endswith(FUNCOL_HELPERS) or not callable(fn):
+            continue
+        if getattr(fn, "__module__", None) != funcol.__name__ and not getattr(fn, "_gpuscope", 0):
+            continue  # imported into it, not one of its collectives
+        for prefix, kind in FUNCOL_PREFIXES:
+            if name.startswith(prefix):
+                out[name] = kind
+                break
+    return out
+
+
 FUNCOL = "torch.distributed._functional_collectives"
 
 _tls = threading.local()
@@ -257,8 +272,7 @@ def _funcol_group(funcol, group, tag) -> str:
     return name
 
 
-def _wrap_funcol(funcol, name: str, fn):
-    kind = FUNCOL_KINDS[name]
+def _wrap_funcol(funcol, name: str, fn, kind: str):
     gi, ti = _param_index(fn, "group"), _param_index(fn, "tag")
 
     def timed(*args, **kwargs):
@@ -275,19 +289,18 @@ def _wrap_funcol(funcol, name: str, fn):
         finally:
             _tls.depth -= 1
         timer.launched(key, t0, _now(), out)
-        if autograd:
-            _time_backward(timer, key, out)
+        _time_backward(timer, key, out)
         return out
 
-    autograd = name.endswith("_autograd")
     return _ours(timed, fn, name)
 
 
 def _time_backward(timer, key: str, out) -> None:
-    """An autograd collective's backward is the same collective again (all-to-all back, an
-    all-gather's reduce-scatter), issued inside autograd where no Python wrapper sees it: hooks
-    on its autograd node time it, as a call that blocked its thread."""
-    node = getattr(getattr(out, "elem", out), "grad_fn", None)
+    """A collective that autograd records (the _autograd forms, and since 2.13 the plain ones
+    on a tensor that requires grad) has the same collective again as its backward (all-to-all
+    back, an all-gather's reduce-scatter), issued inside autograd where no Python wrapper sees
+    it: hooks on its autograd node time it, as a call that blocked its thread."""
+    node = _collective_node(getattr(getattr(out, "elem", out), "grad_fn", None))
     if node is None:
         return
     start = [0]
@@ -308,17 +321,33 @@ def _time_backward(timer, key: str, out) -> None:
         pass
 
 
+def _collective_node(node, depth: int = 4):
+    """The autograd node of a functional collective at or just below `node` (a gather on
+    another dimension ends in a cat of the gathered chunks, after its wait), or None."""
+    for _ in range(depth):
+        if node is None:
+            return None
+        name = node.name()
+        if "c10d_functional" in name and "wait_tensor" not in name:
+            return node  # (a wait's node sits between a cat and its gather: walked through)
+        nxt = [f for f, _ in node.next_functions if f is not None]
+        if len(nxt) != 1:
+            return None
+        node = nxt[0]
+    return None
+
+
 def _install_funcol() -> None:
     """The functional collectives, where they are loaded (DTensor imports them)."""
     funcol = sys.modules.get(FUNCOL)
     if funcol is None:
         return
-    for name in FUNCOL_KINDS:
+    for name, kind in funcol_kinds(funcol).items():
         fn = getattr(funcol, name, None)
         if fn is None or getattr(fn, "_gpuscope", False):
             continue
         _originals[(funcol, name)] = fn
-        setattr(funcol, name, _wrap_funcol(funcol, name, fn))
+        setattr(funcol, name, _wrap_funcol(funcol, name, fn, kind))
     wait = getattr(funcol, "wait_tensor", None)
     if wait is not None and not getattr(wait, "_gpuscope", False):
         _originals[(funcol, "wait_tensor")] = wait
@@ -428,9 +457,9 @@ class CollectiveTimer:
             return
         if len(self._inflight) > 8192:  # launches nobody waited on
             self._inflight.clear()
-        self._inflight.append((key, t0))
-        if self.on_wait is not None:  # the call itself held the thread (gloo's queue, a
-            self.on_wait(key, t0, t1)  # launch): blocked inside a collective, as a trace says
+        # in flight from the end of the call, when it is queued: the call itself is the host's
+        # launch work (DTensor's bookkeeping, buffers), as a trace's c10d launch ranges are
+        self._inflight.append((key, t1))
 
     def tensor_waited(self, tensor, t0: int, t1: int) -> None:
         if not self._inflight:

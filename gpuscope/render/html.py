@@ -392,6 +392,61 @@ def _layout_html(report: ReportData) -> str:
     return f'<h2>Layout</h2><ul id="layout">{"".join(items)}</ul>' if items else ""
 
 
+def _mesh_html(report: ReportData) -> str:
+    """Communication by process group, named by its mesh dimension (analyze/comm_groups.py)."""
+    groups = report.comm_by_group
+    if not groups or (len(groups) == 1 and not groups[0].get("dim")):
+        return ""
+    split = all("wait_ms" in g for g in groups)
+    head = ("<tr><th>dimension</th><th>group</th><th>ranks</th><th>collectives</th>"
+            "<th>comm ms</th><th>exposed ms</th>"
+            + ("<th>wait ms</th><th>transfer ms</th>" if split else "") + "</tr>")
+    rows = "".join(
+        f"<tr><td>{esc(g['dim'] or '-')}</td><td>{esc(g['group'])}</td>"
+        f"<td>{esc(', '.join(map(str, g['ranks'])))}</td><td>{esc(', '.join(g['kinds']))}</td>"
+        f"<td>{g['comm_ms']:.1f}</td><td>{g['exposed_ms']:.1f}</td>"
+        + (f"<td>{g['wait_ms']:.1f}</td><td>{g['transfer_ms']:.1f}</td>" if split else "")
+        + "</tr>" for g in groups)
+    mesh = report.layout.get("mesh") or {}
+    held = mesh.get("holds_back")
+    note = (f'<p id="mesh-holds-back"><b>The {esc(repr(held))} dimension holds the step back'
+            f"</b>: {mesh['by_dim'][held]['exposed_ms']:.1f} ms of exposed communication per "
+            "step</p>" if held else "")
+    return ("<h2>Communication by mesh dimension</h2><p class=\"dim\">mean ms per analysed step "
+            "over each group's ranks</p>"
+            f'<table id="mesh">{head}{rows}</table>{note}')
+
+
+def mesh_bars(report: ReportData):
+    """Per mesh dimension and rank: exposed communication split into wait and transfer, and
+    the hidden rest, mean ms per analysed step (analyze/comm_groups.dim_steps)."""
+    per = report.comm_by_dim_steps
+    if per is None or not len(per):
+        return None
+    import plotly.graph_objects as go
+
+    mean = per.groupby(["dim", "rank"], sort=True).mean(numeric_only=True).reset_index()
+    x = [mean["dim"].astype(str).map(esc).tolist(), mean["rank"].astype(str).tolist()]
+    exposed = mean["exposed_ns"].to_numpy(np.float64)
+    wait = (np.minimum(mean["wait_ns"].to_numpy(np.float64), exposed) if "wait_ns" in mean
+            else None)
+    parts = ({"wait": wait, "transfer": exposed - wait} if wait is not None
+             else {"exposed": exposed})
+    parts["hidden"] = np.maximum(mean["comm_ns"].to_numpy(np.float64) - exposed, 0)
+    colors = {"wait": "#e53935", "transfer": "#fb8c00", "exposed": "#fb8c00",
+              "hidden": "#bdbdbd"}
+    fig = go.Figure()
+    for name, values in parts.items():
+        fig.add_trace(go.Bar(x=x, y=(values / MS).round(3), name=name,
+                             marker_color=colors[name],
+                             hovertemplate=f"%{{x}}<br>{name}: %{{y:.2f}} ms<extra></extra>"))
+    fig.update_layout(barmode="stack", height=360,
+                      title="Communication by mesh dimension and rank: mean ms per step",
+                      yaxis=dict(title="ms"), margin=dict(l=60, r=20, t=50, b=60),
+                      legend=dict(orientation="h", y=-0.25))
+    return fig
+
+
 def _summary_html(report: ReportData) -> str:
     v = report.verdict
     color = LABEL_COLORS.get(v.label, "#333")
@@ -423,6 +478,7 @@ def _summary_html(report: ReportData) -> str:
     layout = _layout_html(report)
     if layout:
         out.append(layout)
+    out.append(_mesh_html(report))
     out.append(_memory_html(report))
     if report.suggestions:
         items = "".join(
@@ -456,14 +512,16 @@ h1{font-size:22px;margin:0 0 4px}h1 small{font-weight:normal;color:#666;font-siz
 h2{font-size:17px;margin:18px 0 6px}.meta,.dim{color:#666}.verdict{border-left:6px solid;
 padding:8px 12px;font-size:18px;background:#fafafa}.label{color:#fff;padding:2px 8px;
 border-radius:4px;text-transform:uppercase;font-weight:bold}.gain{color:#2e7d32}
-.why{color:#555;font-size:14px}.panel{margin-top:18px}li{margin-bottom:6px}"""
+.why{color:#555;font-size:14px}.panel{margin-top:18px}li{margin-bottom:6px}
+table{border-collapse:collapse;font-size:14px}th,td{border-bottom:1px solid #ddd;padding:3px 10px;
+text-align:right}th:nth-child(-n+4),td:nth-child(-n+4){text-align:left}"""
 
 
 def figures(report: ReportData) -> list[tuple[str, object]]:
     """(div id, plotly figure) of every panel the report has data for."""
     figs = (("panel-steps", step_bars(report)), ("panel-heatmap", heatmap(report)),
             ("panel-ranks", rank_bars(report)), ("panel-stages", stage_bars(report)),
-            ("panel-phases", phase_bars(report)),
+            ("panel-phases", phase_bars(report)), ("panel-mesh", mesh_bars(report)),
             ("panel-gpu", gpu_breakdown_bars(report)),
             ("panel-telemetry", telemetry_lines(report)),
             ("panel-memory", memory_lines(report)))

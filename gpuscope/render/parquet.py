@@ -1,6 +1,7 @@
 """`gpuscope export PATH --parquet FILE`: the analysed rank x step table, one row per rank and
 (optimizer) step, with the step's label, the run's verdict, the knobs, memory where sampled and
-each rank's rates, for DuckDB, Polars or Spark over many runs. Times in ms, shares in %; pyarrow is an optional extra
+each rank's rates, communication by mesh dimension where a DeviceMesh names the groups
+(comm_<dim>_ms, comm_exposed_<dim>_ms, wait_<dim>_ms), for DuckDB, Polars or Spark over many runs. Times in ms, shares in %; pyarrow is an optional extra
 (`pip install 'gpuscope[parquet]'`)."""
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ def step_table(report: "ReportData") -> "pd.DataFrame":
         out[name] = pd.Series([value if ok else None] * len(out), dtype=dtype)
     out["knobs_json"] = json.dumps(knobs, sort_keys=True, default=str)
     _memory_columns(out, report)
+    _mesh_columns(out, report)
     per_rank = {r["rank"]: r for r in report.throughput.get("per_rank", [])}
     for key in ("samples_per_s", "tokens_per_s", "mfu_pct"):
         out[f"rank_{key}"] = pd.Series([per_rank.get(r, {}).get(key) for r in
@@ -90,6 +92,24 @@ def _memory_columns(out: "pd.DataFrame", report: "ReportData") -> None:
         if col in keyed and keyed[col].notna().any():
             out[name] = (keyed[col].reindex(at).to_numpy("float64") / 2**20)
             out[name] = out[name].astype("Float64")
+
+
+#: per mesh dimension D (analyze/comm_groups.dim_steps): comm_D_ms, comm_exposed_D_ms, wait_D_ms
+MESH = {"comm_ns": "comm_{}_ms", "exposed_ns": "comm_exposed_{}_ms", "wait_ns": "wait_{}_ms"}
+
+
+def _mesh_columns(out: "pd.DataFrame", report: "ReportData") -> None:
+    import pandas as pd
+
+    per = report.comm_by_dim_steps
+    if per is None or not len(per):
+        return
+    at = pd.MultiIndex.from_arrays([out["rank"].astype("int64"), out["step"]])
+    for dim, rows in per.groupby("dim", sort=True):
+        keyed = rows.set_index(["rank", "step"])
+        for col, name in MESH.items():
+            if col in keyed:  # a step without that dimension's collectives: 0, it had none
+                out[name.format(dim)] = keyed[col].reindex(at).fillna(0).to_numpy("float64") / MS
 
 
 def write(report: "ReportData", path: str) -> int:

@@ -13,7 +13,10 @@ labels, offsets) comes worked out from analyze/timeline.py.
 
 Profiler traces: the ranks' own events, merged (one process per rank and original process, flow
 ids kept apart per rank, other hosts' clocks shifted the same way), with a "gpuscope" process per
-rank above them whose slices are the steps as analysed: label and parts in the args.
+rank above them whose slices are the steps as analysed: label and parts in the args. Where a
+DeviceMesh names the process groups, each collective gets its dimension in its args and a copy
+on a "mesh <dim>" track of its rank's gpuscope process; recorded runs get a communication track
+per kind and dimension ("comm: all_reduce [tp]").
 """
 
 from __future__ import annotations
@@ -42,6 +45,8 @@ LAYOUT = ("parts laid out in the order a step runs them (between, data, forward,
 #: tracks of a recorded rank: (thread id, name); communication kinds get ids from COMM_TID
 TRACKS = {"step": 1, "data": 2, "compute": 3, "wait": 4, "other": 5}
 COMM_TID = 10
+#: per-dimension tracks of a trace's rank (its gpuscope process): ids from MESH_TID
+MESH_TID = 100
 PARTS = ("data", "forward", "backward", "compute", "comm", "comm_exposed", "wait", "optimizer",
          "other", "between")
 FLOW_PHASES = {"s", "t", "f"}
@@ -156,17 +161,19 @@ def record_events(table: "RunTable", report: "ReportData", tl: "Timeline") -> tu
 
 
 def _comm_kinds(table: "RunTable") -> dict:
-    """{(rank, step): {kind: (comm_ns, exposed_ns)}} from the collectives by kind, if timed."""
-    from ..run_format import comm_kind
-
+    """{(rank, step): {track: (comm_ns, exposed_ns)}} from the collectives by kind, if timed;
+    a kind whose group a DeviceMesh names gets a track per dimension ("all_reduce [tp]")."""
     comm = table.comm
     if comm is None or comm.empty:
         return {}
+    dims = table.mesh_dims()
     out: dict = {}
     for r, s, key, c, e in zip(comm["rank"].tolist(), comm["step"].tolist(), comm["key"].tolist(),
                                comm["comm_ns"].tolist(), comm["exposed_ns"].tolist()):
         per = out.setdefault((r, s), {})
-        kind = comm_kind(key)
+        kind, _, group = str(key).partition(":")
+        if dims.get(group):
+            kind = f"{kind} [{dims[group]}]"
         old = per.get(kind, (0, 0))
         per[kind] = (old[0] + int(c), old[1] + int(e))
     return out
@@ -186,6 +193,8 @@ def kineto_events(table: "RunTable", report: "ReportData", tl: "Timeline",
     stragglers = set(report.straggler_ranks)
     next_pid = 1
     gpids: dict[int, int] = {}
+    dims = table.mesh_dims()
+    mesh_tids: dict = {}
     for rank in sorted(table.ranks):
         info = table.ranks[rank]
         shift_us = offsets.get(rank, 0) / 1000.0
@@ -223,6 +232,8 @@ def kineto_events(table: "RunTable", report: "ReportData", tl: "Timeline",
                 if e.get("ph") in FLOW_PHASES and isinstance(e.get("id"), int):
                     e["id"] = (rank << FLOW_BITS) | (e["id"] & ((1 << FLOW_BITS) - 1))
                 ev.append(e)
+                if dims:
+                    _mesh_copy(e, dims, rank, gpid, mesh_tids, ev)
     # the steps as analysed, on each rank's gpuscope track (in the traces' own clock)
     for row, res in zip(tl.frame.to_dict("records"), tl.results):
         rank, step = int(row["rank"]), int(row["step"])
@@ -233,6 +244,25 @@ def kineto_events(table: "RunTable", report: "ReportData", tl: "Timeline",
                    "args": {"step": step, **_step_args(row, res)}})
     meta = {"clock_offsets_ns": {str(r): v for r, v in sorted(offsets.items()) if v}}
     return ev, meta, warnings
+
+
+def _mesh_copy(e: dict, dims: dict, rank: int, pid: int, tids: dict, ev: list) -> None:
+    """A collective whose process group a DeviceMesh names: its dimension added to its args,
+    and a copy on that rank's gpuscope track for the dimension ("mesh tp"), so that each
+    dimension's collectives line up on one track per rank."""
+    args = e.get("args")
+    if e.get("ph") != "X" or not isinstance(args, dict):
+        return
+    dim = dims.get(str(args.get("Process Group Name")))
+    if dim is None:
+        return
+    args["mesh dim"] = dim
+    if (rank, dim) not in tids:
+        tids[(rank, dim)] = MESH_TID + len([k for k in tids if k[0] == rank])
+        ev += _meta(pid, f"mesh {dim}", tids[(rank, dim)], tids[(rank, dim)])
+    ev.append({"ph": "X", "pid": pid, "tid": tids[(rank, dim)], "name": e.get("name", ""),
+               "ts": e.get("ts"), "dur": e.get("dur"), "args": {"mesh dim": dim,
+               "Process Group Name": args.get("Process Group Name")}})
 
 
 def write(report: "ReportData", table: "RunTable", tl: "Timeline", path: str,

@@ -267,7 +267,9 @@ def _comm_groups(report: ReportData, console: Console) -> None:
         return
     cells = [f"{g['dim'] or g['group']} (ranks {','.join(map(str, g['ranks'][:8]))}"
              + ("..." if len(g["ranks"]) > 8 else "") + f"; {', '.join(g['kinds'])}): comm "
-             f"{g['comm_ms']:.1f}, exposed {g['exposed_ms']:.1f}" for g in groups[:8]]
+             f"{g['comm_ms']:.1f}, exposed {g['exposed_ms']:.1f}"
+             + (f" (wait {g['wait_ms']:.1f}, transfer {g['transfer_ms']:.1f})"
+                if "wait_ms" in g else "") for g in groups[:8]]
     console.print(Text("Communication by mesh dimension / group, mean ms per step: "
                        + "; ".join(cells)))
     mesh = report.layout.get("mesh") or {}

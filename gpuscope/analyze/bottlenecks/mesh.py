@@ -33,19 +33,22 @@ DP_WORDS = ("dp", "fsdp", "hsdp", "dp_shard", "dp_replicate", "data")
 
 
 def by_dimension(groups: list[dict]) -> dict[str, dict]:
-    """{dimension: {exposed_ms, comm_ms, kinds}}: the mean over its groups (each rank is in one
-    group of each dimension)."""
+    """{dimension: {exposed_ms, comm_ms, [wait_ms, transfer_ms,] kinds}}: the mean over its
+    groups (each rank is in one group of each dimension); wait and transfer where every group
+    of the dimension has them split."""
+    fields = ("exposed_ms", "comm_ms", "wait_ms", "transfer_ms")
     out: dict[str, dict] = {}
     for g in groups:
         if not g.get("dim"):
             continue
-        d = out.setdefault(g["dim"], {"exposed": [], "comm": [], "kinds": set()})
-        d["exposed"].append(g["exposed_ms"])
-        d["comm"].append(g["comm_ms"])
+        d = out.setdefault(g["dim"], {"kinds": set(), **{f: [] for f in fields}})
+        for f in fields:
+            if f in g:
+                d[f].append(g[f])
         d["kinds"] |= set(g["kinds"])
-    return {k: {"exposed_ms": sum(v["exposed"]) / len(v["exposed"]),
-                "comm_ms": sum(v["comm"]) / len(v["comm"]), "kinds": sorted(v["kinds"])}
-            for k, v in out.items()}
+        d["n"] = d.get("n", 0) + 1
+    return {k: {**{f: sum(v[f]) / len(v[f]) for f in fields if v[f] and len(v[f]) == v["n"]},
+                "kinds": sorted(v["kinds"])} for k, v in out.items()}
 
 
 def heaviest(groups: list[dict], step_ms: float, share: float = COMM_SHARE):
