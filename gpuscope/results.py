@@ -380,6 +380,8 @@ class ReportData:
     energy: dict = field(default_factory=dict)
     #: communication per process group, named by its mesh dimension where known
     comm_by_group: list = field(default_factory=list)
+    #: how unevenly all-to-alls deliver rows (an expert layer's tokens): analyze/routing.py
+    routing: dict = field(default_factory=dict)
     #: the analysed rank x step table (with wait and telemetry joined); None when read from JSON
     table: RunTable | None = field(default=None, compare=False, repr=False)
     #: per analysed rank and step, each mesh dimension's comm, exposed and wait ns
@@ -432,6 +434,8 @@ class ReportData:
             d["energy"] = self.energy
         if self.comm_by_group:
             d["comm_by_group"] = [dict(g) for g in self.comm_by_group]
+        if self.routing:
+            d["routing"] = dict(self.routing)
         return d
 
     @classmethod
@@ -457,7 +461,8 @@ class ReportData:
                 [dict(s) for s in d.get("stopped_ranks", [])], list(d.get("missing_ranks", [])),
                 memory=dict(d.get("memory", {})), throughput=dict(d.get("throughput", {})),
                 energy=dict(d.get("energy", {})),
-                comm_by_group=[dict(g) for g in d.get("comm_by_group", [])])
+                comm_by_group=[dict(g) for g in d.get("comm_by_group", [])],
+                routing=dict(d.get("routing", {})))
         except (KeyError, TypeError, ValueError) as exc:
             raise InputError(f"a {SCHEMA} report with a missing or malformed field ({exc!r})") \
                 from None

@@ -49,6 +49,9 @@ class RunTable:
     comm: pd.DataFrame | None = None
     #: memory per rank and step where sampled (readers/memory_records.MEMORY_COLUMNS)
     memory: pd.DataFrame | None = None
+    #: rows each all_to_all_single delivered, per rank, step and instance
+    #: (readers/routing_records.ROUTING_COLUMNS), where recorded
+    routing: pd.DataFrame | None = None
 
     @property
     def rank_ids(self) -> list[int]:

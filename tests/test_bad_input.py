@@ -100,6 +100,7 @@ def test_a_repeated_step_counts_once(tmp_path):
     ({"device": [{"step": "x"}, 5]}, "2 malformed device time(s)"),
     ({"nvml": [[1, 2, 3]]}, "1 malformed NVML sample(s)"),
     ({"dataparallel": {"devices": "01"}}, "malformed DataParallel"),
+    ({"routing": {"steps": [3], "rows": [[5], [6]]}}, "1 malformed all-to-all row record(s)"),
 ])
 def test_bad_side_records_are_skipped_and_counted(tmp_path, record, words):
     run = _copy(RECORD, tmp_path)

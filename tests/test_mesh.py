@@ -47,25 +47,43 @@ def test_a_traces_device_mesh_groups_name_their_dimension():
     assert identify("rank0.json", {"rank": 0, "pg_config": 7})[0].mesh_dims is None
 
 
+def _run(out, workload: str, nproc: int, *args: str) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+         str(nproc), os.path.join(HERE, "workloads", workload), "--out", str(out), *args,
+         "--profile"], capture_output=True, text=True, timeout=300,
+        env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def _comm_agrees(out, bound: float = 0.2) -> None:
+    """Record and traces of one run on communication over the steps the profiler captured, all
+    ranks together, within `bound` (the issue's 20%; seen within -7% and +6% on these loops
+    with one core kept busy, scripts in the commit that set it)."""
+    k = read_path(str(out / "kineto")).frame
+    r = read_path(str(out / "record")).frame
+    r = r[r["step"].isin(set(k["step"]))]
+    ours, theirs = float(r["comm_ns"].sum()), float(k["comm_ns"].sum())
+    assert len(r) == len(k) and abs(ours - theirs) <= bound * theirs, (ours / 1e6, theirs / 1e6)
+
+
+def _kinds_by_dim(rep) -> dict:
+    dims: dict = {}
+    for g in rep.comm_by_group:
+        dims.setdefault(g["dim"], set()).update(g["kinds"])
+    return dims
+
+
 @pytest.mark.slow
 def test_real_2d_run_fsdp_over_dp_and_tensor_parallel_over_tp(tmp_path):
     """The shape of pytorch/examples' fsdp_tp_example on 4 CPU ranks: the recorder times the
     tensor-parallel all-reduces DTensor issues (functional collectives) beside FSDP2's
     all-gathers and reduce-scatters, names each group by its mesh dimension, and agrees with
-    the same run's torch.profiler traces on communication (seen: -6% and +22%; 4 ranks on 2
-    cores wait most of each step; the bound here is what holds with margin, 35%: before the
-    functional collectives were timed, the recorder saw none of TP's)."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "4",
-         os.path.join(HERE, "workloads", "mesh.py"), "--out", str(tmp_path), "--steps", "10",
-         "--profile"], capture_output=True, text=True, timeout=300,
-        env=dict(os.environ, OMP_NUM_THREADS="1"))
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    the same run's torch.profiler traces on communication within 20% (before the functional
+    collectives were timed, the recorder saw none of TP's)."""
+    _run(tmp_path, "mesh.py", 4, "--steps", "10")
     rec = gpuscope.analyze(str(tmp_path / "record"))
-    dims = {}
-    for g in rec.comm_by_group:
-        dims.setdefault(g["dim"], set()).update(g["kinds"])
-    assert dims == {"dp": {"all_gather", "reduce_scatter"}, "tp": {"all_reduce"}}, \
+    assert _kinds_by_dim(rec) == {"dp": {"all_gather", "reduce_scatter"}, "tp": {"all_reduce"}}, \
         rec.comm_by_group
     by_dim = {g["dim"]: g for g in rec.comm_by_group}
     mesh = rec.layout["mesh"]
@@ -75,13 +93,28 @@ def test_real_2d_run_fsdp_over_dp_and_tensor_parallel_over_tp(tmp_path):
     assert sorted(len(g["ranks"]) for g in rec.comm_by_group) == [2, 2, 2, 2]
     assert by_dim["tp"]["comm_ms"] > 0 and by_dim["dp"]["comm_ms"] > 0
     kin = gpuscope.analyze(str(tmp_path / "kineto"))
-    # over the steps the profiler captured, all ranks together
-    k = kin.table.frame
-    r = read_path(str(tmp_path / "record")).frame
-    r = r[r["step"].isin(set(k["step"]))]
-    ours, theirs = float(r["comm_ns"].sum()), float(k["comm_ns"].sum())
-    assert len(r) == len(k) and abs(ours - theirs) <= 0.35 * theirs, (ours / 1e6, theirs / 1e6)
+    _comm_agrees(tmp_path)
     assert set(kin.knobs["mesh_dims"].values()) == {"dp", "tp"}
+
+
+@pytest.mark.slow
+def test_real_sequence_parallel_run_sees_its_gathers_and_scatters(tmp_path):
+    """The example's Llama plan with sequence parallel (mesh.py --model block, 4 ranks): the
+    norms' sequence shards gathered before attention and feed-forward and reduce-scattered
+    after, through torch 2.13's all_gather_single / reduce_scatter_single (untimed before,
+    counted as compute: record and trace then differed by 2x). Both on tp, timed, agreeing with
+    the traces within 20%; the verdict names the dimension with the most exposed time."""
+    _run(tmp_path, "mesh.py", 4, "--model", "block", "--steps", "8")
+    rec = gpuscope.analyze(str(tmp_path / "record"))
+    kinds = _kinds_by_dim(rec)
+    assert kinds["dp"] == {"all_gather", "reduce_scatter"}, rec.comm_by_group
+    assert {"all_gather", "reduce_scatter"} <= kinds["tp"], rec.comm_by_group
+    mesh = rec.layout["mesh"]
+    top = max(mesh["by_dim"], key=lambda k: mesh["by_dim"][k]["exposed_ms"])
+    assert mesh["holds_back"] in (top, None)
+    _comm_agrees(tmp_path)
+    kin = gpuscope.analyze(str(tmp_path / "kineto"))
+    assert any("carry no process group" in w for w in kin.warnings)
 
 
 def test_exposed_tensor_parallel_communication_gets_its_suggestion():
@@ -108,27 +141,24 @@ def test_real_expert_parallel_run_names_the_rank_whose_expert_gets_most_tokens(t
     the functional all_to_all_single (with autograd: its backward all-to-all is timed on its
     autograd node). Rank 1 is named from both sources, the suggestion points at routing, and
     the two agree on communication over the profiled steps."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-         os.path.join(HERE, "workloads", "experts.py"), "--out", str(tmp_path), "--steps", "14",
-         "--profile"], capture_output=True, text=True, timeout=300,
-        env=dict(os.environ, OMP_NUM_THREADS="1"))
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    _run(tmp_path, "experts.py", 2, "--steps", "14")
     import json
 
     tokens = [json.loads((tmp_path / f"tokens-rank{r}.json").read_text())[-1] for r in range(2)]
     assert tokens[1] >= 3.9 * tokens[0]  # the loop's own count: rank 1's expert gets ~80%
+    rec = gpuscope.analyze(str(tmp_path / "record"))
+    # the recorder's rows of the dispatch all-to-all are the loop's own token counts (the same
+    # every step), and the busiest rank is named with its share
+    assert rec.routing["rows_by_rank"] == {"0": tokens[0], "1": tokens[1]}, rec.routing
+    assert rec.routing["busiest_rank"] == 1 and rec.routing["uneven"]
+    assert rec.routing["busiest_share"] == pytest.approx(tokens[1] / sum(tokens), abs=1e-4)
+    assert "rank 1 receives 80% of the rows" in rec.suggestions[0].why
     for src in ("record", "kineto"):
         rep = gpuscope.analyze(str(tmp_path / src))
         assert rep.verdict.label == "imbalanced" and rep.straggler_ranks == [1], src
         top = rep.suggestions[0]
         assert top.knob == "straggler" and "all-to-all" in top.why and "tokens" in top.why, src
-    k = read_path(str(tmp_path / "kineto")).frame
-    r = read_path(str(tmp_path / "record")).frame
-    r = r[r["step"].isin(set(k["step"]))]
-    ours, theirs = float(r["comm_ns"].sum()), float(k["comm_ns"].sum())
-    # seen within -8% and +4%; the bound is one that holds with margin on a busy machine
-    assert abs(ours - theirs) <= 0.3 * theirs, (ours / 1e6, theirs / 1e6)
+    _comm_agrees(tmp_path)
 
 
 MESH2D = os.path.join(HERE, "..", "sample_traces", "parallel", "mesh2d")
@@ -267,3 +297,61 @@ def test_every_functional_collective_of_this_torch_is_timed_and_its_backward_fou
         assert _collective_node(None) is None
     finally:
         dist.destroy_process_group()
+
+
+def test_routing_names_the_rank_the_most_uneven_all_to_all_favours():
+    """Instance by instance: a counts exchange (even), the dispatch (rank 2 gets 70%), the
+    combine (even): the dispatch is the evidence; fewer than two ranks, or even rows, name no
+    one; only the analysed steps count."""
+    import pandas as pd
+
+    from gpuscope.analyze.routing import routing_note, routing_section
+
+    rows = []
+    for step in range(4):
+        for rank, got in ((0, 150), (1, 150), (2, 700)):
+            rows += [(rank, step, 0, 3), (rank, step, 1, got), (rank, step, 2, 333)]
+    rows.append((2, 9, 1, 10**6))  # a step not analysed: left out
+    routing = pd.DataFrame(rows, columns=["rank", "step", "instance", "rows"])
+    frame = pd.DataFrame({"rank": [r for s in range(4) for r in range(3)],
+                          "step": [s for s in range(4) for _ in range(3)]})
+    sec = routing_section(routing, frame, None)
+    assert sec["instance"] == 1 and sec["instances"] == 3 and sec["steps"] == 4
+    assert sec["rows_by_rank"] == {"0": 150.0, "1": 150.0, "2": 700.0}
+    assert sec["busiest_rank"] == 2 and sec["busiest_share"] == pytest.approx(0.7)
+    assert sec["max_over_mean"] == pytest.approx(2.1) and sec["uneven"]
+    assert "rank 2 receives 70% of the rows" in routing_note(sec)
+    even = routing.assign(rows=100)
+    assert routing_section(even, frame, None)["uneven"] is False and routing_note(
+        routing_section(even, frame, None)) == ""
+    assert routing_section(routing[routing["rank"] == 0], frame, None) == {}
+    assert routing_section(None, frame, None) == {}
+
+
+def test_all_to_all_rows_are_read_back_and_malformed_ones_said():
+    from gpuscope.readers.routing_records import routing_frame, routing_ok
+    from gpuscope.record.collectives import _a2a_rows_c10d, _a2a_rows_funcol
+    from gpuscope.record.sinks import Routing
+
+    sink = Routing()
+    assert sink.meta(False) is None
+    sink.step_end(3, [2, 640, -1])
+    sink.step_end(4, [2, 650, 512])
+    meta = sink.meta(False)
+    assert meta == {"routing": {"steps": [3, 4], "rows": [[2, 640, -1], [2, 650, 512]]}}
+    assert sink.meta(True) is None  # handed over once
+    assert routing_ok(meta["routing"])
+    for bad in ({"steps": [1], "rows": []}, {"steps": [1], "rows": [["x"]]}, [], {"steps": [-1],
+                                                                                "rows": [[1]]}):
+        assert not routing_ok(bad), bad
+    f = routing_frame([(1, [meta["routing"]])])
+    assert f.values.tolist() == [[1, 3, 0, 2], [1, 3, 1, 640], [1, 4, 0, 2], [1, 4, 1, 650],
+                                 [1, 4, 2, 512]]  # the shapeless -1 left out
+    import torch
+
+    x = torch.zeros(6, 2)
+    assert _a2a_rows_funcol((x, [1, 4], [3, 3], None), {}) == 5
+    assert _a2a_rows_funcol((x, None, None, None), {}) == 6  # even splits: all of it
+    assert _a2a_rows_funcol((x,), {"output_split_sizes": [2, 2]}) == 4
+    assert _a2a_rows_c10d((torch.zeros(7, 1), x), {}) == 7
+    assert _a2a_rows_c10d((), {}) == -1

@@ -30,6 +30,7 @@ class Findings:
     exposed_by_kind: dict = field(default_factory=dict)  # kind -> mean exposed ns per step
     micro: whatif.MicroSteps | None = None  # per micro-step medians, synchronized or not
     growth: dict = field(default_factory=dict)  # {m: (point, lo, hi)} forward's growth, measured
+    routing: dict = field(default_factory=dict)  # all-to-all rows by rank (routing.py)
 
 
 @dataclass(frozen=True)

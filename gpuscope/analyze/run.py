@@ -45,6 +45,7 @@ from .invariants import bound_suggestions, enforce_parts, violations
 from .layout import Layout, find_layout, split_bubble
 from .prepare import prepare
 from .rank_summary import comm_by_kind, summarize_ranks
+from .routing import routing_section
 from .rowgroups import PerRank
 from .stragglers import find_stragglers
 from .suggestions import suggest, unaddressed
@@ -82,6 +83,7 @@ class Analysis:
     energy: dict = field(default_factory=dict)      # energy: the report's section
     comm_groups: list = field(default_factory=list)  # suggest: comm by group / mesh dimension
     key_waits: object = None                         # suggest: wait per collective key (wait.py)
+    routing: dict = field(default_factory=dict)      # suggest: all-to-all rows by rank
     labels: set = field(default_factory=set)        # suggest: labels holding material time
     jitter: object = None                           # suggest
     by_kind: dict = field(default_factory=dict)     # suggest: comm per rank and kind
@@ -190,6 +192,7 @@ def suggest_all(a: Analysis) -> None:
     a.jitter = jitter_cost(a.steps)
     exposed, a.by_kind = comm_by_kind(a.table, a.frame, a.mapping, ("exposed_ns", "comm_ns"))
     g_exposed, g_comm = comm_by_kind(a.table, a.frame, a.mapping, ("exposed_ns", "comm_ns"), 1)
+    a.routing = routing_section(a.table.routing, a.frame, a.mapping)
     a.key_waits = key_waits(a.table.comm)
     g_wait = (comm_by_kind(replace(a.table, comm=a.key_waits), a.frame, a.mapping,
                            ("wait_ns",), 1)[0] if a.key_waits is not None else None)
@@ -205,7 +208,7 @@ def suggest_all(a: Analysis) -> None:
     a.findings = Findings(a.frame, a.labels, a.th, a.knobs, a.stragglers, a.roles.early,
                           float(a.steps["data_share"].median()), a.jitter,
                           {k: float(np.mean([r.get(k, 0.0) for r in exposed.values()]))
-                           for k in kinds}, a.micro, a.growth)
+                           for k in kinds}, a.micro, a.growth, a.routing)
     a.typical = typical_step(a.frame)
     made, a.why_not = suggest(a.findings, a.typical)
     a.suggestions = list(made)
@@ -262,7 +265,7 @@ def report(a: Analysis) -> None:
         layout=layout_d,
         pipeline=a.pipeline, dataparallel=a.dp_section, stopped_ranks=a.stopped,
         missing_ranks=a.missing, memory=a.memory, throughput=a.throughput, energy=a.energy,
-        comm_by_group=a.comm_groups, table=analysed,
+        comm_by_group=a.comm_groups, routing=a.routing, table=analysed,
         comm_by_dim_steps=dim_steps(t, a.frame, a.mapping, a.key_waits))
 
 

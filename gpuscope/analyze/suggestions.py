@@ -27,7 +27,7 @@ def suggest(found: Findings, t: TypicalStep | None = None
     why_not: dict[str, str] = {}
     if IMBALANCED in labels:
         out += suggest_imbalance(t, found.stragglers, knobs, found.early_ranks, frame,
-                                 found.exposed_by_kind)
+                                 found.exposed_by_kind, found.routing)
     if ((JITTER_BOUND in labels or found.jitter.steps_share >= 0.2)
             and found.jitter.wait_share > 0):
         out += suggest_jitter(t, found.jitter)

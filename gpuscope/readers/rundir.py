@@ -29,6 +29,7 @@ from ..trace_files import file_size
 from .speed import bulk, forks
 from .record_body import coded, decode_body
 from .memory_records import capacity_of, memory_frame, memory_ok
+from .routing_records import routing_frame, routing_ok
 from .record_columns import read_columns
 from .validate import (MAX_NS, MAX_RANKS, MAX_STEP, MAX_UNIX_NS, Tally, clean_knobs, is_int, is_num)
 
@@ -48,6 +49,7 @@ class RankFile:
     nvml: list = field(default_factory=list)
     dataparallel: dict = field(default_factory=dict)  # the latest DataParallel totals
     memory: list = field(default_factory=list)  # memory records (memory_records.py)
+    routing: list = field(default_factory=list)  # all-to-all rows (routing_records.py)
     warnings: list[str] = field(default_factory=list)
     row_lines: list[int] = field(default_factory=list)  # line number of each row
     tally: Tally | None = None  # what was skipped while reading
@@ -172,6 +174,11 @@ def _side_record(obj: dict, out: "RankFile", knobs: dict, tally: Tally, at: int)
             out.memory.append(obj["memory"])
         else:
             tally.add("malformed memory record(s)", at)
+    if "routing" in obj:
+        if routing_ok(obj["routing"]):
+            out.routing.append(obj["routing"])
+        else:
+            tally.add("malformed all-to-all row record(s)", at)
     if "dataparallel" in obj:
         if _dataparallel_ok(obj["dataparallel"]):
             out.dataparallel = obj["dataparallel"]
@@ -734,7 +741,7 @@ def read_run_dir(path: str) -> RunTable:
             f.path = os.path.abspath(f.path)
     chosen = _pick_recording(path, files, want, warnings)
     frames, ranks, world, telemetry, comm = [], {}, 0, [], []  # comm: (rank, columns)
-    memory = []  # (rank, its memory records)
+    memory, routing = [], []  # (rank, its memory / all-to-all row records)
     for f in chosen:
         warnings += f.warnings
         header, rank = f.header, f.rank
@@ -757,6 +764,8 @@ def read_run_dir(path: str) -> RunTable:
             telemetry.append(tel)
         if f.memory:
             memory.append((rank, f.memory))
+        if f.routing:
+            routing.append((rank, f.routing))
         frame = f.frame
         if f.comm is not None:
             comm.append((rank, f.comm))
@@ -784,4 +793,5 @@ def read_run_dir(path: str) -> RunTable:
     if comm_frame is not None:
         frame = with_bubble(frame, comm_frame)
     return RunTable(frame, "record", path, ranks, world or len(ranks), warnings, telemetry=tel,
-                    comm=comm_frame, memory=memory_frame(memory))
+                    comm=comm_frame, memory=memory_frame(memory),
+                    routing=routing_frame(routing))

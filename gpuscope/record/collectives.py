@@ -211,9 +211,35 @@ def _wrap(name: str, fn):
         finally:
             _tls.depth -= 1
         timer.issued(what, group, t0, _now(), out)
+        if rows is not None and timer.on_rows is not None:
+            timer.on_rows(rows(args, kwargs))
         return out
 
+    rows = _a2a_rows_c10d if name == "all_to_all_single" else None
     return _ours(timed, fn, name)
+
+
+def _rows(x) -> int:
+    """The first dimension of a tensor (tokens, for an expert layer's all-to-all); -1 if none."""
+    shape = getattr(x, "shape", None)
+    return int(shape[0]) if shape is not None and len(shape) else -1
+
+
+def _a2a_rows_c10d(args, kwargs) -> int:
+    """Rows this rank received: torch.distributed.all_to_all_single(output, input, ...)."""
+    return _rows(kwargs.get("output", args[0] if args else None))
+
+
+def _a2a_rows_funcol(args, kwargs) -> int:
+    """Rows this rank received: funcol.all_to_all_single(self, output_split_sizes, ...), the
+    sum of the output splits, or all of the input's rows when there are none (even splits)."""
+    splits = kwargs.get("output_split_sizes", args[1] if len(args) > 1 else None)
+    if splits is not None:
+        try:
+            return int(sum(int(n) for n in splits))
+        except (TypeError, ValueError):
+            return -1
+    return _rows(kwargs.get("self", args[0] if args else None))
 
 
 def _ours(wrapper, fn, name: str):
@@ -290,8 +316,11 @@ def _wrap_funcol(funcol, name: str, fn, kind: str):
             _tls.depth -= 1
         timer.launched(key, t0, _now(), out)
         _time_backward(timer, key, out)
+        if a2a and timer.on_rows is not None:
+            timer.on_rows(_a2a_rows_funcol(args, kwargs))
         return out
 
+    a2a = kind == "all_to_all" and name.startswith("all_to_all_single")
     return _ours(timed, fn, name)
 
 
@@ -383,12 +412,15 @@ def _restore() -> None:
 
 
 class CollectiveTimer:
-    """Reports collectives to `sink(key, launch_ns, done_ns, blocked)` and blocked waits to
-    `on_wait(key, t0, t1)`, key = "kind:group", from the moment it is attached until detach()."""
+    """Reports collectives to `sink(key, launch_ns, done_ns, blocked)`, blocked waits to
+    `on_wait(key, t0, t1)`, key = "kind:group", and the rows each all_to_all_single delivered
+    to this rank to `on_rows(rows)`, from the moment it is attached until detach()."""
 
-    def __init__(self, sink, on_wait):
+    def __init__(self, sink, on_wait, on_rows=None):
         self.sink = sink
         self.on_wait = on_wait
+        #: rows an all_to_all_single delivered to this rank (an expert layer's tokens)
+        self.on_rows = on_rows
         self.active = False
         self.reason = ""
         self._pending: dict = {}  # id(work) -> kind, for waits on an async collective
@@ -422,7 +454,7 @@ class CollectiveTimer:
                 _timers.remove(self)
             if not _timers:
                 _restore()
-        self.sink = self.on_wait = None
+        self.sink = self.on_wait = self.on_rows = None
         self._pending.clear()
         self._inflight.clear()
 

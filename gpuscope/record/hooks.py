@@ -137,7 +137,7 @@ class Hooks:
                 self._install_optimizer_hooks()
             from .collectives import CollectiveTimer
 
-            self.collectives = CollectiveTimer(state.collective, state.waited)
+            self.collectives = CollectiveTimer(state.collective, state.waited, state.routed)
             if not self.collectives.attach():
                 if self.collectives.reason:
                     self.warnings.append(self.collectives.reason)

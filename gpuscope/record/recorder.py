@@ -29,7 +29,8 @@ from .hooks import Hooks
 from .knobs import batch_knobs, batch_size_of, loader_knobs, model_knobs, process_knobs
 from .options import RecordOptions
 from .placement import detect_placement, job_id
-from .sinks import DataParallelTimes, DeviceTimes, LiveDiagnosis, Sink, Telemetry, TensorBoardScalars
+from .sinks import (DataParallelTimes, DeviceTimes, LiveDiagnosis, Routing, Sink, Telemetry,
+                    TensorBoardScalars)
 from .step_row import sum_step
 from .step_state import StepState
 from .writer import RecordWriter
@@ -81,6 +82,7 @@ class Recorder:
         self._dev = None         # cuda_timing.DeviceTimer when the model trains on a CUDA device
         self._dp = None          # dataparallel.DataParallelTimer for nn.DataParallel on 2+ GPUs
         self._mem = None         # memory.Memory: the resident set after every step
+        self._routing = None     # sinks.Routing: rows each all-to-all delivered, per step
         self._memory_at_error: dict = {}
         self._flops = None       # flops.FlopCount while micro-step 2's FLOPs are to be counted
         self._hooks: Hooks | None = None
@@ -223,6 +225,9 @@ class Recorder:
         self._closing("hooks", "_hooks", lambda hooks, end: hooks.remove())
         self._hooks.install()
         self.warnings += self._hooks.warnings
+        if self._hooks.collectives is not None:
+            routing = Routing()
+            self._add_sink(routing, routing)
         gpu: dict = {}
         if self._knobs.get("parallel") == "DataParallel":
             from .dataparallel import DataParallelTimer
@@ -557,6 +562,8 @@ class Recorder:
             opt_ran = st.opt_ran
             raw = st.close(self.steps, now)
             if raw is not None:
+                if st.a2a and self._routing is not None:
+                    self._routing.step_end(self.steps, st.a2a)
                 if self._dev is not None:
                     self._dev.step_end(self.steps)
                 if self._dp is not None:

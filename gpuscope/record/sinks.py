@@ -48,6 +48,29 @@ class Sink:
             pass
 
 
+class Routing(Sink):
+    """The rows each all_to_all_single delivered to this rank, per micro-step, in issue order
+    (an expert layer's dispatch: the tokens this rank's experts got; the analysis compares the
+    ranks instance by instance, analyze/routing.py)."""
+
+    name, off, attr = "all-to-all rows", "all-to-all rows off", "_routing"
+
+    def __init__(self):
+        self._steps: list = []
+        self._rows: list = []
+
+    def step_end(self, step: int, rows: list) -> None:
+        self._steps.append(step)
+        self._rows.append(rows)
+
+    def meta(self, final: bool) -> dict | None:
+        if not self._steps:
+            return None
+        out = {"routing": {"steps": self._steps, "rows": self._rows}}
+        self._steps, self._rows = [], []
+        return out
+
+
 class DeviceTimes(Sink):
     """CUDA event times of the finished steps (cuda_timing.DeviceTimer)."""
 

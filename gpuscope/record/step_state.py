@@ -36,6 +36,7 @@ class StepState:
         self.opt_t0 = None
         self.opt_ran = False
         self.samples = -1
+        self.a2a: list = []          # rows each all_to_all_single delivered (sinks.Routing)
 
     def clear(self) -> None:
         self.reset(None)
@@ -113,6 +114,10 @@ class StepState:
                 self.mark(launch)
                 self.exposed.append((launch, done, key))
             self.colls.append((key, launch, done))
+
+    def routed(self, rows: int) -> None:
+        if self.active:
+            self.a2a.append(rows)
 
     def waited(self, key: str, t0: int, t1: int) -> None:
         if self.active:

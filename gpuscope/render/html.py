@@ -417,6 +417,18 @@ def _mesh_html(report: ReportData) -> str:
             f'<table id="mesh">{head}{rows}</table>{note}')
 
 
+def _routing_html(report: ReportData) -> str:
+    r = report.routing
+    if not r:
+        return ""
+    rows = ", ".join(f"rank {esc(k)}: {v:,.0f}" for k, v in r["rows_by_rank"].items())
+    verdict = (f"; <b>rank {r['busiest_rank']} gets {r['busiest_share']:.0%}, "
+               f"{r['max_over_mean']:.1f}x the mean</b>" if r["uneven"] else "; even")
+    return (f'<p id="routing">All-to-all rows per step (call {r["instance"] + 1} of '
+            f'{r["instances"]}, the most uneven: an expert layer\'s dispatch): {rows}{verdict}'
+            "</p>")
+
+
 def mesh_bars(report: ReportData):
     """Per mesh dimension and rank: exposed communication split into wait and transfer, and
     the hidden rest, mean ms per analysed step (analyze/comm_groups.dim_steps)."""
@@ -479,6 +491,7 @@ def _summary_html(report: ReportData) -> str:
     if layout:
         out.append(layout)
     out.append(_mesh_html(report))
+    out.append(_routing_html(report))
     out.append(_memory_html(report))
     if report.suggestions:
         items = "".join(

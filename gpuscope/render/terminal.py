@@ -44,6 +44,7 @@ def write(report: ReportData, console: Console) -> None:
     _rank_table(report, console)
     _comm_and_other(report, console)
     _comm_groups(report, console)
+    _routing(report, console)
     _layout(report, console)
     _pipeline(report, console)
     _dataparallel(report, console)
@@ -278,6 +279,19 @@ def _comm_groups(report: ReportData, console: Console) -> None:
         console.print(Text(f"The {mesh['holds_back']!r} dimension holds the step back: "
                            f"{d['exposed_ms']:.1f} ms of exposed communication per step",
                            style="bold"))
+
+
+def _routing(report: ReportData, console: Console) -> None:
+    """All-to-all rows by rank (analyze/routing.py): an expert layer's tokens."""
+    r = report.routing
+    if not r:
+        return
+    rows = ", ".join(f"rank {k}: {v:,.0f}" for k, v in list(r["rows_by_rank"].items())[:16])
+    console.print(Text(f"All-to-all rows per step (call {r['instance'] + 1} of "
+                       f"{r['instances']}, the most uneven): {rows}"
+                       + (f"; rank {r['busiest_rank']} gets {r['busiest_share']:.0%}, "
+                          f"{r['max_over_mean']:.1f}x the mean" if r["uneven"] else "; even"),
+                       style="bold" if r["uneven"] else ""))
 
 
 def _layout(report: ReportData, console: Console) -> None:

@@ -14,6 +14,7 @@ from ...results import Jitter, Straggler, Suggestion
 from ...vocab import IMBALANCED, JITTER_BOUND, MS
 from ..findings import TypicalStep, gain
 from ..consistency import Roles, persistent_steps
+from ..routing import routing_note
 
 
 LABEL, JITTER_LABEL = IMBALANCED, JITTER_BOUND
@@ -45,7 +46,8 @@ EXPERT_SHARE = 0.5
 def suggest_imbalance(t: TypicalStep, stragglers: list[Straggler], knobs: dict,
                       early: set[int] | None = None,
                       frame: pd.DataFrame | None = None,
-                      exposed_by_kind: dict | None = None) -> list[Suggestion]:
+                      exposed_by_kind: dict | None = None,
+                      routing: dict | None = None) -> list[Suggestion]:
     if not stragglers:
         if early:
             names = ", ".join(str(r) for r in sorted(early))
@@ -85,10 +87,13 @@ def suggest_imbalance(t: TypicalStep, stragglers: list[Straggler], knobs: dict,
         fix = fixes[s.cause]
         by_kind = exposed_by_kind or {}
         total = sum(by_kind.values())
-        if s.cause == "compute" and total > 0 and by_kind.get("all_to_all", 0) >= \
-                EXPERT_SHARE * total:  # the others wait inside all-to-alls: expert parallel
-            fix = (f"the waiting is in all-to-all ({by_kind['all_to_all'] / total:.0%} of the "
-                   "exposed communication): with experts, the router sends rank "
+        in_a2a = total > 0 and by_kind.get("all_to_all", 0) >= EXPERT_SHARE * total
+        routed = routing_note(routing) if (routing or {}).get("busiest_rank") == s.rank else ""
+        if s.cause == "compute" and (in_a2a or routed):  # expert parallel: routing is uneven
+            seen = [f"the waiting is in all-to-all ({by_kind['all_to_all'] / total:.0%} of the "
+                    "exposed communication)"] if in_a2a else []
+            seen += [routed] if routed else []
+            fix = ("; ".join(seen) + ": with experts, the router sends rank "
                    f"{s.rank}'s expert(s) more tokens than the others; balance them (a capacity "
                    "factor, an auxiliary load-balancing loss, expert placement), or check for "
                    "uneven inputs")

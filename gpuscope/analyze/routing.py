@@ -1,0 +1,74 @@
+"""Expert routing: how unevenly the all-to-alls deliver rows (tokens) to the ranks.
+
+From the recorder's all-to-all rows (RunTable.routing: per rank, micro-step and instance, the
+rows that all_to_all_single delivered). Instance i of a step is the same call on every rank
+(collectives are issued in one order), so comparing the ranks instance by instance separates an
+MoE layer's dispatch (uneven when the router favours some experts) from its combine (each rank
+gets its own tokens back) and from a small exchange of counts. The most uneven instance is the
+evidence: each rank's mean rows per analysed step, the busiest rank, its share of all rows and
+how many times the mean rank it gets. Traces carry no split sizes on CPU: unknown there.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .rowgroups import find_pairs
+
+#: below this max / mean ratio the rows are taken as even (no rank named)
+UNEVEN = 1.2
+
+
+def analysed_rows(routing: pd.DataFrame, frame: pd.DataFrame, mapping) -> pd.DataFrame:
+    """The routing rows of the analysed (micro-)steps."""
+    if mapping is not None:  # accumulation: the micro-steps of the analysed cycles
+        keep, _ = find_pairs(frame["rank"].to_numpy(np.int64), frame["step"].to_numpy(np.int64),
+                             mapping["rank"].to_numpy(np.int64),
+                             mapping["cycle_step"].to_numpy(np.int64))
+        pairs = mapping[keep]
+    else:
+        pairs = frame
+    hit, _ = find_pairs(pairs["rank"].to_numpy(np.int64), pairs["step"].to_numpy(np.int64),
+                        routing["rank"].to_numpy(np.int64), routing["step"].to_numpy(np.int64))
+    return routing[hit]
+
+
+def routing_section(routing: pd.DataFrame | None, frame: pd.DataFrame, mapping) -> dict:
+    """{} when nothing was recorded or fewer than two ranks sent rows; else {instance,
+    instances, steps, rows_by_rank, busiest_rank, busiest_share, max_over_mean, uneven}."""
+    if routing is None or routing.empty:
+        return {}
+    rows = analysed_rows(routing, frame, mapping)
+    if rows.empty:
+        return {}
+    per = rows.groupby(["instance", "rank"], sort=True)["rows"].mean()
+    best = None
+    for inst, by_rank in per.groupby(level=0, sort=True):
+        by_rank = by_rank.droplevel(0)
+        if len(by_rank) < 2 or by_rank.mean() <= 0:
+            continue
+        ratio = float(by_rank.max() / by_rank.mean())
+        if best is None or ratio > best[0] + 1e-9:
+            best = (ratio, int(inst), by_rank)
+    if best is None:
+        return {}
+    ratio, inst, by_rank = best
+    top = int(by_rank.idxmax())
+    return {"instance": inst, "instances": int(rows["instance"].max()) + 1,
+            "steps": int(rows["step"].nunique()),
+            "rows_by_rank": {str(int(r)): round(float(v), 1) for r, v in by_rank.items()},
+            "busiest_rank": top, "busiest_share": round(float(by_rank[top] / by_rank.sum()), 4),
+            "max_over_mean": round(ratio, 3), "uneven": ratio >= UNEVEN}
+
+
+def routing_note(section: dict) -> str:
+    """One line for the report and the straggler's suggestion; "" when even or unknown."""
+    if not section or not section.get("uneven"):
+        return ""
+    r = section["busiest_rank"]
+    n = len(section["rows_by_rank"])
+    return (f"rank {r} receives {section['busiest_share']:.0%} of the rows of the most uneven "
+            f"all-to-all ({section['max_over_mean']:.1f}x the mean of {n} ranks; call "
+            f"{section['instance'] + 1} of {section['instances']} per step, an expert "
+            "layer's dispatch)")
