@@ -100,6 +100,9 @@ def suggest_comm(t: TypicalStep, knobs: dict, th: Thresholds,
             f"{gather / MS:.1f} ms per step is exposed FSDP all-gather; keeping the gathered "
             "parameters from forward to backward (fully_shard(..., reshard_after_forward=False)) "
             "saves the backward all-gathers, about half, at the cost of holding them in memory; "
+            "prefetching the next modules' all-gathers hides more of them behind compute (FSDP2: "
+            "set_modules_to_forward_prefetch / set_modules_to_backward_prefetch; FSDP1: "
+            "forward_prefetch=True, backward_prefetch=BACKWARD_PRE); "
             "assumes the all-gathers are bandwidth-bound (range: a quarter to all of them)",
             COMM, gain(t.step, est), ((t.step - gather) / MS, (t.step - gather / 4) / MS)))
     used = knobs.get("memory_used_fraction")
