@@ -129,6 +129,19 @@ def test_exposed_tensor_parallel_communication_gets_its_suggestion():
     assert s.knob == "tensor_parallel" and s.estimated_step_ms == pytest.approx(87.5)
     assert s.estimated_step_ms_range == pytest.approx((75.0, 100.0))
     assert "sequence parallel" in s.why and "NVLink" in s.why
+    groups[0]["wait_ms"] = 15.0  # most of it waits for a slow member: only the transfer is
+    (s,) = suggest_mesh(groups, 100e6)  # the links' to recover
+    assert s.estimated_step_ms == pytest.approx(95.0)
+    assert s.estimated_step_ms_range == pytest.approx((90.0, 100.0))
+    assert "15.0 ms of it waiting for the group's slowest member" in s.why
+    groups[0]["wait_ms"] = 24.0  # all but 1 ms waiting: nothing for faster links to do
+    assert suggest_mesh(groups, 100e6) == []
+    del groups[0]["wait_ms"]
+    cp = [dict(groups[0], dim="cp", kinds=["send", "recv"])]
+    (c,) = suggest_mesh(cp, 100e6)
+    assert c.knob == "context_parallel" and "ring" in c.why
+    ep = [dict(groups[0], dim="ep", kinds=["all_to_all"])]
+    assert suggest_mesh(ep, 100e6)[0].knob == "expert_parallel"
     groups[0]["exposed_ms"] = 10.0  # 10% of the step: under the comm threshold
     assert heaviest(groups, 100.0) is None and suggest_mesh(groups, 100e6) == []
     groups[0]["exposed_ms"], groups[1]["exposed_ms"] = 5.0, 40.0  # dp holds it: comm's suggestions

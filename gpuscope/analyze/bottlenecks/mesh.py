@@ -10,14 +10,20 @@ dimension:
   and backward, on the critical path): keep the TP group within one node / NVLink domain, a
   smaller TP degree (more data parallel instead), sequence parallel (its reduce-scatter /
   all-gather pair moves the same bytes as an all-reduce but keeps activations sharded), async
-  TP (overlaps the collective with the matmul). Estimate: from half to all of that exposed time
-  recovered, half as the point.
+  TP (overlaps the collective with the matmul).
 - `dp` / `fsdp` / `hsdp` (gradient sync, parameter gathers): FSDP's reshard_after_forward=False
   (saves the backward all-gathers), prefetching, or gradient accumulation; the comm module's
   suggestions estimate those.
 - `ep` (expert all-to-all): balance tokens over experts (a capacity factor, an auxiliary
-  balancing loss); the busiest rank is the straggler of its group.
-- `cp` (context parallel ring): overlap of the ring's send / recv with attention.
+  balancing loss), overlap with dense compute; the busiest rank is the straggler of its group
+  (analyze/routing.py counts its tokens).
+- `cp` (context parallel ring): overlap of the ring's send / recv with attention, balanced
+  shards, a smaller degree.
+
+Estimate: what faster or overlapped communication can recover is the dimension's transfer, not
+its waiting for the group's slowest member (that is the straggler's or jitter's): half of the
+transfer as the point, all of it to none as the range; no suggestion when the transfer is under
+5% of the step.
 """
 
 from __future__ import annotations
@@ -61,26 +67,53 @@ def heaviest(groups: list[dict], step_ms: float, share: float = COMM_SHARE):
     return (name, d) if d["exposed_ms"] >= share * step_ms else None
 
 
+#: dimension name prefixes -> (knob, proposed, what to change): the data-parallel ones are the
+#: comm module's (reshard_after_forward, prefetch, accumulation, batch size)
+FIXES = (
+    (TP_WORDS, "tensor_parallel",
+     "TP within one node / NVLink domain, a smaller TP degree, sequence parallel or async TP",
+     "inside forward and backward, on the critical path): keep its groups on the fastest links "
+     "(one node, one NVLink domain), use a smaller TP degree with more data parallel instead, "
+     "sequence parallel (keeps activations sharded, same bytes as the all-reduce), or async TP "
+     "to overlap it with the matmuls"),
+    (("cp", "context"), "context_parallel",
+     "overlap the ring's send / recv with attention, or a smaller CP degree",
+     "the ring attention's exchanges of keys and values): overlap each send / recv with the "
+     "attention block it feeds, balance the sequence shards (causal masks make the late "
+     "shards heavier), or use a smaller context-parallel degree for shorter sequences"),
+    (("ep", "expert", "moe"), "expert_parallel",
+     "balance tokens over experts, or overlap the all-to-all with dense compute",
+     "the dispatch and combine all-to-alls): a capacity factor or an auxiliary balancing loss "
+     "evens the tokens per expert, expert placement keeps hot experts apart, and overlapping "
+     "the all-to-all with the shared expert or attention hides it"),
+)
+
+
 def suggest_mesh(groups: list[dict], step_ns: float, share: float = COMM_SHARE) -> list:
-    """A suggestion for the dimension that holds the step back, where it is tensor or sequence
-    parallel (the data-parallel ones are the comm module's), else []."""
+    """A suggestion for the dimension that holds the step back, where it is tensor / sequence,
+    context or expert parallel (the data-parallel ones are the comm module's), else []. What it
+    can recover is the dimension's transfer: its waiting for the group's slowest member is not
+    the links' (the straggler and jitter findings hold that)."""
     step_ms = step_ns / MS
     top = heaviest(groups, step_ms, share)
     if top is None:
         return []
     name, d = top
-    low = name.lower()
-    if not low.startswith(TP_WORDS):
+    fix = next((f for f in FIXES if name.lower().startswith(f[0])), None)
+    if fix is None:
         return []
+    _, knob, proposed, what = fix
     exposed = d["exposed_ms"]
-    point, best = step_ms - exposed / 2, step_ms - exposed
+    wait = min(d.get("wait_ms", 0.0), exposed)
+    transfer = exposed - wait
+    if transfer < 0.05 * step_ms:  # nearly all of it is waiting for a slow member
+        return []
+    point, best = step_ms - transfer / 2, step_ms - transfer
+    waited = (f" ({wait:.1f} ms of it waiting for the group's slowest member, which faster "
+              "links do not recover)" if wait > 0.05 * exposed else "")
     return [Suggestion(
-        "tensor_parallel", f"mesh dimension {name!r}: {exposed:.1f} ms exposed per step",
-        "TP within one node / NVLink domain, a smaller TP degree, sequence parallel or async TP",
-        point, f"{exposed:.1f} ms of each {step_ms:.1f} ms step is exposed communication of the "
-        f"{name!r} dimension ({', '.join(d['kinds'])} inside forward and backward, on the "
-        "critical path): keep its groups on the fastest links (one node, one NVLink domain), "
-        "use a smaller TP degree with more data parallel instead, sequence parallel (keeps "
-        "activations sharded, same bytes as the all-reduce), or async TP to overlap it with the "
-        "matmuls; assumes: half of that exposed time recovered (range: all of it to none)",
+        knob, f"mesh dimension {name!r}: {exposed:.1f} ms exposed per step", proposed, point,
+        f"{exposed:.1f} ms of each {step_ms:.1f} ms step is exposed communication of the "
+        f"{name!r} dimension{waited} ({', '.join(d['kinds'])} {what}; assumes: half of its "
+        f"{transfer:.1f} ms of transfer recovered (range: all of it to none)",
         COMM, gain(step_ms, point), (best, step_ms))]
