@@ -368,3 +368,69 @@ def test_all_to_all_rows_are_read_back_and_malformed_ones_said():
     assert _a2a_rows_funcol((x,), {"output_split_sizes": [2, 2]}) == 4
     assert _a2a_rows_c10d((torch.zeros(7, 1), x), {}) == 7
     assert _a2a_rows_c10d((), {}) == -1
+
+
+def _gpu_mesh_traces(tmp_path, slow_tp_rank=None):
+    """4 hand-built GPU traces on a 2 x 2 mesh: dp groups "1" = (0, 2), "2" = (1, 3); tp groups
+    "3" = (0, 1), "4" = (2, 3). Each step [0, 1000) us: a gemm 0-400, a tp all-reduce 400-600
+    (exposed), a dp all-gather 600-700 (exposed), a gemm 700-900. `slow_tp_rank`'s gemm runs
+    100 us longer, so its tp peer waits 100 us inside the all-reduce (it starts at 400, the slow
+    one at 500; both end at 600)."""
+    import json
+
+    from test_kineto_steps import X, kernel, launch
+
+    pgs = [{"pg_name": "0", "pg_desc": "default_pg", "ranks": [0, 1, 2, 3]},
+           {"pg_name": "1", "pg_desc": "mesh_dp", "ranks": [0, 2]},
+           {"pg_name": "2", "pg_desc": "mesh_dp", "ranks": [1, 3]},
+           {"pg_name": "3", "pg_desc": "mesh_tp", "ranks": [0, 1]},
+           {"pg_name": "4", "pg_desc": "mesh_tp", "ranks": [2, 3]}]
+    for r in range(4):
+        dp, tp = ("1" if r in (0, 2) else "2"), ("3" if r < 2 else "4")
+        ev = []
+        for s in range(1, 4):
+            t0, c = (s - 1) * 1000, s * 10
+            late = 100 if r == slow_tp_rank else 0
+            ev += [X(f"ProfilerStep#{s}", t0, 1000),
+                   launch(t0 + 1, c), kernel("gemm", t0, 400 + late, c),
+                   launch(t0 + 2, c + 1),
+                   X("ncclDevKernel_AllReduce_Sum_f32_RING_LL", t0 + 400 + late, 200 - late,
+                     cat="kernel", tid=7, correlation=c + 1, stream=7,
+                     **{"Process Group Name": tp}),
+                   launch(t0 + 3, c + 2),
+                   X("ncclDevKernel_AllGather_RING_LL", t0 + 600, 100, cat="kernel", tid=7,
+                     correlation=c + 2, stream=7, **{"Process Group Name": dp}),
+                   launch(t0 + 4, c + 3), kernel("gemm", t0 + 700, 200, c + 3)]
+        ev.append(X("ProfilerStep#4", 3000, 100))
+        (tmp_path / f"rank{r}.pt.trace.json").write_text(json.dumps({
+            "traceEvents": ev, "distributedInfo": {"rank": r, "world_size": 4,
+                                                   "backend": "nccl", "pg_config": pgs}}))
+    return tmp_path
+
+
+def test_gpu_traces_split_each_dimension_by_its_kernels_groups(tmp_path):
+    """GPU traces name each collective's group (the kernel's Process Group Name): per dimension
+    the comm, and the wait inside tp where one rank of a tp pair computes 100 us longer; the
+    Perfetto export puts each rank's collectives on a track per dimension."""
+    from gpuscope.cli import main
+
+    _gpu_mesh_traces(tmp_path, slow_tp_rank=1)
+    rep = gpuscope.analyze(str(tmp_path))
+    by = {g["group"]: g for g in rep.comm_by_group}
+    assert {g: by[g]["dim"] for g in by} == {"1": "dp", "2": "dp", "3": "tp", "4": "tp"}
+    assert by["1"]["comm_ms"] == pytest.approx(0.1) and by["3"]["kinds"] == ["all_reduce"]
+    # tp group 3: rank 0's all-reduce 200 us (100 of it waiting for rank 1), rank 1's 100 us
+    assert by["3"]["comm_ms"] == pytest.approx(0.15)
+    assert by["3"]["wait_ms"] == pytest.approx(0.05) and by["4"]["wait_ms"] == pytest.approx(0)
+    assert rep.layout["mesh"]["by_dim"]["tp"]["wait_ms"] == pytest.approx(0.025)
+    out = tmp_path / "t.json"
+    assert main(["export", str(tmp_path), "--perfetto", str(out)]) == 0
+    doc = __import__("json").loads(out.read_text())
+    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in doc["traceEvents"]
+             if e["ph"] == "M" and e["name"] == "thread_name"}
+    mesh_tracks = {v for v in names.values() if v.startswith("mesh ")}
+    assert mesh_tracks == {"mesh dp", "mesh tp"}
+    copies = [e for e in doc["traceEvents"] if e["ph"] == "X"
+              and names.get((e["pid"], e["tid"]), "").startswith("mesh ")]
+    assert len(copies) == 4 * 3 * 2  # every rank's two collectives in each of the 3 steps
+    assert all(e["args"]["mesh dim"] == names[(e["pid"], e["tid"])][5:] for e in copies)
