@@ -434,3 +434,31 @@ def test_gpu_traces_split_each_dimension_by_its_kernels_groups(tmp_path):
               and names.get((e["pid"], e["tid"]), "").startswith("mesh ")]
     assert len(copies) == 4 * 3 * 2  # every rank's two collectives in each of the 3 steps
     assert all(e["args"]["mesh dim"] == names[(e["pid"], e["tid"])][5:] for e in copies)
+
+
+def test_what_goes_wrong_in_counting_never_reaches_the_training():
+    """Counting an all-to-all's rows or finding a collective's autograd node runs inside the
+    user's call: an argument or a graph of a shape we do not know costs the count, not the
+    step."""
+    from gpuscope.record.collectives import _count_rows, _time_backward
+
+    got = []
+
+    class Timer:
+        on_rows = staticmethod(got.append)
+
+    def broken(args, kwargs):
+        raise RuntimeError("a symbolic shape")
+
+    _count_rows(Timer(), broken, (), {})
+    _count_rows(Timer(), lambda a, k: 7, (), {})
+    assert got == [7]
+
+    class Node:
+        def name(self):
+            raise RuntimeError("a node that will not say")
+
+    class Out:
+        grad_fn = Node()
+
+    _time_backward(Timer(), "all_to_all:0", Out())  # returns, hooks nothing

@@ -211,12 +211,23 @@ def _wrap(name: str, fn):
         finally:
             _tls.depth -= 1
         timer.issued(what, group, t0, _now(), out)
-        if rows is not None and timer.on_rows is not None:
-            timer.on_rows(rows(args, kwargs))
+        if rows is not None:
+            _count_rows(timer, rows, args, kwargs)
         return out
 
     rows = _a2a_rows_c10d if name == "all_to_all_single" else None
     return _ours(timed, fn, name)
+
+
+def _count_rows(timer, rows, args, kwargs) -> None:
+    """Hand the timer the rows an all-to-all delivered; whatever goes wrong in counting them
+    (an argument of a shape we do not know) costs the count, never the training."""
+    on_rows = timer.on_rows
+    if on_rows is not None:
+        try:
+            on_rows(rows(args, kwargs))
+        except Exception:
+            pass
 
 
 def _rows(x) -> int:
@@ -316,8 +327,8 @@ def _wrap_funcol(funcol, name: str, fn, kind: str):
             _tls.depth -= 1
         timer.launched(key, t0, _now(), out)
         _time_backward(timer, key, out)
-        if a2a and timer.on_rows is not None:
-            timer.on_rows(_a2a_rows_funcol(args, kwargs))
+        if a2a:
+            _count_rows(timer, _a2a_rows_funcol, args, kwargs)
         return out
 
     a2a = kind == "all_to_all" and name.startswith("all_to_all_single")
@@ -329,7 +340,10 @@ def _time_backward(timer, key: str, out) -> None:
     on a tensor that requires grad) has the same collective again as its backward (all-to-all
     back, an all-gather's reduce-scatter), issued inside autograd where no Python wrapper sees
     it: hooks on its autograd node time it, as a call that blocked its thread."""
-    node = _collective_node(getattr(getattr(out, "elem", out), "grad_fn", None))
+    try:
+        node = _collective_node(getattr(getattr(out, "elem", out), "grad_fn", None))
+    except Exception:  # an autograd graph of a shape we do not know: its backward uncounted
+        return
     if node is None:
         return
     start = [0]
