@@ -228,7 +228,16 @@ def test_2d_sample_views_show_each_dimension(tmp_path):
     assert (t["comm_dp_ms"] + t["comm_tp_ms"] <= t["comm_ms"] * 2 + 1e-6).all()
     page = render(rep, plotlyjs="plotly.js")
     assert 'id="mesh"' in page and "<td>tp</td>" in page and "<td>dp</td>" in page
-    assert "panel-mesh" in dict(figures(rep))
+    fig = dict(figures(rep))["panel-mesh"]
+    # the panel's bars are the same means: per dimension, over its ranks, wait + transfer is the
+    # exposed time and the three parts the comm
+    bars = {tr.name: dict(zip(zip(*tr.x), tr.y)) for tr in fig.data}
+    for dim in ("dp", "tp"):
+        keys = [k for k in bars["wait"] if k[0] == dim]
+        mean = lambda part: sum(bars[part][k] for k in keys) / len(keys)  # noqa: E731
+        assert mean("wait") + mean("transfer") == pytest.approx(by_dim[dim]["exposed_ms"],
+                                                               abs=2e-3)
+        assert mean("wait") == pytest.approx(by_dim[dim]["wait_ms"], abs=2e-3)
     out = tmp_path / "t.json"
     from gpuscope.cli import main
 

@@ -437,7 +437,13 @@ def mesh_bars(report: ReportData):
         return None
     import plotly.graph_objects as go
 
-    mean = per.groupby(["dim", "rank"], sort=True).mean(numeric_only=True).reset_index()
+    # per analysed step of the rank: a step without that dimension's collectives counts as 0
+    n_steps = (report.table.frame.groupby("rank").size() if report.table is not None
+               else per.groupby("rank")["step"].nunique())
+    mean = per.groupby(["dim", "rank"], sort=True).sum(numeric_only=True).reset_index()
+    for col in ("comm_ns", "exposed_ns", "wait_ns"):
+        if col in mean:
+            mean[col] = mean[col] / mean["rank"].map(n_steps).to_numpy(np.float64)
     x = [mean["dim"].astype(str).map(esc).tolist(), mean["rank"].astype(str).tolist()]
     exposed = mean["exposed_ns"].to_numpy(np.float64)
     wait = (np.minimum(mean["wait_ns"].to_numpy(np.float64), exposed) if "wait_ns" in mean
