@@ -76,8 +76,14 @@ def test_one_line_in_a_trainer_records_the_run(trainer_run, trainer, accum):
         micro = np.diff(marks)  # micro-steps after the first
         n = (len(micro) + 1) // accum * accum - 1
         cycles = np.r_[np.nan, micro[:n]].reshape(-1, accum)[1:].sum(axis=1)  # warm-up left out
-        assert abs(r.step_mean_ns / 1e6 - cycles.mean()) <= 0.10 * cycles.mean(), \
-            (r.step_mean_ns / 1e6, cycles.mean())
+        ours = frame.loc[frame["rank"] == r.rank, "step_ns"].to_numpy() / 1e6
+        assert len(ours) == len(cycles), (len(ours), len(cycles))
+        # the cycles but the last, from both: the framework calls gpuscope's hook before the
+        # loop's own mark, so a step's end work in the recorder (a flush) goes into the next
+        # step on both clocks, but after the last step into the loop's last mark alone (a
+        # busy-core clone: 48.9 ms there against 26.6, the others within 0.1 ms)
+        assert abs(ours[:-1].mean() - cycles[:-1].mean()) <= 0.10 * cycles[:-1].mean(), \
+            (ours.round(1), cycles.round(1))
 
 
 @pytest.mark.parametrize("trainer", ["hf", "lightning"])
