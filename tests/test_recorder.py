@@ -273,3 +273,21 @@ def test_a_sink_that_raises_goes_alone_and_the_others_and_training_go_on(tmp_pat
     assert any("breaking off: RuntimeError('broke at a flush')" in w
                for w in lines[-1]["end"]["warnings"])
     assert load_table(str(tmp_path / "run")).frame["step"].tolist() == list(range(12))
+
+
+def test_the_models_mesh_is_looked_for_once_not_at_every_flush(tmp_path, monkeypatch):
+    """Finding a DeviceMesh walks the model's parameters: done at the first flush, not at each
+    (a plain model has none, and looking again every 16 steps cost a large one ~1 ms each)."""
+    import torch
+
+    from gpuscope.record import knobs
+
+    calls = []
+    real = knobs.mesh_dims
+    monkeypatch.setattr(knobs, "mesh_dims", lambda *a, **k: calls.append(1) or real(*a, **k))
+    model = torch.nn.Sequential(*[torch.nn.Linear(4, 4) for _ in range(8)])
+    with gpuscope.record(tmp_path / "run", model=model, flush_rows=2) as rec:
+        for _ in rec.data(range(12)):
+            model(torch.zeros(1, 4)).sum().backward()
+            rec.step()
+    assert len(calls) == 1

@@ -83,6 +83,7 @@ class Recorder:
         self._dp = None          # dataparallel.DataParallelTimer for nn.DataParallel on 2+ GPUs
         self._mem = None         # memory.Memory: the resident set after every step
         self._routing = None     # sinks.Routing: rows each all-to-all delivered, per step
+        self._mesh_checked = False  # the model's DeviceMesh dimensions looked for (once)
         self._memory_at_error: dict = {}
         self._flops = None       # flops.FlopCount while micro-step 2's FLOPs are to be counted
         self._hooks: Hooks | None = None
@@ -684,7 +685,10 @@ class Recorder:
         mod = sys.modules.get("gpuscope.record.collectives")
         if mod is None:
             return
-        if "mesh_dims" not in self._knobs and self.model is not None:
+        if not self._mesh_checked and self.model is not None:
+            # once, at the first flush: a model's DTensor parameters are made before it trains
+            # (walking up to 4,096 parameters every flush cost a large plain model ~1 ms each)
+            self._mesh_checked = True
             from .knobs import mesh_dims
 
             dims = mesh_dims(self.model, mod.group_name)
