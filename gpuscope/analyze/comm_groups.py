@@ -14,8 +14,11 @@ Per rank and step, `dim_steps` gives the same by mesh dimension (Parquet columns
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
+from ..runtable import key_parts
 from ..vocab import MS
+from .rowgroups import in_analysed
 
 
 def groups_section(table, comm: dict, exposed: dict, kinds: dict, layout,
@@ -55,16 +58,11 @@ def kinds_by_group(table) -> dict[str, set]:
     return out
 
 
-def dim_steps(table, frame, mapping, waits) -> "pd.DataFrame | None":
+def dim_steps(table, frame, mapping, waits) -> pd.DataFrame | None:
     """rank, step, dim, comm_ns, exposed_ns, wait_ns: per analysed rank and step (a micro-step's
     collectives counted in its optimizer step, where `mapping` has one), the collectives of each
     mesh dimension summed; None when no group is named by a dimension. `waits`: key_waits'
     table (None: wait_ns left out)."""
-    import pandas as pd
-
-    from ..runtable import key_parts
-    from .rowgroups import find_pairs
-
     comm, dims = table.comm, table.mesh_dims()
     if comm is None or comm.empty or not dims:
         return None
@@ -74,16 +72,10 @@ def dim_steps(table, frame, mapping, waits) -> "pd.DataFrame | None":
             continue
         group = np.asarray(key_parts(src)[1].astype(str), dtype=object)
         dim = pd.Series(group).map(dims).to_numpy(dtype=object)
-        r, s = src["rank"].to_numpy(np.int64), src["step"].to_numpy(np.int64)
-        sel = pd.notna(dim)
-        if mapping is not None:
-            hit, at = find_pairs(mapping["rank"].to_numpy(np.int64),
-                                 mapping["step"].to_numpy(np.int64), r, s)
-            s = np.where(hit, mapping["cycle_step"].to_numpy(np.int64)[np.where(hit, at, 0)], s)
-            sel &= hit
-        hit, _ = find_pairs(frame["rank"].to_numpy(np.int64), frame["step"].to_numpy(np.int64),
-                            r, s)
-        sel &= hit
+        hit, s = in_analysed(frame, mapping, src["rank"].to_numpy(np.int64),
+                             src["step"].to_numpy(np.int64))
+        sel = hit & pd.notna(dim)
+        r = src["rank"].to_numpy(np.int64)
         part = pd.DataFrame({"rank": r[sel], "step": s[sel], "dim": dim[sel]})
         for c in cols:
             part[c] = src[c].to_numpy(np.int64)[sel]

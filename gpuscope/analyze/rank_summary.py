@@ -10,7 +10,7 @@ import pandas as pd
 from ..results import RankResult
 from ..runtable import RunTable, key_parts
 from ..vocab import COMPUTE_PHASES, PARTS
-from .rowgroups import PerRank, find_pairs
+from .rowgroups import PerRank, in_analysed
 
 
 def comm_by_kind(table: RunTable, frame: pd.DataFrame, mapping,
@@ -24,17 +24,11 @@ def comm_by_kind(table: RunTable, frame: pd.DataFrame, mapping,
         return [{} for _ in columns]
     kinds = key_parts(comm)[part]
     r = comm["rank"].to_numpy(np.int64)
-    s = comm["step"].to_numpy(np.int64)
     code = np.asarray(kinds.codes, np.int64)
-    sel = np.ones(len(comm), dtype=bool)
-    if mapping is not None:  # micro-steps -> the optimizer step (cycle) they belong to
-        sel, at = find_pairs(mapping["rank"].to_numpy(np.int64),
-                             mapping["step"].to_numpy(np.int64), r, s)
-        r, code = r[sel], code[sel]
-        s = mapping["cycle_step"].to_numpy(np.int64)[at[sel]]
-    fr = frame["rank"].to_numpy(np.int64)
-    hit, _ = find_pairs(fr, frame["step"].to_numpy(np.int64), r, s)  # analysed steps only
+    # analysed steps only (micro-steps counted in the optimizer step they belong to)
+    hit, _ = in_analysed(frame, mapping, r, comm["step"].to_numpy(np.int64))
     hit &= code >= 0
+    fr = frame["rank"].to_numpy(np.int64)
     if not hit.any():
         return [{} for _ in columns]
     n_kinds = len(kinds.categories)
@@ -44,7 +38,7 @@ def comm_by_kind(table: RunTable, frame: pd.DataFrame, mapping,
     names = [str(k) for k in kinds.categories]
     outs = []
     for column in columns:
-        total = np.bincount(cell, comm[column].to_numpy(np.float64)[sel][hit])
+        total = np.bincount(cell, comm[column].to_numpy(np.float64)[hit])
         out: dict[int, dict] = {}
         for c in seen.tolist():
             rank, k = divmod(c, n_kinds)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .rowgroups import find_pairs
+from .rowgroups import in_analysed
 
 #: below this max / mean ratio the rows are taken as even (no rank named)
 UNEVEN = 1.2
@@ -22,15 +22,8 @@ UNEVEN = 1.2
 
 def analysed_rows(routing: pd.DataFrame, frame: pd.DataFrame, mapping) -> pd.DataFrame:
     """The routing rows of the analysed (micro-)steps."""
-    if mapping is not None:  # accumulation: the micro-steps of the analysed cycles
-        keep, _ = find_pairs(frame["rank"].to_numpy(np.int64), frame["step"].to_numpy(np.int64),
-                             mapping["rank"].to_numpy(np.int64),
-                             mapping["cycle_step"].to_numpy(np.int64))
-        pairs = mapping[keep]
-    else:
-        pairs = frame
-    hit, _ = find_pairs(pairs["rank"].to_numpy(np.int64), pairs["step"].to_numpy(np.int64),
-                        routing["rank"].to_numpy(np.int64), routing["step"].to_numpy(np.int64))
+    hit, _ = in_analysed(frame, mapping, routing["rank"].to_numpy(np.int64),
+                         routing["step"].to_numpy(np.int64))
     return routing[hit]
 
 

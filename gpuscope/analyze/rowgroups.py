@@ -135,3 +135,17 @@ def rank_position(frame: "pd.DataFrame") -> np.ndarray:
         first = np.r_[True, r[1:] != r[:-1]]
         return idx - np.maximum.accumulate(np.where(first, idx, 0))
     return frame.groupby("rank").cumcount().to_numpy()
+
+
+def in_analysed(frame: "pd.DataFrame", mapping, rank, step) -> tuple[np.ndarray, np.ndarray]:
+    """For rows given by (rank, step) of a per-micro-step table (collectives, all-to-all
+    rows): whether each belongs to an analysed step of `frame`, and that step (with
+    accumulation, `mapping` (cycles.py) takes a micro-step to its optimizer step first)."""
+    r, s = np.asarray(rank, np.int64), np.asarray(step, np.int64)
+    keep = np.ones(r.size, dtype=bool)
+    if mapping is not None:
+        keep, at = find_pairs(mapping["rank"].to_numpy(np.int64),
+                              mapping["step"].to_numpy(np.int64), r, s)
+        s = np.where(keep, mapping["cycle_step"].to_numpy(np.int64)[np.where(keep, at, 0)], s)
+    hit, _ = find_pairs(frame["rank"].to_numpy(np.int64), frame["step"].to_numpy(np.int64), r, s)
+    return keep & hit, s

@@ -562,9 +562,11 @@ class Recorder:
         try:
             opt_ran = st.opt_ran
             raw = st.close(self.steps, now)
-            if raw is not None:
-                if st.a2a and self._routing is not None:
+            if st.a2a:  # an all-to-all ran: its rows go with this step
+                if raw is not None and self._routing is not None:
                     self._routing.step_end(self.steps, st.a2a)
+                st.a2a = []
+            if raw is not None:
                 if self._dev is not None:
                     self._dev.step_end(self.steps)
                 if self._dp is not None:

@@ -19,6 +19,8 @@ class StepState:
         self.active = False
         self.buckets: list = []      # DDP buckets may complete on another thread: kept across
         self.colls: list = []        # resets, handed over at close()
+        self.a2a: list = []          # rows each all_to_all_single delivered (sinks.Routing):
+        #                              handed over by the recorder when the step closes
         self.sync_flag = None        # probe's answer at the last forward: will backward sync?
         self.tail = None             # ddp_timing.DDPTailTimer of a DDP model
         self.reset(None)
@@ -36,11 +38,10 @@ class StepState:
         self.opt_t0 = None
         self.opt_ran = False
         self.samples = -1
-        self.a2a: list = []          # rows each all_to_all_single delivered (sinks.Routing)
 
     def clear(self) -> None:
         self.reset(None)
-        self.buckets, self.colls = [], []
+        self.buckets, self.colls, self.a2a = [], [], []
 
     def mark(self, t: int) -> None:
         """An event of the step happened at `t` (the first one starts the step if needed)."""
