@@ -35,6 +35,14 @@ def table_from_rows(rows: list[dict], knobs: dict | None = None, world: int | No
     return RunTable(frame, "record", "<hand-built>", ranks, world or len(ranks), [])
 
 
+def about_recording(warnings: list[str]) -> list[str]:
+    """The warnings that are not about suggestions. Which bottleneck a short run on a shared
+    machine shows depends on its load, and with it whether a fix could be estimated ("no
+    suggestion for ...") or had to be held to what it can recover ("suggestion ..."): tests of
+    the recording assert on the rest."""
+    return [w for w in warnings if not w.startswith(("no suggestion for ", "suggestion "))]
+
+
 def balanced(n_steps: int, n_ranks: int, **parts) -> list[dict]:
     return [{"rank": r, "step": s, **parts} for r in range(n_ranks) for s in range(n_steps)]
 

@@ -19,6 +19,7 @@ from torch.optim import optimizer as optim_mod  # noqa: E402
 import gpuscope  # noqa: E402
 from gpuscope.record import recorder as recorder_mod  # noqa: E402
 from gpuscope.readers.rundir import RankFile, group_recordings  # noqa: E402
+from helpers import about_recording  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -133,7 +134,9 @@ def test_start_and_stop_beside_the_context_manager(tmp_path, caplog):
     assert not rec.active
     assert os.listdir(tmp_path) == ["rank-00000.gpuscope.jsonl"]
     d = gpuscope.analyze(tmp_path).to_dict()
-    assert d["steps_analysed"] == 5 and not d["warnings"]
+    # nothing about the recording (a busy CI core once made this 6-step toy loop data-bound,
+    # with its "no suggestion" note)
+    assert d["steps_analysed"] == 5 and about_recording(d["warnings"]) == []
 
 
 @pytest.mark.parametrize("crash", [False, True])
