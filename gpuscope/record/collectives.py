@@ -20,6 +20,15 @@ launch, and one in front of the module's `wait_tensor` notes the blocked wait; t
 span is taken to end with that wait (when it finished earlier, the span is longer than the
 transfer; the blocked part is exact). Their group is named as funcol names it.
 
+Symmetric-memory collectives (`torch.ops.symm_mem`: one-shot / two-shot / multimem all-reduce,
+all-gather, reduce-scatter, NVSHMEM all-to-all, the fused matmul collectives) are ops, not
+Python functions: each op packet of a group collective is put behind a callable that forwards
+every attribute to it (`.default`, its overloads and schema keep working). On a GPU they run on
+the caller's stream and return at once, so the host sees a launch, not the transfer: they are
+counted by kind and group and the end record says so (their time is inside compute there;
+profiler traces show it). On host tensors (no such kernel ships for CPU; a test registers one)
+a call blocks and is timed like any blocking collective.
+
 On CUDA with NCCL the host only sees enqueueing and waiting, not the transfer on the GPU; the
 report says so, and torch.profiler traces give the device view.
 """
@@ -397,6 +406,115 @@ def _install_funcol() -> None:
         funcol.wait_tensor = _wrap_blocking(wait, "tensor_waited", "wait_tensor")
 
 
+SYMM_MEM_MODULE = "torch.distributed._symmetric_memory"
+
+#: symmetric-memory ops: a part of the op's name -> kind; only ops that take a group
+#: (`group_name`) are collectives of one, the rest (put / get / signals) are left alone
+SYMM_MEM_KINDS = (("all_reduce", "all_reduce"), ("all_gather", "all_gather"),
+                  ("reduce_scatter", "reduce_scatter"), ("all_to_all", "all_to_all"),
+                  ("broadcast", "broadcast"), ("reduce", "reduce"))
+
+
+def symm_mem_kinds(op_names, group_index) -> dict[str, tuple[str, int]]:
+    """{op name: (kind, index of its group_name argument)} of the group collectives among
+    `op_names` ("symm_mem::one_shot_all_reduce", ...); `group_index(name)` gives the argument's
+    index, or -1 when the op takes no group."""
+    out = {}
+    for full in op_names:
+        ns, _, name = full.partition("::")
+        if ns != "symm_mem":
+            continue
+        kind = next((k for part, k in SYMM_MEM_KINDS if part in name), None)
+        if kind is None:
+            continue
+        gi = group_index(name)
+        if gi >= 0:
+            out[name] = (kind, gi)
+    return out
+
+
+class SymmMemOp:
+    """A torch.ops.symm_mem op packet behind a timing call; every attribute is the packet's."""
+
+    _gpuscope = True
+
+    def __init__(self, packet, kind: str, group_index: int):
+        self.__wrapped__ = packet
+        self._kind, self._gi = kind, group_index
+
+    def __getattr__(self, name):
+        return getattr(self.__wrapped__, name)
+
+    def __call__(self, *args, **kwargs):
+        timer = _sink()
+        if timer is None or _compiling():
+            return self.__wrapped__(*args, **kwargs)
+        gi = self._gi
+        group = kwargs.get("group_name", args[gi] if gi < len(args) else None)
+        t0 = _now()
+        _tls.depth = getattr(_tls, "depth", 0) + 1
+        try:
+            out = self.__wrapped__(*args, **kwargs)
+        finally:
+            _tls.depth -= 1
+        try:
+            key = f"{self._kind}:{_symm_group(group)}"
+            on_device = on_gpu(args[0] if args else kwargs.get("input"))
+        except Exception:  # an argument of a shape we do not know: this call uncounted
+            return out
+        timer.symm_mem(key, t0, _now(), on_device)
+        return out
+
+
+def on_gpu(x) -> bool:
+    """Whether a symmetric-memory op's input lives on a GPU (the op then runs on its stream)."""
+    return bool(getattr(x, "is_cuda", False))
+
+
+def _symm_group(name) -> str:
+    """A symmetric-memory op's group_name as the other wrappers name groups."""
+    if not isinstance(name, str):
+        return "?"
+    try:
+        from torch.distributed import distributed_c10d as c10d
+
+        pg = c10d._resolve_process_group(name)
+        if pg is c10d.GroupMember.WORLD or pg is c10d._get_default_group():
+            return "default"
+        if name not in _members and len(_members) < 1024:
+            ranks = _ranks_of(pg)
+            if ranks is not None:
+                _members[name] = ranks
+    except Exception:
+        pass
+    return name
+
+
+def _install_symm_mem() -> None:
+    """The symmetric-memory ops, where symmetric memory is loaded (a program that allocates
+    symmetric buffers imports torch.distributed._symmetric_memory to do it)."""
+    if SYMM_MEM_MODULE not in sys.modules:
+        return
+    import torch
+
+    ns = torch.ops.symm_mem
+
+    def group_index(name: str) -> int:
+        try:
+            args = [a.name for a in getattr(ns, name).default._schema.arguments]
+        except Exception:
+            return -1
+        return args.index("group_name") if "group_name" in args else -1
+
+    for name, (kind, gi) in symm_mem_kinds(torch._C._dispatch_get_all_op_names(),
+                                           group_index).items():
+        packet = getattr(ns, name, None)
+        if packet is None or getattr(packet, "_gpuscope", False):
+            continue
+        _originals[(ns, name)] = packet
+        setattr(ns, name, SymmMemOp(packet, kind, gi))
+
+
 def _install() -> None:
     import torch.distributed as dist
     from torch.distributed import distributed_c10d as c10d
@@ -415,6 +533,7 @@ def _install() -> None:
         _originals[(work, "wait")] = work.wait
         work.wait = _wrap_blocking(work.wait, "waited", "wait")
     _install_funcol()
+    _install_symm_mem()
 
 
 def _restore() -> None:
@@ -423,6 +542,14 @@ def _restore() -> None:
         if getattr(current, "__wrapped__", None) is fn:  # ours, not patched over by someone else
             setattr(owner, name, fn)
     _originals.clear()
+
+
+def untimed_on_stream(calls: dict[str, int], steps: int) -> str:
+    """The end record's line for symmetric-memory collectives launched on a GPU stream."""
+    what = ", ".join(f"{key} x{n}" for key, n in sorted(calls.items(), key=lambda kv: -kv[1])[:6])
+    return (f"symmetric-memory collectives ran on the GPU's stream in {steps} step(s) ({what}): "
+            "the recorder saw their launches, not their transfer, which is counted as compute "
+            "here; torch.profiler traces time them")
 
 
 class CollectiveTimer:
@@ -441,6 +568,8 @@ class CollectiveTimer:
         #: functional collectives in flight, oldest first: (key, launch). Waits take the oldest:
         #: the tensor a wait is handed is not the one the launch returned (a custom op between)
         self._inflight: list = []
+        #: symmetric-memory collectives launched on a GPU stream: key -> calls (untimed)
+        self.on_stream: dict[str, int] = {}
 
     def attach(self) -> bool:
         if "torch" not in sys.modules:
@@ -516,6 +645,17 @@ class CollectiveTimer:
             sink(key, launch, t1, False)  # done by the end of its wait at the latest
         if on_wait is not None:
             on_wait(key, t0, t1)
+
+    def symm_mem(self, key: str, t0: int, t1: int, on_device: bool) -> None:
+        """A symmetric-memory collective: a host call blocked for all of it; a launch on a GPU
+        stream is counted (its transfer happens on the device, after the call returned)."""
+        if on_device:
+            if len(self.on_stream) < 256 or key in self.on_stream:
+                self.on_stream[key] = self.on_stream.get(key, 0) + 1
+            return
+        sink = self.sink
+        if sink is not None:
+            sink(key, t0, t1, True)
 
     def _done(self, key: str, t0: int) -> None:
         sink = self.sink

@@ -328,6 +328,11 @@ class Recorder:
             user = getattr(self.model, "_comm_hooks", None)  # DDP keeps the user's hooks here
             end["comm_hook"] = (getattr(user[-1][0], "__qualname__", repr(user[-1][0])) if user
                                 else "DDP's built-in all-reduce")
+        timer = self._hooks.collectives if self._hooks is not None else None
+        if timer is not None and timer.on_stream:
+            from .collectives import untimed_on_stream
+
+            self.warnings.append(untimed_on_stream(timer.on_stream, self.steps))
         self._close_sinks()  # before the end record: what failed to close is in its warnings
         if self._writer is not None and self._writer.dropped:
             self.warnings.append(f"{self._writer.dropped} line(s) dropped while writes to the "
