@@ -7,9 +7,10 @@ Reads benchmarks/results/*.json: overhead.json (benchmarks/bench_overhead.py),
 overhead_cases.json and overhead_cases_gpu.json (benchmarks/bench_overhead_cases.py),
 whatif.json (benchmarks/bench_whatif.py), vs_hta.json (benchmarks/bench_vs_hta.py), scale.json
 (benchmarks/bench_scale.py), same_run.json (scripts/same_run.py), fuzz.json (scripts/fuzz.py),
-soak.json (scripts/soak.py); a missing file leaves its section out with the command that makes
-it. The README's lines between `<!-- budgets:begin -->` and `<!-- budgets:end -->` are
-rewritten: one per budget, its figure, and a link to the section here.
+soak.json (scripts/soak.py), upstream_2d.json (scripts/upstream_2d.py); a missing file leaves
+its section out with the command that makes it. The README's lines between
+`<!-- budgets:begin -->` and `<!-- budgets:end -->` are rewritten: one per budget, its figure,
+and a link to the section here.
 """
 
 from __future__ import annotations
@@ -221,6 +222,36 @@ def memory(d: dict) -> list[str]:
     return lines
 
 
+def upstream_2d(d: dict) -> list[str]:
+    lines = ["## pytorch/examples' 2D example, recorded and profiled", "",
+             f"`python scripts/upstream_2d.py --examples PATH --runs {len(d['runs'])}`: "
+             f"{d['example']} at commit {d['examples_commit']} (FSDP2 over `dp`, tensor + "
+             f"sequence parallel over `tp`, its Llama2 model, {d['iterations']} iterations) on "
+             f"{d['ranks']} ranks ({d['backend']}, {d['cpu_count']} cores, torch {d['torch']}), "
+             "recorded by gpuscope and profiled by torch.profiler in the same run. Changed in a "
+             "copy, nothing else: " + "; ".join(d["changes"]) + ". Communication over the "
+             "profiled steps, all ranks together; the groups as the record names them.", "",
+             "| run | comm: record / trace | groups (dim: kinds, ms per step) | record's verdict "
+             "| holds back | trace's verdict | step ms: gpuscope / loop's own |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for i, r in enumerate(d["runs"]):
+        dims: dict = {}
+        for g in r["groups"]:
+            k = dims.setdefault(g["dim"] or g["group"], [set(), 0.0, 0])
+            k[0].update(g["kinds"])
+            k[1] += g["comm_ms"]
+            k[2] += 1
+        groups = "; ".join(f"{dim}: {', '.join(sorted(k[0]))}, {k[1] / k[2]:.0f}"
+                           for dim, k in sorted(dims.items()))
+        steps = ", ".join(f"{p['gpuscope_ms']:,.0f} / {p['loop_ms']:,.0f}" for p in r["step_ms"])
+        lines.append(f"| {i + 1} | {r['record_comm_ms']:,.0f} / {r['trace_comm_ms']:,.0f} ms "
+                     f"({100 * (r['record_over_trace'] - 1):+.1f}%) | {groups} | "
+                     f"{r['record']['verdict']} ({r['record']['confidence']}) | "
+                     f"{r['record']['holds_back'] or 'none'} | {r['trace']['verdict']} "
+                     f"({r['trace']['confidence']}) | {steps} |")
+    return lines + [""]
+
+
 def fuzz(d: dict) -> list[str]:
     return ["## Damaged input (fuzzing)", "",
             f"`python scripts/fuzz.py --cases {d['cases']} --seed {d['seed']}`: one file of a "
@@ -335,6 +366,7 @@ def main() -> None:
             ("scale.json", scale, "benchmarks/bench_scale.py"),
             ("same_run.json", same_run, "scripts/same_run.py"),
             ("memory.json", memory, "benchmarks/bench_memory.py"),
+            ("upstream_2d.json", upstream_2d, "scripts/upstream_2d.py --examples PATH"),
             ("fuzz.json", fuzz, "scripts/fuzz.py"),
             ("soak.json", soak, "scripts/soak.py")):
         d = docs[name] = _load(name)

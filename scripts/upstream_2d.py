@@ -8,8 +8,8 @@ PATH is a checkout of https://github.com/pytorch/examples (BSD-3-Clause). Nothin
 in this repository: its tensor_parallelism folder is copied to a temporary directory and the
 changes in CHANGES are applied to the copy, each a small text replacement, named below:
 the CPU adaptations (the example exits without 4 GPUs and asks for the accelerator's device
-type; DTensor cannot shard the CPU flash-attention kernel, so attention runs on the math kernel)
-and the instrumentation (gpuscope.record around the loop, torch.profiler's schedule, the loop's
+type; DTensor has no sharding rule for the CPU flash-attention kernel, so the copy registers
+one: heads sharded in and out) and the instrumentation (gpuscope.record around the loop, torch.profiler's schedule, the loop's
 own perf_counter at each iteration's end).
 
 Compares, over the steps the profiler captured, communication from the record with the traces'
@@ -43,15 +43,27 @@ CHANGES = [
     ("CPU: the device type (the example asks the accelerator)",
      "device_type = torch.accelerator.current_accelerator().type",
      "device_type = 'cpu'"),
-    ("recording and profiling start before the loop; attention on the math kernel",
+    ("CPU: DTensor has no sharding rule for the CPU flash-attention kernel (and the math "
+     "kernel adds a plain causal mask to DTensor scores): one is registered, heads sharded in "
+     "and out, as attention is independent per head; then recording and profiling start "
+     "before the loop",
      "for i in range(num_iterations):",
      "import time as _time, gpuscope as _gs\n"
-     "from torch.nn.attention import sdpa_kernel as _sdpa, SDPBackend as _B\n"
+     "from torch.distributed.tensor.experimental import register_sharding as _reg\n"
+     "_fa = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu\n"
+     "_fab = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward\n"
+     "@_reg(_fa.default)\n"
+     "def _heads(q, k, v, *rest, **kw):\n"
+     "    return [([Shard(1)] * 2, [Shard(1)] * 3 + [None] * len(rest)),\n"
+     "            ([Replicate()] * 2, [Replicate()] * 3 + [None] * len(rest))]\n"
+     "@_reg(_fab.default)\n"
+     "def _heads_back(g, q, k, v, o, lse, *rest, **kw):\n"
+     "    return [([Shard(1)] * 3, [Shard(1)] * 6 + [None] * len(rest)),\n"
+     "            ([Replicate()] * 3, [Replicate()] * 6 + [None] * len(rest))]\n"
      "from torch.profiler import profile as _profile, schedule as _schedule, "
      "ProfilerActivity as _PA, tensorboard_trace_handler as _handler\n"
      "num_iterations = int(os.environ['UPSTREAM_ITERATIONS'])\n"
      "_OUT = os.environ['UPSTREAM_OUT']\n"
-     "_attn = _sdpa(_B.MATH)\n_attn.__enter__()\n"
      "_prof = _profile(activities=[_PA.CPU], schedule=_schedule(wait=1, warmup=1, "
      "active=num_iterations - 3, repeat=1), on_trace_ready=_handler(os.path.join(_OUT, "
      "'kineto'), use_gzip=True))\n_prof.start()\n"
@@ -64,7 +76,7 @@ CHANGES = [
      "    _marks.append(_time.perf_counter())\n"),
     ("both stop after the loop; the loop's own step times are written",
      'rank_log(_rank, logger, "2D training successfully completed!")',
-     "_rec.stop()\n_prof.stop()\n_attn.__exit__(None, None, None)\n"
+     "_rec.stop()\n_prof.stop()\n"
      "import json as _json\n"
      "_json.dump([b - a for a, b in zip(_marks, _marks[1:])], "
      "open(os.path.join(_OUT, f'steps-rank{_rank}.json'), 'w'))\n"
@@ -111,10 +123,11 @@ def one_run(script: str, out: str, iterations: int) -> dict:
     r_rep = gpuscope.analyze(os.path.join(out, "record"))
     k_rep = gpuscope.analyze(os.path.join(out, "kineto"))
     loop = {r: json.load(open(os.path.join(out, f"steps-rank{r}.json"))) for r in range(4)}
+    analysed = sorted({s.step for s in r_rep.steps})  # the loop's step i is the recorder's i
     step_pairs = []
     for r in r_rep.ranks:
-        own = loop[r.rank][1:]  # the recorder leaves out the first step (warm-up)
-        step_pairs.append({"rank": r.rank, "gpuscope_ms": round(r.mean_ms("step"), 2),
+        own = [loop[r.rank][s] for s in analysed if s < len(loop[r.rank])]
+        step_pairs.append({"rank": r.rank, "gpuscope_ms": round(r.step_mean_ns / 1e6, 2),
                            "loop_ms": round(1e3 * sum(own) / len(own), 2)})
     groups = [{k: g[k] for k in ("group", "dim", "ranks", "kinds", "comm_ms", "exposed_ms")}
               for g in r_rep.comm_by_group]

@@ -223,3 +223,66 @@ def test_idle_long_after_the_collective_ended_is_exposed_only_up_to_resume(tmp_p
     one = _rows(_write(tmp_path, events))[1]
     assert one.comm_exposed_ns == 10 * US + 2100 * US
     assert one.other_ns == 1000 * US
+
+
+def test_a_c10d_call_is_the_collective_s_whole_its_own_copy_included(tmp_path):
+    # FSDP2's reduce-scatter on gloo, a core busy: the blocking c10d call (1,000-7,000) spends
+    # 5,900 us in gloo's copy of its input (descheduled), then the reduce runs on gloo's thread
+    # (7,000-7,500) while the training thread waits. The recorder times the call whole, so the
+    # trace counts it whole: 6,000 in the call and 500 waiting after it, not the copy as compute
+    events = [X("ProfilerStep#1", 0, 10000), X("ProfilerStep#2", 10000, 100),
+              X("aten::mm", 0, 1000), X("c10d::_reduce_scatter_base_", 1000, 6000),
+              X("aten::clone", 1000, 5900), X("aten::copy_", 1010, 5880),
+              X("gloo:all_reduce", 7000, 500, tid=2), X("aten::mm", 7500, 2500)]
+    one = _rows(_write(tmp_path, events))[1]
+    assert one.comm_exposed_ns == 6500 * US and one.comm_ns == 6500 * US
+    assert one.compute_ns == 3500 * US and one.other_ns == 0
+
+
+def test_fsdp_waits_inside_its_ranges_only_while_a_collective_is_pending(tmp_path):
+    # FSDP::post_backward_reduce 0-15,000: it issues the reduce-scatter (a c10d call 100-200,
+    # gloo's range 200-1,000) and then runs no op until a copy at 14,000. Waiting: from the
+    # call to RESUME_NS (2,000) past the collective's end, 100-3,000; the rest of the range is
+    # FSDP's own work (Python, a thread waiting for a core), as the recorder counts it inside
+    # backward, not 14 ms of communication
+    events = [X("ProfilerStep#1", 0, 20000), X("ProfilerStep#2", 20000, 100),
+              X("FSDP::post_backward_reduce", 0, 15000),
+              X("c10d::_reduce_scatter_base_", 100, 100), X("gloo:all_reduce", 200, 800, tid=2),
+              X("aten::copy_", 14000, 500), X("aten::mm", 15000, 5000)]
+    one = _rows(_write(tmp_path, events))[1]
+    assert one.comm_ns == 2900 * US and one.comm_exposed_ns == 2900 * US
+    assert one.compute_ns == (20000 - 2900) * US
+    # a collective queued behind another is pending from the call that issued it: FSDP's
+    # all-gather waits 300-5,000 while gloo's thread is still busy elsewhere (its range starts
+    # at 4,000)
+    events = [X("ProfilerStep#1", 0, 8000), X("ProfilerStep#2", 8000, 100),
+              X("FSDP::all_gather", 0, 5000), X("c10d::_allgather_base_", 200, 100),
+              X("gloo:all_gather", 4000, 900, tid=2), X("aten::mm", 5000, 3000)]
+    one = _rows(_write(tmp_path, events, "rank-0b.pt.trace.json"))[1]
+    assert one.comm_exposed_ns == 4800 * US  # 200-5,000: the call, then pending
+
+
+def test_a_functional_collective_s_launch_is_host_work_and_its_wait_is_waiting(tmp_path):
+    # DTensor's all-gather: the functional op (1,000-4,000) calls c10d (1,100-3,900), inside
+    # which a view op runs (1,200-3,800) and the thread is descheduled around it (a busy
+    # core). The recorder counts a functional collective's launch call as host work and its
+    # wait_tensor as waiting, so the trace does too: the c10d call inside the launch is part of
+    # it, not a collective call of its own (counted whole)
+    events = [X("ProfilerStep#1", 0, 5000), X("ProfilerStep#2", 5000, 100),
+              X("aten::mm", 0, 1000), X("_c10d_functional::all_gather_into_tensor", 1000, 3000),
+              X("c10d::_allgather_base_", 1100, 2800), X("aten::narrow", 1200, 2600),
+              X("gloo:all_gather", 3900, 150, tid=2),
+              X("_c10d_functional::wait_tensor", 4000, 100), X("aten::mm", 4100, 900)]
+    one = _rows(_write(tmp_path, events))[1]
+    assert one.comm_exposed_ns == 100 * US
+    assert one.compute_ns == (1000 + 3000 + 900) * US
+    assert one.comm_ns == 200 * US  # gloo's range (3,900-4,050) and the wait (to 4,100)
+
+
+def test_a_functional_collective_s_helper_op_is_work_not_waiting(tmp_path):
+    # _c10d_functional::_wrap_tensor_autograd wraps a result for autograd: no collective
+    events = [X("ProfilerStep#1", 0, 3000), X("ProfilerStep#2", 3000, 100),
+              X("aten::mm", 0, 1000), X("_c10d_functional::_wrap_tensor_autograd", 1000, 1000),
+              X("aten::mm", 2000, 1000)]
+    one = _rows(_write(tmp_path, events))[1]
+    assert one.comm_exposed_ns == 0 and one.compute_ns == 3000 * US

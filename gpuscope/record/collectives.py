@@ -277,7 +277,14 @@ def _wrap_blocking(fn, report: str, name: str):
     def blocking(first, *args, **kwargs):
         timer = _sink()
         if timer is None or _compiling():
-            return fn(first, *args, **kwargs)
+            inner = getattr(_tls, "waits", None)
+            if inner is None or timer is not None:
+                return fn(first, *args, **kwargs)
+            t0 = _now()  # a wait inside a functional collective's call: handed to its wrapper
+            try:
+                return fn(first, *args, **kwargs)
+            finally:
+                inner.append((t0, _now()))
         t0 = _now()
         try:
             return fn(first, *args, **kwargs)
@@ -328,13 +335,18 @@ def _wrap_funcol(funcol, name: str, fn, kind: str):
         group = kwargs.get("group", args[gi] if 0 <= gi < len(args) else None)
         tag = kwargs.get("tag", args[ti] if 0 <= ti < len(args) else "")
         key = f"{kind}:{_funcol_group(funcol, group, tag)}"
+        # a gather on a dimension other than 0 waits inside the call, then concatenates the
+        # chunks: the waits made inside are collected, to tell them from the call's host work
+        outer, waits = getattr(_tls, "waits", None), []
         t0 = _now()
         _tls.depth = getattr(_tls, "depth", 0) + 1
+        _tls.waits = waits
         try:
             out = fn(*args, **kwargs)
         finally:
             _tls.depth -= 1
-        timer.launched(key, t0, _now(), out)
+            _tls.waits = outer
+        timer.launched(key, t0, _now(), out, waits)
         _time_backward(timer, key, out)
         if a2a:
             _count_rows(timer, _a2a_rows_funcol, args, kwargs)
@@ -621,14 +633,23 @@ class CollectiveTimer:
             except Exception:  # no future on this backend: the launch is all we know
                 sink(key, t0, t1, False)
 
-    def launched(self, key: str, t0: int, t1: int, out) -> None:
+    def launched(self, key: str, t0: int, t1: int, out, waits=()) -> None:
         """A functional collective returned `out`: a tensor that waits when first used (its
-        wait is timed by wait_tensor), or one already complete (the call blocked)."""
+        wait is timed by wait_tensor), or one already complete: the call waited inside (`waits`,
+        the blocked spans; the rest of the call, its launch and what it did with the result,
+        is host work as on the asynchronous path), or it blocked in a way not seen (all of it)."""
         sink = self.sink
         if sink is None:
             return
         if not hasattr(out, "trigger_wait"):  # not an AsyncCollectiveTensor: it has completed
-            sink(key, t0, t1, True)
+            if not waits:
+                sink(key, t0, t1, True)
+                return
+            sink(key, waits[0][0], waits[-1][1], False)
+            on_wait = self.on_wait
+            if on_wait is not None:
+                for w0, w1 in waits:
+                    on_wait(key, w0, w1)
             return
         if len(self._inflight) > 8192:  # launches nobody waited on
             self._inflight.clear()

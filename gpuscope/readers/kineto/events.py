@@ -29,6 +29,20 @@ NONE, FORWARD, BACKWARD, OPTIMIZER = 0, 1, 2, 3
 MICROBATCH = 4  # a pipeline schedule's forward of one micro-batch ("Forward 3"): forward too
 # what an OP range may hold of waiting (host_wait)
 NO_WAIT, WAITS, ANNOTATION = 0, 1, 2  # none; only waits on collectives; a record_function range
+#: a collective call of the c10d API (c10d::allreduce_, c10d::_reduce_scatter_base_, ...): all of
+#: it is the collective's, the ops it runs too (gloo's reduce-scatter copies its input first), as
+#: the recorder times a call from its start to its end
+CALL = 3
+#: FSDP's ranges (FSDP::*, FullyShardedDataParallel.*): they wait on collectives and also work
+#: (copy in and out, Python); a stretch with no op running is waiting while a collective is
+#: pending, not after (the same RESUME_NS rule as for a thread idle after a collective)
+WRAPS = 4
+WRAP_RANGE_PREFIXES = ("FSDP::", "FullyShardedDataParallel.")
+#: a functional collective's launch (_c10d_functional::all_gather_into_tensor, ...): host work,
+#: the c10d call inside it too, as the recorder counts a functional collective's launch call;
+#: its wait_tensor is the waiting
+LAUNCH = 5
+FUNCOL_PREFIXES = ("_c10d_functional::", "c10d_functional::", "_c10d_functional_autograd::")
 # device event kinds
 COMPUTE, COMM, MEMORY = 0, 1, 2
 
@@ -190,10 +204,20 @@ def _classify(name: str, cat: str, on_stream: bool) -> tuple:
     if name.startswith(_COMM_HOST_PREFIX):
         return (_HOST, COMM_HOST, NONE, -1, ("", name), False)
     if cat in _OP_CATS:
-        wait = (WAITS if name.startswith(WAIT_RANGE_PREFIXES)
+        wait = (CALL if name.startswith("c10d::") else WRAPS if name.startswith(
+            WRAP_RANGE_PREFIXES) else _funcol_kind(name) if name.startswith(FUNCOL_PREFIXES)
+                else WAITS if name.startswith(WAIT_RANGE_PREFIXES)
                 else ANNOTATION if cat == "user_annotation" else NO_WAIT)
         return (_HOST, OP, op_part(name), -1, None, wait)
     return (_SKIP, 0, 0, -1, None, False)
+
+
+def _funcol_kind(name: str) -> int:
+    """A functional-collective op: its wait_tensor waits; a helper that neither issues nor waits
+    on a collective (_wrap_tensor_autograd wraps a result for autograd) is host work; the rest
+    launch one."""
+    op = name.split("::", 1)[1]
+    return WAITS if op.startswith("wait_tensor") else NO_WAIT if op.startswith("_") else LAUNCH
 
 
 def _next_id(value, ids: dict) -> int:

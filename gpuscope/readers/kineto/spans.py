@@ -52,6 +52,13 @@ def subtract(a, b):
     return merge(lo[keep], hi[keep])
 
 
+def intersect(a, b):
+    """The parts of merged set `a` inside merged set `b`."""
+    if a[0].size == 0 or b[0].size == 0:
+        return a[0][:0], a[1][:0]
+    return subtract(a, subtract(a, b))
+
+
 def clip(spans, lo: int, hi: int):
     s = np.maximum(spans[0], lo)
     e = np.minimum(spans[1], hi)

@@ -21,9 +21,10 @@ Each host step window [start, end) is a ProfilerStep#N range on the training thr
    not windows: on some traces they are ~20 us marks, not spans of the step's kernels.
 2. CPU traces: comm = |union of collective ranges (gloo:*, nccl:*, ...)| on any thread;
    exposed = the part of it when the training thread was not working: outside its ops and
-   DataLoader waits, or inside a range that only waits on collectives (FSDP::all_gather,
-   FSDP::pre_forward, c10d::..., FSDP1's FullyShardedDataParallel.*) with no op of its own
-   running, or a stretch of 0.5 ms or more inside a record_function range with no op running
+   DataLoader waits, inside a c10d collective call (c10d::..., the ops it runs too: the
+   recorder times a call whole), or inside a range that only waits on collectives
+   (FSDP::all_gather, FSDP::pre_forward, FSDP1's FullyShardedDataParallel.*) with no op of its
+   own running, or a stretch of 0.5 ms or more inside a record_function range with no op running
    (a pipeline schedule's "Backward 0" waiting on a gradient); compute = |union of host ops on
    the training thread| outside the DataLoader wait and the exposed communication.
 3. other = step - data - compute - exposed; each part is capped so the parts add up to the step.
@@ -39,8 +40,9 @@ import numpy as np
 
 from . import spans
 from ...vocab import RESUME_NS
-from .events import (ANNOTATION, BACKWARD, COMM, COMM_HOST, COMPUTE, DATA, FORWARD,
-                     MICROBATCH, OP, OPTIMIZER, STEP, WAITS, RankEvents, p2p_masks)
+from .events import (ANNOTATION, BACKWARD, CALL, COMM, COMM_HOST, COMPUTE, DATA, FORWARD,
+                     LAUNCH, MICROBATCH, OP, OPTIMIZER, STEP, WAITS, WRAPS, RankEvents,
+                     p2p_masks)
 
 #: in a record_function range (a schedule's "Backward 0"), a stretch this long with no op of
 #: its own running while a collective is in flight is waiting on it; gaps between ops (Python,
@@ -182,7 +184,14 @@ def rank_rows(ev: RankEvents, rank: int, drop: frozenset = frozenset()):
         dev_order = np.argsort(launched, kind="stable")
         launched_sorted = launched[dev_order]
     else:
-        waits = main & (ev.host_wait == WAITS)
+        launches = main & (ev.host_wait == LAUNCH)
+        wraps = main & (ev.host_wait == WRAPS)
+        # a c10d call a functional collective makes is part of that one's launch: host work, as
+        # the recorder counts a functional collective from the end of its launch call
+        calls = main & (ev.host_wait == CALL)
+        calls &= ~inside(ev, calls, launches)
+        strict = main & ((ev.host_wait == WAITS) | calls)
+        waits = strict | wraps
         # the work inside wait ranges: ops with no op inside them, but not a wait range that
         # has no child (gloo's c10d::allreduce_ blocking 20 ms when its queue is full is
         # waiting, not work)
@@ -190,6 +199,8 @@ def rank_rows(ev: RankEvents, rank: int, drop: frozenset = frozenset()):
         annots = main & (ev.host_wait == ANNOTATION)
         ops_r, comm_r = Ranges(ev, OP, main), Ranges(ev, COMM_HOST)
         wait_r, annot_r, leaf_r = Ranges(ev, OP, waits), Ranges(ev, OP, annots), Ranges(ev, OP, leaf)
+        call_r, strict_r, wrap_r = Ranges(ev, OP, calls), Ranges(ev, OP, strict), Ranges(ev, OP, wraps)
+        issue_r = Ranges(ev, OP, strict | launches)  # where a collective is issued or waited on
         p2p_r = Ranges(ev, COMM_HOST, host_p2p)
     rows, colls = [], []
     for i, (sid, host_lo, host_hi) in enumerate(windows):
@@ -235,7 +246,15 @@ def rank_rows(ev: RankEvents, rank: int, drop: frozenset = frozenset()):
             blocked = spans.merge(np.zeros(0, np.int64), np.zeros(0, np.int64))
             if waiting[0].size or annot[0].size:  # inside wait ranges only their ops work
                 leaves, _ = leaf_r.window(lo, hi)
-                blocked = spans.subtract(waiting, leaves)  # blocked in a collective call
+                # blocked in a collective: a c10d call whole, the ops it runs too; a functional
+                # collective's wait where no op of its own runs; FSDP's ranges where no op of
+                # their own runs while a collective is pending (they also copy in and out and
+                # run Python after the collective ended, which is work)
+                strict_w = strict_r.window(lo, hi)[0]
+                idle_in_wraps = spans.subtract(wrap_r.window(lo, hi)[0], leaves)
+                blocked = spans.union(
+                    spans.subtract(strict_w, leaves), call_r.window(lo, hi)[0],
+                    spans.intersect(idle_in_wraps, pending(comm, issue_r.window(lo, hi)[0][0])))
                 idle = blocked
                 if annot[0].size:  # long stretches of a record_function range with no op
                     gap_s, gap_e = spans.subtract(annot, leaves)
@@ -249,7 +268,7 @@ def rank_rows(ev: RankEvents, rank: int, drop: frozenset = frozenset()):
                      for j in np.sort(csel[~host_p2p[csel]]).tolist()]
             gaps = pending_gaps((np.array([lo], np.int64), np.array([hi], np.int64)),
                                 spans.union(ops, data_set), insts,
-                                wait_r.window(lo, hi)[0][0])
+                                issue_r.window(lo, hi)[0][0])
             blocked = spans.union(blocked, gaps)
             # a thread blocked in a collective call, or idle until a collective it issued ends
             # (DDP's reducer waiting for the last bucket, in no op of its own), is communicating
@@ -283,6 +302,32 @@ def rank_rows(ev: RankEvents, rank: int, drop: frozenset = frozenset()):
                      "host_ns": host_ns, "bubble_ns": bubble_ns, "microbatches": micro})
     return rows, colls, warnings
 
+
+
+def inside(ev: RankEvents, which: np.ndarray, within: np.ndarray) -> np.ndarray:
+    """Mask of the ranges in `which` that start inside one of the ranges in `within`."""
+    out = np.zeros(ev.host_kind.size, dtype=bool)
+    idx = np.flatnonzero(which)
+    if not idx.size or not within.any():
+        return out
+    ws, we = spans.merge(ev.host_start[within], ev.host_end[within])
+    at = np.searchsorted(ws, ev.host_start[idx], "right") - 1
+    out[idx] = (at >= 0) & (ev.host_start[idx] < we[at.clip(min=0)])
+    return out
+
+
+def pending(comm, issued) -> tuple[np.ndarray, np.ndarray]:
+    """Where a collective is pending: each collective range (`comm`, merged) until RESUME_NS past
+    its end, and from each call that issues or waits on one (`issued`: their starts) until the
+    end of the first collective range that ends after it (a collective queued behind another
+    on its backend's thread has been issued, not started)."""
+    cs, ce = comm
+    if not cs.size:
+        return cs[:0], ce[:0]
+    issued = np.asarray(issued, np.int64)
+    at = np.searchsorted(ce, issued, "left")
+    ok = at < ce.size
+    return spans.merge(np.r_[cs, issued[ok]], np.r_[ce, ce[at[ok]]] + RESUME_NS)
 
 
 def pending_gaps(window, work, insts: list, issued):
