@@ -404,3 +404,34 @@ def test_older_nvml_samples_without_the_counter_still_read(tmp_path, monkeypatch
     e = analyze_table(table).energy
     assert e["source"] == "power samples"
     assert e["per_rank"][0]["watts"] == pytest.approx(350.0, rel=0.02)
+
+
+def test_collectives_outside_ddp_on_a_gpu_keep_their_host_times_and_say_what_is_not_seen(
+        tmp_path, monkeypatch):
+    """A CUDA run without DDP (FSDP, tensor parallel, the loop's own collectives): the device
+    times only DDP's buckets, so its per-step comm is not the device's. Each step here blocks
+    6 ms in a collective (a comm phase): that time stays in the report as communication the
+    host blocked on (before, the device's "no DDP bucket" replaced it with zero), the table says
+    how much was timed on the host only and that the GPU's waiting is not seen, and an analysis
+    that does not call it comm-bound is not high."""
+    timeline = []
+    for k in range(7):  # per step: fetch, ready, end on a scripted GPU (no data stall)
+        timeline += [k * 20_000_000, k * 20_000_000, k * 20_000_000 + 20_000_000]
+    timeline.append(140_000_000)  # the fetch that ends the loader
+    monkeypatch.setattr(cuda_timing, "backend_factory", lambda: FakeCuda(timeline))
+    with gpuscope.record(tmp_path, device_timing=True, telemetry=False) as rec:
+        for _ in rec.data(range(7)):
+            with rec.phase("comm"):
+                time.sleep(0.006)
+            time.sleep(0.002)
+            rec.step()
+    assert not rec.warnings
+    table = load_table(tmp_path)
+    later = table.frame[table.frame["step"] >= 1]
+    assert later["gpu_data_stall_ns"].notna().all()  # the device view was applied
+    assert (later["comm_ns"] >= 6_000_000).all() and (later["comm_exposed_ns"] >= 6_000_000).all()
+    assert 0.3 <= table.ranks[0].meta["host_comm_share"] <= 1.0
+    (note,) = [w for w in table.warnings if "timed on the host" in w]
+    assert "how long the GPU waited for them is not seen" in note
+    rep = gpuscope.analyze(str(tmp_path))
+    assert rep.ranks[0].comm_exposed_pct >= 30

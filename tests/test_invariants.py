@@ -3,6 +3,8 @@ evidence (analyze/confidence.py): each rule on hand-built tables, where breaking
 purpose, so each test fails when its rule is dropped."""
 
 import pandas as pd
+from dataclasses import replace
+
 import pytest
 
 from gpuscope.analyze.confidence import Evidence, earn
@@ -145,6 +147,20 @@ def test_confidence_is_capped_by_the_evidence(ev, label, want, why):
         assert any(why in e for e in v.evidence), v.evidence
     else:
         assert v.evidence == ()
+
+
+def test_gpu_collectives_timed_only_on_the_host_cap_a_verdict_they_could_change():
+    """On a GPU, collectives outside DDP are timed on the host (launch to completion): how long
+    the GPU waited for them is not seen, so exposed is a lower bound. Holding 15% of the step or
+    more, they could make it comm-bound: a verdict that is not is medium; under 15% they cannot
+    (exposed is at most comm); a comm-bound verdict is only made surer by more of it."""
+    ev = Evidence(steps=9, ranks=2, world=2, host_comm_share=0.30)
+    c = earn(_verdict("compute-bound"), ev, _steps("compute-bound", compute_share=0.9), TH0)
+    assert c.confidence == "medium" and "30% of the step on the GPU" in c.evidence[0]
+    small = replace(ev, host_comm_share=0.10)
+    assert earn(_verdict("compute-bound"), small, _steps("compute-bound", compute_share=0.9),
+                TH0).confidence == "high"
+    assert earn(_verdict(), ev, _steps("comm-bound", comm_share=0.5), TH0).confidence == "high"
 
 
 def test_a_deciding_share_close_to_its_threshold_is_medium():

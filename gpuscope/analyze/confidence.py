@@ -16,6 +16,9 @@
    - a near tie: the next label holds within 15 points of the verdict's share of time: low;
    - jitter-bound while one rank arrived last in three quarters of the steps or more (no test
      found it consistent: too few or too noisy steps): low;
+   - GPU runs whose collectives outside DDP hold the comm threshold's share of the step or more,
+     timed on the host only (launch to completion; the GPU's waiting for them is not seen), when
+     the verdict is not comm-bound: medium;
    - one step decides it: without some single step the verdict would be another label
      (leave-one-out): low. Two sources of the same run measure a step near a threshold on either
      side of it now and then; a verdict that rests on such a step is a close call either way;
@@ -53,6 +56,9 @@ class Evidence:
     broken_rules: int = 0      # invariant rules the analysis had to clip
     leaning: tuple[int, int] | None = None  # (rank, steps) last in most steps, not significant
     leaning_of: int = 0        # ... of this many steps
+    #: on a GPU, the share of the step in collectives timed on the host only (launch to
+    #: completion: how long the GPU waited for them is not seen); the largest over ranks
+    host_comm_share: float = 0.0
 
 
 def start_level(share: float) -> str:
@@ -128,6 +134,10 @@ def earn(verdict: Verdict, ev: Evidence, steps: pd.DataFrame, th: Thresholds) ->
     if moved is not None:
         caps.append(("low", f"without step {moved[0]} the verdict would be {moved[1]}: one "
                             "step decides it"))
+    if verdict.label != COMM and ev.host_comm_share >= th.comm:
+        caps.append(("medium", f"collectives outside DDP took {ev.host_comm_share:.0%} of the "
+                               "step on the GPU, timed on the host: how long the GPU waited for "
+                               "them is not seen"))
     dist, what = margin(steps, verdict.label, th)
     if what and dist < MARGIN:
         caps.append(("medium", f"close to its threshold ({what})"))

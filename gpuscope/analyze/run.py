@@ -282,7 +282,9 @@ def check(a: Analysis) -> None:
                         stragglers=bool(a.stragglers),
                         broken_rules=len(a.broken) + len(a.unbound) + len(wrong),
                         leaning=a.roles.leaning() if a.roles is not None else None,
-                        leaning_of=a.roles.n_steps if a.roles is not None else 0)
+                        leaning_of=a.roles.n_steps if a.roles is not None else 0,
+                        host_comm_share=max((float(i.meta.get("host_comm_share") or 0.0)
+                                             for i in t.ranks.values()), default=0.0))
     a.report.verdict = earn(a.verdict, evidence, a.steps, a.th)
 
 

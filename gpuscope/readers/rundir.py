@@ -611,6 +611,18 @@ def _comm_only(steps: np.ndarray, extras: list) -> tuple | None:
     return np.repeat(steps, counts), keys, arr.astype(np.int64, copy=False)
 
 
+def host_comm_share(df: pd.DataFrame) -> float:
+    """On a CUDA run, the median share of the step that collectives timed on the host only took,
+    over the steps that had some (0.0 when none): see _apply_device_times."""
+    if "gpu_data_stall_ns" not in df or "gpu_comm_exposed_ns" not in df:
+        return 0.0
+    host = (df["gpu_data_stall_ns"].notna() & df["gpu_comm_exposed_ns"].isna()
+            & (df["comm_ns"] > 0) & (df["step_ns"] > 0))
+    if not host.any():
+        return 0.0
+    return float((df.loc[host, "comm_ns"] / df.loc[host, "step_ns"]).clip(upper=1).median())
+
+
 def _apply_device_times(df: pd.DataFrame, device: list[dict]) -> pd.DataFrame:
     """On CUDA runs, the GPU's own timeline replaces host guesses where it was measured.
 
@@ -620,7 +632,11 @@ def _apply_device_times(df: pd.DataFrame, device: list[dict]) -> pd.DataFrame:
     writing its trace, logging) and is "other". (Files of older recorders carry one gap, from
     the previous step's end to the batch: min(gap, host wait) is the stall, the rest other.)
     comm = NCCL time on the GPU, exposed = the last bucket's tail; compute is what remains of
-    the step."""
+    the step. A step whose collectives were not timed on the device (FSDP's, tensor parallel's,
+    the loop's own: NCCL runs them on its streams, where no event of ours is) keeps the host's
+    times: comm from each launch to its completion, exposed what the host blocked on (a lower
+    bound: the GPU may wait for a collective while the host runs ahead); `host_comm_share` below
+    says how much of such steps those collectives took."""
     if not device or df.empty:
         return df
     dev = pd.DataFrame(device).drop_duplicates("step").set_index("step")
@@ -630,12 +646,17 @@ def _apply_device_times(df: pd.DataFrame, device: list[dict]) -> pd.DataFrame:
         gap = df.loc[has, "gpu_data_stall_ns"].astype("int64")
         stall = np.minimum(gap, df.loc[has, "data_ns"])
         df.loc[has, "data_ns"] = stall
-        for col in ("gpu_comm_ns", "gpu_comm_exposed_ns"):
-            if col not in df:
-                df[col] = 0
-        df.loc[has, "comm_ns"] = df.loc[has, "gpu_comm_ns"].fillna(0).astype("int64")
-        df.loc[has, "comm_exposed_ns"] = (df.loc[has, "gpu_comm_exposed_ns"].fillna(0)
-                                          .astype("int64").clip(upper=df.loc[has, "step_ns"]))
+        if "gpu_comm_ns" not in df:
+            df["gpu_comm_ns"] = 0
+        if "gpu_comm_exposed_ns" not in df:  # no step had DDP buckets timed on the device
+            df["gpu_comm_exposed_ns"] = np.nan
+        timed = has & df["gpu_comm_exposed_ns"].notna()  # DDP's buckets, on the device
+        df.loc[timed, "comm_ns"] = df.loc[timed, "gpu_comm_ns"].astype("int64")
+        df.loc[timed, "comm_exposed_ns"] = (df.loc[timed, "gpu_comm_exposed_ns"].astype("int64")
+                                            .clip(upper=df.loc[timed, "step_ns"]))
+        host = has & ~timed
+        df.loc[host, "comm_exposed_ns"] = np.minimum(
+            df.loc[host, "comm_exposed_ns"], (df["step_ns"] - df["data_ns"]).clip(lower=0)[host])
         # the GPU idle before the host asked for the batch (new files: measured from the
         # fetch's own event, 0 when the step queued work first); older files: the gap's rest
         before = gap - stall
@@ -742,6 +763,7 @@ def read_run_dir(path: str) -> RunTable:
     chosen = _pick_recording(path, files, want, warnings)
     frames, ranks, world, telemetry, comm = [], {}, 0, [], []  # comm: (rank, columns)
     memory, routing = [], []  # (rank, its memory / all-to-all row records)
+    host_timed: list[int] = []  # CUDA ranks with collectives the device did not time
     for f in chosen:
         warnings += f.warnings
         header, rank = f.header, f.rank
@@ -771,11 +793,23 @@ def read_run_dir(path: str) -> RunTable:
             comm.append((rank, f.comm))
         warnings += f.tally.warnings()
         if frame is not None and len(frame["step"]):
-            frames.append(frame if not f.device else
-                          _apply_device_times(pd.DataFrame(frame), f.device))
+            if f.device:
+                frame = _apply_device_times(pd.DataFrame(frame), f.device)
+                share = host_comm_share(frame)
+                if share > 0:
+                    ranks[rank].meta["host_comm_share"] = share
+                    host_timed.append(rank)
+            frames.append(frame)
         else:
             warnings.append(f"{os.path.basename(f.path)}: rank {rank} recorded no "
                             f"{'usable ' if f.n_rows else ''}steps")
+    if host_timed:
+        worst = max(ranks[r].meta["host_comm_share"] for r in host_timed)
+        warnings.append(
+            f"rank(s) {', '.join(map(str, host_timed[:8]))}: collectives outside DDP on the GPU "
+            f"(up to {worst:.0%} of the step) are timed on the host, from launch to completion; "
+            "how long the GPU waited for them is not seen (exposed counts what the host blocked "
+            "on, a lower bound): torch.profiler traces give the device's view")
     missing = sorted(set(range(world)) - set(ranks))
     if missing:
         shown = ", ".join(map(str, missing[:10])) + (" ..." if len(missing) > 10 else "")
