@@ -430,8 +430,10 @@ def test_collectives_outside_ddp_on_a_gpu_keep_their_host_times_and_say_what_is_
     later = table.frame[table.frame["step"] >= 1]
     assert later["gpu_data_stall_ns"].notna().all()  # the device view was applied
     assert (later["comm_ns"] >= 6_000_000).all() and (later["comm_exposed_ns"] >= 6_000_000).all()
-    assert 0.3 <= table.ranks[0].meta["host_comm_share"] <= 1.0
+    timed = table.frame[table.frame["gpu_data_stall_ns"].notna()]
+    assert table.ranks[0].meta["host_comm_share"] == pytest.approx(
+        float((timed["comm_ns"] / timed["step_ns"]).median()))
     (note,) = [w for w in table.warnings if "timed on the host" in w]
     assert "how long the GPU waited for them is not seen" in note
     rep = gpuscope.analyze(str(tmp_path))
-    assert rep.ranks[0].comm_exposed_pct >= 30
+    assert rep.ranks[0].comm_exposed_ns >= 6_000_000  # mean per step, in the report too
