@@ -1,6 +1,8 @@
 """Each bottleneck's module alone (analyze/bottlenecks/), on a hand-built typical step: its
 suggestions and their estimates worked out by hand, without the rest of the analysis."""
 
+import pytest
+
 from gpuscope.analyze.bottlenecks import comm, data, host, imbalance
 from gpuscope.analyze.findings import TypicalStep, gain
 from gpuscope.results import Jitter, Straggler
@@ -126,3 +128,43 @@ def test_jitter_never_recovers_more_than_the_waiting_there_is():
     t = step(wait=5 * MS, mean_wait=6 * MS, mean_step=40 * MS)
     (s,) = imbalance.suggest_jitter(t, Jitter(steps_share=0.6, wait_share=0.2))  # 8 ms > 6
     assert s.estimated_step_ms == 34.0
+
+
+def test_dataparallel_estimate_from_the_devices_totals_on_a_hand_built_table():
+    """bottlenecks/dataparallel.py alone, on the recorder's DataParallel totals written by hand:
+    10 steps of a 40 ms step; device 0's forward 6 ms a step against 2 on device 1, 3.5 ms of
+    scatter / replicate / gather. DDP removes the host work and device 0's excess (backward taken
+    as twice the forward): 40 - 3.5 - 3 x 4 = 24.5 ms, at least 30% of the step."""
+    from gpuscope.analyze.bottlenecks.dataparallel import dataparallel
+    from helpers import table_from_rows
+
+    t = table_from_rows([{"rank": 0, "step": s, "compute": 40} for s in range(10)],
+                        knobs={"parallel": "DataParallel", "device": "cuda:0"})
+    GiB = 1 << 30
+    t.ranks[0].meta["dataparallel"] = {
+        "devices": ["0", "1"], "steps": 10, "forward_n": {"0": 10, "1": 10},
+        "forward_ns": {"0": 60_000_000, "1": 20_000_000},
+        "host_ns": {"scatter": 10_000_000, "replicate": 20_000_000, "gather": 5_000_000},
+        "peak_bytes": {"0": 6 * GiB, "1": 4 * GiB}}
+    section, (s,), warnings = dataparallel(t, lambda: 40_000_000, "imbalanced")
+    assert warnings == []
+    assert section["forward_ms"] == {"0": 6.0, "1": 2.0}
+    assert (section["scatter_ms"], section["replicate_ms"], section["gather_ms"]) == (1, 2, 0.5)
+    assert section["device0_forward_excess_pct"] == 200.0
+    assert section["device0_memory_excess_pct"] == 50.0
+    assert s.knob == "parallel" and s.addresses == "imbalanced"
+    assert s.estimated_step_ms == pytest.approx(24.5)
+    assert s.estimated_step_ms_range == pytest.approx((24.5, 24.5 * 1.3))
+    assert s.gain_pct == pytest.approx((40 / 24.5 - 1) * 100)
+    # a step mostly made of device 0's excess: the estimate keeps 30% of the step
+    _, (floor,), _ = dataparallel(t, lambda: 12_000_000, "imbalanced")
+    assert floor.estimated_step_ms == pytest.approx(3.6)
+    # nothing timed per device (DataParallel on CPU runs the module itself): why it is slow,
+    # no estimate
+    t.ranks[0].meta["dataparallel"] = {"devices": [], "steps": 10}
+    t.ranks[0].knobs["device"] = "cpu"
+    section, made, (why,) = dataparallel(t, lambda: 40_000_000, "compute-bound")
+    assert made == [] and "on CPU" in why and "DistributedDataParallel" in why
+    # not DataParallel at all: nothing
+    t.ranks[0].knobs["parallel"] = "DDP"
+    assert dataparallel(t, lambda: 40_000_000, "compute-bound") == ({}, [], [])
