@@ -14,8 +14,9 @@
      threshold (15% against 15%: one noisy step flips it), medium;
    - compute-bound, the healthy state, when compute is under half of its steps (median): low;
    - a near tie: the next label holds within 15 points of the verdict's share of time: low;
-   - jitter-bound while one rank arrived last in three quarters of the steps or more (no test
-     found it consistent: too few or too noisy steps): low;
+   - jitter-bound while one rank arrived last in three quarters of the steps or more, or caused
+     three quarters of the waiting or more (no test found it consistent: too few or too noisy
+     steps; lateness that stays on one rank is not jitter either): low;
    - GPU runs whose collectives outside DDP hold the comm threshold's share of the step or more,
      timed on the host only (launch to completion; the GPU's waiting for them is not seen), when
      the verdict is not comm-bound: medium;
@@ -54,7 +55,8 @@ class Evidence:
     clocks_aligned: bool = True  # ranks on several hosts placed on one clock (or one host)
     stragglers: bool = False   # a straggler is named
     broken_rules: int = 0      # invariant rules the analysis had to clip
-    leaning: tuple[int, int] | None = None  # (rank, steps) last in most steps, not significant
+    #: (rank, steps last, share of the waiting caused): late most of the time, not significant
+    leaning: tuple[int, int, float] | None = None
     leaning_of: int = 0        # ... of this many steps
     #: on a GPU, the share of the step in collectives timed on the host only (launch to
     #: completion: how long the GPU waited for them is not seen); the largest over ranks
@@ -127,9 +129,11 @@ def earn(verdict: Verdict, ev: Evidence, steps: pd.DataFrame, th: Thresholds) ->
             caps.append(("low", f"{other} holds {others[other]:.0%} of the time against its "
                                 f"{verdict.share:.0%}: either could be the verdict"))
     if verdict.label == JITTER_BOUND and ev.leaning is not None:
-        rank, n = ev.leaning
-        caps.append(("low", f"rank {rank} arrived last in {n} of {ev.leaning_of} steps, too few "
-                            "or too noisy to call it a consistent straggler: record more steps"))
+        rank, n, caused = ev.leaning
+        caps.append(("low", f"rank {rank} arrived last in {n} of {ev.leaning_of} steps, causing "
+                            f"{caused:.0%} of the waiting: too few or too noisy steps to call it "
+                            "a consistent straggler, and not lateness that moves between ranks "
+                            "either: record more steps"))
     moved = changes_without_one_step(steps, verdict.label) if ev.steps >= 3 else None
     if moved is not None:
         caps.append(("low", f"without step {moved[0]} the verdict would be {moved[1]}: one "

@@ -71,6 +71,7 @@ class Roles:
     steps: np.ndarray | None = None                      # the steps every rank recorded
     ranks: np.ndarray | None = None
     slow: np.ndarray | None = None                       # steps x ranks: arrived last (bool)
+    waits: np.ndarray | None = None                      # steps x ranks: wait_ns
 
     @property
     def decided(self) -> bool:
@@ -80,18 +81,31 @@ class Roles:
     def persistent(self) -> bool:
         return bool(self.late or self.early)
 
-    def leaning(self, share: float = 0.75) -> tuple[int, int] | None:
-        """(rank, steps) for a rank that arrived last in at least `share` of the steps though no
+    def leaning(self, share: float = 0.75) -> tuple[int, int, float] | None:
+        """(rank, steps, share of the waiting) for a rank that arrived last in at least `share`
+        of the steps, or whose lateness caused at least `share` of all the waiting, though no
         test found it consistent (too few or too noisy steps): what a jitter verdict must not
-        be confident against. None when none did or roles are decided already."""
+        be confident against. Jitter is lateness that moves between ranks; a rank the others
+        waited for in 9 of 13 steps, causing 87% of the waiting (a 40 ms straggler on a busy
+        core, whose own stalls reversed the other four), is not that either. The waiting of a
+        step is the one caused by the rank(s) that arrived last in it, shared among them. None
+        when no rank leans so or roles are decided already."""
         if self.persistent or self.slow is None or not self.decided or self.ranks is None:
             return None
         counts = self.slow.sum(axis=0)
         if not counts.size:
             return None
-        i = int(counts.argmax())
+        caused = np.zeros(counts.size)
+        if self.waits is not None:
+            last = self.slow / np.maximum(self.slow.sum(axis=1, keepdims=True), 1)
+            caused = (self.waits.sum(axis=1, keepdims=True) * last).sum(axis=0)
+        total = float(caused.sum())
+        shares = caused / total if total > 0 else caused
+        i = int(np.argmax(np.where(counts >= share * self.n_steps, np.inf, shares)))
         n = int(counts[i])
-        return (int(self.ranks[i]), n) if n >= share * self.n_steps else None
+        if n >= share * self.n_steps or shares[i] >= share:
+            return int(self.ranks[i]), n, float(shares[i])
+        return None
 
 
 def find_roles(frame: pd.DataFrame, min_share: float = 0.0) -> Roles:
@@ -110,6 +124,7 @@ def find_roles(frame: pd.DataFrame, min_share: float = 0.0) -> Roles:
         return roles
     max_wait = w.max(axis=1, keepdims=True)
     roles.steps, roles.ranks, roles.slow = steps, ranks, w <= 0.5 * max_wait
+    roles.waits = w
     if not roles.decided:
         return roles
     x = w - w.mean(axis=1, keepdims=True)            # > 0: waited more than the step's mean
