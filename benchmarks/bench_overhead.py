@@ -189,6 +189,65 @@ def recorder_cost_ddp(device: str = "cpu", rounds: int = 9, steps: int = 400) ->
 
 
 
+_COLL_COST = r"""
+import json, os, statistics, sys, tempfile, time, warnings
+import torch, torch.distributed as dist
+import torch.distributed._functional_collectives as funcol
+import gpuscope
+warnings.simplefilter("ignore")
+torch.set_num_threads(1)
+device, rounds, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+d = tempfile.mkdtemp()
+dist.init_process_group("nccl" if device == "cuda" else "gloo",
+                        init_method=f"file://{d}/store", rank=0, world_size=1)
+x = torch.zeros(256, device=device)
+out = torch.zeros(256, device=device)
+def blocking():
+    dist.all_reduce(x)
+def async_wait():  # FSDP's shape: launched async, waited on later
+    dist.all_gather_into_tensor(out, x, async_op=True).wait()
+def functional():  # DTensor's: a functional collective and its wait
+    funcol.all_reduce(x, "sum", dist.group.WORLD).wait()
+def loop(fn, rec=None):
+    if device == "cuda": torch.cuda.synchronize()
+    t = time.perf_counter_ns()
+    for i in range(n):
+        fn()
+        if rec is not None and i % 16 == 15: rec.step()  # rows stay bounded; ~0.3 us a call
+    if device == "cuda": torch.cuda.synchronize()
+    return (time.perf_counter_ns() - t) / n / 1e3
+res = {}
+for name, fn in (("blocking", blocking), ("async_wait", async_wait), ("functional", functional)):
+    loop(fn)
+    with_, without = [], []
+    for i in range(rounds):  # interleaved, the order swapped every round
+        for which in ((1, 0) if i % 2 else (0, 1)):
+            if which:
+                with gpuscope.record(os.path.join(d, f"{name}{i}"), memory=False,
+                                     telemetry=False) as rec:
+                    with_.append(loop(fn, rec))
+            else:
+                without.append(loop(fn))
+    diff = [a - b for a, b in zip(with_, without)]
+    res[name] = {"without_us": round(statistics.median(without), 2),
+                 "with_us": round(statistics.median(with_), 2),
+                 "cost_us": round(statistics.median(diff), 2),
+                 "round_costs_us": [round(c, 2) for c in diff]}
+print(json.dumps(res))
+os._exit(0)
+"""
+
+
+def recorder_cost_per_collective(device: str = "cpu", rounds: int = 9, n: int = 3000) -> dict:
+    """What timing one collective adds to the call, per path: a blocking one, an async one
+    waited on (FSDP's), a functional one and its wait (DTensor's); one rank, in one process,
+    interleaved rounds with and without a recording, the median of the rounds' differences."""
+    out = subprocess.run([sys.executable, "-c", _COLL_COST, device, str(rounds), str(n)],
+                         capture_output=True, text=True, check=True,
+                         env=dict(os.environ, OMP_NUM_THREADS="1"))
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scenario", default="compute")
@@ -246,6 +305,7 @@ def main() -> None:
         "recorder_cost_ddp_round_costs_us": ddp["round_costs_us"],
         "recorder_cost_ddp_pct_of_step": round(ddp_cost / med_without * 100, 3),
         "side_file_us_per_step_writer_thread": round(side_file_cost_per_row() * 1e6, 2),
+        "recorder_cost_per_collective_us": recorder_cost_per_collective(args.device),
         "cpu_count": os.cpu_count(),
         "commit": commit(),
     }

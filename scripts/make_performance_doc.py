@@ -151,7 +151,19 @@ def overhead(d: dict) -> list[str]:
             f"| live diagnosis, time inside `rec.step()` | | | {d['live_cost_us_per_step']:.0f} us "
             f"per step ({d['live_exchange_step_us_median']:,.0f} us at each exchange) |",
             f"| the column side file, on the writer thread | | | "
-            f"{d['side_file_us_per_step_writer_thread']:.1f} us per step row |", ""]
+            f"{d['side_file_us_per_step_writer_thread']:.1f} us per step row |"] + _per_collective(
+        d.get("recorder_cost_per_collective_us")) + [""]
+
+
+def _per_collective(c: dict | None) -> list[str]:
+    """Rows for what timing one collective adds to its call (bench_overhead.py)."""
+    if not c:
+        return []
+    what = {"blocking": "a blocking all-reduce", "async_wait": "an async all-gather and its "
+            "wait (FSDP's)", "functional": "a functional all-reduce and its wait (DTensor's)"}
+    return [f"| timing {what.get(k, k)}, 1 rank, interleaved rounds, a `rec.step()` every 16 "
+            f"calls (the step's summing included) | {v['without_us']:.1f} us "
+            f"| {v['with_us']:.1f} us | +{v['cost_us']:.1f} us per call |" for k, v in c.items()]
 
 
 def overhead_cases(d: dict, title: str) -> list[str]:
