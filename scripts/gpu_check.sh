@@ -15,7 +15,10 @@
 #   overhead_cases  benchmarks/bench_overhead_cases.py on CUDA: the recording overhead on the
 #              loops above, each timed by itself, with and without gpuscope;
 #   overhead, overhead_big  bench_overhead.py on CUDA, and a 4096-wide MLP side by side;
-#   fsdp, dp   FSDP2 (NCCL) and nn.DataParallel on the GPU (scripts/gpu_parallel.py).
+#   fsdp, dp   FSDP2 (NCCL) and nn.DataParallel on the GPU (scripts/gpu_parallel.py);
+#   symm_mem   symmetric memory on one rank (NCCL): a recorded loop of one-shot all-reduces on a
+#              symmetric buffer; the report should say they ran on the GPU's stream, 8 of them
+#              (written without a GPU: first run on one checks the check itself).
 # Everything lands in $OUT (default gpu_results): summary.txt, log.txt, gpu_runs.tgz.
 # ONLY="tests cuda_data" runs just the checks named (default: all); CASES="nanogpt fsdp2" and
 # TRAINERS=hf pick within those two checks. Then
@@ -159,6 +162,34 @@ for mode in fsdp dp; do
     head -n 14 "$W/$mode/$src.txt"
   done
 done
+
+symm_mem() {
+  mkdir -p "$W/symm_mem"
+  $PY - <<'PYEOF'
+import os
+import torch, torch.distributed as dist
+import torch.distributed._symmetric_memory as symm_mem
+import gpuscope
+w = os.path.join(os.environ["W"], "symm_mem")
+torch.cuda.set_device(0)
+dist.init_process_group("nccl", init_method=f"file://{w}/store", rank=0, world_size=1)
+name = dist.group.WORLD.group_name
+buf = symm_mem.empty(1 << 16, device="cuda")
+symm_mem.rendezvous(buf, name)
+with gpuscope.record(os.path.join(w, "record")) as rec:
+    for _ in rec.data(range(8)):
+        torch.ops.symm_mem.one_shot_all_reduce(buf, "sum", name)
+        rec.step()
+torch.cuda.synchronize()
+rep = gpuscope.analyze(os.path.join(w, "record"))
+said = [x for x in rep.warnings if "symmetric-memory" in x]
+print("symm_mem note:", said)
+assert said and "x8" in said[0], rep.warnings
+dist.destroy_process_group()
+PYEOF
+}
+export -f symm_mem
+step symm_mem 120 bash -c symm_mem
 
 pack
 ls -la "$OUT"
