@@ -37,7 +37,7 @@ def _agree(rng: random.Random) -> None:
     ma, mb = iv.merge(a), iv.merge(b)
     sa, sb = spans.merge(*_arrays(a)), spans.merge(*_arrays(b))
     assert ma == list(zip(sa[0].tolist(), sa[1].tolist()))
-    assert iv.total(ma) == spans.length(sa)
+    assert iv.total(ma) == spans.length(sa) == iv.length(a)  # length: the union's, unmerged
     assert iv.overlap(ma, mb) == spans.overlap(sa, sb)
     lo, hi = sorted((rng.randrange(0, 260), rng.randrange(0, 260)))
     clipped = spans.clip(sa, lo, hi)

@@ -67,7 +67,7 @@ def sum_step(r: Raw, start_unix: int) -> list:
     named: dict[str, int] = {}
     for n, a, b in phases:
         named[n] = named.get(n, 0) + (b - a)
-    exposed = [(a, b, k) for a, b, k in r.exposed if b > a]
+    exposed = [e for e in r.exposed if e[1] > e[0]]
     if buckets:
         last_launch = max(a for a, _ in buckets)
         last_done = max(b for _, b in buckets)
@@ -85,9 +85,8 @@ def sum_step(r: Raw, start_unix: int) -> list:
         if name in named and exposed_m:
             spans = iv.merge([(a, b) for n, a, b in phases if n == name])
             named[name] = iv.total(spans) - iv.overlap(spans, exposed_m)
-    colls = [(k, a, b) for k, a, b in r.colls if b > a]
-    comm_m = iv.merge(buckets + [(a, b) for _, a, b in colls] + [(a, b) for a, b, _ in exposed])
-    comm_ns = iv.total(iv.clip(comm_m, start, end))
+    colls = [c for c in r.colls if c[2] > c[1]]
+    comm_ns = iv.length(iv.clip(buckets + [(a, b) for _, a, b in colls] + exposed_m, start, end))
     exposed_ns = min(iv.total(iv.clip(exposed_m, start, end)), step_ns)
 
     data_ns = min(r.data_ns, step_ns)
@@ -181,20 +180,31 @@ def _plain_step(r: Raw, start_unix: int) -> list | None:
 
 
 def _by_key(buckets: list, colls: list, exposed: list) -> dict:
-    """{"kind:group": [comm_ns, exposed_ns, count]} for the step."""
+    """{"kind:group": [comm_ns, exposed_ns, count]} for the step. A key whose collectives all
+    blocked (their spans are their blocked spans) is summed once."""
     spans: dict[str, list] = {}
-    counts: dict[str, int] = {}
     if buckets:
         spans[DDP_KEY] = list(buckets)
-        counts[DDP_KEY] = len(buckets)
     for k, a, b in colls:
-        spans.setdefault(k, []).append((a, b))
-        counts[k] = counts.get(k, 0) + 1
+        s = spans.get(k)
+        if s is None:
+            spans[k] = [(a, b)]
+        else:
+            s.append((a, b))
     blocked: dict[str, list] = {}
     for a, b, k in exposed:
-        blocked.setdefault(k, []).append((a, b))
+        s = blocked.get(k)
+        if s is None:
+            blocked[k] = [(a, b)]
+        else:
+            s.append((a, b))
     out = {}
     for k in spans.keys() | blocked.keys():
-        m = iv.merge(spans.get(k, []) + blocked.get(k, []))
-        out[k] = [iv.total(m), iv.total(iv.merge(blocked.get(k, []))), counts.get(k, 0)]
+        mine, held = spans.get(k, ()), blocked.get(k)
+        if held is None:
+            out[k] = [iv.length(mine), 0, len(mine)]
+        elif mine == held:
+            out[k] = [iv.length(held)] * 2 + [len(mine)]
+        else:
+            out[k] = [iv.length([*mine, *held]), iv.length(held), len(mine)]
     return out
