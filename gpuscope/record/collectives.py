@@ -207,18 +207,22 @@ def _wrap(name: str, fn):
     gi = _param_index(fn, "group")
     pi = _param_index(fn, "dst" if kind == "send" else "src")
 
+    p2p = kind in P2P
+
     def timed(*args, **kwargs):
-        timer = _sink()
-        if timer is None:
+        tls = _tls
+        depth = getattr(tls, "depth", 0)
+        if depth or not _timers:
             return fn(*args, **kwargs)
+        timer = _timers[-1]
         group = kwargs.get("group", args[gi] if 0 <= gi < len(args) else None)
-        what = _p2p_key(kind, args, kwargs, pi, group) if kind in P2P else kind
+        what = _p2p_key(kind, args, kwargs, pi, group) if p2p else kind
         t0 = _now()
-        _tls.depth = getattr(_tls, "depth", 0) + 1
+        tls.depth = 1
         try:
             out = fn(*args, **kwargs)
         finally:
-            _tls.depth -= 1
+            tls.depth = 0
         timer.issued(what, group, t0, _now(), out)
         if rows is not None:
             _count_rows(timer, rows, args, kwargs)
@@ -275,7 +279,7 @@ def _wrap_blocking(fn, report: str, name: str):
     """A call that blocks on a collective (Work.wait, funcol's wait_tensor): its first argument
     and the time it blocked go to the timer's method `report`; nothing under torch.compile."""
     def blocking(first, *args, **kwargs):
-        timer = _sink()
+        timer = _timers[-1] if _timers and not getattr(_tls, "depth", 0) else None
         if timer is None or _compiling():
             inner = getattr(_tls, "waits", None)
             if inner is None or timer is not None:
@@ -295,12 +299,18 @@ def _wrap_blocking(fn, report: str, name: str):
 
 
 def _compiling() -> bool:
+    global _is_compiling
     try:
-        import torch
+        if _is_compiling is None:
+            import torch
 
-        return bool(torch.compiler.is_compiling())
+            _is_compiling = torch.compiler.is_compiling
+        return bool(_is_compiling())
     except Exception:
         return False
+
+
+_is_compiling = None  # torch.compiler.is_compiling, looked up once
 
 
 def _funcol_group(funcol, group, tag) -> str:
@@ -619,7 +629,10 @@ class CollectiveTimer:
         if sink is None:
             return
         key = kind if ":" in kind else f"{kind}:{group_name(group)}"  # p2p keys name the peer
-        works = out if isinstance(out, list) else [out] if out is not None else []
+        if out is None:  # a blocking call (async_op=False): all of it exposed
+            sink(key, t0, t1, True)
+            return
+        works = out if isinstance(out, list) else [out]
         works = [w for w in works if hasattr(w, "get_future")]
         if not works:  # a blocking call: all of it exposed
             sink(key, t0, t1, True)
