@@ -174,7 +174,7 @@ os._exit(0)
 """
 
 
-def recorder_cost_ddp(device: str = "cpu", rounds: int = 9, steps: int = 400) -> dict:
+def recorder_cost_ddp(device: str = "cpu", rounds: int = 21, steps: int = 1000) -> dict:
     """Per-step cost of the whole recorder on a tiny one-rank DDP model (forward, backward and
     optimizer hooks, the DDP tail timer, NVML, the data wrapper, step()): the tiny model makes
     the fixed per-step cost visible. One process holds a recorded model and a plain one, timed
@@ -238,7 +238,7 @@ os._exit(0)
 """
 
 
-def recorder_cost_per_collective(device: str = "cpu", rounds: int = 9, n: int = 3000) -> dict:
+def recorder_cost_per_collective(device: str = "cpu", rounds: int = 15, n: int = 3000) -> dict:
     """What timing one collective adds to the call, per path: a blocking one, an async one
     waited on (FSDP's), a functional one and its wait (DTensor's); one rank, in one process,
     interleaved rounds with and without a recording, the median of the rounds' differences."""
