@@ -14,7 +14,7 @@ from gpuscope.analyze.compare import compare
 from gpuscope.analyze.run import analyze_table
 from gpuscope.cli import main
 from gpuscope.thresholds import Thresholds
-from helpers import balanced, table_from_rows
+from helpers import balanced, table_from_rows, unconfirmed_stragglers
 
 TH0 = Thresholds(warmup_steps=0)
 
@@ -173,18 +173,24 @@ def test_real_pair_straggler_removed_and_the_gate(tmp_path):
     assert proc.returncode == 0, proc.stderr
     c = json.load(open(tmp_path / "c.json"))
     assert c["verdict"]["before"] == "imbalanced" and c["stragglers"]["before"] == [1]
-    # the 40 ms straggler is gone from AFTER; two ranks sharing 2 cores with the test runner can
-    # still make a real straggler of a few ms (seen once in eight suite runs: rank 1 named again),
-    # which the tool is right to name: what is pinned is that nothing near 40 ms is left
-    # rank 1's forward computes 40 ms more of wall time; with a core kept busy, rank 0 computes
-    # slower meanwhile too, so the gap between them is less (23.9 ms in one busy-core clone, 12.5
-    # in another): the yardstick is the loop's own perf_counter around each forward, this run's
+    # rank 1's forward computes 40 ms more of wall time (the loop's own perf_counter around each
+    # forward, this run's, is the yardstick). The straggler's excess is how much longer rank 1 is
+    # busy than rank 0; on a shared 2-core host rank 0's backward competes for a core with rank
+    # 1's extra work and computes slower meanwhile (27 ms to rank 1's 13 in a busy-core clone), so
+    # the excess is less than the forward gap: 22.2 ms for a 39.6 ms gap there, 36.7-44.7 for
+    # 43-46 in others, 12.5 once. Pinned: at least a quarter of the gap, never much more than it
     slow = next(s for s in gpuscope.analyze(before).stragglers if s.rank == 1)
     own = {r["rank"]: r["forward_s"] for r in map(json.loads, open(tmp_path / "b" / "timings.jsonl"))}
     gap_ms = 1e3 * float(np.median(np.subtract(own[1], own[0])[1:]))  # after the warm-up step
-    assert gap_ms > 5, own  # the loop itself sees rank 1 slower by a material amount
-    assert slow.excess_ns / 1e6 == pytest.approx(gap_ms, rel=0.35, abs=3), (slow, gap_ms)
-    assert all(s.excess_ns < slow.excess_ns / 4 for s in gpuscope.analyze(after).stragglers)
+    assert gap_ms > 20, own  # the loop itself sees rank 1 slower by a material amount
+    assert 0.25 * gap_ms <= slow.excess_ns / 1e6 <= 1.25 * gap_ms + 3, (slow, gap_ms)
+    # the 40 ms straggler is gone from AFTER; two ranks sharing 2 cores with the test runner can
+    # still make a real straggler of a few ms (rank 1 named again, with 8 ms, once in eight suite
+    # runs), which the tool is right to name when the loop's own clock shows that rank computing
+    # longer: pinned, that, and nothing near the 40 ms left
+    a = gpuscope.analyze(after).to_dict()
+    assert unconfirmed_stragglers(after, a) == [], a["straggler_details"]
+    assert all(s["excess_ms"] < gap_ms / 2 for s in a["straggler_details"])
     wait = next(p for p in c["parts"] if p["part"] == "wait")
     # the straggler's excess is what rank 0 waited for; parts are means over the 2 ranks (rank 1
     # waited ~0), so up to half of it goes; AFTER's ranks wait for each other too on a busy core

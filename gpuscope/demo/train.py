@@ -179,7 +179,8 @@ def main(argv=None) -> None:
         prof.start()
 
     micro = [0]
-    forward_times: list[float] = []
+    forward_times: list[float] = []    # the loop's own clock (--timings): work with no
+    optimizer_times: list[float] = []  # communication inside, to check a named straggler by
 
     def train_step(x, y):
         if cuda:
@@ -189,11 +190,13 @@ def main(argv=None) -> None:
         with contextlib.nullcontext() if sync else ddp.no_sync():
             t0 = time.perf_counter()
             out = ddp(x)
-            forward_times.append(time.perf_counter() - t0)  # the loop's own clock (--timings)
+            forward_times.append(time.perf_counter() - t0)
             loss = loss_fn(out, y)
             (loss / args.sync_every).backward()
         if sync:
+            t0 = time.perf_counter()
             opt.step()
+            optimizer_times.append(time.perf_counter() - t0)
             opt.zero_grad(set_to_none=True)
 
     step_times: list[float] = []
@@ -231,7 +234,8 @@ def main(argv=None) -> None:
             fh.write(json.dumps({"rank": rank, "record": not args.no_record,
                                  "live_every": args.live_every,
                                  "scenario": args.scenario, "step_s": step_times,
-                                 "forward_s": forward_times}) + "\n")
+                                 "forward_s": forward_times,
+                                 "optimizer_s": optimizer_times}) + "\n")
     dist.barrier()
     dist.destroy_process_group()
 
