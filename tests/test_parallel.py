@@ -133,8 +133,10 @@ def test_hand_written_send_recv_heavy_first_stage(parallel_run):
 def test_hybrid_slow_rank_named_in_its_data_parallel_group(parallel_run):
     """4 ranks as 2 replicas x 2 stages; rank 3 (replica 1's stage 1) is slow. Its pipeline peer,
     rank 2, waits on it point to point and reaches its all-reduce late: it is not blamed. Rank 3
-    is named, in its data-parallel group (1, 3)."""
-    out = parallel_run("hybrid", 4, "--slow-rank", "3")
+    is named, in its data-parallel group (1, 3). 25 ms per forward: at 10 a busy-core clone's
+    record read pipeline-bound at low confidence, a near tie (bubbles 42%, imbalance 40% of the
+    steps; the ranks waited ~40 ms a step beside ~26-42 ms of bubble), rank 3 named all the same"""
+    out = parallel_run("hybrid", 4, "--slow-rank", "3", "--slow-ms", "25")
     for src in ("record", "kineto"):
         rep = gpuscope.analyze(os.path.join(out, src))
         assert rep.verdict.label == "imbalanced", src
