@@ -17,13 +17,24 @@ while True:
     sum(i * i for i in range(10000))
 " &
 SPIN=$!
-trap 'kill $SPIN' EXIT
+RUN=
+# stopping this script (a signal, or the end) stops the spinner and the run in progress, the
+# whole process group of its `.ci/run` (pytest and the trainings it started), so that nothing
+# is left writing into the clone when the next loop removes it
+trap '[ -n "$RUN" ] && kill -- -"$RUN" 2>/dev/null; kill $SPIN 2>/dev/null' EXIT
+trap 'exit 130' INT TERM
 for i in $(seq 1 "$N"); do
   rm -rf "$CLONE"
-  git clone -q "$HERE" "$CLONE" && git -C "$CLONE" checkout -q "$REV"
+  if ! { git clone -q "$HERE" "$CLONE" && git -C "$CLONE" checkout -q "$REV"; }; then
+    echo "run $i: no clone of $REV at $CLONE (a process still writing there?): stopped" >> "$RESULTS"
+    exit 1
+  fi
   start=$(date +%s)
-  (cd "$CLONE" && ./.ci/run > "$CLONE.log.$i" 2>&1)
+  setsid bash -c 'cd "$1" && exec ./.ci/run' _ "$CLONE" > "$CLONE.log.$i" 2>&1 &
+  RUN=$!
+  wait "$RUN"
   rc=$?
+  RUN=
   summary=$(grep -E "passed|failed|rerun" "$CLONE.log.$i" | tail -3 | tr '\n' ' ')
   echo "run $i rc=$rc $(( $(date +%s) - start ))s commit=$(git -C "$CLONE" rev-parse --short HEAD) $summary" >> "$RESULTS"
 done
