@@ -120,24 +120,36 @@ def unconfirmed_stragglers(record_dir: str, report: dict) -> list[tuple]:
     """The ranks a demo run's report names as stragglers that the loop's own clock does not
     show computing longer: (rank, excess ms, its own ms, the others' ms) for each. The demo's
     `--timings` (beside the record dir) holds each rank's perf_counter around its forward and
-    its optimizer step, work with no communication inside; a rank named is confirmed when the
-    median of that work is at least 10% longer than the other ranks' median. On a busy 2-core
-    host one rank can really compute longer for a whole run (the 2 ranks, the test runner and
-    another process share the cores unevenly): the tool is right to name it. A rank named with
-    no such difference is one the tool made up."""
-    import statistics
-
+    its optimizer step, work with no communication inside. On a busy 2-core host one rank can
+    really compute longer for a whole run (the ranks, the test runner and another process share
+    the cores unevenly): the tool is right to name it. A rank named with no such difference is
+    one the tool made up."""
     path = os.path.join(os.path.dirname(record_dir.rstrip("/")), "timings.jsonl")
     own = {}
     for line in open(path):
         d = json.loads(line)
-        own[d["rank"]] = (statistics.median(d["forward_s"][1:] or d["forward_s"])
-                          + (statistics.median(d["optimizer_s"][1:] or d["optimizer_s"])
-                             if d.get("optimizer_s") else 0.0)) * 1e3
+        own[d["rank"]] = (median_after_warmup(d["forward_s"])
+                          + median_after_warmup(d.get("optimizer_s") or [0.0]))
+    return not_computing_longer(report, own)
+
+
+def median_after_warmup(xs: list) -> float:
+    import statistics
+
+    return statistics.median(xs[1:] or xs)  # the first (warm-up) step left out
+
+
+def not_computing_longer(report: dict, own_s: dict) -> list[tuple]:
+    """The stragglers of `report` whose own local work (seconds per step, by rank: the loop's
+    clock) is not at least 10% longer than the median of the other ranks':
+    (rank, excess ms, its own ms, the others' ms) for each."""
+    import statistics
+
     out = []
     for s in report["straggler_details"]:
-        others = [ms for r, ms in own.items() if r != s["rank"]]
-        if not others or own[s["rank"]] < 1.10 * statistics.median(others):
-            out.append((s["rank"], s["excess_ms"], round(own[s["rank"]], 2),
-                        round(statistics.median(others), 2) if others else None))
+        others = [v for r, v in own_s.items() if r != s["rank"]]
+        mine = own_s.get(s["rank"])
+        if mine is None or not others or mine < 1.10 * statistics.median(others):
+            out.append((s["rank"], s["excess_ms"], None if mine is None else round(mine * 1e3, 2),
+                        round(statistics.median(others) * 1e3, 2) if others else None))
     return out

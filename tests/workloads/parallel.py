@@ -11,8 +11,8 @@
             stages, 2,3 replica 1's; each stage's gradients are all-reduced over its data-parallel
             group (new_group); --slow-rank does extra work in its forward
 
-Writes DIR/record, DIR/kineto (--profile) and DIR/timings-rank<r>.json (perf_counter per step,
-and per stage the forward/backward compute it ran).
+Writes DIR/record, DIR/kineto (--profile) and DIR/timings-rank<r>.json (perf_counter per step;
+the hybrid case also its local work per step: forward, backward, optimizer).
 """
 
 from __future__ import annotations
@@ -123,9 +123,16 @@ def case_pipeline(args, rank, world, marks):
             t = mark(marks, t, args)
 
 
+#: the workload's own clock around its local work (forward, backward, optimizer: no
+#: communication inside), summed per step: what tells a rank that really computed longer from
+#: one a report names without cause (test_parallel's balanced hybrid)
+COMPUTE: list[float] = []
+
+
 def _p2p_stage(module, rank, world, peer_prev, peer_next, group=None, micro=MICRO):
     """One step of a hand-written GPipe: all forwards, then all backwards, per micro-batch."""
     acts, outs = [], []
+    local = 0.0
     for _ in range(micro):
         if peer_prev is None:
             x = torch.randn(BATCH // micro, WIDTH)
@@ -133,20 +140,26 @@ def _p2p_stage(module, rank, world, peer_prev, peer_next, group=None, micro=MICR
             x = torch.empty(BATCH // micro, WIDTH)
             dist.recv(x, src=peer_prev, group=group)
         x.requires_grad_(peer_prev is not None)
+        t = _now()
         out = module(x)
+        local += _now() - t
         if peer_next is not None:
             dist.send(out.detach(), dst=peer_next, group=group)
         acts.append(x)
         outs.append(out)
     for x, out in zip(acts, outs):
         if peer_next is None:
+            t = _now()
             out.pow(2).mean().backward()
         else:
             grad = torch.empty_like(out)
             dist.recv(grad, src=peer_next, group=group)
+            t = _now()
             out.backward(grad)
+        local += _now() - t
         if peer_prev is not None:
             dist.send(x.grad, dst=peer_prev, group=group)
+    return local
 
 
 def case_sendrecv(args, rank, world, marks):
@@ -180,11 +193,13 @@ def case_hybrid(args, rank, world, marks):
     with gpuscope.record(args.run_dir, model=module) as rec:
         t = _now()
         for _ in range(args.steps):
-            _p2p_stage(module, rank, world, prev, nxt, micro=args.micro)
+            local = _p2p_stage(module, rank, world, prev, nxt, micro=args.micro)
             for p in module.parameters():  # data parallel over this stage's replicas
                 dist.all_reduce(p.grad, group=dp)
                 p.grad /= 2
+            t0 = _now()
             opt.step()
+            COMPUTE.append(local + _now() - t0)
             opt.zero_grad()
             rec.step()
             t = mark(marks, t, args)
@@ -227,7 +242,7 @@ def main() -> None:
     if prof is not None:
         prof.stop()
     with open(os.path.join(args.out, f"timings-rank{rank}.json"), "w") as fh:
-        json.dump({"step_s": marks}, fh)
+        json.dump({"step_s": marks, "compute_s": COMPUTE}, fh)
     dist.barrier()
     dist.destroy_process_group()
 
