@@ -149,3 +149,33 @@ def test_a_handler_of_the_users_own_is_left_alone(tmp_path):
     with gpuscope.record(tmp_path / "run2"):
         assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # put back
+
+
+def _cut_table(last: dict, ends: dict, flush_rows=None):
+    """Two ranks' steps 0..last[r], each with its end record (None: killed, none written)."""
+    from helpers import table_from_rows
+
+    rows = [{"rank": r, "step": s, "compute": 10} for r, n in last.items() for s in range(n + 1)]
+    table = table_from_rows(rows)
+    for r, info in table.ranks.items():
+        info.meta["end"] = ends[r]
+        if flush_rows is not None:
+            info.meta["flush"] = {"rows": flush_rows, "s": 1.0}
+    return table
+
+
+def test_a_whole_job_killed_at_once_names_no_one_within_a_flush():
+    # SIGKILL to every rank at once (a scheduler, a lost node): rank 1's last rows (up to one
+    # flush of 16 steps) may not have reached its file, so 42 against 43 says nothing of who
+    # stopped first (a busy-core suite run named rank 1 so). Past a flush, or beside a rank that
+    # ended properly, the lag is real; a record's own flush setting is used when it says one
+    from gpuscope.analyze.stopped import stopped_ranks
+
+    killed = {0: None, 1: None}
+    assert stopped_ranks(_cut_table({0: 43, 1: 42}, killed)) == ([], [])
+    assert stopped_ranks(_cut_table({0: 43, 1: 27}, killed)) == ([], [])
+    (s,), _ = stopped_ranks(_cut_table({0: 43, 1: 26}, killed))
+    assert (s["rank"], s["last_step"], s["others_reached"]) == (1, 26, 43)
+    assert stopped_ranks(_cut_table({0: 43, 1: 26}, killed, flush_rows=64)) == ([], [])
+    (s,), _ = stopped_ranks(_cut_table({0: 43, 1: 42}, {0: {"steps": 44}, 1: None}))
+    assert s["rank"] == 1 and "no end record" in s["reason"]

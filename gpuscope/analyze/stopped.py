@@ -5,7 +5,9 @@ A rank file without an end record was cut; one whose end says `crashed` or `term
 by an exception or a signal. Such a rank "stopped early" when its last recorded step is before
 the last step any other rank recorded. A killed rank's last rows may not have reached the disk
 (rows are written every `flush_rows` steps or `flush_s` seconds), so its true last step can be up
-to one flush interval later than the one named.
+to one flush interval later than the one named. Hence, when every rank that got further was
+killed too (a whole job killed at once), a lag within that interval says nothing of who stopped
+first, and no one is named.
 """
 
 from __future__ import annotations
@@ -62,12 +64,33 @@ def stopped_ranks(table: RunTable) -> tuple[list[dict], list[int]]:
         mine = last.get(rank, -1)
         reach = max((s for r, s in last.items() if r != rank), default=-1)
         first = victims and rank not in victims  # the others failed because of this one
+        ahead = [r for r, s in last.items() if r != rank and s > mine]
+        if (not first and _killed(ends[rank]) and all(_killed(ends[r]) for r in ahead)
+                and reach - mine <= _flush_rows(table.ranks[rank])):
+            continue  # all killed: their unwritten rows may hold the difference
         if mine < reach or (first and mine <= reach):
             why = cut[rank] + ("; the other ranks then failed waiting on it" if first else "")
             out.append({"rank": int(rank), "last_step": int(mine), "others_reached": int(reach),
                         "reason": why})
     missing = sorted(set(range(table.world_size)) - set(table.ranks))
     return out, missing
+
+
+def _killed(end) -> bool:
+    """No end record: the process was killed before it could write one."""
+    return not isinstance(end, dict) or not end
+
+
+#: the recorder's default `flush_rows`, for records that do not say theirs (written before it
+#: went into the header)
+DEFAULT_FLUSH_ROWS = 16
+
+
+def _flush_rows(info) -> int:
+    """At most how many of a killed rank's steps may not have reached its file."""
+    flush = info.meta.get("flush")
+    rows = flush.get("rows") if isinstance(flush, dict) else None
+    return int(rows) if isinstance(rows, int) and rows > 0 else DEFAULT_FLUSH_ROWS
 
 
 def stopped_warnings(stopped: list[dict]) -> list[str]:

@@ -777,7 +777,7 @@ def read_run_dir(path: str) -> RunTable:
         ranks[rank] = RankInfo(rank, header.get("host", ""), knobs,
                                {k: header.get(k) for k in ("pid", "comm_timing", "start_unix_ns",
                                                            "placement_source", "local_rank", "gpu",
-                                                           "run_id")}
+                                                           "run_id", "flush")}
                                | {"end": f.end, "file": os.path.basename(f.path),
                                   "capacity": capacity_of(header)}
                                | ({"dataparallel": f.dataparallel} if f.dataparallel else {}))

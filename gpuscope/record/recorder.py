@@ -275,7 +275,9 @@ class Recorder:
             "recording": self._writer.recording, "start_unix_ns": self._t0_unix,
             "clock": "perf_counter_ns", "columns": list(STEP_COLUMNS),
             "comm_timing": self._comm_timing_mode(), "knobs": self._knobs, "gpu": gpu,
-            "memory": capacity})
+            "memory": capacity,
+            # rows reach the file every `rows` steps or `s` seconds: what a kill can lose
+            "flush": {"rows": self._flush_rows, "s": self._flush_ns / 1e9}})
 
     def _open_memory(self) -> dict:
         """The memory sink (memory.py) and what this machine can hold, for the header."""
