@@ -321,6 +321,37 @@ def test_every_functional_collective_of_this_torch_is_timed_and_its_backward_fou
         dist.destroy_process_group()
 
 
+@pytest.mark.filterwarnings("ignore:The combination of ranks \\+ tag:FutureWarning")
+def test_a_functional_collectives_group_is_resolved_once_per_argument(tmp_path, monkeypatch):
+    # the group argument's name is cached (the recorder's per-call cost): a process group by
+    # identity, a list of ranks by value; each gives the name funcol gives it, and a recording's
+    # end forgets them (a later one may see other groups behind the same objects)
+    import torch.distributed as dist
+    import torch.distributed._functional_collectives as funcol
+
+    from gpuscope.record import collectives as C
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0,
+                            world_size=1)
+    try:
+        sub = dist.new_group([0])
+        calls = []
+        real = funcol._resolve_group_name
+        monkeypatch.setattr(funcol, "_resolve_group_name",
+                            lambda g, t="": calls.append(g) or real(g, t))
+        C._funcol_names.clear()
+        names = [C._funcol_group(funcol, g, "") for g in (dist.group.WORLD, sub, [0], sub, [0],
+                                                           dist.group.WORLD, [0])]
+        assert names[0] == names[5] == "default"
+        assert names[1] == names[3] == str(real(sub, "")) != "default"
+        assert names[2] == names[4] == names[6]
+        assert len(calls) == 3  # once each: the world's group, sub, [0]
+        C._restore()
+        assert C._funcol_names == {}
+    finally:
+        dist.destroy_process_group()
+
+
 def test_routing_names_the_rank_the_most_uneven_all_to_all_favours():
     """Instance by instance: a counts exchange (even), the dispatch (rank 2 gets 70%), the
     combine (even): the dispatch is the evidence; fewer than two ranks, or even rows, name no

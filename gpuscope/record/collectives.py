@@ -315,11 +315,34 @@ _is_compiling = None  # torch.compiler.is_compiling, looked up once
 
 def _funcol_group(funcol, group, tag) -> str:
     """The name funcol gives a group argument (a ProcessGroup, a (DeviceMesh, dim), ranks, a
-    name); its ranks are noted as for torch.distributed's groups."""
+    name); its ranks are noted as for torch.distributed's groups. Cached per group argument
+    (objects by identity, as group_name does; rank lists by value)."""
+    try:
+        key = (tuple(g if isinstance(g, (int, str)) else id(g) for g in group)
+               if isinstance(group, (list, tuple)) else
+               group if isinstance(group, str) else id(group), tag)
+        cached = _funcol_names.get(key)
+    except TypeError:  # an argument of a shape not foreseen: resolved every time
+        key = cached = None
+    if cached is not None:
+        return cached
     try:
         name = str(funcol._resolve_group_name(group, tag or ""))
     except Exception:
         return "?"
+    name = _note_funcol_group(name)
+    if key is not None:
+        if len(_funcol_names) > 4096:
+            _funcol_names.clear()
+        _funcol_names[key] = name
+    return name
+
+
+_funcol_names: dict = {}  # a functional collective's group argument -> its name
+
+
+def _note_funcol_group(name: str) -> str:
+    """The group's name, its ranks noted; "default" for the world's group."""
     if name not in _members and len(_members) < 1024:
         try:
             from torch.distributed import distributed_c10d as c10d
@@ -559,6 +582,7 @@ def _install() -> None:
 
 
 def _restore() -> None:
+    _funcol_names.clear()  # a later recording may see other groups behind the same objects
     for (owner, name), fn in _originals.items():
         current = getattr(owner, name, None)
         if getattr(current, "__wrapped__", None) is fn:  # ours, not patched over by someone else
