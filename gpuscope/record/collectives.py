@@ -279,7 +279,7 @@ def _wrap_blocking(fn, report: str, name: str):
     """A call that blocks on a collective (Work.wait, funcol's wait_tensor): its first argument
     and the time it blocked go to the timer's method `report`; nothing under torch.compile."""
     def blocking(first, *args, **kwargs):
-        timer = _timers[-1] if _timers and not getattr(_tls, "depth", 0) else None
+        timer = _sink()
         if timer is None or _compiling():
             inner = getattr(_tls, "waits", None)
             if inner is None or timer is not None:
@@ -653,12 +653,9 @@ class CollectiveTimer:
         if sink is None:
             return
         key = kind if ":" in kind else f"{kind}:{group_name(group)}"  # p2p keys name the peer
-        if out is None:  # a blocking call (async_op=False): all of it exposed
-            sink(key, t0, t1, True)
-            return
-        works = out if isinstance(out, list) else [out]
-        works = [w for w in works if hasattr(w, "get_future")]
-        if not works:  # a blocking call: all of it exposed
+        works = [] if out is None else [w for w in (out if isinstance(out, list) else [out])
+                                        if hasattr(w, "get_future")]
+        if not works:  # a blocking call (async_op=False, or no Work): all of it exposed
             sink(key, t0, t1, True)
             return
         if len(self._pending) > 8192:  # works nobody waited on
