@@ -156,15 +156,17 @@ def loop(model, opt, it, rec=None):
         if rec is not None: rec.step()
     if device == "cuda": torch.cuda.synchronize()
     return (time.perf_counter() - t) / n
-with gpuscope.record(os.path.join(d, "run"), model=recm) as rec:
-    loop(recm, rec_opt, rec.data(data), rec); loop(plain, plain_opt, data)  # warm
-    with_, without = [], []
-    for i in range(rounds):  # interleaved, the order swapped every round
-        for which in ((1, 0) if i % 2 else (0, 1)):
-            if which:
+warm = [x] * 20
+with_, without = [], []
+for i in range(rounds):  # interleaved, the order swapped every round
+    for which in ((1, 0) if i % 2 else (0, 1)):
+        if which:  # a recording of its own each round: the plain rounds run with none open
+            with gpuscope.record(os.path.join(d, f"run{i}"), model=recm) as rec:
+                loop(recm, rec_opt, rec.data(warm), rec)
                 with_.append(loop(recm, rec_opt, rec.data(data), rec))
-            else:
-                without.append(loop(plain, plain_opt, data))
+        else:
+            loop(plain, plain_opt, warm)
+            without.append(loop(plain, plain_opt, data))
 diff = [a - b for a, b in zip(with_, without)]
 print(json.dumps({"with_us": statistics.median(with_) * 1e6,
                   "without_us": statistics.median(without) * 1e6,
@@ -174,11 +176,14 @@ os._exit(0)
 """
 
 
-def recorder_cost_ddp(device: str = "cpu", rounds: int = 21, steps: int = 1000) -> dict:
+def recorder_cost_ddp(device: str = "cpu", rounds: int = 41, steps: int = 400) -> dict:
     """Per-step cost of the whole recorder on a tiny one-rank DDP model (forward, backward and
-    optimizer hooks, the DDP tail timer, NVML, the data wrapper, step()): the tiny model makes
-    the fixed per-step cost visible. One process holds a recorded model and a plain one, timed
-    in interleaved rounds; the figure is the median of the rounds' differences."""
+    optimizer hooks, the DDP tail timer, NVML, the data wrapper, step(), the flushes): the tiny
+    model makes the fixed per-step cost visible. One process holds a recorded model and a plain
+    one, timed in interleaved short rounds (a slow spell of this VM moves both of a pair); each
+    recorded round opens a recording of its own and the plain rounds run with none open (the
+    process-wide hooks, backward and optimizer, are not installed then); 20 untimed steps
+    before each. The figure is the median of the rounds' differences."""
     import subprocess
 
     out = subprocess.run([sys.executable, "-c", _DDP_COST, device, str(rounds), str(steps)],

@@ -143,7 +143,8 @@ def overhead(d: dict) -> list[str]:
             f"| the recorder's whole cost per step, tiny 1-rank DDP model (every default timing; "
             f"a recorded and a plain model in one process, "
             f"{len(d.get('recorder_cost_ddp_round_costs_us') or []) or 'sequential'} interleaved "
-            f"rounds, the median of their differences) "
+            f"rounds, each recorded round in a recording of its own, the plain ones with none "
+            f"open; the median of their differences) "
             f"| {d['ddp_tiny_step_us_without']:,.0f} us | {d['ddp_tiny_step_us_with']:,.0f} us | "
             f"+{d['recorder_cost_ddp_us_per_step']:,.0f} us per step |",
             f"| `rec.data()` + `rec.step()` alone, tight loop | | | "
@@ -297,10 +298,12 @@ def budgets(docs: dict) -> list[str]:
     o = docs.get("overhead.json")
     if o:
         rounds = o.get("recorder_cost_ddp_round_costs_us")
-        spread = (f", median of {len(rounds)} interleaved rounds, {min(rounds):,.0f}-"
+        spread = (f", median of {len(rounds)} interleaved rounds, from {min(rounds):,.0f} to "
                   f"{max(rounds):,.0f} us" if rounds else "")
+        cost = o['recorder_cost_ddp_us_per_step']
         out.append(f"- Recording: at most 50 us per step and 0.5% of a 10 ms step; measured "
-                   f"{o['recorder_cost_ddp_us_per_step']:,.0f} us per step on a tiny DDP model "
+                   f"{cost:,.0f} us per step{' (over budget)' if cost > 50 else ''} on a tiny "
+                   "DDP model "
                    f"({o['cpu_count']}-core CPU{spread}) ([recording overhead](docs/performance.md"
                    "#recording-overhead)).")
     c = docs.get("overhead_cases.json")
