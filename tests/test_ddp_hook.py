@@ -191,3 +191,44 @@ def test_after_stop_nothing_is_left_on_the_model(pg, tmp_path):
     for a, b in zip(model.parameters(), reference.parameters()):
         assert torch.equal(a.grad, b.grad)  # the same reduction as DDP's own
     assert os.path.getsize(tmp_path / "rank-00000.gpuscope.jsonl") == size
+
+
+def _timer_of(rec):
+    return rec._state.tail
+
+
+def test_the_end_of_backward_compute_is_timed_only_where_a_gradient_may_not_come(pg, tmp_path):
+    # DDP needs every gradient in every synchronized backward unless find_unused_parameters (or
+    # a static graph) says otherwise: there the watched gradient always comes and the root's
+    # prehook and final callback are not needed; with find_unused_parameters they are
+    for unused in (False, True):
+        model = DDP(nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4)),
+                    find_unused_parameters=unused)
+        run = tmp_path / str(unused)
+        with gpuscope.record(run, model=model) as rec:
+            timer = _timer_of(rec)
+            roots = []
+            original = timer._root
+            timer._root = lambda grads: (roots.append(1), original(grads))[1]
+            _train(model, rec, steps=4)
+        assert len(roots) == (4 if unused else 0), unused
+        _, rows = _rows(run)
+        assert all(r["n_comm"] == 1 and r["comm_exposed_ns"] > 0 for r in rows), (unused, rows)
+
+
+def test_a_watched_gradient_that_does_not_come_turns_the_end_of_compute_timing_on(pg, tmp_path):
+    # the timer watches the first Linear's weight; a backward that never reaches it (which DDP
+    # itself would refuse at its next backward) gives no tail, and from then on the end of
+    # backward compute is timed too: the next such backward has its tail from there
+    model = _model()
+    with gpuscope.record(tmp_path, model=model) as rec:
+        timer = _timer_of(rec)
+        assert not timer._root_too
+        tails = []
+        timer.sink = lambda i, t0, t1: tails.append(t1 - t0)
+        aside = torch.randn(3, requires_grad=True)
+        for _ in range(2):
+            (aside * 2).sum().backward()  # a graph without the model's parameters
+        assert timer._root_too and len(tails) == 1 and tails[0] >= 0
+        _train(model, rec, steps=2)  # the model's own backwards: tails as before
+        assert len(tails) == 3 and min(tails) >= 0

@@ -10,9 +10,12 @@ waits for the all-reduces before backward returns. The tail starts just before t
 a post-accumulate hook on the parameter whose gradient is ready last (a guess, the first
 parameter, until DDP's logging names it after an iteration) runs before DDP's own hook on the
 same accumulation, so a launch that blocks (gloo's, when a busy core preempts it) is inside, as
-a trace counts it. A prehook on the root of the graph queues an autograd final callback (before
-DDP's own, so it runs first, at the end of backward compute): where the watched gradient was not
-ready this time, the tail starts there. It ends at backward's return, and is the step's one
+a trace counts it. Where a gradient may not come in every backward (find_unused_parameters, a
+static graph), or once the watched one did not, a prehook on the root of each graph also queues
+an autograd final callback (before DDP's own, so it runs first, at the end of backward compute):
+where the watched gradient was not ready this time, the tail starts there. (Elsewhere DDP needs
+every gradient in every synchronized backward, so the watched one always comes, and the prehook,
+its callback and a handle a step are saved.) It ends at backward's return, and is the step's one
 "bucket" (all_reduce:ddp). On CUDA, the same points get events (DeviceTimer.comm_launch /
 comm_done): after DDP's finalize the current stream waits for the all-reduce, so the second
 event completes when the gradients are in. Communication that backward hides is not seen;
@@ -57,6 +60,9 @@ class DDPTailTimer:
         self._order_tries = 0
         if self._params:
             self._watch(self._params[0])
+        # the end of backward compute is timed too where the watched gradient may not come
+        self._root_too = self._handle is None or bool(getattr(ddp, "find_unused_parameters", True)) \
+            or bool(getattr(ddp, "static_graph", True))
 
     def _watch(self, param) -> None:
         try:  # a torch without post-accumulate hooks: the tail starts at the final callback
@@ -87,9 +93,10 @@ class DDPTailTimer:
             return False
         self._t_final = self._t_ready = None
         self._dev_ready = None
-        # not removed afterwards: the graph (and the hook with it) goes when backward frees it;
-        # a graph kept for a second backward queues the callback again, as it should
-        fn.register_prehook(self._root)
+        if self._root_too:
+            # not removed afterwards: the graph (and the hook with it) goes when backward frees
+            # it; a graph kept for a second backward queues the callback again, as it should
+            fn.register_prehook(self._root)
         return True
 
     def _learn_order(self) -> None:
@@ -126,9 +133,14 @@ class DDPTailTimer:
         t_end = self.clock()
         t_final, t_ready = self._t_final, self._t_ready
         self._t_final = self._t_ready = None
-        if t_final is None or self.sink is None:
+        ready = t_ready is not None and (t_final is None or t_ready <= t_final)
+        if not ready and t_final is None:
+            # the watched gradient did not come (DDP's own check fails at its next backward):
+            # from now on the end of backward compute is timed too
+            self._root_too = True
             return
-        ready = t_ready is not None and t_ready <= t_final
+        if self.sink is None:
+            return
         self.sink(0, t_ready if ready else t_final, t_end)
         device = self.device
         ev = self._dev_ready if ready and self._dev_ready is not None else self._dev_final
