@@ -3,6 +3,7 @@ kernel refuse writes with EFBIG, as ENOSPC would), a run dir deleted mid-run, a 
 slow that each write takes longer than many steps. Training always goes on at its own speed; one
 warning says recording stopped; what reached the disk still analyses."""
 
+import json
 import logging
 import os
 import resource
@@ -76,14 +77,16 @@ def test_the_run_dir_deleted_mid_run(tmp_path, caplog):
 
 
 class _SlowFile:
-    """A file whose writes take 0.3 s each (an NFS server under load; none can be had here)."""
+    """A file whose writes take `delay` s each (an NFS server under load; none can be had
+    here)."""
 
-    def __init__(self, fh):
+    def __init__(self, fh, delay=0.3):
         self._fh = fh
+        self.delay = delay
         self.writes = 0
 
     def write(self, text):
-        time.sleep(0.3)
+        time.sleep(self.delay)
         self.writes += 1
         return self._fh.write(text)
 
@@ -96,9 +99,11 @@ def test_a_slow_filesystem_never_holds_up_a_step(tmp_path, monkeypatch, caplog):
     monkeypatch.setattr(RecordWriter, "CLOSE_TIMEOUT_S", 1.0)
     monkeypatch.setattr(RecordWriter, "MAX_PENDING", 8)
     rec = gpuscope.record(tmp_path / "run", flush_rows=2).start()
-    slow = rec._writer._fh = _SlowFile(rec._writer._fh)
+    # each write 1.5 s: the thread writes everything queued at once, so a slower filesystem
+    # keeps up; one whose single write outlasts CLOSE_TIMEOUT_S stalls the end
+    slow = rec._writer._fh = _SlowFile(rec._writer._fh, delay=1.5)
     t0 = time.perf_counter()
-    longest = _loop(rec, 200)  # 100 batches of rows: 30 s of writing at 0.3 s each
+    longest = _loop(rec, 200)  # 100 batches of rows
     loop_s = time.perf_counter() - t0
     with caplog.at_level(logging.WARNING, logger="gpuscope"):
         t1 = time.perf_counter()
@@ -108,3 +113,24 @@ def test_a_slow_filesystem_never_holds_up_a_step(tmp_path, monkeypatch, caplog):
     assert stop_s < 3.0  # and the end waited at most CLOSE_TIMEOUT_S for the writes
     assert slow.writes < 20 and rec._writer is None
     assert any("stalled" in r.getMessage() for r in caplog.records), caplog.text
+
+
+def test_a_flush_is_one_write_with_its_side_lines(tmp_path):
+    """A flush's rows and what the sinks measured beside them (the memory sample) reach the
+    file in one write: one wake-up of the writer thread, one write and one flush a flush, where
+    each used to be a write of its own (the thread's syscalls hand the GIL back and forth with
+    the training thread)."""
+    rec = gpuscope.record(tmp_path / "run", flush_rows=4, telemetry=False).start()
+    counted = rec._writer._fh = _SlowFile(rec._writer._fh, delay=0.0)
+    for _ in rec.data(range(40)):
+        rec.step()
+        time.sleep(0.001)
+    time.sleep(0.2)
+    writes = counted.writes
+    rec.stop()
+    lines = [json.loads(x) for x in open(tmp_path / "run" / "rank-00000.gpuscope.jsonl")]
+    assert sum(isinstance(x, list) for x in lines) == 40
+    samples = [x for x in lines if isinstance(x, dict) and "steps" in x.get("memory", {})]
+    assert len(samples) == 10  # a memory line beside each flush's rows
+    knobs = sum(isinstance(x, dict) and "knobs" in x and "at_step" in x for x in lines)
+    assert 1 <= writes <= 10 + knobs, (writes, knobs)  # before: two a flush (20), + knobs

@@ -408,7 +408,7 @@ class Recorder:
         sink.close()  # teardown's loop warns if this raises
         return True
 
-    def _flush_sinks(self, rows: list | None, final: bool = False) -> None:
+    def _flush_sinks(self, rows: list | None, final: bool = False, wake: bool = True) -> None:
         """Hand every sink the rows just written, write what each measured beside them, and
         show every sink what the others measured (TensorBoard plots the memory)."""
         metas = []
@@ -420,7 +420,7 @@ class Recorder:
                 if meta:
                     metas.append(meta)
                     if self._writer is not None:
-                        self._writer.add_meta(meta)
+                        self._writer.add_meta(meta, wake)
             except Exception as exc:
                 self._sink_failed(sink, exc)
         for meta in metas:
@@ -618,12 +618,17 @@ class Recorder:
         raw, self._raw = self._raw, []
         self._note_forwards(raw)
         rows = [sum_step(r, start_unix=self._unix(r.start)) for r in raw]
-        if self._writer is not None:
-            if self._writer.error is not None:  # the disk is full, the file vanished...
-                self._write_failed(self._writer.error)
+        writer = self._writer
+        if writer is not None:
+            if writer.error is not None:  # the disk is full, the file vanished...
+                self._write_failed(writer.error)
                 return
-            self._writer.add_rows(rows)
-        self._flush_sinks(rows)
+            writer.add_rows(rows, wake=False)  # the sinks' lines follow: one wake-up for all
+        try:
+            self._flush_sinks(rows, wake=False)
+        finally:
+            if writer is not None:
+                writer.wake()
 
     def _write_failed(self, error: str) -> None:
         """The record file cannot be written any more: stop recording, say so once, and leave

@@ -84,16 +84,24 @@ class RecordWriter:
         except OSError:
             self._cols = None  # no side file: readers decode the JSON
 
-    def add_rows(self, rows: list[list]) -> None:
+    def add_rows(self, rows: list[list], wake: bool = True) -> None:
         """Queue step rows; the writer thread turns them into JSON lines (off the step path:
-        ~2 us a row). The caller hands them over: it does not change them afterwards."""
+        ~2 us a row). The caller hands them over: it does not change them afterwards.
+        `wake=False`: more follows at once (a flush's side lines), and `wake()` then."""
         if rows:
-            self._put(None, rows)
+            self._put(None, rows, wake)
 
-    def add_meta(self, obj: dict) -> None:
-        self._put([_dumps(obj)])
+    def add_meta(self, obj: dict, wake: bool = True) -> None:
+        self._put([_dumps(obj)], None, wake)
 
-    def _put(self, lines: list[str] | None, rows: list | None = None) -> None:
+    def wake(self) -> None:
+        """Have the thread write what was queued with wake=False."""
+        with self._cv:
+            if self._queue:
+                self._start()
+                self._cv.notify()
+
+    def _put(self, lines: list[str] | None, rows: list | None = None, wake: bool = True) -> None:
         """Queue lines, or (lines None) rows the thread serializes."""
         if not lines and not rows:
             return
@@ -104,8 +112,9 @@ class RecordWriter:
                 self.dropped += len(lines) if lines else len(rows)
                 return
             self._queue.append(("\n".join(lines) + "\n" if lines else None, rows))
-            self._start()
-            self._cv.notify()
+            if wake:
+                self._start()
+                self._cv.notify()
 
     def _start(self) -> None:
         """The writer thread, started with the first line to write (called holding _cv)."""
@@ -122,10 +131,12 @@ class RecordWriter:
                     self._cv.wait()
                 if not self._queue:
                     break
-                text, rows = self._queue.popleft()
-            data = encode_rows(rows) if text is None else text.encode()
+                batch = list(self._queue)  # everything queued: one write, one flush
+                self._queue.clear()
+            parts = [(rows, encode_rows(rows) if text is None else text.encode())
+                     for text, rows in batch]
             try:
-                fh.write(data)
+                fh.write(b"".join([data for _, data in parts]))
                 fh.flush()
                 if os.fstat(fh.fileno()).st_nlink == 0:
                     raise OSError(f"{self.path} was deleted while recording")
@@ -135,7 +146,8 @@ class RecordWriter:
                     self._queue.clear()
                 self._end_columns(remove=True)
                 return
-            self._add_columns(rows, data)
+            for rows, data in parts:
+                self._add_columns(rows, data)
         self._write_chunk()  # closing: the last chunk
 
     def _add_columns(self, rows: list | None, data: bytes) -> None:
