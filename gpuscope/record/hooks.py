@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import functools
 import sys
 import threading
 
@@ -74,7 +75,7 @@ def sync_probe(model):
     if model is None:
         return None
     if hasattr(model, "require_backward_grad_sync") and hasattr(model, "reducer"):  # DDP
-        return lambda: model.require_backward_grad_sync
+        return functools.partial(getattr, model, "require_backward_grad_sync")  # no Python frame
     groups = []
     for m in model.modules() if hasattr(model, "modules") else ():
         get_state = getattr(m, "_get_fsdp_state", None)  # FSDP2 (fully_shard)
@@ -149,10 +150,9 @@ class Hooks:
                                                register_optimizer_step_pre_hook)
         except Exception:
             return
-        self.handles.append(register_optimizer_step_pre_hook(
-            lambda opt, args, kwargs: self.state.optimizer_start()))
-        self.handles.append(register_optimizer_step_post_hook(
-            lambda opt, args, kwargs: self.state.optimizer_end()))
+        # the state's own methods take (optimizer, args, kwargs): no lambda between
+        self.handles.append(register_optimizer_step_pre_hook(self.state.optimizer_start))
+        self.handles.append(register_optimizer_step_post_hook(self.state.optimizer_end))
 
     def remove(self) -> None:
         for handle in self.handles:

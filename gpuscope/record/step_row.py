@@ -150,23 +150,43 @@ def _plain_step(r: Raw, start_unix: int) -> list | None:
         if ld > la:
             tail = (la, ld)
             comm_ns = ld - la  # the bucket lies inside its tail
-    exposed_ns = 0 if tail is None else min(tail[1] - tail[0], step_ns)
-
-    def blocked(span) -> int:  # how much of a phase the tail blocked
-        if span is None or tail is None:
-            return 0
-        lo, hi = max(span[0], tail[0]), min(span[1], tail[1])
-        return hi - lo if hi > lo else 0
-
-    length = lambda span: 0 if span is None else span[1] - span[0]  # noqa: E731
-    f, bk, o = length(fwd) - blocked(fwd), length(bwd) - blocked(bwd), length(opt)
-    data_ns = min(r.data_ns, step_ns)
+    # each phase's length, less what the tail blocked of it (inline: this runs for every step)
+    f = bk = o = o_blocked = 0
+    if tail is None:
+        exposed_ns = 0
+        if fwd is not None:
+            f = fwd[1] - fwd[0]
+        if bwd is not None:
+            bk = bwd[1] - bwd[0]
+        if opt is not None:
+            o = opt[1] - opt[0]
+    else:
+        ta, tb = tail
+        exposed_ns = tb - ta if tb - ta < step_ns else step_ns
+        if fwd is not None:
+            lo, hi = (fwd[0] if fwd[0] > ta else ta), (fwd[1] if fwd[1] < tb else tb)
+            f = fwd[1] - fwd[0] - (hi - lo if hi > lo else 0)
+        if bwd is not None:
+            lo, hi = (bwd[0] if bwd[0] > ta else ta), (bwd[1] if bwd[1] < tb else tb)
+            bk = bwd[1] - bwd[0] - (hi - lo if hi > lo else 0)
+        if opt is not None:
+            o = opt[1] - opt[0]
+            lo, hi = (opt[0] if opt[0] > ta else ta), (opt[1] if opt[1] < tb else tb)
+            o_blocked = hi - lo if hi > lo else 0
+    data_ns = r.data_ns if r.data_ns < step_ns else step_ns
+    rest = step_ns - data_ns - exposed_ns
     if fwd is None and bwd is None and opt is None:
-        compute_ns = max(0, step_ns - data_ns - exposed_ns)
+        compute_ns = rest if rest > 0 else 0
     else:  # the optimizer's column keeps its whole time; compute does not count the tail
-        compute_ns = max(0, min(f + bk + o - blocked(opt), step_ns - data_ns - exposed_ns))
-    other_ns = max(0, step_ns - data_ns - exposed_ns - compute_ns)
-    between = 0 if r.first is None else min(max(0, r.first - start), other_ns)
+        compute_ns = f + bk + o - o_blocked
+        compute_ns = rest if compute_ns > rest else compute_ns
+        compute_ns = compute_ns if compute_ns > 0 else 0
+    other_ns = rest - compute_ns if rest > compute_ns else 0
+    if r.first is None:
+        between = 0
+    else:
+        between = r.first - start if r.first > start else 0
+        between = other_ns if between > other_ns else between
     row = [r.step, start_unix, step_ns, data_ns, compute_ns, comm_ns, exposed_ns, other_ns,
            f, bk, o, n_comm, r.data_cpu_ns, r.synced, between]
     named: dict = {}

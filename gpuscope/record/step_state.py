@@ -64,10 +64,14 @@ class StepState:
                    self.phases, self.exposed, buckets, colls, self.fwd_end, synced, self.samples)
 
     # ---------------------------------------------------------------- hook callbacks
+    # the hooks below run every micro-step: mark() is written out in them (a call less each)
     def forward_start(self, sync_flag) -> None:
         if self.active:
             t = self._now()
-            self.mark(t)
+            if self.first is None:
+                self.first = t
+                if self.start is None:
+                    self.start = t
             self.fwd_t0 = t
             self.sync_flag = sync_flag
 
@@ -83,7 +87,10 @@ class StepState:
         backward_end when it returns."""
         if self.active and self.bwd_t0 is None:
             t = self._now()
-            self.mark(t)
+            if self.first is None:
+                self.first = t
+                if self.start is None:
+                    self.start = t
             self.bwd_t0 = t
             return True
         return False
@@ -93,13 +100,16 @@ class StepState:
             self.phases.append(("backward", self.bwd_t0, self._now()))
         self.bwd_t0 = None
 
-    def optimizer_start(self) -> None:
+    def optimizer_start(self, *_) -> None:  # also torch's optimizer step hook (opt, args, kw)
         if self.active:
             t = self._now()
-            self.mark(t)
+            if self.first is None:
+                self.first = t
+                if self.start is None:
+                    self.start = t
             self.opt_t0 = t
 
-    def optimizer_end(self) -> None:
+    def optimizer_end(self, *_) -> None:
         if self.active and self.opt_t0 is not None:
             self.phases.append(("optimizer", self.opt_t0, self._now()))
             self.opt_t0 = None
