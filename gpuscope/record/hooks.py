@@ -114,7 +114,6 @@ class Hooks:
         self.ddp = None          # ddp_timing.DDPTailTimer
         self.collectives = None  # collectives.CollectiveTimer
         self.warnings: list[str] = []
-        self._probe = None
         self._time_optimizer = time_optimizer
         self._backward = False
 
@@ -126,11 +125,11 @@ class Hooks:
             if is_ddp(model) and "torch" in sys.modules:
                 self.ddp = DDPTailTimer(model, state.bucket, state._now)
                 state.tail = self.ddp
-            self._probe = sync_probe(model)
+            state.probe = sync_probe(model)
             module = timed_module(model)
-            if module is not None:
-                self.handles.append(module.register_forward_pre_hook(self._forward_start))
-                self.handles.append(module.register_forward_hook(self._forward_end))
+            if module is not None:  # the state's own methods: no frame between
+                self.handles.append(module.register_forward_pre_hook(state.forward_start))
+                self.handles.append(module.register_forward_hook(state.forward_end))
         if "torch" in sys.modules:
             _attach_backward(state)
             self._backward = True
@@ -165,21 +164,8 @@ class Hooks:
             if timer is not None:
                 timer.detach()
         self.state.tail = None
+        self.state.probe = None
         self.collectives = None
-        self._probe = None
         if self._backward:
             _detach_backward(self.state)
             self._backward = False
-
-    # ------------------------------------------------------------------ model hooks
-    def _forward_start(self, module, args):
-        flag = None
-        if self._probe is not None:
-            try:
-                flag = bool(self._probe())
-            except Exception:
-                self._probe = None
-        self.state.forward_start(flag)
-
-    def _forward_end(self, module, args, output):
-        self.state.forward_end()

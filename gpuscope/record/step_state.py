@@ -22,6 +22,7 @@ class StepState:
         self.a2a: list = []          # rows each all_to_all_single delivered (sinks.Routing):
         #                              handed over by the recorder when the step closes
         self.sync_flag = None        # probe's answer at the last forward: will backward sync?
+        self.probe = None            # hooks.sync_probe's callable, asked at each forward
         self.tail = None             # ddp_timing.DDPTailTimer of a DDP model
         self.reset(None)
 
@@ -65,7 +66,7 @@ class StepState:
 
     # ---------------------------------------------------------------- hook callbacks
     # the hooks below run every micro-step: mark() is written out in them (a call less each)
-    def forward_start(self, sync_flag) -> None:
+    def forward_start(self, *_) -> None:  # also the model's forward pre-hook (module, args)
         if self.active:
             t = self._now()
             if self.first is None:
@@ -73,9 +74,15 @@ class StepState:
                 if self.start is None:
                     self.start = t
             self.fwd_t0 = t
-            self.sync_flag = sync_flag
+            flag = None
+            if self.probe is not None:
+                try:
+                    flag = bool(self.probe())
+                except Exception:
+                    self.probe = None  # the model no longer says: unknown from now on
+            self.sync_flag = flag
 
-    def forward_end(self) -> None:
+    def forward_end(self, *_) -> None:  # also the forward hook (module, args, output)
         if self.active and self.fwd_t0 is not None:
             t = self._now()
             self.phases.append(("forward", self.fwd_t0, t))
