@@ -129,7 +129,10 @@ class StepState:
     def collective(self, key: str, launch: int, done: int, blocked: bool) -> None:
         if self.active:
             if blocked:  # issued by the training thread (an async one's done comes from another)
-                self.mark(launch)
+                if self.first is None:
+                    self.first = launch
+                    if self.start is None:
+                        self.start = launch
                 self.exposed.append((launch, done, key))
             self.colls.append((key, launch, done))
 
@@ -139,5 +142,8 @@ class StepState:
 
     def waited(self, key: str, t0: int, t1: int) -> None:
         if self.active:
-            self.mark(t0)
+            if self.first is None:
+                self.first = t0
+                if self.start is None:
+                    self.start = t0
             self.exposed.append((t0, t1, key))
