@@ -103,6 +103,9 @@ class Straggler:
     host: str = ""
     telemetry: str = ""         # what its GPU shows against the others (NVML), if anything
     group: list = field(default_factory=list)  # the ranks it makes wait (its process group)
+    # the ranks its excess is measured against when they are its group's (empty: every other
+    # rank); what the suggestion's text says, not part of the JSON form
+    peers: list = field(default_factory=list, compare=False)
 
     @property
     def part(self) -> str:

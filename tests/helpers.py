@@ -141,13 +141,15 @@ def median_after_warmup(xs: list) -> float:
 
 def not_computing_longer(report: dict, own_s: dict) -> list[tuple]:
     """The stragglers of `report` whose own local work (seconds per step, by rank: the loop's
-    clock) is not at least 10% longer than the median of the other ranks':
-    (rank, excess ms, its own ms, the others' ms) for each."""
+    clock) is not at least 10% longer than the median of the other ranks' - of the other ranks
+    of its group where the report names one (a hybrid run's data-parallel peers: another
+    pipeline stage does other work): (rank, excess ms, its own ms, the others' ms) for each."""
     import statistics
 
     out = []
     for s in report["straggler_details"]:
-        others = [v for r, v in own_s.items() if r != s["rank"]]
+        group = [r for r in s.get("group") or [] if r != s["rank"] and r in own_s]
+        others = [v for r, v in own_s.items() if r != s["rank"] and (not group or r in group)]
         mine = own_s.get(s["rank"])
         if mine is None or not others or mine < 1.10 * statistics.median(others):
             out.append((s["rank"], s["excess_ms"], None if mine is None else round(mine * 1e3, 2),

@@ -215,3 +215,39 @@ def test_sendrecv_kernels_are_point_to_point_only_without_all_to_all():
     assert host.all() and dev.tolist() == [True, False]
     host, dev = p2p_masks(_events(["nccl:send", "nccl:all_to_all"], ["sendrecv"]))
     assert host.tolist() == [True, False] and not dev.any()
+
+
+def test_a_hybrid_straggler_is_measured_against_its_own_group():
+    # 2 pipeline stages x 2 data-parallel ranks: stage 0 (ranks 0, 2) computes 80 ms, stage 1
+    # 50 ms on rank 1 and 65 ms on rank 3, whose data-parallel peer, rank 1, waits for it. Rank
+    # 3's excess is 15 ms of compute against rank 1; against every other rank (the median: 80
+    # ms of stage 0's other work) it would read as 15 ms *less* compute and the excess "other"
+    # (a balanced run's trace named a rank with -2.1 ms that way, where its own clock had it
+    # 13 ms longer than its peer)
+    from gpuscope.analyze.consistency import find_roles
+    from gpuscope.analyze.stragglers import find_stragglers
+    from gpuscope.thresholds import Thresholds
+    from gpuscope.vocab import IMBALANCED
+
+    rng = np.random.default_rng(3)
+    compute = {0: 80, 1: 50, 2: 80, 3: 65}
+    wait = {0: 20, 1: 15, 2: 20, 3: 0.5}
+    rows = []
+    for s in range(40):
+        for r in range(4):
+            w = wait[r] + rng.uniform(0, 0.5)
+            rows.append({"rank": r, "step": s, "step_ns": 100 * MS, "wait_ns": int(w * MS),
+                         "bubble_ns": 0, "data_ns": 0, "compute_ns": compute[r] * MS,
+                         "other_ns": int((100 - compute[r] - w) * MS), "forward_ns": compute[r] * MS,
+                         "backward_ns": 0, "optimizer_ns": 0, "comm_exposed_ns": int(w * MS)})
+    frame = pd.DataFrame(rows)
+    steps = pd.DataFrame({"step": range(40), "label": IMBALANCED})
+    layout = Layout([0, 1, 2, 3], {"dp0": [0, 2], "dp1": [1, 3], "pp0": [0, 1], "pp1": [2, 3]},
+                    [[0, 1], [2, 3]], [0, 1, 2, 3])
+    (s,) = find_stragglers(frame, steps, Thresholds(), find_roles(frame), layout=layout)
+    assert s.rank == 3 and s.group == [1, 3] and s.peers == [1]
+    assert s.cause == "compute" and s.cause_excess_ns == 15 * MS
+    assert s.excess_ns == pytest.approx(14.5 * MS, abs=0.6 * MS)  # busy: 99.5 against 85
+    # without a layout: against every other rank, as before
+    (s,) = find_stragglers(frame, steps, Thresholds(), find_roles(frame))
+    assert s.peers == [] and s.cause == "other"

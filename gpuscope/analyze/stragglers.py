@@ -6,7 +6,10 @@
    the imbalanced steps is a straggler, provided such ranks are a minority of the world (else it
    is the fast ranks that are odd). With too few steps to test consistency, a rank slow in that
    share of all analysed steps is named.
-3. For each straggler, the part of the step that differs most from the median rank says why.
+3. For each straggler, the part of the step that differs most from the median rank says why;
+   where the layout names its peer group (the ranks doing the same work: its data-parallel
+   group), the median is of the peers, the ranks that wait for it (another pipeline stage does
+   other work, so its time says nothing of this rank's excess).
 Per-step jitter is never consistent, so it names no one.
 """
 
@@ -56,10 +59,13 @@ def find_stragglers(frame: pd.DataFrame, steps: pd.DataFrame, th: Thresholds, ro
     if "bubble_ns" in medians:  # waiting on another pipeline stage is not being slow
         busy = busy - medians["bubble_ns"]
     others = [r for r in medians.index if r not in cands.index]
-    ref = medians.loc[others].median()
-    ref_busy = float(busy.loc[others].median())
     out = []
     for rank, s in cands.sort_values(ascending=False).items():
+        group = layout.peer_group(int(rank)) if layout is not None else None
+        in_group = [r for r in others if group and r in group[1]]
+        peers = in_group or others
+        ref = medians.loc[peers].median()
+        ref_busy = float(busy.loc[peers].median())
         row = medians.loc[rank]
         diffs = {c[:-3]: float(row[c] - ref[c]) for c in _CAUSES if c in row}
         cause = max(diffs, key=diffs.get)
@@ -68,8 +74,8 @@ def find_stragglers(frame: pd.DataFrame, steps: pd.DataFrame, th: Thresholds, ro
             parts = {c[:-3]: float(row[c] - ref[c]) for c in _COMPUTE_PARTS if c in row}
             if parts and max(parts.values()) >= 0.5 * diffs["compute"]:
                 detail = max(parts, key=parts.get)
-        group = layout.peer_group(int(rank)) if layout is not None else None
         out.append(Straggler(int(rank), float(s), int(busy.loc[rank] - ref_busy), cause, detail,
                              int(diffs[cause]), (hosts or {}).get(int(rank), ""),
-                             group=list(group[1]) if group else []))
+                             group=list(group[1]) if group else [],
+                             peers=[int(r) for r in in_group]))
     return out

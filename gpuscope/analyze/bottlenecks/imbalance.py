@@ -97,11 +97,16 @@ def suggest_imbalance(t: TypicalStep, stragglers: list[Straggler], knobs: dict,
                    f"{s.rank}'s expert(s) more tokens than the others; balance them (a capacity "
                    "factor, an auxiliary load-balancing loss, expert placement), or check for "
                    "uneven inputs")
+        # against the ranks of its own group where the layout names them (another pipeline
+        # stage does other work)
+        ref = ("the median rank" if not s.peers else f"rank {s.peers[0]} (its group)"
+               if len(s.peers) == 1 else
+               f"the median of ranks {', '.join(map(str, s.peers))} (its group)")
         out.append(Suggestion(
-            "straggler", f"rank {s.rank}{where}", "match the median rank", est / MS,
+            "straggler", f"rank {s.rank}{where}", f"match {ref}", est / MS,
             f"the other ranks wait {t.wait / MS:.1f} ms per step for rank {s.rank} (slow in "
             f"{s.slow_steps_share:.0%} of steps); it spends {s.cause_excess_ns / MS:+.1f} ms "
-            f"more per step in {part} than the median rank"
+            f"more per step in {part} than {ref}"
             + (f"; {evidence}" if evidence else "") + f": {fix}; assumes the other "
             "ranks keep their pace and their own step-to-step variation (the step then waits "
             "for the last of them)", IMBALANCED, gain(t.step, est), rng))
