@@ -486,26 +486,7 @@ class Recorder:
             except StopIteration:
                 return
             if self._active:
-                t1 = clock()
-                cpu = _cpu() - c0
-                if self._dev is None and self._batch_seen:
-                    # batch_fetched() and note_batch() written out for the common case: this
-                    # runs every micro-step (three calls less)
-                    st = self._state
-                    if st.first is None:
-                        st.first = t0
-                        if st.start is None:
-                            st.start = t0
-                    st.data_ns += t1 - t0
-                    st.data_cpu_ns += cpu
-                    try:
-                        n = batch_size_of(item)
-                        if n is not None and n != self._first_batch:
-                            st.samples = n
-                    except Exception as exc:
-                        self._fail("batch", exc)
-                else:
-                    self.batch_fetched(t0, t1, cpu, item)
+                self.batch_fetched(t0, clock(), _cpu() - c0, item)
             yield item
 
     def fetch_started(self) -> None:
@@ -526,7 +507,10 @@ class Recorder:
         if not self._active:
             return
         st = self._state
-        st.mark(t0)
+        if st.first is None:  # st.mark(t0), written out: every micro-step passes here
+            st.first = t0
+            if st.start is None:
+                st.start = t0
         st.data_ns += t1 - t0
         st.data_cpu_ns += (t1 - t0) if cpu_ns is None else cpu_ns
         if self._dev is not None:
