@@ -72,7 +72,7 @@ def test_internal_error_mid_run_removes_every_hook_and_keeps_nothing(tmp_path, m
     def broken(*args, **kwargs):
         raise ValueError("bug in row summing (injected)")
 
-    monkeypatch.setattr(recorder_mod, "sum_step", broken)
+    monkeypatch.setattr(recorder_mod, "sum_steps", broken)
     model = nn.Linear(16, 4)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     before = global_optimizer_hooks()
@@ -216,3 +216,79 @@ def test_recordings_are_told_apart_by_time_and_job_id():
     assert len(groups) == 2
     # a rank killed at once (span of no length) still joins its recording
     assert len(group_recordings([f(0, 100), f(50, 50, 1)])) == 1
+
+
+def _backward_ns(run_dir) -> list[int]:
+    from gpuscope.run_format import STEP_COLUMNS
+
+    i = STEP_COLUMNS.index("backward_ns")
+    lines = [json.loads(line) for line in (run_dir / "rank-00000.gpuscope.jsonl").read_text()
+             .splitlines()]
+    return [row[i] for row in lines if isinstance(row, list)]
+
+
+def test_backward_timing_is_handed_back_and_put_back(tmp_path):
+    """A recording inside another times backward while it runs (the newest gets it); the outer
+    one gets it back when the inner one ends, and torch.autograd.backward is torch's own again
+    when both have; a wrapper someone puts in front meanwhile stays, and still trains."""
+    original = torch.autograd.backward
+    model = nn.Linear(16, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with gpuscope.record(tmp_path / "outer", model=model, telemetry=False) as outer:
+        train(outer, model, opt, 3)
+        with gpuscope.record(tmp_path / "inner", telemetry=False) as inner:
+            assert torch.autograd.backward.__self__ is inner._state
+            train(inner, model, opt, 3)
+        assert torch.autograd.backward.__self__ is outer._state
+        train(outer, model, opt, 3)
+    assert torch.autograd.backward is original
+    assert all(b > 0 for b in _backward_ns(tmp_path / "inner"))
+    outer_rows = _backward_ns(tmp_path / "outer")
+    # the outer rows: 3 before the inner recording, 3 while it ran (its micro-steps were the
+    # inner one's: rec.step() of the inner only), 3 after, timed again
+    assert len(outer_rows) == 6 and all(b > 0 for b in outer_rows[:3] + outer_rows[-3:])
+
+    calls = []
+
+    def theirs(*args, **kwargs):
+        calls.append(1)
+        return current(*args, **kwargs)
+
+    with gpuscope.record(tmp_path / "third", model=model, telemetry=False) as rec:
+        current = torch.autograd.backward
+        torch.autograd.backward = theirs
+        train(rec, model, opt, 3)
+    try:
+        assert torch.autograd.backward is theirs  # not taken away from under them
+        model(torch.randn(2, 16)).sum().backward()  # through theirs, then ours, inactive
+        assert len(calls) == 4 and model.weight.grad is not None
+        assert all(b > 0 for b in _backward_ns(tmp_path / "third"))
+    finally:
+        torch.autograd.backward = original
+
+
+def test_closing_a_micro_step_leaves_the_state_of_a_fresh_one():
+    """StepState.close() resets the state for the next micro-step itself (written out there,
+    a call less a step): what it leaves equals reset(now)."""
+    from gpuscope.record.step_state import StepState
+
+    st = StepState(clock=iter(range(100, 10_000, 7)).__next__)
+    st.active = True
+    st.forward_start()
+    st.forward_end()
+    st.optimizer_start()
+    st.optimizer_end()
+    st.data_ns, st.data_cpu_ns, st.samples = 5, 4, 3
+    raw = st.close(0, 5000)
+    assert raw.start == 100 and raw.end == 5000 and len(raw.phases) == 2 and raw.samples == 3
+    closed = dict(vars(st))
+    fresh = StepState()
+    fresh.active = True
+    fresh.reset(5000)
+    for key in ("_now", "probe", "tail", "backward", "sync_flag"):
+        closed.pop(key, None)
+        vars(fresh).pop(key, None)
+    assert closed == vars(fresh)
+    assert st.close(1, 6000).start == 5000  # the next micro-step started at the close
+    idle = StepState()
+    assert idle.close(0, 100) is None and idle.start == 100  # nothing recorded yet

@@ -291,3 +291,21 @@ def test_the_models_mesh_is_looked_for_once_not_at_every_flush(tmp_path, monkeyp
             model(torch.zeros(1, 4)).sum().backward()
             rec.step()
     assert len(calls) == 1
+
+
+def test_batch_size_of_takes_the_first_tensor_as_the_walk_does():
+    """batch_size_of's shortcut for a list, tuple or dict batch gives what the breadth-first
+    walk (knobs._tensors) gives, for every shape of batch."""
+    torch = pytest.importorskip("torch")
+    from gpuscope.record.knobs import _tensors, batch_size_of
+
+    def walk(batch):
+        return next((int(t.shape[0]) for t in _tensors(batch) if len(t.shape) > 0), None)
+
+    x, y, s = torch.zeros(5, 3), torch.zeros(7), torch.tensor(1.0)
+    batches = [x, [x, y], (y, x), {"a": y, "b": x}, [s, x], (s,), [[x], y], [{"k": y}, x], [],
+               {}, ["text", x], {"ids": [y]}, [None, y], 3, "abc", None, [s, [s, y]]]
+    for b in batches:
+        assert batch_size_of(b) == walk(b), b
+    assert batch_size_of([x, y]) == 5 and batch_size_of({"a": y}) == 7
+    assert batch_size_of([s, x]) == 5  # a scalar first: the walk goes on

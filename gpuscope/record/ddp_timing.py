@@ -25,10 +25,6 @@ DDP's own runtime logging (sampled iterations) is written at the end of the run.
 from __future__ import annotations
 
 import time
-from typing import Callable
-
-
-CommSink = Callable[[int, int, int], None]  # (bucket_index, launch_ns, done_ns)
 
 
 def is_ddp(model) -> bool:
@@ -40,11 +36,10 @@ class DDPTailTimer:
 
     hook_name = "none (backward tail timed, DDP's reducer untouched)"
 
-    def __init__(self, ddp, sink: CommSink, clock=time.perf_counter_ns):
+    def __init__(self, ddp, clock=time.perf_counter_ns):
         import torch
 
         self.ddp = ddp
-        self.sink = sink
         self.clock = clock
         self.active = True
         self.device = None  # DeviceTimer on CUDA: the tail on the GPU's timeline too
@@ -125,11 +120,12 @@ class DDPTailTimer:
         if device is not None:
             self._dev_final = device.comm_launch()
 
-    def finish(self) -> None:
-        """After the backward returned: the tail, if the final callback ran. It starts when
-        the last gradient was ready (just before DDP launched the last bucket: a launch that
-        blocks, as gloo's does when a busy core preempts it, is inside), or at the end of
-        backward compute when that parameter's hook did not run this time."""
+    def finish(self) -> tuple[int, int] | None:
+        """After the backward returned: the tail (launch, done), if the final callback ran, for
+        the step's one "bucket". It starts when the last gradient was ready (just before DDP
+        launched the last bucket: a launch that blocks, as gloo's does when a busy core preempts
+        it, is inside), or at the end of backward compute when that parameter's hook did not
+        run this time."""
         t_end = self.clock()
         t_final, t_ready = self._t_final, self._t_ready
         self._t_final = self._t_ready = None
@@ -138,19 +134,18 @@ class DDPTailTimer:
             # the watched gradient did not come (DDP's own check fails at its next backward):
             # from now on the end of backward compute is timed too
             self._root_too = True
-            return
-        if self.sink is None:
-            return
-        self.sink(0, t_ready if ready else t_final, t_end)
+            return None
+        if not self.active:
+            return None
         device = self.device
         ev = self._dev_ready if ready and self._dev_ready is not None else self._dev_final
         self._dev_final = self._dev_ready = None
         if device is not None and ev is not None:
             device.comm_done(ev)
+        return (t_ready if ready else t_final, t_end)
 
     def detach(self) -> None:
         self.active = False
-        self.sink = None
         self.device = None
         if self._handle is not None:
             try:

@@ -18,54 +18,47 @@ import sys
 import threading
 
 _lock = threading.Lock()
-_backward_states: list = []   # StepStates to report backward to (the newest gets it)
-_backward_original = None
+_backward_states: list = []   # StepStates timing backward (the newest gets it)
+_backward_original = None     # torch.autograd.backward before the first of them
 
 
-def _timed_backward(*args, **kwargs):
-    state = _backward_states[-1] if _backward_states else None
-    if state is None or not state.backward_start():
-        return _backward_original(*args, **kwargs)
-    tail = state.tail
-    armed = False
-    if tail is not None:
-        try:
-            armed = tail.arm(args[0] if args else kwargs.get("tensors"))
-        except Exception:
-            state.tail = None  # timing off; the backward runs as it would
-    try:
-        return _backward_original(*args, **kwargs)
-    finally:
-        state.backward_end()
-        if armed:
-            try:
-                tail.finish()
-            except Exception:
-                state.tail = None
+def _ours(fn, state) -> bool:
+    """Whether `fn` (what torch.autograd.backward is now) is `state`'s timed_backward."""
+    return getattr(fn, "__self__", None) is state and \
+        getattr(fn, "__func__", None) is type(state).timed_backward
 
 
 def _attach_backward(state) -> None:
+    """torch.autograd.backward becomes `state.timed_backward` (a bound method: no frame of ours
+    between torch and the state), which calls the original."""
     global _backward_original
     import torch.autograd
 
     with _lock:
         if not _backward_states:
             _backward_original = torch.autograd.backward
-            _timed_backward.__wrapped__ = _backward_original
-            torch.autograd.backward = _timed_backward
+        state.backward = _backward_original
+        current = torch.autograd.backward
+        if current is _backward_original or any(_ours(current, s) for s in _backward_states):
+            torch.autograd.backward = state.timed_backward
         _backward_states.append(state)
 
 
 def _detach_backward(state) -> None:
+    """Put back what was there before `state` (an older recording's timing, or the original),
+    unless someone else has replaced torch.autograd.backward since: theirs stays (and calls
+    ours, which only passes through once the state is off)."""
     global _backward_original
-    with _lock:
-        if state in _backward_states:
-            _backward_states.remove(state)
-        if not _backward_states and _backward_original is not None:
-            import torch.autograd
+    import torch.autograd
 
-            if torch.autograd.backward is _timed_backward:
-                torch.autograd.backward = _backward_original
+    with _lock:
+        if state not in _backward_states:
+            return
+        _backward_states.remove(state)
+        if _ours(torch.autograd.backward, state):
+            torch.autograd.backward = (_backward_states[-1].timed_backward if _backward_states
+                                       else _backward_original)
+        if not _backward_states:
             _backward_original = None
 
 
@@ -123,7 +116,7 @@ class Hooks:
             from .ddp_timing import DDPTailTimer, is_ddp
 
             if is_ddp(model) and "torch" in sys.modules:
-                self.ddp = DDPTailTimer(model, state.bucket, state._now)
+                self.ddp = DDPTailTimer(model, state._now)
                 state.tail = self.ddp
             state.probe = sync_probe(model)
             module = timed_module(model)

@@ -53,6 +53,12 @@ def batch_size_of(batch) -> int | None:
             return int(shape[0]) if len(shape) > 0 else None
         except Exception:
             pass
+    kind = type(batch)  # a DataLoader's [inputs, targets] or a dict of tensors: its first,
+    if kind is list or kind is tuple or kind is dict:  # as _tensors finds it, without the walk
+        first = (batch[0] if kind is not dict else next(iter(batch.values()))) if batch else None
+        shape = getattr(first, "shape", None)
+        if shape is not None and len(shape) > 0:
+            return int(shape[0])
     for t in _tensors(batch):
         if len(t.shape) > 0:
             return int(t.shape[0])

@@ -31,7 +31,7 @@ from .options import RecordOptions
 from .placement import detect_placement, job_id
 from .sinks import (DataParallelTimes, DeviceTimes, LiveDiagnosis, Routing, Sink, Telemetry,
                     TensorBoardScalars)
-from .step_row import sum_step
+from .step_row import sum_steps
 from .step_state import StepState
 from .writer import RecordWriter
 
@@ -572,7 +572,7 @@ class Recorder:
         st = self._state
         try:
             opt_ran = st.opt_ran
-            raw = st.close(self.steps, now)
+            raw = st.close(self.steps, now)  # and the next micro-step starts now
             if st.a2a:  # an all-to-all ran: its rows go with this step
                 if raw is not None and self._routing is not None:
                     self._routing.step_end(self.steps, st.a2a)
@@ -596,8 +596,6 @@ class Recorder:
                     self._live_exchange()
         except Exception as exc:
             self._fail("step", exc)
-            return
-        st.reset(now)
 
     def _count_flops(self) -> None:
         """Stop counting as the counted micro-step closes, or start as micro-step `at` begins
@@ -621,8 +619,7 @@ class Recorder:
         self._note_groups()
         raw, self._raw = self._raw, []
         self._note_forwards(raw)
-        shift = self._t0_unix - self._t0_perf  # _unix() for each row
-        rows = [sum_step(r, r.start + shift) for r in raw]
+        rows = sum_steps(raw, self._t0_unix - self._t0_perf)  # start_unix: _unix(r.start)
         writer = self._writer
         if writer is not None:
             if writer.error is not None:  # the disk is full, the file vanished...

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..vocab import COMPUTE_PHASES, RESUME_NS
 from . import intervals as iv
@@ -10,9 +10,9 @@ from . import intervals as iv
 DDP_KEY = "all_reduce:ddp"  # DDP's gradient buckets, in the per-collective breakdown
 
 
-@dataclass(slots=True)
-class Raw:
-    """What one micro-step recorded, host perf_counter ns."""
+class Raw(NamedTuple):
+    """What one micro-step recorded, host perf_counter ns. A tuple: the recorder builds one a
+    micro-step with tuple.__new__ (one C call, no Python frame)."""
 
     step: int
     start: int
@@ -27,6 +27,18 @@ class Raw:
     fwd_end: int | None
     synced: int           # gradients synchronized in this micro-step: 1, 0, or -1 unknown
     samples: int = -1     # the batch's size when it differs from the first batch's (-1: same)
+
+
+def sum_steps(raws: list, shift: int) -> list:
+    """The rows of a batch of micro-steps (the recorder's flush), each as sum_step gives it
+    with start_unix = its start + `shift`: one call for the batch, not two a row."""
+    rows = []
+    for r in raws:
+        row = None
+        if not r.exposed and not r.colls and len(r.buckets) <= 1:
+            row = _plain_step(r, r.start + shift)
+        rows.append(row if row is not None else _general_step(r, r.start + shift))
+    return rows
 
 
 def sum_step(r: Raw, start_unix: int) -> list:
@@ -50,10 +62,11 @@ def sum_step(r: Raw, start_unix: int) -> list:
     5. other is what remains of the step; `between_ns`, the part of it before the step's first
        event (what the loop did after the previous rec.step()).
     """
-    if not r.exposed and not r.colls and len(r.buckets) <= 1:
-        row = _plain_step(r, start_unix)
-        if row is not None:
-            return row
+    return sum_steps([r], start_unix - r.start)[0]
+
+
+def _general_step(r: Raw, start_unix: int) -> list:
+    """sum_step for any shape of micro-step."""
     start, end = r.start, r.end
     step_ns = end - start
     buckets = iv.clip(r.buckets, start, end)

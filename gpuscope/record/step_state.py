@@ -10,6 +10,8 @@ import time
 
 from .step_row import Raw
 
+_new = tuple.__new__  # Raw(...) without its Python __new__: one C call a micro-step
+
 class StepState:
     _now = staticmethod(time.perf_counter_ns)
 
@@ -24,6 +26,8 @@ class StepState:
         self.sync_flag = None        # probe's answer at the last forward: will backward sync?
         self.probe = None            # hooks.sync_probe's callable, asked at each forward
         self.tail = None             # ddp_timing.DDPTailTimer of a DDP model
+        self.backward = None         # torch.autograd.backward as it was (hooks.py): timed_backward
+        #                              calls it
         self.reset(None)
 
     def reset(self, start) -> None:
@@ -52,8 +56,11 @@ class StepState:
                 self.start = t
 
     def close(self, step: int, now: int) -> Raw | None:
-        """The finished micro-step's intervals (None if nothing happened in it)."""
-        if self.start is None:
+        """The finished micro-step's intervals (None if nothing happened in it); the next one
+        starts at `now`."""
+        start = self.start
+        if start is None:
+            self.reset(now)
             return None
         buckets, self.buckets = self.buckets, []
         colls, self.colls = self.colls, []
@@ -61,8 +68,18 @@ class StepState:
             synced = int(bool(self.sync_flag))
         else:
             synced = 1 if buckets or colls else -1
-        return Raw(step, self.start, now, self.first, self.data_ns, self.data_cpu_ns,
-                   self.phases, self.exposed, buckets, colls, self.fwd_end, synced, self.samples)
+        raw = _new(Raw, (step, start, now, self.first, self.data_ns, self.data_cpu_ns,
+                         self.phases, self.exposed, buckets, colls, self.fwd_end, synced,
+                         self.samples))
+        # reset(now), written out: a call less every micro-step
+        self.start = now
+        self.first = self.fwd_t0 = self.fwd_end = self.bwd_t0 = self.opt_t0 = None
+        self.data_ns = self.data_cpu_ns = 0
+        self.phases = []
+        self.exposed = []
+        self.opt_ran = False
+        self.samples = -1
+        return raw
 
     # ---------------------------------------------------------------- hook callbacks
     # the hooks below run every micro-step: mark() is written out in them (a call less each)
@@ -89,23 +106,39 @@ class StepState:
             self.fwd_t0 = None
             self.fwd_end = t
 
-    def backward_start(self) -> bool:
-        """True when this starts a backward (not one nested in another); the caller then calls
-        backward_end when it returns."""
-        if self.active and self.bwd_t0 is None:
-            t = self._now()
-            if self.first is None:
-                self.first = t
-                if self.start is None:
-                    self.start = t
-            self.bwd_t0 = t
-            return True
-        return False
-
-    def backward_end(self) -> None:
-        if self.active and self.bwd_t0 is not None:
-            self.phases.append(("backward", self.bwd_t0, self._now()))
-        self.bwd_t0 = None
+    def timed_backward(self, *args, **kwargs):
+        """torch.autograd.backward (which loss.backward() calls) while this state records
+        (hooks.py puts it in place): the backward's span and, for a DDP model, the tail of it
+        that waited for the gradients' all-reduce (ddp_timing.py)."""
+        backward = self.backward
+        if not self.active or self.bwd_t0 is not None:  # off, or inside a timed backward
+            return backward(*args, **kwargs)
+        t = self._now()
+        if self.first is None:
+            self.first = t
+            if self.start is None:
+                self.start = t
+        self.bwd_t0 = t
+        tail = self.tail
+        armed = False
+        if tail is not None:
+            try:
+                armed = tail.arm(args[0] if args else kwargs.get("tensors"))
+            except Exception:
+                self.tail = None  # timing off; the backward runs as it would
+        try:
+            return backward(*args, **kwargs)
+        finally:
+            if self.active and self.bwd_t0 is not None:
+                self.phases.append(("backward", self.bwd_t0, self._now()))
+            self.bwd_t0 = None
+            if armed:
+                try:
+                    span = tail.finish()
+                except Exception:
+                    self.tail = span = None
+                if span is not None and self.active:
+                    self.buckets.append(span)  # the step's one DDP "bucket": its tail
 
     def optimizer_start(self, *_) -> None:  # also torch's optimizer step hook (opt, args, kw)
         if self.active:
@@ -121,10 +154,6 @@ class StepState:
             self.phases.append(("optimizer", self.opt_t0, self._now()))
             self.opt_t0 = None
             self.opt_ran = True
-
-    def bucket(self, index: int, launch: int, done: int) -> None:
-        if self.active:
-            self.buckets.append((launch, done))
 
     def collective(self, key: str, launch: int, done: int, blocked: bool) -> None:
         if self.active:
