@@ -322,15 +322,23 @@ def test_sample_runs_read_the_same_from_side_files(tmp_path, monkeypatch, name):
 
 
 def test_rows_encode_as_json_dumps_does():
-    # the writer encodes rows with one cached encoder, not json.dumps per row: the same bytes
+    # the writer encodes rows with orjson where it can, else one cached json encoder, not
+    # json.dumps per row: the same bytes for the recorder's rows (integers, ASCII names), the
+    # same values for anything else, the json encoder for what orjson refuses
     import json
 
+    from gpuscope.record import writer
     from gpuscope.record.writer import encode_rows
 
     def std(rows):
         return ("\n".join(json.dumps(r, separators=(",", ":")) for r in rows) + "\n").encode()
 
     rows = [_row(1), _row(2, comm={"all_reduce:ddp": [5, 3, 1], "all_gather:tp": [9, 0, 4]},
-                          samples=3), _row(3, synced=-1), _row(4) + [{"vorwärts": 12}],
-            [5, 2 ** 70]]
+                          samples=3), _row(3, synced=-1), _row(4) + [{"stage.1-e": 12}]]
+    assert writer._fast_dumps()  # orjson is a dependency: the fast path is the one tested here
     assert encode_rows(rows) == std(rows)
+    odd = [_row(5) + [{"vorwärts": 12}], [6, 2 ** 70], [7, {3: 4}], [8, 0.1, 1e16, True, None]]
+    for row in odd:
+        got = encode_rows([row])
+        assert got.endswith(b"\n") and json.loads(got) == json.loads(std([row])), row
+    assert encode_rows(odd[1:3]) == std(odd[1:3])  # refused by orjson: the json encoder's bytes

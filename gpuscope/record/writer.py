@@ -15,9 +15,7 @@ MAX_RECORDINGS = 10_000
 
 
 #: one encoder for every line: json.dumps with arguments builds a new one per call, which was
-#: most of the writer thread's time (126 us for 16 rows, 38 with this one). The thread runs under
-#: the GIL, so in a CPU-bound loop the step waits for it. (orjson would take 3 us, but the
-#: recorder imports nothing heavy into the training process: tests/test_layout.py.)
+#: most of the writer thread's time (126 us for 16 rows, 38 with this one).
 _encoder = json.JSONEncoder(separators=(",", ":"), default=str)
 
 
@@ -25,8 +23,35 @@ def _dumps(obj) -> str:
     return _encoder.encode(obj)
 
 
+_orjson = None  # orjson.dumps, or False where it cannot be had: loaded by the first batch
+
+
+def _fast_dumps():
+    """orjson.dumps (a dependency, one small C extension), imported on the writer thread when it
+    encodes its first rows, not when gpuscope or the recorder is imported. The thread runs under
+    the GIL, so in a CPU-bound loop the step waits for it: 16 rows take a few us with orjson, ~40
+    with the json encoder above."""
+    global _orjson
+    if _orjson is None:
+        try:
+            from orjson import dumps
+        except Exception:
+            dumps = False
+        _orjson = dumps
+    return _orjson
+
+
 def encode_rows(rows: list) -> bytes:
-    """Step rows as JSON lines, as json.dumps(row, separators=(",", ":")) writes each."""
+    """Step rows as JSON lines. orjson's bytes are json.dumps(row, separators=(",", ":"))'s for
+    the rows the recorder makes (integers, ASCII names); other characters it writes as UTF-8
+    rather than escapes (the same strings read back). A batch orjson refuses (an integer past 64
+    bits, a key that is not a string) goes to the json encoder."""
+    fast = _fast_dumps()
+    if fast:
+        try:
+            return b"\n".join([fast(r, default=str) for r in rows]) + b"\n"
+        except Exception:  # noqa: BLE001 - a value orjson does not take: the json encoder's turn
+            pass
     return ("\n".join([_encoder.encode(r) for r in rows]) + "\n").encode()
 
 
