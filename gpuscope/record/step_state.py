@@ -12,6 +12,7 @@ from .step_row import Raw
 
 _new = tuple.__new__  # Raw(...) without its Python __new__: one C call a micro-step
 
+
 class StepState:
     _now = staticmethod(time.perf_counter_ns)
 
