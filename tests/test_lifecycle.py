@@ -40,7 +40,10 @@ def global_optimizer_hooks() -> int:
 
 
 def model_hooks(model) -> int:
-    return len(model._forward_hooks) + len(model._forward_pre_hooks)
+    """The model's forward timing seams: its forward hooks, and a forward wrapper (hooks.
+    wrap_forward, an instance attribute) counted as the two hooks it stands for."""
+    return len(model._forward_hooks) + len(model._forward_pre_hooks) + \
+        2 * ("forward" in vars(model))
 
 
 def train(rec, model, opt, steps):
@@ -216,6 +219,82 @@ def test_recordings_are_told_apart_by_time_and_job_id():
     assert len(groups) == 2
     # a rank killed at once (span of no length) still joins its recording
     assert len(group_recordings([f(0, 100), f(50, 50, 1)])) == 1
+
+
+def _column(run_dir, name: str) -> list[int]:
+    from gpuscope.run_format import STEP_COLUMNS
+
+    i = STEP_COLUMNS.index(name)
+    lines = [json.loads(line) for line in (run_dir / "rank-00000.gpuscope.jsonl").read_text()
+             .splitlines()]
+    return [row[i] for row in lines if isinstance(row, list)]
+
+
+class Named(nn.Module):
+    """A model whose forward takes named arguments (as a transformers model's does)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(16, 4)
+
+    def forward(self, input_ids, labels=None):
+        """The docstring survives."""
+        out = self.lin(input_ids)
+        return out if labels is None else (out - labels).pow(2).mean()
+
+
+def test_forward_is_timed_by_a_wrapper_that_keeps_the_fast_path_and_the_signature(tmp_path):
+    """A model with no hooks of its own is timed by a wrapper in its `forward` (no hook: torch's
+    fast call path stays): forward is timed in every step, inspect.signature still shows the
+    real arguments (the HF Trainer picks dataset columns by it), and the class's forward is
+    back when the recording ends."""
+    import inspect
+
+    model = Named()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    sig = inspect.signature(model.forward)
+    with gpuscope.record(tmp_path / "run", model=model, telemetry=False) as rec:
+        assert "forward" in vars(model) and not model._forward_hooks \
+            and not model._forward_pre_hooks
+        assert inspect.signature(model.forward) == sig
+        assert model.forward.__doc__ == "The docstring survives."
+        for x in rec.data(torch.randn(8, 16) for _ in range(5)):
+            model(x, labels=torch.zeros(8, 4)).backward()  # keyword arguments pass through
+            opt.step()
+            rec.step()
+    assert "forward" not in vars(model)
+    assert model(torch.randn(2, 16)).shape == (2, 4)
+    assert len(_column(tmp_path / "run", "forward_ns")) == 5
+    assert all(f > 0 for f in _column(tmp_path / "run", "forward_ns"))
+
+
+def test_a_model_with_hooks_or_a_forward_of_its_own_is_timed_by_hooks(tmp_path):
+    """Where the model has forward hooks (FSDP2's), or an instance forward (a compiled module,
+    accelerate's wrapper), gpuscope's own forward hooks time it, and only those go at the end;
+    a wrapper someone puts over gpuscope's meanwhile stays, and still runs the model."""
+    model = nn.Linear(16, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    model.register_forward_pre_hook(lambda m, args: None)
+    with gpuscope.record(tmp_path / "hooked", model=model, telemetry=False) as rec:
+        assert len(model._forward_pre_hooks) == 2 and "forward" not in vars(model)
+        train(rec, model, opt, 3)
+    assert len(model._forward_pre_hooks) == 1 and not model._forward_hooks
+    assert all(f > 0 for f in _column(tmp_path / "hooked", "forward_ns"))
+
+    plain = nn.Linear(16, 4)
+    theirs_calls = []
+    with gpuscope.record(tmp_path / "over", model=plain, telemetry=False) as rec:
+        ours = plain.forward
+
+        def theirs(*args, **kwargs):
+            theirs_calls.append(1)
+            return ours(*args, **kwargs)
+
+        plain.forward = theirs
+        train(rec, plain, torch.optim.SGD(plain.parameters(), lr=0.01), 3)
+    assert plain.forward is theirs  # not taken away from under them
+    assert plain(torch.randn(2, 16)).shape == (2, 4) and len(theirs_calls) == 4
+    assert all(f > 0 for f in _column(tmp_path / "over", "forward_ns"))
 
 
 def _backward_ns(run_dir) -> list[int]:
