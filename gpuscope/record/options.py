@@ -21,7 +21,7 @@ def _enabled_by_env() -> bool:
 @dataclass(frozen=True)
 class RecordOptions:
     #: rows are summed and handed to the writer thread every `flush_rows` steps ...
-    flush_rows: int = 16
+    flush_rows: int = 64
     #: ... or once the oldest unwritten step is `flush_s` seconds old
     flush_s: float = 1.0
     #: time optimizer.step() (a hook on every optimizer the model's parameters belong to)
