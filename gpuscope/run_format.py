@@ -26,7 +26,10 @@ closes)::
 
 Rows are arrays in the order of the header's "columns" (``STEP_COLUMNS`` when written); an
 optional trailing object holds named phases that are not one of the fixed columns and, under
-"_comm", the step's collectives by "kind:group": [comm_ns, exposed_ns, count]. One row is one
+"_comm", the step's collectives by "kind:group": [comm_ns, exposed_ns, count]. Where the header
+has "comm_key" (``COMM_KEY``, DDP's gradient all-reduce), a row with collectives (n_comm > 0)
+and no "_comm" had them all under that key, [comm_ns, comm_exposed_ns, n_comm] of the row
+itself: a DDP step, timed by its backward's tail, writes no object then. One row is one
 micro-step (one rec.step()); with gradient accumulation, several make one optimizer step. All
 times are integer nanoseconds. Both sides (the recorder
 and the reader) take these names from here.
@@ -39,6 +42,7 @@ import os
 import re
 
 SCHEMA = "gpuscope.record/1"
+COMM_KEY = "all_reduce:ddp"  # the header's "comm_key": a row's collectives when it has no "_comm"
 FILE_GLOB = "rank-*.gpuscope.jsonl"
 FILE_SUFFIX = ".gpuscope.jsonl"
 _NAME = re.compile(r"^rank-(\d+)(?:-(\d+))?\.gpuscope\.jsonl$")

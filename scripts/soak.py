@@ -11,7 +11,7 @@ Each run is one of four kinds of kill, in turn, at a random moment within it:
 Both ranks are killed together (one process group). A run passes when its run dir analyses (or,
 killed before any row was written, gives one GpuscopeError saying no steps were recorded), every
 cut rank is reported cut, and each rank lost at most one flush interval of steps: the steps
-printed as finished minus the steps on disk <= flush_rows (16).
+printed as finished minus the steps on disk <= flush_rows (RecordOptions' default).
 """
 
 from __future__ import annotations
@@ -31,7 +31,10 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAIN = os.path.join(ROOT, "tests", "workloads", "soak_train.py")
 KINDS = ("first-step", "mid-run", "close", "tensorboard")
-FLUSH_ROWS = 16
+sys.path.insert(0, ROOT)
+from gpuscope.record.options import RecordOptions  # noqa: E402
+
+FLUSH_ROWS = RecordOptions().flush_rows  # the recorder's default: what a kill may lose at most
 
 
 def _free_port() -> int:

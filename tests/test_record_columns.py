@@ -21,8 +21,8 @@ from gpuscope.readers import read_path
 from gpuscope.readers import rundir as rec_reader
 from gpuscope.record.columns import Chunk
 from gpuscope.record.writer import RecordWriter
-from gpuscope.run_format import (CHUNK_HEADER, COLUMNS_SUFFIX, SCHEMA, STEP_COLUMNS,
-                                    columns_path)
+from gpuscope.run_format import (CHUNK_HEADER, COLUMNS_SUFFIX, COMM_KEY, SCHEMA,
+                                    STEP_COLUMNS, columns_path)
 
 W = len(STEP_COLUMNS)
 T0 = 1_790_000_000_000_000_000
@@ -41,13 +41,13 @@ def _row(step, comm=None, samples=None, synced=1):
     return row + [extra] if extra else row
 
 
-def _write(run_dir, rank=0, batches=None, end=True):
+def _write(run_dir, rank=0, batches=None, end=True, **header):
     """A record file written by the real RecordWriter (its thread, its side file)."""
     w = RecordWriter(str(run_dir), rank)
     w.write_header({"schema": SCHEMA, "rank": rank, "world_size": 2, "host": "h", "pid": 1,
                     "run_id": "t", "recording": 1, "start_unix_ns": T0,
                     "clock": "perf_counter_ns", "columns": list(STEP_COLUMNS),
-                    "knobs": {"world_size": 2, "backend": "gloo", "device": "cpu"}})
+                    "knobs": {"world_size": 2, "backend": "gloo", "device": "cpu"}, **header})
     w.add_meta({"knobs": {"loader": "DataLoader", "num_workers": 2, "batch_size": 8},
                 "at_step": 0})
     for batch in batches if batches is not None else _batches(rank):
@@ -342,3 +342,54 @@ def test_rows_encode_as_json_dumps_does():
         got = encode_rows([row])
         assert got.endswith(b"\n") and json.loads(got) == json.loads(std([row])), row
     assert encode_rows(odd[1:3]) == std(odd[1:3])  # refused by orjson: the json encoder's bytes
+
+
+def _implied(rows):
+    """The rows as the recorder writes them now: a "_comm" that only says what the row's own
+    columns say ({comm_key: [comm_ns, comm_exposed_ns, n_comm]}) is left out."""
+    out = []
+    for row in rows:
+        extra = dict(row[W]) if len(row) > W else {}
+        if extra.get("_comm") == {COMM_KEY: [row[5], row[6], row[11]]}:
+            del extra["_comm"]
+        out.append(row[:W] + ([extra] if extra else []))
+    return out
+
+
+@pytest.mark.parametrize("way", ["side file", "bulk JSON", "plain"])
+def test_a_row_without_its_breakdown_reads_as_the_header_s_comm_key(tmp_path, way):
+    """Rows whose only collectives are DDP's carry no "_comm"; with the header's comm_key every
+    path (side file, bulk decoder, line by line) reads the same collectives table as from rows
+    that spell it out, mixed with rows that have other collectives and no_sync rows."""
+    from gpuscope.readers import speed
+
+    batches = []
+    for b, rows in enumerate(_batches(0)):
+        if isinstance(rows, dict):
+            batches.append(rows)
+            continue
+        for i, row in enumerate(rows):
+            if i % 3 == 0 and len(row) == W:  # a DDP-only row (sometimes several buckets)
+                rows[i] = row[:11] + [1 + b % 2] + row[12:] + [
+                    {"_comm": {COMM_KEY: [row[5], row[6], 1 + b % 2]}}]
+        batches.append(rows)
+    spelled = _write(tmp_path / "spelled", 0, batches, comm_key=COMM_KEY)
+    short = _write(tmp_path / "short", 0, [b if isinstance(b, dict) else _implied(b)
+                                           for b in batches], comm_key=COMM_KEY)
+    assert os.path.getsize(short) < os.path.getsize(spelled)
+    json_only = way != "side file"
+    if way == "plain":
+        with speed.plain():
+            a, b = _read(tmp_path / "spelled", True), _read(tmp_path / "short", True)
+    else:
+        a, b = _read(tmp_path / "spelled", json_only), _read(tmp_path / "short", json_only)
+    _same(a, b)
+    ddp = a.comm[a.comm["key"] == COMM_KEY]
+    assert len(ddp) == (a.frame["n_comm"] > 0).sum()  # every row with collectives had DDP's
+    # without the header's key, nothing is implied: the short file's DDP-only rows lose theirs
+    os.makedirs(tmp_path / "nokey")
+    lines = open(short, "rb").read().split(b"\n")
+    lines[0] = lines[0].replace(b',"comm_key":"all_reduce:ddp"', b"")
+    open(tmp_path / "nokey" / os.path.basename(short), "wb").write(b"\n".join(lines))
+    c = read_path(str(tmp_path / "nokey"))
+    assert len(c.comm[c.comm["key"] == COMM_KEY]) < len(ddp)

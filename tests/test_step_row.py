@@ -16,7 +16,20 @@ def row(**kw):
     out = sum_step(raw(**kw), start_unix=5)
     d = dict(zip(STEP_COLUMNS, out))
     d["extra"] = out[len(STEP_COLUMNS)] if len(out) > len(STEP_COLUMNS) else {}
+    # the per-key breakdown as a reader takes it: a row with collectives and no "_comm" had
+    # them all under the header's comm_key (run_format.py)
+    d["by_key"] = d["extra"].get("_comm") or (
+        {DDP_KEY: [d["comm_ns"], d["comm_exposed_ns"], d["n_comm"]]} if d["n_comm"] else {})
     return d
+
+
+def test_a_row_leaves_out_the_breakdown_its_columns_imply():
+    """Only DDP's tail: no "_comm" (its columns say it all); any other collective: all of them."""
+    r = row(phases=[("forward", 10, 30), ("backward", 30, 80)], buckets=[(70, 90)], fwd_end=30)
+    assert r["n_comm"] == 1 and "_comm" not in r["extra"]
+    r = row(phases=[("forward", 10, 30), ("backward", 30, 80)], buckets=[(70, 90)],
+            colls=[("all_reduce:1", 82, 84)], fwd_end=30)
+    assert set(r["extra"]["_comm"]) == {DDP_KEY, "all_reduce:1"}
 
 
 def test_ddp_step_backward_inferred_and_exposed_tail():
@@ -30,7 +43,7 @@ def test_ddp_step_backward_inferred_and_exposed_tail():
     assert r["compute_ns"] == 85 - 20      # 10..95 minus the exposed tail
     assert r["other_ns"] == 100 - 10 - 65 - 20
     assert r["start_ns"] == 5 and r["step"] == 3
-    assert r["extra"]["_comm"] == {DDP_KEY: [30, 20, 2]}
+    assert r["by_key"] == {DDP_KEY: [30, 20, 2]}
 
 
 def test_measured_backward_wins_over_the_inferred_one():
@@ -54,7 +67,7 @@ def test_collectives_blocking_and_waited_by_kind_and_group():
             exposed=[(50, 60, "all_gather:1"), (70, 80, "all_reduce:default")])
     assert r["comm_ns"] == 50 and r["comm_exposed_ns"] == 20 and r["n_comm"] == 2
     assert r["compute_ns"] == 80 - 20  # the forward minus the time it was blocked
-    assert r["extra"]["_comm"] == {"all_gather:1": [40, 10, 1], "all_reduce:default": [10, 10, 1]}
+    assert r["by_key"] == {"all_gather:1": [40, 10, 1], "all_reduce:default": [10, 10, 1]}
 
 
 def test_without_phases_everything_else_is_compute():
@@ -88,7 +101,7 @@ def test_ddp_tail_runs_to_the_end_of_the_measured_backward():
     r = row(phases=[("forward", 10, 30), ("backward", 30, 95)], buckets=[(50, 60), (70, 80)],
             fwd_end=30)
     assert r["comm_exposed_ns"] == 25 and r["backward_ns"] == 40
-    assert r["extra"]["_comm"] == {DDP_KEY: [35, 25, 2]}
+    assert r["by_key"] == {DDP_KEY: [35, 25, 2]}
     r = row(phases=[("forward", 10, 30), ("backward", 30, 75)], buckets=[(50, 60), (70, 80)],
             fwd_end=30)
     assert r["comm_exposed_ns"] == 10 and r["backward_ns"] == 40

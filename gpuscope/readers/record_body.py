@@ -132,6 +132,29 @@ def decode_body(body: bytes, columns: list, rank: int) -> Body | None:
     return Body(cols, comm, side, ends, n)
 
 
+def with_implied(frame: dict, comm: tuple | None, key: str) -> tuple | None:
+    """Coded collectives (see coded) with the rows' implied ones added: a row with collectives
+    (n_comm > 0) and no entry of its own had them all under the header's comm_key, its own
+    [comm_ns, comm_exposed_ns, n_comm] (run_format.py; a DDP step writes no "_comm"). Kept in
+    the order of the steps."""
+    steps, n = frame["step"], frame["n_comm"]
+    want = n > 0
+    if comm is not None and len(comm[0]):
+        want &= ~np.isin(steps, comm[0])
+    if not want.any():
+        return comm
+    vals = np.stack([frame["comm_ns"][want], frame["comm_exposed_ns"][want], n[want]], axis=1)
+    if comm is None:
+        return steps[want], [key], np.zeros(len(vals), np.int64), vals
+    at, names, codes, had = comm
+    if key not in names:
+        names = [*names, key]
+    order = np.argsort(np.concatenate([at, steps[want]]), kind="stable")
+    return (np.concatenate([at, steps[want]])[order], names,
+            np.concatenate([codes, np.full(len(vals), names.index(key), np.int64)])[order],
+            np.concatenate([had.reshape(-1, 3), vals])[order])
+
+
 def coded(comm: tuple | None) -> tuple | None:
     """(steps, keys, values) -> (steps, distinct keys, each row's index into them, values): a
     rank repeats a handful of keys over all its rows; codes travel and concatenate as arrays."""

@@ -27,7 +27,7 @@ from ..run_format import (COLUMN_DEFAULTS, FILE_GLOB, NVML_FIELDS, NVML_FIELDS_V
 from ..runtable import RankInfo, RunTable, empty_frame, key_parts, mask_of
 from ..trace_files import file_size
 from .speed import bulk, forks
-from .record_body import coded, decode_body
+from .record_body import coded, decode_body, with_implied
 from .memory_records import capacity_of, memory_frame, memory_ok
 from .routing_records import routing_frame, routing_ok
 from .record_columns import read_columns
@@ -103,7 +103,7 @@ def _check_header(header: dict, name: str, tally: Tally) -> None:
         if key in header and header[key] is not None and not is_int(header[key], lo, hi):
             del header[key]
             tally.add(f"header field(s) ('{key}')", 1)
-    for key in ("host", "run_id", "comm_timing", "placement_source"):
+    for key in ("host", "run_id", "comm_timing", "placement_source", "comm_key"):
         if key in header and not isinstance(header[key], str):
             del header[key]
             tally.add(f"header field(s) ('{key}')", 1)
@@ -262,6 +262,9 @@ def read_rank_file(path: str, build: bool = False) -> RankFile:
                                          tally)
                 out.comm = coded(comm)
                 out.rows, out.row_lines = [out.rows[0], out.rows[-1]], []
+    key = header.get("comm_key")
+    if out.frame is not None and isinstance(key, str) and key:
+        out.comm = with_implied(out.frame, out.comm, key)
     out.tally = tally
     _end_warnings(out, name)
     header["knobs"] = knobs

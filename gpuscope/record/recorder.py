@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 
 from .._log import warn_once
-from ..run_format import SCHEMA, STEP_COLUMNS
+from ..run_format import COMM_KEY, SCHEMA, STEP_COLUMNS
 from .hooks import Hooks
 from .knobs import batch_knobs, batch_size_of, loader_knobs, model_knobs, process_knobs
 from .options import RecordOptions
@@ -274,7 +274,8 @@ class Recorder:
             "placement_source": p.source, "run_id": job_id(),
             "recording": self._writer.recording, "start_unix_ns": self._t0_unix,
             "clock": "perf_counter_ns", "columns": list(STEP_COLUMNS),
-            "comm_timing": self._comm_timing_mode(), "knobs": self._knobs, "gpu": gpu,
+            "comm_timing": self._comm_timing_mode(), "comm_key": COMM_KEY,
+            "knobs": self._knobs, "gpu": gpu,
             "memory": capacity,
             # rows reach the file every `rows` steps or `s` seconds: what a kill can lose
             "flush": {"rows": self._flush_rows, "s": self._flush_ns / 1e9}})

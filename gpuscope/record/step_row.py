@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from ..run_format import COMM_KEY
 from ..vocab import COMPUTE_PHASES, RESUME_NS
 from . import intervals as iv
 
-DDP_KEY = "all_reduce:ddp"  # DDP's gradient buckets, in the per-collective breakdown
+#: DDP's gradient buckets, in the per-collective breakdown, and the record header's comm_key: a
+#: row whose "_comm" would be {DDP_KEY: [comm_ns, exposed_ns, n_comm]} of its own columns leaves
+#: it out (run_format.py)
+DDP_KEY = COMM_KEY
 
 
 class Raw(NamedTuple):
@@ -44,7 +48,8 @@ def sum_steps(raws: list, shift: int) -> list:
 def sum_step(r: Raw, start_unix: int) -> list:
     """Sum one micro-step's intervals into a row of STEP_COLUMNS, plus a trailing object with
     phases that are not fixed columns and, under "_comm", {"kind:group": [comm_ns, exposed_ns,
-    count]}.
+    count]} (left out when it would only say that all of the row's communication was DDP's:
+    the header's comm_key, run_format.py).
 
     1. backward is the time inside torch.autograd.backward; without it, it runs from the end of
        forward to the optimizer (or to the last gradient bucket when no optimizer step ran);
@@ -115,7 +120,9 @@ def _general_step(r: Raw, start_unix: int) -> list:
     row = [r.step, start_unix, step_ns, data_ns, compute_ns, comm_ns, exposed_ns,
            other_ns, *fixed, len(buckets) + len(colls), r.data_cpu_ns, r.synced, between]
     if buckets or colls or exposed:
-        named["_comm"] = _by_key(buckets, colls, exposed)
+        by_key = _by_key(buckets, colls, exposed)
+        if by_key != {DDP_KEY: row[5:7] + [row[11]]}:  # else implied (run_format: comm_key)
+            named["_comm"] = by_key
     if r.samples >= 0:  # a smaller last batch: how compute grows with the batch (analyze/whatif)
         named["_samples"] = r.samples
     if named:
@@ -202,13 +209,9 @@ def _plain_step(r: Raw, start_unix: int) -> list | None:
         between = other_ns if between > other_ns else between
     row = [r.step, start_unix, step_ns, data_ns, compute_ns, comm_ns, exposed_ns, other_ns,
            f, bk, o, n_comm, r.data_cpu_ns, r.synced, between]
-    named: dict = {}
-    if r.buckets:
-        named["_comm"] = {DDP_KEY: [comm_ns, exposed_ns if tail is not None else 0, 1]}
+    # its one collective, DDP's tail, is the header's comm_key: no "_comm" (run_format.py)
     if r.samples >= 0:
-        named["_samples"] = r.samples
-    if named:
-        row.append(named)
+        row.append({"_samples": r.samples})
     return row
 
 
