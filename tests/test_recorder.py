@@ -309,3 +309,23 @@ def test_batch_size_of_takes_the_first_tensor_as_the_walk_does():
         assert batch_size_of(b) == walk(b), b
     assert batch_size_of([x, y]) == 5 and batch_size_of({"a": y}) == 7
     assert batch_size_of([s, x]) == 5  # a scalar first: the walk goes on
+
+
+@pytest.mark.parametrize("how", ["model", "phase"])
+def test_forwards_per_step_are_counted_as_they_run(tmp_path, how):
+    """A pipeline stage runs forward once per micro-batch: 3 forwards a step are noted as
+    forwards_per_step 3, from the model's own forward or from rec.phase("forward")."""
+    torch = pytest.importorskip("torch")
+    model = torch.nn.Linear(4, 2)
+    with gpuscope.record(tmp_path / "run", model=model if how == "model" else None,
+                         telemetry=False, flush_rows=4) as rec:
+        for step in range(12):
+            for _ in range(3 if step >= 2 else 1):  # the first two steps: one forward
+                if how == "model":
+                    model(torch.randn(2, 4))
+                else:
+                    with rec.phase("forward"):
+                        pass
+            rec.step()
+    table = load_table(str(tmp_path / "run"))
+    assert table.ranks[0].knobs.get("forwards_per_step") == 3

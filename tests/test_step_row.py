@@ -141,7 +141,7 @@ def test_the_plain_shape_fast_path_agrees_with_the_general_one_on_random_rows():
         fwd_end = cuts[1] if rng.random() < 0.5 else None
         big = rng.random() < 0.2  # tails longer than RESUME_NS
         scale = 1000 if big else 1
-        r = raw(start=start * scale, end=end * scale, first=rng.choice([None, start * scale]),
+        r = raw(start=start * scale, end=end * scale, first=rng.choice([None, start * scale, rng.randrange(start - 50, end) * scale]),
                 data_ns=rng.randrange(0, 200) * scale, phases=[(n, a * scale, b * scale)
                                                                 for n, a, b in phases],
                 buckets=[(a * scale, b * scale) for a, b in buckets],

@@ -80,18 +80,18 @@ class DDPTailTimer:
             return False
         if 0 <= self._order_tries < 8:
             self._learn_order()
+        self._t_final = self._t_ready = self._dev_ready = None
+        if not self._root_too:  # the watched gradient's hook alone: the graph is not looked at
+            return True  # (no graph: finish() finds neither time and says so)
         root = tensors if hasattr(tensors, "grad_fn") else next(
             (t for t in tensors if hasattr(t, "grad_fn") and t.grad_fn is not None), None) \
             if isinstance(tensors, (list, tuple)) else None
         fn = getattr(root, "grad_fn", None)
         if fn is None:
             return False
-        self._t_final = self._t_ready = None
-        self._dev_ready = None
-        if self._root_too:
-            # not removed afterwards: the graph (and the hook with it) goes when backward frees
-            # it; a graph kept for a second backward queues the callback again, as it should
-            fn.register_prehook(self._root)
+        # not removed afterwards: the graph (and the hook with it) goes when backward frees it;
+        # a graph kept for a second backward queues the callback again, as it should
+        fn.register_prehook(self._root)
         return True
 
     def _learn_order(self) -> None:

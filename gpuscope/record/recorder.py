@@ -462,7 +462,10 @@ class Recorder:
 
     # ----------------------------------------------------------------- public API
     def data(self, iterable):
-        """Yield from `iterable`, timing how long each batch takes to arrive."""
+        """Yield from `iterable`, timing how long each batch takes to arrive (untouched when the
+        recorder is off)."""
+        if not self._active:
+            return iter(iterable)
         self.note_loader(iterable)
         return self.timed(iter(iterable))
 
@@ -517,7 +520,15 @@ class Recorder:
         if self._dev is not None:
             self._dev.batch_ready()
         if batch is not None:
-            self.note_batch(batch)
+            if not self._batch_seen:
+                self._learn_batch_size(batch)
+                return
+            try:  # note_batch, written out: every micro-step passes here
+                n = batch_size_of(batch)
+                if n is not None and n != self._first_batch:
+                    st.samples = n
+            except Exception as exc:
+                self._fail("batch", exc)
 
     def note_batch(self, batch) -> None:
         """Learn the batch size and bytes from a batch (the first one seen); later batches of
@@ -562,6 +573,8 @@ class Recorder:
                     self._state.exposed.append((t0, t1, f"phase:{name}"))
                 else:
                     self._state.phases.append((name, t0, t1))
+                    if name == "forward":
+                        self._state.forwards += 1
 
     def step(self) -> None:
         """Close the current step and start the next one."""
@@ -690,13 +703,7 @@ class Recorder:
 
     def _note_forwards(self, raw: list) -> None:
         """Forward calls per step when more than one (a pipeline stage's micro-batches)."""
-        counts = []
-        for r in raw:  # every step passes here: no generator per row
-            n = 0
-            for p in r.phases:
-                if p[0] == "forward":
-                    n += 1
-            counts.append(n)
+        counts = [r.forwards for r in raw]  # counted as they ran (StepState.forward_end)
         n = max(set(counts), key=counts.count) if counts else 0
         if n >= 1 and n != self._knobs.get("forwards_per_step", 1):
             self._note_knobs({"forwards_per_step": n})

@@ -31,6 +31,7 @@ class Raw(NamedTuple):
     fwd_end: int | None
     synced: int           # gradients synchronized in this micro-step: 1, 0, or -1 unknown
     samples: int = -1     # the batch's size when it differs from the first batch's (-1: same)
+    forwards: int = 0     # forward phases in it (a pipeline stage's micro-batches: several)
 
 
 def sum_steps(raws: list, shift: int) -> list:
@@ -39,9 +40,9 @@ def sum_steps(raws: list, shift: int) -> list:
     rows = []
     for r in raws:
         row = None
-        if not r.exposed and not r.colls and len(r.buckets) <= 1:
-            row = _plain_step(r, r.start + shift)
-        rows.append(row if row is not None else _general_step(r, r.start + shift))
+        if not r[7] and not r[9] and len(r[8]) <= 1:  # no exposed, no colls, one bucket at most
+            row = _plain_step(r, r[1] + shift)
+        rows.append(row if row is not None else _general_step(r, r[1] + shift))
     return rows
 
 
@@ -135,83 +136,79 @@ def _plain_step(r: Raw, start_unix: int) -> list | None:
     (the recorder's per-step cost: 16 us down to a few on this project's CPU): forward,
     backward and optimizer at most once each, one after the other inside the step, at most one
     DDP "bucket" (the backward's tail) and no other communication. None for any other shape
-    (sum_step's general path; tests/test_step_row.py checks both agree on random rows)."""
-    start, end = r.start, r.end
-    fwd = bwd = opt = None
+    (sum_step's general path; tests/test_step_row.py checks both agree on random rows).
+    Written for the interpreter: plain locals, no tuples, no min/max calls."""
+    # one unpacking, not a field lookup each (this runs for every micro-step)
+    step, start, end, first, data_ns, data_cpu_ns, phases, _, buckets, _, fwd_end, synced, \
+        samples, _ = r
+    f0 = b0 = o0 = None  # where forward, backward, optimizer started (None: did not run)
+    f1 = b1 = o1 = 0     # ... and ended
     last = start
-    for n, a, b in r.phases:
+    for n, a, b in phases:
         if b <= a:
             continue
         if a < last or b > end:
             return None
-        if n == "forward" and fwd is None and bwd is None and opt is None:
-            fwd = (a, b)
-        elif n == "backward" and bwd is None and opt is None:
-            bwd = (a, b)
-        elif n == "optimizer" and opt is None:
-            opt = (a, b)
+        if n == "forward":
+            if f0 is not None or b0 is not None or o0 is not None:
+                return None
+            f0, f1 = a, b
+        elif n == "backward":
+            if b0 is not None or o0 is not None:
+                return None
+            b0, b1 = a, b
+        elif n == "optimizer" and o0 is None:
+            o0, o1 = a, b
         else:
             return None
         last = b
-    if bwd is None and r.fwd_end is not None:
+    if b0 is None and fwd_end is not None:
         return None  # backward inferred: the general path
     step_ns = end - start
-    tail = None
-    comm_ns = 0
-    n_comm = 0
-    if r.buckets:
-        la, ld = r.buckets[0]
+    f = f1 - f0 if f0 is not None else 0
+    bk = b1 - b0 if b0 is not None else 0
+    o = o1 - o0 if o0 is not None else 0
+    o_blocked = exposed_ns = comm_ns = n_comm = 0
+    if buckets:
+        la, ld = buckets[0]
         if la < start or ld > end:
             return None
         n_comm = 1
-        comm_ns = max(ld - la, 0)
-        if bwd is not None and bwd[0] <= la < bwd[1]:
-            ld = max(ld, min(bwd[1], ld + RESUME_NS))
-        if ld > la:
-            tail = (la, ld)
-            comm_ns = ld - la  # the bucket lies inside its tail
-    # each phase's length, less what the tail blocked of it (inline: this runs for every step)
-    f = bk = o = o_blocked = 0
-    if tail is None:
-        exposed_ns = 0
-        if fwd is not None:
-            f = fwd[1] - fwd[0]
-        if bwd is not None:
-            bk = bwd[1] - bwd[0]
-        if opt is not None:
-            o = opt[1] - opt[0]
-    else:
-        ta, tb = tail
-        exposed_ns = tb - ta if tb - ta < step_ns else step_ns
-        if fwd is not None:
-            lo, hi = (fwd[0] if fwd[0] > ta else ta), (fwd[1] if fwd[1] < tb else tb)
-            f = fwd[1] - fwd[0] - (hi - lo if hi > lo else 0)
-        if bwd is not None:
-            lo, hi = (bwd[0] if bwd[0] > ta else ta), (bwd[1] if bwd[1] < tb else tb)
-            bk = bwd[1] - bwd[0] - (hi - lo if hi > lo else 0)
-        if opt is not None:
-            o = opt[1] - opt[0]
-            lo, hi = (opt[0] if opt[0] > ta else ta), (opt[1] if opt[1] < tb else tb)
-            o_blocked = hi - lo if hi > lo else 0
-    data_ns = r.data_ns if r.data_ns < step_ns else step_ns
+        if b0 is not None and b0 <= la < b1:  # the tail runs on to backward's end, if soon
+            x = ld + RESUME_NS
+            if b1 < x:
+                x = b1
+            if x > ld:
+                ld = x
+        if ld > la:  # the tail: each phase less what it blocked of it (the bucket is inside)
+            comm_ns = ld - la
+            exposed_ns = comm_ns if comm_ns < step_ns else step_ns
+            if f0 is not None and f1 > la and f0 < ld:
+                f -= (f1 if f1 < ld else ld) - (f0 if f0 > la else la)
+            if b0 is not None and b1 > la and b0 < ld:
+                bk -= (b1 if b1 < ld else ld) - (b0 if b0 > la else la)
+            if o0 is not None and o1 > la and o0 < ld:
+                o_blocked = (o1 if o1 < ld else ld) - (o0 if o0 > la else la)
+    if data_ns > step_ns:
+        data_ns = step_ns
     rest = step_ns - data_ns - exposed_ns
-    if fwd is None and bwd is None and opt is None:
+    if f0 is None and b0 is None and o0 is None:
         compute_ns = rest if rest > 0 else 0
     else:  # the optimizer's column keeps its whole time; compute does not count the tail
         compute_ns = f + bk + o - o_blocked
-        compute_ns = rest if compute_ns > rest else compute_ns
-        compute_ns = compute_ns if compute_ns > 0 else 0
+        if compute_ns > rest:
+            compute_ns = rest
+        if compute_ns < 0:
+            compute_ns = 0
     other_ns = rest - compute_ns if rest > compute_ns else 0
-    if r.first is None:
-        between = 0
-    else:
-        between = r.first - start if r.first > start else 0
-        between = other_ns if between > other_ns else between
-    row = [r.step, start_unix, step_ns, data_ns, compute_ns, comm_ns, exposed_ns, other_ns,
-           f, bk, o, n_comm, r.data_cpu_ns, r.synced, between]
+    between = 0
+    if first is not None and first > start:
+        between = first - start if first - start < other_ns else other_ns
+    row = [step, start_unix, step_ns, data_ns, compute_ns, comm_ns, exposed_ns, other_ns,
+           f, bk, o, n_comm, data_cpu_ns, synced, between]
     # its one collective, DDP's tail, is the header's comm_key: no "_comm" (run_format.py)
-    if r.samples >= 0:
-        row.append({"_samples": r.samples})
+    if samples >= 0:
+        row.append({"_samples": samples})
     return row
 
 

@@ -44,6 +44,7 @@ class StepState:
         self.opt_t0 = None
         self.opt_ran = False
         self.samples = -1
+        self.forwards = 0
 
     def clear(self) -> None:
         self.reset(None)
@@ -71,7 +72,7 @@ class StepState:
             synced = 1 if buckets or colls else -1
         raw = _new(Raw, (step, start, now, self.first, self.data_ns, self.data_cpu_ns,
                          self.phases, self.exposed, buckets, colls, self.fwd_end, synced,
-                         self.samples))
+                         self.samples, self.forwards))
         # reset(now), written out: a call less every micro-step
         self.start = now
         self.first = self.fwd_t0 = self.fwd_end = self.bwd_t0 = self.opt_t0 = None
@@ -80,6 +81,7 @@ class StepState:
         self.exposed = []
         self.opt_ran = False
         self.samples = -1
+        self.forwards = 0
         return raw
 
     # ---------------------------------------------------------------- hook callbacks
@@ -104,6 +106,7 @@ class StepState:
         if self.active and self.fwd_t0 is not None:
             t = self._now()
             self.phases.append(("forward", self.fwd_t0, t))
+            self.forwards += 1
             self.fwd_t0 = None
             self.fwd_end = t
 
