@@ -80,7 +80,7 @@ class Chunk:
         except struct.error:
             return False
         samples, comm, keys = array("q", [-1]) * n, [], self._keys
-        for i, row in enumerate(rows):
+        for i, row in enumerate(rows) if set(map(len, rows)) != {_WIDTH} else ():
             if len(row) == _WIDTH:
                 continue
             extra = row[_WIDTH] if len(row) == _WIDTH + 1 else None

@@ -7,6 +7,7 @@ import collections
 import json
 import os
 import threading
+import time
 
 from ..run_format import columns_path, rank_file_name
 from .columns import Chunk
@@ -150,6 +151,7 @@ class RecordWriter:
 
     def _run(self) -> None:
         fh = self._fh
+        checked = 0.0  # when the file was last seen still linked (a deleted file: an error)
         while True:
             with self._cv:
                 while not self._queue and not self._closing:
@@ -163,8 +165,11 @@ class RecordWriter:
             try:
                 fh.write(b"".join([data for _, data in parts]))
                 fh.flush()
-                if os.fstat(fh.fileno()).st_nlink == 0:
-                    raise OSError(f"{self.path} was deleted while recording")
+                now = time.monotonic()
+                if now >= checked + 1.0:  # a syscall: once a second, not every batch
+                    checked = now
+                    if os.fstat(fh.fileno()).st_nlink == 0:
+                        raise OSError(f"{self.path} was deleted while recording")
             except (OSError, ValueError) as exc:
                 with self._cv:
                     self.error = f"cannot write {self.path}: {getattr(exc, 'strerror', None) or exc}"
