@@ -67,20 +67,22 @@ class Chunk:
         n = len(rows)
         if data.count(b"\n") != n or set(map(type, rows)) != {list}:
             return False
-        values = list(chain.from_iterable(map(_fixed, rows)))
+        plain = set(map(len, rows)) == {_WIDTH}  # no row has a trailing object
+        values = list(chain.from_iterable(rows if plain else map(_fixed, rows)))
         if len(values) != n * _WIDTH:
             return False
         # struct takes ints (no float, no str, nothing past int64) ~3x faster than array("q")
         # does, but takes a bool as 0/1: a bool is in the JSON as true/false, so only a batch
-        # whose text says so (or has it in a name) is looked at value by value
-        if (b"true" in data or b"false" in data) and bool in set(map(type, values)):
+        # whose text has a "t" or an "f" (memchr; rows of numbers have neither) is looked at
+        # value by value
+        if (b"t" in data or b"f" in data) and bool in set(map(type, values)):
             return False
         try:
             packed = _pack(n * _WIDTH, values)
         except struct.error:
             return False
         samples, comm, keys = array("q", [-1]) * n, [], self._keys
-        for i, row in enumerate(rows) if set(map(len, rows)) != {_WIDTH} else ():
+        for i, row in enumerate(rows) if not plain else ():
             if len(row) == _WIDTH:
                 continue
             extra = row[_WIDTH] if len(row) == _WIDTH + 1 else None

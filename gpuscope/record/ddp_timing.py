@@ -128,6 +128,9 @@ class DDPTailTimer:
         run this time."""
         t_end = self.clock()
         t_final, t_ready = self._t_final, self._t_ready
+        if t_final is None and t_ready is not None and self.device is None and self.active:
+            self._t_ready = None  # the common case (no final callback, no CUDA events)
+            return (t_ready, t_end)
         self._t_final = self._t_ready = None
         ready = t_ready is not None and (t_final is None or t_ready <= t_final)
         if not ready and t_final is None:

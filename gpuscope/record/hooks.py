@@ -113,14 +113,7 @@ def wrap_forward(module, state):
         forward = module.forward
     except Exception:  # not an nn.Module as torch makes them
         return None
-    start, end = state.forward_start, state.forward_end
-
-    def timed_forward(*args, **kwargs):
-        start()
-        out = forward(*args, **kwargs)
-        end()  # not reached when forward raises: a hook would not run either
-        return out
-
+    timed_forward = state.timed(forward)
     functools.update_wrapper(timed_forward, forward)
     module.forward = timed_forward
     return timed_forward

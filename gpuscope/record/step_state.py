@@ -110,6 +110,41 @@ class StepState:
             self.fwd_t0 = None
             self.fwd_end = t
 
+    def timed(self, forward):
+        """`forward`, timed: what forward_start and forward_end do, written out around the call
+        in one frame (hooks.wrap_forward puts it in the model's forward; a hook pair cost three
+        frames and torch's slow call path)."""
+        now = self._now
+        state = self
+
+        def timed_forward(*args, **kwargs):
+            if not state.active:
+                return forward(*args, **kwargs)
+            t = now()
+            if state.first is None:
+                state.first = t
+                if state.start is None:
+                    state.start = t
+            state.fwd_t0 = t
+            flag = None
+            if state.probe is not None:
+                try:
+                    flag = bool(state.probe())
+                except Exception:
+                    state.probe = None
+            state.sync_flag = flag
+            out = forward(*args, **kwargs)  # raising: no end, as a forward hook would not run
+            t0 = state.fwd_t0
+            if t0 is not None and state.active:
+                t = now()
+                state.phases.append(("forward", t0, t))
+                state.forwards += 1
+                state.fwd_t0 = None
+                state.fwd_end = t
+            return out
+
+        return timed_forward
+
     def timed_backward(self, *args, **kwargs):
         """torch.autograd.backward (which loss.backward() calls) while this state records
         (hooks.py puts it in place): the backward's span and, for a DDP model, the tail of it
