@@ -371,3 +371,36 @@ def test_closing_a_micro_step_leaves_the_state_of_a_fresh_one():
     assert st.close(1, 6000).start == 5000  # the next micro-step started at the close
     idle = StepState()
     assert idle.close(0, 100) is None and idle.start == 100  # nothing recorded yet
+
+
+def test_the_forward_wrapper_and_the_forward_hooks_leave_the_same_state():
+    """StepState.timed writes forward_start / forward_end out around the call (one frame): for
+    the same clock and probe both leave the same state, a forward that raises included."""
+    from gpuscope.record.step_state import StepState
+
+    def run(wrapper: bool, raises: bool = False):
+        st = StepState(clock=iter(range(100, 10_000, 7)).__next__)
+        st.active = True
+        st.probe = iter([0, 1, 1]).__next__  # no_sync, then synchronizing
+
+        def forward(x):
+            if raises:
+                raise ValueError("bad batch")
+            return x + 1
+
+        timed = st.timed(forward)
+        for x in range(3):
+            try:
+                if wrapper:
+                    assert timed(x) == x + 1
+                else:
+                    st.forward_start()
+                    forward(x)
+                    st.forward_end()
+            except ValueError:
+                pass
+        return {k: v for k, v in vars(st).items() if k not in ("_now", "probe")}
+
+    assert run(True) == run(False)
+    assert run(True)["forwards"] == 3 and run(True)["sync_flag"] is True
+    assert run(True, raises=True) == run(False, raises=True)
