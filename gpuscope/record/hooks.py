@@ -1,8 +1,9 @@
 """Hooks that feed a StepState from the training process, and take themselves out again.
 
-- the model: its forward timed by a wrapper (or forward pre/post hooks), and whether this micro-step's backward will synchronize
-  gradients (DDP's require_backward_grad_sync, which no_sync() clears; FSDP2's reduce_grads,
-  which set_requires_gradient_sync() sets; FSDP1's _sync_gradients);
+- the model: its forward timed by a wrapper (or forward pre/post hooks), and whether this
+  micro-step's backward will synchronize gradients (DDP's require_backward_grad_sync, which
+  no_sync() clears; FSDP2's reduce_grads, which set_requires_gradient_sync() sets; FSDP1's
+  _sync_gradients);
 - backward: torch.autograd.backward (which loss.backward() calls) is wrapped while a recording
   runs, so every backward is timed in every micro-step, synchronized or not, the loss
   function's own backward included, whatever the model returns;

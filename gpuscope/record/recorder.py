@@ -520,15 +520,7 @@ class Recorder:
         if self._dev is not None:
             self._dev.batch_ready()
         if batch is not None:
-            if not self._batch_seen:
-                self._learn_batch_size(batch)
-                return
-            try:  # note_batch, written out: every micro-step passes here
-                n = batch_size_of(batch)
-                if n is not None and n != self._first_batch:
-                    st.samples = n
-            except Exception as exc:
-                self._fail("batch", exc)
+            self.note_batch(batch)
 
     def note_batch(self, batch) -> None:
         """Learn the batch size and bytes from a batch (the first one seen); later batches of
