@@ -151,8 +151,8 @@ def overhead(d: dict) -> list[str]:
             f"{d['recorder_cost_us_per_step']:.0f} us per step |",
             f"| live diagnosis, time inside `rec.step()` | | | {d['live_cost_us_per_step']:.0f} us "
             f"per step ({d['live_exchange_step_us_median']:,.0f} us at each exchange) |",
-            f"| the column side file, on the writer thread | | | "
-            f"{d['side_file_us_per_step_writer_thread']:.1f} us per step row |"] + _per_collective(
+            f"| the column side file, made at each flush on the training thread | | | "
+            f"{d['side_file_us_per_row']:.1f} us per step row |"] + _per_collective(
         d.get("recorder_cost_per_collective_us")) + [""]
 
 

@@ -393,3 +393,42 @@ def test_a_row_without_its_breakdown_reads_as_the_header_s_comm_key(tmp_path, wa
     open(tmp_path / "nokey" / os.path.basename(short), "wb").write(b"\n".join(lines))
     c = read_path(str(tmp_path / "nokey"))
     assert len(c.comm[c.comm["key"] == COMM_KEY]) < len(ddp)
+
+
+def test_batches_queued_from_two_threads_keep_the_side_file_in_step(tmp_path, monkeypatch):
+    """Rows from the training thread and side records from another thread (as a sink's might)
+    queued at once, each batch joining the chunk as it is queued: the chunks still account for
+    the record file byte for byte, and read as its JSON does."""
+    import threading
+
+    monkeypatch.setattr(Chunk, "MAX_ROWS", 16)  # full at 20 rows: batches of 5
+    monkeypatch.setattr(RecordWriter, "MAX_PENDING", 10_000)  # nothing dropped on a busy core
+    run = tmp_path / "run"
+    w = RecordWriter(str(run), 0)
+    w.write_header({"schema": SCHEMA, "rank": 0, "world_size": 1, "host": "h", "pid": 1,
+                    "run_id": "t", "recording": 1, "start_unix_ns": T0,
+                    "clock": "perf_counter_ns", "columns": list(STEP_COLUMNS),
+                    "knobs": {"world_size": 1, "backend": "gloo", "device": "cpu"}})
+    go = threading.Barrier(2)
+
+    def side_records():
+        go.wait()
+        for i in range(300):
+            w.add_meta({"nvml": [[T0 + i, 50, 1, 2, 100.0, 1000, 50, 0]]}, wake=i % 3 == 0)
+
+    other = threading.Thread(target=side_records)
+    other.start()
+    go.wait()
+    for b in range(60):
+        w.add_rows([_row(s, {"all_reduce:ddp": [9_000_000, 3_000_000, 4]})
+                    for s in range(b * 5, b * 5 + 5)], wake=b % 2 == 0)
+    other.join()
+    w.close({"steps": 300, "crashed": False})
+    assert w.error is None and w.dropped == 0
+    side = open(columns_path(w.path), "rb").read()
+    assert len(_chunks(side)) == 300 // 20 + 1  # and the last: side lines, the end record
+    seen = _spy(monkeypatch)
+    got = _read(run)
+    assert seen == [True]
+    assert len(got.frame) == 300 and len(got.telemetry) == 300
+    _same(got, _read(run, json_only=True))

@@ -62,8 +62,8 @@ class Chunk:
     def add_rows(self, rows: list, data: bytes) -> bool:
         """Step `rows`, written to the record file as `data`; False when a row does not fit the
         columns exactly (named phases, a value that is not an int64, ...): the side file then
-        ends, and readers decode the JSON. Runs on the writer thread, beside training (and
-        under the GIL, so the step waits for it): one pass over the values in C where it can."""
+        ends, and readers decode the JSON. Runs on the training thread at each flush (writer.py):
+        one pass over the values in C where it can."""
         n = len(rows)
         if data.count(b"\n") != n or set(map(type, rows)) != {list}:
             return False

@@ -16,7 +16,7 @@ MAX_RECORDINGS = 10_000
 
 
 #: one encoder for every line: json.dumps with arguments builds a new one per call, which was
-#: most of the writer thread's time (126 us for 16 rows, 38 with this one).
+#: most of the time a batch took (126 us for 16 rows, 38 with this one).
 _encoder = json.JSONEncoder(separators=(",", ":"), default=str)
 
 
@@ -28,10 +28,9 @@ _orjson = None  # orjson.dumps, or False where it cannot be had: loaded by the f
 
 
 def _fast_dumps():
-    """orjson.dumps (a dependency, one small C extension), imported on the writer thread when it
-    encodes its first rows, not when gpuscope or the recorder is imported. The thread runs under
-    the GIL, so in a CPU-bound loop the step waits for it: 16 rows take a few us with orjson, ~40
-    with the json encoder above."""
+    """orjson.dumps (a dependency, one small C extension), imported with the first rows encoded,
+    not when gpuscope or the recorder is imported: 64 rows take ~15 us with orjson, ~150 with
+    the json encoder above."""
     global _orjson
     if _orjson is None:
         try:
@@ -72,15 +71,16 @@ def create_rank_file(run_dir: str, rank: int):
 
 class RecordWriter:
     """One rank file, created at once (so an unwritable run dir is known before anything is
-    hooked into training) with its header written there and then. Later lines are handed to a
-    writer thread, so a slow or stalled filesystem never holds up a training step: `add_rows`
-    only queues. When the disk is full, the file vanished or a write fails, the thread stops and
+    hooked into training) with its header written there and then. Later lines are made into
+    bytes by the caller and handed to a writer thread, so a slow or stalled filesystem never
+    holds up a training step: `add_rows` encodes and queues. When the disk is full, the file vanished or a write fails, the thread stops and
     sets `error` (the recorder then stops recording, once, and training goes on); when writes
     stall, batches past MAX_PENDING are dropped and counted. `close` is idempotent and waits for
     the thread at most CLOSE_TIMEOUT_S.
 
-    The thread also keeps the column side file (run_format): each batch, once in the record
-    file, joins the current chunk, written when full and at the end. A row the columns cannot
+    The column side file (run_format) is kept beside it: each batch joins the current chunk as
+    it is queued, and a full chunk (the last at close, whatever its size) is queued after the
+    lines it stands for; the thread writes it once they are in the record file. A row the columns cannot
     hold exactly (named phases), or a side file that cannot be written, ends the side file (it is
     removed: readers then decode the JSON, which is always complete)."""
 
@@ -111,14 +111,16 @@ class RecordWriter:
             self._cols = None  # no side file: readers decode the JSON
 
     def add_rows(self, rows: list[list], wake: bool = True) -> None:
-        """Queue step rows; the writer thread turns them into JSON lines (off the step path:
-        ~2 us a row). The caller hands them over: it does not change them afterwards.
-        `wake=False`: more follows at once (a flush's side lines), and `wake()` then."""
+        """Queue step rows, as JSON lines and columns made here, on the caller's thread: ~0.5 us
+        a row, where the writer thread's turn cost ~4 (the rows on another core's cache, and
+        the GIL handed to it and back mid-step). The caller hands them over: it does not
+        change them afterwards. `wake=False`: more follows at once (a flush's side lines), and
+        `wake()` then."""
         if rows:
-            self._put(None, rows, wake)
+            self._put(encode_rows(rows), rows, wake)
 
     def add_meta(self, obj: dict, wake: bool = True) -> None:
-        self._put([_dumps(obj)], None, wake)
+        self._put((_dumps(obj) + "\n").encode(), None, wake)
 
     def wake(self) -> None:
         """Have the thread write what was queued with wake=False."""
@@ -127,20 +129,44 @@ class RecordWriter:
                 self._start()
                 self._cv.notify()
 
-    def _put(self, lines: list[str] | None, rows: list | None = None, wake: bool = True) -> None:
-        """Queue lines, or (lines None) rows the thread serializes."""
-        if not lines and not rows:
-            return
+    def _put(self, data: bytes, rows: list | None = None, wake: bool = True) -> None:
+        """Queue `data` for the record file: lines of step `rows` or (rows None) side lines.
+        The batch joins the column chunk here, in the order the lines are queued (the order
+        they are written in); a full chunk is queued after them."""
         with self._cv:
             if self._fh is None or self._closing or self.error is not None:
                 return
             if len(self._queue) >= self.MAX_PENDING:
-                self.dropped += len(lines) if lines else len(rows)
+                self.dropped += len(rows) if rows is not None else data.count(b"\n")
                 return
-            self._queue.append(("\n".join(lines) + "\n" if lines else None, rows))
+            self._queue.append((data, self._add_columns(rows, data)))
             if wake:
                 self._start()
                 self._cv.notify()
+
+    def _add_columns(self, rows: list | None, data: bytes):
+        """The batch joins the current chunk (called holding _cv). Returns what the writer
+        thread writes to the side file after the batch: a full chunk's bytes, False to end
+        the side file (a row the columns cannot hold), or None."""
+        chunk = self._chunk
+        if chunk is None:
+            return None
+        try:
+            fits = chunk.add_rows(rows, data) if rows is not None else chunk.add_side(data)
+        except Exception:  # noqa: BLE001 - only ever an optimisation: never the recording's end
+            fits = False
+        if fits is False:
+            self._chunk = None
+            return False
+        return self._take_chunk() if chunk.full else None
+
+    def _take_chunk(self) -> bytes | None:
+        """The current chunk's bytes (None when empty); the next starts where it ends."""
+        chunk = self._chunk
+        if chunk is None or not chunk.lines:
+            return None
+        self._chunk = Chunk(chunk.offset + chunk.length)
+        return chunk.to_bytes()
 
     def _start(self) -> None:
         """The writer thread, started with the first line to write (called holding _cv)."""
@@ -150,6 +176,9 @@ class RecordWriter:
             self._thread.start()
 
     def _run(self) -> None:
+        """Writes what was queued, all of it at each wake-up: the record file's lines, flushed,
+        then the side file's chunks that stand for them. Only I/O here (which runs without the
+        GIL): the training thread made the bytes."""
         fh = self._fh
         checked = 0.0  # when the file was last seen still linked (a deleted file: an error)
         while True:
@@ -158,12 +187,10 @@ class RecordWriter:
                     self._cv.wait()
                 if not self._queue:
                     break
-                batch = list(self._queue)  # everything queued: one write, one flush
+                batch = list(self._queue)
                 self._queue.clear()
-            parts = [(rows, encode_rows(rows) if text is None else text.encode())
-                     for text, rows in batch]
             try:
-                fh.write(b"".join([data for _, data in parts]))
+                fh.write(b"".join([data for data, _ in batch]))
                 fh.flush()
                 now = time.monotonic()
                 if now >= checked + 1.0:  # a syscall: once a second, not every batch
@@ -174,38 +201,25 @@ class RecordWriter:
                 with self._cv:
                     self.error = f"cannot write {self.path}: {getattr(exc, 'strerror', None) or exc}"
                     self._queue.clear()
+                    self._chunk = None
                 self._end_columns(remove=True)
                 return
-            for rows, data in parts:
-                self._add_columns(rows, data)
-        self._write_chunk()  # closing: the last chunk
+            for _, cols in batch:
+                if cols is False:
+                    self._end_columns(remove=True)
+                elif cols:
+                    self._write_chunk(cols)
 
-    def _add_columns(self, rows: list | None, data: bytes) -> None:
-        """The batch joins the current chunk, once the batch itself is in the record file."""
-        chunk = self._chunk
-        if self._cols is None or chunk is None:
+    def _write_chunk(self, data: bytes) -> None:
+        if self._cols is None:
             return
         try:
-            fits = chunk.add_rows(rows, data) if rows is not None else chunk.add_side(data)
-        except Exception:  # noqa: BLE001 - only ever an optimisation: never the thread's end
-            fits = False
-        if fits is False:
-            self._end_columns(remove=True)
-            return
-        if chunk.full:
-            self._write_chunk()
-
-    def _write_chunk(self) -> None:
-        chunk = self._chunk
-        if self._cols is None or chunk is None or not chunk.lines:
-            return
-        try:
-            self._cols.write(chunk.to_bytes())
+            self._cols.write(data)
             self._cols.flush()
         except (OSError, ValueError):
+            with self._cv:
+                self._chunk = None
             self._end_columns(remove=True)
-            return
-        self._chunk = Chunk(chunk.offset + chunk.length)
 
     def _end_columns(self, remove: bool = False) -> None:
         cols, self._cols = self._cols, None
@@ -228,9 +242,15 @@ class RecordWriter:
             fh = self._fh
             if fh is None or self._closing:
                 return
-            if end is not None and self._has_header and self.error is None:
-                self._queue.append((_dumps({"end": end}) + "\n", None))
-                self._start()
+            if self._has_header and self.error is None:
+                if end is not None:
+                    data = (_dumps({"end": end}) + "\n").encode()
+                    self._queue.append((data, self._add_columns(None, data)))
+                last = self._take_chunk()  # the last chunk, whatever its size
+                if last:
+                    self._queue.append((b"", last))
+                if self._queue:
+                    self._start()
             self._closing = True
             self._cv.notify()
             thread = self._thread
