@@ -175,7 +175,7 @@ os._exit(0)
 """
 
 
-def recorder_cost_ddp(device: str = "cpu", rounds: int = 41, steps: int = 400) -> dict:
+def recorder_cost_ddp(device: str = "cpu", rounds: int = 201, steps: int = 400) -> dict:
     """Per-step cost of the whole recorder on a tiny one-rank DDP model (forward, backward and
     optimizer hooks, the DDP tail timer, NVML, the data wrapper, step(), the flushes): the tiny
     model makes the fixed per-step cost visible. One process holds a recorded model and a plain

@@ -144,7 +144,7 @@ def overhead(d: dict) -> list[str]:
             f"a recorded and a plain model in one process, "
             f"{len(d.get('recorder_cost_ddp_round_costs_us') or []) or 'sequential'} interleaved "
             f"rounds, each recorded round in a recording of its own, the plain ones with none "
-            f"open; the median of their differences) "
+            f"open; the median of their differences{_interval(d)}) "
             f"| {d['ddp_tiny_step_us_without']:,.0f} us | {d['ddp_tiny_step_us_with']:,.0f} us | "
             f"+{d['recorder_cost_ddp_us_per_step']:,.0f} us per step |",
             f"| `rec.data()` + `rec.step()` alone, tight loop | | | "
@@ -294,14 +294,32 @@ def soak(d: dict) -> list[str]:
             + f"); at most {max(lost) if lost else 0} steps lost by a rank.", ""]
 
 
+def _interval(d: dict) -> str:
+    ci = median_interval(d.get("recorder_cost_ddp_round_costs_us") or [])
+    return f", its 95% confidence interval {ci[0]:,.0f} to {ci[1]:,.0f} us" if ci else ""
+
+
+def median_interval(values: list) -> tuple[float, float] | None:
+    """A 95% confidence interval of the median of `values`, free of any assumption about their
+    distribution: the order statistics k and n+1-k (1-based) with k = floor(n/2 - 0.98 sqrt(n))
+    (the binomial's normal approximation); None below 6 values."""
+    n = len(values)
+    k = int(n / 2 - 0.98 * n ** 0.5)
+    if k < 1:
+        return None
+    s = sorted(values)
+    return s[k - 1], s[n - k]
+
+
 def budgets(docs: dict) -> list[str]:
     """The README's lines: one per budget, with its figure and where it comes from."""
     out = []
     o = docs.get("overhead.json")
     if o:
         rounds = o.get("recorder_cost_ddp_round_costs_us")
-        spread = (f", median of {len(rounds)} interleaved rounds, from {min(rounds):,.0f} to "
-                  f"{max(rounds):,.0f} us" if rounds else "")
+        ci = median_interval(rounds or [])
+        spread = (f", median of {len(rounds)} interleaved rounds, 95% confidence interval {ci[0]:,.0f} to "
+                  f"{ci[1]:,.0f} us" if ci else "")
         cost = o['recorder_cost_ddp_us_per_step']
         out.append(f"- Recording: at most 50 us per step and 0.5% of a 10 ms step; measured "
                    f"{cost:,.0f} us per step{' (over budget)' if cost > 50 else ''} on a tiny "
