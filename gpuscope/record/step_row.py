@@ -143,8 +143,14 @@ def _plain_step(r: Raw, start_unix: int) -> list | None:
         samples, _ = r
     f0 = b0 = o0 = None  # where forward, backward, optimizer started (None: did not run)
     f1 = b1 = o1 = 0     # ... and ended
+    if len(phases) == 3:  # the usual step: forward, backward, optimizer, in order, not empty
+        (n, f0, f1), (m, b0, b1), (k, o0, o1) = phases
+        if not (n == "forward" and m == "backward" and k == "optimizer"
+                and start <= f0 < f1 <= b0 < b1 <= o0 < o1 <= end):
+            f0 = b0 = o0 = None  # any other: phase by phase, below
+            f1 = b1 = o1 = 0
     last = start
-    for n, a, b in phases:
+    for n, a, b in phases if f0 is None else ():
         if b <= a:
             continue
         if a < last or b > end:
