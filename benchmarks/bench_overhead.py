@@ -2,7 +2,8 @@
 
 Runs are interleaved (without, with, without, with, ..., the order rotated every round) so that
 machine drift and a slot's position in the round hit all variants alike;
-the figure is the ratio of median step times over all steps of all runs (warm-up steps dropped).
+the figure is the ratio of median step times over all steps of all runs (warm-up steps dropped),
+with each round's own ratio beside it.
 A second, noise-free figure: the recorder's own cost per step (data wrapper + hooks + step()),
 timed in a tight loop in one process, against the median step time.
 
@@ -33,13 +34,16 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from gpuscope.demo.launch import run_training  # noqa: E402
 
 
-def step_times(path: str, record: bool, warmup: int, live: int = 0) -> list[float]:
+def step_times(paths, record: bool, warmup: int, live: int = 0) -> list[float]:
+    """Step times (s) of the runs in the timings file(s) `paths` that recorded or not (and with
+    live diagnosis every `live` steps), warm-up steps dropped."""
     out = []
-    with open(path) as fh:
-        for line in fh:
-            d = json.loads(line)
-            if d["record"] == record and d.get("live_every", 0) == live:
-                out += d["step_s"][warmup:]
+    for path in [paths] if isinstance(paths, str) else paths:
+        with open(path) as fh:
+            for line in fh:
+                d = json.loads(line)
+                if d["record"] == record and d.get("live_every", 0) == live:
+                    out += d["step_s"][warmup:]
     return out
 
 
@@ -267,8 +271,8 @@ def main() -> None:
                                                   "overhead.json"))
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        timings = os.path.join(tmp, "timings.jsonl")
-        for i in range(args.runs):
+        rounds = [os.path.join(tmp, f"timings-{i}.jsonl") for i in range(args.runs)]
+        for i, timings in enumerate(rounds):
             variants = [(False, 0), (True, 0)] + ([(True, args.live_every)]
                                                   if args.live_every else [])
             shift = i % len(variants)  # each variant in each position of the round in turn
@@ -286,10 +290,18 @@ def main() -> None:
                 what = ("with gpuscope" + (f", live every {live}" if live else "")
                         if record else "without gpuscope")
                 print(f"run {i + 1}/{args.runs} {what}", flush=True)
-        without = step_times(timings, False, args.warmup)
-        with_ = step_times(timings, True, args.warmup)
-        with_live = step_times(timings, True, args.warmup, args.live_every) \
+        without = step_times(rounds, False, args.warmup)
+        with_ = step_times(rounds, True, args.warmup)
+        with_live = step_times(rounds, True, args.warmup, args.live_every) \
             if args.live_every else []
+        # each round's own ratio (its runs ran minutes apart at most): how far the pooled
+        # ratio is from noise
+        med = statistics.median
+        ratios = [med(step_times(r, True, args.warmup)) / med(step_times(r, False, args.warmup))
+                  for r in rounds]
+        ratios_live = [med(step_times(r, True, args.warmup, args.live_every))
+                       / med(step_times(r, False, args.warmup))
+                       for r in rounds] if args.live_every else []
     med_without, med_with = statistics.median(without), statistics.median(with_)
     per_step = recorder_cost_per_step()
     ddp = recorder_cost_ddp(args.device)
@@ -301,6 +313,7 @@ def main() -> None:
         "median_step_ms_with": round(med_with * 1e3, 3),
         "ratio_with_over_without": round(med_with / med_without, 4),
         "overhead_pct": round((med_with / med_without - 1) * 100, 2),
+        "round_ratios": [round(r, 4) for r in ratios],
         "recorder_cost_us_per_step": round(per_step * 1e6, 2),
         "recorder_cost_pct_of_step": round(per_step / med_without * 100, 3),
         "ddp_tiny_step_us_without": round(ddp["without_us"], 1),
@@ -321,6 +334,7 @@ def main() -> None:
             "live_every": args.live_every,
             "median_step_ms_with_live": round(med_live * 1e3, 3),
             "ratio_with_live_over_without": round(med_live / med_without, 4),
+            "round_ratios_live": [round(r, 4) for r in ratios_live],
             "overhead_live_pct": round((med_live / med_without - 1) * 100, 2),
             "live_exchange_step_us_median": round(lc["exchange_step_us_median"], 1),
             "live_cost_us_per_step": round(per_step_live * 1e6, 2),

@@ -137,9 +137,11 @@ def overhead(d: dict) -> list[str]:
             "| measure | without gpuscope | with gpuscope | ratio / cost |",
             "| --- | --- | --- | --- |",
             f"| median step time | {d['median_step_ms_without']:.2f} ms | "
-            f"{d['median_step_ms_with']:.2f} ms | {d['ratio_with_over_without']:.2f} |",
+            f"{d['median_step_ms_with']:.2f} ms | {d['ratio_with_over_without']:.2f}"
+            f"{_rounds(d.get('round_ratios'))} |",
             f"| the same with live diagnosis | {d['median_step_ms_without']:.2f} ms | "
-            f"{d['median_step_ms_with_live']:.2f} ms | {d['ratio_with_live_over_without']:.2f} |",
+            f"{d['median_step_ms_with_live']:.2f} ms | {d['ratio_with_live_over_without']:.2f}"
+            f"{_rounds(d.get('round_ratios_live'))} |",
             f"| the recorder's whole cost per step, tiny 1-rank DDP model (every default timing; "
             f"a recorded and a plain model in one process, "
             f"{len(d.get('recorder_cost_ddp_round_costs_us') or []) or 'sequential'} interleaved "
@@ -292,6 +294,11 @@ def soak(d: dict) -> list[str]:
             f"{d['ok']} of {d['runs']} passed (" + ", ".join(f"{k}: {v[1]}/{v[0]}"
                                                          for k, v in kinds.items())
             + f"); at most {max(lost) if lost else 0} steps lost by a rank.", ""]
+
+
+def _rounds(ratios) -> str:
+    """Each round's own ratio, as a range beside the pooled one."""
+    return f" (rounds {min(ratios):.2f} to {max(ratios):.2f})" if ratios else ""
 
 
 def _interval(d: dict) -> str:
