@@ -12,6 +12,7 @@ Runs are interleaved: each round runs every workload without and with gpuscope, 
 the pair alternating from round to round, so that this VM's drift hits both alike. Per run: the
 steady-state wall time per micro-step (warm-up micro-steps left out), the slower rank's; per
 workload: the median over runs of each variant, and the median of the rounds' paired ratios.
+The two loops of ~2 ms get 3x the rounds (ROUNDS_FACTOR): their short runs are noisier.
 
     python benchmarks/bench_overhead_cases.py [--rounds 4] [--only nanogpt,hf]
     # on a GPU machine: each rank on a GPU (NCCL; gloo when ranks share one), runs 4x longer
@@ -54,6 +55,10 @@ WORKLOADS = {
     "lightning": (TRAINERS, ["--trainer", "lightning", "--steps", "400"], 4,
                   "Lightning Trainer, DDP strategy, MLP, GpuscopeCallback"),
 }
+
+#: loops of ~2 ms run for seconds, and a run's ratio swings far more (0.57-2.36 seen in one set
+#: of 4 rounds of the tutorial): they get this many times the rounds
+ROUNDS_FACTOR = {"no_sync": 3, "tutorial": 3}
 
 
 def micro_steps(out: str) -> list[list[float]]:
@@ -123,12 +128,14 @@ def main() -> None:
     runs: dict[str, dict[bool, list[float]]] = {n: {False: [], True: []} for n in names}
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
-        for i in range(args.rounds):
+        for i in range(args.rounds * max(ROUNDS_FACTOR.get(n, 1) for n in names)):
             for name in names:
+                if i >= args.rounds * ROUNDS_FACTOR.get(name, 1):
+                    continue
                 for record in ((False, True) if i % 2 == 0 else (True, False)):
                     runs[name][record].append(run_once(name, record, tmp, args))
                 w, o = runs[name][True][-1], runs[name][False][-1]
-                print(f"round {i + 1}/{args.rounds} {name}: {o * 1e3:.2f} ms without, "
+                print(f"round {i + 1}/{args.rounds * ROUNDS_FACTOR.get(name, 1)} {name}: {o * 1e3:.2f} ms without, "
                       f"{w * 1e3:.2f} ms with", flush=True)
     result = {"rounds": args.rounds, "ranks": args.nproc, "device": args.device,
               "backend": "gloo" if args.device == "cpu" else "nccl (one GPU per rank), else gloo",
@@ -142,6 +149,7 @@ def main() -> None:
         med_o, med_w = statistics.median(without), statistics.median(with_)
         result["workloads"][name] = {
             "what": WORKLOADS[name][3],
+            "rounds": len(paired),
             "micro_step_ms_without": round(med_o * 1e3, 3),
             "micro_step_ms_with": round(med_w * 1e3, 3),
             "ratio_of_medians": round(med_w / med_o, 4),

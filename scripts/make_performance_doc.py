@@ -177,7 +177,10 @@ def overhead_cases(d: dict, title: str) -> list[str]:
            "`perf_counter` at every micro-step, recorded by gpuscope and with it switched off "
            "(`GPUSCOPE_DISABLE=1`, the same code otherwise), the pair's order alternating; the "
            "slower rank's mean micro-step after warm-up, median over the runs, and the median "
-           "(range) of the rounds' with / without ratios."
+           "(range) of the rounds' with / without ratios"
+           + (", over the rounds the table names for the loops that ran more"
+              if any(w.get("rounds", d["rounds"]) != d["rounds"] for w in d["workloads"].values())
+              else "") + "."
            + ("" if d.get("commit") else " These figures are of an earlier recorder (the file "
               "names no commit), kept until a run of this one replaces them."), "",
            "| loop | micro-step without | with | difference | paired ratio |",
@@ -187,7 +190,8 @@ def overhead_cases(d: dict, title: str) -> list[str]:
         out.append(f"| {w['what']} | {w['micro_step_ms_without']:.2f} ms | "
                    f"{w['micro_step_ms_with']:.2f} ms | "
                    f"{w['micro_step_ms_with'] - w['micro_step_ms_without']:+.2f} ms | "
-                   f"{w['paired_ratio_median']:.2f} ({min(r):.2f}-{max(r):.2f}) |")
+                   f"{w['paired_ratio_median']:.2f} ({min(r):.2f}-{max(r):.2f})"
+                   + (f", {len(r)} rounds" if len(r) != d["rounds"] else "") + " |")
     return out + [""]
 
 
