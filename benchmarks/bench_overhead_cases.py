@@ -12,7 +12,7 @@ Runs are interleaved: each round runs every workload without and with gpuscope, 
 the pair alternating from round to round, so that this VM's drift hits both alike. Per run: the
 steady-state wall time per micro-step (warm-up micro-steps left out), the slower rank's; per
 workload: the median over runs of each variant, and the median of the rounds' paired ratios.
-The two loops of ~2 ms get 3x the rounds (ROUNDS_FACTOR): their short runs are noisier.
+The four short loops get 3x the rounds (ROUNDS_FACTOR): their short runs are noisier.
 
     python benchmarks/bench_overhead_cases.py [--rounds 4] [--only nanogpt,hf]
     # on a GPU machine: each rank on a GPU (NCCL; gloo when ranks share one), runs 4x longer
@@ -56,9 +56,11 @@ WORKLOADS = {
                   "Lightning Trainer, DDP strategy, MLP, GpuscopeCallback"),
 }
 
-#: loops of ~2 ms run for seconds, and a run's ratio swings far more (0.57-2.36 seen in one set
-#: of 4 rounds of the tutorial): they get this many times the rounds
-ROUNDS_FACTOR = {"no_sync": 3, "tutorial": 3}
+#: the short runs (loops of 2-8 ms, a few seconds each) swing far more from run to run on 2
+#: shared cores (one set of 4 tutorial rounds: 0.57-2.36; Lightning's 4 rounds gave a median of
+#: 1.13 where 12 gave 0.97): they get this many times the rounds, and then a 95% confidence
+#: interval of their median can be given
+ROUNDS_FACTOR = {"no_sync": 3, "tutorial": 3, "hf": 3, "lightning": 3}
 
 
 def micro_steps(out: str) -> list[list[float]]:

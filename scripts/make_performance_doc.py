@@ -177,7 +177,8 @@ def overhead_cases(d: dict, title: str) -> list[str]:
            "`perf_counter` at every micro-step, recorded by gpuscope and with it switched off "
            "(`GPUSCOPE_DISABLE=1`, the same code otherwise), the pair's order alternating; the "
            "slower rank's mean micro-step after warm-up, median over the runs, and the median "
-           "(range) of the rounds' with / without ratios"
+           "of the rounds' with / without ratios, with its 95% confidence interval where the "
+           "rounds are enough for one (6 or more), else their range"
            + (", over the rounds the table names for the loops that ran more"
               if any(w.get("rounds", d["rounds"]) != d["rounds"] for w in d["workloads"].values())
               else "") + "."
@@ -190,7 +191,7 @@ def overhead_cases(d: dict, title: str) -> list[str]:
         out.append(f"| {w['what']} | {w['micro_step_ms_without']:.2f} ms | "
                    f"{w['micro_step_ms_with']:.2f} ms | "
                    f"{w['micro_step_ms_with'] - w['micro_step_ms_without']:+.2f} ms | "
-                   f"{w['paired_ratio_median']:.2f} ({min(r):.2f}-{max(r):.2f})"
+                   f"{w['paired_ratio_median']:.2f} {_ratio_spread(r)}"
                    + (f", {len(r)} rounds" if len(r) != d["rounds"] else "") + " |")
     return out + [""]
 
@@ -298,6 +299,13 @@ def soak(d: dict) -> list[str]:
             f"{d['ok']} of {d['runs']} passed (" + ", ".join(f"{k}: {v[1]}/{v[0]}"
                                                          for k, v in kinds.items())
             + f"); at most {max(lost) if lost else 0} steps lost by a rank.", ""]
+
+
+def _ratio_spread(ratios: list) -> str:
+    ci = median_interval(ratios)
+    if ci:
+        return f"(95% CI {ci[0]:.2f}-{ci[1]:.2f})"
+    return f"(range {min(ratios):.2f}-{max(ratios):.2f})"
 
 
 def _rounds(ratios) -> str:
