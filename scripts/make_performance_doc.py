@@ -126,6 +126,25 @@ def same_run(d: dict) -> list[str]:
     return out + [""]
 
 
+def instructions(d: dict) -> list[str]:
+    names = {"tiny": "tiny 1-rank DDP model (Linear(8, 8), SGD)",
+             "nanogpt": "nanoGPT-style GPT, 4 micro-steps per optimizer step (AdamW, clipping)"}
+    out = ["## In instructions", "",
+           f"`python benchmarks/bench_instructions.py` (valgrind {d['valgrind']}, Python "
+           f"{d['python']}): the instructions a micro-step executes, counted by callgrind in one "
+           "process (gloo, 1 rank, both threads counted), plain and recorded with every default "
+           "on. A count does not move with the machine's speed, as wall-clock rounds on this VM "
+           "do; what it leaves out (caches, the GIL, system calls) is in the wall-clock figure "
+           "above.", "",
+           "| model | micro-steps | plain | recorded | added by gpuscope |",
+           "| --- | --- | --- | --- | --- |"]
+    for key, m in d["models"].items():
+        out.append(f"| {names.get(key, key)} | {m['micro_steps']:,} | "
+                   f"{m['plain_per_micro_step']:,} | {m['recorded_per_micro_step']:,} | "
+                   f"+{m['added']:,} ({m['added_pct']:.2f}%) |")
+    return out + [""]
+
+
 def overhead(d: dict) -> list[str]:
     return ["## Recording overhead", "",
             f"`python benchmarks/bench_overhead.py` on {d['cpu_count']} cores ({d['device']}): the "
@@ -413,6 +432,7 @@ def main() -> None:
     docs = {}
     for name, fn, cmd in (
             ("overhead.json", overhead, "benchmarks/bench_overhead.py"),
+            ("instructions.json", instructions, "benchmarks/bench_instructions.py"),
             ("overhead_cases.json", lambda d: overhead_cases(d, "On loops we did not write"),
              "benchmarks/bench_overhead_cases.py"),
             ("overhead_cases_gpu.json", lambda d: overhead_cases(d, "On a GPU"),
