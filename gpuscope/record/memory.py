@@ -3,10 +3,10 @@ peaks, retries and out-of-memory errors, sampled at every flush (every `flush_ro
 `flush_s` seconds: a long run gets thousands of samples, and the step path pays nothing).
 
 Why not every step: reading /proc/self/statm costs ~1.5 us alone, but inside a recording it
-releases the GIL to another thread (the writer's, NVML's), and the step then waits to have it
-back (+5 us per step measured); `torch.cuda.memory_stats` builds a dict of some hundred entries. At
-a flush both are one read for many steps. The device's peaks are reset after each read: each
-sample holds the peak over its window. One side record per flush::
+releases the GIL to another thread (the writer's, NVML's), and the step then waits to have
+it back (+5 us per step measured); `torch.cuda.memory_stats` builds a dict of some hundred
+entries. At a flush both are one read for many steps. The device's peaks are reset after
+each read: each sample holds the peak over its window. One side record per flush::
 
     {"memory": {"steps": [27], "rss_bytes": [...],
                 "device": [first_step, last_step, peak_allocated, peak_reserved,

@@ -73,16 +73,17 @@ class RecordWriter:
     """One rank file, created at once (so an unwritable run dir is known before anything is
     hooked into training) with its header written there and then. Later lines are made into
     bytes by the caller and handed to a writer thread, so a slow or stalled filesystem never
-    holds up a training step: `add_rows` encodes and queues. When the disk is full, the file vanished or a write fails, the thread stops and
-    sets `error` (the recorder then stops recording, once, and training goes on); when writes
-    stall, batches past MAX_PENDING are dropped and counted. `close` is idempotent and waits for
-    the thread at most CLOSE_TIMEOUT_S.
+    holds up a training step: `add_rows` encodes and queues. When the disk is full, the file
+    vanished or a write fails, the thread stops and sets `error` (the recorder then stops
+    recording, once, and training goes on); when writes stall, batches past MAX_PENDING are
+    dropped and counted. `close` is idempotent and waits for the thread at most
+    CLOSE_TIMEOUT_S.
 
     The column side file (run_format) is kept beside it: each batch joins the current chunk as
     it is queued, and a full chunk (the last at close, whatever its size) is queued after the
-    lines it stands for; the thread writes it once they are in the record file. A row the columns cannot
-    hold exactly (named phases), or a side file that cannot be written, ends the side file (it is
-    removed: readers then decode the JSON, which is always complete)."""
+    lines it stands for; the thread writes it once they are in the record file. A row the
+    columns cannot hold exactly (named phases), or a side file that cannot be written, ends the
+    side file (it is removed: readers then decode the JSON, which is always complete)."""
 
     MAX_PENDING = 256       # batches of lines queued before new ones are dropped
     CLOSE_TIMEOUT_S = 10.0  # a stalled filesystem never holds up the end of training longer
@@ -139,10 +140,14 @@ class RecordWriter:
             if len(self._queue) >= self.MAX_PENDING:
                 self.dropped += len(rows) if rows is not None else data.count(b"\n")
                 return
-            self._queue.append((data, self._add_columns(rows, data)))
+            self._enqueue(data, rows)
             if wake:
                 self._start()
                 self._cv.notify()
+
+    def _enqueue(self, data: bytes, rows: list | None) -> None:
+        """The batch, and what the side file gets after it (called holding _cv)."""
+        self._queue.append((data, self._add_columns(rows, data)))
 
     def _add_columns(self, rows: list | None, data: bytes):
         """The batch joins the current chunk (called holding _cv). Returns what the writer
@@ -244,8 +249,7 @@ class RecordWriter:
                 return
             if self._has_header and self.error is None:
                 if end is not None:
-                    data = (_dumps({"end": end}) + "\n").encode()
-                    self._queue.append((data, self._add_columns(None, data)))
+                    self._enqueue((_dumps({"end": end}) + "\n").encode(), None)
                 last = self._take_chunk()  # the last chunk, whatever its size
                 if last:
                     self._queue.append((b"", last))
