@@ -367,7 +367,13 @@ def budgets(docs: dict) -> list[str]:
     c = docs.get("overhead_cases.json")
     if c:
         r = [w["paired_ratio_median"] for w in c["workloads"].values()]
+        spans = [median_interval(w["paired_ratios"]) or (min(w["paired_ratios"]),
+                                                         max(w["paired_ratios"]))
+                 for w in c["workloads"].values()]
+        noise = sum(lo <= 1 <= hi for lo, hi in spans)
         out.append(f"- On six third-party-shaped loops: with / without {min(r):.2f}-{max(r):.2f} "
+                   f"(medians of paired rounds; {noise} of {len(spans)} take in 1 within their "
+                   "95% interval or range) "
                    "([loops we did not write](docs/performance.md#on-loops-we-did-not-write)).")
     g = docs.get("overhead_cases_gpu.json")
     if g:
