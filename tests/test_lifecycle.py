@@ -268,6 +268,47 @@ def test_forward_is_timed_by_a_wrapper_that_keeps_the_fast_path_and_the_signatur
     assert all(f > 0 for f in _column(tmp_path / "run", "forward_ns"))
 
 
+class Forwarding(nn.Module):
+    """A wrapper that forwards attribute writes to the module inside it once set up (as
+    Lightning Fabric's _FabricModule does): its forward calls the inner module."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+        self._ready = True
+
+    def forward(self, x):
+        return self.inner(x)
+
+    def __setattr__(self, name, value):
+        if getattr(self, "_ready", False) and hasattr(self.inner, name):
+            setattr(self.inner, name, value)
+        if not getattr(self, "_ready", False) or name in dir(self):
+            super().__setattr__(name, value)
+
+    def __delattr__(self, name):
+        if getattr(self, "_ready", False) and name in vars(self.inner):
+            delattr(self.inner, name)
+        super().__delattr__(name)
+
+
+def test_a_wrapper_that_forwards_attribute_writes_is_timed_without_recursion(tmp_path):
+    """The forward wrapper goes into the given module's own __dict__: a wrapper that forwards
+    writes to the module inside (Fabric's) would otherwise put it into the inner module's
+    forward, which the wrapper's forward calls: RecursionError at the first forward. Both
+    modules are left as they were at the end."""
+    inner = nn.Linear(16, 4)
+    model = Forwarding(inner)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with gpuscope.record(tmp_path / "run", model=model, telemetry=False) as rec:
+        assert "forward" in vars(model) and "forward" not in vars(inner)
+        train(rec, model, opt, 3)
+    assert "forward" not in vars(model) and "forward" not in vars(inner)
+    assert model(torch.randn(2, 16)).shape == (2, 4)
+    assert len(_column(tmp_path / "run", "forward_ns")) == 3
+    assert all(f > 0 for f in _column(tmp_path / "run", "forward_ns"))
+
+
 def test_a_model_with_hooks_or_a_forward_of_its_own_is_timed_by_hooks(tmp_path):
     """Where the model has forward hooks (FSDP2's), or an instance forward (a compiled module,
     accelerate's wrapper), gpuscope's own forward hooks time it, and only those go at the end;

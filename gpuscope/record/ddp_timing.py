@@ -31,6 +31,23 @@ def is_ddp(model) -> bool:
     return model is not None and hasattr(model, "register_comm_hook") and hasattr(model, "reducer")
 
 
+def inner_ddp(model):
+    """The DistributedDataParallel that `model` is, or that a wrapper around it holds (Lightning
+    Fabric's _FabricModule keeps DDP as its `_forward_module`): the outermost DDP among the
+    model's modules; None without one."""
+    if is_ddp(model):
+        return model
+    try:
+        for i, m in enumerate(model.modules()):
+            if is_ddp(m):
+                return m
+            if i >= 8:  # a wrapper holds it near the top; a model's own layers are no DDP
+                return None
+    except Exception:
+        return None
+    return None
+
+
 class DDPTailTimer:
     """Times the end of one DDP model's backward: see the module's docstring."""
 

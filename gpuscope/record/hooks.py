@@ -116,7 +116,10 @@ def wrap_forward(module, state):
         return None
     timed_forward = state.timed(forward)
     functools.update_wrapper(timed_forward, forward)
-    module.forward = timed_forward
+    # into the module's own __dict__, past any __setattr__ of its class: a wrapper that forwards
+    # attribute writes to the module inside it (Lightning Fabric's _FabricModule) would put ours
+    # in the inner module's forward, which the outer forward calls: endless recursion
+    object.__setattr__(module, "forward", timed_forward)
     return timed_forward
 
 
@@ -125,7 +128,7 @@ def unwrap_forward(module, wrapper) -> None:
     which times nothing once the state is off)."""
     try:
         if vars(module).get("forward") is wrapper:
-            del module.forward
+            vars(module).pop("forward")  # past the class's __delattr__, as wrap_forward wrote it
     except Exception:
         pass
 
@@ -147,12 +150,15 @@ class Hooks:
     def install(self) -> None:
         model, state = self.model, self.state
         if model is not None:
-            from .ddp_timing import DDPTailTimer, is_ddp
+            from .ddp_timing import DDPTailTimer
 
-            if is_ddp(model) and "torch" in sys.modules:
-                self.ddp = DDPTailTimer(model, state._now)
+            from .ddp_timing import inner_ddp
+
+            ddp = inner_ddp(model)
+            if ddp is not None and "torch" in sys.modules:
+                self.ddp = DDPTailTimer(ddp, state._now)
                 state.tail = self.ddp
-            state.probe = sync_probe(model)
+            state.probe = sync_probe(ddp if ddp is not None else model)
             module = timed_module(model)
             wrapper = wrap_forward(module, state) if module is not None else None
             if wrapper is not None:

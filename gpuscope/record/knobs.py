@@ -112,6 +112,13 @@ def model_knobs(model) -> dict:
             out["param_dtype"] = str(params[0].dtype).replace("torch.", "")
     except Exception:
         pass
+    from .ddp_timing import inner_ddp
+
+    ddp = inner_ddp(model)  # DDP's settings, where a wrapper (Lightning Fabric's) holds it
+    if ddp is not None and ddp is not model:
+        out["wrapper"] = out["model"]
+        out["model"] = type(ddp).__name__
+        model = ddp
     for attr, key in (("bucket_bytes_cap", "bucket_cap_bytes"),
                       ("find_unused_parameters", "find_unused_parameters"),
                       ("gradient_as_bucket_view", "gradient_as_bucket_view"),

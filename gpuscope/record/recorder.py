@@ -327,8 +327,8 @@ class Recorder:
         if ddp is not None:
             from .ddp_timing import ddp_logging_summary
 
-            end["ddp_logging"] = ddp_logging_summary(self.model)
-            user = getattr(self.model, "_comm_hooks", None)  # DDP keeps the user's hooks here
+            end["ddp_logging"] = ddp_logging_summary(ddp.ddp)
+            user = getattr(ddp.ddp, "_comm_hooks", None)  # DDP keeps the user's hooks here
             end["comm_hook"] = (getattr(user[-1][0], "__qualname__", repr(user[-1][0])) if user
                                 else "DDP's built-in all-reduce")
         timer = self._hooks.collectives if self._hooks is not None else None

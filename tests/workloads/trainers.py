@@ -1,7 +1,8 @@
-"""transformers' Trainer and Lightning's Trainer with gpuscope's one-line callback, on CPU/gloo.
+"""transformers' Trainer and Lightning's Trainer with gpuscope's one-line callback, and a
+Lightning Fabric loop with gpuscope.record(), on CPU/gloo.
 
     python -m torch.distributed.run --standalone --nproc_per_node 2 tests/workloads/trainers.py \\
-        --trainer hf|lightning --out DIR [--accum 4] [--steps 8] [--profile]
+        --trainer hf|lightning|fabric --out DIR [--accum 4] [--steps 8] [--profile]
         [--live-every N] [--slow-rank-ms MS] [--device cuda]
 
 Tiny models built from a config (no downloads), synthetic data. Beside gpuscope, a plain
@@ -136,9 +137,47 @@ def run_lightning(args) -> None:
     save(args.out, marks, accum=args.accum)
 
 
+def run_fabric(args) -> None:
+    """Lightning Fabric, as its examples write a loop: the model and optimizer from
+    fabric.setup, the loader from setup_dataloaders, fabric.backward, no_backward_sync while
+    accumulating; gpuscope.record(model=) gets the module fabric.setup returned (a
+    _FabricModule holding DDP, which forwards attribute writes to the module inside)."""
+    from lightning.fabric import Fabric
+    from torch import nn
+    from torch.utils.data import DataLoader, TensorDataset
+
+    import gpuscope
+
+    fabric = Fabric(accelerator="cpu" if args.device == "cpu" else "cuda",
+                    devices=int(os.environ.get("LOCAL_WORLD_SIZE", 2)), strategy="ddp")
+    fabric.launch()
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
+                          nn.Linear(512, 10))
+    model, opt = fabric.setup(model, torch.optim.SGD(model.parameters(), lr=0.01))
+    n = args.steps * args.accum * 2 * 16 + 64
+    loader = fabric.setup_dataloaders(DataLoader(
+        TensorDataset(torch.randn(n, 64), torch.randint(0, 10, (n,))), batch_size=16))
+    marks: list[float] = []
+    with gpuscope.record(os.path.join(args.out, "record"), model=model, **options(args)) as rec:
+        for i, (x, y) in enumerate(rec.data(loader)):
+            if i == args.steps * args.accum:
+                break
+            slow_down(args)
+            last = (i + 1) % args.accum == 0
+            with fabric.no_backward_sync(model, enabled=not last):
+                fabric.backward(nn.functional.cross_entropy(model(x), y))
+            if last:
+                opt.step()
+                opt.zero_grad()
+            rec.step()
+            marks.append(_now())
+    save(args.out, marks, accum=args.accum)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--trainer", choices=("hf", "lightning"), required=True)
+    ap.add_argument("--trainer", choices=("hf", "lightning", "fabric"), required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--accum", type=int, default=1)
     ap.add_argument("--steps", type=int, default=8)
@@ -148,7 +187,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)
     os.makedirs(args.out, exist_ok=True)
-    (run_hf if args.trainer == "hf" else run_lightning)(args)
+    {"hf": run_hf, "lightning": run_lightning, "fabric": run_fabric}[args.trainer](args)
     import torch.distributed as dist
 
     if dist.is_initialized():  # both Trainers leave the group up
