@@ -103,6 +103,37 @@ def test_a_suggestion_never_recovers_more_than_there_is():
     assert w == []  # held there, quietly (the range is the spread of the steps it drew on)
 
 
+def test_a_held_estimate_is_said_on_its_suggestion_and_costs_the_verdict_nothing():
+    """A suggestion's estimate beyond what its change can recover is held on that suggestion,
+    which says so in its own words; the verdict's confidence speaks of the verdict's evidence
+    only (the comm demo: 'confidence low: 1 rule(s) of the report did not add up' under a
+    verdict nothing was wrong with)."""
+    rows = balanced(4, 1, comm=10, comm_exposed=10, compute=6.4, optimizer=0.4, step_ms=16.4)
+    frame = table_from_rows(rows).frame
+    (held,), notes = bound_suggestions([_sync(1.3)], typical_step(frame), frame)
+    assert held.why.startswith("why; ") and "held at 5.00 ms" in held.why
+    assert notes and "held at" in notes[0]
+    from gpuscope.analyze import run as run_mod
+
+    real = run_mod.bound_suggestions
+
+    def too_good(suggestions, typical, frame_):  # every suggestion claims twice what it can
+        made = [replace(x, estimated_step_ms=0.01, gain_pct=1e4) for x in suggestions]
+        return real(made, typical, frame_)
+
+    table = table_from_rows(balanced(8, 2, comm=60, comm_exposed=60, compute=30, other=10))
+    plain = analyze_table(table, TH0)
+    run_mod.bound_suggestions = too_good
+    try:
+        clipped = analyze_table(table, TH0)
+    finally:
+        run_mod.bound_suggestions = real
+    assert clipped.suggestions and all("held at" in x.why for x in clipped.suggestions)
+    assert clipped.verdict.confidence == plain.verdict.confidence
+    assert not any("clipped" in e for e in clipped.verdict.evidence)
+    assert not any("held at" in w for w in clipped.warnings)
+
+
 def test_a_larger_batch_is_held_to_its_own_arithmetic():
     # 2x the batch in 12 ms for a 16 ms step of 1x is +167%: a gain above that is not said
     rows = balanced(4, 1, comm=10, comm_exposed=10, compute=6, step_ms=16)

@@ -133,8 +133,9 @@ def _batch_factor(s: Suggestion) -> float:
 
 def bound_suggestions(suggestions: list[Suggestion], typical, frame: pd.DataFrame
                       ) -> tuple[list[Suggestion], list[str]]:
-    """The suggestions with estimates and gains held to what their change can recover (2.),
-    and a warning for each one that was not."""
+    """The suggestions with estimates and gains held to what their change can recover (2.);
+    each one that had to be held says so in its own `why` (the verdict's evidence is not what
+    was wrong), and the notes come back as well (what was held, one line each)."""
     out, warnings = [], []
     step = typical.step
     for s in suggestions:
@@ -143,9 +144,10 @@ def bound_suggestions(suggestions: list[Suggestion], typical, frame: pd.DataFram
             m = _batch_factor(s)
             said = (m * step / MS / max(s.estimated_step_ms, 1e-9) - 1) * 100
             if step > 0 and s.gain_pct > said + 100 * TOLERANCE:  # the gain its estimate gives
-                warnings.append(f"suggestion {s.knob}: a gain of {s.gain_pct:.0f}% where its "
-                                f"estimate gives {said:.0f}%: held at that")
-                s = replace(s, gain_pct=said)
+                note = (f"a gain of {s.gain_pct:.0f}% where its estimate gives {said:.0f}%: held "
+                        "at that")
+                warnings.append(f"suggestion {s.knob}: {note}")
+                s = replace(s, gain_pct=said, why=f"{s.why}; {note}")
             out.append(s)
             continue
         rec = min(max(rec, 0.0), step)
@@ -165,12 +167,15 @@ def bound_suggestions(suggestions: list[Suggestion], typical, frame: pd.DataFram
         if rng is not None:
             rng = (max(rng[0], floor_ms), max(rng[1], est))
         gain = min(s.gain_pct, (m * step / MS / max(est, 1e-9) - 1) * 100, max_gain)
-        what = (f"estimated {s.estimated_step_ms:.2f} ms per step" if s.estimated_step_ms
+        gave = (f"{s.estimated_step_ms:.2f} ms per step" if s.estimated_step_ms
                 < floor_ms - tol else f"a gain of {s.gain_pct:.0f}%")
-        warnings.append(f"suggestion {s.knob}: {what}, beyond the {step / MS:.2f} ms step less "
-                        f"all that it can recover ({rec / MS:.2f} ms of {s.addresses} time): "
-                        f"held at {est:.2f} ms (+{gain:.0f}% at most)")
-        out.append(replace(s, estimated_step_ms=est, estimated_step_ms_range=rng, gain_pct=gain))
+        note = (f"the model gave {gave}, beyond "
+                f"the {step / MS:.2f} ms step less all that the change can recover "
+                f"({rec / MS:.2f} ms of {s.addresses} time): held at {est:.2f} ms "
+                f"(+{gain:.0f}% at most)")
+        warnings.append(f"suggestion {s.knob}: {note}")
+        out.append(replace(s, estimated_step_ms=est, estimated_step_ms_range=rng, gain_pct=gain,
+                           why=f"{s.why}; {note}"))
     return out, warnings
 
 

@@ -94,7 +94,7 @@ class Analysis:
     why_not: dict = field(default_factory=dict)     # suggest: label -> why no suggestion
     why_not_pipeline: str = ""                      # suggest
     typical: object = None                          # suggest: the report's typical step
-    unbound: list[str] = field(default_factory=list)  # bound: estimates clipped
+    unbound: list[str] = field(default_factory=list)  # bound: estimates held (said on each)
     report: Report | None = None                    # report
 
 
@@ -227,8 +227,7 @@ def bound(a: Analysis) -> None:
     """suggestions -> held to what each can recover (a warning for those that could not be),
     the verdict's fix first and then by gain; a warning when the verdict has no fix."""
     ordered = sorted(a.suggestions, key=lambda s: -s.gain_pct)
-    ordered, a.unbound = bound_suggestions(ordered, a.typical, a.frame)
-    a.warnings += a.unbound
+    ordered, a.unbound = bound_suggestions(ordered, a.typical, a.frame)  # said on each
     a.suggestions = sorted(ordered, key=lambda s: (s.addresses != a.verdict.label, -s.gain_pct))
     label = a.verdict.label
     if label == PIPELINE and a.why_not_pipeline and not any(
@@ -280,7 +279,7 @@ def check(a: Analysis) -> None:
                                          for i in t.ranks.values()),
                         comm_seen=not a.unseen, clocks_aligned=clocks_aligned(t),
                         stragglers=bool(a.stragglers),
-                        broken_rules=len(a.broken) + len(a.unbound) + len(wrong),
+                        broken_rules=len(a.broken) + len(wrong),
                         leaning=a.roles.leaning() if a.roles is not None else None,
                         leaning_of=a.roles.n_steps if a.roles is not None else 0,
                         host_comm_share=max((float(i.meta.get("host_comm_share") or 0.0)
