@@ -286,3 +286,20 @@ def test_a_functional_collective_s_helper_op_is_work_not_waiting(tmp_path):
               X("aten::mm", 2000, 1000)]
     one = _rows(_write(tmp_path, events))[1]
     assert one.comm_exposed_ns == 0 and one.compute_ns == 3000 * US
+
+
+def test_collectives_of_one_kind_that_overlap_are_counted_once(tmp_path):
+    """gloo runs two buckets' all-reduces at once on two threads (400-800 and 500-900): the
+    kind's time in the step is their union, 500, never their sum (900), and never longer than
+    the step's communication (a public trace: all_reduce 250 ms per step in a 223 ms step)."""
+    events = [X("ProfilerStep#1", 0, 1000), X("ProfilerStep#2", 1000, 100),
+              X("aten::mm", 0, 400), X("gloo:all_reduce", 400, 400, tid=2),
+              X("gloo:all_reduce", 500, 400, tid=3)]
+    path = _write(tmp_path, events)
+    one = _rows(path)[1]
+    assert one.comm_ns == 500 * US
+    comm = read_path(path).comm
+    assert comm.loc[comm["step"] == 1, "comm_ns"].sum() == 500 * US
+    assert comm.loc[comm["step"] == 1, "count"].sum() == 2
+    rep = gpuscope.analyze(str(path), skip=0)
+    assert rep.ranks[0].comm_by_kind["all_reduce"] <= rep.ranks[0].comm_ns + 1

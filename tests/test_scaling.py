@@ -32,7 +32,25 @@ def test_efficiency_and_where_it_stops_paying():
     # 4 -> 8 ranks: 8*32/0.160 over 4*32/0.110 = 1.375x, under half the ideal 2x gain
     assert d["stops_paying_at"] == 8
     assert "1.37x instead of 2x" in d["why"]
-    assert "exposed communication and waiting grow" in d["why"]
+    assert "exposed communication grows from 9% to 38%" in d["why"], d["why"]
+
+
+def test_waiting_is_counted_once_in_the_table_and_the_sentence():
+    """Waiting is part of exposed communication: the sentence gives exposed (waiting inside it,
+    said as its part), the table transfer and wait, disjoint; neither adds the two (the demo's
+    'grow from 12% to 71%' was exposed 55 + wait 16)."""
+    from gpuscope.analyze.scaling import ScalePoint, stops_paying
+    from gpuscope.render.scaling import render
+
+    points = [ScalePoint("a", 1, 15.0, 32, 2133.0, 1.0, 12.0, 0.0, 0.0, "compute-bound"),
+              ScalePoint("b", 2, 38.8, 32, 1650.0, 0.39, 55.0, 16.0, 0.0, "comm-bound")]
+    at, why = stops_paying(points)
+    assert at == 2 and "exposed communication grows from 12% to 55% of the step" in why, why
+    assert "71%" not in why and "16%" in why
+    text = render(points, at, why, width=120)
+    row = next(x for x in text.splitlines() if "comm-bound" in x)
+    cells = [c.strip() for c in row.split("│") if c.strip()]
+    assert cells[4:6] == ["39", "16"], cells  # transfer 39 + wait 16 = exposed 55
 
 
 def test_one_world_size_or_mixed_batches_is_a_clear_error():

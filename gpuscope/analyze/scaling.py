@@ -1,8 +1,9 @@
 """Scaling across runs of the same training at several world sizes: throughput, efficiency, and
 the point where adding GPUs stops paying.
 
-For each run: throughput = world size x per-rank batch / median step time (samples/s; steps/s
-per rank when the batch is unknown). Efficiency of a run = its throughput per rank over the
+For each run: throughput = world size x per-rank batch / mean step time (samples/s; steps/s
+per rank when the batch is unknown). Exposed communication holds the waiting: transfer (exposed
+less waiting) and waiting are the two disjoint parts of it, each counted once. Efficiency of a run = its throughput per rank over the
 smallest run's. Adding GPUs "stops paying" at the first size whose marginal speed-up is under
 half of the ideal one (e.g. going 8 -> 16 ranks gives less than 1.5x).
 """
@@ -26,8 +27,8 @@ class ScalePoint:
     batch_per_rank: int | None
     throughput: float          # samples/s (or steps/s x ranks when the batch is unknown)
     efficiency: float          # throughput per rank relative to the smallest run
-    comm_exposed_pct: float
-    wait_pct: float
+    comm_exposed_pct: float    # exposed communication: transfer + waiting
+    wait_pct: float            # the part of it spent waiting for other ranks
     data_pct: float
     verdict: str
 
@@ -37,7 +38,7 @@ def scaling_points(reports: list[Report]) -> list[ScalePoint]:
         raise InputError("scaling needs two or more runs")
     rows = []
     for r in reports:
-        step_ms = float(np.median([s.step_ns for s in r.steps])) / MS
+        step_ms = float(np.mean([s.step_ns for s in r.steps])) / MS
         bs = r.knobs.get("batch_size")
         bs = bs if isinstance(bs, int) and bs > 0 else None
         per_step = (bs or 1) * r.world_size
@@ -61,10 +62,10 @@ def stops_paying(points: list[ScalePoint]) -> tuple[int | None, str]:
         ideal = cur.world_size / prev.world_size
         got = cur.throughput / prev.throughput
         if got - 1 < 0.5 * (ideal - 1):
-            grew = cur.comm_exposed_pct + cur.wait_pct - prev.comm_exposed_pct - prev.wait_pct
-            cause = (f"exposed communication and waiting grow from "
-                     f"{prev.comm_exposed_pct + prev.wait_pct:.0f}% to "
-                     f"{cur.comm_exposed_pct + cur.wait_pct:.0f}% of the step"
+            grew = cur.comm_exposed_pct - prev.comm_exposed_pct
+            cause = (f"exposed communication grows from {prev.comm_exposed_pct:.0f}% to "
+                     f"{cur.comm_exposed_pct:.0f}% of the step (of which waiting for other "
+                     f"ranks: {prev.wait_pct:.0f}% -> {cur.wait_pct:.0f}%)"
                      if grew > 2 else f"the step is {cur.verdict} at {cur.world_size} ranks")
             return cur.world_size, (f"going from {prev.world_size} to {cur.world_size} ranks gives "
                                     f"{got:.2f}x instead of {ideal:.0f}x: {cause}")

@@ -19,13 +19,16 @@ def render(points: list[ScalePoint], stops_at: int | None, why: str, *,
     console, buf = text_console(width, color)
     unit = "samples/s" if points[0].batch_per_rank else "steps/s"
     t = Table(title="Scaling", title_justify="left")
-    for col in ("ranks", "step ms", unit, "eff.", "exp. comm %", "wait %", "verdict"):
+    for col in ("ranks", "step ms", unit, "eff.", "transfer %", "wait %", "verdict"):
         t.add_column(col, justify="left" if col == "verdict" else "right", no_wrap=True)
     for p in points:
         t.add_row(str(p.world_size), f"{p.step_ms:.1f}", f"{p.throughput:,.1f}",
-                  f"{p.efficiency:.0%}", f"{p.comm_exposed_pct:.0f}", f"{p.wait_pct:.0f}",
+                  f"{p.efficiency:.0%}", f"{p.comm_exposed_pct - p.wait_pct:.0f}",
+                  f"{p.wait_pct:.0f}",
                   p.verdict)
     console.print(t)
+    console.print(Text("step ms: mean over analysed steps; transfer and wait: the two parts of "
+                       "exposed communication, % of the step", style="dim"))
     for p in points:
         console.print(Text(f"{p.world_size} ranks: {p.path}", style="dim"))
     console.print(Text((f"Adding ranks stops paying at {stops_at}: " if stops_at else "") + why))

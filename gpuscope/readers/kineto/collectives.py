@@ -1,8 +1,8 @@
 """The collectives of a set of traces, as the table the wait split reads, and as sync points.
 
 1. comm_table: per rank, step and collective key ("kind:process group", kinds named as the
-   recorder names them), the summed duration, the summed part no compute hid (exposed) and the
-   number of instances. analyze/wait.py splits exposed communication into waiting and transfer
+   recorder names them), its time (the union of its instances in the step), the part of it no
+   compute hid (exposed) and the number of instances. analyze/wait.py splits exposed communication into waiting and transfer
    from it, by the same rule for traces and records.
 2. sync_points: the end of each collective instance (the n-th of its name and group in the
    step), the moment all its ranks were released, for clock offsets between hosts.

@@ -361,10 +361,10 @@ def _blocks(waiting, blocked) -> list:
 
 def add_collectives(colls: list, sid: int, insts: list, exposed_of, blocks=()) -> None:
     """Append one step's collective instances (key, start, end) to `colls` as (step, key,
-    dur_ns, end_ns, exposed_ns). The exposed time of a key is that of the union of its
-    instances in the step (`exposed_of(merged spans)`), carried by its first instance: gloo
-    runs two buckets' all-reduces at once on two threads, and summing their parts would count
-    the time they overlap twice. `blocks`: the spans of collective calls the training thread
+    dur_ns, end_ns, exposed_ns). The time and the exposed time of a key are those of the union
+    of its instances in the step (`exposed_of(merged spans)`), carried by its first instance:
+    gloo runs two buckets' all-reduces at once on two threads, and summing them would count the
+    time they overlap twice (an all_reduce total of 250 ms in a 223 ms step). `blocks`: the spans of collective calls the training thread
     was blocked in (CPU traces), each given to the key of the first instance that ends after
     the block begins: the one it overlaps, or the one it issued and waited to start (gloo's
     c10d::allreduce_ blocked 8 ms while the peer was still in its backward, its own range on
@@ -378,13 +378,16 @@ def add_collectives(colls: list, sid: int, insts: list, exposed_of, blocks=()) -
         key = next((k for k, _, e_ in insts if e_ > a), None)
         if key is not None:
             by_key[key] += list(zip(part[0].tolist(), part[1].tolist()))
-    exposed = {}
+    exposed, length = {}, {}
     for key, ab in by_key.items():
         arr = np.array(ab, dtype=np.int64)
         union = spans.merge(arr[:, 0], arr[:, 1])  # instances of no length drop out
         exposed[key] = int(exposed_of(union)) if union[0].size else 0
+    for key in {k for k, _, _ in insts}:  # the instances' own time, overlaps counted once
+        arr = np.array([(a, b) for k, a, b in insts if k == key], dtype=np.int64)
+        length[key] = spans.length(spans.merge(arr[:, 0], arr[:, 1]))
     for key, a, b in insts:
-        colls.append((sid, key, b - a, b, exposed.pop(key, 0)))
+        colls.append((sid, key, length.pop(key, 0), b, exposed.pop(key, 0)))
 
 
 def leaf_ops(ev: RankEvents, main: np.ndarray) -> np.ndarray:
