@@ -2,8 +2,9 @@
 Suggestion, ..., ReportData) and its stable JSON form (`to_dict` / `from_dict`). Renderers and the
 analysis import these; `report.Report` adds the ways out.
 
-Times inside are integer (or median) nanoseconds and shares are fractions 0..1 unless a field
-says `_pct`; the JSON form uses ms and % (DESIGN.md keys). `from_dict(to_dict())` gives back an
+Times inside are integer (or mean) nanoseconds and shares are fractions 0..1 unless a field
+says `_pct`; every figure of a quantity is its mean per step over the analysed steps (the one
+statistic, named in the report as `basis`); the JSON form uses ms and % (DESIGN.md keys). `from_dict(to_dict())` gives back an
 equal report, less the rank x step table (`table`), which the JSON does not carry.
 """
 
@@ -21,6 +22,9 @@ if TYPE_CHECKING:  # the table needs pandas; a Report read from JSON has none
     from .runtable import RunTable
 
 SCHEMA = "gpuscope.report/1"
+#: the one statistic of every figure of a quantity in a report (ms per step, shares, estimates,
+#: a straggler's excess): said once, in the JSON and under the terminal's rank table
+BASIS = "mean per step over the analysed steps"
 
 
 def _r3(x) -> float:
@@ -96,13 +100,16 @@ class Straggler:
 
     rank: int
     slow_steps_share: float     # share of imbalanced steps in which it arrived last
-    excess_ns: int              # median busy time (step - wait) above the median rank
+    excess_ns: int              # mean busy time (step - wait) per step above the median rank's
     cause: str                  # "data" | "compute" | "other"
     cause_detail: str = ""      # e.g. "backward" when the compute excess sits there
     cause_excess_ns: int = 0
     host: str = ""
     telemetry: str = ""         # what its GPU shows against the others (NVML), if anything
     group: list = field(default_factory=list)  # the ranks it makes wait (its process group)
+    #: "" for a straggler the tests confirm; else why it is only probably one (late in most
+    #: steps, too few of them to rule out chance)
+    probable: str = ""
     # the ranks its excess is measured against when they are its group's (empty: every other
     # rank); what the suggestion's text says, not part of the JSON form
     peers: list = field(default_factory=list, compare=False)
@@ -116,18 +123,20 @@ class Straggler:
                 "slow_steps_pct": round(100 * self.slow_steps_share, 1),
                 "excess_ms": _r3(self.excess_ns / MS), "cause": self.cause,
                 "cause_detail": self.cause_detail, "telemetry": self.telemetry,
-                **({"group": list(self.group)} if self.group else {})}
+                **({"group": list(self.group)} if self.group else {}),
+                **({"probable": self.probable} if self.probable else {})}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Straggler":
         return cls(d["rank"], d["slow_steps_pct"] / 100, _ns(d["excess_ms"]), d["cause"],
                    d.get("cause_detail", ""), host=d.get("host", ""),
-                   telemetry=d.get("telemetry", ""), group=list(d.get("group", [])))
+                   telemetry=d.get("telemetry", ""), group=list(d.get("group", [])),
+                   probable=d.get("probable", ""))
 
 
 @dataclass(frozen=True)
 class StageResult:
-    """One pipeline stage (a rank with point-to-point communication), median ns per step."""
+    """One pipeline stage (a rank with point-to-point communication), mean ns per step."""
 
     rank: int
     stage: int | None          # index in its pipeline (None: unknown order, profiler traces)
@@ -262,9 +271,10 @@ class StepResult:
 
 @dataclass(frozen=True)
 class RankResult:
-    """One rank over the analysed steps: the median ns of each part (`<part>_ns`), each part's
-    share of the rank's summed step time in % (`<part>_pct`), the mean step, and where known the
-    compute phases, collectives by kind (mean ns per step) and what "other" holds."""
+    """One rank over the analysed steps: the mean ns per step of each part (`<part>_ns`) and its
+    share of the rank's summed step time in % (`<part>_pct`: the same figure over the mean
+    step), and where known the compute phases, collectives by kind (mean ns per step) and what
+    "other" holds."""
 
     rank: int
     host: str
@@ -284,13 +294,12 @@ class RankResult:
     other_pct: float
     telemetry: TelemetrySummary | None = None
     gpu_breakdown: GpuBreakdown | None = None
-    step_mean_ns: float = 0.0
-    phases_ns: dict = field(default_factory=dict)   # forward / backward / optimizer: median ns
+    phases_ns: dict = field(default_factory=dict)   # forward / backward / optimizer: mean ns
     phases_pct: dict = field(default_factory=dict)  # and share of step time, %
     comm_by_kind: dict = field(default_factory=dict)  # kind -> mean ns per step
     between_pct: float | None = None  # share of step time between rec.step() and the next step
     host_pct: float | None = None     # share of step time the GPU waited on the host to launch
-    bubble_ns: float = 0.0   # median exposed point-to-point wait (a pipeline stage's bubble)
+    bubble_ns: float = 0.0   # mean exposed point-to-point wait (a pipeline stage's bubble)
     bubble_pct: float = 0.0
 
     def part_ns(self, part: str) -> float:
@@ -301,11 +310,11 @@ class RankResult:
 
     def mean_ms(self, part: str) -> float:
         """Mean ms per step of a part (its share of the mean step)."""
-        return self.step_mean_ns * self.part_pct(part) / 100 / MS
+        return self.step_ns * self.part_pct(part) / 100 / MS
 
     @property
     def transfer_ns(self) -> float:
-        """Median exposed communication that is moving bytes, not waiting."""
+        """Mean exposed communication that is moving bytes, not waiting."""
         return max(self.comm_exposed_ns - self.wait_ns - self.bubble_ns, 0.0)
 
     def to_dict(self) -> dict:
@@ -314,8 +323,6 @@ class RankResult:
         for part in PARTS:
             d[f"{part}_ms"] = _r3(self.part_ns(part) / MS)
             d[f"{part}_pct"] = _r3(self.part_pct(part))
-        if self.step_mean_ns:
-            d["step_mean_ms"] = _r3(self.step_mean_ns / MS)
         for phase, ns in self.phases_ns.items():
             d[f"{phase}_ms"] = _r3(ns / MS)
             d[f"{phase}_pct"] = _r3(self.phases_pct.get(phase, 0.0))
@@ -343,7 +350,6 @@ class RankResult:
         return cls(d["rank"], d.get("host", ""), d["steps"], d["step_ms"] * MS, **parts, **pcts,
                    telemetry=TelemetrySummary.from_dict(tel) if tel else None,
                    gpu_breakdown=GpuBreakdown.from_dict(gb) if gb else None,
-                   step_mean_ns=d.get("step_mean_ms", 0.0) * MS,
                    phases_ns={p: d[f"{p}_ms"] * MS for p in phases},
                    phases_pct={p: d.get(f"{p}_pct", 0.0) for p in phases},
                    comm_by_kind={k: v * MS for k, v in d.get("comm_by_kind", {}).items()},
@@ -393,12 +399,18 @@ class ReportData:
 
     @property
     def straggler_ranks(self) -> list[int]:
-        return [s.rank for s in self.stragglers]
+        """The stragglers the tests confirm (a probable one is listed apart)."""
+        return [s.rank for s in self.stragglers if not s.probable]
+
+    @property
+    def probable_straggler_ranks(self) -> list[int]:
+        """Ranks late in most steps, too few of them to confirm it."""
+        return [s.rank for s in self.stragglers if s.probable]
 
     def to_dict(self) -> dict:
         """The JSON report (DESIGN.md keys; times in ms, shares in %)."""
         d = {
-            "schema": SCHEMA, "source": self.source, "path": self.path,
+            "schema": SCHEMA, "source": self.source, "path": self.path, "basis": BASIS,
             "world_size": int(self.world_size),
             "ranks_analysed": len(self.ranks),
             "steps_analysed": len(self.steps),
@@ -408,6 +420,7 @@ class ReportData:
             "confidence_why": list(self.verdict.evidence),
             "time_by_label": self.verdict.time_by_label,
             "stragglers": self.straggler_ranks,
+            "probable_stragglers": self.probable_straggler_ranks,
             "straggler_details": [s.to_dict() for s in self.stragglers],
             "jitter": self.jitter.to_dict(),
             "steps": [s.to_dict() for s in self.steps],

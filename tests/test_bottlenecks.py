@@ -88,7 +88,7 @@ def test_imbalance_names_the_straggler_and_recovers_at_most_the_wait():
 
 def test_jitter_gets_its_own_fix_and_estimate():
     # a fifth of the time lost waiting that moves between ranks: all of it back at best
-    t = step(wait=8 * MS, mean_wait=8 * MS, mean_step=40 * MS)
+    t = step(wait=8 * MS)
     (s,) = imbalance.suggest_jitter(t, Jitter(steps_share=0.6, wait_share=0.2))
     assert s.addresses == "jitter-bound" and s.estimated_step_ms == 32.0
     assert s.estimated_step_ms_range == (32.0, 40.0)
@@ -125,7 +125,7 @@ def test_jitter_never_recovers_more_than_the_waiting_there_is():
     # seen in a busy-core suite run (nanoGPT-style loop): the jitter share (each rank's wait
     # over its own, shorter step) times the mean step came to more than the mean longest wait,
     # and the report's bound had to clip the estimate with a warning
-    t = step(wait=5 * MS, mean_wait=6 * MS, mean_step=40 * MS)
+    t = step(wait=6 * MS)
     (s,) = imbalance.suggest_jitter(t, Jitter(steps_share=0.6, wait_share=0.2))  # 8 ms > 6
     assert s.estimated_step_ms == 34.0
 

@@ -41,8 +41,9 @@ def test_parts_verdict_and_knobs_compare():
     # per sample: 62 / 4 against 35 / 8
     assert c.per_sample and c.slower_pct == pytest.approx(100 * ((35 / 8) / (62 / 4) - 1))
     pred = next(p for p in c.predictions if p.knob == "batch_size")
-    assert pred.applied == 8 and pred.measured_ms == pytest.approx(35)
-    assert pred.error_pct == pytest.approx(100 * (pred.predicted_ms - 35) / 35)
+    # on the suggestions' basis, the time of BEFORE's global batch: 35 ms for 2x the samples
+    assert pred.applied == 8 and pred.measured_ms == pytest.approx(35 / 2)
+    assert pred.error_pct == pytest.approx(100 * (pred.predicted_ms - 17.5) / 17.5)
     d = c.to_dict()
     assert d["schema"] == "gpuscope.compare/1" and d["unit"] == "sample"
     assert json.loads(json.dumps(d)) == d

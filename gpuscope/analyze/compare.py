@@ -159,7 +159,7 @@ def part_ms(rep: Report, part: str) -> float:
                 continue
         else:
             pct = r.part_pct(part)
-        vals.append(r.step_mean_ns * pct / 100 / MS)
+        vals.append(r.step_ns * pct / 100 / MS)
     return float(np.mean(vals)) / micro_steps(rep) if vals else 0.0
 
 
@@ -230,8 +230,10 @@ def compare(before: Report, after: Report) -> Comparison:
     unit_b = part_ms(before, "step") / (b_bs if per_sample else 1)
     unit_a = part_ms(after, "step") / (a_bs if per_sample else 1)
     slower = 100 * (unit_a / unit_b - 1) if unit_b > 0 else 0.0
-    # predicted vs measured: AFTER's time per micro-step, times BEFORE's micro-steps per row
-    measured = part_ms(after, "step") * micro_steps(before)
+    # predicted vs measured, on the suggestions' basis (the time of BEFORE's global batch): AFTER's
+    # time per micro-step (per sample where both batches are known: a larger batch's step holds
+    # more of them), times BEFORE's micro-steps per row
+    measured = (unit_a * b_bs if per_sample else part_ms(after, "step")) * micro_steps(before)
     preds = []
     seen = set()
     for s in before.suggestions:

@@ -10,13 +10,14 @@
      cannot be told from transfer);
    - communication: several ranks and no collective recognised: low;
    - clocks: ranks on several hosts whose clocks could not be aligned: medium;
-   - margin: when the deciding share of the verdict's steps (median) lies within a fifth of its
-     threshold (15% against 15%: one noisy step flips it), medium;
-   - compute-bound, the healthy state, when compute is under half of its steps (median): low;
+   - margin: when the deciding share of the verdict's steps (the part's share of their time)
+     lies within a fifth of its threshold (15% against 15%: one noisy step flips it), medium;
+   - compute-bound, the healthy state, when compute is under half of its steps' time: low;
    - a near tie: the next label holds within 15 points of the verdict's share of time: low;
-   - jitter-bound while one rank arrived last in three quarters of the steps or more, or caused
-     three quarters of the waiting or more (no test found it consistent: too few or too noisy
-     steps; lateness that stays on one rank is not jitter either): low;
+   - a probable straggler (consistency.Roles.probable): one rank arrived last in three quarters
+     of the steps or more, or caused three quarters of the waiting or more, and no test found it
+     consistent (too few or too noisy steps): the waiting it caused is imbalance, said at low
+     confidence with that evidence, whatever the verdict it gives or leaves;
    - GPU runs whose collectives outside DDP hold the comm threshold's share of the step or more,
      timed on the host only (launch to completion; the GPU's waiting for them is not seen), when
      the verdict is not comm-bound: medium;
@@ -73,23 +74,30 @@ _DECIDING = {IMBALANCED: ("wait_share", "wait"), JITTER_BOUND: ("wait_share", "w
              HOST: ("host_share", "host"), PIPELINE: ("bubble_share", "bubble")}
 
 
+def share_of_time(steps: pd.DataFrame, col: str) -> float:
+    """A per-step share over these steps, each weighted by its time (the part's share of their
+    total time: the statistic of every share the report gives)."""
+    w = steps["step_ns"].to_numpy(np.float64)
+    return float((steps[col].to_numpy(np.float64) * w).sum() / max(w.sum(), 1.0))
+
+
 def margin(steps: pd.DataFrame, label: str, th: Thresholds) -> tuple[float, str]:
-    """(median relative distance of the deciding share from its threshold over the verdict's
-    steps, what it was). For compute-bound: the distance of the nearest other label."""
+    """(relative distance of the deciding share of the verdict's steps from its threshold, what
+    it was). For compute-bound: the distance of the nearest other label."""
     mine = steps[steps["label"] == label]
     if mine.empty:
         return 1.0, ""
     if label in _DECIDING:
         col, name = _DECIDING[label]
         thr = getattr(th, name)
-        v = float(np.median(mine[col].to_numpy()))
+        v = share_of_time(mine, col)
         return (abs(v - thr) / thr if thr > 0 else 1.0), f"{col[:-6]} {v:.0%} against {thr:.0%}"
     best, what = 1.0, ""
     for other, (col, name) in _DECIDING.items():
         thr = getattr(th, name)
         if other == JITTER_BOUND or thr <= 0 or col not in mine:
             continue
-        v = float(np.median(mine[col].to_numpy()))
+        v = share_of_time(mine, col)
         d = (thr - v) / thr
         if d < best:
             best, what = d, f"{col[:-6]} {v:.0%} against {thr:.0%} for {other}"
@@ -117,23 +125,23 @@ def earn(verdict: Verdict, ev: Evidence, steps: pd.DataFrame, th: Thresholds) ->
     if not ev.clocks_aligned:
         caps.append(("medium", "clocks of several hosts could not be aligned"))
     if verdict.label == COMPUTE:  # the healthy state must be earned: mostly compute
-        busy = steps.loc[steps["label"] == COMPUTE, "compute_share"] if "compute_share" in steps \
+        mine = steps[steps["label"] == COMPUTE]
+        busy = share_of_time(mine, "compute_share") if len(mine) and "compute_share" in steps \
             else None
-        if busy is not None and len(busy) and float(np.median(busy.to_numpy())) < 0.5:
-            caps.append(("low", f"compute is only {float(np.median(busy.to_numpy())):.0%} of "
-                                "the step: most of it is time gpuscope cannot place (other)"))
+        if busy is not None and busy < 0.5:
+            caps.append(("low", f"compute is only {busy:.0%} of the step: most of it is time "
+                                "gpuscope cannot place (other)"))
     others = {k: v for k, v in verdict.time_by_label.items() if k != verdict.label}
     if others:
         other = max(others, key=others.get)
         if verdict.share - others[other] < RUNNER_UP:  # a near tie: noise picks the other
             caps.append(("low", f"{other} holds {others[other]:.0%} of the time against its "
                                 f"{verdict.share:.0%}: either could be the verdict"))
-    if verdict.label == JITTER_BOUND and ev.leaning is not None:
+    if waiting and ev.leaning is not None:
         rank, n, caused = ev.leaning
-        caps.append(("low", f"rank {rank} arrived last in {n} of {ev.leaning_of} steps, causing "
-                            f"{caused:.0%} of the waiting: too few or too noisy steps to call it "
-                            "a consistent straggler, and not lateness that moves between ranks "
-                            "either: record more steps"))
+        caps.append(("low", f"rank {rank} is probably a straggler: it arrived last in {n} of "
+                            f"{ev.leaning_of} steps, causing {caused:.0%} of the waiting, but so "
+                            "few steps cannot rule out chance: record more steps"))
     moved = changes_without_one_step(steps, verdict.label) if ev.steps >= 3 else None
     if moved is not None:
         caps.append(("low", f"without step {moved[0]} the verdict would be {moved[1]}: one "

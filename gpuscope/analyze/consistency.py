@@ -72,6 +72,9 @@ class Roles:
     ranks: np.ndarray | None = None
     slow: np.ndarray | None = None                       # steps x ranks: arrived last (bool)
     waits: np.ndarray | None = None                      # steps x ranks: wait_ns
+    #: (rank, steps last, share of the waiting caused) of a rank that is probably a straggler:
+    #: late most of the time, though too few or too noisy steps to be sure (leaning())
+    probable: tuple[int, int, float] | None = None
 
     @property
     def decided(self) -> bool:
@@ -80,6 +83,12 @@ class Roles:
     @property
     def persistent(self) -> bool:
         return bool(self.late or self.early)
+
+    @property
+    def late_ranks(self) -> set[int]:
+        """The ranks whose lateness is the pattern of the waiting: consistently late, or
+        probably so (the steps they arrive last in are imbalance, not jitter)."""
+        return self.late | ({self.probable[0]} if self.probable else set())
 
     def leaning(self, share: float = 0.75) -> tuple[int, int, float] | None:
         """(rank, steps, share of the waiting) for a rank that arrived last in at least `share`
@@ -127,6 +136,12 @@ def find_roles(frame: pd.DataFrame, min_share: float = 0.0) -> Roles:
     roles.waits = w
     if not roles.decided:
         return roles
+    return _tested(roles, w, steps, ranks, si, complete, frame, min_share, max_wait)
+
+
+def _tested(roles: Roles, w, steps, ranks, si, complete, frame, min_share, max_wait) -> Roles:
+    """find_roles' tests: each rank consistently late or early, or neither; where neither, a
+    rank that is probably late (Roles.leaning) whose lateness is material."""
     x = w - w.mean(axis=1, keepdims=True)            # > 0: waited more than the step's mean
     n = x.shape[0]
     mean = x.mean(axis=0)
@@ -158,6 +173,11 @@ def find_roles(frame: pd.DataFrame, min_share: float = 0.0) -> Roles:
             roles.late.add(int(rank))
         elif early:
             roles.early.add(int(rank))
+    lean = roles.leaning()
+    if lean is not None:
+        j = int(np.flatnonzero(ranks == lean[0])[0])
+        if (material[j] or material_median[j]) and mean[j] < 0:
+            roles.probable = lean
     return roles
 
 
@@ -214,15 +234,16 @@ def row_ranks(w: np.ndarray) -> np.ndarray:
 
 
 def persistent_steps(roles: Roles, steps: np.ndarray) -> np.ndarray:
-    """Bool per step: a consistently late rank arrived last, or a consistently early one waited."""
+    """Bool per step: a consistently (or probably) late rank arrived last, or a consistently
+    early one waited."""
     out = np.zeros(len(steps), dtype=bool)
-    if roles.slow is None or not roles.persistent:
+    if roles.slow is None or not (roles.persistent or roles.probable):
         return out
     pos = np.searchsorted(roles.steps, steps).clip(max=roles.steps.size - 1)
     known = roles.steps[pos] == steps
     rows = roles.slow[pos]
     col = {int(r): j for j, r in enumerate(roles.ranks)}
-    for rank in roles.late:
+    for rank in roles.late_ranks:
         out |= known & rows[:, col[rank]]
     for rank in roles.early:
         out |= known & ~rows[:, col[rank]]

@@ -8,7 +8,7 @@ its samples times the step's time (`source`: "power samples"). Within a step the
 as even: the energy spent waiting for data, on exposed transfer and waiting for other ranks is
 the step's energy times each part's share of the step's time (`assumes` says so).
 
-Cost needs `price_per_gpu_hour` (record option or knob): GPUs x the median step x 1,000 steps,
+Cost needs `price_per_gpu_hour` (record option or knob): GPUs x the mean step x 1,000 steps,
 and each bottleneck's share of it by time, energy or not.
 """
 
@@ -65,10 +65,10 @@ def energy_section(frame: pd.DataFrame, telemetry: pd.DataFrame | None, knobs: d
                 shares[part] += float((jj * _part_ns(g, part, col)[ok] / np.maximum(ss, 1)).sum())
             total += float(jj.sum())
             r = {"rank": int(rank), "steps": int(ok.sum()),
-                 "joules_per_step": round(float(np.median(jj)), 3),
+                 "joules_per_step": round(float(np.mean(jj)), 3),
                  "watts": round(float(jj.sum() / (ss.sum() / 1e9)), 1)}
             if batch:
-                r["joules_per_sample"] = round(float(np.median(jj)) / batch, 4)
+                r["joules_per_sample"] = round(float(np.mean(jj)) / batch, 4)
             ranks.append(r)
         if ranks:
             out = {"source": ", ".join(sorted(sources)), "per_rank": ranks,
@@ -82,8 +82,8 @@ def energy_section(frame: pd.DataFrame, telemetry: pd.DataFrame | None, knobs: d
     price = knobs.get("price_per_gpu_hour")
     if isinstance(price, (int, float)) and price > 0 and len(frame):
         gpus = int(frame["rank"].nunique())
-        med = float(frame.groupby("rank")["step_ns"].median().max()) / 1e9
-        per_k = gpus * med * 1000 / 3600 * float(price)
+        mean_s = float(frame.groupby("rank")["step_ns"].mean().max()) / 1e9
+        per_k = gpus * mean_s * 1000 / 3600 * float(price)
         step = frame["step_ns"].to_numpy(float)
         cost = {"price_per_gpu_hour": float(price), "per_1000_steps": round(per_k, 4)}
         for part, col in PARTS:

@@ -1,5 +1,5 @@
 """What the analysis found that the bottlenecks' suggestions are drawn from (Findings), the
-typical step every estimate starts from, and the two conversions all estimates share."""
+mean step every estimate starts from (TypicalStep), and the two conversions all estimates share."""
 
 from __future__ import annotations
 
@@ -25,17 +25,20 @@ class Findings:
     knobs: dict
     stragglers: list[Straggler] = field(default_factory=list)
     early_ranks: set[int] = field(default_factory=set)  # ranks that wait for all others
-    data_share: float = 0.0         # median step's data share
+    data_share: float = 0.0         # data's share of the step time (mean data / mean step)
     jitter: Jitter = field(default_factory=Jitter)
     exposed_by_kind: dict = field(default_factory=dict)  # kind -> mean exposed ns per step
-    micro: whatif.MicroSteps | None = None  # per micro-step medians, synchronized or not
+    micro: whatif.MicroSteps | None = None  # per micro-step means, synchronized or not
     growth: dict = field(default_factory=dict)  # {m: (point, lo, hi)} forward's growth, measured
     routing: dict = field(default_factory=dict)  # all-to-all rows by rank (routing.py)
 
 
 @dataclass(frozen=True)
 class TypicalStep:
-    """Median step (ns) over the analysed steps: step time is the slowest rank's, parts are means."""
+    """The mean step (ns) over the analysed steps, the one basis of every estimate: the step is
+    the slowest rank's, the parts the mean over ranks (wait: the longest wait of the step), each
+    averaged over the steps; a suggestion's estimate is the mean step after its change, so its
+    gain is the throughput ratio."""
 
     step: float
     data: float
@@ -45,8 +48,6 @@ class TypicalStep:
     data_cpu: float | None  # CPU time of loading, None when not measured (traces)
     sync_interval: int
     host: float = 0.0    # GPU idle waiting for the host to launch (GPU traces)
-    mean_wait: float = 0.0  # mean over steps of the longest wait (sporadic waiting counts)
-    mean_step: float = 0.0  # mean over steps of the slowest rank's step
 
     @property
     def busy(self) -> float:  # time the step needs besides data
@@ -71,14 +72,12 @@ def typical_step(frame: pd.DataFrame) -> TypicalStep:
     else:  # rows are micro-steps: how often one of them communicated
         synced = float((comm > 0).mean()) if g.keys.size else 0.0
         interval = int(round(1 / synced)) if synced > 0 else 1
-    med = lambda a: float(np.median(a)) if a.size else 0.0  # noqa: E731
+    avg = lambda a: float(np.mean(a)) if a.size else 0.0  # noqa: E731
     transfer = mean("comm_exposed_ns") - mean("wait_ns") - mean("bubble_ns")
-    return TypicalStep(med(slowest), med(data), med(np.maximum(transfer, 0)),
-                       med(most_wait), med(mean("compute_ns")),
-                       med(data_cpu) if data_cpu is not None else None,
-                       interval, med(mean("host_ns")),
-                       float(most_wait.mean()) if most_wait.size else 0.0,
-                       float(slowest.mean()) if slowest.size else 0.0)
+    return TypicalStep(avg(slowest), avg(data), avg(np.maximum(transfer, 0)),
+                       avg(most_wait), avg(mean("compute_ns")),
+                       avg(data_cpu) if data_cpu is not None else None,
+                       interval, avg(mean("host_ns")))
 
 
 def ms_range(e: "whatif.Estimate") -> tuple[float, float]:

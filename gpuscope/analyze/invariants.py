@@ -82,11 +82,11 @@ def enforce_parts(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
 
 
 def _per_rank(frame: pd.DataFrame, col: str) -> float:
-    """Mean over ranks of each rank's median of a column: the statistic the sync-frequency
+    """Mean over ranks of each rank's mean of a column: the statistic the sync-frequency
     model (whatif.Micro) reads its micro-step from."""
     if col not in frame or frame.empty:
         return 0.0
-    return float(frame[col].groupby(frame["rank"].to_numpy()).median().mean())
+    return float(frame[col].groupby(frame["rank"].to_numpy()).mean().mean())
 
 
 def recoverable(s: Suggestion, typical, frame: pd.DataFrame) -> float | None:
@@ -111,8 +111,8 @@ def recoverable(s: Suggestion, typical, frame: pd.DataFrame) -> float | None:
         return typical.transfer + typical.wait
     if label == IMBALANCED:
         return typical.wait
-    if label == JITTER_BOUND:  # sporadic: the mean, not the median step's
-        return max(typical.wait, typical.mean_wait)
+    if label == JITTER_BOUND:
+        return typical.wait
     if label == HOST:
         return typical.host
     if label == PIPELINE and not frame.empty:
@@ -120,15 +120,8 @@ def recoverable(s: Suggestion, typical, frame: pd.DataFrame) -> float | None:
         if "bubble_ns" in frame:
             lost = lost + frame["bubble_ns"].to_numpy(np.float64)
         per_step = pd.Series(lost).groupby(frame["step"].to_numpy()).max()
-        return float(per_step.median())
+        return float(per_step.mean())
     return None
-
-
-def _batch_factor(s: Suggestion) -> float:
-    if s.knob == "batch_size" and isinstance(s.current, int) and isinstance(s.proposed, int) \
-            and s.current > 0:
-        return s.proposed / s.current
-    return 1.0
 
 
 def bound_suggestions(suggestions: list[Suggestion], typical, frame: pd.DataFrame
@@ -141,8 +134,7 @@ def bound_suggestions(suggestions: list[Suggestion], typical, frame: pd.DataFram
     for s in suggestions:
         rec = recoverable(s, typical, frame)
         if rec is None or step <= 0:
-            m = _batch_factor(s)
-            said = (m * step / MS / max(s.estimated_step_ms, 1e-9) - 1) * 100
+            said = (step / MS / max(s.estimated_step_ms, 1e-9) - 1) * 100
             if step > 0 and s.gain_pct > said + 100 * TOLERANCE:  # the gain its estimate gives
                 note = (f"a gain of {s.gain_pct:.0f}% where its estimate gives {said:.0f}%: held "
                         "at that")
@@ -151,8 +143,7 @@ def bound_suggestions(suggestions: list[Suggestion], typical, frame: pd.DataFram
             out.append(s)
             continue
         rec = min(max(rec, 0.0), step)
-        m = _batch_factor(s)
-        floor_ms = m * (step - rec) / MS  # the step of m x today's batch, all of it recovered
+        floor_ms = (step - rec) / MS  # today's batch, all of it recovered
         tol = TOLERANCE * step / MS
         max_gain = (step / max(step - rec, 1.0) - 1) * 100 if rec < step else float("inf")
         rng = s.estimated_step_ms_range
@@ -166,7 +157,7 @@ def bound_suggestions(suggestions: list[Suggestion], typical, frame: pd.DataFram
         est = max(s.estimated_step_ms, floor_ms)
         if rng is not None:
             rng = (max(rng[0], floor_ms), max(rng[1], est))
-        gain = min(s.gain_pct, (m * step / MS / max(est, 1e-9) - 1) * 100, max_gain)
+        gain = min(s.gain_pct, (step / MS / max(est, 1e-9) - 1) * 100, max_gain)
         gave = (f"{s.estimated_step_ms:.2f} ms per step" if s.estimated_step_ms
                 < floor_ms - tol else f"a gain of {s.gain_pct:.0f}%")
         note = (f"the model gave {gave}, beyond "

@@ -1,5 +1,5 @@
-"""Per-rank summaries of the analysed rows: the median of each part and its share of the rank's
-time, the compute phases, and the timed collectives by kind (in numpy: the collective table has
+"""Per-rank summaries of the analysed rows: the mean of each part per step and its share of the
+rank's time, the compute phases, and the timed collectives by kind (in numpy: the collective table has
 a row per rank, step and collective, up to millions)."""
 
 from __future__ import annotations
@@ -49,24 +49,23 @@ def comm_by_kind(table: RunTable, frame: pd.DataFrame, mapping,
 
 def summarize_ranks(table: RunTable, frame: pd.DataFrame, telemetry: dict,
                     by_kind: dict, per_rank: PerRank | None = None) -> list[RankResult]:
-    """Per rank: median ns of each part, its share of the rank's summed step time in %, and
-    the mean step; the compute phases, collectives by kind and the breakdown of "other"
-    where known. `per_rank`: medians already known for these rows."""
+    """Per rank: mean ns per step of each part, its share of the rank's summed step time in %
+    (the same figure: mean part over mean step); the compute phases, collectives by kind and the
+    breakdown of "other" where known. `per_rank`: means already known for these rows."""
     per_rank = per_rank or PerRank(frame)
     g = per_rank.groups
-    med = {p: per_rank.median(f"{p}_ns").tolist() for p in ("step",) + PARTS}
+    med = {p: per_rank.mean(f"{p}_ns").tolist() for p in ("step",) + PARTS}
     step_total = np.maximum(g.sum(frame["step_ns"].to_numpy()), 1.0)
     share = lambda col: (100 * g.sum(frame[col].to_numpy()) / step_total).tolist()  # noqa: E731
     pct = {p: share(f"{p}_ns") for p in PARTS}
-    mean_step = (step_total / g.counts).tolist()
     phases = [p for p in COMPUTE_PHASES if f"{p}_ns" in frame and frame[f"{p}_ns"].any()]
-    phase_med = {p: per_rank.median(f"{p}_ns").tolist() for p in phases}
+    phase_med = {p: per_rank.mean(f"{p}_ns").tolist() for p in phases}
     phase_pct = {p: share(f"{p}_ns") for p in phases}
     between = (share("between_ns") if table.source == "record" and "between_ns" in frame
                and frame["between_ns"].notna().all() else None)
     host = share("host_ns") if "host_ns" in frame and frame["host_ns"].any() else None
     has_bubble = "bubble_ns" in frame and frame["bubble_ns"].any()
-    bubble_med = per_rank.median("bubble_ns").tolist() if has_bubble else None
+    bubble_med = per_rank.mean("bubble_ns").tolist() if has_bubble else None
     bubble_pct = share("bubble_ns") if has_bubble else None
     out = []
     for i, rank in enumerate(g.keys.tolist()):
@@ -75,7 +74,7 @@ def summarize_ranks(table: RunTable, frame: pd.DataFrame, telemetry: dict,
             rank, info.host if info else "", int(g.counts[i]), med["step"][i],
             *(med[p][i] for p in PARTS), *(pct[p][i] for p in PARTS),
             telemetry=telemetry.get(rank), gpu_breakdown=table.gpu_breakdown.get(rank),
-            step_mean_ns=mean_step[i], phases_ns={p: phase_med[p][i] for p in phases},
+            phases_ns={p: phase_med[p][i] for p in phases},
             phases_pct={p: phase_pct[p][i] for p in phases},
             comm_by_kind=by_kind.get(rank, {}),
             between_pct=between[i] if between is not None else None,

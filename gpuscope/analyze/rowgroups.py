@@ -109,20 +109,21 @@ class Groups:
 
 
 class PerRank:
-    """Per-rank medians of one frame's columns, each computed once: the ranks' summary, the
-    straggler search and the what-if estimates ask for the same ones, and on a million rows each
-    costs a partition of the whole column. The caller passes it only along with frames of the same
-    rows and values (columns may have been added)."""
+    """Per-rank means of one frame's columns over its steps (the report's one statistic per
+    quantity: they add up, as the parts of a step do, and they are the time per step that
+    throughput is made of), each computed once: the ranks' summary, the straggler search and the
+    what-if estimates ask for the same ones. The caller passes it only along with frames of the
+    same rows and values (columns may have been added)."""
 
     def __init__(self, frame: "pd.DataFrame"):
         self.frame = frame
         self.groups = Groups(frame["rank"].to_numpy())
         self._memo: dict[str, np.ndarray] = {}
 
-    def median(self, col: str) -> np.ndarray:
+    def mean(self, col: str) -> np.ndarray:
         out = self._memo.get(col)
         if out is None:
-            out = self._memo[col] = self.groups.median(self.frame[col].to_numpy())
+            out = self._memo[col] = self.groups.mean(self.frame[col].to_numpy())
         return out
 
 

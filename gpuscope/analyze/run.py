@@ -32,7 +32,7 @@ from ..runtable import RunTable
 from ..thresholds import Thresholds
 from ..vocab import COMPUTE, LABELS, PIPELINE
 from .classify import classify_steps, jitter_cost, run_verdict, step_results
-from .confidence import Evidence, earn
+from .confidence import Evidence, earn, share_of_time
 from .consistency import Roles, find_roles
 from .bottlenecks.dataparallel import dataparallel
 from .bottlenecks.memory import memory_findings, report_section, used_fraction
@@ -155,7 +155,7 @@ def memory(a: Analysis) -> None:
     if (t.memory is None or t.memory.empty) and not crashed:
         return  # nothing measured, no error to look at
     last = t.frame.groupby("rank")["step"].max().to_dict() if len(t.frame) else {}
-    step_s = float(a.frame["step_ns"].median()) / 1e9 if len(a.frame) else None
+    step_s = float(a.frame["step_ns"].mean()) / 1e9 if len(a.frame) else None
     firsts = a.frame.groupby("rank")["step"].min() if len(a.frame) else None
     found = memory_findings(t.memory, t.ranks, firsts, step_s, last)
     a.memory = report_section(found)
@@ -206,7 +206,7 @@ def suggest_all(a: Analysis) -> None:
             "communication is not split by dimension")
     kinds = {k for per_rank in exposed.values() for k in per_rank}
     a.findings = Findings(a.frame, a.labels, a.th, a.knobs, a.stragglers, a.roles.early,
-                          float(a.steps["data_share"].median()), a.jitter,
+                          share_of_time(a.steps, "data_share"), a.jitter,
                           {k: float(np.mean([r.get(k, 0.0) for r in exposed.values()]))
                            for k in kinds}, a.micro, a.growth, a.routing)
     a.typical = typical_step(a.frame)
@@ -280,7 +280,7 @@ def check(a: Analysis) -> None:
                         comm_seen=not a.unseen, clocks_aligned=clocks_aligned(t),
                         stragglers=bool(a.stragglers),
                         broken_rules=len(a.broken) + len(wrong),
-                        leaning=a.roles.leaning() if a.roles is not None else None,
+                        leaning=a.roles.probable if a.roles is not None else None,
                         leaning_of=a.roles.n_steps if a.roles is not None else 0,
                         host_comm_share=max((float(i.meta.get("host_comm_share") or 0.0)
                                              for i in t.ranks.values()), default=0.0))

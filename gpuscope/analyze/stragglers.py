@@ -10,7 +10,9 @@
    where the layout names its peer group (the ranks doing the same work: its data-parallel
    group), the median is of the peers, the ranks that wait for it (another pipeline stage does
    other work, so its time says nothing of this rank's excess).
-Per-step jitter is never consistent, so it names no one.
+Per-step jitter is never consistent, so it names no one. A rank late in most steps (or
+causing most of the waiting) that too few steps cannot confirm (consistency.Roles.probable) is
+named as probably a straggler, with that evidence, never as jitter.
 """
 
 from __future__ import annotations
@@ -26,6 +28,13 @@ from .layout import Layout
 from .rowgroups import PerRank
 
 _CAUSES = ("data_ns", "compute_ns", "other_ns")
+
+
+def _probably(roles: Roles) -> str:
+    """Why a rank is only probably a straggler, in words."""
+    rank, n, caused = roles.probable
+    return (f"last in {n} of {roles.n_steps} steps, causing {caused:.0%} of the waiting, but "
+            "too few steps to rule out chance: record more steps to confirm")
 _COMPUTE_PARTS = tuple(f"{p}_ns" for p in COMPUTE_PHASES)
 
 
@@ -40,7 +49,7 @@ def find_stragglers(frame: pd.DataFrame, steps: pd.DataFrame, th: Thresholds, ro
     in_imb = np.isin(roles.steps, imb)
     slow = pd.Series(roles.slow[in_imb].sum(axis=0), index=roles.ranks)  # steps arrived last
     if roles.decided:
-        share = slow[slow.index.isin(roles.late)] / max(int(in_imb.sum()), 1)
+        share = slow[slow.index.isin(roles.late_ranks)] / max(int(in_imb.sum()), 1)
     else:
         share = slow / steps.shape[0]
     cands = share[share >= th.straggler_steps]
@@ -52,21 +61,22 @@ def find_stragglers(frame: pd.DataFrame, steps: pd.DataFrame, th: Thresholds, ro
     backward = ((frame["backward_ns"] - frame["comm_exposed_ns"]).clip(lower=0).to_numpy()
                 if "backward_ns" in frame else np.zeros(len(frame), np.int64))
     needed = ("step_ns", "wait_ns", "bubble_ns") + _CAUSES + _COMPUTE_PARTS
-    medians = pd.DataFrame({c: g.median(backward) if c == "backward_ns" else per_rank.median(c)
-                            for c in needed if c in frame or c == "backward_ns"},
-                           index=pd.Index(g.keys, name="rank"))
-    busy = medians["step_ns"] - medians["wait_ns"]
-    if "bubble_ns" in medians:  # waiting on another pipeline stage is not being slow
-        busy = busy - medians["bubble_ns"]
-    others = [r for r in medians.index if r not in cands.index]
+    # each rank's mean per step (the report's one statistic), compared with the median rank's
+    means = pd.DataFrame({c: g.mean(backward) if c == "backward_ns" else per_rank.mean(c)
+                          for c in needed if c in frame or c == "backward_ns"},
+                         index=pd.Index(g.keys, name="rank"))
+    busy = means["step_ns"] - means["wait_ns"]
+    if "bubble_ns" in means:  # waiting on another pipeline stage is not being slow
+        busy = busy - means["bubble_ns"]
+    others = [r for r in means.index if r not in cands.index]
     out = []
     for rank, s in cands.sort_values(ascending=False).items():
         group = layout.peer_group(int(rank)) if layout is not None else None
         in_group = [r for r in others if group and r in group[1]]
         peers = in_group or others
-        ref = medians.loc[peers].median()
+        ref = means.loc[peers].median()
         ref_busy = float(busy.loc[peers].median())
-        row = medians.loc[rank]
+        row = means.loc[rank]
         diffs = {c[:-3]: float(row[c] - ref[c]) for c in _CAUSES if c in row}
         cause = max(diffs, key=diffs.get)
         detail = ""
@@ -74,8 +84,11 @@ def find_stragglers(frame: pd.DataFrame, steps: pd.DataFrame, th: Thresholds, ro
             parts = {c[:-3]: float(row[c] - ref[c]) for c in _COMPUTE_PARTS if c in row}
             if parts and max(parts.values()) >= 0.5 * diffs["compute"]:
                 detail = max(parts, key=parts.get)
+        probable = roles.probable is not None and roles.probable[0] == int(rank) \
+            and int(rank) not in roles.late
         out.append(Straggler(int(rank), float(s), int(busy.loc[rank] - ref_busy), cause, detail,
                              int(diffs[cause]), (hosts or {}).get(int(rank), ""),
                              group=list(group[1]) if group else [],
+                             probable=_probably(roles) if probable else "",
                              peers=[int(r) for r in in_group]))
     return out

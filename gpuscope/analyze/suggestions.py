@@ -30,7 +30,7 @@ def suggest(found: Findings, t: TypicalStep | None = None
                                  found.exposed_by_kind, found.routing)
     if ((JITTER_BOUND in labels or found.jitter.steps_share >= 0.2)
             and found.jitter.wait_share > 0):
-        out += suggest_jitter(t, found.jitter)
+        out += suggest_jitter(t, found.jitter, found.stragglers)
     if DATA in labels or found.data_share >= th.data_moderate:
         data, why_not[DATA] = suggest_data(t, knobs, th)
         out += data

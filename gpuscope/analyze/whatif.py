@@ -49,8 +49,8 @@ class Estimate:
 
 @dataclass(frozen=True)
 class Micro:
-    """Median ns of each part of one kind of micro-step: per rank, then the mean over ranks (the
-    step: the slowest rank's median), with the step's quartiles over rows."""
+    """Mean ns of each part of one kind of micro-step: per rank, then the mean over ranks (the
+    step: the slowest rank's mean), with the step's quartiles over rows."""
 
     step: float
     data: float
@@ -81,12 +81,12 @@ class MicroSteps:
     unsynced: Micro | None
 
 
-def _micro(rows: pd.DataFrame, medians: PerRank | None = None) -> Micro | None:
+def _micro(rows: pd.DataFrame, per_rank_means: PerRank | None = None) -> Micro | None:
     if rows.empty:
         return None
     cols = {p: f"{p}_ns" for p in MICRO_PARTS}
-    medians = medians or PerRank(rows)
-    per_rank = {c: medians.median(c) for c in set(cols.values()) | {"step_ns"} if c in rows}
+    means = per_rank_means or PerRank(rows)
+    per_rank = {c: means.mean(c) for c in set(cols.values()) | {"step_ns"} if c in rows}
     vals = {p: float(per_rank[c].mean()) if c in per_rank else 0.0 for p, c in cols.items()}
     vals["step"] = float(per_rank["step_ns"].max())
     q1, q3 = np.percentile(rows["step_ns"].to_numpy(dtype=float), [25, 75])
@@ -97,7 +97,7 @@ def micro_steps(frame: pd.DataFrame, warmup: int = 1,
                 per_rank: PerRank | None = None) -> MicroSteps:
     """From the micro-step table (before cycles are summed): synchronized and not, warm-up left
     out. A micro-step that closes a cycle (cycles.cycle_ends) synchronized; without cycles, the
-    rows' own `synced`, and rows that do not say count as synchronized. `per_rank`: medians
+    rows' own `synced`, and rows that do not say count as synchronized. `per_rank`: means
     of `frame`'s rows, used when every row is kept on one side."""
     if frame.empty:
         return MicroSteps(None, None)

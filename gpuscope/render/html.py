@@ -193,7 +193,7 @@ def rank_bars(report: ReportData):
                            for r in ranks], dtype=np.float64)
         fig.add_trace(go.Bar(x=x, y=(values / MS).round(3), name=part, marker_color=color,
                              hovertemplate=f"rank %{{x}}<br>{part}: %{{y:.2f}} ms<extra></extra>"))
-    fig.update_layout(barmode="stack", title="Per rank: median ms per step", height=380,
+    fig.update_layout(barmode="stack", title="Per rank: mean ms per step", height=380,
                       xaxis=dict(title="rank", type="category"), yaxis=dict(title="ms"),
                       margin=dict(l=60, r=20, t=50, b=40), legend=dict(orientation="h", y=-0.2))
     return fig
@@ -212,7 +212,7 @@ def phase_bars(report: ReportData):
     x = [esc(f"{r.rank}") for r in ranks]
     fig = go.Figure()
     for p in phases:
-        y = [r.step_mean_ns * r.phases_pct.get(p, 0.0) / 100 / MS for r in ranks]
+        y = [r.step_ns * r.phases_pct.get(p, 0.0) / 100 / MS for r in ranks]
         fig.add_trace(go.Bar(x=x, y=np.round(y, 3), name=p,
                              hovertemplate=f"rank %{{x}}<br>{p}: %{{y:.2f}} ms<extra></extra>"))
     for k in kinds:
@@ -228,7 +228,7 @@ def phase_bars(report: ReportData):
 
 
 def stage_bars(report: ReportData):
-    """Per pipeline stage: busy, waiting on the previous and on the next stage, median ms."""
+    """Per pipeline stage: busy, waiting on the previous and on the next stage, mean ms."""
     p = report.pipeline
     if p is None:
         return None
@@ -259,7 +259,7 @@ def stage_bars(report: ReportData):
     ideal = (f", GPipe/1F1B ideal {p.ideal_bubble_share:.0%}"
              if p.ideal_bubble_share is not None else "")
     fig.update_layout(barmode="stack", height=360,
-                      title=f"Pipeline stages: median ms per step (bubble {p.bubble_share:.0%}{ideal})",
+                      title=f"Pipeline stages: mean ms per step (bubble {p.bubble_share:.0%}{ideal})",
                       xaxis=dict(title="pipeline / stage / rank", type="category"),
                       yaxis=dict(title="ms"), margin=dict(l=60, r=20, t=50, b=40),
                       legend=dict(orientation="h", y=-0.25))
@@ -484,9 +484,11 @@ def _summary_html(report: ReportData) -> str:
     out.append(_throughput_html(report))
     if report.stragglers:
         items = "".join(
-            f"<li>rank {s.rank}{' on ' + esc(s.host) if s.host else ''}: slow in "
-            f"{s.slow_steps_share:.0%} of steps, {s.excess_ns / MS:.1f} ms busier per step, "
-            f"mostly in {esc(s.part)}"
+            f"<li>{'probably ' if s.probable else ''}rank {s.rank}"
+            f"{' on ' + esc(s.host) if s.host else ''}: "
+            + (f"{esc(s.probable)}; " if s.probable else
+               f"slow in {s.slow_steps_share:.0%} of steps, ")
+            + f"{s.excess_ns / MS:.1f} ms busier per step, mostly in {esc(s.part)}"
             + (f"; it holds back its group (ranks {', '.join(map(str, s.group))})"
                if s.group else "") + "</li>" for s in report.stragglers)
         out.append(f'<h2>Stragglers</h2><ul id="stragglers">{items}</ul>')
@@ -508,7 +510,9 @@ def _summary_html(report: ReportData) -> str:
             + f' ms/step, {s.gain_pct:+.0f}% '
             f'throughput</span><br><span class="why">{esc(s.why)}</span></li>'
             for s in report.suggestions)
-        out.append(f'<h2>Suggestions</h2><ol id="suggestions">{items}</ol>')
+        out.append('<h2>Suggestions</h2><p class="why">What fixes the verdict first, then by '
+                   "estimated gain; each estimate is the mean time per step of today's global "
+                   f'batch.</p><ol id="suggestions">{items}</ol>')
     else:
         out.append('<h2>Suggestions</h2><p id="suggestions">None: the run is compute-bound.</p>')
     if report.warnings:

@@ -141,10 +141,6 @@ def throughput_line(t: dict) -> str:
     return ", ".join(parts)
 
 
-def _mean_ns(r: RankResult) -> float:
-    return r.step_mean_ns or r.step_ns  # a report saved before means were kept: the median
-
-
 def _cell(r: RankResult, part: str, wide: bool) -> str:
     """One statistic per cell: the part's share of the rank's step time, and (wide) the mean
     ms per step it amounts to."""
@@ -162,7 +158,7 @@ def _parts(ranks: list[RankResult]) -> list[str]:
 
 def _share_ms(r: RankResult, pct: float) -> float:
     """Mean ms per step of a share, from the JSON report's precision of both."""
-    return _ms(_mean_ns(r)) * round(pct, 3) / 100
+    return _ms(r.step_ns) * round(pct, 3) / 100
 
 
 def _phase_cell(r: RankResult, phase: str) -> str:
@@ -173,7 +169,7 @@ def _phase_cell(r: RankResult, phase: str) -> str:
 
 def _rank_table(report: ReportData, console: Console) -> None:
     ranks = report.ranks
-    step_w = max([4] + [len(f"{_ms(_mean_ns(r)):.1f}") for r in ranks])
+    step_w = max([4] + [len(f"{_ms(r.step_ns):.1f}") for r in ranks])
     cols = _parts(ranks)
     widths = [max([len(PART_HEADS.get(p, p))] + [len(_cell(r, p, True)) for r in ranks])
               for p in cols]
@@ -195,7 +191,7 @@ def _rank_table(report: ReportData, console: Console) -> None:
     shown = ranks if len(ranks) <= MAX_RANK_ROWS else _interesting(ranks, stragglers)
     for r in shown:
         t.add_row(str(r.rank), *([Text(r.host)] if several_hosts else []),
-                  f"{_ms(_mean_ns(r)):.1f}", *(_cell(r, p, wide) for p in cols),
+                  f"{_ms(r.step_ns):.1f}", *(_cell(r, p, wide) for p in cols),
                   *((_phase_cell(r, p) for p in phases) if with_phases else ()),
                   style="bold red" if r.rank in stragglers else None)
     console.print(t)
@@ -334,7 +330,7 @@ def _pipeline(report: ReportData, console: Console) -> None:
     console.print(Text(f"Pipeline: {p.n_stages} stages{micro}; bubble {_pct(p.bubble_share, 2):.0f}% "
                        f"of step time{ideal}; slowest {where}, busiest stage "
                        f"{p.imbalance:.2f}x the mean"))
-    t = Table(title="Pipeline stages: median ms per step", title_justify="left")
+    t = Table(title="Pipeline stages: mean ms per step", title_justify="left")
     for col in ("pipeline", "stage", "rank", "step", "busy", "waits prev", "waits next",
                 "bubble"):
         t.add_column(col, justify="right", no_wrap=True)
@@ -353,9 +349,12 @@ def _stragglers(report: ReportData, console: Console) -> None:
         for s in report.stragglers:
             where = f" on {s.host}" if s.host else ""
             console.print(Text.assemble(
-                ("Straggler:", "bold red"), f" rank {s.rank}{where}: slow in "
-                f"{_pct(s.slow_steps_share, 1):.0f}% of steps, {_ms(s.excess_ns):,.1f} ms busier per step "
-                f"than the median rank, mostly in {s.part}"
+                ("Straggler (probable):" if s.probable else "Straggler:", "bold red"),
+                f" rank {s.rank}{where}: " + (f"{s.probable}; " if s.probable else
+                                              f"slow in {_pct(s.slow_steps_share, 1):.0f}% of "
+                                              "steps, ")
+                + f"{_ms(s.excess_ns):,.1f} ms busier per step than the median rank, mostly in "
+                f"{s.part}"
                 + (f"; it holds back its group (ranks {', '.join(map(str, s.group))})"
                    if s.group else "")))
     elif report.early_ranks:
@@ -397,7 +396,8 @@ def _memory(report: ReportData, console: Console) -> None:
 def _suggestions(report: ReportData, console: Console) -> None:
     if not report.suggestions:
         return
-    console.print(Text("\nSuggestions (what fixes the verdict first, then by estimated gain)",
+    console.print(Text("\nSuggestions (what fixes the verdict first, then by estimated gain; "
+                       "each estimate is the mean time per step of today's global batch)",
                        style="bold"))
     for i, s in enumerate(report.suggestions, 1):
         rng = s.estimated_step_ms_range

@@ -46,8 +46,8 @@ def suggest_comm(t: TypicalStep, knobs: dict, th: Thresholds,
     cur = max(1, t.sync_interval)
     bs = knobs.get("batch_size")
     micro = micro if micro is not None and micro.synced is not None else None
-    # the models work on per-rank medians of micro-steps; the report's step is the median of the
-    # slowest rank's: their estimates are moved by the difference, so a gain is against the step
+    # the models work on per-rank means of micro-steps; the report's step is the mean of the
+    # slowest rank's per step: their estimates are moved by the difference, so a gain is against the step
     # it is quoted for and never claims more than the change can save
     shift = 0.0
     if micro is not None:  # the models' own current cycle: its synchronized micro-step and
@@ -91,8 +91,8 @@ def suggest_comm(t: TypicalStep, knobs: dict, th: Thresholds,
             "sync_frequency", current, proposed, e.ms / MS,
             f"{grads / MS:.1f} ms of each {t.step / MS:.1f} ms step is exposed gradient "
             f"synchronization that compute does not hide; {what}{batch} (scale the learning "
-            "rate or steps accordingly); estimate per step of today's global batch; "
-            f"assumes: {e.assumes}", COMM, gain(t.step, e.ms), ms_range(e)))
+            f"rate or steps accordingly); assumes: {e.assumes}", COMM, gain(t.step, e.ms),
+            ms_range(e)))
     if gather > 0:
         est = t.step - gather / 2
         out.append(Suggestion(
@@ -117,15 +117,19 @@ def suggest_comm(t: TypicalStep, knobs: dict, th: Thresholds,
             new_step = rest * m + T  # compute scales with the batch, the gradient size does not
             e = whatif.Estimate(new_step, t.step + (new_step - t.step) * 0.5, new_step,
                                 "compute grows linearly with the batch")
+        # on the report's one basis, the time of today's global batch: a step of m x the batch
+        # processes it in 1/m of its time
+        per = whatif.Estimate(e.ms / m, e.lo / m, e.hi / m, e.assumes)
         out.append(Suggestion(
-            "batch_size", bs, bs * m, e.ms / MS,
+            "batch_size", bs, bs * m, per.ms / MS,
             f"the collectives cost the same {T / MS:.1f} ms whatever the batch; {m}x the per-rank "
             f"micro-batch spreads them over {m}x the samples ("
             + (f"GPU memory peaks at {used:.0%}, so {m}x fits" if used else "if memory allows")
             + f"; the global batch grows from {_global_batch(knobs, bs, cur)} to "
-            f"{_global_batch(knobs, bs * m, cur)}); the optimizer and the gradient communication "
-            f"do not grow with the batch; assumes: {e.assumes}",
-            COMM, gain(t.step, e.ms, m), ms_range(e)))
+            f"{_global_batch(knobs, bs * m, cur)}: a step of it takes ~{e.ms / MS:.1f} ms, "
+            f"~{per.ms / MS:.1f} ms per today's batch); the optimizer and the gradient "
+            f"communication do not grow with the batch; assumes: {e.assumes}",
+            COMM, gain(t.step, per.ms), ms_range(per)))
     on_cpu = whatif.device_kind(knobs) == "cpu" and knobs.get("device") is not None
     if on_cpu:  # measured: fp16_compress_hook made a gloo/CPU step 9% slower (casts, half sums)
         return out

@@ -102,11 +102,13 @@ def suggest_imbalance(t: TypicalStep, stragglers: list[Straggler], knobs: dict,
         ref = ("the median rank" if not s.peers else f"rank {s.peers[0]} (its group)"
                if len(s.peers) == 1 else
                f"the median of ranks {', '.join(map(str, s.peers))} (its group)")
+        late = (f"rank {s.rank} is probably a straggler ({s.probable}): it"
+                if s.probable else f"rank {s.rank}")
         out.append(Suggestion(
             "straggler", f"rank {s.rank}{where}", f"match {ref}", est / MS,
-            f"the other ranks wait {t.wait / MS:.1f} ms per step for rank {s.rank} (slow in "
-            f"{s.slow_steps_share:.0%} of steps); it spends {s.cause_excess_ns / MS:+.1f} ms "
-            f"more per step in {part} than {ref}"
+            f"{late} is busy {s.excess_ns / MS:.1f} ms per step longer than {ref}, "
+            f"mostly in {part}, and the others wait for it (it arrived last in "
+            f"{s.slow_steps_share:.0%} of steps)"
             + (f"; {evidence}" if evidence else "") + f": {fix}; assumes the other "
             "ranks keep their pace and their own step-to-step variation (the step then waits "
             "for the last of them)", IMBALANCED, gain(t.step, est), rng))
@@ -140,20 +142,25 @@ def _straggler_range(t: TypicalStep, est: float) -> tuple[float, float]:
     return (est / MS, min(t.step, est * 1.1 + 0.1 * t.wait) / MS)
 
 
-def suggest_jitter(t: TypicalStep, jitter: Jitter) -> list[Suggestion]:
+def suggest_jitter(t: TypicalStep, jitter: Jitter,
+                   stragglers: list[Straggler] | None = None) -> list[Suggestion]:
     """Waiting that moves between ranks: no one rank to fix, so even out the per-step work.
-    The estimate takes the typical step less the waiting in jitter steps, per step on average."""
+    The estimate takes the typical step less the waiting in jitter steps, per step on average.
+    Beside a straggler (named or probable) the jitter is the waiting of the other steps."""
     wait_share = jitter.wait_share
     # the time lost in jitter steps, per step on average; never more than the longest wait of a
     # step on average (the jitter share is each rank's wait over its own step, which can be
     # shorter than the slowest rank's: share x step may exceed the wait itself)
-    saved = min(wait_share * t.mean_step, max(t.wait, t.mean_wait))
+    saved = min(wait_share * t.step, t.wait)
     est = max(t.step - saved, 0.0)
     return [Suggestion(
         "rank_jitter", f"waiting moves between ranks ({jitter.steps_share:.0%} of step time)",
         "even out per-step work", est / MS,
-        f"ranks lose {wait_share:.1%} of step time waiting for each other, but no rank is late "
-        "step after step: look for uneven inputs (sort or bucket samples by length), noisy "
+        f"ranks lose {wait_share:.1%} of step time waiting for each other in steps where "
+        + (f"rank(s) {', '.join(str(s.rank) for s in stragglers)} did not arrive last, and the "
+           "late rank changes between them" if stragglers else
+           "the late rank changes from step to step, no rank late step after step")
+        + ": look for uneven inputs (sort or bucket samples by length), noisy "
         "neighbours or CPU oversubscription on the hosts, and host work that runs on some steps "
         "(logging, checkpointing, garbage collection); assumes all the waiting goes (range: "
         "none of it)", JITTER_BOUND, gain(t.step, est), (est / MS, t.step / MS))]

@@ -69,15 +69,15 @@ def _microbatches(table: RunTable, rank: int) -> int | None:
 
 def summarize_pipeline(table: RunTable, frame: pd.DataFrame, layout: Layout,
                        exposed_by_kind: dict[int, dict]) -> PipelineResult | None:
-    """The stages' figures over the analysed steps, medians per step (None without pipeline
+    """The stages' figures over the analysed steps, means per step (None without pipeline
     stages)."""
     ranks = [r for r in layout.stage_ranks if r in set(frame["rank"].tolist())]
     if not ranks or "bubble_ns" not in frame:
         return None
     sub = frame[frame["rank"].isin(ranks)]
-    # medians: a few long steps (a noisy host, garbage collection) must not move layers
+    # means per step, as every figure of the report
     meds = sub.assign(busy_ns=sub["step_ns"] - sub["wait_ns"] - sub["bubble_ns"]) \
-        .groupby("rank").median(numeric_only=True)
+        .groupby("rank").mean(numeric_only=True)
     stages = []
     sides = _side_waits(table.comm, sub) if "micro_steps" not in sub else None
     for r in ranks:
@@ -109,7 +109,7 @@ def summarize_pipeline(table: RunTable, frame: pd.DataFrame, layout: Layout,
 
 
 def _side_waits(comm: pd.DataFrame | None, frame: pd.DataFrame) -> dict | None:
-    """{(rank, "prev" | "next"): median per analysed step of the exposed point-to-point time
+    """{(rank, "prev" | "next"): mean per analysed step of the exposed point-to-point time
     with that side's neighbour} from the recorder's collectives table."""
     if comm is None or comm.empty:
         return None
@@ -123,7 +123,7 @@ def _side_waits(comm: pd.DataFrame | None, frame: pd.DataFrame) -> dict | None:
     per = per.reindex(idx, fill_value=0)
     out = {}
     for s in per.columns:
-        for r, v in per[s].groupby(level="rank").median().items():
+        for r, v in per[s].groupby(level="rank").mean().items():
             out[(int(r), s)] = float(v)
     return out
 

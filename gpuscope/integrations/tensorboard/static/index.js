@@ -47,8 +47,10 @@ function summary(report, colors) {
     box.append(el("h3", {}, "Stragglers"));
     const ul = el("ul", {id: "stragglers"});
     for (const s of report.straggler_details) {
-      ul.append(el("li", {}, `rank ${s.rank}${s.host ? " on " + s.host : ""}: slow in ` +
-                     `${s.slow_steps_pct}% of steps, ${s.excess_ms.toFixed(1)} ms busier per step, ` +
+      ul.append(el("li", {}, `${s.probable ? "probably " : ""}rank ${s.rank}` +
+                     `${s.host ? " on " + s.host : ""}: ` +
+                     (s.probable ? `${s.probable}; ` : `slow in ${s.slow_steps_pct}% of steps, `) +
+                     `${s.excess_ms.toFixed(1)} ms busier per step, ` +
                      `mostly in ${s.cause}${s.cause_detail ? " (" + s.cause_detail + ")" : ""}`));
     }
     box.append(ul);
@@ -65,7 +67,9 @@ function summary(report, colors) {
   for (const s of report.suggestions) {
     const li = el("li");
     li.append(el("b", {}, s.knob), document.createTextNode(`: ${s.current} → ${s.proposed} `),
-              el("span", {class: "gain"}, `~${s.estimated_step_ms.toFixed(1)} ms/step, ` +
+              el("span", {class: "gain"}, `~${s.estimated_step_ms.toFixed(1)}` +
+                 (s.estimated_step_ms_range ? ` (${s.estimated_step_ms_range[0].toFixed(1)}-` +
+                  `${s.estimated_step_ms_range[1].toFixed(1)})` : "") + ` ms/step, ` +
                  `${s.gain_pct >= 0 ? "+" : ""}${Math.round(s.gain_pct)}% throughput`),
               el("div", {class: "why"}, s.why));
     ol.append(li);
