@@ -22,7 +22,10 @@ RESUME_NS = 2_000_000
 DATA, COMM, IMBALANCED, JITTER_BOUND, HOST, PIPELINE, COMPUTE = (
     "data-bound", "comm-bound", "imbalanced", "jitter-bound", "host-bound", "pipeline-bound",
     "compute-bound")
-LABELS = (DATA, COMM, IMBALANCED, JITTER_BOUND, HOST, PIPELINE, COMPUTE)
+#: a step no bottleneck label holds whose time is mostly "other" (no op, no data wait, no
+#: collective seen in it): not the healthy state, and not a fix gpuscope can estimate
+UNEXPLAINED = "unexplained"
+LABELS = (DATA, COMM, IMBALANCED, JITTER_BOUND, HOST, PIPELINE, UNEXPLAINED, COMPUTE)
 #: secondary: waiting over the threshold with no consistent late rank (the label "jitter-bound"
 #: when that waiting is the step's largest share)
 JITTER = "jitter"
@@ -30,6 +33,6 @@ MODERATE_DATA = "moderately data-bound"  # secondary: data wait between the two 
 #: label colours, distinct from the part colours above (a label strip sits under the parts)
 LABEL_COLORS = {DATA: "#2b6cb0", COMM: "#dd6b20", IMBALANCED: "#b83280",
                 JITTER_BOUND: "#805ad5", HOST: "#975a16", PIPELINE: "#4a5568",
-                COMPUTE: "#2c7a7b"}
+                UNEXPLAINED: "#718096", COMPUTE: "#2c7a7b"}
 LABEL_STYLES = {DATA: "yellow", COMM: "magenta", IMBALANCED: "red", JITTER_BOUND: "bright_red",
-                HOST: "cyan", PIPELINE: "blue", COMPUTE: "green"}  # terminal
+                HOST: "cyan", PIPELINE: "blue", UNEXPLAINED: "white", COMPUTE: "green"}  # terminal

@@ -62,7 +62,7 @@ def main() -> None:
         ranks = []
         frame = rep.table.frame
         for r in rep.ranks:
-            ours = r.step_mean_ns / 1e6
+            ours = r.step_ns / 1e6
             ours_med = float(frame.loc[frame["rank"] == r.rank, "step_ns"].median()) / 1e6
             cycles = own_steps_ms(out, r.rank, k)
             own = None if cycles is None else float(cycles.mean())

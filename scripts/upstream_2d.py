@@ -127,7 +127,7 @@ def one_run(script: str, out: str, iterations: int) -> dict:
     step_pairs = []
     for r in r_rep.ranks:
         own = [loop[r.rank][s] for s in analysed if s < len(loop[r.rank])]
-        step_pairs.append({"rank": r.rank, "gpuscope_ms": round(r.step_mean_ns / 1e6, 2),
+        step_pairs.append({"rank": r.rank, "gpuscope_ms": round(r.step_ns / 1e6, 2),
                            "loop_ms": round(1e3 * sum(own) / len(own), 2)})
     groups = [{k: g[k] for k in ("group", "dim", "ranks", "kinds", "comm_ms", "exposed_ms")}
               for g in r_rep.comm_by_group]

@@ -29,6 +29,8 @@ def table_from_rows(rows: list[dict], knobs: dict | None = None, world: int | No
         rec["wait_ns"] = 0
         if "synced" in r:
             rec["synced"] = int(r["synced"])
+        if "between" in r:  # the loop's own work after rec.step(), a part of other
+            rec["between_ns"] = int(r["between"] * MS)
         recs.append(rec)
     frame = pd.DataFrame(recs).sort_values(["rank", "step"]).reset_index(drop=True)
     ranks = {r: RankInfo(r, f"host{r}", dict(knobs or {})) for r in frame["rank"].unique()}

@@ -55,9 +55,9 @@ def independent(out: str, rank: int, k: int) -> dict:
 def mean_ms(report, rank: int, what: str) -> float:
     r = next(x for x in report.ranks if x.rank == rank)
     if what == "step":
-        return r.step_mean_ns / 1e6
+        return r.step_ns / 1e6
     if what in ("forward", "backward", "optimizer"):
-        return r.step_mean_ns * r.phases_pct.get(what, 0.0) / 100 / 1e6
+        return r.step_ns * r.phases_pct.get(what, 0.0) / 100 / 1e6
     return r.mean_ms(what)
 
 

@@ -20,6 +20,25 @@ def test_pure_compute_is_compute_bound():
     assert rep.suggestions == []
 
 
+def test_a_step_mostly_of_time_nobody_can_attribute_is_unexplained_not_compute_bound():
+    """The demo's steps where the profiler writes its trace (~220 ms, ~3 ms of compute), a
+    truncated trace with 84% "other": no bottleneck label holds, and the step is mostly time
+    gpuscope cannot place. Not the healthy state: unexplained, with what would explain it; a
+    step where compute still leads what is left stays compute-bound."""
+    rows = balanced(6, 2, compute=3, other=217)
+    for r in rows:
+        r["between"] = 200.0  # the loop's own work after rec.step(): a profiler writing traces
+    rep = verdict(rows)
+    assert rep.verdict.label == "unexplained" and rep.suggestions == []
+    (why,) = [w for w in rep.warnings if w.startswith("unexplained:")]
+    assert "between rec.step() and the next step" in why and "rec.phase" in why
+    assert {s.label for s in rep.steps} == {"unexplained"}
+    assert verdict(balanced(6, 2, compute=60, other=40)).verdict.label == "compute-bound"
+    # compute under half, but ahead of other: compute-bound, at low confidence
+    low = verdict(balanced(6, 2, compute=45, other=40, data=15))
+    assert low.verdict.label == "compute-bound" and low.verdict.confidence == "low"
+
+
 @pytest.mark.parametrize("data_ms,label", [(19.9, "compute-bound"), (20.0, "data-bound"),
                                            (30, "data-bound")])
 def test_data_threshold_is_inclusive_at_20_percent(data_ms, label):

@@ -7,7 +7,9 @@ Per step, across ranks (a synchronous step is as slow as its slowest rank):
   wait share     = max over ranks of wait_ns / step_ns                       (the waiting ranks)
 Each share over its threshold is a candidate (each bottleneck's module, bottlenecks/, holds its
 own test: `share(steps, th)`); the largest candidate is the label, the others are secondary; with
-no candidate the step is compute-bound. The run verdict is the label that holds
+no candidate the step is compute-bound when compute is the larger of compute and "other" (time
+in no op, data wait or collective gpuscope saw), else unexplained: a step made mostly of time
+nobody can attribute is not the healthy state. The run verdict is the label that holds
 the most step time, each step's time shared among its candidates in proportion to their shares;
 compute-bound, the healthy state, must lead all lost time together (every other label's share
 summed) by NEAR_TIE; else the largest lost-time label is the verdict. Whether the run is healthy
@@ -31,7 +33,7 @@ import pandas as pd
 from ..results import Jitter, StepResult, Verdict
 from ..runtable import shares
 from ..thresholds import Thresholds
-from ..vocab import COMPUTE, JITTER, JITTER_BOUND, MODERATE_DATA
+from ..vocab import COMPUTE, JITTER, JITTER_BOUND, MODERATE_DATA, UNEXPLAINED
 from .bottlenecks import comm, host, imbalance, pipeline
 from .bottlenecks import data as data_bound
 from .consistency import Roles
@@ -56,6 +58,7 @@ def classify_steps(frame: pd.DataFrame, th: Thresholds, roles: Roles | None = No
         "step_ns": g.max(frame["step_ns"].to_numpy()).astype(np.int64),
         "data_share": g.mean(sh["data"]), "comm_share": g.mean(sh["transfer"]),
         "wait_share": g.max(sh["wait"]), "compute_share": g.mean(sh["compute"]),
+        "other_share": g.mean(sh["other"]),
         "host_share": g.mean(sh["host"]), "bubble_share": g.max(sh["bubble"]),
         "n_ranks": g.counts,
         "micro_steps": (g.max(frame["micro_steps"].to_numpy()).astype(np.int64)
@@ -70,7 +73,8 @@ def classify_steps(frame: pd.DataFrame, th: Thresholds, roles: Roles | None = No
                       host.LABEL, pipeline.LABEL])
     best = cand.argmax(axis=1)
     has = cand.max(axis=1) >= 0
-    out["label"] = np.where(has, names[best], COMPUTE)
+    unexplained = ~has & (out["other_share"].to_numpy() > out["compute_share"].to_numpy())
+    out["label"] = np.where(has, names[best], np.where(unexplained, UNEXPLAINED, COMPUTE))
     # the step's time, shared among the labels that hold in it in proportion to their shares
     # (a step 43% comm and 42% waiting is both): the run verdict sums these, so a step on the
     # edge between two labels moves the verdict by a little, not by its whole time
@@ -78,7 +82,8 @@ def classify_steps(frame: pd.DataFrame, th: Thresholds, roles: Roles | None = No
     total = held.sum(axis=1)
     for i, name in enumerate(names):
         out[f"w:{name}"] = np.where(has, held[:, i] / np.where(total > 0, total, 1.0), 0.0)
-    out[f"w:{COMPUTE}"] = np.where(has, 0.0, 1.0)
+    out[f"w:{UNEXPLAINED}"] = np.where(unexplained, 1.0, 0.0)
+    out[f"w:{COMPUTE}"] = np.where(has | unexplained, 0.0, 1.0)
     secondary = []
     for row_cand, b, h, data, jit in zip(cand, best, has, out["data_share"].to_numpy(), jitter):
         extra = [str(names[i]) for i in range(names.size)

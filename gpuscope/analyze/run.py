@@ -30,7 +30,7 @@ import pandas as pd
 from ..report import Report
 from ..runtable import RunTable
 from ..thresholds import Thresholds
-from ..vocab import COMPUTE, LABELS, PIPELINE
+from ..vocab import COMPUTE, LABELS, PIPELINE, UNEXPLAINED
 from .classify import classify_steps, jitter_cost, run_verdict, step_results
 from .confidence import Evidence, earn, share_of_time
 from .consistency import Roles, find_roles
@@ -221,6 +221,8 @@ def suggest_all(a: Analysis) -> None:
     if PIPELINE in a.labels:
         more, a.why_not_pipeline = suggest_pipeline(a.pipeline, a.table, a.typical.step)
         a.suggestions += more
+    if UNEXPLAINED in a.labels:
+        a.why_not[UNEXPLAINED] = unexplained_why(a.table, a.frame, a.steps)
 
 
 def bound(a: Analysis) -> None:
@@ -233,6 +235,8 @@ def bound(a: Analysis) -> None:
     if label == PIPELINE and a.why_not_pipeline and not any(
             s.addresses == PIPELINE for s in a.suggestions):
         a.warnings.append(f"no suggestion for {PIPELINE}: {a.why_not_pipeline}")
+    elif label == UNEXPLAINED:
+        a.warnings.append(a.why_not[UNEXPLAINED])
     elif label != COMPUTE:
         why = unaddressed(a.why_not, label, a.suggestions)
         if why:
@@ -320,6 +324,33 @@ def comm_unseen(table: RunTable, frame: pd.DataFrame) -> str:
             "model itself as record(model=...), not the module inside it, or mark your own "
             "collectives with rec.phase('comm'); until then waiting and transfer count as "
             "compute and the verdict may be wrong")
+
+
+def unexplained_why(table: RunTable, frame: pd.DataFrame, steps: pd.DataFrame) -> str:
+    """What the unexplained steps are made of, as far as the input says, and what would explain
+    the rest."""
+    mine = steps[steps["label"] == UNEXPLAINED]
+    other = share_of_time(mine, "other_share")
+    held = float(mine["step_ns"].sum()) / max(float(steps["step_ns"].sum()), 1.0)
+    head = (f"unexplained: in {len(mine)} step(s) holding {held:.0%} of the time, {other:.0%} of "
+            "the step is time gpuscope cannot attribute (no op, data wait or collective seen in "
+            "it), more than compute; ")
+    rows = frame[frame["step"].isin(mine["step"])]
+    if table.source == "record":
+        between = (float(rows["between_ns"].sum()) / max(float(rows["step_ns"].sum()), 1.0)
+                   if "between_ns" in rows and rows["between_ns"].notna().all() else None)
+        where = (f"{between:.0%} of the step is the loop's own work between rec.step() and the "
+                 "next step (logging, checkpoints, a profiler writing its trace, evaluation), "
+                 "the rest Python and launch work inside the step: " if between else "")
+        return head + where + ("time the loop's own work with rec.phase('name') to see what "
+                               "it is")
+    if frame.get("host_ns") is not None and frame["host_ns"].any():
+        return head + ("the GPU sat idle with no kernel queued and no host op gpuscope "
+                       "recognises: profile with with_stack=True, or mark your own code with "
+                       "torch.profiler.record_function, to see what the host did")
+    return head + ("the training thread ran no op in it (Python between ops, sleeping, or waiting "
+                   "for a core): profile with with_stack=True, or mark your own code with "
+                   "torch.profiler.record_function, to see what it did")
 
 
 def secondary_labels(steps: pd.DataFrame, min_share: float) -> set[str]:
