@@ -152,6 +152,70 @@ def test_the_sink_samples_once_per_flush_and_the_reader_tables_it():
     assert t["device_peak_bytes"].isna().all()  # not sampled: unknown, not 0
 
 
+def test_the_sink_samples_each_young_step_then_once_per_flush():
+    """The run's first steps are sampled one by one (a leak is named within 40 steps whatever
+    the flush interval), then one sample per flush; the device gets a window per sample, from
+    the step after the previous one; the reader tables them, and an older file's single device
+    window still reads."""
+
+    class FakeDevice:
+        def __init__(self):
+            self.peak = 10
+
+        def stats(self):
+            self.peak += 1
+            return {"allocated_bytes.all.peak": self.peak, "reserved_bytes.all.peak": 50,
+                    "num_alloc_retries": 0, "num_ooms": 0}
+
+        def reset_peaks(self):
+            pass
+
+    sink = Memory(FakeRss(list(range(100, 200))), FakeDevice(), young=3)
+    for step in range(3):
+        sink.step_end(step)
+    assert sink.young == 0
+    sink.rows([[0], [1], [2], [3], [4]])
+    first = sink.meta(final=False)
+    assert first["memory"]["steps"] == [0, 1, 2, 4] and first["memory"]["rss_bytes"] == [
+        100, 101, 102, 103]
+    assert [w[:3] for w in first["memory"]["device"]] == [[0, 0, 11], [1, 1, 12], [2, 2, 13],
+                                                          [3, 4, 14]]
+    sink.rows([[5], [6]])
+    second = sink.meta(final=True)
+    assert second["memory"]["steps"] == [6] and second["memory"]["device"][0][:2] == [5, 6]
+    assert memory_ok(first["memory"]) and memory_ok(second["memory"])
+    t = memory_frame([(0, [first["memory"], second["memory"]])])
+    assert t["step"].tolist() == [0, 1, 2, 4, 6]
+    assert t["device_first_step"].tolist() == [0, 1, 2, 3, 5]
+    old = {"steps": [9], "rss_bytes": [7], "device": [8, 9, 20, 50, 0, 0]}
+    assert memory_ok(old) and memory_frame([(0, [old])])["device_peak_bytes"].tolist() == [20]
+
+
+def test_a_recording_samples_every_young_step_whatever_its_flush():
+    """With the defaults (a flush every 64 steps or second), a 30-step run gets a sample after
+    every step (it got one or two, which told no growth)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        with gpuscope.record(d, telemetry=False, flush_s=3600) as rec:
+            for _ in rec.data(range(30)):
+                rec.step()
+        steps = read_path(d).memory["step"].tolist()
+    assert steps == list(range(30))
+
+
+def test_too_few_samples_tell_no_growth_either_way():
+    """Two samples a rank: the growth is unknown (rate and growing null, said so), never 'not
+    growing'."""
+    found = mem.memory_findings(_table({0: [900 * MiB, 1000 * MiB]}), _ranks(1), {0: 0}, 0.1)
+    (s,) = found.series
+    assert s.growing is None and s.rate_bytes_per_step is None
+    section = mem.report_section(found)
+    assert section["series"][0]["growing"] is None
+    assert section["series"][0]["rate_bytes_per_step"] is None
+    assert not any(f["kind"] == "growth" for f in found.findings)
+
+
 def test_host_capacity_takes_a_cgroup_limit_below_the_host(tmp_path):
     meminfo = tmp_path / "meminfo"
     meminfo.write_text("MemTotal:       16384000 kB\nMemFree: 1 kB\n")
@@ -226,7 +290,9 @@ def _run(tmp_path, *args):
 @pytest.mark.slow
 def test_real_two_rank_leak_is_named_with_its_rate(tmp_path):
     """Rank 1 keeps 8 MiB of activations alive every step (a list never freed, as in the
-    issue); the report names rank 1 alone, at the rate the loop's own /proc readings give."""
+    issue); the report names rank 1 alone within 40 steps, with the recorder's defaults (one
+    flush per 64 steps or second: two samples per rank once said 'not growing'), at the rate
+    the loop's own /proc readings give."""
     out, proc = _run(tmp_path, "--leak-rank", "1", "--leak-mb", "8", "--steps", "40")
     assert proc.returncode == 0, proc.stderr[-3000:]
     rep = gpuscope.analyze(str(out))
@@ -241,7 +307,7 @@ def test_real_two_rank_leak_is_named_with_its_rate(tmp_path):
     assert growth[0]["forecast_steps"] > 0
     table = read_path(str(out))
     assert set(table.memory["rank"]) == {0, 1}
-    assert len(table.memory) == 2 * 10  # a sample per flush of 4 steps
+    assert len(table.memory) == 2 * 40  # every one of the run's young steps
 
 
 @pytest.mark.slow

@@ -1,8 +1,8 @@
 """The recorder's memory records (record/memory.py) read into one table, checked on the way.
 
 `RunTable.memory` has one row per (rank, step) where something was sampled (MEMORY_COLUMNS).
-Recorded runs: the step that closed a flush, with the process's resident set then, and the
-device's peaks over the steps since the previous sample (`device_first_step` .. `step`) with the
+Recorded runs: each of the run's young steps and the step that closed each flush after them, with
+the process's resident set then, and the device's peaks over the steps since the previous sample (`device_first_step` .. `step`) with the
 allocator's running totals of retries and OOMs. Profiler traces with profile_memory=True
 (readers/kineto/memory_steps.py): every profiled step, the device allocator's peaks in it and
 the CPU allocator's (`host_alloc_bytes`). What was not sampled is NaN, never 0.
@@ -31,9 +31,18 @@ def memory_ok(m) -> bool:
             and all(is_int(b, 0, MAX_BYTES) for b in rss)):
         return False
     dev = m.get("device")
-    return dev is None or (isinstance(dev, list) and len(dev) == 6
-                           and all(is_int(v, 0, MAX_STEP) for v in dev[:2]) and dev[0] <= dev[1]
-                           and all(is_int(v, 0, MAX_BYTES) for v in dev[2:]))
+    return dev is None or (isinstance(dev, list) and all(
+        isinstance(w, list) and len(w) == 6 and all(is_int(v, 0, MAX_STEP) for v in w[:2])
+        and w[0] <= w[1] and all(is_int(v, 0, MAX_BYTES) for v in w[2:])
+        for w in device_windows(m)))
+
+
+def device_windows(m: dict) -> list:
+    """A memory record's device windows: a list of them, or one (older files)."""
+    dev = m.get("device")
+    if not dev:
+        return []
+    return dev if isinstance(dev[0], list) else [dev]
 
 
 def capacity_of(header: dict) -> dict:
@@ -52,8 +61,7 @@ def memory_frame(parts: list[tuple[int, list[dict]]]) -> pd.DataFrame | None:
         for m in records:
             for s, b in zip(m.get("steps", []), m.get("rss_bytes", [])):
                 by_step.setdefault(s, [rank, s, b] + [np.nan] * 6)[2] = b
-            dev = m.get("device")
-            if dev is not None:
+            for dev in device_windows(m):
                 row = by_step.setdefault(dev[1], [rank, dev[1], np.nan] + [np.nan] * 6)
                 row[3:8] = dev[0], *dev[2:]
         rows += [by_step[s] for s in sorted(by_step)]

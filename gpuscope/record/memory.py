@@ -1,19 +1,23 @@
 """Memory as the run goes: the process's resident set, and on CUDA the caching allocator's
-peaks, retries and out-of-memory errors, sampled at every flush (every `flush_rows` steps or
-`flush_s` seconds: a long run gets thousands of samples, and the step path pays nothing).
+peaks, retries and out-of-memory errors: after every one of the run's first YOUNG_STEPS steps,
+then at every flush (every `flush_rows` steps or `flush_s` seconds: a long run gets thousands of
+samples, and the step path pays nothing once the run is past its young steps).
 
-Why not every step: reading /proc/self/statm costs ~1.5 us alone, but inside a recording it
-releases the GIL to another thread (the writer's, NVML's), and the step then waits to have
-it back (+5 us per step measured); `torch.cuda.memory_stats` builds a dict of some hundred
-entries. At a flush both are one read for many steps. The device's peaks are reset after
-each read: each sample holds the peak over its window. One side record per flush::
+Every step while the run is young: a run that keeps 8 MB more every step is to be named within
+its first 40 steps, which one sample per flush (two in a 40-step run) cannot do. Not every step
+all run long: reading /proc/self/statm costs ~1.5 us alone, but inside a recording it releases
+the GIL to another thread (the writer's, NVML's), and the step then waits to have it back (+5 us
+per step measured); `torch.cuda.memory_stats` builds a dict of some hundred entries. At a flush
+both are one read for many steps. The device's peaks are reset after each read: each sample
+holds the peak over its window. One side record per flush, with the samples since the last::
 
-    {"memory": {"steps": [27], "rss_bytes": [...],
-                "device": [first_step, last_step, peak_allocated, peak_reserved,
-                           alloc_retries, ooms]}}
+    {"memory": {"steps": [25, 26, 27], "rss_bytes": [...],
+                "device": [[first_step, last_step, peak_allocated, peak_reserved,
+                            alloc_retries, ooms], ...]}}
 
-`steps` is the window's last step (the resident set as it closed); retries and OOMs are the
-allocator's running totals. What a machine can hold goes into the record header once
+`steps` are the sampled steps (the resident set as each closed); a device window runs from the
+step after the previous one to its sample; retries and OOMs are the allocator's running totals.
+(Older files hold one device window, not a list of them.) What a machine can hold goes into the record header once
 (`memory`): the host's memory and this process's cgroup limit, the device's total.
 """
 
@@ -23,6 +27,8 @@ import os
 
 from .sinks import Sink
 
+#: the steps at the start of a run sampled one by one (after them: one sample per flush)
+YOUNG_STEPS = 64
 #: cgroup limits (v2, then v1) that cap this process's memory below the host's
 CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
 
@@ -106,30 +112,49 @@ def device_window(stats: dict) -> tuple[int, int, int, int]:
 
 
 class Memory(Sink):
-    """The memory sink: the flushed rows tell it the window's steps; `meta()` samples."""
+    """The memory sink: `step_end` samples each of the run's young steps, the flushed rows tell
+    it the steps since, and `meta()` samples the last of them and hands over what it holds."""
 
     name, off, attr = "memory probe", "memory sampling off", "_mem"
 
-    def __init__(self, rss: HostRss | None, device: CudaMemory | None = None):
+    def __init__(self, rss: HostRss | None, device: CudaMemory | None = None,
+                 young: int = YOUNG_STEPS):
         self.rss, self.device = rss, device
-        self._window: tuple[int, int] | None = None  # first and last step not yet sampled
+        self.young = young           # steps still to be sampled one by one
+        self._sampled = -1           # the last step sampled
+        self._last = -1              # the last step flushed
+        self._steps: list = []       # samples not handed over yet
+        self._rss: list = []
+        self._dev: list = []
 
-    def rows(self, rows: list) -> None:
-        if rows:
-            first = rows[0][0] if self._window is None else self._window[0]
-            self._window = (first, rows[-1][0])  # STEP_COLUMNS[0]: the step
+    def step_end(self, step: int) -> None:
+        """Step `step` closed while the run is young: sample it."""
+        self.young -= 1
+        self._sample(step)
 
-    def meta(self, final: bool) -> dict | None:
-        if self._window is None:
-            return None
-        (first, last), self._window = self._window, None
-        out: dict = {}
+    def _sample(self, step: int) -> None:
         if self.rss is not None:
-            out = {"steps": [last], "rss_bytes": [self.rss()]}
+            self._steps.append(step)
+            self._rss.append(self.rss())
         if self.device is not None:
             window = device_window(self.device.stats())
             self.device.reset_peaks()
-            out["device"] = [first, last, *window]
+            self._dev.append([min(self._sampled + 1, step), step, *window])
+        self._sampled = step
+
+    def rows(self, rows: list) -> None:
+        if rows:
+            self._last = max(self._last, rows[-1][0])  # STEP_COLUMNS[0]: the step
+
+    def meta(self, final: bool) -> dict | None:
+        if self._last > self._sampled:
+            self._sample(self._last)
+        out: dict = {}
+        if self._steps:
+            out = {"steps": self._steps, "rss_bytes": self._rss}
+        if self._dev:
+            out["device"] = self._dev
+        self._steps, self._rss, self._dev = [], [], []
         return {"memory": out} if out else None
 
     def at_error(self) -> dict:

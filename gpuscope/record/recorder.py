@@ -81,7 +81,8 @@ class Recorder:
         self._sampler = None     # nvml.Sampler
         self._dev = None         # cuda_timing.DeviceTimer when the model trains on a CUDA device
         self._dp = None          # dataparallel.DataParallelTimer for nn.DataParallel on 2+ GPUs
-        self._mem = None         # memory.Memory: the resident set after every step
+        self._mem = None         # memory.Memory: the resident set (and device peaks) it samples
+        self._mem_young = False  # the memory sink samples every step (the run's first steps)
         self._routing = None     # sinks.Routing: rows each all-to-all delivered, per step
         self._mesh_checked = False  # the model's DeviceMesh dimensions looked for (once)
         self._memory_at_error: dict = {}
@@ -298,6 +299,7 @@ class Recorder:
         if rss is not None or device is not None:
             sink = Memory(rss, device)
             self._add_sink(sink, sink)  # held for an error's post-mortem (at_error)
+            self._mem_young = sink.young > 0
         return capacity
 
     def _cuda_index(self):
@@ -590,6 +592,8 @@ class Recorder:
                     self._dp.step_end()
                 # the raw intervals only: rows are summed in batches, off the per-step path
                 self._raw.append(raw)
+                if self._mem_young:
+                    self._sample_young()
                 self.steps += 1
                 self._micro += 1
                 if opt_ran:
@@ -602,6 +606,19 @@ class Recorder:
                     self._live_exchange()
         except Exception as exc:
             self._fail("step", exc)
+
+    def _sample_young(self) -> None:
+        """One of the run's first steps closed: memory samples it (memory.YOUNG_STEPS)."""
+        mem = self._mem
+        if mem is None:
+            self._mem_young = False
+            return
+        try:
+            mem.step_end(self.steps)
+            self._mem_young = mem.young > 0
+        except Exception as exc:
+            self._mem_young = False
+            self._sink_failed(mem, exc)
 
     def _count_flops(self) -> None:
         """Stop counting as the counted micro-step closes, or start as micro-step `at` begins

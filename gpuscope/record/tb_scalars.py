@@ -31,10 +31,10 @@ class ScalarWriter:
         """A memory sample (record/memory.py): MiB at the window's last step."""
         for step, rss in zip(m.get("steps", []), m.get("rss_bytes", [])):
             self._w.add_scalar("gpuscope/memory_resident_mib", rss / 2**20, step)
-        dev = m.get("device")
-        if dev:
-            self._w.add_scalar("gpuscope/memory_device_peak_mib", dev[2] / 2**20, dev[1])
-            self._w.add_scalar("gpuscope/memory_device_reserved_mib", dev[3] / 2**20, dev[1])
+        dev = m.get("device") or []
+        for w in dev if dev and isinstance(dev[0], list) else [dev] if dev else []:
+            self._w.add_scalar("gpuscope/memory_device_peak_mib", w[2] / 2**20, w[1])
+            self._w.add_scalar("gpuscope/memory_device_reserved_mib", w[3] / 2**20, w[1])
 
     def close(self) -> None:
         self._w.close()

@@ -385,7 +385,8 @@ def _memory(report: ReportData, console: Console) -> None:
             continue
         cells = "; ".join(f"rank {s['rank']} {_mib(s['first_bytes'])} -> {_mib(s['last_bytes'])}"
                           + (f" ({s['rate_bytes_per_step'] / 2**20:+.1f} MiB/step)"
-                             if s["growing"] else "") for s in ss[:8])
+                             if s["growing"] else f" (growth unknown: {s['points']} sample(s))"
+                             if s["growing"] is None else "") for s in ss[:8])
         more = f"; {len(ss) - 8} more rank(s)" if len(ss) > 8 else ""
         console.print(Text(f"\nMemory ({what}, analysed steps): {cells}{more}"))
     for f in mem.get("findings", []):

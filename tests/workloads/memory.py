@@ -7,7 +7,7 @@
 frees (as a loop that appends outputs for logging would). --oom-rank: at step `--oom-at` that
 rank asks the CPU allocator for 1 PiB, a real allocation failure raised in the loop. Each rank
 writes DIR/loop-rank<r>.json: its own reading of its resident set (VmRSS, /proc/self/status)
-after every step, beside gpuscope's (a sample per flush of 4 steps).
+after every step, beside gpuscope's (a sample after each of the run's first 64 steps).
 """
 
 import argparse
@@ -44,7 +44,7 @@ opt = torch.optim.SGD(model.parameters(), lr=0.01)
 x, y = torch.randn(32, 256), torch.randint(0, 10, (32,))
 kept, steps, rss = [], [], []
 try:
-    with gpuscope.record(args.run_dir, model=model, flush_rows=4) as rec:
+    with gpuscope.record(args.run_dir, model=model) as rec:  # the defaults: 64-step flushes
         for i in rec.data(range(args.steps)):
             if rank == args.oom_rank and i == args.oom_at:
                 torch.empty(1 << 50, dtype=torch.uint8)  # raises: the allocator cannot

@@ -55,13 +55,13 @@ class Series:
     first_bytes: float
     last_bytes: float
     peak_bytes: float
-    rate_bytes_per_step: float  # Theil-Sen slope (0 when too few points)
+    rate_bytes_per_step: float | None  # Theil-Sen slope (None: too few points to tell)
     noise_bytes: float          # scatter around the line (1.4826 x MAD)
-    growing: bool
+    growing: bool | None        # None: too few points to tell, never "not growing"
 
     @property
     def growth_bytes(self) -> float:
-        return self.rate_bytes_per_step * max(self.points - 1, 0)
+        return (self.rate_bytes_per_step or 0.0) * max(self.points - 1, 0)
 
 
 @dataclass
@@ -103,11 +103,14 @@ def series(mem: pd.DataFrame, column: str, kind: str, firsts: dict) -> list[Seri
         x, y = g["step"].to_numpy(float), g[column].to_numpy(float)
         if not len(y):
             continue
-        rate, noise = theil_sen(x, y) if len(y) >= MIN_POINTS else (0.0, 0.0)
+        if len(y) < MIN_POINTS:  # too few samples to tell growth: unknown, not "no growth"
+            out.append(Series(int(rank), kind, len(y), float(y[0]), float(y[-1]),
+                              float(y.max()), None, 0.0, None))
+            continue
+        rate, noise = theil_sen(x, y)
         span = rate * (x[-1] - x[0])
-        growing = (len(y) >= MIN_POINTS and span >= GROWTH_MIN_BYTES
-                   and span >= NOISE_TIMES * noise and y[-1] - y[0] >= 0.5 * span
-                   and spread_out(y, span))
+        growing = (span >= GROWTH_MIN_BYTES and span >= NOISE_TIMES * noise
+                   and y[-1] - y[0] >= 0.5 * span and spread_out(y, span))
         out.append(Series(int(rank), kind, len(y), float(y[0]), float(y[-1]), float(y.max()),
                           rate, noise, bool(growing)))
     return out
@@ -309,7 +312,8 @@ def report_section(found: MemoryFindings) -> dict:
     return {"series": [{"rank": s.rank, "memory": s.kind, "points": s.points,
                         "first_bytes": int(s.first_bytes), "last_bytes": int(s.last_bytes),
                         "peak_bytes": int(s.peak_bytes),
-                        "rate_bytes_per_step": round(s.rate_bytes_per_step, 1),
+                        "rate_bytes_per_step": (None if s.rate_bytes_per_step is None
+                                                else round(s.rate_bytes_per_step, 1)),
                         "growing": s.growing} for s in found.series],
             "findings": found.findings}
 
