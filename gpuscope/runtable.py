@@ -18,6 +18,10 @@ DETAIL_COLUMNS = ("forward_ns", "backward_ns", "optimizer_ns", "n_comm", "data_c
 KEY_COLUMNS = ("rank", "step", "start_ns")
 #: the long table of collectives per step: key = "kind:group"
 COMM_COLUMNS = ("rank", "step", "key", "comm_ns", "exposed_ns", "count")
+#: an optional column of the collectives table: the part of exposed_ns that synchronized
+#: gradients (traces mark it by when it was issued; without it, grad_sync_exposed() judges by
+#: the key: the recorder's DDP tail, FSDP's reduce-scatters)
+GRADS_COLUMN = "grads_exposed_ns"
 
 
 @dataclass

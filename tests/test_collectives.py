@@ -27,8 +27,10 @@ def test_the_table_names_kinds_as_the_recorder_does():
     t = comm_table({0: [(1, ("0", "allreduce"), 5, 9, 4), (1, ("0", "allreduce"), 3, 12, 1),
                         (1, ("", "gloo:_allgather_base"), 2, 14, 2)]})
     assert t.to_dict("records") == [
-        {"rank": 0, "step": 1, "key": "all_gather:", "comm_ns": 2, "exposed_ns": 2, "count": 1},
-        {"rank": 0, "step": 1, "key": "all_reduce:0", "comm_ns": 8, "exposed_ns": 5, "count": 2}]
+        {"rank": 0, "step": 1, "key": "all_gather:", "comm_ns": 2, "exposed_ns": 2, "count": 1,
+         "grads_exposed_ns": 0},
+        {"rank": 0, "step": 1, "key": "all_reduce:0", "comm_ns": 8, "exposed_ns": 5, "count": 2,
+         "grads_exposed_ns": 0}]
     assert comm_table({0: [], 1: []}) is None
 
 

@@ -303,3 +303,21 @@ def test_collectives_of_one_kind_that_overlap_are_counted_once(tmp_path):
     assert comm.loc[comm["step"] == 1, "count"].sum() == 2
     rep = gpuscope.analyze(str(path), skip=0)
     assert rep.ranks[0].comm_by_kind["all_reduce"] <= rep.ranks[0].comm_ns + 1
+
+
+def test_collectives_issued_between_backward_and_the_optimizer_are_gradient_sync(tmp_path):
+    """DDP's bucket all-reduce is issued inside backward (a CPU trace: on the training thread,
+    between autograd's functions); the loop's own all-reduce of its metrics after the optimizer
+    step. Both on the default group: only the first is gradient synchronization, the part of
+    the exposed time that syncing less often saves."""
+    events = [X("ProfilerStep#1", 0, 3000), X("ProfilerStep#2", 3000, 100),
+              X("aten::mm", 0, 500),
+              X("autograd::engine::evaluate_function: MmBackward0", 500, 400),
+              X("c10d::allreduce_", 900, 300), X("gloo:all_reduce", 900, 300, tid=2),
+              X("Optimizer.step#SGD.step", 1200, 300),
+              X("c10d::allreduce_", 1500, 1000), X("gloo:all_reduce", 1500, 1000, tid=2)]
+    path = _write(tmp_path, events)
+    comm = read_path(path).comm
+    one = comm[comm["step"] == 1]
+    assert one["exposed_ns"].sum() == 1300 * US
+    assert one["grads_exposed_ns"].sum() == 300 * US

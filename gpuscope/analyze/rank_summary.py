@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from ..results import RankResult
-from ..runtable import RunTable, key_parts
+from ..runtable import GRADS_COLUMN, RunTable, key_parts, mask_of
 from ..vocab import COMPUTE_PHASES, PARTS
 from .rowgroups import PerRank, in_analysed
 
@@ -45,6 +45,35 @@ def comm_by_kind(table: RunTable, frame: pd.DataFrame, mapping,
             out.setdefault(rank, {})[names[k]] = float(total[c]) / int(n_steps[rank])
         outs.append(out)
     return outs
+
+
+#: the recorder's keys of gradient synchronization: DDP's backward tail, FSDP's reduce-scatters
+GRAD_GROUPS, GRAD_KINDS = ("ddp",), ("reduce_scatter",)
+
+
+def grad_sync_share(table: RunTable, frame: pd.DataFrame, mapping) -> float | None:
+    """The share of the analysed steps' exposed communication (collectives table) that
+    synchronized gradients: what syncing less often can save, where the loop's own collectives
+    (metrics, an EMA, a sampler's all-gather) stay. Traces mark it by when each collective was
+    issued (GRADS_COLUMN); a record by its key (the DDP tail, FSDP's reduce-scatters). None
+    without a collectives table."""
+    comm = table.comm
+    if comm is None or comm.empty:
+        return None
+    hit, _ = in_analysed(frame, mapping, comm["rank"].to_numpy(np.int64),
+                         comm["step"].to_numpy(np.int64))
+    exposed = comm["exposed_ns"].to_numpy(np.float64)[hit]
+    total = float(exposed.sum())
+    if total <= 0:
+        return None
+    if GRADS_COLUMN in comm:
+        grads = comm[GRADS_COLUMN].to_numpy(np.float64)[hit]
+    else:
+        kind, group = key_parts(comm)
+        mask = (mask_of(group, lambda g: g in GRAD_GROUPS)
+                | mask_of(kind, lambda k: k in GRAD_KINDS))[hit]
+        grads = np.where(mask, exposed, 0.0)
+    return float(min(grads.sum() / total, 1.0))
 
 
 def summarize_ranks(table: RunTable, frame: pd.DataFrame, telemetry: dict,

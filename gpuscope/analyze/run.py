@@ -44,7 +44,7 @@ from .bottlenecks.pipeline import suggest_pipeline, summarize_pipeline
 from .invariants import bound_suggestions, enforce_parts, violations
 from .layout import Layout, find_layout, split_bubble
 from .prepare import prepare
-from .rank_summary import comm_by_kind, summarize_ranks
+from .rank_summary import comm_by_kind, grad_sync_share, summarize_ranks
 from .routing import routing_section
 from .rowgroups import PerRank
 from .stragglers import find_stragglers
@@ -208,7 +208,8 @@ def suggest_all(a: Analysis) -> None:
     a.findings = Findings(a.frame, a.labels, a.th, a.knobs, a.stragglers, a.roles.early,
                           share_of_time(a.steps, "data_share"), a.jitter,
                           {k: float(np.mean([r.get(k, 0.0) for r in exposed.values()]))
-                           for k in kinds}, a.micro, a.growth, a.routing)
+                           for k in kinds}, a.micro, a.growth, a.routing,
+                          grad_sync_share(a.table, a.frame, a.mapping))
     a.typical = typical_step(a.frame)
     made, a.why_not = suggest(a.findings, a.typical)
     a.suggestions = list(made)

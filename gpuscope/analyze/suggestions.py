@@ -35,7 +35,8 @@ def suggest(found: Findings, t: TypicalStep | None = None
         data, why_not[DATA] = suggest_data(t, knobs, th)
         out += data
     if COMM in labels:
-        out += suggest_comm(t, knobs, th, found.exposed_by_kind, found.micro, found.growth)
+        out += suggest_comm(t, knobs, th, found.exposed_by_kind, found.micro, found.growth,
+                            found.grad_share)
         if t.transfer <= 0:
             why_not[COMM] = ("comm-bound steps are a minority: the typical step has no exposed "
                              "transfer, so no change to how often gradients sync is suggested")

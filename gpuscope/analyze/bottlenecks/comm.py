@@ -32,9 +32,12 @@ def _global_batch(knobs: dict, micro: int, accum: int) -> str:
 
 def suggest_comm(t: TypicalStep, knobs: dict, th: Thresholds,
                  exposed_by_kind: dict | None = None, micro: whatif.MicroSteps | None = None,
-                 growth: dict | None = None) -> list[Suggestion]:
+                 growth: dict | None = None, grad_share: float | None = None
+                 ) -> list[Suggestion]:
     """Sync gradients less often, or do more work per sync, from measured transfer and compute;
-    for FSDP, the all-gathers apart."""
+    for FSDP, the all-gathers apart. `grad_share`: the part of the exposed communication that
+    synchronized gradients (rank_summary.grad_sync_share; None: all but the all-gathers): only
+    that part is what syncing less often saves, the loop's own collectives stay."""
     out: list[Suggestion] = []
     T, rest = t.transfer, max(t.step - t.transfer, 1.0)
     if T <= 0:
@@ -42,7 +45,9 @@ def suggest_comm(t: TypicalStep, knobs: dict, th: Thresholds,
     by_kind = exposed_by_kind or {}
     total = sum(by_kind.values())
     gather = T * by_kind.get("all_gather", 0.0) / total if total > 0 else 0.0
-    grads = T - gather  # the part that gradient accumulation avoids (all-reduce/reduce-scatter)
+    # the part that gradient accumulation avoids (DDP's all-reduce, FSDP's reduce-scatter)
+    grads = T * grad_share if grad_share is not None else T - gather
+    own = max(T - gather - grads, 0.0)  # the loop's own collectives: every micro-step still
     cur = max(1, t.sync_interval)
     bs = knobs.get("batch_size")
     micro = micro if micro is not None and micro.synced is not None else None
@@ -87,10 +92,12 @@ def suggest_comm(t: TypicalStep, knobs: dict, th: Thresholds,
             proposed = f"accumulation {k * cur}"
             what = (f"the run accumulates {cur} micro-steps per optimizer step; {k * cur} would "
                     f"bring it under {th.comm_target:.0%} ({how})")
+        others = (f"; the loop's own collectives ({own / MS:.1f} ms exposed per step) stay in "
+                  "every micro-step" if own >= 0.05 * T else "")
         out.append(Suggestion(
             "sync_frequency", current, proposed, e.ms / MS,
             f"{grads / MS:.1f} ms of each {t.step / MS:.1f} ms step is exposed gradient "
-            f"synchronization that compute does not hide; {what}{batch} (scale the learning "
+            f"synchronization that compute does not hide; {what}{others}{batch} (scale the learning "
             f"rate or steps accordingly); assumes: {e.assumes}", COMM, gain(t.step, e.ms),
             ms_range(e)))
     if gather > 0:

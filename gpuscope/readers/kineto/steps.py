@@ -166,6 +166,12 @@ def rank_rows(ev: RankEvents, rank: int, drop: frozenset = frozenset()):
                for name, subs in (("forward_ns", (FORWARD, MICROBATCH)),
                                   ("backward_ns", (BACKWARD,)), ("optimizer_ns", (OPTIMIZER,)))}
     micro_r = Ranges(ev, OP, main & (ev.host_sub == MICROBATCH))
+    # gradient synchronization: a collective issued from the start of a step's backward (any
+    # thread: on a GPU it runs on autograd's own) until its optimizer step begins, as DDP's
+    # buckets, FSDP's reduce-scatters and a loop's own gradient averaging are; the loop's
+    # other collectives (metrics, an EMA) are not what syncing less often saves
+    bwd_any = Ranges(ev, OP, ev.host_sub == BACKWARD)
+    opt_any = Ranges(ev, OP, ev.host_sub == OPTIMIZER)
     if gpu:
         launched, found = launch_times(ev)
         dev = device_windows(ev, windows, launched, found)
@@ -208,6 +214,7 @@ def rank_rows(ev: RankEvents, rank: int, drop: frozenset = frozenset()):
             continue
         n_before = len(colls)
         lo, hi = dev[i] if gpu else (host_lo, host_hi)
+        grads_of = grad_span(bwd_any, opt_any, host_lo, host_hi)
         step_ns = hi - lo
         data_set, _ = data_r.window(lo, hi)
         if gpu:  # everything the device did inside the step's device window
@@ -229,15 +236,20 @@ def rank_rows(ev: RankEvents, rank: int, drop: frozenset = frozenset()):
             sel = dev_order[np.searchsorted(launched_sorted, host_lo, "left"):
                             np.searchsorted(launched_sorted, host_hi, "left")]
             sel = np.sort(sel)  # in trace order, as a mask would give them
+            sel = sel[(ev.dev_kind[sel] == COMM) & ~dev_p2p[sel]]
             insts = [(ev.dev_coll[j], int(ev.dev_start[j]), int(ev.dev_end[j]))
-                     for j in sel[(ev.dev_kind[sel] == COMM) & ~dev_p2p[sel]].tolist()]
+                     for j in sel.tolist()]
+            grads = [grads_of(int(t)) for t in launched[sel].tolist()]
             _, hsel = comm_r.window(host_lo, host_hi)
             hsel = hsel[ev.host_start[hsel] >= host_lo]  # each in the step it started in
+            hsel = np.sort(hsel[~host_p2p[hsel]])
             insts += [(ev.host_coll[j], int(ev.host_start[j]), int(ev.host_end[j]))
-                      for j in np.sort(hsel[~host_p2p[hsel]]).tolist()]
+                      for j in hsel.tolist()]
+            grads += [grads_of(int(t)) for t in ev.host_start[hsel].tolist()]
             add_collectives(colls, sid, insts,
                             lambda u: spans.length(spans.subtract(
-                                u, spans.window(comp_all, int(u[0][0]), int(u[1][-1])))))
+                                u, spans.window(comp_all, int(u[0][0]), int(u[1][-1])))),
+                            grads=grads)
         else:
             ops, _ = ops_r.window(lo, hi)
             comm, csel = comm_r.window(lo, hi)
@@ -264,8 +276,10 @@ def rank_rows(ev: RankEvents, rank: int, drop: frozenset = frozenset()):
             else:
                 busy = ops
             csel = csel[ev.host_start[csel] >= lo]  # each collective in the step it started in
+            csel = np.sort(csel[~host_p2p[csel]])
             insts = [(ev.host_coll[j], int(ev.host_start[j]), int(ev.host_end[j]))
-                     for j in np.sort(csel[~host_p2p[csel]]).tolist()]
+                     for j in csel.tolist()]
+            grads = [grads_of(int(t)) for t in ev.host_start[csel].tolist()]
             gaps = pending_gaps((np.array([lo], np.int64), np.array([hi], np.int64)),
                                 spans.union(ops, data_set), insts,
                                 issue_r.window(lo, hi)[0][0])
@@ -284,7 +298,7 @@ def rank_rows(ev: RankEvents, rank: int, drop: frozenset = frozenset()):
             host_ns = 0
             bubble_ns = spans.overlap(p2p_r.window(lo, hi)[0], exposed)
             add_collectives(colls, sid, insts, lambda u, x=exposed: spans.overlap(u, x),
-                            blocks=_blocks(waiting, blocked) + _blocks(gaps, gaps))
+                            blocks=_blocks(waiting, blocked) + _blocks(gaps, gaps), grads=grads)
         data_ns = min(data_ns, step_ns)
         exposed_ns = max(0, min(exposed_ns, step_ns - data_ns))
         compute_ns = max(0, min(compute_ns, step_ns - data_ns - exposed_ns))
@@ -359,9 +373,25 @@ def _blocks(waiting, blocked) -> list:
     return out
 
 
-def add_collectives(colls: list, sid: int, insts: list, exposed_of, blocks=()) -> None:
+def grad_span(bwd, opt, lo: int, hi: int):
+    """Whether a collective issued at t synchronizes gradients: from the first backward range
+    of the step's host window [lo, hi) until its first optimizer range after that (the window's
+    end without one); never without a backward in the window."""
+    (bs, _), _ = bwd.window(lo, hi)
+    if not bs.size:
+        return lambda t: False
+    start = int(bs[0])
+    (os_, _), _ = opt.window(start, hi)
+    later = os_[os_ > start]
+    end = int(later[0]) if later.size else hi
+    return lambda t: start <= t < end
+
+
+def add_collectives(colls: list, sid: int, insts: list, exposed_of, blocks=(),
+                    grads=None) -> None:
     """Append one step's collective instances (key, start, end) to `colls` as (step, key,
-    dur_ns, end_ns, exposed_ns). The time and the exposed time of a key are those of the union
+    dur_ns, end_ns, exposed_ns, grads_exposed_ns); `grads`: per instance, whether it
+    synchronizes gradients (grad_span), whose exposed time, per key, is the last field. The time and the exposed time of a key are those of the union
     of its instances in the step (`exposed_of(merged spans)`), carried by its first instance:
     gloo runs two buckets' all-reduces at once on two threads, and summing them would count the
     time they overlap twice (an all_reduce total of 250 ms in a 223 ms step). `blocks`: the spans of collective calls the training thread
@@ -378,16 +408,27 @@ def add_collectives(colls: list, sid: int, insts: list, exposed_of, blocks=()) -
         key = next((k for k, _, e_ in insts if e_ > a), None)
         if key is not None:
             by_key[key] += list(zip(part[0].tolist(), part[1].tolist()))
-    exposed, length = {}, {}
+    exposed, length, grad_exposed = {}, {}, {}
     for key, ab in by_key.items():
         arr = np.array(ab, dtype=np.int64)
         union = spans.merge(arr[:, 0], arr[:, 1])  # instances of no length drop out
         exposed[key] = int(exposed_of(union)) if union[0].size else 0
+    grads = grads if grads is not None else [False] * len(insts)
     for key in {k for k, _, _ in insts}:  # the instances' own time, overlaps counted once
         arr = np.array([(a, b) for k, a, b in insts if k == key], dtype=np.int64)
         length[key] = spans.length(spans.merge(arr[:, 0], arr[:, 1]))
+        mine = [g for (k, _, _), g in zip(insts, grads) if k == key]
+        if all(mine):  # the key's exposed time, blocks included, is gradient sync
+            grad_exposed[key] = exposed[key]
+        elif any(mine):  # some of its instances: theirs alone
+            arr = np.array([(a, b) for (k, a, b), g in zip(insts, grads) if k == key and g],
+                           dtype=np.int64)
+            union = spans.merge(arr[:, 0], arr[:, 1])
+            grad_exposed[key] = min(int(exposed_of(union)) if union[0].size else 0,
+                                    exposed[key])
     for key, a, b in insts:
-        colls.append((sid, key, length.pop(key, 0), b, exposed.pop(key, 0)))
+        colls.append((sid, key, length.pop(key, 0), b, exposed.pop(key, 0),
+                      grad_exposed.pop(key, 0)))
 
 
 def leaf_ops(ev: RankEvents, main: np.ndarray) -> np.ndarray:
