@@ -13,6 +13,7 @@ from __future__ import annotations
 from . import analyze as _analyze_package  # noqa: F401  (empty __init__: see above)
 from .errors import GpuscopeError, InputError, TraceFormatError
 from .record.options import RecordOptions
+from .record.profiler_facts import host_facts
 from .record.recorder import Recorder, record
 from .report import Report
 from .thresholds import Thresholds
@@ -35,5 +36,5 @@ def analyze(path, *, thresholds: Thresholds | dict | str | None = None,
     return analyze_table(read_path(path), thresholds, skip=skip)
 
 
-__all__ = ["record", "Recorder", "RecordOptions", "analyze", "Report", "Thresholds", "GpuscopeError",
+__all__ = ["record", "Recorder", "RecordOptions", "host_facts", "analyze", "Report", "Thresholds", "GpuscopeError",
            "InputError", "TraceFormatError", "__version__"]

@@ -33,7 +33,7 @@ def test_data_workers_hide_the_wait_of_io_like_loading():
     assert why == "" and [s.knob for s in out] == ["num_workers"]
     (top,) = out
     assert (top.current, top.proposed) == (0, 1) and top.addresses == "data-bound"
-    assert top.estimated_step_ms == 20.5 and top.estimated_step_ms_range == (20.0, 20.5)
+    assert top.estimated_step_ms == 20.5 and top.estimated_step_ms_range == (20.5, 20.5)
     assert round(top.gain_pct, 1) == round(gain(40, 20.5), 1)
 
 

@@ -185,20 +185,56 @@ def test_verdict_is_the_label_holding_most_time():
     assert rep.verdict.confidence == "medium"  # 70% of the time
 
 
-def test_data_bound_worker_count_is_capped_by_cores_per_rank():
-    rows = balanced(5, 2, data=80, compute=20, data_cpu=80)  # CPU-bound loading
+def test_data_bound_workers_are_held_by_the_cpu_the_rank_has():
+    # CPU-bound loading: 80 ms of CPU a batch beside 20 ms of training, 4 cores per rank: 4
+    # workers hide the wait (80 / 20), but the rank's cores do 100.5 ms of CPU a step (training,
+    # loading, the hand-over) in no less than a quarter of that
+    rows = balanced(5, 2, data=80, compute=20, data_cpu=80)
     rep = verdict(rows, knobs={"num_workers": 0, "cpu_count": 8, "cpus_available": 8,
                                "local_world_size": 2})
     nw = next(s for s in rep.suggestions if s.knob == "num_workers")
-    assert nw.proposed == 4  # need 4 (80/20), 4 cores per rank
-    assert nw.estimated_step_ms == pytest.approx(20 + 0.5)  # + what a worker costs per batch
+    assert nw.proposed == 4
+    assert nw.estimated_step_ms == pytest.approx((20 + 80 + 0.5) / 4)
+    assert nw.estimated_step_ms_range[0] == pytest.approx(20 + 0.5)  # as many cores as needed
+    assert "holds the step" in nw.why and "4 CPU core(s) per rank" in nw.why
 
 
-def test_io_bound_loading_may_use_more_workers_than_cores():
+def test_io_like_loading_takes_little_cpu_so_more_workers_than_cores_pay():
+    # 80 ms of loading, 1 of it CPU, beside 10 ms of training on 1 core per rank: 8 workers
+    # (the next common count above 80 / 10) hide it; the core does 11.5 ms of CPU a step
     rows = balanced(5, 2, data=80, compute=10, data_cpu=1)
     rep = verdict(rows, knobs={"num_workers": 0, "cpu_count": 2, "local_world_size": 2})
     nw = next(s for s in rep.suggestions if s.knob == "num_workers")
-    assert nw.proposed == 4 and nw.estimated_step_ms == pytest.approx(20 + 0.5)
+    assert nw.proposed == 8 and nw.estimated_step_ms == pytest.approx(10 + 1 + 0.5)
+
+
+def test_a_trace_without_the_facts_assumes_one_core_and_says_so_and_with_them_agrees():
+    """A trace holds neither the rank's cores nor how much of loading used the CPU: without
+    the facts gpuscope.record tells a profiler beside it, the estimate takes one core per rank
+    (the least a rank has) and the loader's torch ops in the trace (a lower bound), and says
+    so (its estimate is then below the record's: the loader's Python is not in a trace); with
+    them, the same knob, value and estimate as the record of the run."""
+    from dataclasses import replace
+
+    rows = balanced(6, 2, data=35, compute=5, data_cpu=1.75)
+    knobs = {"num_workers": 0, "cpu_count": 2, "local_world_size": 2, "dataloader": True,
+             "batches_per_epoch": 30}
+    record = verdict(rows, knobs=knobs)
+    t = table_from_rows(rows, knobs={"num_workers": 0, "dataloader": True})
+    t.frame["data_cpu_ns"] = -1  # as a trace reads: unknown
+    t.frame["data_ops_ns"] = (t.frame["data_ns"] * 0.01).astype("int64")  # its ops: 1%
+    trace = analyze_table(replace(t, source="kineto"), TH0)
+    told = table_from_rows(rows, knobs={"num_workers": 0, "dataloader": True, "cpu_count": 2,
+                                        "local_world_size": 2, "data_cpu_share": 0.05,
+                                        "batches_per_epoch": 30})
+    told.frame["data_cpu_ns"] = -1
+    told = analyze_table(replace(told, source="kineto"), TH0)
+    r, k, f = (next(s for s in x.suggestions if s.knob == "num_workers")
+               for x in (record, trace, told))
+    assert "not in the trace: one per rank" in k.why and "its torch ops in the trace" in k.why
+    assert (f.proposed, round(f.estimated_step_ms, 6)) == (r.proposed, round(r.estimated_step_ms, 6))
+    assert "measured by gpuscope.record beside the profiler" in f.why
+    assert k.proposed == r.proposed and k.estimated_step_ms < r.estimated_step_ms
 
 
 def test_sync_frequency_brings_exposed_comm_under_target():

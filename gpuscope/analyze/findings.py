@@ -50,6 +50,9 @@ class TypicalStep:
     data_cpu: float | None  # CPU time of loading, None when not measured (traces)
     sync_interval: int
     host: float = 0.0    # GPU idle waiting for the host to launch (GPU traces)
+    #: traces: the part of the data wait the training thread spent in torch ops (the CPU
+    #: loading is seen to use; its Python is not in a trace); None elsewhere
+    data_ops: float | None = None
 
     @property
     def busy(self) -> float:  # time the step needs besides data
@@ -68,6 +71,7 @@ def typical_step(frame: pd.DataFrame) -> TypicalStep:
     # CPU time while loading: recorded runs measure it; traces do not (-1): unknown stays unknown
     known_cpu = "data_cpu_ns" in frame and bool((frame["data_cpu_ns"] >= 0).all())
     data_cpu = mean("data_cpu_ns") if known_cpu else None
+    data_ops = mean("data_ops_ns") if "data_ops_ns" in frame else None
     comm = mean("comm_ns")
     if "micro_steps" in frame:  # rows are optimizer steps of several micro-steps
         interval = int(np.median(frame["micro_steps"].to_numpy()))
@@ -84,7 +88,8 @@ def typical_step(frame: pd.DataFrame) -> TypicalStep:
     return TypicalStep(step, avg(data), avg(np.maximum(transfer, 0)),
                        avg(most_wait), avg(mean("compute_ns")),
                        avg(data_cpu) if data_cpu is not None else None,
-                       interval, avg(mean("host_ns")))
+                       interval, avg(mean("host_ns")),
+                       avg(data_ops) if data_ops is not None else None)
 
 
 def ms_range(e: "whatif.Estimate") -> tuple[float, float]:

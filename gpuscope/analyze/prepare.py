@@ -88,10 +88,29 @@ def prepare(a) -> None:
         frame = drop_warmup(frame, warmup, a.warnings)
         a.knobs["sync_interval"] = sync_interval(frame)
     else:
-        frame = drop_warmup(without_counted_step(frame, a.knobs), warmup, a.warnings)
+        frame = without_profiler_writes(without_counted_step(frame, a.knobs), a.table,
+                                        a.warnings)
+        frame = drop_warmup(frame, warmup, a.warnings)
         frame = estimate_wait(frame, a.warnings, a.table.comm)
         a.growth = growth(frame, a.knobs, 0)
     a.frame = frame
+
+
+def without_profiler_writes(frame, table: RunTable, warnings: list[str]):
+    """The frame less the steps in which a torch.profiler beside the recording wrote its trace
+    (the recorder notes them: profiler_trace_steps): hundreds of ms of the profiler's own work
+    between two steps, not the training's. Kept when nothing else would be left; said."""
+    drop = {(r, s) for r, info in table.ranks.items()
+            for s in info.knobs.get("profiler_trace_steps") or ()}
+    if not drop or frame.empty:
+        return frame
+    keep = ~pd.Series(list(zip(frame["rank"], frame["step"])), index=frame.index).isin(drop)
+    if keep.all() or not keep.any():
+        return frame
+    steps = sorted({s for _, s in drop})
+    warnings.append(f"step(s) {', '.join(map(str, steps[:8]))}{' ...' if len(steps) > 8 else ''}"
+                    " left out: a torch.profiler beside the recording wrote its trace in them")
+    return frame[keep.to_numpy()].reset_index(drop=True)
 
 
 def without_counted_step(frame, knobs: dict):

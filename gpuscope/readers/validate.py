@@ -59,6 +59,8 @@ def _knob_ok(key: str, v) -> bool:
     if key == "mesh_dims":
         return isinstance(v, dict) and len(v) <= 4096 and all(
             isinstance(k, str) and isinstance(x, str) for k, x in v.items())
+    if key == "profiler_trace_steps":
+        return isinstance(v, list) and len(v) <= 64 and all(is_int(x, 0, 1 << 53) for x in v)
     if key == "dp_devices":
         return isinstance(v, list) and all(isinstance(x, str) for x in v)
     # knobs no analysis reads (shown as they are): any JSON scalar, or a short list of them

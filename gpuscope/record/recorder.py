@@ -83,6 +83,10 @@ class Recorder:
         self._dp = None          # dataparallel.DataParallelTimer for nn.DataParallel on 2+ GPUs
         self._mem = None         # memory.Memory: the resident set (and device peaks) it samples
         self._mem_young = False  # the memory sink samples every step (the run's first steps)
+        self._profiling = None   # torch's "a profiler records now" (profiler_facts.py)
+        self._was_profiling = False  # ... as the previous step closed
+        self._trace_steps: list[int] = []  # steps in which a profiler wrote its trace
+        self._data_ns = self._data_cpu_ns = 0  # the flushed micro-steps' data wait, its CPU
         self._routing = None     # sinks.Routing: rows each all-to-all delivered, per step
         self._mesh_checked = False  # the model's DeviceMesh dimensions looked for (once)
         self._memory_at_error: dict = {}
@@ -226,6 +230,9 @@ class Recorder:
         self._hooks = Hooks(self._state, self.model, self._time_optimizer)
         self._closing("hooks", "_hooks", lambda hooks, end: hooks.remove())
         self._hooks.install()
+        from .profiler_facts import profiling_probe
+
+        self._profiling = profiling_probe()
         self.warnings += self._hooks.warnings
         if self._hooks.collectives is not None:
             routing = Routing()
@@ -594,6 +601,8 @@ class Recorder:
                 self._raw.append(raw)
                 if self._mem_young:
                     self._sample_young()
+                if self._profiling is not None:
+                    self._watch_profiler()
                 self.steps += 1
                 self._micro += 1
                 if opt_ran:
@@ -606,6 +615,31 @@ class Recorder:
                     self._live_exchange()
         except Exception as exc:
             self._fail("step", exc)
+
+    def _watch_profiler(self) -> None:
+        """While a torch.profiler records, tell its trace the facts it cannot hold; the step
+        after its recording stopped is the one it wrote (exported) its trace in: noted as a
+        knob, so that the analysis leaves out what the profiler cost, not the training."""
+        on = self._profiling()
+        if on:
+            self._tell_profiler()
+        elif self._was_profiling:
+            self._trace_steps.append(self.steps)
+            self._note_knobs({"profiler_trace_steps": list(self._trace_steps[-64:])})
+        self._was_profiling = on
+
+    def _tell_profiler(self) -> None:
+        """A torch.profiler records this step: its trace gets what it cannot hold itself
+        (cores, loading's CPU share, the loader's settings: profiler_facts.py)."""
+        try:
+            from . import profiler_facts
+
+            data = self._data_ns + sum(r[4] for r in self._raw)
+            cpu = self._data_cpu_ns + sum(r[5] for r in self._raw)
+            profiler_facts.tell(profiler_facts.facts(self._knobs, data, cpu))
+        except Exception as exc:
+            self._profiling = None
+            self.warnings.append(f"facts not added to the profiler's trace: {exc!r}"[:300])
 
     def _sample_young(self) -> None:
         """One of the run's first steps closed: memory samples it (memory.YOUNG_STEPS)."""
@@ -641,6 +675,9 @@ class Recorder:
     def _flush_rows_now(self) -> None:
         self._note_groups()
         raw, self._raw = self._raw, []
+        for r in raw:  # Raw: data_ns, data_cpu_ns (what profiler_facts tells a trace)
+            self._data_ns += r[4]
+            self._data_cpu_ns += r[5]
         self._note_forwards(raw)
         rows = sum_steps(raw, self._t0_unix - self._t0_perf)  # start_unix: _unix(r.start)
         writer = self._writer

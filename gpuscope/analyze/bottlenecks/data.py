@@ -1,6 +1,6 @@
-"""Data-bound: the loop waits for its next batch. Suggestions: DataLoader workers (capped by
-the cores per rank and what a worker costs per batch), pinned memory, persistent workers, each
-with its estimate.
+"""Data-bound: the loop waits for its next batch. Suggestions: DataLoader workers (as many as
+hide the wait, the estimate held by the CPU the rank's cores give training and loading, and what
+a worker costs per batch), pinned memory, persistent workers, each with its estimate.
 """
 
 from __future__ import annotations
@@ -40,76 +40,118 @@ def worker_cost_ns(knobs: dict) -> float:
     return WORKER_BATCH_NS + WORKER_NS_PER_BYTE * (nbytes if isinstance(nbytes, int) else 0)
 
 
+#: worker counts proposed: the smallest of these that hides the wait (two sources of one run
+#: measure 6.9 and 7.1 workers' worth of loading: both propose 8)
+WORKER_COUNTS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
+
+
+def cores_per_rank(knobs: dict) -> tuple[int | None, str]:
+    """(CPU cores per rank, where that comes from): the cores this process may use over the
+    ranks of its host (a record's, or a trace's from gpuscope.record beside the profiler),
+    else None."""
+    cpus = knobs.get("cpus_available") or knobs.get("cpu_count")
+    if not isinstance(cpus, int) or cpus <= 0:
+        return None, ""
+    local = knobs.get("local_world_size")
+    local = local if isinstance(local, int) and local > 0 else 1
+    return max(1, cpus // local), f"{cpus} core(s) for {local} rank(s) on the host"
+
+
+def loading_cpu(t: TypicalStep, knobs: dict) -> tuple[float | None, str]:
+    """(the share of a batch's load time that uses the CPU, how it is known): measured by the
+    recorder (the training thread's CPU time while it waited), told by one beside the profiler
+    (a trace's gpuscope facts), or in a trace the torch ops inside the wait (a lower bound: the
+    loader's Python, a decoder's, is not in a trace); None when nothing says."""
+    if t.data <= 0:
+        return None, ""
+    if t.data_cpu is not None:
+        return min(t.data_cpu / t.data, 1.0), "measured"
+    told = knobs.get("data_cpu_share")
+    if isinstance(told, (int, float)) and 0 <= told <= 1:
+        return float(told), "measured by gpuscope.record beside the profiler"
+    if t.data_ops is not None:
+        return (min(t.data_ops / t.data, 1.0),
+                "its torch ops in the trace; Python work in it (a decoder) is not in a trace")
+    return None, ""
+
+
 def suggest_data(t: TypicalStep, knobs: dict, th: Thresholds) -> tuple[list[Suggestion], str]:
-    """More DataLoader workers, sized from load time per batch against the rest of the step and
-    capped by cores, when that pays for what a worker costs; else why not."""
+    """More DataLoader workers, as many as hide the data wait, with an estimate that accounts
+    for the CPU their loading takes from the rank's cores; else why not.
+
+    Steady state, workers kept across epochs: a step takes the longest of the rest of the step
+    (busy) plus what handing a batch over costs the training thread (h), a batch's load time
+    over the workers (L / W), and the CPU the rank needs over its cores, (busy + f L + h) / C,
+    f the share of loading that uses the CPU. Cores per rank and f come from the record; a
+    trace holds them only where gpuscope.record ran beside the profiler: otherwise the estimate
+    takes one core per rank (the least a rank has) and f from the trace's own ops inside the
+    wait, and says so; the range's low end is as many cores as the workers need."""
     out: list[Suggestion] = []
     if knobs.get("dataloader") is False:
         return out, (f"batches come from a {knobs.get('loader', 'plain iterable')}, not a torch "
                      "DataLoader: make loading itself faster, or move it into a DataLoader whose "
                      "worker processes load ahead")
     workers = knobs.get("num_workers")
-    cpus = knobs.get("cpus_available") or knobs.get("cpu_count")
-    cores_known = isinstance(cpus, int) and cpus > 0  # a trace does not record them
-    per_rank = (max(1, cpus // max(1, int(knobs.get("local_world_size") or 1))) if cores_known
-                else None)
     cur = int(workers) if isinstance(workers, int) else 0
-    cpu_known = t.data_cpu is not None
-    cpu_pct = 100 * (t.data_cpu or 0.0) / max(t.data, 1)
+    cores, cores_how = cores_per_rank(knobs)
     if cur == 0:
         load = t.data  # loading runs in the training process: each batch costs its full load time
-        io_bound = cpu_known and t.data_cpu < 0.5 * t.data
+        f, f_how = loading_cpu(t, knobs)
     else:
         load = cur * t.step  # steady state: `cur` workers deliver one batch per step
-        io_bound = False
-    cap = (per_rank * 4 if io_bound else per_rank) if per_rank else 32
-    if cur == 0 and cpu_known and not io_bound and per_rank is not None and per_rank < 2:
-        return out, (f"loading is CPU-bound ({cpu_pct:.0f}% of a core "
-                     "while waiting) and there is 1 CPU core per rank: a worker process would "
-                     "take its CPU time from training; make loading cheaper (pre-process once, "
-                     "cache decoded samples) or give each rank more cores")
-    need = math.ceil(load / t.busy) if t.busy > 0 else 1
-    proposed = max(min(max(need, 1), cap, 32), cur + 1)
-    cost = worker_cost_ns(knobs)
-    est = max(t.busy, load / proposed) + (cost if cur == 0 else 0.0)
-    lo, hi = max(t.busy, load / proposed), est
+        f, f_how = None, ""  # the workers' own CPU: not measured by either source
+    busy = t.busy
+    cost = worker_cost_ns(knobs) if cur == 0 else 0.0
+    need = load / busy if busy > 0 else 1.0
+    proposed = max(next((n for n in WORKER_COUNTS if n >= need), WORKER_COUNTS[-1]), cur + 1)
+    proposed = min(proposed, WORKER_COUNTS[-1])
+    point_cores = cores if cores is not None else 1  # unknown: the least a rank has
+
+    def step_with(w: int, c: int | None) -> float:
+        s = max(busy + cost, load / w + cost)
+        if c is not None and f is not None:
+            s = max(s, (busy + f * load + cost) / c)
+        return s
+
+    est = step_with(proposed, point_cores)
+    lo = step_with(proposed, None)
+    hi = est
     assumes = [f"a batch keeps loading in ~{load / MS:.1f} ms in a worker"]
+    if f is not None:
+        assumes.append(f"loading uses the CPU {f:.0%} of its time ({f_how})")
+    if cores is not None:
+        assumes.append(f"{cores} CPU core(s) per rank ({cores_how})")
+    else:
+        assumes.append("CPU cores per rank are not in the trace: one per rank (the least a rank "
+                       "has; the range's low end: as many as the workers need)")
+    if f is None and cur == 0:
+        assumes.append("how much of loading uses the CPU is not known: the workers are taken "
+                       "to have the cores they need")
     epoch = knobs.get("batches_per_epoch")
-    if not knobs.get("persistent_workers") and isinstance(epoch, int) and epoch > 0:
-        # workers start again every epoch: its first batches wait for them to fork and load
-        restart = (load + proposed * WORKER_START_NS) / epoch
-        est += restart
-        hi = est + restart
-        assumes.append(f"workers restart every epoch of {epoch} batches, ~{restart / MS:.2f} ms "
-                       "per step (persistent_workers=True saves it)")
-    if not io_bound:  # CPU-bound loading: workers and the training thread share the rank's cores
-        busy_cpu = (t.data_cpu if cpu_known else load) if cur == 0 else load
-        if cur == 0 and not cpu_known and per_rank is not None:
-            assumes.append("the CPU time of loading is not in traces: the upper end assumes it "
-                           "is CPU-bound")
-        share = min(1.0, busy_cpu / max(t.step, 1.0))
-        if per_rank is None:  # unknown: say what the estimate takes instead of a number
-            assumes.append(f"CPU cores per rank are not recorded in traces: the estimate takes "
-                           f"{proposed + 1} free core(s) per rank (the workers and training)")
+    persistent = knobs.get("persistent_workers")
+    if not persistent:  # workers start again every epoch: its first batches wait for them
+        if isinstance(epoch, int) and epoch > 0:
+            restart = (load + proposed * WORKER_START_NS) / epoch
+            hi = est + restart
+            assumes.append(f"persistent_workers=True (else they restart every epoch of {epoch} "
+                           f"batches: ~{restart / MS:.2f} ms more per step, the range's upper "
+                           "end)")
         else:
-            contention = max(1.0, (proposed * share + 1) / per_rank)
-            hi = max(hi, est + t.busy * (contention - 1))
-            if contention > 1:
-                assumes.append(f"{proposed} worker(s) and training on {per_rank} core(s) slow "
-                               f"training up to {contention:.1f}x (upper end)")
-    if cur == 0 and (t.step - est < max(0.05 * t.step, 2 * cost)):
+            assumes.append("persistent_workers=True (else they restart every epoch)")
+    if est >= t.step - max(0.05 * t.step, 2 * cost):
+        if f is not None and cores is not None and (busy + f * load + cost) / cores >= est - 1:
+            return out, (f"loading uses the CPU {f:.0%} of its time and there is "
+                         f"{cores} CPU core per rank ({cores_how}): worker processes would take "
+                         "their CPU time from training; make loading cheaper (pre-process once, "
+                         "cache decoded samples) or give each rank more cores")
         return out, (f"a batch loads in {load / MS:.2f} ms; a worker process costs the loop about "
-                     f"{cost / MS:.1f} ms per batch (benchmarks/bench_workers.py), so workers would "
-                     "not make the step faster")
-    kind = ("mostly waiting (I/O-like: the training thread used "
-            f"{cpu_pct:.0f}% CPU while loading)" if cur == 0 and io_bound
-            else "CPU-bound" if cur == 0 and cpu_known
-            else "its CPU use not measured: traces do not say" if cur == 0 else "")
-    why = (f"each step waits {t.data / MS:.1f} ms for data against {t.busy / MS:.1f} ms of other work; "
-           f"a batch takes ~{load / MS:.1f} ms to load{' (' + kind + ')' if kind else ''}, so "
-           f"{need} worker(s) would hide it"
-           + (f"; {per_rank} CPU core(s) per rank" if per_rank else "")
-           + f"{', and loading is I/O-like, so up to 4 workers per core' if io_bound else ''}"
+                     f"{worker_cost_ns(knobs) / MS:.1f} ms per batch (benchmarks/bench_workers.py) "
+                     "and the rank's CPU, so workers would not make the step faster")
+    why = (f"each step waits {t.data / MS:.1f} ms for data against {busy / MS:.1f} ms of other "
+           f"work: {need:.1f} workers' worth of loading (a batch takes ~{load / MS:.1f} ms), so "
+           f"{proposed} hide it"
+           + (f"; the rank's CPU holds the step at ~{est / MS:.1f} ms (training, loading and the "
+              f"hand-over on {point_cores} core(s))" if est > lo + 0.05 * MS else "")
            + (f"; a worker costs ~{cost / MS:.1f} ms per batch to hand over, included"
               if cur == 0 else "") + "; assumes: " + "; ".join(assumes))
     out.append(Suggestion("num_workers", cur, proposed, est / MS, why, DATA, gain(t.step, est),

@@ -308,6 +308,30 @@ class Salvaged(list):
 
 
 _EVENT_SEP = re.compile(rb"\}\s*,\s*\{")
+_FACTS = re.compile(rb'"gpuscope"\s*:\s*(\{[^{}]*\})')
+FACTS_HEAD = 1 << 16  # torch.profiler writes its metadata before the events
+
+
+def head_facts(path: str) -> dict:
+    """What gpuscope.record (or gpuscope.host_facts()) told the profiler: the flat JSON object
+    under the trace's top-level "gpuscope" key, read from the file's head only; {} without one
+    or on any damage (a trace is read the same way with or without it)."""
+    try:
+        if path.endswith(".gz"):
+            import gzip
+
+            with gzip.open(path, "rb") as fh:
+                head = fh.read(FACTS_HEAD)
+        else:
+            with open(path, "rb") as fh:
+                head = fh.read(FACTS_HEAD)
+        cut = head.find(b'"traceEvents"')
+        m = _FACTS.search(head, 0, cut if cut >= 0 else len(head))
+        got = msgspec.json.decode(m.group(1)) if m else {}
+    except (OSError, EOFError, msgspec.DecodeError, ValueError):
+        return {}
+    return {k: v for k, v in got.items() if isinstance(k, str)
+            and isinstance(v, (bool, int, float, str))} if isinstance(got, dict) else {}
 _INFO = re.compile(rb'"distributedInfo"\s*:\s*(\{[^{}]*\})')
 
 

@@ -19,6 +19,7 @@ from ...errors import InputError, TraceFormatError
 from ...runtable import RankInfo, RunTable, empty_frame
 from ...trace_files import file_size
 from .collectives import comm_table, sync_points
+from .decode import head_facts
 from .events import STEP, RankEvents, p2p_masks
 from ..memory_records import MEMORY_COLUMNS
 from .hta import gpu_breakdown_of
@@ -160,6 +161,9 @@ def _table(path: str, parsed: list, warnings: list[str]) -> RunTable:
         if ids[rank].backend:
             knobs["backend"] = ids[rank].backend
         knobs["device"] = "cuda" if ev.dev_kind.size else "cpu"
+        told = head_facts(items[0][0])  # gpuscope.record beside the profiler: cores, loading
+        for k, v in told.items():
+            knobs.setdefault(k, v)
         if ids[rank].groups:
             knobs["process_groups"] = ids[rank].groups
         if ids[rank].mesh_dims:

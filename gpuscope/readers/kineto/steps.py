@@ -172,6 +172,9 @@ def rank_rows(ev: RankEvents, rank: int, drop: frozenset = frozenset()):
     # other collectives (metrics, an EMA) are not what syncing less often saves
     bwd_any = Ranges(ev, OP, ev.host_sub == BACKWARD)
     opt_any = Ranges(ev, OP, ev.host_sub == OPTIMIZER)
+    # the training thread's torch ops inside its data waits: the CPU that loading is seen to
+    # use (its Python, a decoder's, is not in a trace: a lower bound)
+    leaf_main = Ranges(ev, OP, leaf_ops(ev, main))
     if gpu:
         launched, found = launch_times(ev)
         dev = device_windows(ev, windows, launched, found)
@@ -300,6 +303,9 @@ def rank_rows(ev: RankEvents, rank: int, drop: frozenset = frozenset()):
             add_collectives(colls, sid, insts, lambda u, x=exposed: spans.overlap(u, x),
                             blocks=_blocks(waiting, blocked) + _blocks(gaps, gaps), grads=grads)
         data_ns = min(data_ns, step_ns)
+        data_len = spans.length(data_set)
+        data_ops_ns = (int(spans.overlap(leaf_main.window(lo, hi)[0], data_set) * data_ns
+                           / data_len) if data_len > 0 else 0)  # over data_ns, as its share
         exposed_ns = max(0, min(exposed_ns, step_ns - data_ns))
         compute_ns = max(0, min(compute_ns, step_ns - data_ns - exposed_ns))
         host_ns = max(0, min(host_ns, step_ns - data_ns - exposed_ns - compute_ns))
@@ -313,6 +319,7 @@ def rank_rows(ev: RankEvents, rank: int, drop: frozenset = frozenset()):
                      "other_ns": step_ns - data_ns - compute_ns - exposed_ns, **parts,
                      "n_comm": len(colls) - n_before,
                      "data_cpu_ns": -1,  # unknown: a trace does not say whether loading used CPU
+                     "data_ops_ns": data_ops_ns,  # ... but its torch ops in it did
                      "host_ns": host_ns, "bubble_ns": bubble_ns, "microbatches": micro})
     return rows, colls, warnings
 
