@@ -73,7 +73,9 @@ def test_comm_fsdp_all_gathers_kept_or_prefetched():
 def test_host_fewer_launches_bound_by_the_idle_time():
     t = step(host=10 * MS, compute=25 * MS)
     (s,) = host.suggest_host(t)
-    assert s.addresses == "host-bound" and s.estimated_step_ms == 30.0
+    # the estimate promises half of the idle gaps closed (what the evidence supports), all of
+    # them the range's other end (the H100 tutorial trace got +651% with its range from +67%)
+    assert s.addresses == "host-bound" and s.estimated_step_ms == 35.0
     assert s.estimated_step_ms_range == (30.0, 35.0)
     assert host.suggest_host(step()) == []
 

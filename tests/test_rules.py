@@ -375,5 +375,6 @@ def test_host_bound_when_the_gpu_waits_on_launches():
     rep = analyze_table(table, TH0)
     assert rep.verdict.label == "host-bound"
     top = rep.suggestions[0]
-    assert top.knob == "host_overhead" and top.estimated_step_ms == pytest.approx(50)
+    assert top.knob == "host_overhead" and top.estimated_step_ms == pytest.approx(75)
+    assert top.estimated_step_ms_range == pytest.approx((50, 75))
     assert rep.ranks[0].host_pct == pytest.approx(50)

@@ -345,6 +345,10 @@ def unexplained_why(table: RunTable, frame: pd.DataFrame, steps: pd.DataFrame) -
                  "the rest Python and launch work inside the step: " if between else "")
         return head + where + ("time the loop's own work with rec.phase('name') to see what "
                                "it is")
+    if any(i.meta.get("gpu_not_recorded") for i in table.ranks.values()):
+        return head + ("the trace holds CUDA launches but no GPU event: the GPU's activity was "
+                       "not recorded, so what the host ran is not counted as compute; profile "
+                       "with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]")
     if frame.get("host_ns") is not None and frame["host_ns"].any():
         return head + ("the GPU sat idle with no kernel queued and no host op gpuscope "
                        "recognises: profile with with_stack=True, or mark your own code with "

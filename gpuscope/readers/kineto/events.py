@@ -92,6 +92,14 @@ class RankEvents:
     mem_alloc: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     mem_reserved: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     mem_dev: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int8))
+    #: one-off host work: runtime / driver calls of STALL_NS or more that are not waits on the
+    #: device (a library's first load inside its first launch, cudaFree / cudaMalloc, context
+    #: and stream creation): startup, never per-step launch overhead
+    stall_start: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    stall_end: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    #: runtime calls of any kind (kernel launches, copies, ...): a trace with launches but no
+    #: device event did not record the GPU's activity
+    n_runtime: int = 0
 
     @classmethod
     def concat(cls, parts: list["RankEvents"]) -> "RankEvents":
@@ -102,13 +110,15 @@ class RankEvents:
         for name in ("host_kind", "host_start", "host_end", "host_tid", "step_id", "host_sub",
                      "host_wait",
                      "dev_kind", "dev_start", "dev_end", "dev_corr", "dev_stream", "launch_corr",
-                     "launch_ts", "mem_ts", "mem_alloc", "mem_reserved", "mem_dev"):
+                     "launch_ts", "mem_ts", "mem_alloc", "mem_reserved", "mem_dev",
+                     "stall_start", "stall_end"):
             arrays[name] = np.concatenate([getattr(p, name) for p in parts])
         return cls(**arrays, host_coll=[x for p in parts for x in p.host_coll],
                    dev_coll=[x for p in parts for x in p.dev_coll],
                    step_thread=parts[0].step_thread, float_ts=any(p.float_ts for p in parts),
                    loader=next((p.loader for p in parts if p.loader), ""),
                    odd_comm=tuple(dict.fromkeys(n for p in parts for n in p.odd_comm)),
+                   n_runtime=sum(p.n_runtime for p in parts),
                    counts={k: sum(p.counts.get(k, 0) for p in parts)
                            for k in ("events", "bad_time", "bad_id", "bad_json")})
 
@@ -178,6 +188,20 @@ def op_part(name: str) -> int:
     if name.startswith("Forward ") and name[8:].isdigit():  # torch.distributed.pipelining
         return MICROBATCH
     return NONE
+
+
+#: a runtime / driver call this long (ns) is one-off host work, not a launch's overhead (kernel
+#: launches take microseconds; a library's first load inside its first launch, cudaFree,
+#: cudaMalloc, context and stream creation take tens to thousands of ms); calls that wait for
+#: the device queue (syncs, copies: _is_wait_call) are not
+STALL_NS = 10_000_000
+
+
+def _is_wait_call(name: str) -> bool:
+    """A runtime call that waits for the device queue (a sync, an event, a copy or memset that
+    waits its turn behind queued work): per-step work, never a one-off stall."""
+    return any(w in name for w in ("Synchronize", "Wait", "Query", "Memcpy", "memcpy", "Memset",
+                                   "memset", "MemCpy"))
 
 
 # one code per distinct (name, category, has-stream): what an event is, decided once per name
@@ -348,6 +372,9 @@ def sort_events(batches) -> RankEvents:
     dev = np.flatnonzero(what == _DEVICE)
     host = np.flatnonzero(what == _HOST)
     launch = np.flatnonzero((what == _LAUNCH) & (corr >= 0))
+    runtime = np.flatnonzero(what == _LAUNCH)
+    long_ = runtime[(end[runtime] - start[runtime] >= STALL_NS)]
+    long_ = long_[[not _is_wait_call(uniq_names[nid[i]]) for i in long_.tolist()]]
     dev_coll: list = [None] * dev.size
     for p in np.flatnonzero(kind[dev] == COMM).tolist():
         row = int(dev[p])
@@ -382,5 +409,6 @@ def sort_events(batches) -> RankEvents:
         dev_kind=kind[dev], dev_start=start[dev], dev_end=end[dev], dev_corr=corr[dev],
         dev_stream=streams[dev], dev_coll=dev_coll, launch_corr=corr[launch],
         launch_ts=start[launch], step_thread=step_thread, float_ts=float_ts, loader=loader,
+        stall_start=start[long_], stall_end=end[long_], n_runtime=int(runtime.size),
         counts={"events": n_events, "bad_time": bad_time, "bad_id": bad_id,
                 "bad_json": bad_json}, odd_comm=odd, **memory)

@@ -176,6 +176,9 @@ def _table(path: str, parsed: list, warnings: list[str]) -> RunTable:
                                {"files": [os.path.basename(f) for f, _ in items],
                                 "rank_source": ids[rank].source,
                                 "step_markers": bool((ev.host_kind == STEP).any()),
+                                # launches but no device event: the GPU was not profiled
+                                "gpu_not_recorded": bool(ev.n_runtime >= 10
+                                                         and not ev.dev_kind.size),
                                 "events": ev.counts.get("events", 0)})
     frame = pd.DataFrame(rows) if rows else empty_frame()
     if not frame.empty:

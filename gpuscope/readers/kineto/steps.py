@@ -185,6 +185,7 @@ def rank_rows(ev: RankEvents, rank: int, drop: frozenset = frozenset()):
         p2p_dev = dev_p2p & (kind_all == COMM)
         p2p_all = spans.merge(ev.dev_start[p2p_dev], ev.dev_end[p2p_dev])
         queued_all = queued_gaps(ev.dev_start, ev.dev_end, launched)
+        stalls_all = spans.merge(ev.stall_start, ev.stall_end)  # one-off host work (startup)
         # host collectives that run on the CPU even in a GPU trace (gloo, MPI); NCCL's host
         # ranges only enqueue its kernels, which are counted on the device
         cpu_coll = np.array([c is not None and not c[1].startswith("nccl:")
@@ -211,7 +212,8 @@ def rank_rows(ev: RankEvents, rank: int, drop: frozenset = frozenset()):
         call_r, strict_r, wrap_r = Ranges(ev, OP, calls), Ranges(ev, OP, strict), Ranges(ev, OP, wraps)
         issue_r = Ranges(ev, OP, strict | launches)  # where a collective is issued or waited on
         p2p_r = Ranges(ev, COMM_HOST, host_p2p)
-    rows, colls = [], []
+    markers = bool((ev.host_kind == STEP).any())
+    rows, colls, startup_total = [], [], 0
     for i, (sid, host_lo, host_hi) in enumerate(windows):
         if sid in drop:  # its device work may be cut off where the profiler stopped (as HTA)
             continue
@@ -230,8 +232,15 @@ def rank_rows(ev: RankEvents, rank: int, drop: frozenset = frozenset()):
             data_ns = spans.length(data_set) - spans.overlap(data_set, spans.window(busy_all, lo, hi))
             idle = spans.subtract((np.array([lo], np.int64), np.array([hi], np.int64)),
                                   spans.window(busy_all, lo, hi))
+            known = spans.union(spans.window(queued_all, lo, hi), data_set, comm)
+            # the GPU idle while the host was in one-off work: startup, not launch overhead
+            startup_ns = spans.length(spans.subtract(
+                spans.intersect(idle, spans.window(stalls_all, lo, hi)), known))
             host_ns = spans.length(spans.subtract(idle, spans.union(
-                spans.window(queued_all, lo, hi), data_set, comm)))
+                known, spans.window(stalls_all, lo, hi))))
+            if not markers:  # the whole trace as one step: its startup is not part of it
+                step_ns -= startup_ns
+            startup_total += startup_ns
             p2p = spans.union(spans.window(p2p_all, lo, hi), p2p_r.window(lo, hi)[0])
             bubble_ns = spans.length(spans.subtract(p2p, comp))
             # the collectives the step launched (host window), with the part of each that no
@@ -321,6 +330,21 @@ def rank_rows(ev: RankEvents, rank: int, drop: frozenset = frozenset()):
                      "data_cpu_ns": -1,  # unknown: a trace does not say whether loading used CPU
                      "data_ops_ns": data_ops_ns,  # ... but its torch ops in it did
                      "host_ns": host_ns, "bubble_ns": bubble_ns, "microbatches": micro})
+    if startup_total:
+        warnings.append(
+            f"{startup_total / 1e6:,.1f} ms of one-off host work while the GPU idled (runtime "
+            "calls of 10 ms or more: a library's first load inside its first launch, cudaFree, "
+            "cudaMalloc, context or stream creation) is startup, not per-step launch overhead: "
+            + ("left out of the trace's one step" if not markers else "not counted as host-bound"))
+    if not gpu and ev.n_runtime >= 10:
+        warnings.append(
+            f"{ev.n_runtime} CUDA runtime calls (kernel launches, copies) but no GPU event: the "
+            "GPU's activity was not recorded (profile with activities=[ProfilerActivity.CPU, "
+            "ProfilerActivity.CUDA]); the host's ops are not the GPU's compute: counted as "
+            "other")
+        for r in rows:  # what the host ran is not what the GPU computed: unknown, not compute
+            r["other_ns"] += r["compute_ns"]
+            r["compute_ns"] = 0
     return rows, colls, warnings
 
 
