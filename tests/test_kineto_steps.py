@@ -363,3 +363,21 @@ def test_launches_without_kernel_events_are_not_compute(tmp_path):
     assert any("GPU's activity was not recorded" in w and "ProfilerActivity.CUDA" in w
                for w in rep.warnings)
     assert rep.verdict.label != "compute-bound"
+
+
+def test_expert_parallel_kernels_in_another_namespace_are_communication_and_named(tmp_path):
+    """An expert-parallel training whose dispatch / combine / notify kernels live in another
+    namespace than DeepEP's public source (deep_ep::): communication (an all-to-all), named in a
+    warning as kernels no family claims, never 0 ms of communication."""
+    events = [X("ProfilerStep#1", 0, 1000), X("ProfilerStep#2", 1000, 100),
+              launch(10, 1), kernel("void ep_kernels::notify_dispatch<8>(int const*)", 100, 50, 1),
+              launch(20, 2), kernel("void ep_kernels::intranode::dispatch<8, 768>(int4*)", 150,
+                                    200, 2),
+              launch(30, 3), kernel("gemm_expert", 350, 300, 3),
+              launch(40, 4), kernel("void ep_kernels::intranode::combine<bf16>(void*)", 650, 200,
+                                    4)]
+    path = _write(tmp_path, events)
+    rep = gpuscope.analyze(str(path), skip=0)
+    r = rep.ranks[0]
+    assert r.comm_ns == 450 * US and "all_to_all" in r.comm_by_kind
+    assert any("ep_kernels::intranode::dispatch" in w for w in rep.warnings)

@@ -47,6 +47,22 @@ FAMILIES = (
 
 #: words that make a kernel name look like communication (lower case, "_" removed)
 _LOOKS = re.compile(r"allreduce|allgather|reducescatter|alltoall|sendrecv|crossdevice")
+#: an expert-parallel library's kernels, in whatever namespace a fork or a vendored copy puts
+#: them (DeepEP's public source says deep_ep::; a training's own build may say ep::, moe::,
+#: uccl::, pplx::): a namespaced function named for what the library does (lower case, "_" and
+#: a "kernel" prefix or suffix removed)
+_EP_WORDS = {"dispatch", "combine", "notifydispatch", "notifycombine", "cachednotifydispatch",
+             "cachednotifycombine", "cachednotify", "cleanlowlatencybuffer"}
+
+
+def _ep_like(name: str) -> bool:
+    core = _core(name)
+    if "::" not in core:
+        return False
+    last = core.rsplit("::", 1)[-1].lower().replace("_", "")
+    last = last[6:] if last.startswith("kernel") else last
+    last = last[:-6] if last.endswith("kernel") else last
+    return last in _EP_WORDS
 
 
 def _bare(name: str) -> str:
@@ -75,7 +91,7 @@ def looks_like_comm(name: str) -> bool:
     """A kernel with a collective word in its name that no family claims."""
     if family_of(name) is not None:
         return False
-    return bool(_LOOKS.search(_core(name).lower().replace("_", "")))
+    return bool(_LOOKS.search(_core(name).lower().replace("_", ""))) or _ep_like(name)
 
 
 def families_table() -> str:
@@ -93,7 +109,9 @@ _KINDS = (("reducescatter", "reduce_scatter"), ("allreduce", "all_reduce"),
           ("allgather", "all_gather"), ("alltoall", "all_to_all"), ("sendrecv", "send_recv"),
           ("broadcast", "broadcast"), ("barrier", "barrier"), ("reduce", "reduce"),
           ("gather", "gather"), ("scatter", "scatter"), ("isend", "send"), ("irecv", "recv"),
-          ("send", "send"), ("recv", "recv"))
+          ("send", "send"), ("recv", "recv"),
+          # an expert-parallel dispatch or combine moves tokens between ranks: an all-to-all
+          ("dispatch", "all_to_all"), ("combine", "all_to_all"), ("notify", "all_to_all"))
 
 
 @functools.lru_cache(maxsize=1 << 12)
