@@ -99,6 +99,29 @@ def test_straggler_caused_by_data_names_data():
     assert "data loading" in rep.suggestions[0].why
 
 
+def test_a_stragglers_cause_is_the_phase_its_table_shows_longer():
+    """Rank 1 spends 20 ms more in forward and 10 more in its optimizer step; rank 0 waits 40 ms
+    for it in DDP's all-reduce. The phases are recorded without their exposed communication
+    already: the cause is forward, as the rank table shows (taking the exposed time out of
+    backward again made rank 0's backward look 40 ms short and named backward)."""
+    rows = []
+    for s in range(8):
+        for r in range(2):
+            late = r == 1
+            fwd, opt, bwd = (30 if late else 10), (12 if late else 2), 60
+            exposed = 5 if late else 45
+            rows.append({"rank": r, "step": s, "forward": fwd, "backward": bwd,
+                         "optimizer": opt, "compute": fwd + bwd + opt, "comm": exposed,
+                         "comm_exposed": exposed, "other": 1,
+                         "step_ms": fwd + bwd + opt + exposed + 1})
+    rep = verdict(rows)
+    (st,) = rep.stragglers
+    assert st.rank == 1 and st.cause == "compute" and st.cause_detail == "forward", st
+    table = {r.rank: r.phases_ns for r in rep.ranks}
+    assert table[1]["forward"] - table[0]["forward"] == pytest.approx(20e6)
+    assert table[1]["backward"] == pytest.approx(table[0]["backward"])
+
+
 def test_random_jitter_is_not_imbalance_but_its_cost_is_reported():
     rows = []
     for s in range(12):

@@ -124,6 +124,14 @@ def recoverable(s: Suggestion, typical, frame: pd.DataFrame) -> float | None:
     return None
 
 
+#: what each change can recover, in words (recoverable() computes it)
+RECOVERS = {"sync_frequency": "the skipped syncs' communication, what it cost backward, and the "
+                              "optimizer steps",
+            DATA: "the data wait", COMM: "the exposed transfer and waiting",
+            IMBALANCED: "the waiting", JITTER_BOUND: "the waiting", HOST: "the GPU's wait on the "
+            "host", PIPELINE: "the bubble and the waiting"}
+
+
 def bound_suggestions(suggestions: list[Suggestion], typical, frame: pd.DataFrame
                       ) -> tuple[list[Suggestion], list[str]]:
     """The suggestions with estimates and gains held to what their change can recover (2.);
@@ -160,10 +168,10 @@ def bound_suggestions(suggestions: list[Suggestion], typical, frame: pd.DataFram
         gain = min(s.gain_pct, (step / MS / max(est, 1e-9) - 1) * 100, max_gain)
         gave = (f"{s.estimated_step_ms:.2f} ms per step" if s.estimated_step_ms
                 < floor_ms - tol else f"a gain of {s.gain_pct:.0f}%")
+        what = RECOVERS.get(s.knob) or RECOVERS.get(s.addresses) or f"{s.addresses} time"
         note = (f"the model gave {gave}, beyond "
                 f"the {step / MS:.2f} ms step less all that the change can recover "
-                f"({rec / MS:.2f} ms of {s.addresses} time): held at {est:.2f} ms "
-                f"(+{gain:.0f}% at most)")
+                f"({rec / MS:.2f} ms: {what}): held at {est:.2f} ms (+{gain:.0f}% at most)")
         warnings.append(f"suggestion {s.knob}: {note}")
         out.append(replace(s, estimated_step_ms=est, estimated_step_ms_range=rng, gain_pct=gain,
                            why=f"{s.why}; {note}"))

@@ -57,13 +57,12 @@ def find_stragglers(frame: pd.DataFrame, steps: pd.DataFrame, th: Thresholds, ro
         return []
     per_rank = per_rank or PerRank(frame)
     g = per_rank.groups
-    # backward without the exposed communication (the wait sits inside backward)
-    backward = ((frame["backward_ns"] - frame["comm_exposed_ns"]).clip(lower=0).to_numpy()
-                if "backward_ns" in frame else np.zeros(len(frame), np.int64))
     needed = ("step_ns", "wait_ns", "bubble_ns") + _CAUSES + _COMPUTE_PARTS
-    # each rank's mean per step (the report's one statistic), compared with the median rank's
-    means = pd.DataFrame({c: g.mean(backward) if c == "backward_ns" else per_rank.mean(c)
-                          for c in needed if c in frame or c == "backward_ns"},
+    # each rank's mean per step (the report's one statistic), compared with the median rank's;
+    # the phases as the rank table shows them (both readers leave the exposed communication out
+    # of them already: taking it out again made a waiting rank's backward look short, and named
+    # a straggler's backward where the table showed its forward longer)
+    means = pd.DataFrame({c: per_rank.mean(c) for c in needed if c in frame},
                          index=pd.Index(g.keys, name="rank"))
     busy = means["step_ns"] - means["wait_ns"]
     if "bubble_ns" in means:  # waiting on another pipeline stage is not being slow
