@@ -122,6 +122,24 @@ def test_a_stragglers_cause_is_the_phase_its_table_shows_longer():
     assert table[1]["backward"] == pytest.approx(table[0]["backward"])
 
 
+def test_a_straggler_beside_a_larger_label_is_still_named():
+    """Steps data-bound first (40% waiting for batches) whose ranks also wait 15% for rank 1
+    every step: imbalance is their secondary label, and rank 1 is the straggler; the report
+    said 'rank(s) 0 wait for the rest every step' and named no one."""
+    rows = []
+    for s in range(10):
+        for r in range(2):
+            w = 0.5 if r == 1 else 15
+            rows.append({"rank": r, "step": s, "data": 40, "compute": 44.5 + (15 if r else 0),
+                         "comm": w, "comm_exposed": w, "other": 0.5 if r else 0.5,
+                         "step_ms": 100.5 if r else 100.0})
+    rep = verdict(rows)
+    assert rep.verdict.label == "data-bound"
+    assert rep.straggler_ranks == [1], (rep.stragglers, [s.secondary for s in rep.steps][:3])
+    said = " ".join([*rep.warnings, *(s.why for s in rep.suggestions)])
+    assert "wait for the rest" not in said
+
+
 def test_random_jitter_is_not_imbalance_but_its_cost_is_reported():
     rows = []
     for s in range(12):

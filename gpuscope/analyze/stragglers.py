@@ -43,7 +43,13 @@ def find_stragglers(frame: pd.DataFrame, steps: pd.DataFrame, th: Thresholds, ro
                     layout: Layout | None = None,
                     per_rank: PerRank | None = None) -> list[Straggler]:
     n_ranks = frame["rank"].nunique()
-    imb = steps.loc[steps["label"] == IMBALANCED, "step"].to_numpy()
+    # the steps where ranks wait for a late one: imbalanced as their label, or beside a larger
+    # one (a data-bound step whose waiting is still a straggler's: else the report said "rank 1
+    # waits for the rest every step" and named no one)
+    held = (steps["label"] == IMBALANCED).to_numpy().copy()
+    if "secondary" in steps:
+        held |= np.array([IMBALANCED in sec for sec in steps["secondary"]], dtype=bool)
+    imb = steps.loc[held, "step"].to_numpy()
     if imb.size == 0 or roles.slow is None:
         return []
     in_imb = np.isin(roles.steps, imb)
