@@ -1,4 +1,5 @@
-"""The same run recorded and profiled at once gets the same verdict and straggler from both sources.
+"""The same run recorded and profiled at once gets the same verdict, stragglers and top fix from
+both sources.
 
     python scripts/same_run.py --runs 10 --busy 1     # the accuracy figure (~6 min on 2 cores)
     python scripts/same_run.py --runs 2 --only comm   # quicker
@@ -11,7 +12,8 @@ spinning processes meanwhile, as a shared machine would. The profiler captures s
 verdict and name the same stragglers, or when both say their differing verdicts are a close
 call (low confidence) and name the same stragglers (the record over all its steps is kept beside, as a user
 reads it: its other steps may differ, e.g. the profiler's own trace writing lengthens the steps
-it runs in); the scenario's own label is checked for all three (the balanced `compute` scenario may come out jitter-bound on shared cores, from both sources
+it runs in); the top suggestion must be the same knob and proposed value with estimates within
+15% of each other (same_fix); the scenario's own label is checked for all three (the balanced `compute` scenario may come out jitter-bound on shared cores, from both sources
 alike). Results go to benchmarks/results/same_run.json.
 """
 
@@ -66,6 +68,19 @@ def leaning_call(a: dict, b: dict) -> bool:
     return False
 
 
+#: how far apart the two sources' estimates of the same fix may be (DESIGN: within 15%)
+FIX_TOLERANCE = 0.15
+
+
+def fixes_agree(a: dict | None, b: dict | None) -> bool:
+    """The same top fix: the same knob and proposed value, estimates within FIX_TOLERANCE of
+    each other (both none: agree)."""
+    if a is None or b is None:
+        return a is None and b is None
+    lo, hi = sorted((a["estimated_step_ms"], b["estimated_step_ms"]))
+    return (a["knob"], a["proposed"]) == (b["knob"], b["proposed"]) and hi <= (1 + FIX_TOLERANCE) * lo
+
+
 def one(scenario: str, steps: int, out: str, extra: tuple = ()) -> dict:
     import gpuscope
     from gpuscope.demo.launch import run_training
@@ -78,9 +93,13 @@ def one(scenario: str, steps: int, out: str, extra: tuple = ()) -> dict:
     from gpuscope.readers import read_path
 
     def summary(r) -> dict:
+        top = r.suggestions[0] if r.suggestions else None
         return {"verdict": r.verdict.label, "confidence": r.verdict.confidence,
                 "evidence": list(r.verdict.evidence),
                 "stragglers": r.straggler_ranks,
+                "probable_stragglers": r.probable_straggler_ranks,
+                "fix": ({"knob": top.knob, "proposed": str(top.proposed),
+                         "estimated_step_ms": round(top.estimated_step_ms, 2)} if top else None),
                 "shares": {k: round(v, 3) for k, v in r.verdict.time_by_label.items()},
                 "wait_pct": [round(x.wait_pct, 1) for x in r.ranks],
                 "exposed_pct": [round(x.comm_exposed_pct, 1) for x in r.ranks]}
@@ -102,9 +121,11 @@ def one(scenario: str, steps: int, out: str, extra: tuple = ()) -> dict:
     # a near tie, or one step decides it); the stragglers are the same
     close = (not agree and rec["stragglers"] == k["stragglers"]
              and rec["confidence"] == k["confidence"] == "low") or leaning_call(rec, k)
+    same_fix = fixes_agree(rec["fix"], k["fix"])
     right = all(g["verdict"] in EXPECTED[scenario]
                 and g["stragglers"] == STRAGGLERS.get(scenario, []) for g in got.values())
     return {"scenario": scenario, "agree": agree, "close_call": close, "right": right,
+            "same_fix": same_fix,
             "steps": sorted(profiled),
             **got}
 
@@ -153,7 +174,9 @@ def main() -> None:
                       f"{res['kineto']['stragglers']}: {'agree' if res['agree'] else 'DIFFER'}"
                       f"{' (both say low: a close call)' if res['close_call'] else ''}"
                       f"{'' if res['right'] else ' (not the scenario label)'}; record, all "
-                      f"steps: {res['record_all_steps']['verdict']}", flush=True)
+                      f"steps: {res['record_all_steps']['verdict']}; fix "
+                      f"{res['record']['fix']} / {res['kineto']['fix']}: "
+                      f"{'same' if res['same_fix'] else 'DIFFER'}", flush=True)
     finally:
         stop.set()
         for p in spinners:
@@ -161,6 +184,7 @@ def main() -> None:
     summary = {s: {"runs": sum(r["scenario"] == s for r in results),
                    "agree": sum(r["agree"] for r in results if r["scenario"] == s),
                    "close_calls": sum(r["close_call"] for r in results if r["scenario"] == s),
+                   "same_fix": sum(r["same_fix"] for r in results if r["scenario"] == s),
                    "right": sum(r["right"] for r in results if r["scenario"] == s)}
                for s in args.only}
     doc = {"commit": commit(), "runs": args.runs, "busy_cores": args.busy, "cpu_count": os.cpu_count(),

@@ -117,9 +117,9 @@ def test_a_held_estimate_is_said_on_its_suggestion_and_costs_the_verdict_nothing
 
     real = run_mod.bound_suggestions
 
-    def too_good(suggestions, typical, frame_):  # every suggestion claims twice what it can
+    def too_good(suggestions, typical, frame_, knobs=None):  # every one claims more than it can
         made = [replace(x, estimated_step_ms=0.01, gain_pct=1e4) for x in suggestions]
-        return real(made, typical, frame_)
+        return real(made, typical, frame_, knobs)
 
     table = table_from_rows(balanced(8, 2, comm=60, comm_exposed=60, compute=30, other=10))
     plain = analyze_table(table, TH0)

@@ -1,5 +1,6 @@
 """The same run recorded by gpuscope and profiled by torch.profiler at once gets the same verdict
-(or a close call said by both) and stragglers from both sources, over the steps the profiler
+(or a close call said by both), stragglers and top fix (knob, proposed value, estimates within
+15%) from both sources, over the steps the profiler
 captured, for each demo scenario
 (real 2-rank gloo DDP runs; scripts/same_run.py repeats it 10 times with a core kept busy)."""
 
@@ -43,5 +44,9 @@ def test_recorded_and_profiled_at_once_agree(scenario, tmp_path):
     # slower for a whole run (a busy-core clone with a second suite beside it: rank 0 in the comm
     # scenario, named by both sources alike): a real straggler there, which both must name; the
     # false-straggler checks are test_parallel's and test_scenarios' balanced runs
+    # the same fix from both: knob, proposed value, estimates within 15% (the balanced
+    # scenario has none to agree on, or a close call's)
+    if scenario != "compute":
+        assert res["same_fix"], said + f"; fixes {rec['fix']} / {kin['fix']}"
     if scenario == "data":
         assert rec["verdict"] == "data-bound"

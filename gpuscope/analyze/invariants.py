@@ -89,7 +89,8 @@ def _per_rank(frame: pd.DataFrame, col: str) -> float:
     return float(frame[col].groupby(frame["rank"].to_numpy()).mean().mean())
 
 
-def recoverable(s: Suggestion, typical, frame: pd.DataFrame) -> float | None:
+def recoverable(s: Suggestion, typical, frame: pd.DataFrame,
+                knobs: dict | None = None) -> float | None:
     """ns of the typical step that suggestion `s` can recover at most; None when no bound
     applies (a change of parallelism may recover anything).
 
@@ -104,7 +105,10 @@ def recoverable(s: Suggestion, typical, frame: pd.DataFrame) -> float | None:
     if s.knob == "sync_frequency":  # the model lets hidden communication cost backward up to
         # HIDDEN_COST's upper end of its own time (1.1x on CPU, where it shares the cores)
         worst = max(hi for _, _, hi in HIDDEN_COST.values())
-        return worst * _per_rank(frame, "comm_ns") + _per_rank(frame, "optimizer_ns")
+        # a DDP record times the backward's exposed tail: what hid behind backward is DDP's own
+        # measure (hidden_comm_ns), on top of the rows' communication
+        hidden = (knobs or {}).get("hidden_comm_ns") or 0.0
+        return worst * (_per_rank(frame, "comm_ns") + hidden) + _per_rank(frame, "optimizer_ns")
     if label == DATA:
         return typical.data
     if label == COMM:
@@ -132,15 +136,15 @@ RECOVERS = {"sync_frequency": "the skipped syncs' communication, what it cost ba
             "host", PIPELINE: "the bubble and the waiting"}
 
 
-def bound_suggestions(suggestions: list[Suggestion], typical, frame: pd.DataFrame
-                      ) -> tuple[list[Suggestion], list[str]]:
+def bound_suggestions(suggestions: list[Suggestion], typical, frame: pd.DataFrame,
+                      knobs: dict | None = None) -> tuple[list[Suggestion], list[str]]:
     """The suggestions with estimates and gains held to what their change can recover (2.);
     each one that had to be held says so in its own `why` (the verdict's evidence is not what
     was wrong), and the notes come back as well (what was held, one line each)."""
     out, warnings = [], []
     step = typical.step
     for s in suggestions:
-        rec = recoverable(s, typical, frame)
+        rec = recoverable(s, typical, frame, knobs)
         if rec is None or step <= 0:
             said = (step / MS / max(s.estimated_step_ms, 1e-9) - 1) * 100
             if step > 0 and s.gain_pct > said + 100 * TOLERANCE:  # the gain its estimate gives

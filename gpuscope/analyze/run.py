@@ -230,7 +230,7 @@ def bound(a: Analysis) -> None:
     """suggestions -> held to what each can recover (a warning for those that could not be),
     the verdict's fix first and then by gain; a warning when the verdict has no fix."""
     ordered = sorted(a.suggestions, key=lambda s: -s.gain_pct)
-    ordered, a.unbound = bound_suggestions(ordered, a.typical, a.frame)  # said on each
+    ordered, a.unbound = bound_suggestions(ordered, a.typical, a.frame, a.knobs)  # said on each
     a.suggestions = sorted(ordered, key=lambda s: (s.addresses != a.verdict.label, -s.gain_pct))
     label = a.verdict.label
     if label == PIPELINE and a.why_not_pipeline and not any(

@@ -775,8 +775,13 @@ def read_run_dir(path: str) -> RunTable:
         if isinstance(f.end, dict) and isinstance(f.end.get("comm_hook"), str):
             knobs = {**knobs, "comm_hook": f.end["comm_hook"]}  # known when the run ends
         if "ddp_tail" in str(header.get("comm_timing", "")).split("+"):
-            # DDP timed by its backward's tail: what backward hid is not in the rows
+            # DDP timed by its backward's tail: what backward hid is not in the rows; DDP's own
+            # logging (its sampled iterations) may say
             knobs = {**knobs, "hidden_comm": "unmeasured"}
+            overlap = ((f.end or {}).get("ddp_logging") or {}).get(
+                "avg_backward_compute_comm_overlap_time") if isinstance(f.end, dict) else None
+            if isinstance(overlap, int) and 0 < overlap < 1 << 50:
+                knobs["hidden_comm_ns"] = overlap
         ranks[rank] = RankInfo(rank, header.get("host", ""), knobs,
                                {k: header.get(k) for k in ("pid", "comm_timing", "start_unix_ns",
                                                            "placement_source", "local_rank", "gpu",
