@@ -153,7 +153,8 @@ class StageResult:
         d = {"rank": self.rank, "stage": self.stage, "pipeline": self.pipeline}
         for k in ("step", "busy", "compute", "wait_prev", "wait_next", "bubble"):
             d[f"{k}_ms"] = _r3(getattr(self, f"{k}_ns") / MS)
-        d["bubble_pct"] = round(100 * self.bubble_ns / max(self.step_ns, 1.0), 2)
+        # from the figures as written, so that reading the JSON back gives the same one
+        d["bubble_pct"] = round(100 * d["bubble_ms"] / max(d["step_ms"], 1e-6), 2)
         d["microbatches"] = self.microbatches
         return d
 

@@ -157,3 +157,18 @@ def not_computing_longer(report: dict, own_s: dict) -> list[tuple]:
             out.append((s["rank"], s["excess_ms"], None if mine is None else round(mine * 1e3, 2),
                         round(statistics.median(others) * 1e3, 2) if others else None))
     return out
+
+
+def trace_of_rank(folder: str, rank: int) -> list[str]:
+    """The trace files of one rank in a folder of traces (by its distributedInfo), sorted: a
+    sample's file names hold its processes' ids, which change whenever it is made again."""
+    import gzip
+
+    out = []
+    for name in sorted(os.listdir(folder)):
+        path = os.path.join(folder, name)
+        opener = gzip.open if name.endswith(".gz") else open
+        with opener(path, "rt") as fh:
+            if json.load(fh).get("distributedInfo", {}).get("rank") == rank:
+                out.append(name)
+    return out

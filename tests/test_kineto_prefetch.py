@@ -22,8 +22,16 @@ from gpuscope.readers.kineto.prefetch import prefetching
 from gpuscope.trace_files import find_trace_files
 
 SAMPLE = os.path.join(os.path.dirname(__file__), "..", "sample_traces", "imbalanced", "kineto")
-ONE_CYCLE_EACH = ("vm_22026.1795999609973900603.pt.trace.json.gz",
-                  "vm_22027.1795999609989363876.pt.trace.json.gz")
+def _first_cycle_each() -> tuple[str, ...]:
+    """Each rank's first profiler cycle among the sample's files (one process's files share
+    the prefix before the dot; the timestamp after it orders them)."""
+    by_process: dict = {}
+    for name in sorted(os.listdir(SAMPLE)):
+        by_process.setdefault(name.split(".", 1)[0], name)
+    return tuple(by_process.values())
+
+
+ONE_CYCLE_EACH = _first_cycle_each()
 
 pytestmark = pytest.mark.skipif(not _can_fork(), reason="needs fork and two cores")
 

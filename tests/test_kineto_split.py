@@ -67,8 +67,9 @@ def test_two_processes_work_out_the_rows_of_their_own_files(tmp_path, monkeypatc
     if not parse.forks():
         pytest.skip("needs fork and two cores")
     src = os.path.join(os.path.dirname(__file__), "..", "sample_traces", "imbalanced", "kineto")
-    for name in ("vm_22026.1795999609973900603.pt.trace.json.gz",
-                 "vm_22027.1795999609989363876.pt.trace.json.gz"):  # one cycle of each rank
+    from helpers import trace_of_rank
+
+    for name in (trace_of_rank(src, 0)[0], trace_of_rank(src, 1)[0]):  # a cycle of each rank
         shutil.copy(os.path.join(src, name), tmp_path / name)
     calls = []
     real = parse.prepared
