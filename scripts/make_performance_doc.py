@@ -84,6 +84,15 @@ def scale(d: dict) -> list[str]:
     return out + [""]
 
 
+def instructions_note(d: dict | None) -> str:
+    """The load-free gate beside the wall-clock figure: instructions per tiny-DDP micro-step."""
+    tiny = ((d or {}).get("models") or {}).get("tiny")
+    if not tiny:
+        return ""
+    return (f"; {tiny['added']:,} instructions per micro-step added ({tiny['added_pct']:.1f}% of "
+            f"the plain step's, callgrind, {d.get('commit', '?')})")
+
+
 def same_run(d: dict) -> list[str]:
     out = ["## The same run from both sources", "",
            f"`python scripts/same_run.py --runs {d['runs']} --busy {d['busy_cores']}` on "
@@ -92,12 +101,14 @@ def same_run(d: dict) -> list[str]:
            "profiled by torch.profiler in the same processes; the record over the steps the "
            "profiler captured and the traces are analysed and compared (\"record_all_steps\": "
            f"the record over all its steps, as a user reads it; {d['seconds']:.0f} s in all).", "",
-           "| scenario | runs | same verdict and stragglers from both | the scenario's label and "
-           "stragglers in all three readings |",
-           "| --- | --- | --- | --- |"]
+           "| scenario | runs | same verdict and stragglers from both | same top fix (knob, "
+           "value, estimates within 15%) | the scenario's label and stragglers in all three "
+           "readings |",
+           "| --- | --- | --- | --- | --- |"]
     for s, v in d["summary"].items():
-        out.append(f"| {s} | {v['runs']} | {v['agree']} of {v['runs']} | {v['right']} of "
-                   f"{v['runs']} |")
+        fix = f"{v['same_fix']} of {v['runs']}" if "same_fix" in v else "not measured"
+        out.append(f"| {s} | {v['runs']} | {v['agree']} of {v['runs']} | {fix} | {v['right']} "
+                   f"of {v['runs']} |")
     verdicts: dict = {}
     named: dict = {}  # stragglers named where the scenario injects none, or others than it does
     injected = d["injected_stragglers"]
@@ -359,11 +370,14 @@ def budgets(docs: dict) -> list[str]:
         spread = (f", median of {len(rounds)} interleaved rounds, 95% confidence interval {ci[0]:,.0f} to "
                   f"{ci[1]:,.0f} us" if ci else "")
         cost = o['recorder_cost_ddp_us_per_step']
+        plain = o.get("ddp_tiny_step_us_without")
         out.append(f"- Recording: at most 50 us per step and 0.5% of a 10 ms step; measured "
                    f"{cost:,.0f} us per step{' (over budget)' if cost > 50 else ''} on a tiny "
                    "DDP model "
-                   f"({o['cpu_count']}-core CPU{spread}) ([recording overhead](docs/performance.md"
-                   "#recording-overhead)).")
+                   f"({o['cpu_count']}-core CPU{spread}"
+                   + (f"; its plain step {plain:,.0f} us" if plain else "") + ")"
+                   + instructions_note(docs.get("instructions.json"))
+                   + " ([recording overhead](docs/performance.md#recording-overhead)).")
     c = docs.get("overhead_cases.json")
     if c:
         r = [w["paired_ratio_median"] for w in c["workloads"].values()]
@@ -406,8 +420,14 @@ def budgets(docs: dict) -> list[str]:
     if r:
         agree = sum(v["agree"] for v in r["summary"].values())
         runs = sum(v["runs"] for v in r["summary"].values())
+        fixes = [v["same_fix"] for s, v in r["summary"].items() if "same_fix" in v
+                 and s != "compute"]
+        fix_runs = sum(v["runs"] for s, v in r["summary"].items() if "same_fix" in v
+                       and s != "compute")
+        fix = (f", and the same top fix (within 15%) in {sum(fixes)} of {fix_runs} runs of the "
+               "scenarios that have one" if fixes else "")
         out.append(f"- Both sources agree: the same run recorded and profiled gets the same "
-                   f"verdict and stragglers in {agree} of {runs} runs, a core kept busy "
+                   f"verdict and stragglers in {agree} of {runs} runs{fix}, a core kept busy "
                    "([same run](docs/performance.md#the-same-run-from-both-sources)).")
     f = docs.get("fuzz.json")
     if f:

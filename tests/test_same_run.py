@@ -33,12 +33,9 @@ def test_recorded_and_profiled_at_once_agree(scenario, tmp_path):
     # most steps: same_run.leaning_call)
     assert rec["stragglers"] == kin["stragglers"] or same_run.leaning_call(rec, kin), said
     if scenario == "imbalanced":  # the 40 ms straggler is named from both
-        # (or, over the 8 profiled steps of a busy core, both call it jitter at low confidence,
-        # naming rank 1 as last in most steps: too few steps to be sure); all steps name it
-        # (or one source names it and the other leans on it so: same_run.leaning_call)
-        assert all(r["stragglers"] == [1] or (
-            r["verdict"] == "jitter-bound" and r["confidence"] == "low"
-            and any("rank 1 arrived last" in e for e in r["evidence"])) for r in (rec, kin)), said
+        # (or, over the 8 profiled steps of a busy core, named probably a straggler at low
+        # confidence, last in most steps: too few steps to be sure); all steps name it
+        assert all(same_run.names(r, [1]) for r in (rec, kin)), said
         assert res["record_all_steps"]["stragglers"] == [1]
     # the balanced scenarios name no one as a rule, but on a loaded machine one rank can be
     # slower for a whole run (a busy-core clone with a second suite beside it: rank 0 in the comm
