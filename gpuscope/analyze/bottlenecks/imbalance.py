@@ -122,7 +122,8 @@ _EXPECTED_MAX = {1: 0.0, 2: 0.564, 3: 0.846, 4: 1.029, 5: 1.163}
 def without_stragglers(frame: pd.DataFrame, slow: set[int]) -> tuple[float, float, float] | None:
     """(point, lo, hi) ns of a step once the slow ranks keep pace: the other ranks' busy time
     (step minus waiting), its mean plus how late the last of n ranks with that per-step spread
-    comes (the synchronous step waits for it); lo: the median, hi: twice the spread's share."""
+    (robust: the median absolute deviation's) comes (the synchronous step waits for it); lo:
+    the median, hi: twice the spread's share."""
     if frame.empty or "wait_ns" not in frame:
         return None
     keep = ~np.isin(frame["rank"].to_numpy(), list(slow))  # columns, not a copy of the frame
@@ -131,7 +132,10 @@ def without_stragglers(frame: pd.DataFrame, slow: set[int]) -> tuple[float, floa
     busy = (frame["step_ns"].to_numpy(dtype=float) - frame["wait_ns"].to_numpy(dtype=float))[keep]
     n = int(frame["rank"].nunique())
     c = _EXPECTED_MAX.get(n, math.sqrt(2 * math.log(max(n, 2))))
-    sd = float(np.std(busy))
+    # the spread of a typical step (1.4826 x the median absolute deviation): one step slowed by
+    # a profiler starting or a checkpoint is in the mean, but says nothing of how late the last
+    # of the ranks comes in the others
+    sd = float(1.4826 * np.median(np.abs(busy - np.median(busy))))
     point = float(np.mean(busy)) + c * sd
     return point, float(np.median(busy)), point + c * sd
 
