@@ -8,7 +8,9 @@ itself, as checks (test_one_story.py runs them over every sample and corpus repo
   rank table's, a part's ms against its share of the step;
 - shares over the step: a part, a collective kind or the verdict's labels above the step;
 - a verdict other than compute-bound with neither a suggestion for it nor a line saying why;
-- a suggestion whose gain is not its estimate's (the throughput ratio of today's global batch).
+- a suggestion whose gain is not its estimate's (the throughput ratio of today's global batch);
+- a gain above +100% from a trace without step markers (no per-step evidence: what the GPU
+  idled on in it may be one-off work; the estimate's low end is what may be promised).
 """
 
 from __future__ import annotations
@@ -66,6 +68,10 @@ def contradictions(report) -> list[str]:
             if ns > r.step_ns * 1.001 + 1e3:
                 out.append(f"rank {r.rank}: {kind} {ns / MS:.1f} ms in a "
                            f"{r.step_ns / MS:.1f} ms step")
+    no_markers = any("no step markers" in e for e in report.verdict.evidence)
+    for s in report.suggestions if no_markers else ():
+        if s.gain_pct > 100.0 + 1e-6:
+            out.append(f"{s.knob}: +{s.gain_pct:.0f}% from a trace without step markers")
     if sum(report.verdict.time_by_label.values()) > 1.001:
         out.append(f"the labels' shares add to {sum(report.verdict.time_by_label.values()):.3f}")
     label = report.verdict.label

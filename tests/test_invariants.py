@@ -112,6 +112,10 @@ def test_a_held_estimate_is_said_on_its_suggestion_and_costs_the_verdict_nothing
     frame = table_from_rows(rows).frame
     (held,), notes = bound_suggestions([_sync(1.3)], typical_step(frame), frame)
     assert held.why.startswith("why; ") and "held at 5.00 ms" in held.why
+    # what the change recovers, in words: not "11 ms of comm-bound time" (the skipped syncs'
+    # communication and optimizer steps are not comm-bound time; one read "649 ms of
+    # comm-bound time" in a step with 174 ms of communication)
+    assert "comm-bound time" not in held.why and "the skipped syncs' communication" in held.why
     assert notes and "held at" in notes[0]
     from gpuscope.analyze import run as run_mod
 
