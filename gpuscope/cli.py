@@ -56,6 +56,14 @@ def cmd_analyze(args) -> int:
         report = analyze_table(read_path(args.path, parsed=ahead),
                                Thresholds().with_overrides(args.thresholds), skip=args.skip)
     # the files first: a reader that closes stdout early (| head) must not lose them
+    if args.json == "-":  # the JSON to stdout, alone: a pipe's reader gets JSON only
+        from .render import json as render_json
+
+        text = render_json.render(report)
+        sys.stdout.write(text.decode() if isinstance(text, bytes) else text)
+        if args.html:
+            report.write_html(args.html)
+        return 0
     if args.json:
         report.write_json(args.json)
     if args.html:
@@ -117,9 +125,23 @@ def cmd_demo(args) -> int:
     result.report.print()
     print(f"JSON report: {result.json_path}\nHTML dashboard: {result.html_path}")
     if result.trace_dir:
-        print(f"\nThe same run as torch.profiler traces: gpuscope analyze {result.trace_dir}\n"
-              f"In TensorBoard (gpuscope tab + Scalars): tensorboard --logdir {result.out}")
+        print(f"\nThe same run as torch.profiler traces: {command('gpuscope')} analyze "
+              f"{result.trace_dir}\nIn TensorBoard (gpuscope tab + Scalars): "
+              f"{command('tensorboard')} --logdir {result.out}")
     return 0
+
+
+def command(name: str) -> str:
+    """How to run one of this environment's commands from a fresh shell here: its name when the
+    shell finds this one, else its path (a venv not activated: .venv/bin/gpuscope)."""
+    import shutil
+
+    here = os.path.join(os.path.dirname(sys.executable), name)
+    found = shutil.which(name)
+    if found and os.path.realpath(found) == os.path.realpath(here) or not os.path.exists(here):
+        return name
+    rel = os.path.relpath(here)
+    return rel if not rel.startswith("..") else here
 
 
 def cmd_scaling(args) -> int:
@@ -131,6 +153,9 @@ def cmd_scaling(args) -> int:
 
     points = scaling_points([analyze(p) for p in args.paths])
     at, why = stops_paying(points)
+    if args.json == "-":
+        print(json.dumps(scaling_dict(points), indent=2))
+        return 0
     if args.json:
         _write(args.json, json.dumps(scaling_dict(points), indent=2))
     print(scaling.render(points, at, why, color=sys.stdout.isatty()), end="")
@@ -159,9 +184,11 @@ def cmd_compare(args) -> int:
     if args.fail_if_slower is not None and args.fail_if_slower < 0:
         raise GpuscopeError(f"--fail-if-slower must be a percentage >= 0, not {args.fail_if_slower}")
     result = compare(load_report(args.before), load_report(args.after))
-    if args.json:
+    if args.json == "-":
+        print(json.dumps(result.to_dict(), indent=2))
+    elif args.json:
         _write(args.json, json.dumps(result.to_dict(), indent=2))
-    if not args.quiet:
+    if not args.quiet and args.json != "-":
         print(render_compare.render(result, color=sys.stdout.isatty()), end="")
     if args.fail_if_slower is not None and result.slower_than(args.fail_if_slower):
         unit = "sample" if result.per_sample else "micro-step"
@@ -195,11 +222,15 @@ def _write(path: str, text: str) -> None:
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="gpuscope", description="Why is distributed training slow, "
                                  "and what to change.")
+    from . import __version__
+
+    ap.add_argument("--version", action="version", version=f"gpuscope {__version__}")
     sub = ap.add_subparsers(dest="command", required=True)
     a = sub.add_parser("analyze", help="analyze a run dir or torch.profiler traces")
     a.add_argument("path", help="gpuscope run dir (or one of its rank files), or a folder/file "
                    "of torch.profiler traces")
-    a.add_argument("--json", metavar="FILE", help="write the JSON report here")
+    a.add_argument("--json", metavar="FILE", help="write the JSON report here (-: to stdout, "
+                   "instead of the terminal report)")
     a.add_argument("--html", metavar="FILE", help="write the HTML dashboard here")
     a.add_argument("--thresholds", metavar="K=V,...",
                    help="override thresholds, e.g. data_high=0.3,wait=0.05")
@@ -228,13 +259,13 @@ def build_parser() -> argparse.ArgumentParser:
     d.set_defaults(func=cmd_demo)
     sc = sub.add_parser("scaling", help="compare runs of one training at several world sizes")
     sc.add_argument("paths", nargs="+", help="run dirs or trace folders, one per world size")
-    sc.add_argument("--json", metavar="FILE", help="write the scaling table as JSON")
+    sc.add_argument("--json", metavar="FILE", help="write the scaling table as JSON (-: stdout)")
     sc.set_defaults(func=cmd_scaling)
     c = sub.add_parser("compare", help="compare two runs of one training: parts, verdict, "
                        "knobs, and how the suggestions' estimates held")
     c.add_argument("before", help="run dir, profiler traces, or a saved JSON report")
     c.add_argument("after", help="the same, after a change")
-    c.add_argument("--json", metavar="FILE", help="write the comparison as JSON")
+    c.add_argument("--json", metavar="FILE", help="write the comparison as JSON (-: stdout)")
     c.add_argument("--fail-if-slower", type=float, metavar="PCT",
                    help="exit 3 when AFTER is more than PCT %% slower than BEFORE (per sample "
                    "when both batches are known, else per micro-step): a regression gate for CI")

@@ -163,3 +163,30 @@ def test_the_command_leaves_fast_with_everything_delivered(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "gpuscope", "analyze", str(tmp_path / "missing")],
                          capture_output=True, text=True, env=env)
     assert bad.returncode == 2 and bad.stderr.startswith("gpuscope: error:")
+
+
+def test_version_json_to_stdout_and_commands_a_fresh_shell_runs(tmp_path, monkeypatch):
+    """`--version`; `--json -` writes the JSON report to stdout (no file named '-'); the commands
+    the demo prints run in a fresh shell: a venv's tools by their path when the shell would not
+    find them."""
+    import json as js
+    import os
+    import subprocess
+    import sys
+
+    from gpuscope.cli import command
+
+    out = subprocess.run([sys.executable, "-m", "gpuscope", "--version"], capture_output=True,
+                         text=True)
+    assert out.returncode == 0 and out.stdout.startswith("gpuscope ")
+    monkeypatch.chdir(tmp_path)
+    sample = os.path.join(os.path.dirname(__file__), "..", "sample_traces", "data", "record")
+    out = subprocess.run([sys.executable, "-m", "gpuscope", "analyze", sample, "--json", "-"],
+                         capture_output=True, text=True)
+    assert out.returncode == 0 and js.loads(out.stdout)["verdict"] == "data-bound"
+    assert not (tmp_path / "-").exists()
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")  # a fresh shell: the venv not activated
+    here = os.path.join(os.path.dirname(sys.executable), "gpuscope")
+    if os.path.exists(here):
+        got = command("gpuscope")
+        assert got != "gpuscope" and os.path.realpath(got) == os.path.realpath(here)

@@ -514,7 +514,10 @@ def _summary_html(report: ReportData) -> str:
                    "estimated gain; each estimate is the mean time per step of today's global "
                    f'batch.</p><ol id="suggestions">{items}</ol>')
     else:
-        out.append('<h2>Suggestions</h2><p id="suggestions">None: the run is compute-bound.</p>')
+        out.append('<h2>Suggestions</h2><p id="suggestions">'
+                   + ("No suggestion: the run is compute-bound, the healthy state."
+                      if report.verdict.label == "compute-bound"
+                      else "No suggestion: the warnings below say why.") + "</p>")
     if report.warnings:
         items = "".join(f"<li>{esc(w)}</li>" for w in report.warnings)
         out.append(f'<details id="warnings"><summary>{len(report.warnings)} warning(s)</summary>'

@@ -79,7 +79,9 @@ def suggest_imbalance(t: TypicalStep, stragglers: list[Straggler], knobs: dict,
                     "and whether its shard holds larger samples",
             "compute": "it computes longer: check for uneven inputs (sort or bucket by length), "
                        "extra work on that rank (logging, metrics, eval), other processes on its "
-                       "device, GPU clocks and temperature; with DataParallel, switch to DDP",
+                       "device, GPU clocks and temperature"
+                       + ("; with DataParallel, switch to DDP"
+                          if knobs.get("parallel") == "DataParallel" else ""),
             "other": "it spends longer outside data and compute: host overhead, Python work or "
                      "synchronization specific to that rank",
         }

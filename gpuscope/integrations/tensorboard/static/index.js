@@ -74,8 +74,10 @@ function summary(report, colors) {
               el("div", {class: "why"}, s.why));
     ol.append(li);
   }
-  if (!report.suggestions.length) ol.append(el("li", {}, "None: the run is compute-bound."));
-  box.append(ol);
+  if (report.suggestions.length) box.append(ol);
+  else box.append(el("p", {id: "suggestions"}, report.verdict === "compute-bound"
+      ? "No suggestion: the run is compute-bound, the healthy state."
+      : "No suggestion: the warnings below say why."));
   if (report.warnings.length) {
     const det = el("details", {id: "warnings"});
     det.append(el("summary", {}, `${report.warnings.length} warning(s)`));
