@@ -131,9 +131,10 @@ class Sampler:
             self.handle = self.api.handle(**sel)
             self.device = {**self.api.describe(self.handle), "selected_by": next(iter(sel))}
             self.active = True
-        except NvmlUnavailable as exc:
-            self.reason = str(exc)
-            info_once("nvml-off", "gpuscope: GPU telemetry off: %s", exc)
+        except NvmlUnavailable as exc:  # no driver: the same on every rank of a host, said
+            self.reason = str(exc)         # by its first (the record header says it on each)
+            if local_rank == 0:
+                info_once("nvml-off", "gpuscope: GPU telemetry off: %s", exc)
         except Exception as exc:  # an NVML error on this device: telemetry off, training on
             self.reason = f"NVML device lookup failed ({exc})"
             info_once("nvml-off", "gpuscope: GPU telemetry off: %s", self.reason)
