@@ -82,3 +82,28 @@ def test_write_and_print(tmp_path, capsys):
     report.print()
     out = capsys.readouterr().out
     assert "Verdict: DATA-BOUND" in out and "\x1b[" not in out  # no colour when not a terminal
+
+
+@pytest.mark.parametrize("width", [60, 80, 100])
+def test_wrapped_lines_keep_figures_whole_and_end_without_spaces(width):
+    """A narrow terminal: no line ends with spaces, and no figure is split across two lines
+    ("35.9" at a line's end and "ms" at the next one's start; "2 x 30 x" and "2 = 120")."""
+    import os
+    import re
+
+    import gpuscope
+    from gpuscope.render.terminal import render
+
+    root = os.path.join(os.path.dirname(__file__), "..", "sample_traces")
+    for name in ("comm", "data", "imbalanced"):
+        text = render(gpuscope.analyze(os.path.join(root, name, "record")), width=width)
+        lines = text.splitlines()
+        assert not [x for x in lines if x.endswith(" ")]
+        in_suggestions = lines[next(i for i, x in enumerate(lines)
+                                    if x.startswith("Suggestions")):]
+        for a, b in zip(in_suggestions, in_suggestions[1:]):
+            if b.startswith("thresholds"):
+                break
+            split = (re.search(r"[\d%)]$", a) and re.match(r"\s*(ms|%|x\b|\()", b)) or (
+                re.search(r"\d [x=]$", a))
+            assert not split, (a, b)

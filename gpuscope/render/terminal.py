@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import textwrap
 from typing import TYPE_CHECKING
 
 from rich.console import Console
@@ -35,7 +37,27 @@ def render(report: ReportData, *, width: int | None = None, color: bool = False)
     `color`."""
     console, buf = text_console(width, color)
     write(report, console)
-    return buf.getvalue()
+    return _TRAILING.sub(r"\1", buf.getvalue())
+
+
+#: spaces a line ends with (rich pads wrapped lines), before a colour's reset if any
+_TRAILING = re.compile(r"[ ]+((?:\x1b\[[0-9;]*m)*)$", re.MULTILINE)
+#: the space inside a figure ("35.9 ms", "~8.2 (6.6-15.4) ms/step", "+412% throughput"): a
+#: line is never broken there
+_FIGURE_SPACE = re.compile(r"(?<=[\d%)])[ ](?=(?:ms|us|s|MiB|GiB|KiB|MB|GB|%|x|ms/step|"
+                           r"throughput|worker|workers|steps|core|cores)\b|\()")
+_NBSP = "\u00a0"
+#: a product or a sum of figures: "2 x 30 x 2 = 120"
+_PRODUCT = re.compile(r"(?<=\d)[ \u00a0]([x=+-])[ ](?=[\d~])")
+
+
+def say(console: Console, text: str, style: str | None = None, indent: int = 0) -> None:
+    """A paragraph, wrapped at the console's width between words, never inside a figure."""
+    glued = _PRODUCT.sub(_NBSP + r"\1" + _NBSP, _FIGURE_SPACE.sub(_NBSP, text))
+    for line in textwrap.wrap(glued, width=max(console.width - indent, 20),
+                              break_long_words=False, break_on_hyphens=False) or [""]:
+        console.print(Text(" " * indent + line.replace(_NBSP, " "), style=style or ""),
+                      soft_wrap=True)
 
 
 def write(report: ReportData, console: Console) -> None:
@@ -403,8 +425,14 @@ def _suggestions(report: ReportData, console: Console) -> None:
     for i, s in enumerate(report.suggestions, 1):
         rng = s.estimated_step_ms_range
         span = f" ({rng[0]:.1f}-{rng[1]:.1f})" if rng else ""
-        console.print(Text.assemble(
-            f" {i}. ", (s.knob, "bold"), f": {s.current} -> {s.proposed}  ",
-            (f"~{round(s.estimated_step_ms, 3):.1f}{span} ms/step, {round(s.gain_pct, 1):+.0f}% "
-             "throughput", "green")))
-        console.print(Padding(Text(s.why, style="dim"), (0, 0, 0, 4)))
+        what = f" {i}. {s.knob}: {s.current} -> {s.proposed}  "
+        figure = (f"~{round(s.estimated_step_ms, 3):.1f}{span} ms/step, "
+                  f"{round(s.gain_pct, 1):+.0f}% throughput")
+        if len(what) + len(figure) <= console.width:
+            console.print(Text.assemble(f" {i}. ", (s.knob, "bold"),
+                                        f": {s.current} -> {s.proposed}  ", (figure, "green")),
+                          soft_wrap=True)
+        else:  # the figure on a line of its own, whole
+            say(console, what.rstrip(), "bold")
+            console.print(Text("    " + figure, style="green"), soft_wrap=True)
+        say(console, s.why, "dim", 4)
