@@ -107,3 +107,12 @@ def test_wrapped_lines_keep_figures_whole_and_end_without_spaces(width):
             split = (re.search(r"[\d%)]$", a) and re.match(r"\s*(ms|%|x\b|\()", b)) or (
                 re.search(r"\d [x=]$", a))
             assert not split, (a, b)
+
+
+def test_rates_carry_their_multiplier_on_the_number():
+    from gpuscope.render.terminal import throughput_line
+
+    line = throughput_line({"steps_per_s": 9.18, "samples_per_s": 75_200.0,
+                            "tokens_per_s": 3_100_000.0, "per_rank": [{}, {}]})
+    assert "75.2k samples/s (37.6k per rank)" in line and "3.1M tokens/s" in line
+    assert "ksamples" not in line and "kper" not in line

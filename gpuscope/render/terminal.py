@@ -139,10 +139,19 @@ def energy_line(e: dict) -> str:
 
 
 def _si(x: float) -> str:
+    """A unit's SI prefix, written to the unit ("12.3 TFLOP/s")."""
     for div, unit in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
         if abs(x) >= div:
             return f"{x / div:.3g} {unit}"
     return f"{x:.3g} "
+
+
+def _count(x: float) -> str:
+    """A count with its multiplier on the number ("67.6k samples/s", "3.1M tokens/s")."""
+    for div, unit in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= div:
+            return f"{x / div:.3g}{unit}"
+    return f"{x:.3g}"
 
 
 def throughput_line(t: dict) -> str:
@@ -152,10 +161,10 @@ def throughput_line(t: dict) -> str:
     n = len(t.get("per_rank", []))
     parts = [f"{t['steps_per_s']:.2f} steps/s"]
     if t.get("samples_per_s") is not None:
-        parts.append(f"{_si(t['samples_per_s'])}samples/s"
-                     + (f" ({_si(t['samples_per_s'] / n)}per rank)" if n > 1 else ""))
+        parts.append(f"{_count(t['samples_per_s'])} samples/s"
+                     + (f" ({_count(t['samples_per_s'] / n)} per rank)" if n > 1 else ""))
     if t.get("tokens_per_s") is not None:
-        parts.append(f"{_si(t['tokens_per_s'])}tokens/s")
+        parts.append(f"{_count(t['tokens_per_s'])} tokens/s")
     if t.get("flop_per_s") is not None:
         parts.append(f"{_si(t['flop_per_s'])}FLOP/s per rank")
         parts.append(f"MFU {t['mfu_pct']:.1f}% of {t['peak_source']}" if t.get("mfu_pct")
