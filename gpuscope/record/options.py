@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Callable
 
 
@@ -18,44 +18,45 @@ def _enabled_by_env() -> bool:
     return os.environ.get("GPUSCOPE_DISABLE", "") in ("", "0")
 
 
+def opt(default, doc: str, **kw):
+    """A field of RecordOptions with its meaning, which help() shows (options_help)."""
+    return field(default=default, metadata={"doc": doc}, **kw)
+
+
 @dataclass(frozen=True)
 class RecordOptions:
-    #: rows are summed and handed to the writer thread every `flush_rows` steps ...
-    flush_rows: int = 64
-    #: ... or once the oldest unwritten step is `flush_s` seconds old
-    flush_s: float = 1.0
-    #: time optimizer.step() (a hook on every optimizer the model's parameters belong to)
-    time_optimizer: bool = True
-    #: per-step scalars for TensorBoard's Scalars tab, written on a thread of their own
-    tensorboard: bool = False
-    #: NVML sampling of utilization, memory, power and clocks (off by itself without a driver)
-    telemetry: bool = True
-    telemetry_hz: float = 5.0
-    #: memory after every step (the process's resident set) and, on CUDA, the allocator's
-    #: peaks, retries and out-of-memory errors per flush (memory.py)
-    memory: bool = True
-    #: FLOPs of one micro-step on one rank (forward, backward, optimizer), for FLOP/s and MFU
-    flops_per_step: float | None = None
-    #: ... or count them once, on micro-step 2, with torch's FlopCounterMode (flops.py)
-    count_flops: bool = False
-    #: the device's peak FLOP/s for MFU, where gpuscope's table does not know it
-    peak_flops: float | None = None
-    #: what a GPU hour costs: the report prices each bottleneck per 1,000 steps
-    price_per_gpu_hour: float | None = None
-    #: CUDA-event timing of the device's work; None: on when the model is on a CUDA device
-    device_timing: bool | None = None
-    #: None: on unless the environment sets GPUSCOPE_DISABLE=1
-    enabled: bool | None = None
-    #: live diagnosis every N steps (0: off): the ranks exchange their sums, rank 0 logs a line
-    live_every: int = 0
-    #: called on rank 0 with each live diagnosis (a dict)
-    on_diagnosis: Callable[[dict], None] | None = None
-    #: log the live line on rank 0
-    live_log: bool = True
-    #: a rank that answers no live exchange for this long is given up on
-    live_timeout_s: float = 60.0
-    #: the recorder's clock, integer ns (time.perf_counter_ns); tests inject one
-    clock: Callable[[], int] = field(default=time.perf_counter_ns, repr=False, compare=False)
+    flush_rows: int = opt(64, "rows are summed and handed to the writer thread every flush_rows "
+                              "steps (a kill loses at most these) ...")
+    flush_s: float = opt(1.0, "... or once the oldest unwritten step is flush_s seconds old")
+    time_optimizer: bool = opt(True, "time optimizer.step() (torch's global optimizer hooks)")
+    tensorboard: bool = opt(False, "per-step scalars for TensorBoard's Scalars tab, written on a "
+                                   "thread of their own")
+    telemetry: bool = opt(True, "NVML sampling of utilization, memory, power, clocks and energy "
+                                "(off by itself without a driver)")
+    telemetry_hz: float = opt(5.0, "NVML samples per second (1 to 10)")
+    memory: bool = opt(True, "the process's resident set and, on CUDA, the allocator's peaks, "
+                             "retries and out-of-memory errors: after each of the first 64 "
+                             "steps, then per flush (memory.py)")
+    flops_per_step: float | None = opt(None, "FLOPs of one micro-step on one rank (forward, "
+                                             "backward, optimizer), for FLOP/s and MFU")
+    count_flops: bool = opt(False, "... or count them once, on micro-step 2, with torch's "
+                                   "FlopCounterMode (flops.py)")
+    peak_flops: float | None = opt(None, "the device's peak FLOP/s for MFU, where gpuscope's "
+                                         "table does not know it")
+    price_per_gpu_hour: float | None = opt(None, "what a GPU hour costs: the report prices each "
+                                                 "bottleneck per 1,000 steps")
+    device_timing: bool | None = opt(None, "CUDA-event timing of the device's work; None: on "
+                                           "when the model is on a CUDA device")
+    enabled: bool | None = opt(None, "None: on unless the environment sets GPUSCOPE_DISABLE=1")
+    live_every: int = opt(0, "live diagnosis every N steps (0: off): the ranks exchange their "
+                             "sums, rank 0 logs a line")
+    on_diagnosis: Callable[[dict], None] | None = opt(None, "called on rank 0 with each live "
+                                                            "diagnosis (a dict)")
+    live_log: bool = opt(True, "log the live line on rank 0")
+    live_timeout_s: float = opt(60.0, "a rank that answers no live exchange for this long is "
+                                      "given up on")
+    clock: Callable[[], int] = opt(time.perf_counter_ns, "the recorder's clock, integer ns; "
+                                   "tests inject one", repr=False, compare=False)
 
     def resolved_enabled(self) -> bool:
         return _enabled_by_env() if self.enabled is None else bool(self.enabled)
@@ -63,3 +64,17 @@ class RecordOptions:
     @classmethod
     def names(cls) -> tuple[str, ...]:
         return tuple(f.name for f in fields(cls))
+
+
+def options_help() -> str:
+    """Every option, its default and what it does (RecordOptions' and record()'s help())."""
+    rows = []
+    for f in fields(RecordOptions):
+        default = f.default if f.default is not MISSING else f.default_factory.__name__
+        rows.append(f"    {f.name} (default {default!r}): {f.metadata.get('doc', '')}")
+    return "Options:\n\n" + "\n".join(rows)
+
+
+RecordOptions.__doc__ = ("Every option of gpuscope.record(), frozen: record(run_dir, model, "
+                         "**options) builds one from keywords (an unknown one is a TypeError), "
+                         "or pass one as options=RecordOptions(...).\n\n" + options_help())

@@ -27,7 +27,7 @@ from .._log import warn_once
 from ..run_format import COMM_KEY, SCHEMA, STEP_COLUMNS
 from .hooks import Hooks
 from .knobs import batch_knobs, batch_size_of, loader_knobs, model_knobs, process_knobs
-from .options import RecordOptions
+from .options import RecordOptions, options_help
 from .placement import detect_placement, job_id
 from .sinks import (DataParallelTimes, DeviceTimes, LiveDiagnosis, Routing, Sink, Telemetry,
                     TensorBoardScalars)
@@ -803,9 +803,13 @@ def record(run_dir, model=None, options: RecordOptions | None = None, **kw) -> R
                 rec.step()
 
     or ``rec = gpuscope.record(...); rec.start(); ...; rec.stop()`` around a top-level loop.
-    Options are RecordOptions' fields, as keywords (``tensorboard=True``) or one RecordOptions.
+    Options are RecordOptions' fields, as keywords (``tensorboard=True``) or one RecordOptions
+    (they follow).
     """
     return Recorder(run_dir, model, options, **kw)
+
+
+record.__doc__ += "\n" + options_help()
 
 
 __all__ = ["Recorder", "RecordOptions", "record"]
