@@ -13,14 +13,20 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
-$(VENV)/.installed: $(BIN)/python pyproject.toml
+# what the demo needs (torch, gpuscope, plotly for its dashboard, tensorboard for its tab) ...
+$(VENV)/.demo: $(BIN)/python pyproject.toml
 	$(BIN)/pip install -q "$(TORCH_SPEC)"
+	$(BIN)/pip install -q -e ".[demo]"
+	touch $@
+
+# ... and what the tests need besides (the trainers, a browser driver, the exporters)
+$(VENV)/.installed: $(VENV)/.demo
 	$(BIN)/pip install -q -e ".[test]"
 	touch $@
 
 install: $(VENV)/.installed
 
-demo: install
+demo: $(VENV)/.demo
 	$(BIN)/gpuscope demo --scenario $(SCENARIO) --out runs/demo
 
 test: install

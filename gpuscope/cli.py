@@ -184,6 +184,10 @@ def cmd_compare(args) -> int:
     if args.fail_if_slower is not None and args.fail_if_slower < 0:
         raise GpuscopeError(f"--fail-if-slower must be a percentage >= 0, not {args.fail_if_slower}")
     result = compare(load_report(args.before), load_report(args.after))
+    if args.fail_if_slower is not None and result.different and not args.force:
+        raise GpuscopeError(f"BEFORE and AFTER look like different trainings ({result.different}):"
+                            " the gate compares one training before and after a change; --force "
+                            "compares them anyway")
     if args.json == "-":
         print(json.dumps(result.to_dict(), indent=2))
     elif args.json:
@@ -270,6 +274,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="exit 3 when AFTER is more than PCT %% slower than BEFORE (per sample "
                    "when both batches are known, else per micro-step): a regression gate for CI")
     c.add_argument("-q", "--quiet", action="store_true", help="no terminal output")
+    c.add_argument("--force", action="store_true", help="gate runs that look like different "
+                   "trainings (another model, parameters more than 10%% apart) too")
     c.set_defaults(func=cmd_compare)
     doc = sub.add_parser("doctor", help="check GPUs, versions, topology and run a smoke test")
     doc.add_argument("--no-smoke", action="store_true", help="skip the multi-process smoke test")

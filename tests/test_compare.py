@@ -222,3 +222,25 @@ def test_real_pair_straggler_removed_and_the_gate(tmp_path):
         kb.label == "jitter-bound" and kb.confidence == "low"
         and any("rank 1 arrived last" in e for e in kb.evidence)), kb
     assert k["slower_pct"] < -5
+
+
+def test_the_gate_refuses_two_different_trainings_unless_forced(tmp_path, capsys):
+    """50,826 against 6,258,010 parameters is not one training before and after a change: the
+    comparison says so, and the regression gate refuses it (exit 2, one line) unless --force
+    (it printed '208708.8% more time per sample' and exited 3)."""
+    small = rep(balanced(8, 2, compute=10, other=1),
+                knobs={"batch_size": 4, "params": 50_826, "model": "DistributedDataParallel"})
+    big = rep(balanced(8, 2, compute=900, other=1),
+              knobs={"batch_size": 4, "params": 6_258_010, "model": "DistributedDataParallel"})
+    c = compare(small, big)
+    assert c.different == "50,826 against 6,258,010 parameters"
+    assert any("different trainings" in w for w in c.warnings)
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    small.write_json(a)
+    big.write_json(b)
+    assert main(["compare", str(a), str(b), "--fail-if-slower", "5", "-q"]) == 2
+    assert "different trainings" in capsys.readouterr().err
+    assert main(["compare", str(a), str(b), "--fail-if-slower", "5", "-q", "--force"]) == 3
+    same = rep(balanced(8, 2, compute=11, other=1),
+               knobs={"batch_size": 4, "params": 50_826, "model": "DistributedDataParallel"})
+    assert compare(small, same).different == ""

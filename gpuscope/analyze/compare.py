@@ -114,6 +114,8 @@ class Comparison:
     warnings: list[str] = field(default_factory=list)
     #: rates and memory, [before, after] where either side knows them (None: unknown)
     rates: dict = field(default_factory=dict)
+    #: why BEFORE and AFTER are not one training before and after a change ("" when they are)
+    different: str = ""
 
     def slower_than(self, pct: float) -> bool:
         return self.slower_pct > pct
@@ -121,6 +123,7 @@ class Comparison:
     def to_dict(self) -> dict:
         return {
             "schema": "gpuscope.compare/1", "before": self.before, "after": self.after,
+            "different_trainings": self.different or None,
             "slower_pct": round(self.slower_pct, 2),
             "unit": "sample" if self.per_sample else "micro-step",
             "verdict": {"before": self.verdict_before[0], "before_share": round(self.verdict_before[1], 4),
@@ -212,8 +215,27 @@ def _applied(sug, before: Report, after: Report, changed: dict):
     return None
 
 
+def different_trainings(before: dict, after: dict) -> str:
+    """Why two runs' knobs say they are not one training before and after a change: another
+    model class, or parameters more than 10% apart (a knob change never adds a tenth of the
+    model); "" when nothing says so."""
+    for key in ("model", "wrapper"):
+        a, b = before.get(key), after.get(key)
+        if a and b and a != b:
+            return f"{key} {a} against {b}"
+    a, b = before.get("params"), after.get("params")
+    if isinstance(a, int) and isinstance(b, int) and a > 0 and b > 0 \
+            and max(a, b) > 1.1 * min(a, b):
+        return f"{a:,} against {b:,} parameters"
+    return ""
+
+
 def compare(before: Report, after: Report) -> Comparison:
     warnings = []
+    different = different_trainings(before.knobs, after.knobs)
+    if different:
+        warnings.append(f"BEFORE and AFTER look like different trainings ({different}): the "
+                        "comparison says how two runs differ, not what a change did")
     if before.world_size != after.world_size:
         warnings.append(f"world size differs ({before.world_size} -> {after.world_size}): per-rank "
                         "parts compare, the step is not the same amount of work")
@@ -252,7 +274,7 @@ def compare(before: Report, after: Report) -> Comparison:
                       (before.verdict.label, before.verdict.share),
                       (after.verdict.label, after.verdict.share), changed, preds, per_sample, slower,
                       before.straggler_ranks, after.straggler_ranks, warnings,
-                      rates_before_after(before, after))
+                      rates_before_after(before, after), different)
 
 
 #: what `rates` compares: (name, where in a report)
