@@ -244,3 +244,16 @@ def test_the_gate_refuses_two_different_trainings_unless_forced(tmp_path, capsys
     same = rep(balanced(8, 2, compute=11, other=1),
                knobs={"batch_size": 4, "params": 50_826, "model": "DistributedDataParallel"})
     assert compare(small, same).different == ""
+
+
+def test_a_knob_that_follows_from_another_is_not_another_change():
+    """Giving a DataLoader workers sets its prefetch_factor (None with none, 2 with some): one
+    change, not 'more than one knob changed'."""
+    from gpuscope.analyze.compare import changed_knobs
+
+    got = changed_knobs({"num_workers": 0, "prefetch_factor": None},
+                        {"num_workers": 6, "prefetch_factor": 2})
+    assert got == {"num_workers": (0, 6)}
+    both = changed_knobs({"num_workers": 2, "prefetch_factor": 2},
+                         {"num_workers": 6, "prefetch_factor": 4})
+    assert set(both) == {"num_workers", "prefetch_factor"}  # both chosen: both said

@@ -184,6 +184,10 @@ def changed_knobs(before: dict, after: dict) -> dict[str, tuple]:
             out[k] = (a, b)
     if before.get("layers") != after.get("layers") and ("layers" in before or "layers" in after):
         out["layers"] = ("changed", "changed")  # per-stage layer lists: too long to print
+    # knobs that follow from another: a DataLoader given workers takes torch's prefetch_factor
+    # (None with none), with batches_per_epoch and such from the same loader
+    if "num_workers" in out and out.get("prefetch_factor", (0, 0))[0] is None:
+        out.pop("prefetch_factor")
     return out
 
 
