@@ -257,3 +257,11 @@ def test_a_knob_that_follows_from_another_is_not_another_change():
     both = changed_knobs({"num_workers": 2, "prefetch_factor": 2},
                          {"num_workers": 6, "prefetch_factor": 4})
     assert set(both) == {"num_workers", "prefetch_factor"}  # both chosen: both said
+
+
+def test_rates_print_in_human_units():
+    from gpuscope.render.compare import _human
+
+    assert _human("samples_per_s", 2180.0) == "2.18k"
+    assert _human("resident_peak_bytes", 1.5 * 2**30) == "1.5 GiB"
+    assert _human("mfu_pct", 41.23) == "41.2%" and _human("tokens_per_s", None) == "?"
