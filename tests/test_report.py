@@ -116,3 +116,16 @@ def test_rates_carry_their_multiplier_on_the_number():
                             "tokens_per_s": 3_100_000.0, "per_rank": [{}, {}]})
     assert "75.2k samples/s (37.6k per rank)" in line and "3.1M tokens/s" in line
     assert "ksamples" not in line and "kper" not in line
+
+
+def test_a_narrow_terminal_says_which_columns_it_left_out():
+    import os
+
+    import gpuscope
+    from gpuscope.render.terminal import render
+
+    rep = gpuscope.analyze(os.path.join(os.path.dirname(__file__), "..", "sample_traces",
+                                        "imbalanced", "record"))
+    assert "columns are too narrow" not in render(rep, width=200)
+    narrow = render(rep, width=80)
+    assert "fwd / bwd / opt left out: 80 columns are too narrow" in narrow

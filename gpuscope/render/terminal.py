@@ -228,6 +228,11 @@ def _rank_table(report: ReportData, console: Console) -> None:
     console.print(t)
     if len(shown) < len(ranks):
         console.print(f"[dim]{len(ranks) - len(shown)} more ranks in the JSON report[/dim]")
+    left = ([] if wide else ["the parts' ms"]) + ([] if with_phases or not phases
+                                                  else ["fwd / bwd / opt"])
+    if left:
+        say(console, f"{' and '.join(left)} left out: {console.width} columns are too narrow "
+                     "(a wider terminal, or --json, has them)", "dim")
 
 
 def _comm_and_other(report: ReportData, console: Console) -> None:
