@@ -190,3 +190,24 @@ def test_version_json_to_stdout_and_commands_a_fresh_shell_runs(tmp_path, monkey
     if os.path.exists(here):
         got = command("gpuscope")
         assert got != "gpuscope" and os.path.realpath(got) == os.path.realpath(here)
+
+
+@pytest.mark.slow
+def test_the_demo_trains_from_a_folder_holding_a_gpuscope_folder(tmp_path):
+    """From the clone's parent folder (which holds a folder named gpuscope) the demo's training
+    imported that folder as the package: 'module gpuscope has no attribute record' on every
+    rank. torchrun now runs train.py by its path."""
+    import os
+    import subprocess
+    import sys
+
+    from gpuscope.demo.launch import torchrun_cmd
+
+    (tmp_path / "gpuscope").mkdir()  # a clone named gpuscope, seen from its parent
+    cmd = torchrun_cmd(1, "--scenario", "compute", "--steps", "3", "--run-dir",
+                       str(tmp_path / "run"), "--batch-size", "64")
+    assert "-m" not in cmd[cmd.index("--nproc_per_node=1"):]
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=240,
+                          env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert any(f.endswith(".gpuscope.jsonl") for f in os.listdir(tmp_path / "run"))

@@ -12,8 +12,12 @@ from ..errors import GpuscopeError
 
 
 def torchrun_cmd(nproc: int, *train_args: str) -> list[str]:
+    """torchrun running train.py by its path, not as `-m gpuscope.demo.train`: a module run puts
+    the working folder first on sys.path, and from the clone's parent folder (a folder named
+    gpuscope) `import gpuscope` then found the clone, not the package."""
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py")
     return [sys.executable, "-m", "torch.distributed.run", "--standalone",
-            f"--nproc_per_node={nproc}", "-m", "gpuscope.demo.train", *train_args]
+            f"--nproc_per_node={nproc}", script, *train_args]
 
 
 def run_training(scenario: str, run_dir: str, steps: int = 30, nproc: int = 2,

@@ -30,7 +30,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import BatchSampler, DataLoader, Dataset, DistributedSampler, TensorDataset
 
-from . import SCENARIOS
+from gpuscope.demo import SCENARIOS  # absolute: launch.py runs this file as a script
 
 
 class SlowDataset(Dataset):
