@@ -328,3 +328,30 @@ def test_analysis_cache_is_used_and_bounded(tmp_path, monkeypatch):
     big = RunIndex(str(tmp_path))
     body = big.report("b")
     assert "report" not in body and "gpuscope analyze" in body["error"] and big.analyses == 0
+
+
+def test_every_response_says_nosniff(server):
+    """TensorBoard warns of plugin responses without X-Content-Type-Options: nosniff (an error
+    from its 3.0 on): the static files, plotly.js and the JSON routes all carry it."""
+    base, _ = server
+    for path in ("/index.js", "/static/index.js", "/plotly.min.js", "/runs"):
+        with urllib.request.urlopen(base + "/data/plugin/gpuscope" + path, timeout=60) as r:
+            assert r.headers.get("X-Content-Type-Options") == "nosniff", path
+
+
+def test_runs_are_listed_newest_first(server):
+    """The tab opens the first run listed: the newest (a run just recorded), not the
+    alphabetically first of the logdir."""
+    base, logdir = server
+    newest = logdir / "zz_newest"
+    shutil.copytree(os.path.join(SAMPLES, "comm", "record"), newest)
+    future = time.time() + 3600
+    for f in newest.iterdir():
+        os.utime(f, (future, future))
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        _, body = get(base, "/data/plugin/gpuscope/runs")
+        if body["runs"] and body["runs"][0]["run"] == "zz_newest":
+            break
+        time.sleep(1)
+    assert body["runs"][0]["run"] == "zz_newest", body["runs"][:3]

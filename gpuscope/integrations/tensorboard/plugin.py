@@ -36,10 +36,13 @@ except ImportError:  # pragma: no cover - the module is only imported by TensorB
     base_plugin = None
 
 
+#: on every response: TensorBoard warns of one without it (an error from its 3.0 on)
+NOSNIFF = {"X-Content-Type-Options": "nosniff"}
+
+
 def _json(data, status: int = 200) -> wrappers.Response:
     return wrappers.Response(json.dumps(data, allow_nan=False, default=str), status=status,
-                             content_type="application/json",
-                             headers={"X-Content-Type-Options": "nosniff"})
+                             content_type="application/json", headers=NOSNIFF)
 
 
 def _inside(path: str, root: str) -> bool:
@@ -77,6 +80,14 @@ def _files(path: str) -> list[str]:
         dirnames[:] = [d for d in dirnames if not d.startswith(".")]
         out += [os.path.join(dirpath, f) for f in sorted(filenames)]
     return out
+
+
+def _newest(path: str) -> float:
+    """When the newest file of a run was last written (0 when none can be read)."""
+    try:
+        return max((e.stat().st_mtime for e in os.scandir(path) if e.is_file()), default=0.0)
+    except OSError:
+        return 0.0
 
 
 def _signature(path: str) -> tuple:
@@ -230,21 +241,26 @@ class GpuscopePlugin(base_plugin.TBPlugin if base_plugin else object):
         path = os.path.join(STATIC, name)
         if not os.path.isfile(path):
             return _json({"error": "not found"}, 404)
-        ctype = {"js": "application/javascript", "css": "text/css"}.get(name.rsplit(".", 1)[-1],
-                                                                         "text/plain")
-        with open(path, "rb") as fh:
-            return wrappers.Response(fh.read(), content_type=ctype)
+        ctype = {"js": "application/javascript", "css": "text/css",
+                 "html": "text/html"}.get(name.rsplit(".", 1)[-1], "text/plain")
+        with open(path, "rb") as fh:  # nosniff: TensorBoard warns of responses without it
+            return wrappers.Response(fh.read(), content_type=ctype, headers=NOSNIFF)
 
     @wrappers.Request.application
     def _plotly(self, request):
         from plotly.offline import get_plotlyjs
 
         return wrappers.Response(get_plotlyjs(), content_type="application/javascript",
-                                 headers={"Cache-Control": "max-age=86400"})
+                                 headers={"Cache-Control": "max-age=86400", **NOSNIFF})
 
     @wrappers.Request.application
     def _runs(self, request):
-        return _json({"runs": [{"run": r, "kind": k} for r, k in sorted(self._index.runs().items())]})
+        """The runs, newest first (the tab opens the first: the run just recorded, not the
+        alphabetically first of the logdir)."""
+        runs = self._index.runs()
+        newest = {r: _newest(os.path.join(self._index.logdir, r)) for r in runs}
+        order = sorted(runs, key=lambda r: (-newest[r], r))
+        return _json({"runs": [{"run": r, "kind": runs[r]} for r in order]})
 
     @wrappers.Request.application
     def _report(self, request):
