@@ -117,8 +117,12 @@ def cmd_demo(args) -> int:
     print(f"gpuscope demo: {args.nproc}-process DDP (gloo, CPU), scenario '{args.scenario}', "
           f"{args.steps} steps ...", flush=True)
     try:
+        knobs = [a for flag, v in (("--num-workers", args.num_workers),
+                                   ("--sync-every", args.sync_every),
+                                   ("--batch-size", args.batch_size)) if v is not None
+                 for a in (flag, str(v))]
         result = run_demo(args.scenario, args.out, steps=args.steps, nproc=args.nproc,
-                          profile=not args.no_profile)
+                          profile=not args.no_profile, extra=tuple(knobs))
     except DemoFailed as exc:
         print(f"gpuscope demo: {exc}", file=sys.stderr)
         return 1
@@ -260,6 +264,12 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--steps", type=int, default=30)
     d.add_argument("--nproc", type=int, default=2)
     d.add_argument("--no-profile", action="store_true", help="skip writing torch.profiler traces")
+    # the knobs the demo's suggestions name: apply one, run again, `gpuscope compare` the two
+    d.add_argument("--num-workers", type=int, help="DataLoader worker processes (kept across "
+                   "epochs: persistent_workers)")
+    d.add_argument("--sync-every", type=int, metavar="K", help="synchronize gradients every K "
+                   "micro-steps (accumulation with DDP no_sync)")
+    d.add_argument("--batch-size", type=int, help="per-rank batch")
     d.set_defaults(func=cmd_demo)
     sc = sub.add_parser("scaling", help="compare runs of one training at several world sizes")
     sc.add_argument("paths", nargs="+", help="run dirs or trace folders, one per world size")

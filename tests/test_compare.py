@@ -251,9 +251,11 @@ def test_a_knob_that_follows_from_another_is_not_another_change():
     change, not 'more than one knob changed'."""
     from gpuscope.analyze.compare import changed_knobs
 
-    got = changed_knobs({"num_workers": 0, "prefetch_factor": None},
-                        {"num_workers": 6, "prefetch_factor": 2})
-    assert got == {"num_workers": (0, 6)}
+    got = changed_knobs({"num_workers": 0, "prefetch_factor": None,
+                         "persistent_workers": False, "hidden_comm_ns": 130_686},
+                        {"num_workers": 6, "prefetch_factor": 2, "persistent_workers": True,
+                         "hidden_comm_ns": 200_735})
+    assert got == {"num_workers": (0, 6)}  # measured values (DDP's logging) are no knob either
     both = changed_knobs({"num_workers": 2, "prefetch_factor": 2},
                          {"num_workers": 6, "prefetch_factor": 4})
     assert set(both) == {"num_workers", "prefetch_factor"}  # both chosen: both said

@@ -32,7 +32,9 @@ KNOB_KEYS = {
 }
 #: knobs that describe the run, not the training: never listed as changed
 IGNORED = {"start_unix_ns", "hostname", "pid", "cpu_count", "cpus_available", "torch", "gpuscope",
-           "cuda_available", "memory_used_fraction", "batches_per_epoch", "run_id"}
+           "cuda_available", "memory_used_fraction", "batches_per_epoch", "run_id",
+           # measured, not set: what DDP's logging saw, the steps a profiler wrote its trace in
+           "hidden_comm_ns", "profiler_trace_steps", "data_cpu_share"}
 
 
 @dataclass(frozen=True)
@@ -188,6 +190,10 @@ def changed_knobs(before: dict, after: dict) -> dict[str, tuple]:
     # (None with none), with batches_per_epoch and such from the same loader
     if "num_workers" in out and out.get("prefetch_factor", (0, 0))[0] is None:
         out.pop("prefetch_factor")
+    # workers kept across epochs go with giving a loader workers (the suggestion says so)
+    if out.get("num_workers", (None, None))[0] in (0, None) and \
+            out.get("persistent_workers") == (False, True):
+        out.pop("persistent_workers")
     return out
 
 

@@ -50,7 +50,7 @@ class DemoResult:
 
 
 def run_demo(scenario: str, out: str, steps: int = 30, nproc: int = 2,
-             profile: bool = True) -> DemoResult:
+             profile: bool = True, extra: tuple = ()) -> DemoResult:
     """Train the scenario (recorded, and profiled when `profile`), analyze the record, and write
     report.json and report.html into `out`. Raises DemoFailed with the training's output."""
     from .. import analyze
@@ -61,7 +61,8 @@ def run_demo(scenario: str, out: str, steps: int = 30, nproc: int = 2,
         if d and os.path.isdir(d):
             shutil.rmtree(d)
     try:
-        run_training(scenario, record_dir, steps, nproc, trace_dir, extra=("--tensorboard",))
+        run_training(scenario, record_dir, steps, nproc, trace_dir,
+                     extra=("--tensorboard", *extra))
     except subprocess.CalledProcessError as exc:
         raise DemoFailed(f"training failed (exit {exc.returncode}):\n{exc.stderr[-3000:]}") \
             from None

@@ -162,9 +162,12 @@ def main(argv=None) -> None:
     sampler = DistributedSampler(ds, num_replicas=world, rank=rank, shuffle=False)
     if isinstance(ds, TensorDataset):  # in memory: slice whole batches, no per-sample collate
         loader = DataLoader(ds, sampler=BatchSampler(sampler, batch, drop_last=False),
-                            batch_size=None, num_workers=args.num_workers)
+                            batch_size=None, num_workers=args.num_workers,
+                            persistent_workers=args.num_workers > 0)
     else:
-        loader = DataLoader(ds, batch_size=batch, sampler=sampler, num_workers=args.num_workers)
+        # workers kept across epochs, as the num_workers suggestion's estimate takes them
+        loader = DataLoader(ds, batch_size=batch, sampler=sampler, num_workers=args.num_workers,
+                            persistent_workers=args.num_workers > 0)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
     loss_fn = nn.CrossEntropyLoss()
 
