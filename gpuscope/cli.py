@@ -114,6 +114,9 @@ def cmd_export(args) -> int:
 def cmd_demo(args) -> int:
     from .demo.launch import DemoFailed, run_demo
 
+    from .demo import NPROC
+
+    args.nproc = args.nproc or NPROC[args.scenario]
     print(f"gpuscope demo: {args.nproc}-process DDP (gloo, CPU), scenario '{args.scenario}', "
           f"{args.steps} steps ...", flush=True)
     try:
@@ -262,7 +265,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--scenario", default="data", choices=SCENARIOS)
     d.add_argument("--out", default="runs/demo", help="output folder")
     d.add_argument("--steps", type=int, default=30)
-    d.add_argument("--nproc", type=int, default=2)
+    d.add_argument("--nproc", type=int, help="processes (default 2; 1 for compute: two on a "
+                   "2-core machine trade lateness, jitter-bound)")
     d.add_argument("--no-profile", action="store_true", help="skip writing torch.profiler traces")
     # the knobs the demo's suggestions name: apply one, run again, `gpuscope compare` the two
     d.add_argument("--num-workers", type=int, help="DataLoader worker processes (kept across "
