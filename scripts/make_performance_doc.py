@@ -10,7 +10,8 @@ whatif.json (benchmarks/bench_whatif.py), vs_hta.json (benchmarks/bench_vs_hta.p
 soak.json (scripts/soak.py), upstream_2d.json (scripts/upstream_2d.py); a missing file leaves
 its section out with the command that makes it. The README's lines between
 `<!-- budgets:begin -->` and `<!-- budgets:end -->` are rewritten: one per budget, its figure,
-and a link to the section here.
+and a link to the section here; those between `<!-- firstrun:... -->`, what `make demo` cost on
+a fresh clone (first_run.json, benchmarks/bench_first_run.py).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ RESULTS = os.path.join(ROOT, "benchmarks", "results")
 OUT = os.path.join(ROOT, "docs", "performance.md")
 README = os.path.join(ROOT, "README.md")
 BEGIN, END = "<!-- budgets:begin -->", "<!-- budgets:end -->"
+FIRST_RUN = ("<!-- firstrun:begin -->", "<!-- firstrun:end -->")
 
 
 def _load(name: str):
@@ -437,17 +439,33 @@ def budgets(docs: dict) -> list[str]:
     return out
 
 
-def write_budgets(lines: list[str]) -> None:
+def first_run(d: dict | None) -> list[str]:
+    """The quickstart's line on what `make demo` costs a newcomer."""
+    if not d:
+        return ["(`make demo`'s time and size: run `python benchmarks/bench_first_run.py`)"]
+    m, s = divmod(round(d["seconds"]), 60)
+    return [f"On a fresh clone `make demo` took {m} min {s:02d} s and left a "
+            f"{d['venv_bytes'] / 2**30:.1f} GiB `.venv` (torch {d['torch_bytes'] / 2**20:.0f} MiB "
+            f"of it; {d['cores']} cores, no pip cache, {d['commit']}: "
+            "`benchmarks/bench_first_run.py`)."]
+
+
+def write_block(marks: tuple[str, str], lines: list[str]) -> None:
+    """Rewrite the README's lines between the two markers, if it has them."""
     if not os.path.exists(README):
         return
     with open(README) as fh:
         text = fh.read()
-    if BEGIN not in text or END not in text:
+    if marks[0] not in text or marks[1] not in text:
         return
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
+    head, rest = text.split(marks[0], 1)
+    _, tail = rest.split(marks[1], 1)
     with open(README, "w") as fh:
-        fh.write(head + BEGIN + "\n" + "\n".join(lines) + "\n" + END + tail)
+        fh.write(head + marks[0] + "\n" + "\n".join(lines) + "\n" + marks[1] + tail)
+
+
+def write_budgets(lines: list[str]) -> None:
+    write_block((BEGIN, END), lines)
 
 
 def main() -> None:
@@ -476,6 +494,7 @@ def main() -> None:
     with open(OUT, "w") as fh:
         fh.write("\n".join(lines))
     write_budgets(budgets({k: v for k, v in docs.items() if v}))
+    write_block(FIRST_RUN, first_run(_load("first_run.json")))
     print(f"wrote {OUT}")
 
 

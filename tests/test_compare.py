@@ -267,3 +267,38 @@ def test_rates_print_in_human_units():
     assert _human("samples_per_s", 2180.0) == "2.18k"
     assert _human("resident_peak_bytes", 1.5 * 2**30) == "1.5 GiB"
     assert _human("mfu_pct", 41.23) == "41.2%" and _human("tokens_per_s", None) == "?"
+
+
+def test_the_noise_figure_is_one_figure_in_the_table_and_the_json():
+    """AFTER's step-to-step spread is said once: the table's '±N%' is the JSON's noise_pct (half
+    the interquartile range of AFTER's step times, in % of their median)."""
+    from gpuscope.render.compare import render
+
+    before = comm_bound(30)
+    jumpy = balanced(8, 2, forward=10, backward=20, compute=30, comm=8, comm_exposed=3, other=2)
+    for r in jumpy:  # steps of 35 and 43 ms in turn: quartiles 35 and 43 around a median of 39
+        r["other"] += 8 * (r["step"] % 2)
+    after = rep(jumpy, knobs={"batch_size": 8, "world_size": 2, "device": "cpu"})
+    c = compare(before, after)
+    pred = next(p for p in c.predictions if p.knob == "batch_size")
+    assert pred.noise_pct == pytest.approx(100 * 4 / 39)
+    assert "±10%" in render(c, width=140)
+    assert c.to_dict()["predictions"][0]["noise_pct"] == pytest.approx(10.3)
+
+
+@pytest.mark.parametrize("width", [60, 80, 100])
+def test_the_comparison_text_ends_no_line_with_spaces_and_keeps_figures_whole(width):
+    """Rich pads table titles and wrapped lines with spaces; and '470.9 KiB' was split across
+    two lines of the rates."""
+    import re
+
+    from gpuscope.render.compare import render
+
+    before, after = comm_bound(30), comm_bound(3, batch=8)
+    c = compare(before, after)
+    c.rates["resident_growth_bytes_per_step"] = (482_201.6, 878.0)
+    c.rates["resident_peak_bytes"] = (336_068_608.0, 326_631_424.0)
+    lines = render(c, width=width).splitlines()
+    assert not [x for x in lines if x.endswith(" ")]
+    for a, b in zip(lines, lines[1:]):
+        assert not (re.search(r"\d$", a) and re.match(r"\s*(KiB|MiB|B\b|%)", b)), (a, b)

@@ -4,6 +4,8 @@ hand: both are what scripts/make_performance_doc.py writes from benchmarks/resul
 import importlib.util
 import os
 
+import pytest
+
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 
 
@@ -61,3 +63,101 @@ def test_the_median_s_interval_is_order_statistics_that_cover_it_95_percent_of_t
         lo, hi = gen.median_interval(sample)
         hits += lo <= true_median <= hi
     assert 0.93 <= hits / 2000 <= 0.985, hits / 2000
+
+
+def _readme_demo():
+    spec = importlib.util.spec_from_file_location(
+        "make_readme_demo", os.path.join(ROOT, "scripts", "make_readme_demo.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _between(text: str, marks: tuple[str, str]) -> list[str]:
+    return text.split(marks[0], 1)[1].split(marks[1], 1)[0].strip().splitlines()
+
+
+def _shape(line: str) -> str:
+    """A printed line with its figures taken out: what stays from run to run."""
+    import re
+
+    return re.sub(r"[━─]+", "-", re.sub(r"\d+(\.\d+)?( ?[kM]\b)?", "#", line)).replace(" ", "")
+
+
+def test_the_readme_compare_walk_through_applies_the_suggestion_its_demo_output_shows():
+    gen = _readme_demo()
+    with open(os.path.join(ROOT, "README.md")) as fh:
+        text = fh.read()
+    demo, walk = _between(text, gen.DEMO), " ".join(_between(text, gen.COMPARE))
+    first = next(x for x in demo if x.startswith(" 1. "))
+    knob, change = first[4:].split(":", 1)
+    current, proposed = change.split()[0], change.split()[2]
+    assert f"`{knob}` {current} -> {proposed}" in walk
+    assert f"{gen.FLAGS[knob]} {proposed} " in walk
+    assert f"`{knob} {current} -> {proposed}`" in walk  # what compare said of that suggestion
+
+
+@pytest.mark.slow
+def test_the_readme_demo_output_is_what_the_demo_prints_and_its_commands_run(tmp_path):
+    """`make demo`'s run: the README's block has the label, the lines and the parts in the order
+    the demo prints them today (figures aside), and every command the demo prints runs, as
+    printed, in a fresh shell (no venv activated) at the clone's root."""
+    import shlex
+    import subprocess
+    import sys
+    import time
+
+    gen = _readme_demo()
+    out = str(tmp_path / "demo")
+    env = dict(os.environ, COLUMNS="100")
+    printed = subprocess.run([sys.executable, "-m", "gpuscope", "demo", "--out", out],
+                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+                             check=True).stdout
+    with open(os.path.join(ROOT, "README.md")) as fh:
+        readme = _between(fh.read(), gen.DEMO)
+    assert readme[0] == readme[-1] == "```"
+    readme, now = readme[1:-1], gen.block(printed)
+    assert readme[0] == "gpuscope record runs/demo/record" and now[0].startswith("gpuscope record")
+    verdict = [next(x for x in lines if x.startswith("Verdict:")).split("(also")[0]
+               for lines in (readme, now)]
+    assert _shape(verdict[0]) == _shape(verdict[1]) and " DATA-BOUND " in verdict[1]
+    assert "confidence high" in verdict[1]
+    end = next(i for i, x in enumerate(now) if x.startswith("└"))
+    assert [_shape(x) for x in readme[1:end + 1] if not x.startswith("Verdict:")] == \
+        [_shape(x) for x in now[1:end + 1] if not x.startswith("Verdict:")]
+    sug = now.index("(...)")
+    assert readme[sug:sug + 4] == now[sug:sug + 4]  # "(...)", "", the suggestions' heading
+    assert readme[sug + 4].split(":")[0] == now[sug + 4].split(":")[0]  # " 1. num_workers"
+
+    shell = dict(os.environ, PATH="/usr/bin:/bin")
+    shell.pop("VIRTUAL_ENV", None)
+    cmds = [x.split(": ", 1)[1] for x in printed.splitlines()
+            if x.startswith(("The same run as", "In TensorBoard"))]
+    assert len(cmds) == 2, printed[-800:]
+    for cmd in cmds:
+        if "tensorboard" not in cmd:
+            got = subprocess.run(["bash", "-c", cmd], cwd=ROOT, env=shell, capture_output=True,
+                                 text=True, timeout=300)
+            assert got.returncode == 0 and "Verdict:" in got.stdout, got.stderr[-1000:]
+            continue
+        tb = subprocess.Popen(["bash", "-c", "exec " + cmd + " --port 0"], cwd=ROOT, env=shell,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:  # the printed command with a free port: the CI host may serve 6006 already
+            deadline, seen = time.monotonic() + 120, ""
+            while time.monotonic() < deadline and "http://" not in seen:
+                line = tb.stdout.readline()
+                if not line:
+                    break
+                seen += line
+            assert "http://" in seen, (shlex.split(cmd), seen[-1000:])
+        finally:
+            tb.kill()
+            tb.wait()
+
+
+def test_the_readme_first_run_line_is_the_results_file():
+    gen = _generator()
+    want = gen.first_run(gen._load("first_run.json"))
+    with open(os.path.join(ROOT, "README.md")) as fh:
+        assert _between(fh.read(), gen.FIRST_RUN) == want, \
+            "README's first-run line is stale: run python scripts/make_performance_doc.py"

@@ -64,3 +64,24 @@ def test_cli_on_sample_runs_of_one_size_exits_2(tmp_path):
     out = subprocess.run([sys.executable, "-m", "gpuscope", "scaling", "sample_traces/data/record",
                           "sample_traces/comm/record"], capture_output=True, text=True)
     assert out.returncode == 2 and "different world sizes" in out.stderr
+
+
+@pytest.mark.parametrize("width", [60, 80, 100])
+def test_the_scaling_text_wraps_between_figures_and_ends_no_line_with_spaces(width):
+    """At any width: no line ends with spaces (rich pads), the sentence never splits '14%' from
+    'of' ... and one rank is 'rank', not 'ranks'."""
+    import re
+
+    from gpuscope.analyze.scaling import ScalePoint, stops_paying
+    from gpuscope.render.scaling import render
+
+    points = [ScalePoint("runs/comm1/record", 1, 15.0, 32, 2133.0, 1.0, 12.0, 0.0, 0.0,
+                         "compute-bound"),
+              ScalePoint("runs/comm2/record", 2, 38.8, 32, 1650.0, 0.39, 55.0, 16.0, 0.0,
+                         "comm-bound")]
+    at, why = stops_paying(points)
+    lines = render(points, at, why, width=width).splitlines()
+    assert not [x for x in lines if x.endswith(" ")]
+    assert "1 rank: runs/comm1/record" in lines
+    for a, b in zip(lines, lines[1:]):
+        assert not (re.search(r"[\d%)]$", a) and re.match(r"\s*(ms|%|x\b|\()", b)), (a, b)

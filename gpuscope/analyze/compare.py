@@ -70,7 +70,7 @@ class Prediction:
     predicted_ms: float
     predicted_range: tuple[float, float] | None
     measured_ms: float
-    noise_pct: float                 # spread of AFTER's steps (IQR of the per-step times / median)
+    noise_pct: float                 # AFTER's step-to-step spread: ± half the IQR of its step times, % of the median
 
     @property
     def error_pct(self) -> float:
@@ -173,7 +173,7 @@ def _noise_pct(rep: Report) -> float:
     if t.size < 4:
         return 0.0
     q1, q3 = np.percentile(t, [25, 75])
-    return float(100 * (q3 - q1) / max(np.median(t), 1e-9))
+    return float(100 * (q3 - q1) / 2 / max(np.median(t), 1e-9))
 
 
 def changed_knobs(before: dict, after: dict) -> dict[str, tuple]:

@@ -9,7 +9,8 @@ from rich.table import Table
 from rich.text import Text
 
 from ..vocab import PART_HEADS
-from ._console import text_console
+from ._console import text_console, text_of
+from .terminal import say
 
 if TYPE_CHECKING:
     from ..analyze.compare import Comparison
@@ -51,9 +52,10 @@ def render(c: Comparison, *, width: int | None = None, color: bool = False) -> s
                        style="bold red" if c.slower_pct > 0 else "bold green"))
     vb, va = c.verdict_before, c.verdict_after
     same = "unchanged" if vb[0] == va[0] else "changed"
-    console.print(f"verdict {same}: {vb[0]} {vb[1]:.0%} -> {va[0]} {va[1]:.0%}")
+    say(console, f"verdict {same}: {vb[0]} {vb[1]:.0%} -> {va[0]} {va[1]:.0%}")
     if c.stragglers_before or c.stragglers_after:
-        console.print(f"stragglers: {c.stragglers_before or 'none'} -> {c.stragglers_after or 'none'}")
+        say(console, f"stragglers: {c.stragglers_before or 'none'} -> "
+            f"{c.stragglers_after or 'none'}")
     t = Table(title="ms per micro-step", title_justify="left")
     for col in ("part", "before", "after", "delta", "delta %"):
         t.add_column(col, justify="left" if col == "part" else "right", no_wrap=True)
@@ -64,14 +66,14 @@ def render(c: Comparison, *, width: int | None = None, color: bool = False) -> s
                   f"{p.delta_ms:+.2f}", _pct(p.delta_pct))
     console.print(t)
     if c.rates:
-        console.print("rates: " + ", ".join(f"{RATE_NAMES.get(k, k)} {_human(k, a)} -> "
+        say(console, "rates: " + ", ".join(f"{RATE_NAMES.get(k, k)} {_human(k, a)} -> "
                                             f"{_human(k, b)}" for k, (a, b) in c.rates.items()))
     if c.knobs_changed:
-        console.print("knobs changed: " + ", ".join(f"{k} {a} -> {b}" if k != "layers" else
+        say(console, "knobs changed: " + ", ".join(f"{k} {a} -> {b}" if k != "layers" else
                                                      "layers per stage"
                                                      for k, (a, b) in c.knobs_changed.items()))
     else:
-        console.print("knobs changed: none")
+        say(console, "knobs changed: none")
     if c.predictions:
         p = Table(title="BEFORE's suggestions applied: predicted vs measured, ms per BEFORE step",
                   title_justify="left")
@@ -84,8 +86,8 @@ def render(c: Comparison, *, width: int | None = None, color: bool = False) -> s
                    + (" ok" if x.in_range else " miss"))
             p.add_row(x.knob, f"{x.current} -> {x.proposed}", str(x.applied),
                       f"{x.predicted_ms:.1f}", rng, f"{x.measured_ms:.1f}",
-                      f"{x.error_pct:+.1f}%", f"±{x.noise_pct / 2:.0f}%")
+                      f"{x.error_pct:+.1f}%", f"±{x.noise_pct:.0f}%")
         console.print(p)
     for w in c.warnings:
-        console.print(Text(f"warning: {w}", style="yellow"))
-    return buf.getvalue()
+        say(console, f"warning: {w}", style="yellow")
+    return text_of(buf)

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 from rich.table import Table
 from rich.text import Text
 
-from ._console import text_console
+from ._console import text_console, text_of
+from .terminal import say
 
 if TYPE_CHECKING:
     from ..analyze.scaling import ScalePoint
@@ -27,9 +28,9 @@ def render(points: list[ScalePoint], stops_at: int | None, why: str, *,
                   f"{p.wait_pct:.0f}",
                   p.verdict)
     console.print(t)
-    console.print(Text("step ms: mean over analysed steps; transfer and wait: the two parts of "
-                       "exposed communication, % of the step", style="dim"))
+    say(console, "step ms: mean over analysed steps; transfer and wait: the two parts of "
+        "exposed communication, % of the step", style="dim")
     for p in points:
-        console.print(Text(f"{p.world_size} ranks: {p.path}", style="dim"))
-    console.print(Text((f"Adding ranks stops paying at {stops_at}: " if stops_at else "") + why))
-    return buf.getvalue()
+        say(console, f"{p.world_size} rank{'s' * (p.world_size != 1)}: {p.path}", style="dim")
+    say(console, (f"Adding ranks stops paying at {stops_at}: " if stops_at else "") + why)
+    return text_of(buf)

@@ -14,7 +14,7 @@ from rich.text import Text
 from ..vocab import COMPUTE_PHASES, IMBALANCED, LABEL_STYLES, MS, PART_HEADS, PARTS
 
 PHASE_HEADS = {"forward": "fwd", "backward": "bwd", "optimizer": "opt"}
-from ._console import text_console
+from ._console import text_console, text_of
 
 if TYPE_CHECKING:
     from ..results import RankResult, ReportData
@@ -37,14 +37,12 @@ def render(report: ReportData, *, width: int | None = None, color: bool = False)
     `color`."""
     console, buf = text_console(width, color)
     write(report, console)
-    return _TRAILING.sub(r"\1", buf.getvalue())
+    return text_of(buf)
 
 
-#: spaces a line ends with (rich pads wrapped lines), before a colour's reset if any
-_TRAILING = re.compile(r"[ ]+((?:\x1b\[[0-9;]*m)*)$", re.MULTILINE)
 #: the space inside a figure ("35.9 ms", "~8.2 (6.6-15.4) ms/step", "+412% throughput"): a
 #: line is never broken there
-_FIGURE_SPACE = re.compile(r"(?<=[\d%)])[ ](?=(?:ms|us|s|MiB|GiB|KiB|MB|GB|%|x|ms/step|"
+_FIGURE_SPACE = re.compile(r"(?<=[\d%)])[ ](?=(?:ms|us|s|B|KiB|MiB|GiB|TiB|kB|MB|GB|%|x|ms/step|"
                            r"throughput|worker|workers|steps|core|cores)\b|\()")
 _NBSP = "\u00a0"
 #: a product or a sum of figures: "2 x 30 x 2 = 120"

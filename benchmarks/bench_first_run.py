@@ -1,0 +1,69 @@
+"""A newcomer's first command: `make demo` on a fresh clone, its wall time and the size of the
+`.venv` it leaves (with torch's share), pip's cache off so every wheel is fetched as on a new
+machine.
+
+    python benchmarks/bench_first_run.py [--repo .]
+
+Clones the repository's HEAD into a temporary folder, runs `make demo` there, and writes
+benchmarks/results/first_run.json; scripts/make_performance_doc.py puts the figures in the
+README's quickstart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def tree_bytes(path: str) -> int:
+    """Bytes the files under `path` take on disk (du's count: blocks, links once)."""
+    seen, total = set(), 0
+    for top, _, files in os.walk(path):
+        for f in files:
+            st = os.lstat(os.path.join(top, f))
+            if (st.st_dev, st.st_ino) not in seen:
+                seen.add((st.st_dev, st.st_ino))
+                total += st.st_blocks * 512
+    return total
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repo", default=ROOT)
+    args = ap.parse_args()
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=args.repo,
+                            capture_output=True, text=True, check=True).stdout.strip()
+    with tempfile.TemporaryDirectory() as tmp:
+        clone = os.path.join(tmp, "gpuscope")
+        subprocess.run(["git", "clone", "-q", args.repo, clone], check=True)
+        env = dict(os.environ, PIP_NO_CACHE_DIR="1")
+        env.pop("VIRTUAL_ENV", None)
+        t0 = time.perf_counter()
+        got = subprocess.run(["make", "demo"], cwd=clone, env=env, capture_output=True,
+                             text=True)
+        seconds = time.perf_counter() - t0
+        if got.returncode:
+            raise SystemExit(got.stdout[-2000:] + got.stderr[-2000:])
+        venv = os.path.join(clone, ".venv")
+        site = next(os.path.join(top, "site-packages") for top, dirs, _ in os.walk(venv)
+                    if "site-packages" in dirs)
+        verdict = next(x for x in got.stdout.splitlines() if x.startswith("Verdict:"))
+        result = {"commit": commit, "cores": os.cpu_count(), "seconds": round(seconds, 1),
+                  "venv_bytes": tree_bytes(venv),
+                  "torch_bytes": tree_bytes(os.path.join(site, "torch")),
+                  "verdict": verdict, "pip_cache": False}
+    out = os.path.join(ROOT, "benchmarks", "results", "first_run.json")
+    with open(out, "w") as fh:
+        json.dump(result, fh, indent=1)
+        fh.write("\n")
+    print(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
