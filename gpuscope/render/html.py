@@ -127,14 +127,17 @@ def step_bars(report: ReportData):
 def _binned(frame: pd.DataFrame, column: str,
             how: str = "mean") -> tuple[np.ndarray, list, list]:
     """rank x step matrix of `column` in ms in at most MAX_HEAT_* bins, each bin the mean, max or
-    min of its cells: with "max" one outlier rank among the binned ones still shows."""
+    min of its cells: with "max" one outlier rank among the binned ones still shows. Steps are
+    binned by their numbers, as the step bars lay them out: a step the analysis left out (warm-up,
+    a profiler's trace export, a gap in the record) is an empty cell, never a neighbour's
+    widened. Returns the matrix, the rank labels and each step bin's first step."""
     ranks = np.sort(frame["rank"].unique())
-    steps = np.sort(frame["step"].unique())
+    first, last = int(frame["step"].min()), int(frame["step"].max())
     rbin = max(1, int(np.ceil(len(ranks) / MAX_HEAT_RANKS)))
-    sbin = max(1, int(np.ceil(len(steps) / MAX_HEAT_STEPS)))
+    sbin = max(1, int(np.ceil((last - first + 1) / MAX_HEAT_STEPS)))
     r_idx = np.searchsorted(ranks, frame["rank"].to_numpy()) // rbin
-    s_idx = np.searchsorted(steps, frame["step"].to_numpy()) // sbin
-    shape = (r_idx.max() + 1, s_idx.max() + 1)
+    s_idx = (frame["step"].to_numpy(np.int64) - first) // sbin
+    shape = (r_idx.max() + 1, (last - first) // sbin + 1)
     values = frame[column].to_numpy(np.float64) / MS
     count = np.zeros(shape)
     np.add.at(count, (r_idx, s_idx), 1)
@@ -149,7 +152,7 @@ def _binned(frame: pd.DataFrame, column: str,
         z = np.where(count > 0, z, np.nan)
     ylab = [f"{ranks[i * rbin]}" if rbin == 1 else f"{ranks[i * rbin]}-{ranks[min(len(ranks), (i + 1) * rbin) - 1]}"
             for i in range(shape[0])]
-    xlab = steps[::sbin][: shape[1]].astype(np.int32)
+    xlab = (first + sbin * np.arange(shape[1])).astype(np.int32)
     return z.astype(np.float32), ylab, xlab  # float32: half the bytes of the embedded data
 
 
@@ -158,19 +161,23 @@ def heatmap(report: ReportData):
         return None
     import plotly.graph_objects as go
 
-    frame = report.table.frame.assign(busy_ns=report.table.frame["step_ns"]
-                                      - report.table.frame["wait_ns"])
+    f = report.table.frame
+    # busy as the stage chart has it: a pipeline stage's waits on its neighbours are not busy
+    idle = f["wait_ns"] + (f["bubble_ns"] if "bubble_ns" in f else 0)
+    frame = f.assign(busy_ns=f["step_ns"] - idle)
     # what differs between ranks first: in a synchronous step every rank's step time is the
     # same, but a straggler is busier and the others wait
-    views = (("busy_ns", "busy (step minus waiting), max per bin", "max"),
+    views = (("busy_ns", "busy (step minus waiting on other ranks), max per bin", "max"),
              ("wait_ns", "wait, min per bin", "min"), ("data_ns", "data wait, max per bin", "max"),
              ("step_ns", "step time, mean per bin", "mean"))
     fig = go.Figure()
     for i, (col, title, how) in enumerate(views):
         z, ylab, xlab = _binned(frame, col, how)
+        steps = "steps from" if len(xlab) > 1 and xlab[1] - xlab[0] > 1 else "step"
         fig.add_trace(go.Heatmap(z=z, x=xlab, y=ylab, colorscale="Viridis", visible=i == 0,
                                  colorbar=dict(title="ms"), name=esc(title),
-                                 hovertemplate="ranks %{y}, step %{x}: %{z:.2f} ms<extra></extra>"))
+                                 hovertemplate=f"ranks %{{y}}, {steps} %{{x}}: %{{z:.2f}} ms"
+                                               "<extra></extra>"))
     buttons = [{"label": esc(title), "method": "update",
                 "args": [{"visible": [j == i for j in range(len(views))]}]}
                for i, (_, title, _) in enumerate(views)]
