@@ -18,17 +18,13 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from gpuscope.demo.launch import run_training  # noqa: E402
-from gpuscope.demo import SCENARIOS  # noqa: E402
+from gpuscope.demo import NPROC, SCENARIOS  # noqa: E402
 
-#: the label each scenario is built for; the balanced one, on shared cores with the profiler
-#: writing traces, may lose time to waiting that moves between its ranks: jitter-bound then
+#: the label each scenario is built for (the balanced one trains one rank, as the demo does:
+#: two ranks sharing two cores trade lateness, jitter-bound; gpuscope.demo.NPROC)
 EXPECTED = {"data": "data-bound", "comm": "comm-bound", "imbalanced": "imbalanced",
             "compute": "compute-bound"}
 
-
-#: the balanced scenario at the batch the tests use (tests/test_scenarios.py): 8192 doubles its
-#: compute for the same all-reduce, keeping comm's share away from its threshold
-EXTRA = {"compute": ("--batch-size", "8192")}
 
 
 def main() -> None:
@@ -47,13 +43,13 @@ def main() -> None:
     for scenario in args.only:
         base = os.path.join(args.out, scenario)
         shutil.rmtree(base, ignore_errors=True)
-        run_training(scenario, os.path.join(base, "record"), args.steps,
-                     profile_dir=os.path.join(base, "kineto"), extra=EXTRA.get(scenario, ()))
+        run_training(scenario, os.path.join(base, "record"), args.steps, nproc=NPROC[scenario],
+                     profile_dir=os.path.join(base, "kineto"))
         got = {src: gpuscope.analyze(os.path.join(base, src)).verdict.label
                for src in ("record", "kineto")}
         sizes = {f: os.path.getsize(os.path.join(root, f)) for root, _, files in os.walk(base)
                  for f in files}
-        summary[scenario] = {"expected": EXPECTED[scenario], **got,
+        summary[scenario] = {"expected": EXPECTED[scenario], "ranks": NPROC[scenario], **got,
                              "largest_file_bytes": max(sizes.values())}
         print(scenario, summary[scenario], flush=True)
     with open(manifest, "w") as fh:

@@ -19,7 +19,9 @@ from gpuscope.readers import rundir as rec_reader
 from gpuscope.readers import read_path
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "sample_traces")
-RUNS = [os.path.join(ROOT, s, "record") for s in ("imbalanced", "comm", "data")]
+#: real recordings without column side files (an older recorder's): the typed JSON paths' input
+OLD = os.path.join(os.path.dirname(__file__), "fixtures", "old_recorder")
+RUNS = [os.path.join(OLD, s, "record") for s in ("imbalanced", "comm", "data")]
 
 
 def _slow(monkeypatch):
@@ -291,10 +293,10 @@ def test_shared_arena_carries_arrays_across_the_fork():
 
 
 SAMPLES = [os.path.join(ROOT, s, src) for s in ("imbalanced", "comm", "data", "compute")
-           for src in ("record", "kineto")]
+           for src in ("record", "kineto")] + RUNS
 
 
-@pytest.mark.parametrize("path", SAMPLES, ids=lambda p: "/".join(p.split(os.sep)[-2:]))
+@pytest.mark.parametrize("path", SAMPLES, ids=lambda p: "/".join(p.split(os.sep)[-3:]))
 def test_the_plain_path_reads_what_the_fast_paths_read(path, monkeypatch):
     """One switch (readers/speed.py) turns every fast path off: no fork, no bulk decoder, no
     side file; the table is the same, and the fast paths were really off (spied)."""
@@ -305,7 +307,8 @@ def test_the_plain_path_reads_what_the_fast_paths_read(path, monkeypatch):
     body = spy_taken(monkeypatch, rec_reader, "decode_body")
     fast = read_path(path)
     if path.endswith("record"):  # a bulk path read every rank file
-        assert len(cols) == 2 and sum(cols) + sum(body) == 2  # side file, else typed rows
+        n = len([f for f in os.listdir(path) if f.endswith(".jsonl")])
+        assert len(cols) == n and sum(cols) + sum(body) == n  # side file, else typed rows
     cols.clear(), body.clear()
     with speed.plain():
         assert not speed.forks() and not speed.bulk()

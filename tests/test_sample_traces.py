@@ -10,7 +10,6 @@ import gpuscope
 
 SAMPLES = os.path.join(os.path.dirname(__file__), "..", "sample_traces")
 MANIFEST = json.load(open(os.path.join(SAMPLES, "MANIFEST.json")))["scenarios"]
-EXPECTED = {"compute": {"compute-bound", "jitter-bound"}}
 
 
 @pytest.mark.parametrize("source", ["record", "kineto"])
@@ -18,12 +17,10 @@ EXPECTED = {"compute": {"compute-bound", "jitter-bound"}}
 def test_sample_gets_its_verdict(scenario, source):
     d = gpuscope.analyze(os.path.join(SAMPLES, scenario, source)).to_dict()
     assert d["source"] == source
-    # the balanced scenario on 2 shared cores, with a profiler writing traces, loses time to
-    # waiting that moves between ranks: jitter-bound is then the right answer, never comm or data
-    allowed = EXPECTED.get(scenario, {MANIFEST[scenario]["expected"]})
-    assert d["verdict"] in allowed, d["time_by_label"]
+    # each sample shows its scenario (the balanced one on one rank, as the demo trains it)
+    assert d["verdict"] == MANIFEST[scenario]["expected"], d["time_by_label"]
     assert d["verdict"] == MANIFEST[scenario][source], d["time_by_label"]  # as generated
-    assert d["ranks_analysed"] == 2
+    assert d["ranks_analysed"] == MANIFEST[scenario]["ranks"] == (1 if scenario == "compute" else 2)
     if scenario == "imbalanced":
         assert d["stragglers"] == [1]
     else:
@@ -138,3 +135,14 @@ def test_traces_do_not_claim_what_they_cannot_measure():
             else "its torch ops in the trace") in w.why
     r = next(s for s in rec.suggestions if s.knob == "num_workers")
     assert "(measured)" in r.why
+
+
+@pytest.mark.parametrize("source", ["record", "kineto"])
+def test_two_balanced_ranks_sharing_two_cores_are_jitter_bound(source):
+    """The balanced scenario as two ranks on this 2-core VM trained it (tests/fixtures/jitter):
+    the late rank changes from step to step, so it is jitter-bound from both sources, with no
+    straggler named: the reason the compute sample and demo train one rank."""
+    path = os.path.join(os.path.dirname(__file__), "fixtures", "jitter", source)
+    d = gpuscope.analyze(path).to_dict()
+    assert d["verdict"] == "jitter-bound" and d["stragglers"] == [] and d["ranks_analysed"] == 2
+    assert d["jitter"]["wait_pct"] > 20

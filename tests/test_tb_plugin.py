@@ -18,6 +18,7 @@ from browser import Page, launch
 from gpuscope.vocab import LABELS
 
 SAMPLES = os.path.join(os.path.dirname(__file__), "..", "sample_traces")
+JITTER = os.path.join(os.path.dirname(__file__), "fixtures", "jitter", "kineto")
 EVIL_DIR = "<img src=x onerror=alert(1)>"
 
 
@@ -35,7 +36,8 @@ def get(base, path, raw=False):
 def server(tmp_path_factory):
     logdir = tmp_path_factory.mktemp("logdir")
     shutil.copytree(os.path.join(SAMPLES, "imbalanced", "record"), logdir / "exp1")
-    shutil.copytree(os.path.join(SAMPLES, "compute", "kineto"), logdir / "nested" / "traces")
+    shutil.copytree(JITTER, logdir / "nested" / "traces")
+    shutil.copytree(os.path.join(SAMPLES, "parallel", "pipeline", "record"), logdir / "pipeline")
     shutil.copytree(os.path.join(SAMPLES, "data", "record"), logdir / EVIL_DIR)
     (logdir.parent / "secret.json").write_text('{"traceEvents": []}')
     # traces named as HTA's test data and export_chrome_trace name them (the CLI reads them)
@@ -148,9 +150,9 @@ def test_the_tab_reads_while_a_run_is_written(server):
 RESCAN_WAIT = 3.5  # the run list is re-scanned at most every 3 s
 
 
-# nested/traces is the balanced sample: jitter-bound when its ranks waited for each other
+# nested/traces: a balanced 2-rank run whose ranks trade lateness (tests/fixtures/jitter)
 @pytest.mark.parametrize("run,verdicts,stragglers", [
-    ("exp1", ("imbalanced",), [1]), ("nested/traces", ("compute-bound", "jitter-bound"), [])])
+    ("exp1", ("imbalanced",), [1]), ("nested/traces", ("jitter-bound",), [])])
 def test_report_route_gives_the_same_findings_as_the_cli(server, run, verdicts, stragglers):
     base, logdir = server
     status, body = get(base, "/data/plugin/gpuscope/report?run=" + run)
@@ -230,8 +232,15 @@ def test_tab_renders_in_chromium(server):
         frame.wait_for_selector("#panel-ranks .main-svg", timeout=60000)
         frame.select_option("#run-select", "nested/traces")  # its ranks wait with no straggler
         frame.wait_for_selector("#jitter", timeout=60000)
-        expected = gpuscope.analyze(os.path.join(SAMPLES, "compute", "kineto")).to_dict()["jitter"]
+        expected = gpuscope.analyze(JITTER).to_dict()["jitter"]
         assert f"{expected['wait_pct']:.1f}% of step time" in frame.locator("#jitter").inner_text()
+        frame.wait_for_selector("#panel-ranks .main-svg", timeout=60000)
+        p.page.wait_for_timeout(500)
+        p.screenshot("tensorboard_tab_traces.png")
+        frame.select_option("#run-select", "pipeline")  # the stage chart beside the heatmaps
+        frame.wait_for_selector("#panel-stages .main-svg", timeout=60000)
+        p.page.wait_for_timeout(500)
+        p.screenshot("tensorboard_tab_pipeline.png")
         frame.select_option("#run-select", "exp1")
         frame.wait_for_selector("#stragglers", timeout=60000)
         frame.wait_for_selector("#panel-ranks .main-svg", timeout=60000)
