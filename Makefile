@@ -7,7 +7,7 @@ TORCH_SPEC ?= torch==$(TORCH_VERSION)
 BIN := $(VENV)/bin
 SCENARIO ?= data
 
-.PHONY: install demo test test-fast bench bench-overhead bench-overhead-cases bench-whatif samples dashboards clean
+.PHONY: install demo test test-fast bench bench-overhead bench-overhead-cases bench-whatif samples dashboards docs clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -52,6 +52,13 @@ samples: install   # regenerate sample_traces/ (CPU runs; the cuda/ ones need a 
 
 dashboards: install
 	$(BIN)/python scripts/make_dashboards.py
+
+# what the README and docs show, from the current code: pictures (Chromium), the demo's output
+# and walk-throughs (real runs), the measured figures (benchmarks/results/)
+docs: install
+	$(BIN)/python scripts/make_pictures.py
+	$(BIN)/python scripts/make_readme_demo.py
+	$(BIN)/python scripts/make_performance_doc.py
 
 clean:
 	rm -rf runs .pytest_cache

@@ -87,8 +87,9 @@ def scaling() -> list[str]:
     said = gpuscope(*cmds[2].split()[1:]).splitlines()
     table = next(i for i, x in enumerate(said) if x.startswith("┏"))
     # the table and the sentence (the column notes and the paths aside)
-    kept = [x for x in said[table:] if not x.startswith(("step ms:", "the step", "1 rank:"))
-            and " ranks: " not in x]
+    notes = next(i for i, x in enumerate(said) if x.startswith("step ms:"))
+    stops = next(i for i, x in enumerate(said) if x.startswith("Adding ranks"))
+    kept = said[table:notes] + said[stops:]
     return ["```bash", *cmds, "```", "", "```", *kept, "```"]
 
 
