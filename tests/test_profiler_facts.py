@@ -57,6 +57,10 @@ def test_a_profiler_beside_the_recording_gets_its_facts_and_its_writes_are_left_
     (trace,) = traces.iterdir()
     facts = head_facts(str(trace))
     assert facts["num_workers"] == 0 and facts["batch_size"] == 4 and facts["dataloader"]
+    # 4 samples of 8 float32: a worker's hand-over cost grows with it (a 2 MB batch's costs
+    # 1.6 ms against 0.5 assumed without it: the compute demo's traces then suggested a worker
+    # its record found too costly)
+    assert facts["batch_bytes"] == 4 * 8 * 4
     assert facts["cpus_available"] >= 1 and facts["local_world_size"] == 1
     assert 0 <= facts["data_cpu_share"] < 0.5  # the loader sleeps
     assert json.load(open(trace))["gpuscope"] == facts  # a top-level key of the trace

@@ -16,10 +16,11 @@ import sys
 from .knobs import process_knobs
 
 KEY = "gpuscope"
-#: the knobs a trace's suggestions need and cannot read from the trace itself
+#: the knobs a trace's suggestions need and cannot read from the trace itself (batch_bytes: what
+#: handing a batch over from a worker costs grows with it)
 KNOBS = ("cpu_count", "cpus_available", "local_world_size", "num_workers", "pin_memory",
          "prefetch_factor", "persistent_workers", "batches_per_epoch", "batch_size",
-         "dataloader")
+         "batch_bytes", "dataloader")
 
 
 def profiling_probe():
