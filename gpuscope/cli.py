@@ -237,9 +237,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     ap.add_argument("--version", action="version", version=f"gpuscope {__version__}")
     sub = ap.add_subparsers(dest="command", required=True)
-    a = sub.add_parser("analyze", help="analyze a run dir or torch.profiler traces")
-    a.add_argument("path", help="gpuscope run dir (or one of its rank files), or a folder/file "
-                   "of torch.profiler traces")
+    a = sub.add_parser("analyze", help="analyze a run dir, torch.profiler traces or an op "
+                       "timeline")
+    a.add_argument("path", help="gpuscope run dir (or one of its rank files), a folder/file "
+                   "of torch.profiler traces, or an op timeline (.parquet / .csv of ops per rank "
+                   "and step, with its layout file)")
     a.add_argument("--json", metavar="FILE", help="write the JSON report here (-: to stdout, "
                    "instead of the terminal report)")
     a.add_argument("--html", metavar="FILE", help="write the HTML dashboard here")

@@ -106,8 +106,11 @@ def comm_kind(key: str) -> str:
 
 
 def is_p2p(kind: str) -> bool:
-    """Point-to-point (send / recv), as between pipeline stages."""
-    return kind.startswith(("send", "recv"))
+    """Communication between pipeline stages: point-to-point (send / recv), or a collective that
+    ties stages together ("stages_all_reduce": Megatron's embedding all-reduce between the first
+    and last stage, where the last waits for the first to finish its backward: the pipeline's
+    drain, part of the bubble, not one rank waiting for a slower peer)."""
+    return kind.startswith(("send", "recv", "stages_"))
 
 
 def throttle_names(mask: int) -> list[str]:

@@ -124,6 +124,19 @@ def check(path: str, checks: dict, report) -> list[tuple[str, bool, str]]:
         elif key == "warning_has":
             out.append((key, all(any(t in w for w in d["warnings"]) for t in want),
                         "; ".join(d["warnings"])[:120]))
+        elif key == "estimate_within":  # [{knob, ms, pct, source}]: a published answer
+            for w in want:
+                got = next((x["estimated_step_ms"] for x in d["suggestions"]
+                            if x["knob"] == w["knob"]), None)
+                err = None if got is None else 100 * (got - w["ms"]) / w["ms"]
+                out.append((f"{w['knob']} estimate", err is not None and abs(err) <= w["pct"],
+                            "none" if got is None else
+                            f"{got:,.0f} ms against {w['ms']:,.0f} ({err:+.1f}%)"))
+        elif key == "slowest_stage":
+            p = d.get("pipeline") or {}
+            st = next((s["stage"] for s in p.get("stages", [])
+                       if s["rank"] == p.get("slowest_rank")), None)
+            out.append((key, st == want, str(st)))
         elif key == "annotations_not_work":
             ok, got = _annotations_not_work(path, d)
             out.append((key, ok, got))

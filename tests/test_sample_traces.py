@@ -29,7 +29,7 @@ def test_sample_gets_its_verdict(scenario, source):
 
 def test_samples_are_small():
     # gpuscope's own samples under 1 MB a file; other projects' traces (external/, copied
-    # unchanged) under 2 MB; all of it under 10 MB
+    # unchanged) under 2 MB; all of it under 12 MB (the published op timelines take 2.4)
     total = 0
     for root, _, files in os.walk(SAMPLES):
         limit = 2_000_000 if os.sep + "external" in root else 1_000_000
@@ -37,7 +37,7 @@ def test_samples_are_small():
             size = os.path.getsize(os.path.join(root, f))
             total += size
             assert size < limit, f
-    assert total < 10_000_000
+    assert total < 12_000_000
 
 
 def test_kineto_sample_has_two_profiler_cycles_per_rank():

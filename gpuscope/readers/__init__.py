@@ -1,4 +1,5 @@
-"""Readers: a gpuscope run dir (rundir.py) or torch.profiler traces (kineto/) -> RunTable."""
+"""Readers: a gpuscope run dir (rundir.py), torch.profiler traces (kineto/) or an op timeline
+(optimeline.py) -> RunTable."""
 
 from __future__ import annotations
 
@@ -45,11 +46,16 @@ def _read_path(path, parsed=None) -> RunTable:
         from .rundir import read_run_dir
 
         return read_run_dir(path)
+    from .optimeline import is_op_timeline, read_op_timeline
+
+    if is_op_timeline(path):
+        return read_op_timeline(path)
     from ..trace_files import find_trace_files
     from .kineto.reader import read_kineto
 
     files = find_trace_files(path)
     if files:
         return read_kineto(path, files, parsed_ahead=parsed)
-    raise InputError(f"{path}: neither a gpuscope run dir (rank-*.gpuscope.jsonl) nor torch.profiler "
-                     "traces (*.pt.trace.json[.gz] / *.json[.gz])")
+    raise InputError(f"{path}: neither a gpuscope run dir (rank-*.gpuscope.jsonl), torch.profiler "
+                     "traces (*.pt.trace.json[.gz] / *.json[.gz]) nor an op timeline "
+                     "(.parquet / .csv: rank, step, optype, start_ts, duration)")

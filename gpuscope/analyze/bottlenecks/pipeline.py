@@ -214,6 +214,20 @@ def suggest_repartition(p: PipelineResult, table: RunTable, step_ns: float) -> l
                     f"to {target.name}")
         how = (f"{best} of its {len(layers)} layers ({share:.0f}% of its parameters; a layer's "
                "cost is taken as its share of the stage's parameters)")
+    elif heavy.stage is not None and len(view) > 2:
+        # stages in order, layers unknown: shift every boundary so each stage does the mean
+        # (boundary k carries the excess of stages 0..k over the mean to the stage after it)
+        mean = float(np.mean([s.busy_ns for s in view]))
+        flows = np.cumsum([s.busy_ns - mean for s in view])[:-1]
+        moves = [(view[k], view[k + 1], f) if f > 0 else (view[k + 1], view[k], -f)
+                 for k, f in enumerate(flows) if abs(f) >= 0.01 * mean]
+        moves.sort(key=lambda x: -x[2])
+        proposed = "; ".join(f"move ~{f / MS:.1f} ms of work per step from {a.name} to {b.name}"
+                             for a, b, f in moves)
+        how = ("work across the stage boundaries (the input does not say which layers each "
+               "stage holds)")
+        best_max, moved = mean, 0.0
+        after_all = [mean] * len(view)
     else:
         moved = (heavy.busy_ns - target.busy_ns) / 2
         best_max = max(heavy.busy_ns - moved, rest_max)
@@ -223,6 +237,8 @@ def suggest_repartition(p: PipelineResult, table: RunTable, step_ns: float) -> l
     before = [s.busy_ns for s in view]
     after = [s.busy_ns - moved if s is heavy else s.busy_ns + moved if s is target
              else s.busy_ns for s in view]
+    if moved == 0.0 and best_max < heavy.busy_ns:  # the whole chain rebalanced
+        after = after_all
     est = step_ns * model_step(after, m) / max(model_step(before, m), 1.0)
     if step_ns - est < 0.03 * step_ns:
         return []
@@ -234,7 +250,8 @@ def suggest_repartition(p: PipelineResult, table: RunTable, step_ns: float) -> l
            + ("" if m else " (micro-batches per step unknown: the estimate takes the slowest "
               "stage as setting the pace, as with many micro-batches)"))
     why += ("; assumes a layer's cost is its share of the stage's parameters (range: +-10%, "
-            "measured -4% to -2% against re-partitioned runs)")
+            "measured -4% to -2% against re-partitioned runs)" if len(layers) >= 2 else
+            "; assumes the work can be split that finely and moves at its cost (range: +-10%)")
     return [Suggestion("pipeline_partition", current, proposed, est / MS, why, PIPELINE,
                        (step_ns / max(est, 1.0) - 1) * 100,
                        (0.9 * est / MS, min(1.1 * est, step_ns) / MS))]
