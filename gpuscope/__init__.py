@@ -22,18 +22,21 @@ __version__ = "0.1.0"
 
 
 def analyze(path, *, thresholds: Thresholds | dict | str | None = None,
-            skip: int | None = None) -> Report:
-    """Analyze a run dir (or one of its rank files) or a folder/file of torch.profiler traces.
+            skip: int | None = None, engine: str = "local") -> Report:
+    """Analyze a run dir (or one of its rank files), a folder/file of torch.profiler traces, or
+    an op timeline.
 
     thresholds: a Thresholds, or overrides as {"wait": 0.05} or "wait=0.05,comm=0.2".
     skip: warm-up steps to leave out per rank (default: 1 for recorded runs, 0 for traces).
+    engine: "local", or "ray": each file read by a task on the Ray cluster at RAY_ADDRESS
+    (else a local one); paths may then be fsspec URLs.
     """
     from .analyze.run import analyze_table
     from .readers import read_path
 
     if not isinstance(thresholds, Thresholds):
         thresholds = Thresholds().with_overrides(thresholds)
-    return analyze_table(read_path(path), thresholds, skip=skip)
+    return analyze_table(read_path(path, engine=engine), thresholds, skip=skip)
 
 
 __all__ = ["record", "Recorder", "RecordOptions", "host_facts", "analyze", "Report", "Thresholds", "GpuscopeError",

@@ -45,16 +45,25 @@ def _early_parse(path: str):
         yield ahead
 
 
+def _analyze(args, ahead):
+    from .analyze.run import analyze_table
+    from .readers import read_path
+    from .thresholds import Thresholds
+
+    return analyze_table(read_path(args.path, parsed=ahead, engine=args.engine),
+                         Thresholds().with_overrides(args.thresholds), skip=args.skip)
+
+
 def cmd_analyze(args) -> int:
-    with _early_parse(args.path) as ahead:
+    if args.engine == "ray":  # the files are read by Ray tasks: nothing parsed here first
         if args.html:
             _need_plotly()
-        from .analyze.run import analyze_table
-        from .readers import read_path
-        from .thresholds import Thresholds
-
-        report = analyze_table(read_path(args.path, parsed=ahead),
-                               Thresholds().with_overrides(args.thresholds), skip=args.skip)
+        report = _analyze(args, None)
+    else:
+        with _early_parse(args.path) as ahead:
+            if args.html:
+                _need_plotly()
+            report = _analyze(args, ahead)
     # the files first: a reader that closes stdout early (| head) must not lose them
     if args.json == "-":  # the JSON to stdout, alone: a pipe's reader gets JSON only
         from .render import json as render_json
@@ -247,6 +256,10 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--html", metavar="FILE", help="write the HTML dashboard here")
     a.add_argument("--thresholds", metavar="K=V,...",
                    help="override thresholds, e.g. data_high=0.3,wait=0.05")
+    a.add_argument("--engine", choices=("local", "ray"), default="local",
+                   help="where the files are read: here (local), or as Ray tasks on the cluster "
+                   "at RAY_ADDRESS, else a local one (ray; paths may be fsspec URLs such as "
+                   "s3://...; pip install 'gpuscope[ray]')")
     a.add_argument("--skip", type=int, metavar="N",
                    help="warm-up steps to leave out per rank (default: 1 for a run dir, 0 for "
                    "profiler traces)")

@@ -42,8 +42,8 @@ def pytest_terminal_summary(terminalreporter):
             terminalreporter.write_line(line)
 
 
-#: fixtures that start other processes: torchrun training, a TensorBoard server, Chromium
-_SLOW_FIXTURES = {"scenario_run", "server", "browser"}
+#: fixtures that start other processes: torchrun training, a TensorBoard server, Chromium, Ray
+_SLOW_FIXTURES = {"scenario_run", "server", "browser", "ray_cluster"}
 
 
 def pytest_collection_modifyitems(items):

@@ -28,10 +28,18 @@ def no_gc():
             gc.enable()
 
 
-def read_path(path, *, parsed=None) -> RunTable:
+def read_path(path, *, parsed=None, engine: str = "local") -> RunTable:
     """Read a gpuscope run dir (or one of its rank files), or a torch.profiler trace folder or
     file; which one is detected. `parsed`: the command line's early parse of the trace files
-    (kineto/prefetch.py), or None."""
+    (kineto/prefetch.py), or None. `engine`: "local", or "ray" (each file read by a Ray task:
+    ray_engine.py)."""
+    if engine == "ray":
+        from .ray_engine import read_on_ray
+
+        with no_gc():
+            return read_on_ray(os.fspath(path))
+    if engine != "local":
+        raise InputError(f"engine {engine!r}: local or ray")
     with no_gc():
         return _read_path(path, parsed)
 

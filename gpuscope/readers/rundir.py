@@ -739,28 +739,35 @@ def _comm_frame(parts: list) -> pd.DataFrame:
     return out
 
 
-def read_run_dir(path: str) -> RunTable:
-    """A run dir (its newest recording), or one rank file (the recording it belongs to)."""
+def read_run_dir(path: str, loaded: list | None = None) -> RunTable:
+    """A run dir (its newest recording), or one rank file (the recording it belongs to).
+    `loaded`: (name, RankFile or TraceFormatError) per record file, read elsewhere (the Ray
+    engine's tasks); else they are read here."""
     want = None
+    url = "://" in path
     if is_record_file(path):
-        want, path = os.path.abspath(path), os.path.dirname(os.path.abspath(path))
-    names = sorted(glob.glob(os.path.join(path, FILE_GLOB)))
-    if not names:
-        raise InputError(f"{path}: no gpuscope record files ({FILE_GLOB}) here")
+        want = path if url else os.path.abspath(path)
+        path = os.path.dirname(want)
+    if loaded is None:
+        names = sorted(glob.glob(os.path.join(path, FILE_GLOB)))
+        if not names:
+            raise InputError(f"{path}: no gpuscope record files ({FILE_GLOB}) here")
+        with progress.reading(sum(file_size(n) for n in names), len(names), path):
+            loaded = _load_all(names)
+    names = [n for n, _ in loaded]
     warnings: list[str] = []
     files: list[RankFile] = []
-    with progress.reading(sum(file_size(n) for n in names), len(names), path):
-        loaded = _load_all(names)
     for name, got in loaded:
         if isinstance(got, TraceFormatError):
-            if len(names) == 1 or (want is not None and os.path.abspath(name) == want):
+            if len(names) == 1 or (want is not None and (name if url else
+                                                         os.path.abspath(name)) == want):
                 raise got
             warnings.append(f"skipped: {got}")  # the other ranks are still analysed
         else:
             files.append(got)
     if not files:
         raise TraceFormatError(f"{path}: no readable record file ({warnings[0][9:]})")
-    if want is not None:
+    if want is not None and not url:
         for f in files:
             f.path = os.path.abspath(f.path)
     chosen = _pick_recording(path, files, want, warnings)

@@ -58,10 +58,16 @@ def read_kineto(path: str, files: list[str], jobs: int | None = None, parsed_ahe
     parsed, bad = [], []
     with progress.reading(sum(file_size(f) for f in files), len(files), path):
         parsed, bad = _parse_or_skip(path, files, jobs, parsed_ahead)
-    warnings += [f"skipped: {b}" for b in bad]
+    return table_of(path, parsed, bad)
+
+
+def table_of(path: str, parsed: list, bad: list[str], facts: dict | None = None) -> RunTable:
+    """The RunTable of the files parsed (here, or by the Ray engine's tasks: `facts`, what each
+    file's head told, read where the file was); `bad`: the errors of those that could not be."""
+    warnings = [f"skipped: {b}" for b in bad]
     if not parsed:
         raise TraceFormatError(f"{path}: no readable torch.profiler trace ({bad[0] if bad else ''})")
-    return _table(path, parsed, warnings)
+    return _table(path, parsed, warnings, facts)
 
 
 def _parse_or_skip(path: str, files: list[str], jobs: int | None,
@@ -89,7 +95,7 @@ def _parse_or_skip(path: str, files: list[str], jobs: int | None,
     return [got[f] for f in files if f in got], bad
 
 
-def _table(path: str, parsed: list, warnings: list[str]) -> RunTable:
+def _table(path: str, parsed: list, warnings: list[str], facts: dict | None = None) -> RunTable:
     """The RunTable of the parsed files."""
     by_rank: dict[int, list] = {}
     ids: dict[int, RankId] = {}
@@ -161,7 +167,8 @@ def _table(path: str, parsed: list, warnings: list[str]) -> RunTable:
         if ids[rank].backend:
             knobs["backend"] = ids[rank].backend
         knobs["device"] = "cuda" if ev.dev_kind.size else "cpu"
-        told = head_facts(items[0][0])  # gpuscope.record beside the profiler: cores, loading
+        # gpuscope.record beside the profiler: cores, loading
+        told = head_facts(items[0][0]) if facts is None else facts.get(items[0][0], {})
         for k, v in told.items():
             knobs.setdefault(k, v)
         if ids[rank].groups:
