@@ -189,8 +189,14 @@ def test_real_pair_straggler_removed_and_the_gate(tmp_path):
     # still make a real straggler of a few ms (rank 1 named again, with 8 ms, once in eight suite
     # runs), which the tool is right to name when the loop's own clock shows that rank computing
     # longer: pinned, that, and nothing near the 40 ms left
+    # The loop's clock covers forward and the optimizer step (backward holds DDP's all-reduce):
+    # a straggler named for those must show there; one named for backward is beyond that
+    # yardstick (rank 1 named with 5.2 ms once in CI, its forward + optimizer 12.0 against
+    # 11.7 ms: the excess lay elsewhere), and only held to be far from the 40 ms removed
     a = gpuscope.analyze(after).to_dict()
-    assert unconfirmed_stragglers(after, a) == [], a["straggler_details"]
+    checkable = dict(a, straggler_details=[s for s in a["straggler_details"]
+                                           if s.get("cause_detail") != "backward"])
+    assert unconfirmed_stragglers(after, checkable) == [], a["straggler_details"]
     assert all(s["excess_ms"] < gap_ms / 2 for s in a["straggler_details"])
     wait = next(p for p in c["parts"] if p["part"] == "wait")
     # the straggler's excess is what rank 0 waited for; parts are means over the 2 ranks (rank 1
