@@ -7,7 +7,8 @@ Reads benchmarks/results/*.json: overhead.json (benchmarks/bench_overhead.py),
 overhead_cases.json and overhead_cases_gpu.json (benchmarks/bench_overhead_cases.py),
 whatif.json (benchmarks/bench_whatif.py), vs_hta.json (benchmarks/bench_vs_hta.py), scale.json
 (benchmarks/bench_scale.py), same_run.json (scripts/same_run.py), fuzz.json (scripts/fuzz.py),
-soak.json (scripts/soak.py), upstream_2d.json (scripts/upstream_2d.py); a missing file leaves
+soak.json (scripts/soak.py), upstream_2d.json (scripts/upstream_2d.py), scale_large.json
+(benchmarks/bench_scale.py --out ...: past 1,024 ranks); a missing file leaves
 its section out with the command that makes it. The README's lines between
 `<!-- budgets:begin -->` and `<!-- budgets:end -->` are rewritten: one per budget, its figure,
 and a link to the section here; those between `<!-- firstrun:... -->`, what `make demo` cost on
@@ -83,6 +84,28 @@ def scale(d: dict) -> list[str]:
         out += ["", f"A fixed pure-Python loop timed before and after each size took "
                     f"{min(loops):.2f}-{max(loops):.2f} s during the run (the machine's own "
                     "drift)."]
+    return out + [""]
+
+
+def scale_large(d: dict) -> list[str]:
+    """Past 1,024 ranks: the curve toward the 10,000-rank budget (issue 40), cost per rank-step."""
+    sizes = ",".join(f"{r['ranks']}x{r['steps']}" for r in d["rows"])
+    out = ["## Many ranks, past one thousand", "",
+           f"`python benchmarks/bench_scale.py --sizes {sizes} --repeat {d['repeat']} "
+           f"--out benchmarks/results/scale_large.json` on {d['cpu_count']} cores, as above. "
+           "Budget (issue 40): 10,000 ranks x 1,000 steps in at most 15 s and 4 GB; 10,000 x "
+           "10,000 within 24 GB at all, its time linear. Cost per rank-step is the analysis's "
+           "time over ranks x steps.", "",
+           "| ranks x steps | record files (+ side files) | analysis | per rank-step | "
+           "`gpuscope analyze DIR -q` | peak memory | JSON only: analysis | verdict |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in d["rows"]:
+        j = r["json_only"]
+        out.append(
+            f"| {r['ranks']:,} x {r['steps']:,} | {r['files_mb']:.0f} MB (+{r['side_files_mb']:.0f}"
+            f" MB) | {r['analyze_s_median']:.2f} s | {1e6 * r['analyze_s_median'] / r['rows']:.2f}"
+            f" us | {r['cli_s_median']:.2f} s | {r['peak_over_base_mb']:.0f} MB | "
+            f"{j['analyze_s_median']:.2f} s | {r['verdict']}, rank(s) {r['stragglers']} |")
     return out + [""]
 
 
@@ -412,6 +435,15 @@ def budgets(docs: dict) -> list[str]:
         out.append(f"- Many ranks: 1,024 ranks x 1,000 steps in under 3 s; measured "
                    f"{big['ranks']:,} x {big['steps']:,} in {big['analyze_s_median']:.2f} s "
                    "([many ranks](docs/performance.md#many-ranks)).")
+    s = docs.get("scale_large.json")
+    if s:
+        big = max(s["rows"], key=lambda x: x["ranks"] * x["steps"])
+        ok = big["cli_s_median"] <= 15 and big["peak_over_base_mb"] <= 4096
+        out.append(f"- Ten thousand ranks: 10,000 x 1,000 steps in at most 15 s and 4 GB; "
+                   f"measured {big['ranks']:,} x {big['steps']:,} in {big['cli_s_median']:.1f} s "
+                   f"end to end, {big['peak_over_base_mb'] / 1024:.1f} GB"
+                   + ("" if ok else ": not yet within it")
+                   + " ([past one thousand](docs/performance.md#many-ranks-past-one-thousand)).")
     w = docs.get("whatif.json")
     if w:
         ok = sum(bool(c.get("in_range")) for c in w["cases"])
@@ -484,6 +516,9 @@ def main() -> None:
             ("whatif.json", whatif, "benchmarks/bench_whatif.py"),
             ("vs_hta.json", vs_hta, "benchmarks/bench_vs_hta.py"),
             ("scale.json", scale, "benchmarks/bench_scale.py"),
+            ("scale_large.json", scale_large,
+             "benchmarks/bench_scale.py --sizes 2048x1000,4096x1000,10000x1000 --repeat 1 "
+             "--out benchmarks/results/scale_large.json"),
             ("same_run.json", same_run, "scripts/same_run.py"),
             ("memory.json", memory, "benchmarks/bench_memory.py"),
             ("upstream_2d.json", upstream_2d, "scripts/upstream_2d.py --examples PATH"),
