@@ -172,3 +172,14 @@ def trace_of_rank(folder: str, rank: int) -> list[str]:
             if json.load(fh).get("distributedInfo", {}).get("rank") == rank:
                 out.append(name)
     return out
+
+
+def script(name: str):
+    """scripts/<name>.py loaded as a module (the scripts are not a package)."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(__file__), "..", "scripts", name + ".py")
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

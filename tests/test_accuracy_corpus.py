@@ -3,16 +3,14 @@
 confidence "high" comes with a wrong answer. The checks themselves live in scripts/accuracy.py,
 which also writes the table of docs/accuracy.md."""
 
-import importlib.util
 import os
 
 import pytest
 
+from helpers import script
+
 ROOT = os.path.join(os.path.dirname(__file__), "..")
-_spec = importlib.util.spec_from_file_location("accuracy", os.path.join(ROOT, "scripts",
-                                                                        "accuracy.py"))
-accuracy = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(accuracy)
+accuracy = script("accuracy")
 
 FOLDERS = accuracy.folders()
 KNOWN = accuracy.known()

@@ -1,20 +1,17 @@
 """The README is a guide for users, and no figure in it or in docs/performance.md is typed by
 hand: both are what scripts/make_performance_doc.py writes from benchmarks/results/."""
 
-import importlib.util
 import os
 
 import pytest
+
+from helpers import script
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 
 
 def _generator():
-    spec = importlib.util.spec_from_file_location(
-        "make_performance_doc", os.path.join(ROOT, "scripts", "make_performance_doc.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return script("make_performance_doc")
 
 
 def test_the_readme_is_a_guide_of_at_most_350_lines():
@@ -66,11 +63,7 @@ def test_the_median_s_interval_is_order_statistics_that_cover_it_95_percent_of_t
 
 
 def _readme_demo():
-    spec = importlib.util.spec_from_file_location(
-        "make_readme_demo", os.path.join(ROOT, "scripts", "make_readme_demo.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return script("make_readme_demo")
 
 
 def _between(text: str, marks: tuple[str, str]) -> list[str]:

@@ -1,19 +1,16 @@
 """The README's pictures are current: what each shows (docs/pictures.json, written with them by
 scripts/make_pictures.py) is what today's code and samples give."""
 
-import importlib.util
 import json
 import os
+
+from helpers import script
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 
 
 def _maker():
-    spec = importlib.util.spec_from_file_location(
-        "make_pictures", os.path.join(ROOT, "scripts", "make_pictures.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return script("make_pictures")
 
 
 def test_each_picture_shows_what_the_code_and_samples_give_today():

@@ -4,16 +4,14 @@
 captured, for each demo scenario
 (real 2-rank gloo DDP runs; scripts/same_run.py repeats it 10 times with a core kept busy)."""
 
-import importlib.util
 import os
 
 import pytest
 
+from helpers import script
+
 ROOT = os.path.join(os.path.dirname(__file__), "..")
-_spec = importlib.util.spec_from_file_location("same_run", os.path.join(ROOT, "scripts",
-                                                                        "same_run.py"))
-same_run = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(same_run)
+same_run = script("same_run")
 
 
 @pytest.mark.slow

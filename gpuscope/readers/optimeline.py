@@ -37,7 +37,6 @@ import pandas as pd
 
 from ..errors import InputError
 from ..runtable import RankInfo, RunTable
-from .kineto import spans
 
 SUFFIXES = (".parquet", ".csv")
 #: op type -> (part, kind): part is forward / backward / optimizer / collective / p2p / other;
@@ -151,7 +150,7 @@ def read_op_timeline(path: str) -> RunTable:
         raise InputError(f"{meta_path}: time_unit {unit!r}: one of {', '.join(UNITS)}")
     warnings: list[str] = []
     df = _clean(df, UNITS[unit], warnings, table_path)
-    frame, comm, per_rank = _steps(df, warnings)
+    frame, comm, per_rank = _steps(df)
     world = int(meta["world_size"]) if isinstance(meta.get("world_size"), int) else \
         int(df["rank"].max()) + 1
     layout_knobs = {k: v for k, v in meta.items() if isinstance(v, (int, float, str, bool))}
@@ -234,7 +233,7 @@ def union_ns(start: np.ndarray, end: np.ndarray, group: np.ndarray, n: int) -> n
     return np.bincount(g, weights=add, minlength=n).astype(np.int64)
 
 
-def _steps(df: pd.DataFrame, warnings: list[str]):
+def _steps(df: pd.DataFrame):
     """The rank x step frame, the collectives table (with point-to-point peers) and per-rank
     knobs. Every figure is a union of intervals per rank and step (lengths of A minus B as
     |A u B| - |B|), worked out for all groups at once."""

@@ -194,6 +194,11 @@ def suggest_repartition(p: PipelineResult, table: RunTable, step_ns: float) -> l
     rest_max = max((s.busy_ns for s in others if s is not target), default=0.0)
     layers = _layers(table, heavy.ranks[0])
     total = sum(n for _, n in layers)
+
+    def shifted(moved: float) -> list[float]:  # the stages' busy time, `moved` across one boundary
+        return [s.busy_ns - moved if s is heavy else s.busy_ns + moved if s is target
+                else s.busy_ns for s in view]
+
     if len(layers) >= 2 and total > 0 and heavy.compute_ns > 0:
         # move boundary layers: its first ones to the previous stage, its last to the next
         order = layers if (target.stage is None or heavy.stage is None
@@ -214,6 +219,7 @@ def suggest_repartition(p: PipelineResult, table: RunTable, step_ns: float) -> l
                     f"to {target.name}")
         how = (f"{best} of its {len(layers)} layers ({share:.0f}% of its parameters; a layer's "
                "cost is taken as its share of the stage's parameters)")
+        after = shifted(moved)
     elif heavy.stage is not None and len(view) > 2:
         # stages in order, layers unknown: shift every boundary so each stage does the mean
         # (boundary k carries the excess of stages 0..k over the mean to the stage after it)
@@ -226,19 +232,15 @@ def suggest_repartition(p: PipelineResult, table: RunTable, step_ns: float) -> l
                              for a, b, f in moves)
         how = ("work across the stage boundaries (the input does not say which layers each "
                "stage holds)")
-        best_max, moved = mean, 0.0
-        after_all = [mean] * len(view)
+        best_max, after = mean, [mean] * len(view)
     else:
         moved = (heavy.busy_ns - target.busy_ns) / 2
         best_max = max(heavy.busy_ns - moved, rest_max)
         proposed = f"move ~{moved / MS:.1f} ms of work per step from {heavy.name} to {target.name}"
         how = "that much work (the trace does not say which layers each stage holds)"
+        after = shifted(moved)
     m = p.microbatches
     before = [s.busy_ns for s in view]
-    after = [s.busy_ns - moved if s is heavy else s.busy_ns + moved if s is target
-             else s.busy_ns for s in view]
-    if moved == 0.0 and best_max < heavy.busy_ns:  # the whole chain rebalanced
-        after = after_all
     est = step_ns * model_step(after, m) / max(model_step(before, m), 1.0)
     if step_ns - est < 0.03 * step_ns:
         return []
