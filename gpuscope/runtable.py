@@ -85,13 +85,29 @@ def key_parts(comm: pd.DataFrame) -> tuple[pd.Categorical, pd.Categorical]:
     if "kind" in comm and "group" in comm and isinstance(comm["kind"].dtype, pd.CategoricalDtype):
         return comm["kind"].array, comm["group"].array
     codes, uniques = pd.factorize(comm["key"])
-    parts = [str(k).split(":", 1) for k in uniques]
+    return parts_of_codes(codes, list(uniques))
+
+
+def parts_of_codes(codes: np.ndarray, keys: list) -> tuple[pd.Categorical, pd.Categorical]:
+    """key_parts of the rows whose keys are keys[code] (code -1: missing, read as "")."""
+    parts = [str(k).split(":", 1) for k in keys]
 
     def cat(names: list[str]) -> pd.Categorical:
         cats, inv = np.unique(np.array(names + [""], dtype=object), return_inverse=True)
         return pd.Categorical.from_codes(inv.reshape(-1)[codes], categories=cats)
 
     return cat([p[0] for p in parts]), cat([p[1] if len(p) > 1 else "" for p in parts])
+
+
+def present_keys(comm: pd.DataFrame) -> list[str]:
+    """The distinct keys of a collectives table's rows, as strings, in order of first appearance
+    (worked out on the categorical's codes: a handful of keys over up to millions of rows)."""
+    key = comm["key"]
+    if isinstance(key.dtype, pd.CategoricalDtype):
+        codes = pd.unique(key.cat.codes.to_numpy())
+        cats = key.cat.categories
+        return [str(cats[c]) for c in codes.tolist() if c >= 0]
+    return [str(k) for k in pd.unique(key.to_numpy(dtype=object)) if not pd.isna(k)]
 
 
 def mask_of(cat: pd.Categorical, test) -> np.ndarray:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..runtable import key_parts
+from ..runtable import key_parts, present_keys
 from ..vocab import MS
 from .rowgroups import in_analysed
 
@@ -52,7 +52,7 @@ def kinds_by_group(table) -> dict[str, set]:
     if comm is None or comm.empty:
         return {}
     out: dict[str, set] = {}
-    for key in comm["key"].astype(str).unique().tolist():
+    for key in present_keys(comm):
         kind, _, group = key.partition(":")
         out.setdefault(group, set()).add(kind)
     return out
@@ -70,8 +70,9 @@ def dim_steps(table, frame, mapping, waits) -> pd.DataFrame | None:
     for src, cols in ((comm, ("comm_ns", "exposed_ns")), (waits, ("wait_ns",))):
         if src is None or src.empty:
             continue
-        group = np.asarray(key_parts(src)[1].astype(str), dtype=object)
-        dim = pd.Series(group).map(dims).to_numpy(dtype=object)
+        group = key_parts(src)[1]  # a dimension per group name, then per row by its code
+        dim = np.array([dims.get(str(g)) for g in group.categories] + [None],
+                       dtype=object)[group.codes]
         hit, s = in_analysed(frame, mapping, src["rank"].to_numpy(np.int64),
                              src["step"].to_numpy(np.int64))
         sel = hit & pd.notna(dim)

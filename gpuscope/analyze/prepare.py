@@ -19,7 +19,7 @@ from ..runtable import RunTable
 from .cycles import cycle_ends, group_cycles, sync_interval
 from .rowgroups import rank_position
 from .stopped import stopped_ranks, stopped_warnings
-from .wait import estimate_wait
+from .wait import estimate_wait, wait_cells
 from .whatif import batch_growth, micro_steps
 
 
@@ -80,8 +80,9 @@ def prepare(a) -> None:
     a.warnings += stopped_warnings(a.stopped)
     frame, warmup = a.table.frame, a.th.warmup_steps
     ends = cycle_ends(frame)
+    a.wait_cells = wait_cells(a.table.comm)  # the wait split's cells: here and in key_waits
     if ends is not None:  # accumulation: waits per micro-step, then optimizer steps
-        frame = estimate_wait(frame, a.warnings, a.table.comm)
+        frame = estimate_wait(frame, a.warnings, a.table.comm, a.wait_cells)
         a.micro = micro_steps(frame, max(warmup, 1))
         a.growth = growth(frame, a.knobs, max(warmup, 1))
         frame, a.mapping = to_cycles(frame, ends, a.warnings)
@@ -91,7 +92,7 @@ def prepare(a) -> None:
         frame = without_profiler_writes(without_counted_step(frame, a.knobs), a.table,
                                         a.warnings)
         frame = drop_warmup(frame, warmup, a.warnings)
-        frame = estimate_wait(frame, a.warnings, a.table.comm)
+        frame = estimate_wait(frame, a.warnings, a.table.comm, a.wait_cells)
         a.growth = growth(frame, a.knobs, 0)
     a.frame = frame
 

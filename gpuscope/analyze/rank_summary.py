@@ -13,12 +13,22 @@ from ..vocab import COMPUTE_PHASES, PARTS
 from .rowgroups import PerRank, in_analysed
 
 
+def analysed_rows(comm: pd.DataFrame | None, frame: pd.DataFrame, mapping) -> np.ndarray | None:
+    """Bool per row of a collectives table: in an analysed step (rowgroups.in_analysed); None
+    without a table. Worked out once for the callers below that take `hit`."""
+    if comm is None or comm.empty:
+        return None
+    return in_analysed(frame, mapping, comm["rank"].to_numpy(np.int64),
+                       comm["step"].to_numpy(np.int64))[0]
+
+
 def comm_by_kind(table: RunTable, frame: pd.DataFrame, mapping,
-                 columns: tuple[str, ...] = ("comm_ns",), part: int = 0) -> list[dict[int, dict]]:
+                 columns: tuple[str, ...] = ("comm_ns",), part: int = 0,
+                 hit: np.ndarray | None = None) -> list[dict[int, dict]]:
     """For each column: per rank, {kind: mean ns per analysed step} of the timed collectives
     (their time, comm_ns, or the part the step was blocked on, exposed_ns); `part` 1: by process
     group instead of kind. In numpy: the table has a row per rank, step and collective, up to
-    millions."""
+    millions. `hit`: analysed_rows(table.comm, frame, mapping), when the caller has it."""
     comm = table.comm
     if comm is None or comm.empty:
         return [{} for _ in columns]
@@ -26,8 +36,9 @@ def comm_by_kind(table: RunTable, frame: pd.DataFrame, mapping,
     r = comm["rank"].to_numpy(np.int64)
     code = np.asarray(kinds.codes, np.int64)
     # analysed steps only (micro-steps counted in the optimizer step they belong to)
-    hit, _ = in_analysed(frame, mapping, r, comm["step"].to_numpy(np.int64))
-    hit &= code >= 0
+    if hit is None:
+        hit = analysed_rows(comm, frame, mapping)
+    hit = hit & (code >= 0)
     fr = frame["rank"].to_numpy(np.int64)
     if not hit.any():
         return [{} for _ in columns]
@@ -51,7 +62,8 @@ def comm_by_kind(table: RunTable, frame: pd.DataFrame, mapping,
 GRAD_GROUPS, GRAD_KINDS = ("ddp",), ("reduce_scatter",)
 
 
-def grad_sync_share(table: RunTable, frame: pd.DataFrame, mapping) -> float | None:
+def grad_sync_share(table: RunTable, frame: pd.DataFrame, mapping,
+                    hit: np.ndarray | None = None) -> float | None:
     """The share of the analysed steps' exposed communication (collectives table) that
     synchronized gradients: what syncing less often can save, where the loop's own collectives
     (metrics, an EMA, a sampler's all-gather) stay. Traces mark it by when each collective was
@@ -60,8 +72,8 @@ def grad_sync_share(table: RunTable, frame: pd.DataFrame, mapping) -> float | No
     comm = table.comm
     if comm is None or comm.empty:
         return None
-    hit, _ = in_analysed(frame, mapping, comm["rank"].to_numpy(np.int64),
-                         comm["step"].to_numpy(np.int64))
+    if hit is None:
+        hit = analysed_rows(comm, frame, mapping)
     exposed = comm["exposed_ns"].to_numpy(np.float64)[hit]
     total = float(exposed.sum())
     if total <= 0:

@@ -67,10 +67,15 @@ class Groups:
             new = np.r_[True, keys[1:] != keys[:-1]]
             self.keys, self.inv = keys[new], np.cumsum(new) - 1
             self.counts = np.bincount(self.inv, minlength=self.keys.size)
+            self._starts = np.flatnonzero(new)
         else:
             self.keys, self.inv, self.counts = dense_unique(keys)
 
     def sum(self, values: np.ndarray) -> np.ndarray:
+        values = np.asarray(values)
+        if self._sorted and values.dtype.kind in "iuf":  # runs of rows: summed where they lie
+            acc = np.int64 if values.dtype.kind in "iu" else np.float64
+            return np.add.reduceat(values, self._starts, dtype=acc).astype(np.float64)
         return np.bincount(self.inv, np.asarray(values, np.float64), self.keys.size)
 
     def mean(self, values: np.ndarray) -> np.ndarray:

@@ -44,7 +44,7 @@ from .bottlenecks.pipeline import suggest_pipeline, summarize_pipeline
 from .invariants import bound_suggestions, enforce_parts, violations
 from .layout import Layout, find_layout, split_bubble
 from .prepare import prepare
-from .rank_summary import comm_by_kind, grad_sync_share, summarize_ranks
+from .rank_summary import analysed_rows, comm_by_kind, grad_sync_share, summarize_ranks
 from .routing import routing_section
 from .rowgroups import PerRank
 from .stragglers import find_stragglers
@@ -82,6 +82,7 @@ class Analysis:
     throughput: dict = field(default_factory=dict)  # throughput: the report's section
     energy: dict = field(default_factory=dict)      # energy: the report's section
     comm_groups: list = field(default_factory=list)  # suggest: comm by group / mesh dimension
+    wait_cells: object = None                        # prepare: wait.wait_cells (let go in suggest)
     key_waits: object = None                         # suggest: wait per collective key (wait.py)
     routing: dict = field(default_factory=dict)      # suggest: all-to-all rows by rank
     labels: set = field(default_factory=set)        # suggest: labels holding material time
@@ -190,10 +191,14 @@ def suggest_all(a: Analysis) -> None:
     a.labels = {a.verdict.label} | {k for k, v in a.verdict.time_by_label.items() if v >= 0.2}
     a.labels |= secondary_labels(a.steps, 0.2)
     a.jitter = jitter_cost(a.steps)
-    exposed, a.by_kind = comm_by_kind(a.table, a.frame, a.mapping, ("exposed_ns", "comm_ns"))
-    g_exposed, g_comm = comm_by_kind(a.table, a.frame, a.mapping, ("exposed_ns", "comm_ns"), 1)
+    hit = analysed_rows(a.table.comm, a.frame, a.mapping)  # the collectives' analysed rows
+    exposed, a.by_kind = comm_by_kind(a.table, a.frame, a.mapping, ("exposed_ns", "comm_ns"),
+                                      hit=hit)
+    g_exposed, g_comm = comm_by_kind(a.table, a.frame, a.mapping, ("exposed_ns", "comm_ns"), 1,
+                                     hit=hit)
     a.routing = routing_section(a.table.routing, a.frame, a.mapping)
-    a.key_waits = key_waits(a.table.comm)
+    a.key_waits = key_waits(a.table.comm, a.wait_cells)
+    a.wait_cells = None
     g_wait = (comm_by_kind(replace(a.table, comm=a.key_waits), a.frame, a.mapping,
                            ("wait_ns",), 1)[0] if a.key_waits is not None else None)
     a.comm_groups = groups_section(a.table, g_comm, g_exposed, kinds_by_group(a.table),
@@ -209,7 +214,7 @@ def suggest_all(a: Analysis) -> None:
                           share_of_time(a.steps, "data_share"), a.jitter,
                           {k: float(np.mean([r.get(k, 0.0) for r in exposed.values()]))
                            for k in kinds}, a.micro, a.growth, a.routing,
-                          grad_sync_share(a.table, a.frame, a.mapping))
+                          grad_sync_share(a.table, a.frame, a.mapping, hit))
     a.typical = typical_step(a.frame)
     made, a.why_not = suggest(a.findings, a.typical)
     a.suggestions = list(made)

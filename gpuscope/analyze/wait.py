@@ -27,8 +27,9 @@ from .rowgroups import dense_unique, find_pairs, small_range
 
 
 def estimate_wait(frame: pd.DataFrame, warnings: list[str],
-                  comm: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Return `frame` with wait_ns filled (other columns untouched).
+                  comm: pd.DataFrame | None = None, cells=None) -> pd.DataFrame:
+    """Return `frame` with wait_ns filled (other columns untouched). `cells`: wait_cells(comm),
+    when the caller has it (key_waits takes the same).
 
     1. keep steps present on every rank that recorded (others get wait 0 and a warning);
     2. per process group (or over all ranks): transfer = min over its ranks of their exposed
@@ -51,7 +52,7 @@ def estimate_wait(frame: pd.DataFrame, warnings: list[str],
                         "(mismatched step counts); waiting is not estimated for them")
     bubble = frame["bubble_ns"].to_numpy() if "bubble_ns" in frame else 0
     exposed = frame["comm_exposed_ns"].to_numpy() - bubble
-    grouped, mismatched = _group_waits(frame, comm) if comm is not None else (None, 0)
+    grouped, mismatched = _group_waits(frame, comm, cells) if comm is not None else (None, 0)
     if mismatched:
         warnings.append(f"{mismatched} (collective, step) pair(s) have a different number of "
                         "instances on some ranks (a profiler cycle cut one, or only some ranks "
@@ -66,11 +67,12 @@ def estimate_wait(frame: pd.DataFrame, warnings: list[str],
     return frame
 
 
-def _group_waits(frame: pd.DataFrame, comm: pd.DataFrame) -> tuple[np.ndarray | None, int]:
+def _group_waits(frame: pd.DataFrame, comm: pd.DataFrame,
+                 cells=None) -> tuple[np.ndarray | None, int]:
     """Per frame row, the summed excess over the least of its exposed collectives, key by key
     and step by step; and the number of (key, step) pairs left out for unequal instance
     counts."""
-    cells = _cells(comm)
+    cells = wait_cells(comm) if cells is None else cells
     if cells is None:
         return None, 0
     _, s, r, wait, mismatched, _ = cells
@@ -78,23 +80,29 @@ def _group_waits(frame: pd.DataFrame, comm: pd.DataFrame) -> tuple[np.ndarray | 
     return np.bincount(at[hit], wait[hit], len(frame)).astype(np.int64), mismatched
 
 
-def key_waits(comm: pd.DataFrame | None) -> pd.DataFrame | None:
-    """rank, step, key, wait_ns: each rank's waiting inside each collective key (kind and
-    process group) and step, by the rule above (point-to-point left out); None when the table
-    has nothing to compare. What comm_groups.py sums per process group and mesh dimension."""
-    cells = _cells(comm) if comm is not None and not comm.empty else None
+def key_waits(comm: pd.DataFrame | None, cells=None) -> pd.DataFrame | None:
+    """rank, step, key (categorical), wait_ns: each rank's waiting inside each collective key
+    (kind and process group) and step, by the rule above (point-to-point left out); None when
+    the table has nothing to compare. What comm_groups.py sums per process group and mesh
+    dimension. `cells`: wait_cells(comm), when the caller has it."""
+    if comm is None or comm.empty:
+        return None
+    cells = wait_cells(comm) if cells is None else cells
     if cells is None:
         return None
     g, s, r, wait, _, names = cells
-    return pd.DataFrame({"rank": r, "step": s, "key": np.asarray(names, dtype=object)[g],
+    return pd.DataFrame({"rank": r, "step": s,
+                         "key": pd.Categorical.from_codes(g, categories=names),
                          "wait_ns": wait.astype(np.int64)})
 
 
-def _cells(comm: pd.DataFrame):
+def wait_cells(comm: pd.DataFrame | None):
     """(key codes, steps, ranks, wait, mismatched pairs, key names) per (key, step, rank) cell
     of the table outside point-to-point (numpy on a (key, step, rank) grid, or on one sort of
     the table when the grid would be sparse: the table has a row per rank, step and key, up to
-    millions); None when it holds only point-to-point."""
+    millions); None when it holds only point-to-point, or there is no table."""
+    if comm is None or comm.empty:
+        return None
     kinds, _ = key_parts(comm)
     keep = ~mask_of(kinds, is_p2p)
     if not keep.any():
@@ -128,19 +136,28 @@ def _dense_waits(g, s, r, e, c):
     if not small_range(cells, g.size):
         return None
     idx = ((g - g0) * ns + (s - s0)) * nr + (r - r0)
-    total = np.bincount(idx, e.astype(np.float64), cells).reshape(ng, ns, nr)
-    count = np.bincount(idx, c.astype(np.float64), cells).reshape(ng, ns, nr)
-    seen = np.bincount(idx, minlength=cells).reshape(ng, ns, nr) > 0
+    seen = np.zeros(cells, bool)
+    seen[idx] = True
+    seen = seen.reshape(ng, ns, nr)
     members = seen.any(axis=1).sum(axis=1)                     # per key
     present = (seen.sum(axis=2) == members[:, None]) & (members[:, None] > 0)  # (key, step)
-    same = (np.where(seen, count, np.inf).min(axis=2)
-            == np.where(seen, count, -np.inf).max(axis=2))
+    total = np.bincount(idx, e.astype(np.float64), cells).reshape(ng, ns, nr)
+    if int(seen.sum()) == idx.size and c.size and c.min() == c.max():
+        same = np.ones((ng, ns), bool)  # a cell per row, all of one count: counts agree
+    else:
+        count = np.bincount(idx, c.astype(np.float64), cells).reshape(ng, ns, nr)
+        same = (np.where(seen, count, np.inf).min(axis=2)
+                == np.where(seen, count, -np.inf).max(axis=2))
+        del count
     full = present & same
     mismatched = int((present & ~same).sum())
-    low = np.where(seen, total, np.inf).min(axis=2)            # per (key, step)
-    wait = np.where(seen & full[:, :, None], total - np.where(full, low, 0)[:, :, None], 0)
-    gi, si, ri = np.nonzero(seen)
-    return gi + g0, si + s0, ri + r0, wait[gi, si, ri], mismatched
+    np.copyto(total, np.inf, where=~seen)  # only the seen cells are read below
+    low = total.min(axis=2)                                    # per (key, step)
+    flat = np.flatnonzero(seen)
+    pair = flat // nr                                          # each cell's (key, step)
+    wait = np.where(full.reshape(-1)[pair], total.reshape(-1)[flat] - low.reshape(-1)[pair], 0)
+    gi, si = np.divmod(pair, ns)
+    return gi + g0, si + s0, flat % nr + r0, wait, mismatched
 
 
 def _sorted_waits(g, s, r, e, c):

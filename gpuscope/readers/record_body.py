@@ -66,6 +66,28 @@ class Body:
     ends: list             # the first and the last row's values (lists), for the span
     n_rows: int
     coded: bool = False    # comm is already (steps, distinct keys, codes, values)
+    block: Any = None      # BLOCK_ROWS x rows, one C array: the columns above are its rows
+
+
+#: the rows of a Body's block: the rank, then the step columns
+BLOCK_ROWS = ("rank",) + tuple(STEP_COLUMNS)
+
+
+def block_of(arr: np.ndarray, rank: int, place=None) -> np.ndarray:
+    """Rows x STEP_COLUMNS values -> the column-major block (BLOCK_ROWS x rows): each column
+    contiguous, made while the rows are still in the cache (a column taken from the rows later
+    reads every row's cache lines again, once per column). `place(n)`: where to write it
+    (rowblock.Region.place), else a new array."""
+    block = place(len(arr)) if place is not None else np.empty((len(BLOCK_ROWS), len(arr)),
+                                                               np.int64)
+    block[0] = rank
+    block[1:] = arr.T
+    return block
+
+
+def block_columns(block: np.ndarray) -> dict:
+    """{column: its row of the block (a view)}."""
+    return dict(zip(BLOCK_ROWS, block))
 
 
 def _decode(body: bytes):
@@ -91,8 +113,9 @@ def _split(objs: list, row_type: type) -> tuple[list, list]:
     return rows, [(i + 2, objs[i]) for i in at]
 
 
-def decode_body(body: bytes, columns: list, rank: int) -> Body | None:
-    """The body (the file after its header line) when it has the common shape, else None."""
+def decode_body(body: bytes, columns: list, rank: int, place=None) -> Body | None:
+    """The body (the file after its header line) when it has the common shape, else None.
+    `place`: see block_of."""
     if list(columns) != list(STEP_COLUMNS) or (body and not body.endswith(b"\n")):
         return None
     got = _decode(body)
@@ -105,12 +128,11 @@ def decode_body(body: bytes, columns: list, rank: int) -> Body | None:
     n = len(rows)
     flat = chain.from_iterable(map(values, rows)) if values else chain.from_iterable(rows)
     arr = np.fromiter(flat, np.int64, n * _WIDTH).reshape(n, _WIDTH)
-    steps = np.ascontiguousarray(arr[:, 0])
+    block = block_of(arr, rank, place)
+    steps = block[1]
     if n > 1 and not (steps[1:] > steps[:-1]).all() and np.unique(steps).size < n:
         return None  # a step repeated: the careful path keeps the first and counts the rest
-    cols = {"rank": np.full(n, rank, np.int64)}
-    for i, name in enumerate(STEP_COLUMNS):  # views of the rows: one copy, when concatenated
-        cols[name] = steps if i == 0 else arr[:, i]
+    cols = block_columns(block)
     comm = None
     extras = list(map(extra, rows)) if extra else []
     if extras and any(e is not None for e in extras):
@@ -129,7 +151,7 @@ def decode_body(body: bytes, columns: list, rank: int) -> Body | None:
         if max(samples) >= 0:
             cols["samples"] = np.array(samples, np.int64)
     ends = [list(arr[0].tolist()), list(arr[-1].tolist())] if n else []
-    return Body(cols, comm, side, ends, n)
+    return Body(cols, comm, side, ends, n, block=block)
 
 
 def with_implied(frame: dict, comm: tuple | None, key: str) -> tuple | None:

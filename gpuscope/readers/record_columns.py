@@ -17,7 +17,7 @@ import msgspec
 import numpy as np
 
 from ..run_format import CHUNK_HEADER, CHUNK_MAGIC, STEP_COLUMNS, columns_path
-from .record_body import Body
+from .record_body import Body, block_columns, block_of
 from .validate import MAX_NS, MAX_STEP, MAX_UNIX_NS
 
 _HEAD = struct.Struct(CHUNK_HEADER)
@@ -34,9 +34,11 @@ class _Unfit(Exception):
     """The side file does not account for the record file: decode the JSON."""
 
 
-def read_columns(path: str, blob: bytes, start: int, columns: list, rank: int) -> Body | None:
+def read_columns(path: str, blob: bytes, start: int, columns: list, rank: int,
+                 place=None) -> Body | None:
     """The body of the record file `path` (its bytes `blob`, the body from `start`) from its
-    column side file, or None when there is none or it does not account for the body."""
+    column side file, or None when there is none or it does not account for the body.
+    `place`: where the columns go (record_body.block_of)."""
     if list(columns) != list(STEP_COLUMNS):
         return None
     try:
@@ -45,12 +47,12 @@ def read_columns(path: str, blob: bytes, start: int, columns: list, rank: int) -
     except OSError:
         return None
     try:
-        return _read(side, blob, start, rank)
+        return _read(side, blob, start, rank, place)
     except (_Unfit, struct.error, ValueError, IndexError, msgspec.MsgspecError):
         return None
 
 
-def _read(side: bytes, blob: bytes, start: int, rank: int) -> Body:
+def _read(side: bytes, blob: bytes, start: int, rank: int, place=None) -> Body:
     if not side or len(side) % 8:
         raise _Unfit
     words = np.frombuffer(side, "<i8")
@@ -88,21 +90,22 @@ def _read(side: bytes, blob: bytes, start: int, rank: int) -> Body:
         at = off + length
     if at != len(blob):  # lines after the last chunk (a killed run): decode the JSON
         raise _Unfit
-    return _body(rows, samples, comm, side_records, n_rows, rank)
+    return _body(rows, samples, comm, side_records, n_rows, rank, place)
 
 
-def _body(rows: list, samples: list, comm: list, side_records: list, n: int, rank: int) -> Body:
+def _body(rows: list, samples: list, comm: list, side_records: list, n: int, rank: int,
+          place=None) -> Body:
     """Body as record_body.decode_body makes it, from the chunks' arrays: the same values
     checked against the same ranges."""
     arr = np.concatenate(rows).reshape(n, _WIDTH) if n else np.empty((0, _WIDTH), np.int64)
-    if n and ((arr.min(axis=0) < _LO).any() or (arr.max(axis=0) > _HI).any()):
+    block = block_of(arr, rank, place)
+    values = block[1:]
+    if n and ((values.min(axis=1) < _LO).any() or (values.max(axis=1) > _HI).any()):
         raise _Unfit
-    steps = np.ascontiguousarray(arr[:, 0])
+    steps = block[1]
     if n > 1 and not (steps[1:] > steps[:-1]).all() and np.unique(steps).size < n:
         raise _Unfit  # a step repeated: the careful path keeps the first and counts the rest
-    cols = {"rank": np.full(n, rank, np.int64)}
-    for i, name in enumerate(STEP_COLUMNS):
-        cols[name] = steps if i == 0 else arr[:, i]
+    cols = block_columns(block)
     if n:
         per_row = np.concatenate(samples)
         if per_row.min() < -1 or per_row.max() > _MAX_SAMPLES:
@@ -110,7 +113,7 @@ def _body(rows: list, samples: list, comm: list, side_records: list, n: int, ran
         if per_row.max() >= 0:
             cols["samples"] = per_row
     ends = [arr[0].tolist(), arr[-1].tolist()] if n else []
-    return Body(cols, _collectives(comm, steps), side_records, ends, n, coded=True)
+    return Body(cols, _collectives(comm, steps), side_records, ends, n, coded=True, block=block)
 
 
 def _collectives(parts: list, steps: np.ndarray) -> tuple | None:

@@ -24,10 +24,10 @@ import gpuscope.progress as progress
 from ..errors import InputError, TraceFormatError
 from ..run_format import (COLUMN_DEFAULTS, FILE_GLOB, NVML_FIELDS, NVML_FIELDS_V1, SCHEMA,
                           STEP_COLUMNS, is_p2p, is_record_file, parse_file_name)
-from ..runtable import RankInfo, RunTable, empty_frame, key_parts, mask_of
+from ..runtable import RankInfo, RunTable, empty_frame, key_parts, mask_of, parts_of_codes
 from ..trace_files import file_size
 from .speed import bulk, forks
-from .record_body import coded, decode_body, with_implied
+from .record_body import BLOCK_ROWS, block_columns, coded, decode_body, with_implied
 from .memory_records import capacity_of, memory_frame, memory_ok
 from .routing_records import routing_frame, routing_ok
 from .record_columns import read_columns
@@ -56,6 +56,20 @@ class RankFile:
     frame: pd.DataFrame | None = None  # the step rows as read (built; then rows keeps only
     comm: tuple | None = None          # the first and the last row) and their collectives
     n_rows: int = 0
+    block: np.ndarray | None = None  # record_body.BLOCK_ROWS x rows: frame's columns are its rows
+
+    def __getstate__(self) -> dict:
+        """Pickled (the Ray engine's tasks) without the frame's views of the block: they would
+        travel as copies of it."""
+        state = dict(self.__dict__)
+        if self.block is not None and self.frame is not None:
+            state["frame"] = {k: v for k, v in self.frame.items() if k not in BLOCK_ROWS}
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        if isinstance(self.block, np.ndarray) and self.frame is not None:
+            self.frame = {**block_columns(self.block), **self.frame}
 
     @property
     def rank(self) -> int:
@@ -221,11 +235,12 @@ def _one_by_one(body: list, idx: list) -> list:
     return out
 
 
-def read_rank_file(path: str, build: bool = False) -> RankFile:
+def read_rank_file(path: str, build: bool = False, place=None) -> RankFile:
     """One rank file. What does not fit is skipped and counted (one warning per kind); a last
     line cut mid-write is dropped; a file without its end record (killed run) gets a warning.
     Only a file without a readable header is an error. `build`: the step rows are turned into
-    `frame` / `comm` columns, and only the first and the last are kept in `rows`."""
+    `frame` / `comm` columns, and only the first and the last are kept in `rows`; `place`:
+    where their block goes (rowblock.Region.place)."""
     try:
         with open(path, "rb") as fh:
             blob = fh.read()
@@ -245,13 +260,14 @@ def read_rank_file(path: str, build: bool = False) -> RankFile:
     out = RankFile(path, header, [], {})
     fast = None
     if build and cut >= 0 and bulk():  # the column side file, else the common shape
-        fast = read_columns(path, blob, cut + 1, header["columns"], out.rank) or \
-            decode_body(blob[cut + 1:], header["columns"], out.rank)  # decoded and checked
+        fast = read_columns(path, blob, cut + 1, header["columns"], out.rank, place) or \
+            decode_body(blob[cut + 1:], header["columns"], out.rank, place)  # checked
     if fast is not None:
         for at, obj in fast.side:
             _side_record(obj, out, knobs, tally, at)
         comm = fast.comm if fast.coded else coded(fast.comm)
         out.frame, out.comm = (fast.columns, comm) if fast.n_rows else (None, None)
+        out.block = fast.block if fast.n_rows else None
         out.rows, out.n_rows = fast.ends, fast.n_rows
     else:
         _read_body(blob, first, out, knobs, tally)
@@ -322,10 +338,15 @@ def _end_warnings(out: RankFile, name: str) -> None:
     warnings += [f"{name}: {w}" for w in end.get("warnings", []) if isinstance(w, str)]
 
 
-def load_rank_file(path: str) -> RankFile:
+def load_rank_file(path: str, region=None) -> RankFile:
     """read_rank_file, with the step rows turned into columns right away and the decoded rows
-    let go (only the first and the last are kept, for the recording's span)."""
-    return read_rank_file(path, build=True)
+    let go (only the first and the last are kept, for the recording's span); `region`: a
+    rowblock.Region the columns are written into."""
+    if region is None:
+        return read_rank_file(path, build=True)
+    got = read_rank_file(path, build=True, place=region.place)
+    region.commit(got.block)
+    return got
 
 
 #: read files in two processes from this many files or bytes on (fork: a second core)
@@ -335,27 +356,29 @@ CHILD_SHARE = 0.45  # of the bytes: it also copies what it read into the shared 
 ARENA_PER_BYTE = 4  # bytes of columns per byte of file, at most (see _load_all)
 
 
-def _load_all(names: list[str]) -> list:
-    """(name, RankFile or the TraceFormatError) per file; a big run dir is read by two
-    processes (the child takes every other file), anything unexpected falls back to one."""
-    def load(batch, scale=1.0):
+def _load_all(names: list[str]) -> tuple[list, tuple | None]:
+    """(name, RankFile or the TraceFormatError) per file, and (the RowBlock their columns were
+    written into, its regions) or None; a big run dir is read by two processes (the child takes
+    the first files), anything unexpected falls back to one."""
+    def load(batch, scale=1.0, region=None):
         """`scale`: each file counted that many times on the bar (the child reads meanwhile)."""
         out = []
         for name in batch:
             try:
-                out.append((name, load_rank_file(name)))
+                out.append((name, load_rank_file(name, region)))
             except TraceFormatError as exc:
                 out.append((name, exc))
             progress.advance(int(file_size(name) * scale))
         return out
 
     from .fork import SharedArena, _in_child
+    from .rowblock import Region, RowBlock, rows_bound
 
     big = len(names) >= PARALLEL_MIN_FILES or (
         len(names) >= 2 and sum(file_size(n) for n in names) >= PARALLEL_MIN_BYTES)
     if not big or not forks():
-        return load(names)
-    # the child also copies its columns into the shared arena, so it takes a little less
+        return load(names), None
+    # the child also copies its collectives into the shared arena, so it takes a little less
     sizes = [file_size(n) for n in names]
     cut, total, acc = len(names), sum(sizes), 0
     for i, size in enumerate(sizes):
@@ -365,27 +388,59 @@ def _load_all(names: list[str]) -> list:
             break
     theirs, mine = names[:cut], names[cut:]
     share = sum(sizes[cut:]) / max(total, 1)
-    # the child's columns come back through shared memory: a row of the file takes at least
-    # 32 bytes and gives 128 of columns, a collective at least 12 and gives 40
+    # the child's collectives come back through shared memory: a row of the file takes at
+    # least 32 bytes, a collective at least 12 and gives 40
     arena = SharedArena(ARENA_PER_BYTE * sum(sizes[:cut]) + (1 << 20))
+    bounds = [rows_bound(n) for n in names]
+    try:
+        rows = RowBlock(sum(bounds))
+    except (OSError, ValueError, OverflowError):  # no room to map it: each file its own arrays
+        rows = None
+    regions = ([Region(rows, 0, sum(bounds[:cut])), Region(rows, sum(bounds[:cut]),
+                                                           sum(bounds[cut:]))]
+               if rows is not None else [None, None])
 
     def child():
-        return [(name, _packed(got, arena.put)) for name, got in load(theirs)]
+        out = []
+        for name, got in load(theirs, region=regions[0]):
+            if rows is not None and isinstance(got, RankFile):
+                got.block = rows.marker(got.block)
+            out.append((name, _packed(got, arena.put)))
+        return out, regions[0].used if regions[0] is not None else 0
 
     with _in_child(child) as collect:
-        done = load(mine, 1.0 / max(share, 1e-9))  # the bar tracks the parent's half
+        done = load(mine, 1.0 / max(share, 1e-9), regions[1])  # the bar tracks the parent's half
         status, value = collect()
-    done += ([(name, _packed(got, arena.get)) for name, got in value] if status == "ok"
-             else load(theirs, 0.0))
+    if status == "ok":
+        value, used = value
+        if regions[0] is not None:
+            regions[0].used = used  # what the child wrote into its region
+        for name, got in value:
+            got = _packed(got, arena.get)
+            if rows is not None and isinstance(got, RankFile) and got.block is not None:
+                got.block = rows.view(got.block)
+                got.frame = {**block_columns(got.block), **(got.frame or {})}
+            done.append((name, got))
+    else:
+        if regions[0] is not None:
+            regions[0].used = 0
+        done += load(theirs, 0.0, regions[0])
     order = {n: i for i, n in enumerate(names)}
-    return sorted(done, key=lambda item: order[item[0]])
+    return sorted(done, key=lambda item: order[item[0]]), (
+        (rows, regions) if rows is not None else None)
 
 
 def _packed(got, move):
     """A RankFile with each array of its columns passed through `move` (into or out of the
-    shared arena); an error as it is."""
+    shared arena); an error as it is. A block moves once, as a whole (the frame's views of it
+    are made again where it arrives); one already placed (rowblock.InBlock) as it is."""
     if isinstance(got, RankFile):
-        if got.frame is not None:
+        if got.block is not None and got.frame is not None:
+            got.block = move(got.block)
+            rest = {k: move(v) for k, v in got.frame.items() if k not in BLOCK_ROWS}
+            got.frame = ({**block_columns(got.block), **rest}
+                         if isinstance(got.block, np.ndarray) else rest)
+        elif got.frame is not None:
             got.frame = {k: move(v) for k, v in got.frame.items()}
         if got.comm is not None:
             got.comm = tuple(move(v) for v in got.comm)
@@ -698,19 +753,34 @@ def with_bubble(frame: pd.DataFrame, comm: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
-def _concat(frames: list) -> pd.DataFrame:
+def _concat(frames: list, blocks: list, placed: tuple | None = None) -> pd.DataFrame:
     """One frame of the ranks' columns (dicts; DataFrames where device times were joined). The
     int columns every rank has, and wait_ns (zeros, filled by the analysis), are concatenated
-    straight into one 2-D block that the frame keeps as it is (no copy to consolidate)."""
+    straight into one 2-D block that the frame keeps as it is (no copy to consolidate);
+    `blocks`: each rank's column-major block (record_body.BLOCK_ROWS) or None, copied whole;
+    `placed`: (rowblock.RowBlock, its regions) the blocks were written into, kept as the
+    frame's block when they fill the regions in order."""
     if any(isinstance(f, pd.DataFrame) for f in frames):
         return pd.concat([f if isinstance(f, pd.DataFrame) else pd.DataFrame(f) for f in frames],
                          ignore_index=True)
-    ints = [name for name in frames[0] if name not in ("phases", "samples", "wait_ns")
-            and all(name in f and f[name].dtype == np.int64 for f in frames)]
     n = sum(len(f["step"]) for f in frames)
-    block = np.empty((len(ints) + 1, n), np.int64)
-    for i, name in enumerate(ints):
-        np.concatenate([f[name] for f in frames], out=block[i])
+    joined = placed[0].joined(blocks, placed[1]) if placed is not None else None
+    if joined is not None:
+        ints = list(BLOCK_ROWS)
+        block = joined
+    elif all(b is not None for b in blocks):
+        ints = list(BLOCK_ROWS)
+        block = np.empty((len(ints) + 1, n), np.int64)
+        at = 0
+        for b in blocks:
+            block[:-1, at:at + b.shape[1]] = b
+            at += b.shape[1]
+    else:
+        ints = [name for name in frames[0] if name not in ("phases", "samples", "wait_ns")
+                and all(name in f and f[name].dtype == np.int64 for f in frames)]
+        block = np.empty((len(ints) + 1, n), np.int64)
+        for i, name in enumerate(ints):
+            np.concatenate([f[name] for f in frames], out=block[i])
     block[-1] = 0
     out = pd.DataFrame(block.T, columns=ints + ["wait_ns"], copy=False)
     for name, fill in (("phases", None), ("samples", -1)):
@@ -725,17 +795,30 @@ def _concat(frames: list) -> pd.DataFrame:
 
 def _comm_frame(parts: list) -> pd.DataFrame:
     """The collectives table (COMM_COLUMNS, plus each key's kind and group) from per-rank
-    columns; keys are categorical (a handful of distinct keys over up to millions of rows)."""
-    ranks = np.concatenate([np.full(len(c[0]), r, np.int64) for r, c in parts])
-    vals = np.concatenate([c[3] for _, c in parts])
+    columns; keys are categorical (a handful of distinct keys over up to millions of rows).
+    The int columns are filled into one 2-D block the frame keeps as it is."""
     names: dict = {}  # key -> code, over all ranks
-    codes = [np.array([names.setdefault(k, len(names)) for k in c[1]], np.int64)[c[2]]
-             for _, c in parts]  # each rank's own codes -> the run's
-    key = pd.Categorical.from_codes(np.concatenate(codes), categories=list(names))
-    out = pd.DataFrame({"rank": ranks, "step": np.concatenate([c[0] for _, c in parts]),
-                        "key": key, "comm_ns": vals[:, 0], "exposed_ns": vals[:, 1],
-                        "count": vals[:, 2]})
-    out["kind"], out["group"] = key_parts(out)
+    codes, counts, last = [], [], None
+    for _, c in parts:
+        if c[1] != last:  # each rank's own codes -> the run's (ranks mostly share their keys)
+            last = c[1]
+            local = np.array([names.setdefault(k, len(names)) for k in last], np.int64)
+            same = bool((local == np.arange(len(local))).all())
+        codes.append(c[2] if same else local[c[2]])
+        counts.append(len(c[0]))
+    m = sum(counts)
+    block = np.empty((5, m), np.int64)
+    block[0] = np.repeat(np.array([r for r, _ in parts], np.int64), counts)
+    np.concatenate([c[0] for _, c in parts], out=block[1])
+    at = 0
+    for (_, c), k in zip(parts, counts):
+        block[2:, at:at + k] = c[3].reshape(-1, 3).T
+        at += k
+    out = pd.DataFrame(block.T, columns=["rank", "step", "comm_ns", "exposed_ns", "count"],
+                       copy=False)
+    code = np.concatenate(codes)
+    out.insert(2, "key", pd.Categorical.from_codes(code, categories=list(names)))
+    out["kind"], out["group"] = parts_of_codes(code, list(names))
     return out
 
 
@@ -753,7 +836,9 @@ def read_run_dir(path: str, loaded: list | None = None) -> RunTable:
         if not names:
             raise InputError(f"{path}: no gpuscope record files ({FILE_GLOB}) here")
         with progress.reading(sum(file_size(n) for n in names), len(names), path):
-            loaded = _load_all(names)
+            loaded, placed = _load_all(names)
+    else:
+        placed = None
     names = [n for n, _ in loaded]
     warnings: list[str] = []
     files: list[RankFile] = []
@@ -771,7 +856,7 @@ def read_run_dir(path: str, loaded: list | None = None) -> RunTable:
         for f in files:
             f.path = os.path.abspath(f.path)
     chosen = _pick_recording(path, files, want, warnings)
-    frames, ranks, world, telemetry, comm = [], {}, 0, [], []  # comm: (rank, columns)
+    frames, blocks, ranks, world, telemetry, comm = [], [], {}, 0, [], []  # comm: (rank, columns)
     memory, routing = [], []  # (rank, its memory / all-to-all row records)
     host_timed: list[int] = []  # CUDA ranks with collectives the device did not time
     for f in chosen:
@@ -815,6 +900,7 @@ def read_run_dir(path: str, loaded: list | None = None) -> RunTable:
                     ranks[rank].meta["host_comm_share"] = share
                     host_timed.append(rank)
             frames.append(frame)
+            blocks.append(None if f.device else f.block)
         else:
             warnings.append(f"{os.path.basename(f.path)}: rank {rank} recorded no "
                             f"{'usable ' if f.n_rows else ''}steps")
@@ -830,7 +916,7 @@ def read_run_dir(path: str, loaded: list | None = None) -> RunTable:
         shown = ", ".join(map(str, missing[:10])) + (" ..." if len(missing) > 10 else "")
         warnings.append(f"{len(missing)} of {world} ranks have no readable record file (ranks {shown}); "
                         "analysis covers the others")
-    frame = _concat(frames) if frames else empty_frame()
+    frame = _concat(frames, blocks, placed) if frames else empty_frame()
     if "wait_ns" not in frame:
         frame["wait_ns"] = 0
     r, st = frame["rank"].to_numpy(), frame["step"].to_numpy()

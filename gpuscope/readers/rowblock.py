@@ -1,0 +1,135 @@
+"""One shared block for every rank's step columns, written in place by the processes that read
+the files.
+
+Reading 10,000 record files, each file's columns used to be built in an array of its own, then
+copied into the run's frame (and the forked reader's copied once more through shared memory):
+every byte of the frame was written three times into memory touched for the first time, and on
+a virtual machine a first touch costs more than the copy. Here the run's block (BLOCK_ROWS x
+rows, column-major, as the frame keeps it) is mapped once, shared, before the fork; each
+process owns a region of it sized by an upper bound of its files' rows, and writes each file's
+columns straight into the next free columns of its region. The two regions are then closed up
+(one memmove per column) and the frame is a view of the block.
+
+A file whose rows do not fit its region (the bound is the side file's when there is one, and
+the JSON it falls back to may hold more) gets an array of its own, as before; the frame is then
+copied together as before. Nothing here decides what is read: only where it lands.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..run_format import STEP_COLUMNS, columns_path
+from .record_body import BLOCK_ROWS
+
+_ROWS = len(BLOCK_ROWS)
+_WIDTH = len(STEP_COLUMNS)
+MIN_JSON_ROW = 2 * _WIDTH + 2  # bytes of the shortest JSON row: "[0,0,...,0]\n"
+_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000 if os.uname().sysname == "Linux" else 0)
+
+
+def rows_bound(name: str) -> int:
+    """At most this many step rows come out of record file `name`: its side file's words over a
+    row's (the side file is read when it accounts for the file), else the JSON's bytes over the
+    shortest row's."""
+    try:
+        side = os.path.getsize(columns_path(name))
+        return side // (8 * (_WIDTH + 1)) + 1
+    except OSError:
+        pass
+    try:
+        return os.path.getsize(name) // MIN_JSON_ROW + 1
+    except OSError:
+        return 0
+
+
+@dataclass(frozen=True)
+class InBlock:
+    """Where a file's columns lie in the shared block (sent from the child instead of them)."""
+
+    start: int
+    n: int
+
+
+class Region:
+    """The columns [start, start + capacity) of the block, filled from the left."""
+
+    def __init__(self, block: "RowBlock", start: int, capacity: int):
+        self.block, self.start, self.capacity, self.used = block, start, capacity, 0
+
+    def place(self, n: int) -> np.ndarray:
+        """Where the next file's n rows go: a view of the block when they fit, else an array of
+        their own. Taken only when commit()ed (a file that falls back to its JSON asks again)."""
+        if self.used + n <= self.capacity:
+            at = self.start + self.used
+            return self.block.array[:_ROWS, at:at + n]
+        return np.empty((_ROWS, n), np.int64)
+
+    def commit(self, got: np.ndarray | None) -> None:
+        """The file's columns were kept in `got` (what place() gave, or None)."""
+        if got is not None and self.block.holds(got) and \
+                self.block.offset_of(got) == self.start + self.used:
+            self.used += got.shape[1]
+
+
+class RowBlock:
+    """The shared block: BLOCK_ROWS and wait_ns (zeros, filled by the analysis) x capacity
+    int64, mapped before the fork (its pages touched only as rows are written)."""
+
+    def __init__(self, capacity: int):
+        self.capacity = max(int(capacity), 1)
+        size = (_ROWS + 1) * self.capacity * 8
+        self._mm = mmap.mmap(-1, size, flags=mmap.MAP_SHARED | _NORESERVE)
+        self.array = np.frombuffer(self._mm, np.int64, (_ROWS + 1) * self.capacity).reshape(
+            _ROWS + 1, self.capacity)
+        self._base = self.array.ctypes.data
+
+    def holds(self, arr) -> bool:
+        return (isinstance(arr, np.ndarray) and arr.ndim == 2 and arr.shape[0] == _ROWS
+                and arr.strides == self.array.strides
+                and self._base <= arr.ctypes.data < self._base + 8 * self.capacity)
+
+    def offset_of(self, arr: np.ndarray) -> int:
+        return (arr.ctypes.data - self._base) // 8
+
+    def marker(self, arr):
+        """In the child: a block in here travels as where it lies."""
+        return InBlock(self.offset_of(arr), arr.shape[1]) if self.holds(arr) else arr
+
+    def view(self, value):
+        """In the parent: the block a marker points at; anything else as it is."""
+        if isinstance(value, InBlock):
+            return self.array[:_ROWS, value.start:value.start + value.n]
+        return value
+
+    def joined(self, blocks: list, regions: list[Region]) -> np.ndarray | None:
+        """The frame's block (BLOCK_ROWS and wait_ns x rows, a view of this one) when `blocks`, in order,
+        are the regions' committed columns in order; the regions are closed up in place. None
+        when they are not (a file skipped, one of its own, another order): copy them."""
+        spans = [(r.start, r.used) for r in regions if r.used]
+        at = iter(spans)
+        start, left = next(at, (0, 0))
+        pos = start
+        for b in blocks:
+            if not self.holds(b) or self.offset_of(b) != pos or b.shape[1] > left:
+                return None
+            pos += b.shape[1]
+            left -= b.shape[1]
+            if not left:
+                start, left = next(at, (0, 0))
+                pos = start
+        if left or next(at, None) is not None:
+            return None
+        total = 0
+        for start, used in spans:  # close up: each column moved left (memmove handles overlap)
+            if start != total:
+                for row in self.array:
+                    ctypes.memmove(row.ctypes.data + 8 * total, row.ctypes.data + 8 * start,
+                                   8 * used)
+            total += used
+        return self.array[:, :total]

@@ -1,0 +1,132 @@
+"""The shared row block (readers/rowblock.py): two processes write the ranks' columns in place,
+the frame is a view of it, and anything that does not fit in order is copied as before."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gpuscope.readers import fork, read_path
+from gpuscope.readers import rundir
+from gpuscope.readers.record_body import BLOCK_ROWS
+from gpuscope.readers.rowblock import Region, RowBlock, rows_bound
+
+BENCH = os.path.join(os.path.dirname(__file__), "..", "benchmarks")
+
+
+def _make_run(path, ranks: int, steps: int) -> None:
+    """A run dir of the recorder's own writer, side files included (bench_scale.make_run)."""
+    sys.path.insert(0, BENCH)
+    try:
+        spec = importlib.util.spec_from_file_location("bench_scale",
+                                                      os.path.join(BENCH, "bench_scale.py"))
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+    finally:
+        sys.path.remove(BENCH)
+    mod.make_run(str(path), ranks, steps)
+
+
+def _one_process(path, monkeypatch):
+    with monkeypatch.context() as m:
+        m.setattr(rundir, "forks", lambda: False)
+        return read_path(str(path))
+
+
+def _same(a, b):
+    pd.testing.assert_frame_equal(a.frame, b.frame)
+    pd.testing.assert_frame_equal(a.comm, b.comm)
+    assert a.warnings == b.warnings
+
+
+@pytest.fixture
+def two_processes(monkeypatch):
+    if not fork._can_fork():
+        pytest.skip("the reader forks only with 2+ cores and no other thread")
+    monkeypatch.setattr(rundir, "PARALLEL_MIN_FILES", 2)
+    blocks = []
+    real = RowBlock.__init__
+
+    def spy(self, capacity):
+        real(self, capacity)
+        blocks.append(self)
+
+    monkeypatch.setattr(RowBlock, "__init__", spy)
+    return blocks
+
+
+def test_the_frame_is_the_shared_block_the_two_processes_wrote(tmp_path, monkeypatch,
+                                                               two_processes):
+    _make_run(tmp_path / "run", 6, 40)
+    one = _one_process(tmp_path / "run", monkeypatch)
+    two = read_path(str(tmp_path / "run"))
+    _same(one, two)
+    assert len(two_processes) == 1
+    shared = two_processes[0].array
+    for name in ("rank", "step_ns", "between_ns", "wait_ns"):  # views, not copies
+        assert np.shares_memory(two.frame[name].to_numpy(), shared), name
+    assert two.frame["rank"].tolist() == [r for r in range(6) for _ in range(40)]
+
+
+def test_a_file_longer_than_its_side_file_gets_its_own_arrays(tmp_path, monkeypatch,
+                                                              two_processes):
+    """Rows appended after the side file's last chunk (more than its bound): the file is
+    decoded from its JSON into an array of its own, and the frame is copied together."""
+    run = tmp_path / "run"
+    _make_run(run, 6, 20)
+    name = run / "rank-00004.gpuscope.jsonl"
+    lines = name.read_bytes().split(b"\n")
+    rows = [line for line in lines[1:] if line.startswith(b"[")]
+    assert rows_bound(str(name)) < 3 * len(rows)
+    last = [line for line in lines if line.startswith(b'{"end"')]
+    body = [line for line in lines[1:] if line and not line.startswith(b'{"end"')]
+    extra = []
+    for k in range(2 * len(rows)):  # 40 more steps, numbered after the last
+        values = rows[-1].split(b",")
+        values[0] = b"[" + str(len(rows) + k).encode()
+        extra.append(b",".join(values))
+    name.write_bytes(b"\n".join([lines[0], *body, *extra, *last]) + b"\n")
+    one = _one_process(run, monkeypatch)
+    two = read_path(str(run))
+    _same(one, two)
+    assert (two.frame["rank"] == 4).sum() == 60
+    assert not np.shares_memory(two.frame["step_ns"].to_numpy(), two_processes[0].array)
+
+
+def _filled(block, region, n, rank):
+    got = region.place(n)
+    got[...] = rank
+    region.commit(got)
+    return got
+
+
+def test_regions_close_up_in_order_and_refuse_any_other():
+    block = RowBlock(20)
+    left, right = Region(block, 0, 8), Region(block, 8, 12)
+    a = _filled(block, left, 3, 1)
+    b = _filled(block, left, 2, 2)
+    c = _filled(block, right, 4, 3)
+    own = _filled(block, right, 9, 4)  # beyond the region: an array of its own
+    assert not block.holds(own) and right.used == 4
+    assert block.joined([b, a, c], [left, right]) is None  # out of order
+    assert block.joined([a, c], [left, right]) is None  # a file left out
+    joined = block.joined([a, b, c], [left, right])
+    assert joined.shape == (len(BLOCK_ROWS) + 1, 9)
+    assert joined[0].tolist() == [1, 1, 1, 2, 2, 3, 3, 3, 3]
+    assert not joined[-1].any()  # wait_ns: zeros
+
+
+def test_a_file_that_falls_back_takes_the_place_it_was_offered_again():
+    block = RowBlock(10)
+    region = Region(block, 0, 10)
+    first = region.place(4)  # the side file path wrote here, then gave up
+    first[...] = 7
+    again = region.place(5)  # the JSON path
+    assert block.offset_of(again) == block.offset_of(first) == 0
+    region.commit(again)
+    assert region.used == 5
