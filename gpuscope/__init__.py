@@ -36,7 +36,7 @@ def analyze(path, *, thresholds: Thresholds | dict | str | None = None,
 
     if not isinstance(thresholds, Thresholds):
         thresholds = Thresholds().with_overrides(thresholds)
-    return analyze_table(read_path(path, engine=engine), thresholds, skip=skip)
+    return analyze_table(read_path(path, engine=engine), thresholds, skip=skip, own=True)
 
 
 __all__ = ["record", "Recorder", "RecordOptions", "host_facts", "analyze", "Report", "Thresholds", "GpuscopeError",

@@ -51,7 +51,7 @@ def _analyze(args, ahead):
     from .thresholds import Thresholds
 
     return analyze_table(read_path(args.path, parsed=ahead, engine=args.engine),
-                         Thresholds().with_overrides(args.thresholds), skip=args.skip)
+                         Thresholds().with_overrides(args.thresholds), skip=args.skip, own=True)
 
 
 def cmd_analyze(args) -> int:

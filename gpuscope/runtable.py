@@ -56,6 +56,10 @@ class RunTable:
     #: rows each all_to_all_single delivered, per rank, step and instance
     #: (readers/routing_records.ROUTING_COLUMNS), where recorded
     routing: pd.DataFrame | None = None
+    #: (2-D int64 array, its column names): the frame's int columns as the reader wrote them,
+    #: writable, where it made them as one block; the owner of the table may reuse that memory
+    #: (analyze/prepare.py leaves the warm-up out in place) and the frame is then not the same
+    int_block: tuple | None = field(default=None, repr=False)
 
     @property
     def rank_ids(self) -> list[int]:

@@ -130,3 +130,50 @@ def test_a_file_that_falls_back_takes_the_place_it_was_offered_again():
     assert block.offset_of(again) == block.offset_of(first) == 0
     region.commit(again)
     assert region.used == 5
+
+
+def _report_json(report) -> bytes:
+    from gpuscope.render import json as render_json
+
+    text = render_json.render(report)
+    return text if isinstance(text, bytes) else text.encode()
+
+
+@pytest.mark.parametrize("forked", [True, False])
+def test_an_analysis_that_owns_its_table_leaves_the_warm_up_out_in_place(
+        tmp_path, monkeypatch, forked):
+    """gpuscope.analyze reads the table for itself: the warm-up rows are moved out inside the
+    reader's block instead of copied, and the report is the one a borrowed table gives."""
+    import gpuscope
+    from gpuscope.analyze import prepare as prep
+    from gpuscope.analyze.run import analyze_table
+
+    _make_run(tmp_path / "run", 6, 30)
+    if forked:
+        if not fork._can_fork():
+            pytest.skip("the reader forks only with 2+ cores and no other thread")
+        monkeypatch.setattr(rundir, "PARALLEL_MIN_FILES", 2)
+    else:
+        monkeypatch.setattr(rundir, "forks", lambda: False)
+    borrowed = read_path(str(tmp_path / "run"))
+    before = borrowed.frame.copy()
+    want = _report_json(analyze_table(borrowed))
+    pd.testing.assert_frame_equal(borrowed.frame, before)  # a borrowed table is left as read
+    moved = []
+    real = prep.compacted
+    monkeypatch.setattr(prep, "compacted",
+                        lambda *a: moved.append(out := real(*a)) or out)
+    got = _report_json(gpuscope.analyze(str(tmp_path / "run")))
+    assert len(moved) == 1 and moved[0] is not None  # the in-place path was taken
+    assert got == want
+
+
+def test_in_place_needs_the_frame_to_be_the_block():
+    from gpuscope.analyze.prepare import compacted
+
+    block = np.arange(12, dtype=np.int64).reshape(2, 6)
+    frame = pd.DataFrame(block.T, columns=["rank", "step"], copy=False)
+    keep = np.array([False, True, True, False, True, True])
+    assert compacted(frame.copy(), keep, (block, ["rank", "step"])) is None  # a copy: refused
+    out = compacted(frame, keep, (block, ["rank", "step"]))
+    assert out["step"].tolist() == [7, 8, 10, 11] and out["rank"].tolist() == [1, 2, 4, 5]

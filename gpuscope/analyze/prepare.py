@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
 import pandas as pd
 
 from ..errors import InputError
@@ -23,16 +24,44 @@ from .wait import estimate_wait, wait_cells
 from .whatif import batch_growth, micro_steps
 
 
-def drop_warmup(frame: pd.DataFrame, n: int, warnings: list[str]) -> pd.DataFrame:
+def drop_warmup(frame: pd.DataFrame, n: int, warnings: list[str],
+                int_block: tuple | None = None) -> pd.DataFrame:
     """Leave out the first `n` steps of each rank (all of them kept, with a warning, when that
-    would leave nothing)."""
+    would leave nothing). `int_block`: the frame's int columns as one writable block
+    (RunTable.int_block) that may be written over: the kept rows are then moved up inside it
+    instead of copied (the frame given is not valid afterwards)."""
     if n <= 0 or frame.empty:
         return frame
-    kept = frame[rank_position(frame) >= n]
-    if kept.empty:
+    keep = rank_position(frame) >= n
+    if not keep.any():
         warnings.append(f"only {frame['step'].nunique()} step(s): warm-up steps kept in the analysis")
         return frame
-    return kept
+    moved = compacted(frame, keep, int_block) if int_block is not None else None
+    return moved if moved is not None else frame[keep]
+
+
+def compacted(frame: pd.DataFrame, keep: np.ndarray, int_block: tuple) -> pd.DataFrame | None:
+    """frame[keep], its int block's rows moved up in place (each column's kept values to its
+    front: a row never moves down, so one column at a time is safe) and the frame made again on
+    the block's first rows; the other columns are copied. None when the block is not the
+    frame's (a reader's later step copied it)."""
+    block, names = int_block
+    cols = list(frame.columns)
+    if block.shape != (len(names), len(frame)) or not block.flags.writeable or \
+            not set(names) <= set(cols):
+        return None
+    for name, row in zip(names, block):
+        if frame[name].to_numpy().ctypes.data != row.ctypes.data:
+            return None
+    k = int(keep.sum())
+    others = {c: frame[c].to_numpy()[keep] for c in cols if c not in names}
+    for row in block:
+        row[:k] = row[keep]
+    out = pd.DataFrame(block[:, :k].T, columns=list(names), copy=False)
+    for c in cols:  # the other columns where they were
+        if c in others:
+            out.insert(cols.index(c), c, others[c])
+    return out
 
 
 def growth(frame: pd.DataFrame, knobs: dict, warmup: int) -> dict:
@@ -91,7 +120,13 @@ def prepare(a) -> None:
     else:
         frame = without_profiler_writes(without_counted_step(frame, a.knobs), a.table,
                                         a.warnings)
-        frame = drop_warmup(frame, warmup, a.warnings)
+        if a.own and frame is a.table.frame and a.table.int_block is not None:
+            # the table is the analysis's own (read for it): the warm-up is left out in place,
+            # and the table keeps the analysed frame instead of the one it was read with
+            frame = drop_warmup(frame, warmup, a.warnings, a.table.int_block)
+            a.table = replace(a.table, frame=frame, int_block=None)
+        else:
+            frame = drop_warmup(frame, warmup, a.warnings)
         frame = estimate_wait(frame, a.warnings, a.table.comm, a.wait_cells)
         a.growth = growth(frame, a.knobs, 0)
     a.frame = frame

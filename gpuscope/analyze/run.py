@@ -62,6 +62,7 @@ class Analysis:
     table: RunTable
     th: Thresholds
     warnings: list[str]
+    own: bool = False  # the table was read for this analysis alone: its memory may be reused
     frame: pd.DataFrame | None = None
     knobs: dict = field(default_factory=dict)
     stopped: list = field(default_factory=list)
@@ -304,14 +305,16 @@ PASSES: tuple[Callable[[Analysis], None], ...] = (
 
 
 def analyze_table(table: RunTable, thresholds: Thresholds | None = None,
-                  skip: int | None = None, passes=PASSES) -> Report:
+                  skip: int | None = None, passes=PASSES, own: bool = False) -> Report:
     """Analyse one RunTable. `skip`: warm-up steps (optimizer steps, when the run accumulates
     gradients) to leave out per rank (default: the thresholds' warmup_steps, else 1 for
-    recorded runs and 0 for profiler traces)."""
+    recorded runs and 0 for profiler traces). `own`: the table was read for this call and is
+    used by nothing else afterwards; its frame's memory may then be reused (the table's frame
+    is not the one read)."""
     th = thresholds or Thresholds()
     if skip is not None:
         th = th.with_overrides({"warmup_steps": skip})
-    a = Analysis(table, th.for_source(table.source), list(table.warnings))
+    a = Analysis(table, th.for_source(table.source), list(table.warnings), own=own)
     for p in passes:
         p(a)
     return a.report

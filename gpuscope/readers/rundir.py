@@ -753,16 +753,18 @@ def with_bubble(frame: pd.DataFrame, comm: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
-def _concat(frames: list, blocks: list, placed: tuple | None = None) -> pd.DataFrame:
+def _concat(frames: list, blocks: list, placed: tuple | None = None
+            ) -> tuple[pd.DataFrame, tuple | None]:
     """One frame of the ranks' columns (dicts; DataFrames where device times were joined). The
     int columns every rank has, and wait_ns (zeros, filled by the analysis), are concatenated
     straight into one 2-D block that the frame keeps as it is (no copy to consolidate);
     `blocks`: each rank's column-major block (record_body.BLOCK_ROWS) or None, copied whole;
     `placed`: (rowblock.RowBlock, its regions) the blocks were written into, kept as the
-    frame's block when they fill the regions in order."""
+    frame's block when they fill the regions in order. Returns the frame and (its int block,
+    the block's column names) (RunTable.int_block), or None."""
     if any(isinstance(f, pd.DataFrame) for f in frames):
         return pd.concat([f if isinstance(f, pd.DataFrame) else pd.DataFrame(f) for f in frames],
-                         ignore_index=True)
+                         ignore_index=True), None
     n = sum(len(f["step"]) for f in frames)
     joined = placed[0].joined(blocks, placed[1]) if placed is not None else None
     if joined is not None:
@@ -790,7 +792,7 @@ def _concat(frames: list, blocks: list, placed: tuple | None = None) -> pd.DataF
         out.insert(len(out.columns) - 1, name,  # wait_ns stays last
                    [x for p in parts for x in p] if name == "phases" else
                    np.concatenate([np.asarray(p, np.int64) for p in parts]))
-    return out
+    return out, (block, ints + ["wait_ns"])
 
 
 def _comm_frame(parts: list) -> pd.DataFrame:
@@ -916,7 +918,7 @@ def read_run_dir(path: str, loaded: list | None = None) -> RunTable:
         shown = ", ".join(map(str, missing[:10])) + (" ..." if len(missing) > 10 else "")
         warnings.append(f"{len(missing)} of {world} ranks have no readable record file (ranks {shown}); "
                         "analysis covers the others")
-    frame = _concat(frames, blocks, placed) if frames else empty_frame()
+    frame, int_block = _concat(frames, blocks, placed) if frames else (empty_frame(), None)
     if "wait_ns" not in frame:
         frame["wait_ns"] = 0
     r, st = frame["rank"].to_numpy(), frame["step"].to_numpy()
@@ -929,4 +931,4 @@ def read_run_dir(path: str, loaded: list | None = None) -> RunTable:
         frame = with_bubble(frame, comm_frame)
     return RunTable(frame, "record", path, ranks, world or len(ranks), warnings, telemetry=tel,
                     comm=comm_frame, memory=memory_frame(memory),
-                    routing=routing_frame(routing))
+                    routing=routing_frame(routing), int_block=int_block)
