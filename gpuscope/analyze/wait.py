@@ -112,12 +112,14 @@ def wait_cells(comm: pd.DataFrame | None):
     else:
         codes, names = pd.factorize(comm["key"])
         names = list(names)
-    g = np.asarray(codes)[keep].astype(np.int64)
-    r = comm["rank"].to_numpy()[keep].astype(np.int64)
-    s = comm["step"].to_numpy()[keep].astype(np.int64)
-    e = comm["exposed_ns"].to_numpy()[keep].astype(np.int64)
-    c = (comm["count"].to_numpy()[keep].astype(np.int64) if "count" in comm
-         else np.ones(g.size, np.int64))
+    every = bool(keep.all())  # no point-to-point: the columns as they are, no copies
+
+    def col(values):
+        return np.asarray(values if every else values[keep]).astype(np.int64, copy=False)
+
+    g, r, s = col(np.asarray(codes)), col(comm["rank"].to_numpy()), col(comm["step"].to_numpy())
+    e = col(comm["exposed_ns"].to_numpy())
+    c = col(comm["count"].to_numpy()) if "count" in comm else np.ones(g.size, np.int64)
     found = _dense_waits(g, s, r, e, c)
     if found is None:
         found = _sorted_waits(g, s, r, e, c)
@@ -128,8 +130,8 @@ def _dense_waits(g, s, r, e, c):
     """On a (key, step, rank) grid: each cell's exposed time and instance count summed, the
     key's members (ranks seen with it at all), and per (key, step) seen on all of them with one
     count the excess over the least. Returns (keys, steps, ranks, wait, mismatched pairs) of the
-    cells, or None when the grid would be much larger than the table (sparse keys, huge step
-    numbers)."""
+    cells (in the rows' order when each row is a cell of its own, else the grid's), or None when
+    the grid would be much larger than the table (sparse keys, huge step numbers)."""
     g0, s0, r0 = int(g.min()), int(s.min()), int(r.min())
     ng, ns, nr = int(g.max()) - g0 + 1, int(s.max()) - s0 + 1, int(r.max()) - r0 + 1
     cells = ng * ns * nr
@@ -153,6 +155,11 @@ def _dense_waits(g, s, r, e, c):
     mismatched = int((present & ~same).sum())
     np.copyto(total, np.inf, where=~seen)  # only the seen cells are read below
     low = total.min(axis=2)                                    # per (key, step)
+    if int(seen.sum()) == idx.size:  # a cell per row: the cells are the rows, in their order
+        pair = idx // nr
+        del total, seen, idx
+        return g, s, r, np.where(full.reshape(-1)[pair], e - low.reshape(-1)[pair], 0), \
+            mismatched
     flat = np.flatnonzero(seen)
     pair = flat // nr                                          # each cell's (key, step)
     wait = np.where(full.reshape(-1)[pair], total.reshape(-1)[flat] - low.reshape(-1)[pair], 0)
