@@ -17,3 +17,38 @@ def test_groups_match_pandas():
     assert np.array_equal(g.max(values), by.max().to_numpy().astype(float))
     assert np.allclose(g.mean(values), by.mean().to_numpy())
     assert np.array_equal(g.counts, by.size().to_numpy())
+
+
+def _as_pandas(g, keys, values, exact_mean=True):
+    by = pd.Series(values).groupby(keys)
+    assert g.keys.tolist() == by.median().index.tolist()
+    assert np.array_equal(g.counts, by.size().to_numpy())
+    assert np.array_equal(g.median(values), by.median().to_numpy())
+    assert np.array_equal(g.max(values), by.max().to_numpy().astype(float))
+    assert np.array_equal(g.sum(values), np.bincount(np.unique(keys, return_inverse=True)[1],
+                                                     np.asarray(values, float)))
+    assert np.allclose(g.mean(values), by.mean().to_numpy())
+    assert np.array_equal(g.inv, np.unique(keys, return_inverse=True)[1].reshape(-1))
+
+
+def test_steps_of_a_rank_major_table_are_columns_of_one_table():
+    """Every rank with the same steps, rank after rank: step groups are the columns of a
+    (ranks x steps) table; ints and floats, odd and even rank counts, as pandas says."""
+    rng = np.random.default_rng(1)
+    for ranks in (1, 2, 7):
+        steps = np.array([3, 4, 5, 9, 12])
+        keys = np.tile(steps, ranks)
+        g = Groups(keys)
+        assert g._width == (steps.size if ranks > 1 else 0)
+        _as_pandas(g, keys, rng.integers(0, 10**12, keys.size))
+        _as_pandas(g, keys, rng.random(keys.size))
+
+
+def test_steps_that_are_not_one_run_repeated_are_grouped_as_any_keys():
+    rng = np.random.default_rng(2)
+    for keys in (np.array([0, 1, 2, 0, 1, 2, 0, 1]),      # the last rank lacks a step
+                 np.array([0, 1, 2, 0, 2, 1, 0, 1, 2]),   # one rank in another order
+                 np.array([0, 1, 2, 0, 1, 3, 0, 1, 2])):  # one rank with another step
+        g = Groups(keys)
+        assert g._width == 0
+        _as_pandas(g, keys, rng.integers(0, 10**9, keys.size))

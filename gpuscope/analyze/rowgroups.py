@@ -58,23 +58,47 @@ def find_pairs(keys_a: np.ndarray, keys_b: np.ndarray, a: np.ndarray, b: np.ndar
 
 
 class Groups:
+    """Rows grouped by one key column. Three layouts, the same answers: rows already grouped
+    (sorted keys, as rank is in the readers' tables: runs summed where they lie); one run of
+    keys repeated (step in a rank-major table where every rank has the same steps: the values
+    are a (repeats x keys) table and a group is a column); anything else (a table indexed by
+    key, or a sort)."""
+
     def __init__(self, keys: np.ndarray):
         keys = np.asarray(keys)
         # rows already grouped (sorted keys, as rank is in the readers' tables): no sort needed
         self._sorted = bool(keys.size and keys.dtype.kind in "iu" and (keys[1:] >= keys[:-1]).all())
         self._order_cache = None  # row indices grouped by key, when not sorted
+        self._inv = None
+        self._width = _repeated_run(keys) if not self._sorted else 0
         if self._sorted:
             new = np.r_[True, keys[1:] != keys[:-1]]
-            self.keys, self.inv = keys[new], np.cumsum(new) - 1
-            self.counts = np.bincount(self.inv, minlength=self.keys.size)
+            self.keys, self._inv = keys[new], np.cumsum(new) - 1
+            self.counts = np.bincount(self._inv, minlength=self.keys.size)
             self._starts = np.flatnonzero(new)
+        elif self._width:
+            self.keys = keys[:self._width].copy()
+            self.counts = np.full(self._width, keys.size // self._width, np.int64)
         else:
-            self.keys, self.inv, self.counts = dense_unique(keys)
+            self.keys, self._inv, self.counts = dense_unique(keys)
+
+    @property
+    def inv(self) -> np.ndarray:
+        """Each row's group (0 .. len(keys) - 1)."""
+        if self._inv is None:  # the repeated run: made only when asked
+            self._inv = np.tile(np.arange(self._width), self.counts[0] if self._width else 0)
+        return self._inv
+
+    def _table(self, values: np.ndarray) -> np.ndarray:
+        return values.reshape(-1, self._width)  # (repeats x keys): a group per column
 
     def sum(self, values: np.ndarray) -> np.ndarray:
         values = np.asarray(values)
-        if self._sorted and values.dtype.kind in "iuf":  # runs of rows: summed where they lie
+        if (self._sorted or self._width) and values.dtype.kind in "iuf":
             acc = np.int64 if values.dtype.kind in "iu" else np.float64
+            if self._width:  # the rows added in order, as bincount adds them
+                return self._table(values).sum(axis=0, dtype=acc).astype(np.float64)
+            # runs of rows: summed where they lie
             return np.add.reduceat(values, self._starts, dtype=acc).astype(np.float64)
         return np.bincount(self.inv, np.asarray(values, np.float64), self.keys.size)
 
@@ -82,6 +106,9 @@ class Groups:
         return self.sum(values) / self.counts
 
     def max(self, values: np.ndarray) -> np.ndarray:
+        values = np.asarray(values)
+        if self._width and values.dtype.kind in "iuf":
+            return self._table(values).max(axis=0).astype(np.float64)
         out = np.full(self.keys.size, -np.inf)
         np.maximum.at(out, self.inv, np.asarray(values, np.float64))
         return out
@@ -93,8 +120,11 @@ class Groups:
         values = np.asarray(values)
         n = int(self.counts[0]) if self.counts.size else 0
         if n and (self.counts == n).all():
-            table = values if self._sorted else values[self._order()]
-            table = table.reshape(self.keys.size, n)
+            if self._width:
+                table = self._table(values).T
+            else:
+                table = values if self._sorted else values[self._order()]
+                table = table.reshape(self.keys.size, n)
             if table.dtype.kind not in "iu":
                 return np.median(table.astype(np.float64), axis=1)
             # ints (ns): partition as they are, no float copy; the middle two averaged
@@ -111,6 +141,19 @@ class Groups:
         if order is None:
             order = self._order_cache = np.argsort(self.inv, kind="stable")
         return order
+
+
+def _repeated_run(keys: np.ndarray) -> int:
+    """The length of the strictly increasing run of int keys that, repeated, makes all of them
+    (the steps of a rank-major table where every rank has the same steps); 0 when they are not
+    that."""
+    if not keys.size or keys.dtype.kind not in "iu":
+        return 0
+    drops = np.flatnonzero(keys[1:] <= keys[:-1])
+    width = int(drops[0]) + 1 if drops.size else keys.size
+    if width == keys.size or keys.size % width:
+        return 0  # one run: sorted (handled as such); or not a whole number of runs
+    return width if bool((keys.reshape(-1, width) == keys[:width]).all()) else 0
 
 
 class PerRank:
