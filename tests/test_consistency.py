@@ -142,3 +142,17 @@ def test_a_rank_waiting_in_every_one_of_8_steps_names_the_other():
                           "step_ns": (np.r_[step, step] * 1e6).astype(np.int64)})
     roles = find_roles(frame, min_share=0.10)
     assert roles.late == {1} and roles.early == {0}
+
+
+def test_row_ranks_are_pandas_average_ranks_with_and_without_ties():
+    import numpy as np
+    import pandas as pd
+
+    from gpuscope.analyze.consistency import row_ranks
+
+    rng = np.random.default_rng(3)
+    distinct = rng.random((40, 9))
+    tied = rng.integers(0, 4, (40, 9)).astype(float)  # many ties, zeros among them
+    for w in (distinct, tied, np.zeros((3, 5)), distinct[:, :1]):
+        want = pd.DataFrame(w).rank(axis=1, method="average").to_numpy()
+        assert np.array_equal(row_ranks(w), want)
