@@ -156,3 +156,27 @@ def test_row_ranks_are_pandas_average_ranks_with_and_without_ties():
     for w in (distinct, tied, np.zeros((3, 5)), distinct[:, :1]):
         want = pd.DataFrame(w).rank(axis=1, method="average").to_numpy()
         assert np.array_equal(row_ranks(w), want)
+
+
+def test_roles_of_a_rank_major_table_are_those_of_the_same_rows_in_any_order():
+    """Rank after rank with the same steps, the (steps x ranks) table is taken as a transpose;
+    the same rows shuffled go the general way: the same roles, t values and slowest steps."""
+    import numpy as np
+    import pandas as pd
+
+    from gpuscope.analyze.consistency import find_roles
+
+    rng = np.random.default_rng(5)
+    ranks, steps = 6, 40
+    wait = rng.integers(0, 5_000_000, (ranks, steps))
+    wait[2] //= 10  # rank 2 arrives last: it waits least
+    frame = pd.DataFrame({"rank": np.repeat(np.arange(ranks), steps),
+                          "step": np.tile(np.arange(3, 3 + steps), ranks),
+                          "wait_ns": wait.ravel(),
+                          "step_ns": rng.integers(80_000_000, 90_000_000, ranks * steps)})
+    shuffled = frame.sample(frac=1.0, random_state=1).reset_index(drop=True)
+    for share in (0.0, 0.01):
+        a, b = find_roles(frame, share), find_roles(shuffled, share)
+        assert a.late == b.late == {2} and a.early == b.early
+        assert a.t == b.t and a.probable == b.probable and a.n_steps == b.n_steps == steps
+        assert np.array_equal(a.waits, b.waits) and np.array_equal(a.steps, b.steps)

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .rowgroups import dense_unique
+from .rowgroups import repeated_run, dense_unique
 from .t_table import LEVELS, T, Z
 
 MIN_STEPS = 3  # fewer steps cannot tell a straggler from jitter
@@ -122,12 +122,27 @@ def find_roles(frame: pd.DataFrame, min_share: float = 0.0) -> Roles:
 
     `min_share`: the smallest steady offset that counts, as a share of the median step (slowest
     rank); one late rank among n makes the others wait n/(n-1) times its offset below the mean."""
-    steps, si, _ = dense_unique(frame["step"].to_numpy())
-    ranks, ri, _ = dense_unique(frame["rank"].to_numpy())
-    w = np.full((steps.size, ranks.size), np.nan)
-    w[si, ri] = frame["wait_ns"].to_numpy(np.float64)
-    complete = ~np.isnan(w).any(axis=1)
-    w, steps = w[complete], steps[complete]
+    step, rank = frame["step"].to_numpy(), frame["rank"].to_numpy()
+    step_ns = frame["step_ns"].to_numpy(np.float64) if min_share > 0 else None
+    width = repeated_run(step)
+    if width and bool((rank.reshape(-1, width) == rank[::width, None]).all()) and \
+            bool((rank[width::width] > rank[:-width:width]).all()):
+        # rank after rank, each with the same steps: the (steps x ranks) table is a transpose
+        steps, ranks = step[:width], rank[::width]
+        w = np.ascontiguousarray(frame["wait_ns"].to_numpy(np.float64).reshape(-1, width).T)
+        slowest = step_ns.reshape(-1, width).max(axis=0) if step_ns is not None else None
+    else:
+        steps, si, _ = dense_unique(step)
+        ranks, ri, _ = dense_unique(rank)
+        w = np.full((steps.size, ranks.size), np.nan)
+        w[si, ri] = frame["wait_ns"].to_numpy(np.float64)
+        complete = ~np.isnan(w).any(axis=1)
+        w, steps = w[complete], steps[complete]
+        slowest = None
+        if step_ns is not None:  # the slowest rank's step, per complete step
+            slowest = np.zeros(si.max() + 1)
+            np.maximum.at(slowest, si, step_ns)
+            slowest = slowest[complete]
     roles = Roles(n_steps=int(steps.size))
     if ranks.size < 2 or not steps.size:
         return roles
@@ -136,10 +151,10 @@ def find_roles(frame: pd.DataFrame, min_share: float = 0.0) -> Roles:
     roles.waits = w
     if not roles.decided:
         return roles
-    return _tested(roles, w, steps, ranks, si, complete, frame, min_share, max_wait)
+    return _tested(roles, w, ranks, slowest, min_share, max_wait)
 
 
-def _tested(roles: Roles, w, steps, ranks, si, complete, frame, min_share, max_wait) -> Roles:
+def _tested(roles: Roles, w, ranks, slowest, min_share, max_wait) -> Roles:
     """find_roles' tests: each rank consistently late or early, or neither; where neither, a
     rank that is probably late (Roles.leaning) whose lateness is material."""
     x = w - w.mean(axis=1, keepdims=True)            # > 0: waited more than the step's mean
@@ -152,10 +167,8 @@ def _tested(roles: Roles, w, steps, ranks, si, complete, frame, min_share, max_w
     crit_y = t_critical(dof, alpha)
     crit_z = Z[alpha]
     typical = 0.0
-    if min_share > 0:
-        slowest = np.zeros(si.max() + 1)
-        np.maximum.at(slowest, si, frame["step_ns"].to_numpy(np.float64))
-        typical = float(np.median(slowest[complete]))
+    if min_share > 0:  # the median over the steps of the slowest rank's step
+        typical = float(np.median(slowest))
     n_ranks = x.shape[1]
     material = np.abs(mean) * n_ranks / (n_ranks - 1) >= min_share * typical
     z = rank_z(w)
@@ -220,7 +233,7 @@ def row_ranks(w: np.ndarray) -> np.ndarray:
     steps, n = w.shape
     if not w.size:
         return np.zeros(w.shape)
-    order = np.argsort(w, axis=1, kind="stable")
+    order = np.argsort(w, axis=1)  # equal values share their average rank: any order of them
     s = np.take_along_axis(w, order, axis=1)
     new = np.ones(s.shape, dtype=bool)  # a run of equal values starts (every row starts one)
     new[:, 1:] = s[:, 1:] != s[:, :-1]

@@ -70,7 +70,7 @@ class Groups:
         self._sorted = bool(keys.size and keys.dtype.kind in "iu" and (keys[1:] >= keys[:-1]).all())
         self._order_cache = None  # row indices grouped by key, when not sorted
         self._inv = None
-        self._width = _repeated_run(keys) if not self._sorted else 0
+        self._width = repeated_run(keys) if not self._sorted else 0
         if self._sorted:
             new = np.r_[True, keys[1:] != keys[:-1]]
             self.keys, self._inv = keys[new], np.cumsum(new) - 1
@@ -143,7 +143,7 @@ class Groups:
         return order
 
 
-def _repeated_run(keys: np.ndarray) -> int:
+def repeated_run(keys: np.ndarray) -> int:
     """The length of the strictly increasing run of int keys that, repeated, makes all of them
     (the steps of a rank-major table where every rank has the same steps); 0 when they are not
     that."""
