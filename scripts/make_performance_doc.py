@@ -79,12 +79,17 @@ def scale(d: dict) -> list[str]:
             f"{j['analyze_s_median']:.2f} s ({j['analyze_s_min']:.2f}-) | {r['cli_s_median']:.2f} s "
             f"({j['cli_s_median']:.2f} s) | {r['peak_over_base_mb']:.0f} MB | "
             f"{r['bytes_per_row_peak']:.0f} B | {r['verdict']}, rank(s) {r['stragglers']} |")
-    loops = [x for r in d["rows"] for x in r.get("python_loop_s", [])]
-    if loops:
-        out += ["", f"A fixed pure-Python loop timed before and after each size took "
-                    f"{min(loops):.2f}-{max(loops):.2f} s during the run (the machine's own "
-                    "drift)."]
+    out += drift_note(d)
     return out + [""]
+
+
+def drift_note(d: dict) -> list[str]:
+    """The machine's speed during a scale run: the fixed loop timed before and after each size."""
+    loops = [x for r in d["rows"] for x in r.get("python_loop_s", [])]
+    if not loops:
+        return []
+    return ["", f"A fixed pure-Python loop timed before and after each size took "
+                f"{min(loops):.2f}-{max(loops):.2f} s during the run (the machine's own drift)."]
 
 
 def scale_large(d: dict) -> list[str]:
@@ -106,11 +111,7 @@ def scale_large(d: dict) -> list[str]:
             f" MB) | {r['analyze_s_median']:.2f} s | {1e6 * r['analyze_s_median'] / r['rows']:.2f}"
             f" us | {r['cli_s_median']:.2f} s | {r['peak_over_base_mb']:.0f} MB | "
             f"{j['analyze_s_median']:.2f} s | {r['verdict']}, rank(s) {r['stragglers']} |")
-    loops = [x for r in d["rows"] for x in r.get("python_loop_s", [])]
-    if loops:
-        out += ["", f"A fixed pure-Python loop timed before and after each size took "
-                    f"{min(loops):.2f}-{max(loops):.2f} s during the run (the machine's own "
-                    "drift)."]
+    out += drift_note(d)
     big = max(d["rows"], key=lambda x: x["rows"])
     need = 100_000_000 * big["bytes_per_row_peak"] / 2**30
     out += ["", f"10,000 x 10,000 steps is not measured: at the {big['bytes_per_row_peak']:.0f} "

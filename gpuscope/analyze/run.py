@@ -50,7 +50,7 @@ from .rowgroups import PerRank
 from .stragglers import find_stragglers
 from .suggestions import suggest, unaddressed
 from .findings import Findings, typical_step
-from .wait import key_waits
+from .wait import UNSET, key_waits
 from .whatif import micro_steps
 
 
@@ -83,7 +83,7 @@ class Analysis:
     throughput: dict = field(default_factory=dict)  # throughput: the report's section
     energy: dict = field(default_factory=dict)      # energy: the report's section
     comm_groups: list = field(default_factory=list)  # suggest: comm by group / mesh dimension
-    wait_cells: object = None                        # prepare: wait.wait_cells (let go in suggest)
+    wait_cells: object = UNSET                       # prepare: wait.wait_cells (let go in suggest)
     key_waits: object = None                         # suggest: wait per collective key (wait.py)
     routing: dict = field(default_factory=dict)      # suggest: all-to-all rows by rank
     labels: set = field(default_factory=set)        # suggest: labels holding material time
@@ -199,7 +199,7 @@ def suggest_all(a: Analysis) -> None:
                                      hit=hit)
     a.routing = routing_section(a.table.routing, a.frame, a.mapping)
     a.key_waits = key_waits(a.table.comm, a.wait_cells)
-    a.wait_cells = None
+    a.wait_cells = UNSET
     g_wait = (comm_by_kind(replace(a.table, comm=a.key_waits), a.frame, a.mapping,
                            ("wait_ns",), 1)[0] if a.key_waits is not None else None)
     a.comm_groups = groups_section(a.table, g_comm, g_exposed, kinds_by_group(a.table),

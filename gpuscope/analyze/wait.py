@@ -26,8 +26,12 @@ from ..runtable import key_parts, mask_of
 from .rowgroups import dense_unique, find_pairs, small_range
 
 
+#: `cells` not given: worked out here (None is a result: nothing to compare)
+UNSET = object()
+
+
 def estimate_wait(frame: pd.DataFrame, warnings: list[str],
-                  comm: pd.DataFrame | None = None, cells=None) -> pd.DataFrame:
+                  comm: pd.DataFrame | None = None, cells=UNSET) -> pd.DataFrame:
     """Return `frame` with wait_ns filled (other columns untouched). `cells`: wait_cells(comm),
     when the caller has it (key_waits takes the same).
 
@@ -68,11 +72,11 @@ def estimate_wait(frame: pd.DataFrame, warnings: list[str],
 
 
 def _group_waits(frame: pd.DataFrame, comm: pd.DataFrame,
-                 cells=None) -> tuple[np.ndarray | None, int]:
+                 cells=UNSET) -> tuple[np.ndarray | None, int]:
     """Per frame row, the summed excess over the least of its exposed collectives, key by key
     and step by step; and the number of (key, step) pairs left out for unequal instance
     counts."""
-    cells = wait_cells(comm) if cells is None else cells
+    cells = wait_cells(comm) if cells is UNSET else cells
     if cells is None:
         return None, 0
     _, s, r, wait, mismatched, _ = cells
@@ -80,14 +84,14 @@ def _group_waits(frame: pd.DataFrame, comm: pd.DataFrame,
     return np.bincount(at[hit], wait[hit], len(frame)).astype(np.int64), mismatched
 
 
-def key_waits(comm: pd.DataFrame | None, cells=None) -> pd.DataFrame | None:
+def key_waits(comm: pd.DataFrame | None, cells=UNSET) -> pd.DataFrame | None:
     """rank, step, key (categorical), wait_ns: each rank's waiting inside each collective key
     (kind and process group) and step, by the rule above (point-to-point left out); None when
     the table has nothing to compare. What comm_groups.py sums per process group and mesh
     dimension. `cells`: wait_cells(comm), when the caller has it."""
     if comm is None or comm.empty:
         return None
-    cells = wait_cells(comm) if cells is None else cells
+    cells = wait_cells(comm) if cells is UNSET else cells
     if cells is None:
         return None
     g, s, r, wait, _, names = cells
