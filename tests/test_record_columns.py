@@ -219,6 +219,30 @@ def test_a_side_file_that_does_not_account_for_the_record_is_not_used(tmp_path, 
         assert got.frame["data_ns"].min() >= 0
 
 
+@pytest.mark.parametrize("crc", ["installed", "zlib"])
+def test_the_checksum_is_zlib_s_crc32_whichever_library_computes_it(tmp_path, monkeypatch, crc):
+    """ISA-L's crc32 (a dependency where it has wheels) and zlib's (elsewhere) take the same
+    side files and decline the same damage."""
+    from gpuscope.readers import record_columns
+
+    if crc == "zlib":
+        monkeypatch.setattr(record_columns, "crc32", zlib.crc32)
+    else:
+        assert record_columns.crc32 is not zlib.crc32  # isal is installed with the package here
+        assert record_columns.crc32(b"gpuscope", 7) == zlib.crc32(b"gpuscope", 7)
+    monkeypatch.setattr(Chunk, "MAX_ROWS", 8)
+    run = tmp_path / "run"
+    for rank in (0, 1):
+        _write(run, rank)
+    seen = _spy(monkeypatch)
+    _same(_read(run), _read(run, json_only=True))
+    jsonl = str(run / "rank-00001.gpuscope.jsonl")
+    _damage("record_byte_changed", jsonl, columns_path(jsonl))
+    got = _read(run)
+    assert seen == [True, True, False, False, True, False]
+    _same(got, _read(run, json_only=True))
+
+
 def test_many_chunks_read_as_one(tmp_path, monkeypatch):
     """Chunks of 8 rows (side records inside some, a collective key that first appears in a
     later chunk): the same table as the JSON."""

@@ -64,8 +64,14 @@ def test_the_frame_is_the_shared_block_the_two_processes_wrote(tmp_path, monkeyp
                                                                two_processes):
     _make_run(tmp_path / "run", 6, 40)
     one = _one_process(tmp_path / "run", monkeypatch)
+    from gpuscope.readers import rowblock
+
+    moved = []
+    real = rowblock.ctypes.memmove
+    monkeypatch.setattr(rowblock.ctypes, "memmove", lambda *a: moved.append(a) or real(*a))
     two = read_path(str(tmp_path / "run"))
     _same(one, two)
+    assert not moved  # the child's region ends where the parent's begins
     assert len(two_processes) == 1
     shared = two_processes[0].array
     for name in ("rank", "step_ns", "between_ns", "wait_ns"):  # views, not copies
@@ -119,6 +125,26 @@ def test_regions_close_up_in_order_and_refuse_any_other():
     assert joined.shape == (len(BLOCK_ROWS) + 1, 9)
     assert joined[0].tolist() == [1, 1, 1, 2, 2, 3, 3, 3, 3]
     assert not joined[-1].any()  # wait_ns: zeros
+
+
+def test_a_region_filled_from_the_right_meets_the_next_with_nothing_moved(monkeypatch):
+    """The forked reader's region fills leftwards, its files taken last to first: its columns
+    end where the parent's begin, so the frame is the block as written (no memmove)."""
+    from gpuscope.readers import rowblock
+
+    block = RowBlock(20)
+    left, right = Region(block, 0, 8, downward=True), Region(block, 8, 12)
+    b = _filled(block, left, 2, 2)  # the child's last file first
+    a = _filled(block, left, 3, 1)
+    c = _filled(block, right, 4, 3)
+    assert [block.offset_of(x) for x in (a, b, c)] == [3, 6, 8] and left.first == 3
+    moved = []
+    monkeypatch.setattr(rowblock.ctypes, "memmove", lambda *args: moved.append(args))
+    assert block.joined([b, a, c], [left, right]) is None  # out of order
+    joined = block.joined([a, b, c], [left, right])
+    assert not moved
+    assert joined[0].tolist() == [1, 1, 1, 2, 2, 3, 3, 3, 3]
+    assert block.offset_of(joined) == 3
 
 
 def test_a_file_that_falls_back_takes_the_place_it_was_offered_again():

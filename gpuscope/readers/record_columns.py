@@ -11,10 +11,14 @@ None, and the record file's JSON is decoded as before: the side file only ever s
 from __future__ import annotations
 
 import struct
-import zlib
 
 import msgspec
 import numpy as np
+
+try:  # ISA-L's crc32: the same checksum as zlib's, 4x its speed here (benchmarks: bench_scale)
+    from isal.isal_zlib import crc32
+except ImportError:  # no wheel for this platform: zlib's
+    from zlib import crc32
 
 from ..run_format import CHUNK_HEADER, CHUNK_MAGIC, STEP_COLUMNS, columns_path
 from .record_body import Body, block_columns, block_of
@@ -56,7 +60,7 @@ def _read(side: bytes, blob: bytes, start: int, rank: int, place=None) -> Body:
     if not side or len(side) % 8:
         raise _Unfit
     words = np.frombuffer(side, "<i8")
-    unpack, crc32, record, side_ = _HEAD.unpack_from, zlib.crc32, memoryview(blob), memoryview(side)
+    unpack, record, side_ = _HEAD.unpack_from, memoryview(blob), memoryview(side)
     size, pos, at, line = len(side), 0, start, 2
     rows, samples, comm, side_records = [], [], [], []
     n_rows = 0

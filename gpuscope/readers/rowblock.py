@@ -7,8 +7,10 @@ every byte of the frame was written three times into memory touched for the firs
 a virtual machine a first touch costs more than the copy. Here the run's block (BLOCK_ROWS x
 rows, column-major, as the frame keeps it) is mapped once, shared, before the fork; each
 process owns a region of it sized by an upper bound of its files' rows, and writes each file's
-columns straight into the next free columns of its region. The two regions are then closed up
-(one memmove per column) and the frame is a view of the block.
+columns straight into the next free columns of its region. The first region (the forked
+reader's) fills from its right end, its files taken last to first, and the second from its left
+end: the two meet at their border with no gap, and the frame is a view of the block (no column
+moved; regions that do not meet are closed up by one memmove per column).
 
 A file whose rows do not fit its region (the bound is the side file's when there is one, and
 the JSON it falls back to may hold more) gets an array of its own, as before; the frame is then
@@ -57,23 +59,33 @@ class InBlock:
 
 
 class Region:
-    """The columns [start, start + capacity) of the block, filled from the left."""
+    """The columns [start, start + capacity) of the block, filled from the left, or from the
+    right (`downward`: the files are then read last to first, so that they still lie in order)."""
 
-    def __init__(self, block: "RowBlock", start: int, capacity: int):
+    def __init__(self, block: "RowBlock", start: int, capacity: int, downward: bool = False):
         self.block, self.start, self.capacity, self.used = block, start, capacity, 0
+        self.downward = downward
+
+    @property
+    def first(self) -> int:
+        """The block's column of the region's first used column."""
+        return self.start + self.capacity - self.used if self.downward else self.start
+
+    def _at(self, n: int) -> int:
+        return self.first - n if self.downward else self.start + self.used
 
     def place(self, n: int) -> np.ndarray:
         """Where the next file's n rows go: a view of the block when they fit, else an array of
         their own. Taken only when commit()ed (a file that falls back to its JSON asks again)."""
         if self.used + n <= self.capacity:
-            at = self.start + self.used
+            at = self._at(n)
             return self.block.array[:_ROWS, at:at + n]
         return np.empty((_ROWS, n), np.int64)
 
     def commit(self, got: np.ndarray | None) -> None:
         """The file's columns were kept in `got` (what place() gave, or None)."""
         if got is not None and self.block.holds(got) and \
-                self.block.offset_of(got) == self.start + self.used:
+                self.block.offset_of(got) == self._at(got.shape[1]):
             self.used += got.shape[1]
 
 
@@ -111,7 +123,7 @@ class RowBlock:
         """The frame's block (BLOCK_ROWS and wait_ns x rows, a view of this one) when `blocks`, in order,
         are the regions' committed columns in order; the regions are closed up in place. None
         when they are not (a file skipped, one of its own, another order): copy them."""
-        spans = [(r.start, r.used) for r in regions if r.used]
+        spans = [(r.first, r.used) for r in regions if r.used]
         at = iter(spans)
         start, left = next(at, (0, 0))
         pos = start
@@ -125,11 +137,11 @@ class RowBlock:
                 pos = start
         if left or next(at, None) is not None:
             return None
-        total = 0
-        for start, used in spans:  # close up: each column moved left (memmove handles overlap)
-            if start != total:
+        first = end = spans[0][0] if spans else 0
+        for start, used in spans:  # close up where regions do not meet (memmove: overlap safe)
+            if start != end:
                 for row in self.array:
-                    ctypes.memmove(row.ctypes.data + 8 * total, row.ctypes.data + 8 * start,
+                    ctypes.memmove(row.ctypes.data + 8 * end, row.ctypes.data + 8 * start,
                                    8 * used)
-            total += used
-        return self.array[:, :total]
+            end += used
+        return self.array[:, first:end]

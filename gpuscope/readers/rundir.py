@@ -361,15 +361,17 @@ def _load_all(names: list[str]) -> tuple[list, tuple | None]:
     written into, its regions) or None; a big run dir is read by two processes (the child takes
     the first files), anything unexpected falls back to one."""
     def load(batch, scale=1.0, region=None):
-        """`scale`: each file counted that many times on the bar (the child reads meanwhile)."""
+        """`scale`: each file counted that many times on the bar (the child reads meanwhile);
+        a region filled from its right end takes the files last to first."""
+        down = region is not None and region.downward
         out = []
-        for name in batch:
+        for name in reversed(batch) if down else batch:
             try:
                 out.append((name, load_rank_file(name, region)))
             except TraceFormatError as exc:
                 out.append((name, exc))
             progress.advance(int(file_size(name) * scale))
-        return out
+        return out[::-1] if down else out
 
     from .fork import SharedArena, _in_child
     from .rowblock import Region, RowBlock, rows_bound
@@ -396,8 +398,9 @@ def _load_all(names: list[str]) -> tuple[list, tuple | None]:
         rows = RowBlock(sum(bounds))
     except (OSError, ValueError, OverflowError):  # no room to map it: each file its own arrays
         rows = None
-    regions = ([Region(rows, 0, sum(bounds[:cut])), Region(rows, sum(bounds[:cut]),
-                                                           sum(bounds[cut:]))]
+    # the child's region fills leftwards from the parent's: they meet with no gap to close
+    regions = ([Region(rows, 0, sum(bounds[:cut]), downward=True),
+                Region(rows, sum(bounds[:cut]), sum(bounds[cut:]))]
                if rows is not None else [None, None])
 
     def child():
