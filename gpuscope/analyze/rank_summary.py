@@ -33,23 +33,25 @@ def comm_by_kind(table: RunTable, frame: pd.DataFrame, mapping,
     if comm is None or comm.empty:
         return [{} for _ in columns]
     kinds = key_parts(comm)[part]
-    r = comm["rank"].to_numpy(np.int64)
-    code = np.asarray(kinds.codes, np.int64)
     # analysed steps only (micro-steps counted in the optimizer step they belong to)
     if hit is None:
         hit = analysed_rows(comm, frame, mapping)
-    hit = hit & (code >= 0)
-    fr = frame["rank"].to_numpy(np.int64)
-    if not hit.any():
+    code = np.asarray(kinds.codes)
+    ok = hit & (code >= 0)
+    if not ok.any():
         return [{} for _ in columns]
     n_kinds = len(kinds.categories)
-    cell = r[hit] * n_kinds + code[hit]
-    seen = np.flatnonzero(np.bincount(cell))
-    n_steps = np.bincount(fr)
+    r = comm["rank"].to_numpy(np.int64)
+    # one cell per (rank, kind); the rows left out go to one cell past them (no filtered copies)
+    cell = r * n_kinds + code
+    out_of = int(r.max()) * n_kinds + n_kinds
+    np.putmask(cell, ~ok, out_of)
+    seen = np.flatnonzero(np.bincount(cell, minlength=out_of + 1)[:out_of])
+    n_steps = np.bincount(frame["rank"].to_numpy(np.int64))
     names = [str(k) for k in kinds.categories]
     outs = []
     for column in columns:
-        total = np.bincount(cell, comm[column].to_numpy(np.float64)[hit])
+        total = np.bincount(cell, comm[column].to_numpy(), minlength=out_of + 1)
         out: dict[int, dict] = {}
         for c in seen.tolist():
             rank, k = divmod(c, n_kinds)
