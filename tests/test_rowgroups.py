@@ -1,6 +1,7 @@
 """Per-group numbers in numpy (gpuscope.groups) agree with pandas groupby."""
 
 import numpy as np
+import pytest
 import pandas as pd
 
 from gpuscope.analyze.rowgroups import Groups
@@ -52,3 +53,22 @@ def test_steps_that_are_not_one_run_repeated_are_grouped_as_any_keys():
         g = Groups(keys)
         assert g._width == 0
         _as_pandas(g, keys, rng.integers(0, 10**9, keys.size))
+
+
+@pytest.mark.parametrize("spread", [1, 10**6])  # a small grid (the table), a sparse one (sort)
+def test_find_pairs_matches_a_pandas_merge(spread):
+    from gpuscope.analyze.rowgroups import find_pairs
+
+    rng = np.random.default_rng(3)
+    ranks, steps = np.meshgrid(np.arange(7), np.arange(40) * spread, indexing="ij")
+    keys = pd.DataFrame({"rank": ranks.ravel(), "step": steps.ravel()}).sample(frac=0.8,
+                                                                                random_state=1)
+    keys = keys.reset_index(drop=True)
+    a = rng.integers(0, 8, 3000)
+    b = rng.integers(0, 41, 3000) * spread
+    hit, at = find_pairs(keys["rank"].to_numpy(), keys["step"].to_numpy(), a, b)
+    want = pd.DataFrame({"rank": a, "step": b}).merge(
+        keys.reset_index(names="at"), how="left", on=["rank", "step"])
+    assert hit.tolist() == want["at"].notna().tolist()
+    assert 0 < hit.sum() < hit.size
+    assert at[hit].tolist() == want["at"][hit].astype(int).tolist()

@@ -42,14 +42,19 @@ def find_pairs(keys_a: np.ndarray, keys_b: np.ndarray, a: np.ndarray, b: np.ndar
     if not keys_a.size or not a.size:
         return np.zeros(a.size, dtype=bool), np.zeros(a.size, dtype=np.int64)
     span = int(max(keys_b.max(), b.max())) + 1
-    key, want = keys_a * span + keys_b, a * span + b
+    key, want = keys_a * span, a * span
+    key += keys_b
+    want += b
     size = int(max(key.max(), want.max())) + 1
     if small_range(size, key.size + want.size):
-        table = np.full(size, -1, np.int64)
-        table[key] = np.arange(key.size)
+        # positions in int32 where they fit: half the bytes to fill, scatter and gather
+        width = np.int32 if key.size < np.iinfo(np.int32).max else np.int64
+        table = np.full(size, -1, width)
+        table[key] = np.arange(key.size, dtype=width)
         at = table[want]
         hit = at >= 0
-        return hit, np.where(hit, at, 0)
+        np.maximum(at, 0, out=at)  # a position to index with, as the search's
+        return hit, at
     sorter = (np.arange(key.size) if (key[1:] > key[:-1]).all()
               else np.argsort(key, kind="stable"))
     pos = np.minimum(np.searchsorted(key[sorter], want), key.size - 1)
