@@ -44,7 +44,8 @@ from .bottlenecks.pipeline import suggest_pipeline, summarize_pipeline
 from .invariants import bound_suggestions, enforce_parts, violations
 from .layout import Layout, find_layout, split_bubble
 from .prepare import prepare
-from .rank_summary import analysed_rows, comm_by_kind, grad_sync_share, summarize_ranks
+from .rank_summary import (analysed_rows, comm_by_kind, comm_by_parts, grad_sync_share,
+                           summarize_ranks)
 from .routing import routing_section
 from .rowgroups import PerRank
 from .stragglers import find_stragglers
@@ -193,10 +194,8 @@ def suggest_all(a: Analysis) -> None:
     a.labels |= secondary_labels(a.steps, 0.2)
     a.jitter = jitter_cost(a.steps)
     hit = analysed_rows(a.table.comm, a.frame, a.mapping)  # the collectives' analysed rows
-    exposed, a.by_kind = comm_by_kind(a.table, a.frame, a.mapping, ("exposed_ns", "comm_ns"),
-                                      hit=hit)
-    g_exposed, g_comm = comm_by_kind(a.table, a.frame, a.mapping, ("exposed_ns", "comm_ns"), 1,
-                                     hit=hit)
+    (exposed, a.by_kind), (g_exposed, g_comm) = comm_by_parts(
+        a.table, a.frame, a.mapping, ("exposed_ns", "comm_ns"), hit=hit)
     a.routing = routing_section(a.table.routing, a.frame, a.mapping)
     a.key_waits = key_waits(a.table.comm, a.wait_cells)
     a.wait_cells = UNSET
