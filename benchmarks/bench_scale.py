@@ -129,6 +129,26 @@ def end_to_end(path: str) -> float:
     return time.perf_counter() - t
 
 
+_JSON_LOADS = r"""
+import glob, json, os, sys, time
+names = sorted(glob.glob(os.path.join(sys.argv[1], "rank-*.gpuscope.jsonl")))
+t = time.perf_counter()
+for name in names:
+    with open(name, "rb") as f:
+        for line in f:
+            json.loads(line)
+print(time.perf_counter() - t)
+"""
+
+
+def json_loads_time(path: str) -> float:
+    """Seconds for the standard library's json.loads of every line of every record file, in
+    one fresh process: what decoding the JSON once costs at the least."""
+    out = subprocess.run([sys.executable, "-c", _JSON_LOADS, path], capture_output=True,
+                         text=True, check=True)
+    return round(float(out.stdout), 3)
+
+
 def machine_speed() -> float:
     """Seconds of a fixed pure-Python loop (10 million additions), in a fresh process: this
     shared VM's speed drifts from minute to minute, and the figures are read against it."""
@@ -169,6 +189,7 @@ def main() -> None:
         for _ in range(args.repeat):
             cli.append(end_to_end(path))
             json_cli.append(end_to_end(path + "-json"))
+        loads = min(json_loads_time(path) for _ in range(args.repeat))
         loop.append(machine_speed())
         best = min(runs, key=lambda r: r["wall_s"])
         if {(r["verdict"], tuple(r["stragglers"])) for r in runs + json_runs} != \
@@ -187,7 +208,11 @@ def main() -> None:
                    "analyze_s_min": round(min(r["wall_s"] for r in json_runs), 3),
                    "cli_s_median": round(statistics.median(json_cli), 3),
                    "peak_over_base_mb": round(statistics.median(r["peak_over_base_mb"]
-                                                                for r in json_runs), 1)},
+                                                                for r in json_runs), 1),
+                   # the whole analysis of the JSON-only run over json.loads of its lines
+                   "json_loads_s": loads,
+                   "over_json_loads": round(statistics.median(r["wall_s"] for r in json_runs)
+                                            / loads, 2)},
                "verdict": best["verdict"], "stragglers": best["stragglers"],
                "python_loop_s": loop}  # the machine's speed before and after
         row["bytes_per_row_peak"] = round(row["peak_over_base_mb"] * 2**20 / row["rows"], 1)
