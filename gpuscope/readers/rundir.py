@@ -815,10 +815,7 @@ def _comm_frame(parts: list) -> pd.DataFrame:
     block = np.empty((5, m), np.int64)
     block[0] = np.repeat(np.array([r for r, _ in parts], np.int64), counts)
     np.concatenate([c[0] for _, c in parts], out=block[1])
-    at = 0
-    for (_, c), k in zip(parts, counts):
-        block[2:, at:at + k] = c[3].reshape(-1, 3).T
-        at += k
+    np.concatenate([c[3].reshape(-1, 3).T for _, c in parts], axis=1, out=block[2:])
     out = pd.DataFrame(block.T, columns=["rank", "step", "comm_ns", "exposed_ns", "count"],
                        copy=False)
     code = np.concatenate(codes)
