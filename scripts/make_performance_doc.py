@@ -460,7 +460,8 @@ def budgets(docs: dict) -> list[str]:
                    f"measured {big['ranks']:,} x {big['steps']:,} in {big['cli_s_median']:.1f} s "
                    f"end to end, {big['peak_over_base_mb'] / 1024:.1f} GB"
                    + ("" if ok else ": not yet within it")
-                   + " ([past one thousand](docs/performance.md#many-ranks-past-one-thousand)).")
+                   + "; 10,000 x 10,000 not yet analysed ([past one thousand]"
+                   "(docs/performance.md#many-ranks-past-one-thousand)).")
     w = docs.get("whatif.json")
     if w:
         ok = sum(bool(c.get("in_range")) for c in w["cases"])
