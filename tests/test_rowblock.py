@@ -79,13 +79,14 @@ def test_the_frame_is_the_shared_block_the_two_processes_wrote(tmp_path, monkeyp
     assert two.frame["rank"].tolist() == [r for r in range(6) for _ in range(40)]
 
 
+@pytest.mark.parametrize("rank", [1, 4])  # in the forked reader's region, in the parent's
 def test_a_file_longer_than_its_side_file_gets_its_own_arrays(tmp_path, monkeypatch,
-                                                              two_processes):
+                                                              two_processes, rank):
     """Rows appended after the side file's last chunk (more than its bound): the file is
     decoded from its JSON into an array of its own, and the frame is copied together."""
     run = tmp_path / "run"
     _make_run(run, 6, 20)
-    name = run / "rank-00004.gpuscope.jsonl"
+    name = run / f"rank-{rank:05d}.gpuscope.jsonl"
     lines = name.read_bytes().split(b"\n")
     rows = [line for line in lines[1:] if line.startswith(b"[")]
     assert rows_bound(str(name)) < 3 * len(rows)
@@ -100,7 +101,7 @@ def test_a_file_longer_than_its_side_file_gets_its_own_arrays(tmp_path, monkeypa
     one = _one_process(run, monkeypatch)
     two = read_path(str(run))
     _same(one, two)
-    assert (two.frame["rank"] == 4).sum() == 60
+    assert (two.frame["rank"] == rank).sum() == 60
     assert not np.shares_memory(two.frame["step_ns"].to_numpy(), two_processes[0].array)
 
 
