@@ -204,3 +204,42 @@ def test_in_place_needs_the_frame_to_be_the_block():
     assert compacted(frame.copy(), keep, (block, ["rank", "step"])) is None  # a copy: refused
     out = compacted(frame, keep, (block, ["rank", "step"]))
     assert out["step"].tolist() == [7, 8, 10, 11] and out["rank"].tolist() == [1, 2, 4, 5]
+
+
+def test_a_run_dir_that_may_not_fit_in_memory_says_so_before_it_is_read(tmp_path, monkeypatch,
+                                                                         caplog):
+    """The side files' row bounds times the measured peak bytes per rank-step, against the
+    memory available: said in the log before any file is read, and among the table's warnings;
+    the table itself is read as it would be."""
+    from gpuscope.readers import rowblock
+
+    run = tmp_path / "run"
+    _make_run(run, 6, 40)
+    monkeypatch.setattr(rundir, "PARALLEL_MIN_FILES", 2)
+    plain = read_path(str(run))
+    assert not any("memory" in w for w in plain.warnings)
+    rows = sum(rowblock.side_rows_bound(str(p)) for p in run.glob("rank-*.gpuscope.jsonl"))
+    assert 6 * 40 <= rows < 2 * 6 * 40
+    need = rows * rowblock.PEAK_BYTES_PER_ROW
+    read_first = []
+    real = rundir.load_rank_file
+    monkeypatch.setattr(rundir, "load_rank_file",
+                        lambda *a, **k: read_first.append(len(caplog.records)) or real(*a, **k))
+    monkeypatch.setattr(rowblock, "available_memory", lambda: need - 1)
+    with caplog.at_level("WARNING", logger="gpuscope"):
+        tight = read_path(str(run))
+    said = [w for w in tight.warnings if "may take about" in w]
+    assert len(said) == 1 and f"up to {rows:,} rank-steps" in said[0]
+    assert caplog.records and said[0] in caplog.records[0].getMessage()
+    assert read_first and min(read_first) >= 1  # logged before the first file was read
+    _same(plain, replace_warnings(tight, plain.warnings))
+    monkeypatch.setattr(rowblock, "available_memory", lambda: need)
+    assert not any("may take about" in w for w in read_path(str(run)).warnings)
+    monkeypatch.setattr(rowblock, "available_memory", lambda: None)  # not known: nothing said
+    assert not any("may take about" in w for w in read_path(str(run)).warnings)
+
+
+def replace_warnings(table, warnings):
+    from dataclasses import replace
+
+    return replace(table, warnings=list(warnings))

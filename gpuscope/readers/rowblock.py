@@ -39,15 +39,54 @@ def rows_bound(name: str) -> int:
     """At most this many step rows come out of record file `name`: its side file's words over a
     row's (the side file is read when it accounts for the file), else the JSON's bytes over the
     shortest row's."""
-    try:
-        side = os.path.getsize(columns_path(name))
-        return side // (8 * (_WIDTH + 1)) + 1
-    except OSError:
-        pass
+    side = side_rows_bound(name)
+    if side is not None:
+        return side
     try:
         return os.path.getsize(name) // MIN_JSON_ROW + 1
     except OSError:
         return 0
+
+
+def side_rows_bound(name: str) -> int | None:
+    """rows_bound from the side file of record file `name` (None without one): about 1.3x the
+    rows of a DDP run, where the JSON's bound may be 5x."""
+    try:
+        return os.path.getsize(columns_path(name)) // (8 * (_WIDTH + 1)) + 1
+    except OSError:
+        return None
+
+
+#: the analysis's peak memory per rank-step of a run dir, in bytes: benchmarks/results/
+#: scale_large.json measured 309-336 at 2,048 to 10,000 ranks (the table, its collectives and
+#: the passes' temporaries together)
+PEAK_BYTES_PER_ROW = 300
+
+
+def available_memory() -> int | None:
+    """Bytes of memory this machine can give without swapping (Linux: MemAvailable), or None
+    where that is not known."""
+    try:
+        with open("/proc/meminfo", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def memory_warning(rows: int, available: int | None = None) -> str | None:
+    """A warning when analysing `rows` rank-steps (at most: side_rows_bound's sum) would take
+    more memory than is available, else None."""
+    available = available_memory() if available is None else available
+    need = rows * PEAK_BYTES_PER_ROW
+    if available is None or need <= available:
+        return None
+    return (f"up to {rows:,} rank-steps to analyse: that may take about {need / 2**30:.1f} GB "
+            f"of memory and {available / 2**30:.1f} GB is available; if the analysis is "
+            "stopped for memory, analyse fewer ranks' files at a time (a run dir with some of "
+            "them) or use a machine with more memory")
 
 
 @dataclass(frozen=True)

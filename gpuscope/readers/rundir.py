@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 import gpuscope.progress as progress
+from .._log import logger
 from ..errors import InputError, TraceFormatError
 from ..run_format import (COLUMN_DEFAULTS, FILE_GLOB, NVML_FIELDS, NVML_FIELDS_V1, SCHEMA,
                           STEP_COLUMNS, is_p2p, is_record_file, parse_file_name)
@@ -356,10 +357,11 @@ CHILD_SHARE = 0.45  # of the bytes: it also copies what it read into the shared 
 ARENA_PER_BYTE = 4  # bytes of columns per byte of file, at most (see _load_all)
 
 
-def _load_all(names: list[str]) -> tuple[list, tuple | None]:
+def _load_all(names: list[str], warnings: list[str]) -> tuple[list, tuple | None]:
     """(name, RankFile or the TraceFormatError) per file, and (the RowBlock their columns were
     written into, its regions) or None; a big run dir is read by two processes (the child takes
-    the first files), anything unexpected falls back to one."""
+    the first files), anything unexpected falls back to one. A run dir that may need more
+    memory than is available says so first (`warnings`, and the log, before it is read)."""
     def load(batch, scale=1.0, region=None):
         """`scale`: each file counted that many times on the bar (the child reads meanwhile);
         a region filled from its right end takes the files last to first."""
@@ -374,11 +376,19 @@ def _load_all(names: list[str]) -> tuple[list, tuple | None]:
         return out[::-1] if down else out
 
     from .fork import SharedArena, _in_child
-    from .rowblock import Region, RowBlock, rows_bound
+    from .rowblock import Region, RowBlock, memory_warning, rows_bound, side_rows_bound
 
     big = len(names) >= PARALLEL_MIN_FILES or (
         len(names) >= 2 and sum(file_size(n) for n in names) >= PARALLEL_MIN_BYTES)
-    if not big or not forks():
+    if not big:
+        return load(names), None
+    sides = [side_rows_bound(n) for n in names]
+    # files without a side file are not counted: their JSON's bound is too loose to warn on
+    too_big = memory_warning(sum(b for b in sides if b is not None))
+    if too_big is not None:  # said before reading: the analysis may be stopped for memory
+        logger.warning("gpuscope: %s: %s", os.path.dirname(names[0]) or ".", too_big)
+        warnings.append(too_big)
+    if not forks():
         return load(names), None
     # the child also copies its collectives into the shared arena, so it takes a little less
     sizes = [file_size(n) for n in names]
@@ -393,7 +403,7 @@ def _load_all(names: list[str]) -> tuple[list, tuple | None]:
     # the child's collectives come back through shared memory: a row of the file takes at
     # least 32 bytes, a collective at least 12 and gives 40
     arena = SharedArena(ARENA_PER_BYTE * sum(sizes[:cut]) + (1 << 20))
-    bounds = [rows_bound(n) for n in names]
+    bounds = [b if b is not None else rows_bound(n) for n, b in zip(names, sides)]
     try:
         rows = RowBlock(sum(bounds))
     except (OSError, ValueError, OverflowError):  # no room to map it: each file its own arrays
@@ -833,16 +843,16 @@ def read_run_dir(path: str, loaded: list | None = None) -> RunTable:
     if is_record_file(path):
         want = path if url else os.path.abspath(path)
         path = os.path.dirname(want)
+    warnings: list[str] = []
     if loaded is None:
         names = sorted(glob.glob(os.path.join(path, FILE_GLOB)))
         if not names:
             raise InputError(f"{path}: no gpuscope record files ({FILE_GLOB}) here")
         with progress.reading(sum(file_size(n) for n in names), len(names), path):
-            loaded, placed = _load_all(names)
+            loaded, placed = _load_all(names, warnings)
     else:
         placed = None
     names = [n for n, _ in loaded]
-    warnings: list[str] = []
     files: list[RankFile] = []
     for name, got in loaded:
         if isinstance(got, TraceFormatError):
