@@ -1,13 +1,16 @@
 """gpuscope vs Holistic Trace Analysis on the same torch.profiler traces, in one run.
 
-For each trace folder, each tool runs in a fresh process, `--repeat` times (median kept):
+For each trace folder, each tool runs in a fresh process:
 - in-process: imports done first, then the clock and the memory baseline; gpuscope runs its whole
   analysis (`gpuscope.analyze`: read, steps, verdict, suggestions), HTA only its load
-  (`TraceAnalysis(trace_dir=...)`); peak memory is the peak over that baseline of the summed
-  proportional set size (PSS) of the process and all its children (gpuscope's forked decoder,
-  HTA's worker pool), sampled every 10 ms from /proc by this script: pages a fork shares with
-  its parent count once; also its anonymous part alone (heap and arrays: what grows with the
-  trace), without the pages of the tools' own code that running it first faults in;
+  (`TraceAnalysis(trace_dir=...)`). Timed `--repeat` times in pairs, one tool right after the
+  other (this VM's speed drifts over minutes), with nothing sampling them (on 2 cores a sampler
+  takes time from a tool that uses both); the ratio is the median of the pairs' ratios. Peak
+  memory comes from one more run of each, sampled every 10 ms from /proc by this script: the
+  peak over that baseline of the summed proportional set size (PSS) of the process and all its
+  children (gpuscope's forked decoder, HTA's worker pool): pages a fork shares with its parent
+  count once; also its anonymous part alone (heap and arrays: what grows with the trace),
+  without the pages of the tools' own code that running it first faults in;
 - end to end: the command a user types (`gpuscope analyze DIR -q` against a python -c that
   constructs HTA's TraceAnalysis), imports and interpreter start-up included; timed `--repeat`
   times in pairs (gpuscope, then HTA: the speed-up is the median of the pairs' ratios), and its whole process tree's peak PSS (interpreter and imports included) taken in one
@@ -123,19 +126,19 @@ def tree_pss(pid: int, field: str = "Pss:") -> int:
     return total
 
 
-def measure(py: str, tool: str, folder: str) -> dict:
-    """Run one tool in a fresh process; its result plus the peak PSS of its process tree over
-    the baseline taken after its imports."""
+def measure(py: str, tool: str, folder: str, sample: bool = True) -> dict:
+    """Run one tool in a fresh process; its result plus (`sample`) the peak PSS of its process
+    tree over the baseline taken after its imports. Unsampled, nothing else runs meanwhile."""
     imports, work = TOOLS[tool]
     code = _MEASURE.format(imports=imports, work=work)
     proc = subprocess.Popen([py, "-c", code, folder], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     assert proc.stdout.readline().strip() == "ready"
-    base, base_anon = tree_pss(proc.pid), tree_pss(proc.pid, "Pss_Anon:")
+    base, base_anon = (tree_pss(proc.pid), tree_pss(proc.pid, "Pss_Anon:")) if sample else (0, 0)
     proc.stdin.write("go\n")
     proc.stdin.flush()
     peak, peak_anon = base, base_anon
-    while proc.poll() is None:
+    while sample and proc.poll() is None:
         peak = max(peak, tree_pss(proc.pid))
         peak_anon = max(peak_anon, tree_pss(proc.pid, "Pss_Anon:"))
         time.sleep(0.01)
@@ -199,9 +202,15 @@ def main() -> None:
         size = raw_size(folder)
         row = {"trace": name, "raw_json_mb":
                round(size / 1e6, 2)}
+        # in pairs, unsampled: gpuscope then HTA, back to back
+        timed = [(measure(pys["gpuscope"], "gpuscope", folder, sample=False)["wall_s"],
+                  measure(pys["hta"], "hta", folder, sample=False)["wall_s"])
+                 for _ in range(args.repeat)]
+        row["gpuscope_s"] = round(statistics.median(g for g, _ in timed), 4)
+        row["hta_s"] = round(statistics.median(h for _, h in timed), 4)
+        row["time_ratio_pairs"] = [round(g / h, 4) for g, h in timed]
         for tool in ("gpuscope", "hta"):
-            runs = [measure(pys[tool], tool, folder) for _ in range(args.repeat)]
-            row[f"{tool}_s"] = round(statistics.median(r["wall_s"] for r in runs), 4)
+            runs = [measure(pys[tool], tool, folder)]  # memory: one sampled run
             row[f"{tool}_peak_mb"] = round(max(r["peak_over_base"] for r in runs) / 1e6, 1)
             row[f"{tool}_child_peak_mb"] = round(max(r["child_peak"] for r in runs) / 1e6, 1)
             row[f"{tool}_tree_peak_mb"] = round(max(r["tree_pss_peak_over_base"]
@@ -217,7 +226,7 @@ def main() -> None:
         row["cli_speedup"] = round(statistics.median(h / g for g, h in pairs), 2)
         row["gpuscope_cli_peak_mb"] = round(end_to_end_peak(gpuscope_cli + [folder]) / 1e6, 1)
         row["hta_cli_peak_mb"] = round(end_to_end_peak(hta_cli + [folder]) / 1e6, 1)
-        row["time_ratio"] = round(row["gpuscope_s"] / row["hta_s"], 4)
+        row["time_ratio"] = round(statistics.median(g / h for g, h in timed), 4)
         row["cli_time_ratio"] = round(row["gpuscope_cli_s"] / row["hta_cli_s"], 3)
         row["gpuscope_peak_over_raw"] = round(row["gpuscope_peak_mb"] / max(row["raw_json_mb"],
                                                                              1e-9), 2)

@@ -41,7 +41,11 @@ def vs_hta(d: dict) -> list[str]:
            f"`python benchmarks/bench_vs_hta.py --repeat {d['repeat']}` on {d['cpu_count']} "
            "cores (HTA 0.5.0 in its own venv). gpuscope's time is its whole analysis (read, steps, "
            "verdict, suggestions), HTA's only its load (`TraceAnalysis(trace_dir=...)`), each in a "
-           "fresh process after its imports, median of the runs; memory is the peak over the "
+           "fresh process after its imports, median of the runs" + (
+               ", timed in pairs back to back with nothing sampling them, the ratio the median "
+               "of the pairs'; memory from one more run of each, sampled: "
+               if any("time_ratio_pairs" in r for r in d["rows"]) else "; memory is ") +
+           "the peak over the "
            "post-import baseline of the summed PSS of the tool's process tree (in brackets its "
            "anonymous part); end to end is the command a user types, the speed-up the median "
            "of gpuscope / HTA pairs run back to back. Budgets (DESIGN.md): a tenth of HTA's load "
