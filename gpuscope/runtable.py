@@ -88,19 +88,33 @@ def key_parts(comm: pd.DataFrame) -> tuple[pd.Categorical, pd.Categorical]:
     of keys and up to millions of rows); the record reader stores them as columns."""
     if "kind" in comm and "group" in comm and isinstance(comm["kind"].dtype, pd.CategoricalDtype):
         return comm["kind"].array, comm["group"].array
-    codes, uniques = pd.factorize(comm["key"])
-    return parts_of_codes(codes, list(uniques))
+    return parts_of_codes(*key_codes(comm))
+
+
+def key_codes(comm: pd.DataFrame) -> tuple[np.ndarray, list]:
+    """(each row's key code, -1 where missing; the keys) of a collectives table: the
+    categorical's own codes where the key is one, else factorized."""
+    key = comm["key"]
+    if isinstance(key.dtype, pd.CategoricalDtype):
+        return key.cat.codes.to_numpy(), list(key.cat.categories)
+    codes, uniques = pd.factorize(key)
+    return codes, list(uniques)
+
+
+def split_keys(keys: list) -> tuple[list[str], list[str]]:
+    """(kinds, groups) of keys "kind:group" ("all_reduce:ddp" -> "all_reduce", "ddp"; no
+    group: "")."""
+    parts = [str(k).split(":", 1) for k in keys]
+    return [p[0] for p in parts], [p[1] if len(p) > 1 else "" for p in parts]
 
 
 def parts_of_codes(codes: np.ndarray, keys: list) -> tuple[pd.Categorical, pd.Categorical]:
     """key_parts of the rows whose keys are keys[code] (code -1: missing, read as "")."""
-    parts = [str(k).split(":", 1) for k in keys]
-
     def cat(names: list[str]) -> pd.Categorical:
         cats, inv = np.unique(np.array(names + [""], dtype=object), return_inverse=True)
         return pd.Categorical.from_codes(inv.reshape(-1)[codes], categories=cats)
 
-    return cat([p[0] for p in parts]), cat([p[1] if len(p) > 1 else "" for p in parts])
+    return tuple(cat(names) for names in split_keys(keys))
 
 
 def present_keys(comm: pd.DataFrame) -> list[str]:

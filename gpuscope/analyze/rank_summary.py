@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from ..results import RankResult
-from ..runtable import GRADS_COLUMN, RunTable, key_parts, mask_of
+from ..runtable import GRADS_COLUMN, RunTable, key_codes, key_parts, mask_of, split_keys
 from ..vocab import COMPUTE_PHASES, PARTS
 from .rowgroups import PerRank, in_analysed
 
@@ -42,12 +42,7 @@ def comm_by_parts(table: RunTable, frame: pd.DataFrame, mapping,
     comm = table.comm
     if comm is None or comm.empty:
         return [{} for _ in columns], [{} for _ in columns]
-    key = comm["key"]
-    if isinstance(key.dtype, pd.CategoricalDtype):
-        code, keys = np.asarray(key.cat.codes), list(key.cat.categories)
-    else:
-        code, keys = pd.factorize(key)
-        keys = list(keys)
+    code, keys = key_codes(comm)
     # analysed steps only (micro-steps counted in the optimizer step they belong to)
     if hit is None:
         hit = analysed_rows(comm, frame, mapping)
@@ -62,8 +57,7 @@ def comm_by_parts(table: RunTable, frame: pd.DataFrame, mapping,
     np.putmask(cell, ~ok, out_of)
     seen = np.flatnonzero(np.bincount(cell, minlength=out_of + 1)[:out_of]).tolist()
     n_steps = np.bincount(frame["rank"].to_numpy(np.int64))
-    parts = [str(k).split(":", 1) for k in keys]
-    names = [[p[0] for p in parts], [p[1] if len(p) > 1 else "" for p in parts]]
+    names = split_keys(keys)
     outs: tuple[list, list] = ([], [])
     for column in columns:
         total = np.bincount(cell, comm[column].to_numpy(), minlength=out_of + 1)

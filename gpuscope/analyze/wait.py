@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from ..run_format import is_p2p
-from ..runtable import key_parts, mask_of
+from ..runtable import key_codes, key_parts, mask_of
 from .rowgroups import dense_unique, find_pairs, small_range
 
 
@@ -111,11 +111,7 @@ def wait_cells(comm: pd.DataFrame | None):
     keep = ~mask_of(kinds, is_p2p)
     if not keep.any():
         return None
-    if isinstance(comm["key"].dtype, pd.CategoricalDtype):
-        codes, names = comm["key"].cat.codes.to_numpy(), list(comm["key"].cat.categories)
-    else:
-        codes, names = pd.factorize(comm["key"])
-        names = list(names)
+    codes, names = key_codes(comm)
     every = bool(keep.all())  # no point-to-point: the columns as they are, no copies
 
     def col(values):
