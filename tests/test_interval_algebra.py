@@ -43,3 +43,34 @@ def _agree(rng: random.Random) -> None:
     clipped = spans.clip(sa, lo, hi)
     assert [(x, y) for x, y in iv.clip(ma, lo, hi) if y > x] == \
         list(zip(clipped[0].tolist(), clipped[1].tolist()))
+
+
+def _cells(xs) -> set[int]:
+    """The unit cells [t, t+1) a set of intervals covers: the reference the operations are
+    checked against."""
+    return {t for a, b in xs for t in range(a, b)}
+
+
+def _runs(cells: set[int]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for t in sorted(cells):
+        if out and out[-1][1] == t:
+            out[-1] = (out[-1][0], t + 1)
+        else:
+            out.append((t, t + 1))
+    return out
+
+
+def test_subtract_intersect_and_window_match_the_cells_they_cover():
+    """spans.subtract, intersect and window on random sets (touching, nested, repeated points,
+    empty pieces) give exactly the merged runs of cells a - b, a & b and a within [lo, hi)."""
+    for seed in range(500):
+        rng = random.Random(10_000 + seed)
+        a = _random_intervals(rng, rng.randrange(0, 12))
+        b = _random_intervals(rng, rng.randrange(0, 12))
+        sa, sb = spans.merge(*_arrays(a)), spans.merge(*_arrays(b))
+        as_list = lambda s: list(zip(s[0].tolist(), s[1].tolist()))  # noqa: E731
+        assert as_list(spans.subtract(sa, sb)) == _runs(_cells(a) - _cells(b))
+        assert as_list(spans.intersect(sa, sb)) == _runs(_cells(a) & _cells(b))
+        lo, hi = sorted((rng.randrange(0, 260), rng.randrange(0, 260)))
+        assert as_list(spans.window(sa, lo, hi)) == _runs(_cells(a) & set(range(lo, hi)))

@@ -13,14 +13,17 @@ def merge(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     s, e = starts[keep], ends[keep]
     if s.size == 0:
         return _EMPTY
-    order = np.argsort(s, kind="stable")
-    s, e = s[order], e[order]
+    if s.size > 1:
+        order = s.argsort(kind="stable")
+        s, e = s[order], e[order]
     reach = np.maximum.accumulate(e)
-    new = np.empty(s.size, dtype=bool)
-    new[0] = True
-    new[1:] = s[1:] > reach[:-1]
-    first = np.flatnonzero(new)
-    last = np.r_[first[1:] - 1, s.size - 1]
+    # a span starts where an interval begins past every end before it, and ends before the next
+    first = np.empty(s.size, dtype=bool)
+    first[0] = True
+    np.greater(s[1:], reach[:-1], out=first[1:])
+    last = np.empty(s.size, dtype=bool)
+    last[:-1] = first[1:]
+    last[-1] = True
     return s[first], reach[last]
 
 
@@ -44,12 +47,16 @@ def subtract(a, b):
     """The parts of merged set `a` outside merged set `b`."""
     if a[0].size == 0 or b[0].size == 0:
         return a
-    pts = np.unique(np.concatenate([a[0], a[1], b[0], b[1]]))
+    pts = np.concatenate([a[0], a[1], b[0], b[1]])
+    pts.sort()  # a repeated point makes a piece of no length, which merge drops
     lo, hi = pts[:-1], pts[1:]
-    inside = lambda s: (np.searchsorted(s[0], lo, "right")  # noqa: E731
-                        - np.searchsorted(s[1], lo, "right")) > 0
-    keep = inside(a) & ~inside(b)
+    keep = _inside(a, lo) & ~_inside(b, lo)
     return merge(lo[keep], hi[keep])
+
+
+def _inside(s, at: np.ndarray) -> np.ndarray:
+    """Whether each point of `at` lies in the merged set `s` (in one of its [start, end))."""
+    return s[0].searchsorted(at, "right") > s[1].searchsorted(at, "right")
 
 
 def intersect(a, b):
@@ -70,6 +77,6 @@ def window(spans, lo: int, hi: int):
     """`clip` for a large merged set: only the spans that can reach [lo, hi) are looked at (two
     binary searches), so a window costs its own spans, not the whole set's."""
     s, e = spans
-    a = int(np.searchsorted(e, lo, "right"))  # spans before a end by lo
-    b = int(np.searchsorted(s, hi, "left"))   # spans from b on start at hi or later
+    a = int(e.searchsorted(lo, "right"))  # spans before a end by lo
+    b = int(s.searchsorted(hi, "left"))   # spans from b on start at hi or later
     return clip((s[a:b], e[a:b]), lo, hi)
