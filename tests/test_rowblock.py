@@ -52,8 +52,8 @@ def two_processes(monkeypatch):
     blocks = []
     real = RowBlock.__init__
 
-    def spy(self, capacity):
-        real(self, capacity)
+    def spy(self, *args):
+        real(self, *args)
         blocks.append(self)
 
     monkeypatch.setattr(RowBlock, "__init__", spy)
@@ -210,8 +210,15 @@ def test_a_run_dir_that_may_not_fit_in_memory_says_so_before_it_is_read(tmp_path
                                                                          caplog):
     """The side files' row bounds times the measured peak bytes per rank-step, against the
     memory available: said in the log before any file is read, and among the table's warnings;
-    the table itself is read as it would be."""
+    the step table is then kept in an unlinked file under $GPUSCOPE_SPILL_DIR (mapped while the
+    table lives) and is the table that would have been read in memory."""
     from gpuscope.readers import rowblock
+
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    monkeypatch.setenv("GPUSCOPE_SPILL_DIR", str(spill))
+    if rowblock.in_memory_fs(str(spill)):
+        pytest.skip("the test's directory is in memory (tmpfs): nothing is spilled there")
 
     run = tmp_path / "run"
     _make_run(run, 6, 40)
@@ -230,6 +237,11 @@ def test_a_run_dir_that_may_not_fit_in_memory_says_so_before_it_is_read(tmp_path
         tight = read_path(str(run))
     said = [w for w in tight.warnings if "may take about" in w]
     assert len(said) == 1 and f"up to {rows:,} rank-steps" in said[0]
+    assert f"kept in a file under {spill}" in said[0]
+    if fork._can_fork():  # the two-process reader maps its block in the spill directory
+        with open("/proc/self/maps") as fh:
+            assert any(f" {spill}/" in line and "(deleted)" in line for line in fh)
+    assert os.listdir(spill) == []  # unlinked: nothing left behind
     assert caplog.records and said[0] in caplog.records[0].getMessage()
     assert read_first and min(read_first) >= 1  # logged before the first file was read
     _same(plain, replace_warnings(tight, plain.warnings))
@@ -243,3 +255,58 @@ def replace_warnings(table, warnings):
     from dataclasses import replace
 
     return replace(table, warnings=list(warnings))
+
+
+def test_memory_room_in_a_control_group(tmp_path):
+    """A container's (or a job's) memory limit is the memory there is: cgroup v2 and v1 read
+    from their files, the page cache not counted as used; no limit, no answer."""
+    from gpuscope.readers.rowblock import cgroup_room
+
+    v2 = tmp_path / "v2"
+    (v2 / "job").mkdir(parents=True)
+    (v2 / "job" / "memory.max").write_text("4294967296\n")
+    (v2 / "job" / "memory.current").write_text(str(3 << 30) + "\n")
+    (v2 / "job" / "memory.stat").write_text("anon 100\nfile 1073741824\nkernel 5\n")
+    proc = tmp_path / "cgroup2"
+    proc.write_text("0::/job\n")
+    assert cgroup_room(str(proc), str(v2)) == (4 << 30) - (2 << 30)
+    (v2 / "job" / "memory.max").write_text("max\n")
+    assert cgroup_room(str(proc), str(v2)) is None
+
+    v1 = tmp_path / "v1"
+    (v1 / "memory" / "pod").mkdir(parents=True)
+    (v1 / "memory" / "pod" / "memory.limit_in_bytes").write_text(str(8 << 30))
+    (v1 / "memory" / "pod" / "memory.usage_in_bytes").write_text(str(7 << 30))
+    (v1 / "memory" / "pod" / "memory.stat").write_text("cache 9\ntotal_cache 3221225472\n")
+    proc1 = tmp_path / "cgroup1"
+    proc1.write_text("12:cpu,cpuacct:/pod\n9:memory:/pod\n1:name=systemd:/pod\n")
+    assert cgroup_room(str(proc1), str(v1)) == (8 << 30) - (4 << 30)
+    (v1 / "memory" / "pod" / "memory.limit_in_bytes").write_text(str(2**63 - 4096))
+    assert cgroup_room(str(proc1), str(v1)) is None
+    assert cgroup_room(str(tmp_path / "none"), str(v1)) is None
+
+
+def test_a_spill_directory_in_memory_or_without_room_is_not_used(tmp_path, monkeypatch):
+    """The step table goes to disk only where a file is outside memory and the disk has room;
+    otherwise the warning says why it stays in memory."""
+    from gpuscope.readers import rowblock
+
+    mounts = tmp_path / "mounts"
+    mounts.write_text(f"/dev/vda / ext4 rw 0 0\ntmpfs {tmp_path}/ram tmpfs rw 0 0\n")
+    assert rowblock.in_memory_fs(str(tmp_path / "ram" / "x"), str(mounts))
+    assert not rowblock.in_memory_fs(str(tmp_path / "ramdisk"), str(mounts))
+    assert not rowblock.in_memory_fs(str(tmp_path), str(mounts))
+
+    monkeypatch.setenv("GPUSCOPE_SPILL_DIR", str(tmp_path))
+    rows = 1_000_000
+    assert rowblock.memory_plan(rows, rows * rowblock.PEAK_BYTES_PER_ROW) == (None, None)
+    monkeypatch.setattr(rowblock, "free_disk", lambda path: 10 << 40)
+    said, where = rowblock.memory_plan(rows, 1 << 20)
+    assert where == str(tmp_path) and "kept in a file" in said and "may still not fit" in said
+    monkeypatch.setattr(rowblock, "in_memory_fs", lambda path: True)
+    said, where = rowblock.memory_plan(rows, 1 << 20)
+    assert where is None and "held in memory (tmpfs)" in said
+    monkeypatch.setattr(rowblock, "in_memory_fs", lambda path: False)
+    monkeypatch.setattr(rowblock, "free_disk", lambda path: 1 << 20)
+    said, where = rowblock.memory_plan(rows, 1 << 20)
+    assert where is None and "GB free of the" in said

@@ -5,6 +5,7 @@ from __future__ import annotations
 import mmap
 import os
 import signal
+import tempfile
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -106,6 +107,22 @@ def _in_child(work, daemon: bool = True):
         child.close()
 
 
+NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000 if os.uname().sysname == "Linux" else 0)
+
+
+def shared_memory(size: int, spill_dir: str | None = None) -> mmap.mmap:
+    """`size` bytes shared with the processes forked after this (pages taken as they are first
+    written): anonymous memory, or with `spill_dir`, an unlinked file there, whose pages the
+    kernel writes out and reads back under memory pressure (a table bigger than memory is then
+    read and analysed, more slowly, instead of the process being stopped)."""
+    size = max(int(size), mmap.PAGESIZE)
+    if spill_dir is None:
+        return mmap.mmap(-1, size, flags=mmap.MAP_SHARED | NORESERVE)
+    with tempfile.TemporaryFile(dir=spill_dir, prefix="gpuscope-spill-") as fh:
+        fh.truncate(size)  # sparse: disk is taken only where rows are written
+        return mmap.mmap(fh.fileno(), size, flags=mmap.MAP_SHARED)
+
+
 @dataclass(frozen=True)
 class _Slot:
     """Where an array lies in a SharedArena."""
@@ -116,15 +133,15 @@ class _Slot:
 
 
 class SharedArena:
-    """Anonymous shared memory mapped before the fork. The child copies its result's arrays into
+    """Shared memory (shared_memory) mapped before the fork. The child copies its result's arrays into
     it and sends only where they lie; the parent maps them as they are. Pickled through the
     pipe, every byte would be copied three more times (pickle, pipe, unpickle) while the parent
     waits. An array that does not fit (or holds objects) travels the usual way."""
 
     ALIGN = 64
 
-    def __init__(self, capacity: int):
-        self._mm = mmap.mmap(-1, max(int(capacity), mmap.PAGESIZE))  # MAP_SHARED | ANONYMOUS
+    def __init__(self, capacity: int, spill_dir: str | None = None):
+        self._mm = shared_memory(capacity, spill_dir)
         self._used = 0
 
     def put(self, arr):

@@ -20,19 +20,19 @@ copied together as before. Nothing here decides what is read: only where it land
 from __future__ import annotations
 
 import ctypes
-import mmap
 import os
+import tempfile
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..run_format import STEP_COLUMNS, columns_path
+from .fork import shared_memory
 from .record_body import BLOCK_ROWS
 
 _ROWS = len(BLOCK_ROWS)
 _WIDTH = len(STEP_COLUMNS)
 MIN_JSON_ROW = 2 * _WIDTH + 2  # bytes of the shortest JSON row: "[0,0,...,0]\n"
-_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000 if os.uname().sysname == "Linux" else 0)
 
 
 def rows_bound(name: str) -> int:
@@ -64,8 +64,14 @@ PEAK_BYTES_PER_ROW = 300
 
 
 def available_memory() -> int | None:
-    """Bytes of memory this machine can give without swapping (Linux: MemAvailable), or None
-    where that is not known."""
+    """Bytes of memory this process can take without swapping or being stopped: Linux's
+    MemAvailable, or less where its control group (a container's, a job's) allows less; None
+    where neither is known."""
+    known = [x for x in (_mem_available(), cgroup_room()) if x is not None]
+    return min(known) if known else None
+
+
+def _mem_available() -> int | None:
     try:
         with open("/proc/meminfo", "rb") as fh:
             for line in fh:
@@ -76,17 +82,117 @@ def available_memory() -> int | None:
     return None
 
 
-def memory_warning(rows: int, available: int | None = None) -> str | None:
-    """A warning when analysing `rows` rank-steps (at most: side_rows_bound's sum) would take
-    more memory than is available, else None."""
+def cgroup_room(proc: str = "/proc/self/cgroup", root: str = "/sys/fs/cgroup") -> int | None:
+    """Bytes this process's memory control group has left: its limit less what it uses, the
+    page cache (which the kernel reclaims first) not counted as used; None without a limit.
+    cgroup v2 (memory.max, memory.current, memory.stat's file) and v1 (memory.limit_in_bytes,
+    memory.usage_in_bytes, memory.stat's total_cache)."""
+    def read(path: str) -> str:
+        with open(path) as fh:
+            return fh.read().strip()
+
+    def stat(path: str, key: str) -> int:
+        for line in read(path).splitlines():
+            name, _, value = line.partition(" ")
+            if name == key:
+                return int(value)
+        return 0
+
+    try:
+        lines = read(proc).splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, controllers, path = parts
+        try:
+            if controllers == "":  # v2: one hierarchy
+                base = os.path.join(root, path.lstrip("/"))
+                limit = read(os.path.join(base, "memory.max"))
+                if limit == "max":
+                    continue
+                used = int(read(os.path.join(base, "memory.current")))
+                cache = stat(os.path.join(base, "memory.stat"), "file")
+            elif "memory" in controllers.split(","):  # v1
+                base = os.path.join(root, "memory", path.lstrip("/"))
+                limit = read(os.path.join(base, "memory.limit_in_bytes"))
+                if int(limit) >= 1 << 60:  # no limit set
+                    continue
+                used = int(read(os.path.join(base, "memory.usage_in_bytes")))
+                cache = stat(os.path.join(base, "memory.stat"), "total_cache")
+            else:
+                continue
+            return max(int(limit) - max(used - cache, 0), 0)
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def spill_dir() -> str:
+    """Where a table too big for memory is kept: $GPUSCOPE_SPILL_DIR, else the temporary
+    directory ($TMPDIR, /tmp)."""
+    return os.environ.get("GPUSCOPE_SPILL_DIR") or tempfile.gettempdir()
+
+
+def in_memory_fs(path: str, mounts: str = "/proc/mounts") -> bool:
+    """Whether `path` lies on a file system held in memory (tmpfs, ramfs): a file there is no
+    room outside memory."""
+    real, best, kind = os.path.realpath(path), "", ""
+    try:
+        with open(mounts) as fh:
+            for line in fh:
+                fields = line.split()
+                if len(fields) < 3:
+                    continue
+                point = fields[1].replace("\\040", " ")
+                inside = real == point or real.startswith(point.rstrip("/") + "/")
+                if inside and len(point) >= len(best):
+                    best, kind = point, fields[2]
+    except OSError:
+        return False
+    return kind in ("tmpfs", "ramfs")
+
+
+def free_disk(path: str) -> int | None:
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def memory_plan(rows: int, available: int | None = None) -> tuple[str | None, str | None]:
+    """(warning, spill directory) for analysing `rows` rank-steps at most (side_rows_bound's
+    sum). When they may take more memory than is available, the row block goes to a file
+    (RowBlock's spill_dir) where there is disk for it outside memory, and the warning says so;
+    (None, None) when they fit or memory is not known."""
     available = available_memory() if available is None else available
     need = rows * PEAK_BYTES_PER_ROW
     if available is None or need <= available:
-        return None
-    return (f"up to {rows:,} rank-steps to analyse: that may take about {need / 2**30:.1f} GB "
-            f"of memory and {available / 2**30:.1f} GB is available; if the analysis is "
-            "stopped for memory, analyse fewer ranks' files at a time (a run dir with some of "
-            "them) or use a machine with more memory")
+        return None, None
+    head = (f"up to {rows:,} rank-steps to analyse: that may take about {need / 2**30:.1f} GB "
+            f"of memory and {available / 2**30:.1f} GB is available")
+    where = spill_dir()
+    block = rows * 8 * (_ROWS + 1)
+    free = free_disk(where)
+    if os.path.isdir(where) and not in_memory_fs(where) and free is not None \
+            and free >= 1.2 * block:
+        rest = rows * (PEAK_BYTES_PER_ROW - 8 * (_ROWS + 1))
+        tail = (f"; the step table ({block / 2**30:.1f} GB) is kept in a file under {where} "
+                "that the system pages in and out (slower; $GPUSCOPE_SPILL_DIR chooses where)")
+        if rest > available:
+            tail += (f", and the rest ({rest / 2**30:.1f} GB) may still not fit: if the analysis "
+                     "is stopped for memory, analyse fewer ranks' files at a time (a run dir "
+                     "with some of them) or use a machine with more memory")
+        return head + tail, where
+    why = ("it is held in memory (tmpfs)" if in_memory_fs(where) else
+           f"it has {(free or 0) / 2**30:.1f} GB free of the {block / 2**30:.1f} GB needed")
+    return (head + f"; the step table cannot be kept on disk under {where} ({why}; "
+            "$GPUSCOPE_SPILL_DIR chooses where): if the analysis is stopped for memory, analyse "
+            "fewer ranks' files at a time (a run dir with some of them) or use a machine with "
+            "more memory"), None
 
 
 @dataclass(frozen=True)
@@ -130,12 +236,13 @@ class Region:
 
 class RowBlock:
     """The shared block: BLOCK_ROWS and wait_ns (zeros, filled by the analysis) x capacity
-    int64, mapped before the fork (its pages touched only as rows are written)."""
+    int64, mapped before the fork (its pages touched only as rows are written); in memory, or
+    in a file under `spill_dir` (fork.shared_memory)."""
 
-    def __init__(self, capacity: int):
+    def __init__(self, capacity: int, spill_dir: str | None = None):
         self.capacity = max(int(capacity), 1)
         size = (_ROWS + 1) * self.capacity * 8
-        self._mm = mmap.mmap(-1, size, flags=mmap.MAP_SHARED | _NORESERVE)
+        self._mm = shared_memory(size, spill_dir)
         self.array = np.frombuffer(self._mm, np.int64, (_ROWS + 1) * self.capacity).reshape(
             _ROWS + 1, self.capacity)
         self._base = self.array.ctypes.data

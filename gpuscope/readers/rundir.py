@@ -376,7 +376,7 @@ def _load_all(names: list[str], warnings: list[str]) -> tuple[list, tuple | None
         return out[::-1] if down else out
 
     from .fork import SharedArena, _in_child
-    from .rowblock import Region, RowBlock, memory_warning, rows_bound, side_rows_bound
+    from .rowblock import Region, RowBlock, memory_plan, rows_bound, side_rows_bound
 
     big = len(names) >= PARALLEL_MIN_FILES or (
         len(names) >= 2 and sum(file_size(n) for n in names) >= PARALLEL_MIN_BYTES)
@@ -384,7 +384,7 @@ def _load_all(names: list[str], warnings: list[str]) -> tuple[list, tuple | None
         return load(names), None
     sides = [side_rows_bound(n) for n in names]
     # files without a side file are not counted: their JSON's bound is too loose to warn on
-    too_big = memory_warning(sum(b for b in sides if b is not None))
+    too_big, spill = memory_plan(sum(b for b in sides if b is not None))
     if too_big is not None:  # said before reading: the analysis may be stopped for memory
         logger.warning("gpuscope: %s: %s", os.path.dirname(names[0]) or ".", too_big)
         warnings.append(too_big)
@@ -402,10 +402,13 @@ def _load_all(names: list[str], warnings: list[str]) -> tuple[list, tuple | None
     share = sum(sizes[cut:]) / max(total, 1)
     # the child's collectives come back through shared memory: a row of the file takes at
     # least 32 bytes, a collective at least 12 and gives 40
-    arena = SharedArena(ARENA_PER_BYTE * sum(sizes[:cut]) + (1 << 20))
+    try:
+        arena = SharedArena(ARENA_PER_BYTE * sum(sizes[:cut]) + (1 << 20), spill)
+    except (OSError, ValueError, OverflowError):  # no room to map it: pickled through the pipe
+        arena = SharedArena(0)
     bounds = [b if b is not None else rows_bound(n) for n, b in zip(names, sides)]
     try:
-        rows = RowBlock(sum(bounds))
+        rows = RowBlock(sum(bounds), spill)
     except (OSError, ValueError, OverflowError):  # no room to map it: each file its own arrays
         rows = None
     # the child's region fills leftwards from the parent's: they meet with no gap to close
