@@ -55,7 +55,8 @@ peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 print(json.dumps({"wall_s": wall, "total_s": time.perf_counter() - t_start,
                   "peak_mb": peak / 2**20, "peak_over_base_mb": (peak - base) / 2**20,
                   "verdict": report.verdict.label,
-                  "stragglers": [s.rank for s in report.stragglers], "steps": len(report.steps)}))
+                  "stragglers": [s.rank for s in report.stragglers], "steps": len(report.steps),
+                  "spilled": any("are kept in files under" in w for w in report.warnings)}))
 """
 
 
@@ -115,10 +116,52 @@ def make_run(path: str, ranks: int, steps: int, seed: int = 0) -> int:
     return total
 
 
-def measure(path: str) -> dict:
-    out = subprocess.run([sys.executable, "-c", _MEASURE, path], capture_output=True, text=True,
-                         check=True, cwd=ROOT)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+def measure(path: str, every: float = 0.0) -> dict:
+    """One analysis in a fresh process; with `every` (seconds), its process tree's memory is
+    also sampled that often from /proc: the peak of what the kernel cannot take back (anonymous
+    and shared memory: Pss_Anon + Pss_Shmem) beside that of everything resident (Pss, which
+    counts the pages of a table kept in a file, rowblock.memory_plan, that the kernel may
+    write out and drop)."""
+    proc = subprocess.Popen([sys.executable, "-c", _MEASURE, path], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    held = resident = 0
+    while every and proc.poll() is None:
+        mem = tree_memory(proc.pid)
+        held = max(held, mem["Pss_Anon"] + mem["Pss_Shmem"])
+        resident = max(resident, mem["Pss"])
+        time.sleep(every)
+    out, err = proc.communicate()
+    if proc.returncode:
+        raise subprocess.CalledProcessError(proc.returncode, proc.args, out, err)
+    res = json.loads(out.strip().splitlines()[-1])
+    if every:
+        res["tree_held_peak_mb"] = held / 2**20
+        res["tree_resident_peak_mb"] = resident / 2**20
+    return res
+
+
+def tree_memory(pid: int) -> dict:
+    """Pss, Pss_Anon and Pss_Shmem (bytes) summed over pid and its descendants."""
+    pids, i = [pid], 0
+    while i < len(pids):
+        for task in glob.glob(f"/proc/{pids[i]}/task/*/children"):
+            try:
+                with open(task) as fh:
+                    pids += [int(p) for p in fh.read().split()]
+            except OSError:
+                pass
+        i += 1
+    out = {"Pss": 0, "Pss_Anon": 0, "Pss_Shmem": 0}
+    for p in pids:
+        try:
+            with open(f"/proc/{p}/smaps_rollup") as fh:
+                for line in fh:
+                    key = line.split(":", 1)[0]
+                    if key in out:
+                        out[key] += int(line.split()[1]) * 1024
+        except OSError:  # gone meanwhile
+            pass
+    return out
 
 
 def end_to_end(path: str) -> float:
@@ -166,6 +209,11 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--work", default=os.path.join(ROOT, "build", "scale"))
     ap.add_argument("--out", default=os.path.join(HERE, "results", "scale.json"))
+    ap.add_argument("--skip-json", action="store_true",
+                    help="only the run dirs with side files: no JSON-only runs, no json.loads "
+                         "(sizes where decoding every line would take an hour), no CLI runs")
+    ap.add_argument("--sample-every", type=float, default=0.0,
+                    help="also sample the analysis's process tree's memory this often (s)")
     args = ap.parse_args()
     rows = []
     for size in args.sizes.split(","):
@@ -183,38 +231,45 @@ def main() -> None:
         cols_mb = sum(os.path.getsize(p) for p in glob.glob(os.path.join(path, "*" + COLUMNS_SUFFIX)))
         loop = [machine_speed()]
         runs, cli, json_runs, json_cli = [], [], [], []
-        for _ in range(args.repeat):  # interleaved, so a slow minute hits both alike
-            runs.append(measure(path))
+        if args.skip_json:
+            runs = [measure(path, args.sample_every) for _ in range(args.repeat)]
+            json_runs = []
+        for _ in range(0 if args.skip_json else args.repeat):  # interleaved: a slow minute
+            runs.append(measure(path, args.sample_every))   # hits both alike
             json_runs.append(measure(path + "-json"))
-        for _ in range(args.repeat):
+        for _ in range(0 if args.skip_json else args.repeat):
             cli.append(end_to_end(path))
             json_cli.append(end_to_end(path + "-json"))
-        loads = min(json_loads_time(path) for _ in range(args.repeat))
+        loads = None if args.skip_json else min(json_loads_time(path) for _ in range(args.repeat))
         loop.append(machine_speed())
         best = min(runs, key=lambda r: r["wall_s"])
         if {(r["verdict"], tuple(r["stragglers"])) for r in runs + json_runs} != \
                 {(best["verdict"], tuple(best["stragglers"]))}:
             raise SystemExit("the side files and the JSON gave different verdicts")
+        med = lambda rs, k: round(statistics.median(r[k] for r in rs), 3)  # noqa: E731
         row = {"ranks": ranks, "steps": steps, "rows": ranks * steps,
                "files_mb": round(nbytes / 2**20, 1), "side_files_mb": round(cols_mb / 2**20, 1),
-               "analyze_s_median": round(statistics.median(r["wall_s"] for r in runs), 3),
+               "analyze_s_median": med(runs, "wall_s"),
                "analyze_s_min": round(best["wall_s"], 3),
-               "process_s_median": round(statistics.median(r["total_s"] for r in runs), 3),
-               "cli_s_median": round(statistics.median(cli), 3),
-               "peak_mb": round(statistics.median(r["peak_mb"] for r in runs), 1),
-               "peak_over_base_mb": round(statistics.median(r["peak_over_base_mb"] for r in runs), 1),
-               "json_only": {
-                   "analyze_s_median": round(statistics.median(r["wall_s"] for r in json_runs), 3),
+               "process_s_median": med(runs, "total_s"),
+               "cli_s_median": round(statistics.median(cli), 3) if cli else None,
+               "peak_mb": round(med(runs, "peak_mb"), 1),
+               "peak_over_base_mb": round(med(runs, "peak_over_base_mb"), 1),
+               # the step and collectives tables were kept in files (rowblock.memory_plan)
+               "spilled": any(r.get("spilled") for r in runs),
+               "json_only": None if not json_runs else {
+                   "analyze_s_median": med(json_runs, "wall_s"),
                    "analyze_s_min": round(min(r["wall_s"] for r in json_runs), 3),
                    "cli_s_median": round(statistics.median(json_cli), 3),
-                   "peak_over_base_mb": round(statistics.median(r["peak_over_base_mb"]
-                                                                for r in json_runs), 1),
+                   "peak_over_base_mb": round(med(json_runs, "peak_over_base_mb"), 1),
                    # the whole analysis of the JSON-only run over json.loads of its lines
                    "json_loads_s": loads,
-                   "over_json_loads": round(statistics.median(r["wall_s"] for r in json_runs)
-                                            / loads, 2)},
+                   "over_json_loads": round(med(json_runs, "wall_s") / loads, 2)},
                "verdict": best["verdict"], "stragglers": best["stragglers"],
                "python_loop_s": loop}  # the machine's speed before and after
+        if args.sample_every:
+            row["tree_held_peak_mb"] = round(med(runs, "tree_held_peak_mb"), 1)
+            row["tree_resident_peak_mb"] = round(med(runs, "tree_resident_peak_mb"), 1)
         row["bytes_per_row_peak"] = round(row["peak_over_base_mb"] * 2**20 / row["rows"], 1)
         rows.append(row)
         print(json.dumps(row), flush=True)

@@ -8,7 +8,8 @@ overhead_cases.json and overhead_cases_gpu.json (benchmarks/bench_overhead_cases
 whatif.json (benchmarks/bench_whatif.py), vs_hta.json (benchmarks/bench_vs_hta.py), scale.json
 (benchmarks/bench_scale.py), same_run.json (scripts/same_run.py), fuzz.json (scripts/fuzz.py),
 soak.json (scripts/soak.py), upstream_2d.json (scripts/upstream_2d.py), scale_large.json
-(benchmarks/bench_scale.py --out ...: past 1,024 ranks); a missing file leaves
+and scale_huge.json (benchmarks/bench_scale.py --out ...: past 1,024 ranks, and more
+rank-steps than memory); a missing file leaves
 its section out with the command that makes it. The README's lines between
 `<!-- budgets:begin -->` and `<!-- budgets:end -->` are rewritten: one per budget, its figure,
 and a link to the section here; those between `<!-- firstrun:... -->`, what `make demo` cost on
@@ -123,11 +124,55 @@ def scale_large(d: dict) -> list[str]:
     out += drift_note(d)
     big = max(d["rows"], key=lambda x: x["rows"])
     need = 100_000_000 * big["bytes_per_row_peak"] / 2**30
-    out += ["", f"10,000 x 10,000 steps is not measured: at the {big['bytes_per_row_peak']:.0f} "
-                f"bytes per rank-step the largest size peaked at, its 100 million rank-steps "
-                f"would need about {need:.0f} GB, more than this machine's 24 GB; it waits for "
-                "an analysis that streams its steps."]
+    out += ["", f"At the {big['bytes_per_row_peak']:.0f} bytes per rank-step the largest size "
+                f"peaked at, 100 million rank-steps would need about {need:.0f} GB in memory: "
+                "more than this machine has (next section)."]
     return out + [""]
+
+
+def scale_huge(d: dict, large: dict | None) -> list[str]:
+    """10,000 x 10,000: more than memory, its tables kept in files (rowblock.memory_plan)."""
+    sizes = ",".join(f"{r['ranks']}x{r['steps']}" for r in d["rows"])
+    out = ["## More rank-steps than memory", "",
+           f"`python benchmarks/bench_scale.py --sizes {sizes} --repeat {d['repeat']} --skip-json "
+           f"--sample-every 1 --out benchmarks/results/scale_huge.json` on {d['cpu_count']} cores "
+           "(the run dir made by the same writer). When a run dir's rows times the peak bytes per "
+           "rank-step measured above exceed the memory available (the control group's room "
+           "where that is less), its step and collectives tables are kept in unlinked files "
+           "under `$GPUSCOPE_SPILL_DIR` (else the temporary directory) that the kernel writes out "
+           "and reads back, and the report says so; before, such a run was stopped for memory. "
+           "\"Held\" is the peak of what the kernel cannot take back (anonymous and shared "
+           "memory of the process tree, sampled each second), \"resident\" adds the tables' "
+           "pages in memory at the time.", "",
+           "| ranks x steps | record files (+ side files) | analysis | per rank-step | held | "
+           "resident | tables in files | verdict |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in d["rows"]:
+        out.append(
+            f"| {r['ranks']:,} x {r['steps']:,} | {r['files_mb'] / 1024:.1f} GB "
+            f"(+{r['side_files_mb'] / 1024:.1f} GB) | {r['analyze_s_median']:.0f} s | "
+            f"{1e6 * r['analyze_s_median'] / r['rows']:.2f} us | "
+            f"{r.get('tree_held_peak_mb', float('nan')) / 1024:.1f} GB | "
+            f"{r.get('tree_resident_peak_mb', float('nan')) / 1024:.1f} GB | "
+            f"{'yes' if r.get('spilled') else 'no'} | {r['verdict']}, rank(s) {r['stragglers']} |")
+    if large:
+        ref = max(large["rows"], key=lambda x: x["rows"])
+        for r in d["rows"]:
+            per, per_ref = r["analyze_s_median"] / r["rows"], ref["analyze_s_median"] / ref["rows"]
+            out += ["", f"Per rank-step, {r['ranks']:,} x {r['steps']:,} took {per / per_ref:.1f}x "
+                        f"the time of {ref['ranks']:,} x {ref['steps']:,} in memory (above)."]
+    out += drift_note(d)
+    return out + [""]
+
+
+def huge_note(d: dict | None) -> str:
+    """The README's words on 10,000 x 10,000 (scale_huge.json)."""
+    row = next((r for r in (d or {}).get("rows", []) if r["rows"] >= 100_000_000), None)
+    if row is None:
+        return "not yet analysed"
+    return (f"analysed in {row['analyze_s_median'] / 60:.0f} min, "
+            f"{row.get('tree_held_peak_mb', float('nan')) / 1024:.0f} GB held"
+            + (", its tables in files" if row.get("spilled") else ""))
 
 
 def instructions_note(d: dict | None) -> str:
@@ -464,8 +509,8 @@ def budgets(docs: dict) -> list[str]:
                    f"measured {big['ranks']:,} x {big['steps']:,} in {big['cli_s_median']:.1f} s "
                    f"end to end, {big['peak_over_base_mb'] / 1024:.1f} GB"
                    + ("" if ok else ": not yet within it")
-                   + "; 10,000 x 10,000 not yet analysed ([past one thousand]"
-                   "(docs/performance.md#many-ranks-past-one-thousand)).")
+                   + "; 10,000 x 10,000 " + huge_note(docs.get("scale_huge.json"))
+                   + " ([past one thousand](docs/performance.md#many-ranks-past-one-thousand)).")
     w = docs.get("whatif.json")
     if w:
         ok = sum(bool(c.get("in_range")) for c in w["cases"])
@@ -541,6 +586,9 @@ def main() -> None:
             ("scale_large.json", scale_large,
              "benchmarks/bench_scale.py --sizes 2048x1000,4096x1000,10000x1000 --repeat 1 "
              "--out benchmarks/results/scale_large.json"),
+            ("scale_huge.json", lambda d: scale_huge(d, docs.get("scale_large.json")),
+             "benchmarks/bench_scale.py --sizes 10000x10000 --repeat 1 --skip-json "
+             "--sample-every 1 --out benchmarks/results/scale_huge.json"),
             ("same_run.json", same_run, "scripts/same_run.py"),
             ("memory.json", memory, "benchmarks/bench_memory.py"),
             ("upstream_2d.json", upstream_2d, "scripts/upstream_2d.py --examples PATH"),

@@ -237,10 +237,15 @@ def test_a_run_dir_that_may_not_fit_in_memory_says_so_before_it_is_read(tmp_path
         tight = read_path(str(run))
     said = [w for w in tight.warnings if "may take about" in w]
     assert len(said) == 1 and f"up to {rows:,} rank-steps" in said[0]
-    assert f"kept in a file under {spill}" in said[0]
-    if fork._can_fork():  # the two-process reader maps its block in the spill directory
+    assert f"are kept in files under {spill}" in said[0]
+    if fork._can_fork():  # the two-process reader maps its tables in the spill directory
         with open("/proc/self/maps") as fh:
-            assert any(f" {spill}/" in line and "(deleted)" in line for line in fh)
+            mapped = {line.split()[-2] for line in fh if f" {spill}/" in line
+                      and line.rstrip().endswith("(deleted)")}
+        frame_at = tight.frame["step_ns"].to_numpy().ctypes.data
+        comm_at = tight.comm["comm_ns"].to_numpy().ctypes.data
+        assert len(mapped) >= 2 and _in_a_mapping_of(frame_at, spill) and \
+            _in_a_mapping_of(comm_at, spill)
     assert os.listdir(spill) == []  # unlinked: nothing left behind
     assert caplog.records and said[0] in caplog.records[0].getMessage()
     assert read_first and min(read_first) >= 1  # logged before the first file was read
@@ -249,6 +254,17 @@ def test_a_run_dir_that_may_not_fit_in_memory_says_so_before_it_is_read(tmp_path
     assert not any("may take about" in w for w in read_path(str(run)).warnings)
     monkeypatch.setattr(rowblock, "available_memory", lambda: None)  # not known: nothing said
     assert not any("may take about" in w for w in read_path(str(run)).warnings)
+
+
+def _in_a_mapping_of(address: int, folder) -> bool:
+    """Whether `address` lies in this process's mapping of a deleted file in `folder`."""
+    with open("/proc/self/maps") as fh:
+        for line in fh:
+            span, *rest = line.split()
+            lo, hi = (int(x, 16) for x in span.split("-"))
+            if lo <= address < hi:
+                return f" {folder}/" in line and line.rstrip().endswith("(deleted)")
+    return False
 
 
 def replace_warnings(table, warnings):
@@ -302,7 +318,7 @@ def test_a_spill_directory_in_memory_or_without_room_is_not_used(tmp_path, monke
     assert rowblock.memory_plan(rows, rows * rowblock.PEAK_BYTES_PER_ROW) == (None, None)
     monkeypatch.setattr(rowblock, "free_disk", lambda path: 10 << 40)
     said, where = rowblock.memory_plan(rows, 1 << 20)
-    assert where == str(tmp_path) and "kept in a file" in said and "may still not fit" in said
+    assert where == str(tmp_path) and "kept in files" in said and "may still not fit" in said
     monkeypatch.setattr(rowblock, "in_memory_fs", lambda path: True)
     said, where = rowblock.memory_plan(rows, 1 << 20)
     assert where is None and "held in memory (tmpfs)" in said

@@ -180,8 +180,9 @@ def memory_plan(rows: int, available: int | None = None) -> tuple[str | None, st
     if os.path.isdir(where) and not in_memory_fs(where) and free is not None \
             and free >= 1.2 * block:
         rest = rows * (PEAK_BYTES_PER_ROW - 8 * (_ROWS + 1))
-        tail = (f"; the step table ({block / 2**30:.1f} GB) is kept in a file under {where} "
-                "that the system pages in and out (slower; $GPUSCOPE_SPILL_DIR chooses where)")
+        tail = (f"; the step table ({block / 2**30:.1f} GB) and the collectives' are kept in "
+                f"files under {where} that the system pages in and out (slower; "
+                "$GPUSCOPE_SPILL_DIR chooses where)")
         if rest > available:
             tail += (f", and the rest ({rest / 2**30:.1f} GB) may still not fit: if the analysis "
                      "is stopped for memory, analyse fewer ranks' files at a time (a run dir "
@@ -241,6 +242,7 @@ class RowBlock:
 
     def __init__(self, capacity: int, spill_dir: str | None = None):
         self.capacity = max(int(capacity), 1)
+        self.spill_dir = spill_dir
         size = (_ROWS + 1) * self.capacity * 8
         self._mm = shared_memory(size, spill_dir)
         self.array = np.frombuffer(self._mm, np.int64, (_ROWS + 1) * self.capacity).reshape(

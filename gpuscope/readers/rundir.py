@@ -811,10 +811,11 @@ def _concat(frames: list, blocks: list, placed: tuple | None = None
     return out, (block, ints + ["wait_ns"])
 
 
-def _comm_frame(parts: list) -> pd.DataFrame:
+def _comm_frame(parts: list, spill: str | None = None) -> pd.DataFrame:
     """The collectives table (COMM_COLUMNS, plus each key's kind and group) from per-rank
     columns; keys are categorical (a handful of distinct keys over up to millions of rows).
-    The int columns are filled into one 2-D block the frame keeps as it is."""
+    The int columns are filled into one 2-D block the frame keeps as it is (in a file under
+    `spill` when the step table went there: fork.shared_memory)."""
     names: dict = {}  # key -> code, over all ranks
     codes, counts, last = [], [], None
     for _, c in parts:
@@ -825,7 +826,12 @@ def _comm_frame(parts: list) -> pd.DataFrame:
         codes.append(c[2] if same else local[c[2]])
         counts.append(len(c[0]))
     m = sum(counts)
-    block = np.empty((5, m), np.int64)
+    if spill is None:
+        block = np.empty((5, m), np.int64)
+    else:
+        from .fork import shared_memory
+
+        block = np.frombuffer(shared_memory(5 * 8 * m, spill), np.int64, 5 * m).reshape(5, m)
     block[0] = np.repeat(np.array([r for r, _ in parts], np.int64), counts)
     np.concatenate([c[0] for _, c in parts], out=block[1])
     np.concatenate([c[3].reshape(-1, 3).T for _, c in parts], axis=1, out=block[2:])
@@ -939,7 +945,8 @@ def read_run_dir(path: str, loaded: list | None = None) -> RunTable:
         frame = frame.sort_values(["rank", "step"], kind="stable")
     frame = frame.reset_index(drop=True)
     tel = pd.concat(telemetry, ignore_index=True) if telemetry else None
-    comm_frame = _comm_frame(comm) if comm else None
+    spill = placed[0].spill_dir if placed is not None else None
+    comm_frame = _comm_frame(comm, spill) if comm else None
     if comm_frame is not None:
         frame = with_bubble(frame, comm_frame)
     return RunTable(frame, "record", path, ranks, world or len(ranks), warnings, telemetry=tel,

@@ -175,6 +175,8 @@ def p2p_mask(keys: list, sendrecv_kernels: bool = True) -> np.ndarray:
     for k in set(keys):
         if k is not None:
             memo[k] = is_p2p(k, sendrecv_kernels)
+    if not any(memo.values()):  # the usual case: no point-to-point key at all
+        return np.zeros(len(keys), dtype=bool)
     return np.fromiter(map(memo.__getitem__, keys), dtype=bool, count=len(keys))
 
 
