@@ -60,10 +60,12 @@ print(json.dumps({"wall_s": wall, "total_s": time.perf_counter() - t_start,
 """
 
 
-def make_run(path: str, ranks: int, steps: int, seed: int = 0) -> int:
+def make_run(path: str, ranks: int, steps: int, seed: int = 0, only=None) -> int:
     """Write a synthetic DDP run dir with the recorder's writer; returns the record files' size
-    in bytes (the side files not counted)."""
-    shutil.rmtree(path, ignore_errors=True)
+    in bytes (the side files not counted). `only`: rewrite these ranks' files alone (the same
+    rows: every rank's numbers are drawn, in order)."""
+    if only is None:
+        shutil.rmtree(path, ignore_errors=True)
     rng = np.random.default_rng(seed)
     t0 = 1_790_000_000_000_000_000
     base_step = 80_000_000  # 80 ms
@@ -83,6 +85,8 @@ def make_run(path: str, ranks: int, steps: int, seed: int = 0) -> int:
         step = data + compute + exposed + other
         comm = np.maximum(comm, exposed)  # the exposed part lies inside the communication
         start = t0 + np.concatenate([[0], np.cumsum(step)[:-1]])
+        if only is not None and rank not in only:
+            continue
         head = {"schema": SCHEMA, "rank": rank, "local_rank": rank % 8, "world_size": ranks,
                 "host": f"node{rank // 8:04d}", "pid": 1000 + rank, "placement_source": "env",
                 "run_id": "bench", "recording": 1, "start_unix_ns": t0, "clock": "perf_counter_ns",
@@ -90,7 +94,14 @@ def make_run(path: str, ranks: int, steps: int, seed: int = 0) -> int:
                 "knobs": {"world_size": ranks, "backend": "nccl", "device": "cuda",
                           "model": "DistributedDataParallel", "param_dtype": "bfloat16",
                           "params": 124_000_000}}
+        if only is not None:  # the file is made again: the old one (and its link) go first
+            for old in glob.glob(os.path.join(path, f"rank-{rank:05d}.*")) + \
+                    glob.glob(os.path.join(path + "-json", f"rank-{rank:05d}.*")):
+                os.remove(old)
         writer = RecordWriter(path, rank)
+        # a training loop's writer drops batches past MAX_PENDING rather than wait for a slow
+        # disk (the recorder then says so); this one writes a whole file at once: it waits
+        writer.MAX_PENDING = steps // FLUSH_ROWS + 8
         writer.write_header(head)
         writer.add_meta({"knobs": {"loader": "DataLoader", "num_workers": 4, "batch_size": 16},
                          "at_step": 0})
@@ -104,7 +115,12 @@ def make_run(path: str, ranks: int, steps: int, seed: int = 0) -> int:
         writer.close({"steps": steps, "crashed": False,
                       "end_unix_ns": int(start[-1] + step[-1])})
         assert writer.error is None, writer.error
+        assert writer.dropped == 0, f"rank {rank}: {writer.dropped} lines dropped"
         total += os.path.getsize(writer.path)
+        if only is not None and os.path.isdir(path + "-json"):
+            os.link(writer.path, os.path.join(path + "-json", os.path.basename(writer.path)))
+    if only is not None:
+        return total
     json_only = path + "-json"  # the same record files, without their side files
     shutil.rmtree(json_only, ignore_errors=True)
     os.makedirs(json_only)
@@ -192,6 +208,24 @@ def json_loads_time(path: str) -> float:
     return round(float(out.stdout), 3)
 
 
+def memory_limits() -> dict:
+    """The machine's memory (MemTotal) and, where this process's control group sets one, its
+    limit (GB): what the analysis ran within."""
+    out = {}
+    try:
+        with open("/proc/meminfo") as fh:
+            out["machine"] = round(int(next(l for l in fh if l.startswith("MemTotal:")).split()[1])
+                                   / 2**20, 1)
+    except (OSError, StopIteration, ValueError):
+        pass
+    from gpuscope.readers.rowblock import cgroup_room
+
+    room = cgroup_room()
+    if room is not None:
+        out["cgroup_room_at_start"] = round(room / 2**30, 1)
+    return out
+
+
 def machine_speed() -> float:
     """Seconds of a fixed pure-Python loop (10 million additions), in a fresh process: this
     shared VM's speed drifts from minute to minute, and the figures are read against it."""
@@ -273,7 +307,8 @@ def main() -> None:
         row["bytes_per_row_peak"] = round(row["peak_over_base_mb"] * 2**20 / row["rows"], 1)
         rows.append(row)
         print(json.dumps(row), flush=True)
-    result = {"commit": commit(), "cpu_count": os.cpu_count(), "repeat": args.repeat, "rows": rows}
+    result = {"commit": commit(), "cpu_count": os.cpu_count(), "repeat": args.repeat,
+              "memory_gb": memory_limits(), "rows": rows}
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(result, f, indent=2)
