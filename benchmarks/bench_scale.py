@@ -261,7 +261,7 @@ def main() -> None:
                 f.write(str(nbytes))
             print(f"made {path} ({nbytes / 2**20:.0f} MB) in {time.perf_counter() - t:.1f} s",
                   flush=True)
-        nbytes = int(open(marker).read())
+        nbytes = sum(os.path.getsize(p) for p in glob.glob(os.path.join(path, "rank-*.jsonl")))
         cols_mb = sum(os.path.getsize(p) for p in glob.glob(os.path.join(path, "*" + COLUMNS_SUFFIX)))
         loop = [machine_speed()]
         runs, cli, json_runs, json_cli = [], [], [], []

@@ -52,20 +52,26 @@ def group_cycles(frame: pd.DataFrame, ends: np.ndarray) -> tuple[pd.DataFrame, p
     first_of_rank = np.r_[True, rank[1:] != rank[:-1]]
     offset = np.maximum.accumulate(np.where(first_of_rank, before, 0))
     cycle = before - offset
-    keys = pd.DataFrame({"rank": rank, "cycle": cycle})
-    g = frame.assign(cycle=cycle).groupby(["rank", "cycle"], sort=True)
-    cols = [c for c in SUMMED if c in frame]
-    out = g[cols].sum()
-    out["start_ns"] = g["start_ns"].min()
-    out["step"] = g["step"].max()
-    out["micro_steps"] = g["step"].size()
+    # the rows are sorted by rank and step: each (rank, cycle) is one run of rows
+    starts = np.flatnonzero(first_of_rank | np.r_[True, cycle[1:] != cycle[:-1]])[:rank.size]
+    sizes = np.diff(np.r_[starts, rank.size])
+    out = {"rank": rank[starts]}
+    for c in (c for c in SUMMED if c in frame):
+        out[c] = np.add.reduceat(frame[c].to_numpy(), starts) if starts.size else \
+            frame[c].to_numpy()[:0]
+    step = frame["step"].to_numpy()
+    out["start_ns"] = _reduce(np.minimum, frame["start_ns"].to_numpy(), starts)
+    out["step"] = _reduce(np.maximum, step, starts)
+    out["micro_steps"] = sizes.astype(np.int64)
     if "synced" in frame:
-        out["synced"] = g["synced"].max()
-    out = out.reset_index()
-    mapping = keys.assign(step=frame["step"].to_numpy()).merge(
-        out[["rank", "cycle", "step"]].rename(columns={"step": "cycle_step"}),
-        on=["rank", "cycle"], how="left")
-    return out.drop(columns="cycle"), mapping[["rank", "step", "cycle_step"]]
+        out["synced"] = _reduce(np.maximum, frame["synced"].to_numpy(), starts)
+    mapping = pd.DataFrame({"rank": rank, "step": step,
+                            "cycle_step": np.repeat(out["step"], sizes)})
+    return pd.DataFrame(out), mapping
+
+
+def _reduce(ufunc, values: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    return ufunc.reduceat(values, starts) if starts.size else values[:0]
 
 
 def sync_interval(cycles: pd.DataFrame) -> int:
