@@ -328,8 +328,9 @@ def sort_events(batches) -> RankEvents:
         nid = _intern([e.name for e in keep], name_ids)
         cid = _intern([e.cat for e in keep], cat_ids)
         args = [e.args for e in keep]
-        has = np.array([a is not None for a in args], dtype=bool)
-        present = [a for a in args if a is not None]
+        every = None not in args  # the usual case: each event has its args (no mask, no copy)
+        has = slice(None) if every else np.array([a is not None for a in args], dtype=bool)
+        present = args if every else [a for a in args if a is not None]
         stream = np.full(m, -1, dtype=np.int64)
         corr = np.full(m, -1, dtype=np.int64)
         if present:
@@ -340,8 +341,9 @@ def sort_events(batches) -> RankEvents:
                 bad_id += 1
                 stream[has] = [_id64(a.stream) for a in present]
                 corr[has] = [_id64(a.correlation) for a in present]
-            for i in np.flatnonzero(has)[[a.collective is not None or a.pg_name is not None
-                                          for a in present]].tolist():
+            named = [i for i, a in enumerate(present)
+                     if a.collective is not None or a.pg_name is not None]
+            for i in (named if every else np.flatnonzero(has)[named].tolist()):
                 coll_args[n + i] = (args[i].pg_name, args[i].collective)
         tids = [e.tid for e in keep]
         del keep, args, present
