@@ -144,8 +144,8 @@ class Ranges:
 
     def window(self, lo: int, hi: int):
         """(merged spans clipped to the window, indices into the events of the ranges in it)."""
-        a = int(np.searchsorted(self.reach, lo, "right"))  # ranges before a all end by lo
-        b = int(np.searchsorted(self.start, hi, "left"))   # ranges from b on start at hi or later
+        a = int(self.reach.searchsorted(lo, "right"))  # ranges before a all end by lo
+        b = int(self.start.searchsorted(hi, "left"))   # ranges from b on start at hi or later
         s, e = self.start[a:b], self.end[a:b]
         keep = e > lo
         return spans.clip(spans.merge(s[keep], e[keep]), lo, hi), self.index[a:b][keep]
@@ -174,7 +174,8 @@ def rank_rows(ev: RankEvents, rank: int, drop: frozenset = frozenset()):
     opt_any = Ranges(ev, OP, ev.host_sub == OPTIMIZER)
     # the training thread's torch ops inside its data waits: the CPU that loading is seen to
     # use (its Python, a decoder's, is not in a trace: a lower bound)
-    leaf_main = Ranges(ev, OP, leaf_ops(ev, main))
+    leaves_main = leaf_ops(ev, main)
+    leaf_main = Ranges(ev, OP, leaves_main)
     if gpu:
         launched, found = launch_times(ev)
         dev = device_windows(ev, windows, launched, found)
@@ -205,7 +206,7 @@ def rank_rows(ev: RankEvents, rank: int, drop: frozenset = frozenset()):
         # the work inside wait ranges: ops with no op inside them, but not a wait range that
         # has no child (gloo's c10d::allreduce_ blocking 20 ms when its queue is full is
         # waiting, not work)
-        leaf = leaf_ops(ev, main) & ~waits
+        leaf = leaves_main & ~waits
         annots = main & (ev.host_wait == ANNOTATION)
         ops_r, comm_r = Ranges(ev, OP, main), Ranges(ev, COMM_HOST)
         wait_r, annot_r, leaf_r = Ranges(ev, OP, waits), Ranges(ev, OP, annots), Ranges(ev, OP, leaf)
