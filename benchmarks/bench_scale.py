@@ -35,7 +35,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 sys.path.insert(0, HERE)
 
-from measured import commit  # noqa: E402  (benchmarks/measured.py)
+from measured import commit, process_tree  # noqa: E402  (benchmarks/measured.py)
 from gpuscope.record.writer import RecordWriter  # noqa: E402
 from gpuscope.run_format import COLUMNS_SUFFIX, SCHEMA, STEP_COLUMNS  # noqa: E402
 
@@ -158,17 +158,8 @@ def measure(path: str, every: float = 0.0) -> dict:
 
 def tree_memory(pid: int) -> dict:
     """Pss, Pss_Anon and Pss_Shmem (bytes) summed over pid and its descendants."""
-    pids, i = [pid], 0
-    while i < len(pids):
-        for task in glob.glob(f"/proc/{pids[i]}/task/*/children"):
-            try:
-                with open(task) as fh:
-                    pids += [int(p) for p in fh.read().split()]
-            except OSError:
-                pass
-        i += 1
     out = {"Pss": 0, "Pss_Anon": 0, "Pss_Shmem": 0}
-    for p in pids:
+    for p in process_tree(pid):
         try:
             with open(f"/proc/{p}/smaps_rollup") as fh:
                 for line in fh:
@@ -308,7 +299,8 @@ def main() -> None:
         rows.append(row)
         print(json.dumps(row), flush=True)
     result = {"commit": commit(), "cpu_count": os.cpu_count(), "repeat": args.repeat,
-              "memory_gb": memory_limits(), "rows": rows}
+              "memory_gb": memory_limits(), "sample_every": args.sample_every or None,
+              "skip_json": args.skip_json, "rows": rows}
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(result, f, indent=2)

@@ -34,7 +34,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from measured import commit  # noqa: E402  (benchmarks/measured.py)
+from measured import commit, process_tree  # noqa: E402  (benchmarks/measured.py)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -96,25 +96,11 @@ def raw_size(folder: str) -> int:
     return total
 
 
-def _tree(pid: int) -> list[int]:
-    """pid and all its descendants, from /proc."""
-    out, i = [pid], 0
-    while i < len(out):
-        for task in glob.glob(f"/proc/{out[i]}/task/*/children"):
-            try:
-                with open(task) as fh:
-                    out += [int(p) for p in fh.read().split()]
-            except OSError:
-                pass
-        i += 1
-    return out
-
-
 def tree_pss(pid: int, field: str = "Pss:") -> int:
     """Summed PSS (bytes) of pid and its descendants; with field="Pss_Anon:" only their
     anonymous memory (heap, arrays), without the pages of code and data files mapped in."""
     total = 0
-    for p in _tree(pid):
+    for p in process_tree(pid):
         try:
             with open(f"/proc/{p}/smaps_rollup") as fh:
                 for line in fh:

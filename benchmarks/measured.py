@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import os
 import subprocess
 
@@ -14,3 +15,17 @@ def commit() -> str | None:
                               check=True).stdout.strip() or None
     except (OSError, subprocess.CalledProcessError):
         return None
+
+
+def process_tree(pid: int) -> list[int]:
+    """pid and all its descendants, from /proc (Linux)."""
+    out, i = [pid], 0
+    while i < len(out):
+        for task in glob.glob(f"/proc/{out[i]}/task/*/children"):
+            try:
+                with open(task) as fh:
+                    out += [int(p) for p in fh.read().split()]
+            except OSError:
+                pass
+        i += 1
+    return out

@@ -135,15 +135,15 @@ def scale_huge(d: dict, large: dict | None) -> list[str]:
     sizes = ",".join(f"{r['ranks']}x{r['steps']}" for r in d["rows"])
     out = ["## More rank-steps than memory", "",
            f"`python benchmarks/bench_scale.py --sizes {sizes} --repeat {d['repeat']} --skip-json "
-           f"--sample-every 1 --out benchmarks/results/scale_huge.json` on {d['cpu_count']} cores "
-           "(the run dir made by the same writer). When a run dir's rows times the peak bytes per "
+           f"--sample-every {d['sample_every']:g} --out benchmarks/results/scale_huge.json` on "
+           f"{d['cpu_count']} cores, {limits(d)} (the run dir made by the same writer). When a run dir's rows times the peak bytes per "
            "rank-step measured above exceed the memory available (the control group's room "
            "where that is less), its step and collectives tables are kept in unlinked files "
            "under `$GPUSCOPE_SPILL_DIR` (else the temporary directory) that the kernel writes out "
            "and reads back, and the report says so; before, such a run was stopped for memory. "
            "\"Held\" is the peak of what the kernel cannot take back (anonymous and shared "
-           "memory of the process tree, sampled each second), \"resident\" adds the tables' "
-           "pages in memory at the time.", "",
+           "memory of the process tree, sampled as the command says), \"resident\" adds the "
+           "tables' pages in memory at the time.", "",
            "| ranks x steps | record files (+ side files) | analysis | per rank-step | held | "
            "resident | tables in files | verdict |",
            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -163,6 +163,15 @@ def scale_huge(d: dict, large: dict | None) -> list[str]:
                         f"the time of {ref['ranks']:,} x {ref['steps']:,} in memory (above)."]
     out += drift_note(d)
     return out + [""]
+
+
+def limits(d: dict) -> str:
+    """The memory a scale run had: the machine's, and its control group's room at the start."""
+    m = d.get("memory_gb") or {}
+    out = f"{m['machine']:.1f} GB of memory" if "machine" in m else "memory not recorded"
+    if "cgroup_room_at_start" in m:
+        out += f", in a control group with {m['cgroup_room_at_start']:.1f} GB of room"
+    return out
 
 
 def huge_note(d: dict | None) -> str:
@@ -588,7 +597,7 @@ def main() -> None:
              "--out benchmarks/results/scale_large.json"),
             ("scale_huge.json", lambda d: scale_huge(d, docs.get("scale_large.json")),
              "benchmarks/bench_scale.py --sizes 10000x10000 --repeat 1 --skip-json "
-             "--sample-every 1 --out benchmarks/results/scale_huge.json"),
+             "--sample-every 2 --out benchmarks/results/scale_huge.json"),
             ("same_run.json", same_run, "scripts/same_run.py"),
             ("memory.json", memory, "benchmarks/bench_memory.py"),
             ("upstream_2d.json", upstream_2d, "scripts/upstream_2d.py --examples PATH"),
