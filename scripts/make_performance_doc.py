@@ -170,7 +170,8 @@ def limits(d: dict) -> str:
     m = d.get("memory_gb") or {}
     out = f"{m['machine']:.1f} GB of memory" if "machine" in m else "memory not recorded"
     if "cgroup_room_at_start" in m:
-        out += f", in a control group with {m['cgroup_room_at_start']:.1f} GB of room"
+        out += (f", in a control group with {m['cgroup_room_at_start']:.1f} GB of room (a memory "
+                "limit set for the run, so that the rest of the machine stayed usable)")
     return out
 
 
