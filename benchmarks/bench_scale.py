@@ -239,6 +239,9 @@ def main() -> None:
                          "(sizes where decoding every line would take an hour), no CLI runs")
     ap.add_argument("--sample-every", type=float, default=0.0,
                     help="also sample the analysis's process tree's memory this often (s)")
+    ap.add_argument("--append", action="store_true",
+                    help="keep the other sizes' rows of --out (each row names its commit and "
+                         "the memory it ran within: sizes may run in control groups of their own)")
     args = ap.parse_args()
     rows = []
     for size in args.sizes.split(","):
@@ -291,13 +294,19 @@ def main() -> None:
                    "json_loads_s": loads,
                    "over_json_loads": round(med(json_runs, "wall_s") / loads, 2)},
                "verdict": best["verdict"], "stragglers": best["stragglers"],
-               "python_loop_s": loop}  # the machine's speed before and after
+               "python_loop_s": loop,  # the machine's speed before and after
+               "commit": commit(), "memory_gb": memory_limits()}
         if args.sample_every:
             row["tree_held_peak_mb"] = round(med(runs, "tree_held_peak_mb"), 1)
             row["tree_resident_peak_mb"] = round(med(runs, "tree_resident_peak_mb"), 1)
         row["bytes_per_row_peak"] = round(row["peak_over_base_mb"] * 2**20 / row["rows"], 1)
         rows.append(row)
         print(json.dumps(row), flush=True)
+    if args.append and os.path.exists(args.out):
+        with open(args.out) as f:
+            kept = [r for r in json.load(f)["rows"]
+                    if (r["ranks"], r["steps"]) not in {(x["ranks"], x["steps"]) for x in rows}]
+        rows = sorted(kept + rows, key=lambda r: r["rows"])
     result = {"commit": commit(), "cpu_count": os.cpu_count(), "repeat": args.repeat,
               "memory_gb": memory_limits(), "sample_every": args.sample_every or None,
               "skip_json": args.skip_json, "rows": rows}

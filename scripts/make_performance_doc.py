@@ -131,48 +131,44 @@ def scale_large(d: dict) -> list[str]:
 
 
 def scale_huge(d: dict, large: dict | None) -> list[str]:
-    """10,000 x 10,000: more than memory, its tables kept in files (rowblock.memory_plan)."""
-    sizes = ",".join(f"{r['ranks']}x{r['steps']}" for r in d["rows"])
+    """More rank-steps than memory: the tables kept in files (rowblock.memory_plan), each size in
+    a control group of its own (its room in the row)."""
     out = ["## More rank-steps than memory", "",
-           f"`python benchmarks/bench_scale.py --sizes {sizes} --repeat {d['repeat']} --skip-json "
-           f"--sample-every {d['sample_every']:g} --out benchmarks/results/scale_huge.json` on "
-           f"{d['cpu_count']} cores, {limits(d)} (the run dir made by the same writer). When a run dir's rows times the peak bytes per "
-           "rank-step measured above exceed the memory available (the control group's room "
-           "where that is less), its step and collectives tables are kept in unlinked files "
-           "under `$GPUSCOPE_SPILL_DIR` (else the temporary directory) that the kernel writes out "
-           "and reads back, and the report says so; before, such a run was stopped for memory. "
-           "\"Held\" is the peak of what the kernel cannot take back (anonymous and shared "
-           "memory of the process tree, sampled as the command says), \"resident\" adds the "
-           "tables' pages in memory at the time.", "",
-           "| ranks x steps | record files (+ side files) | analysis | per rank-step | held | "
-           "resident | tables in files | verdict |",
-           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+           f"`python benchmarks/bench_scale.py --sizes RANKSxSTEPS --repeat {d['repeat']} "
+           f"--skip-json --sample-every {d['sample_every']:g} --append --out "
+           f"benchmarks/results/scale_huge.json` on {d['cpu_count']} cores, once per size, each in "
+           "a control group with less memory than its analysis peaks at in memory (a limit set "
+           "for the run; the room it left is in the table), the run dirs made by the same writer. "
+           "When a run dir's rows times the peak bytes per rank-step measured above exceed the "
+           "memory available (the control group's room where that is less), its step and "
+           "collectives tables are kept in unlinked files under `$GPUSCOPE_SPILL_DIR` (else the "
+           "temporary directory) that the kernel writes out and reads back, and the report says "
+           "so; before, such a run was stopped for memory. \"Held\" is the peak of what the "
+           "kernel cannot take back (anonymous and shared memory of the process tree, sampled as "
+           "the command says), \"resident\" adds the tables' pages in memory at the time.", "",
+           "| ranks x steps | record files (+ side files) | memory (room) | analysis | "
+           "per rank-step | held | resident | tables in files | verdict |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in d["rows"]:
+        m = r.get("memory_gb") or d.get("memory_gb") or {}
+        room = m.get("cgroup_room_at_start")
         out.append(
             f"| {r['ranks']:,} x {r['steps']:,} | {r['files_mb'] / 1024:.1f} GB "
-            f"(+{r['side_files_mb'] / 1024:.1f} GB) | {r['analyze_s_median']:.0f} s | "
+            f"(+{r['side_files_mb'] / 1024:.1f} GB) | {m.get('machine', float('nan')):.1f} GB "
+            f"({'-' if room is None else f'{room:.1f} GB'}) | {r['analyze_s_median']:.1f} s | "
             f"{1e6 * r['analyze_s_median'] / r['rows']:.2f} us | "
             f"{r.get('tree_held_peak_mb', float('nan')) / 1024:.1f} GB | "
             f"{r.get('tree_resident_peak_mb', float('nan')) / 1024:.1f} GB | "
             f"{'yes' if r.get('spilled') else 'no'} | {r['verdict']}, rank(s) {r['stragglers']} |")
     if large:
         ref = max(large["rows"], key=lambda x: x["rows"])
-        for r in d["rows"]:
-            per, per_ref = r["analyze_s_median"] / r["rows"], ref["analyze_s_median"] / ref["rows"]
-            out += ["", f"Per rank-step, {r['ranks']:,} x {r['steps']:,} took {per / per_ref:.1f}x "
-                        f"the time of {ref['ranks']:,} x {ref['steps']:,} in memory (above)."]
+        per_ref = ref["analyze_s_median"] / ref["rows"]
+        out += ["", "Per rank-step, against " + f"{ref['ranks']:,} x {ref['steps']:,} in memory "
+                "(above): " + "; ".join(
+                    f"{r['ranks']:,} x {r['steps']:,} {r['analyze_s_median'] / r['rows'] / per_ref:.1f}x"
+                    for r in d["rows"]) + "."]
     out += drift_note(d)
     return out + [""]
-
-
-def limits(d: dict) -> str:
-    """The memory a scale run had: the machine's, and its control group's room at the start."""
-    m = d.get("memory_gb") or {}
-    out = f"{m['machine']:.1f} GB of memory" if "machine" in m else "memory not recorded"
-    if "cgroup_room_at_start" in m:
-        out += (f", in a control group with {m['cgroup_room_at_start']:.1f} GB of room (a memory "
-                "limit set for the run, so that the rest of the machine stayed usable)")
-    return out
 
 
 def huge_note(d: dict | None) -> str:

@@ -237,8 +237,11 @@ def test_a_run_dir_that_may_not_fit_in_memory_says_so_before_it_is_read(tmp_path
         tight = read_path(str(run))
     said = [w for w in tight.warnings if "may take about" in w]
     assert len(said) == 1 and f"up to {rows:,} rank-steps" in said[0]
-    assert f"are kept in files under {spill}" in said[0]
-    if fork._can_fork():  # the two-process reader maps its tables in the spill directory
+    if not rundir.forks():  # one process reads: its tables stay in memory, and it says so
+        assert "read by one process here" in said[0]
+    else:
+        assert f"are kept in files under {spill}" in said[0]
+    if rundir.forks() and fork._can_fork():  # the two-process reader maps its tables there
         with open("/proc/self/maps") as fh:
             mapped = {line.split()[-2] for line in fh if f" {spill}/" in line
                       and line.rstrip().endswith("(deleted)")}
@@ -323,6 +326,8 @@ def test_a_spill_directory_in_memory_or_without_room_is_not_used(tmp_path, monke
     said, where = rowblock.memory_plan(rows, 1 << 20)
     assert where is None and "held in memory (tmpfs)" in said
     monkeypatch.setattr(rowblock, "in_memory_fs", lambda path: False)
+    said, where = rowblock.memory_plan(rows, 1 << 20, shared=False)  # one process reads
+    assert where is None and "read by one process here" in said
     monkeypatch.setattr(rowblock, "free_disk", lambda path: 1 << 20)
     said, where = rowblock.memory_plan(rows, 1 << 20)
     assert where is None and "GB free of the" in said

@@ -163,11 +163,13 @@ def free_disk(path: str) -> int | None:
     return st.f_bavail * st.f_frsize
 
 
-def memory_plan(rows: int, available: int | None = None) -> tuple[str | None, str | None]:
+def memory_plan(rows: int, available: int | None = None,
+                shared: bool = True) -> tuple[str | None, str | None]:
     """(warning, spill directory) for analysing `rows` rank-steps at most (side_rows_bound's
     sum). When they may take more memory than is available, the row block goes to a file
     (RowBlock's spill_dir) where there is disk for it outside memory, and the warning says so;
-    (None, None) when they fit or memory is not known."""
+    (None, None) when they fit or memory is not known. `shared`: the files are read into the
+    shared row block (not by a reader in one process, whose tables stay in memory)."""
     available = available_memory() if available is None else available
     need = rows * PEAK_BYTES_PER_ROW
     if available is None or need <= available:
@@ -177,7 +179,7 @@ def memory_plan(rows: int, available: int | None = None) -> tuple[str | None, st
     where = spill_dir()
     block = rows * 8 * (_ROWS + 1)
     free = free_disk(where)
-    if os.path.isdir(where) and not in_memory_fs(where) and free is not None \
+    if shared and os.path.isdir(where) and not in_memory_fs(where) and free is not None \
             and free >= 1.2 * block:
         rest = rows * (PEAK_BYTES_PER_ROW - 8 * (_ROWS + 1))
         tail = (f"; the step table ({block / 2**30:.1f} GB) and the collectives' are kept in "
@@ -188,6 +190,11 @@ def memory_plan(rows: int, available: int | None = None) -> tuple[str | None, st
                      "is stopped for memory, analyse fewer ranks' files at a time (a run dir "
                      "with some of them) or use a machine with more memory")
         return head + tail, where
+    if not shared:
+        return (head + "; read by one process here (one core, or other threads running), its "
+                "tables stay in memory: if the analysis is stopped for memory, analyse fewer "
+                "ranks' files at a time (a run dir with some of them) or use a machine with more "
+                "memory"), None
     why = ("it is held in memory (tmpfs)" if in_memory_fs(where) else
            f"it has {(free or 0) / 2**30:.1f} GB free of the {block / 2**30:.1f} GB needed")
     return (head + f"; the step table cannot be kept on disk under {where} ({why}; "

@@ -384,7 +384,7 @@ def _load_all(names: list[str], warnings: list[str]) -> tuple[list, tuple | None
         return load(names), None
     sides = [side_rows_bound(n) for n in names]
     # files without a side file are not counted: their JSON's bound is too loose to warn on
-    too_big, spill = memory_plan(sum(b for b in sides if b is not None))
+    too_big, spill = memory_plan(sum(b for b in sides if b is not None), shared=forks())
     if too_big is not None:  # said before reading: the analysis may be stopped for memory
         logger.warning("gpuscope: %s: %s", os.path.dirname(names[0]) or ".", too_big)
         warnings.append(too_big)
