@@ -304,8 +304,12 @@ def main() -> None:
         print(json.dumps(row), flush=True)
     if args.append and os.path.exists(args.out):
         with open(args.out) as f:
-            kept = [r for r in json.load(f)["rows"]
-                    if (r["ranks"], r["steps"]) not in {(x["ranks"], x["steps"]) for x in rows}]
+            before = json.load(f)
+        kept = [r for r in before["rows"]
+                if (r["ranks"], r["steps"]) not in {(x["ranks"], x["steps"]) for x in rows}]
+        for r in kept:  # a row of a file from before rows named these: the file's own
+            r.setdefault("commit", before.get("commit"))
+            r.setdefault("memory_gb", before.get("memory_gb"))
         rows = sorted(kept + rows, key=lambda r: r["rows"])
     result = {"commit": commit(), "cpu_count": os.cpu_count(), "repeat": args.repeat,
               "memory_gb": memory_limits(), "sample_every": args.sample_every or None,

@@ -150,7 +150,7 @@ def scale_huge(d: dict, large: dict | None) -> list[str]:
            "per rank-step | held | resident | tables in files | verdict |",
            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in d["rows"]:
-        m = r.get("memory_gb") or d.get("memory_gb") or {}
+        m = r.get("memory_gb") or {}
         room = m.get("cgroup_room_at_start")
         out.append(
             f"| {r['ranks']:,} x {r['steps']:,} | {r['files_mb'] / 1024:.1f} GB "
