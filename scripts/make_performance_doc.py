@@ -143,7 +143,7 @@ def scale_huge(d: dict, large: dict | None) -> list[str]:
            "memory available (the control group's room where that is less), its step and "
            "collectives tables are kept in unlinked files under `$GPUSCOPE_SPILL_DIR` (else the "
            "temporary directory) that the kernel writes out and reads back, and the report says "
-           "so; before, such a run was stopped for memory. \"Held\" is the peak of what the "
+           "so; without them such a run is stopped for memory. \"Held\" is the peak of what the "
            "kernel cannot take back (anonymous and shared memory of the process tree, sampled as "
            "the command says), \"resident\" adds the tables' pages in memory at the time.", "",
            "| ranks x steps | record files (+ side files) | memory (room) | analysis | "

@@ -331,3 +331,29 @@ def test_a_spill_directory_in_memory_or_without_room_is_not_used(tmp_path, monke
     monkeypatch.setattr(rowblock, "free_disk", lambda path: 1 << 20)
     said, where = rowblock.memory_plan(rows, 1 << 20)
     assert where is None and "GB free of the" in said
+
+
+def test_a_spill_directory_whose_disk_runs_out_keeps_the_table_in_memory(tmp_path, monkeypatch):
+    """The step table's disk is allocated before a row is written: when it cannot be (a full
+    disk), the table is read in memory, the same table, and the report says so."""
+    from gpuscope.readers import rowblock
+
+    run = tmp_path / "run"
+    _make_run(run, 6, 40)
+    monkeypatch.setattr(rundir, "PARALLEL_MIN_FILES", 2)
+    plain = read_path(str(run))
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    monkeypatch.setenv("GPUSCOPE_SPILL_DIR", str(spill))
+    monkeypatch.setattr(rowblock, "available_memory", lambda: 1)
+
+    def full(fd, offset, size):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", full, raising=False)
+    full_disk = read_path(str(run))
+    pd.testing.assert_frame_equal(plain.frame, full_disk.frame)
+    pd.testing.assert_frame_equal(plain.comm, full_disk.comm)
+    if rundir.forks():
+        assert any("could not be kept in a file" in w and "No space left" in w
+                   for w in full_disk.warnings)

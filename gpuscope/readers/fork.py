@@ -110,16 +110,21 @@ def _in_child(work, daemon: bool = True):
 NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000 if os.uname().sysname == "Linux" else 0)
 
 
-def shared_memory(size: int, spill_dir: str | None = None) -> mmap.mmap:
+def shared_memory(size: int, spill_dir: str | None = None, reserve: bool = False) -> mmap.mmap:
     """`size` bytes shared with the processes forked after this (pages taken as they are first
     written): anonymous memory, or with `spill_dir`, an unlinked file there, whose pages the
     kernel writes out and reads back under memory pressure (a table bigger than memory is then
-    read and analysed, more slowly, instead of the process being stopped)."""
+    read and analysed, more slowly, instead of the process being stopped). The file is sparse;
+    with `reserve` its disk is allocated first, so a full disk is an OSError here, never a
+    SIGBUS when a page is written later (the forked reader's arena is not reserved: a child
+    that dies so is read again by its parent)."""
     size = max(int(size), mmap.PAGESIZE)
     if spill_dir is None:
         return mmap.mmap(-1, size, flags=mmap.MAP_SHARED | NORESERVE)
     with tempfile.TemporaryFile(dir=spill_dir, prefix="gpuscope-spill-") as fh:
-        fh.truncate(size)  # sparse: disk is taken only where rows are written
+        fh.truncate(size)
+        if reserve and hasattr(os, "posix_fallocate"):
+            os.posix_fallocate(fh.fileno(), 0, size)
         return mmap.mmap(fh.fileno(), size, flags=mmap.MAP_SHARED)
 
 

@@ -163,6 +163,11 @@ def free_disk(path: str) -> int | None:
     return st.f_bavail * st.f_frsize
 
 
+#: what a user can do when a run may still not fit
+_ADVICE = ("if the analysis is stopped for memory, analyse fewer ranks' files at a time (a run "
+           "dir with some of them) or use a machine with more memory")
+
+
 def memory_plan(rows: int, available: int | None = None,
                 shared: bool = True) -> tuple[str | None, str | None]:
     """(warning, spill directory) for analysing `rows` rank-steps at most (side_rows_bound's
@@ -176,31 +181,30 @@ def memory_plan(rows: int, available: int | None = None,
         return None, None
     head = (f"up to {rows:,} rank-steps to analyse: that may take about {need / 2**30:.1f} GB "
             f"of memory and {available / 2**30:.1f} GB is available")
-    where = spill_dir()
-    block = rows * 8 * (_ROWS + 1)
-    free = free_disk(where)
-    if shared and os.path.isdir(where) and not in_memory_fs(where) and free is not None \
-            and free >= 1.2 * block:
-        rest = rows * (PEAK_BYTES_PER_ROW - 8 * (_ROWS + 1))
-        tail = (f"; the step table ({block / 2**30:.1f} GB) and the collectives' are kept in "
-                f"files under {where} that the system pages in and out (slower; "
-                "$GPUSCOPE_SPILL_DIR chooses where)")
-        if rest > available:
-            tail += (f", and the rest ({rest / 2**30:.1f} GB) may still not fit: if the analysis "
-                     "is stopped for memory, analyse fewer ranks' files at a time (a run dir "
-                     "with some of them) or use a machine with more memory")
-        return head + tail, where
-    if not shared:
-        return (head + "; read by one process here (one core, or other threads running), its "
-                "tables stay in memory: if the analysis is stopped for memory, analyse fewer "
-                "ranks' files at a time (a run dir with some of them) or use a machine with more "
-                "memory"), None
-    why = ("it is held in memory (tmpfs)" if in_memory_fs(where) else
-           f"it has {(free or 0) / 2**30:.1f} GB free of the {block / 2**30:.1f} GB needed")
-    return (head + f"; the step table cannot be kept on disk under {where} ({why}; "
-            "$GPUSCOPE_SPILL_DIR chooses where): if the analysis is stopped for memory, analyse "
-            "fewer ranks' files at a time (a run dir with some of them) or use a machine with "
-            "more memory"), None
+    where, block = spill_dir(), rows * 8 * (_ROWS + 1)
+    why = _no_spill(where, block) if shared else (
+        "read by one process here (one core, or other threads running), its tables stay in "
+        "memory")
+    if why:
+        return f"{head}; {why}: {_ADVICE}", None
+    tail = (f"; the step table ({block / 2**30:.1f} GB) and the collectives' are kept in files "
+            f"under {where} that the system pages in and out (slower; $GPUSCOPE_SPILL_DIR "
+            "chooses where)")
+    rest = rows * (PEAK_BYTES_PER_ROW - 8 * (_ROWS + 1))
+    if rest > available:
+        tail += f", and the rest ({rest / 2**30:.1f} GB) may still not fit: {_ADVICE}"
+    return head + tail, where
+
+
+def _no_spill(where: str, block: int) -> str:
+    """Why a step table of `block` bytes cannot be kept in a file under `where`, or ""."""
+    free = free_disk(where) if os.path.isdir(where) else None
+    why = ("no such directory" if not os.path.isdir(where) else
+           "it is held in memory (tmpfs)" if in_memory_fs(where) else
+           f"it has {(free or 0) / 2**30:.1f} GB free of the {block / 2**30:.1f} GB needed"
+           if free is None or free < 1.2 * block else "")
+    return why and (f"the step table cannot be kept on disk under {where} ({why}; "
+                    "$GPUSCOPE_SPILL_DIR chooses where)")
 
 
 @dataclass(frozen=True)
@@ -251,7 +255,7 @@ class RowBlock:
         self.capacity = max(int(capacity), 1)
         self.spill_dir = spill_dir
         size = (_ROWS + 1) * self.capacity * 8
-        self._mm = shared_memory(size, spill_dir)
+        self._mm = shared_memory(size, spill_dir, reserve=True)
         self.array = np.frombuffer(self._mm, np.int64, (_ROWS + 1) * self.capacity).reshape(
             _ROWS + 1, self.capacity)
         self._base = self.array.ctypes.data

@@ -407,10 +407,17 @@ def _load_all(names: list[str], warnings: list[str]) -> tuple[list, tuple | None
     except (OSError, ValueError, OverflowError):  # no room to map it: pickled through the pipe
         arena = SharedArena(0)
     bounds = [b if b is not None else rows_bound(n) for n, b in zip(names, sides)]
-    try:
-        rows = RowBlock(sum(bounds), spill)
-    except (OSError, ValueError, OverflowError):  # no room to map it: each file its own arrays
-        rows = None
+    rows = None
+    for where in (spill, None) if spill is not None else (None,):
+        try:
+            rows = RowBlock(sum(bounds), where)
+            break
+        except OSError as exc:
+            if where is not None:  # a full disk: the table stays in memory, and that is said
+                warnings.append(f"the step table could not be kept in a file under {where} "
+                                f"({exc.strerror or exc}): it is held in memory")
+        except (ValueError, OverflowError):  # no room to map it: each file its own arrays
+            break
     # the child's region fills leftwards from the parent's: they meet with no gap to close
     regions = ([Region(rows, 0, sum(bounds[:cut]), downward=True),
                 Region(rows, sum(bounds[:cut]), sum(bounds[cut:]))]
@@ -826,12 +833,7 @@ def _comm_frame(parts: list, spill: str | None = None) -> pd.DataFrame:
         codes.append(c[2] if same else local[c[2]])
         counts.append(len(c[0]))
     m = sum(counts)
-    if spill is None:
-        block = np.empty((5, m), np.int64)
-    else:
-        from .fork import shared_memory
-
-        block = np.frombuffer(shared_memory(5 * 8 * m, spill), np.int64, 5 * m).reshape(5, m)
+    block = _int_block(5, m, spill)
     block[0] = np.repeat(np.array([r for r, _ in parts], np.int64), counts)
     np.concatenate([c[0] for _, c in parts], out=block[1])
     np.concatenate([c[3].reshape(-1, 3).T for _, c in parts], axis=1, out=block[2:])
@@ -841,6 +843,20 @@ def _comm_frame(parts: list, spill: str | None = None) -> pd.DataFrame:
     out.insert(2, "key", pd.Categorical.from_codes(code, categories=list(names)))
     out["kind"], out["group"] = parts_of_codes(code, list(names))
     return out
+
+
+def _int_block(rows: int, n: int, spill: str | None) -> np.ndarray:
+    """An empty int64 (rows, n) array: in a file under `spill` when given and its disk can be
+    had (fork.shared_memory), else in memory."""
+    if spill is not None:
+        from .fork import shared_memory
+
+        try:
+            mm = shared_memory(8 * rows * n, spill, reserve=True)
+            return np.frombuffer(mm, np.int64, rows * n).reshape(rows, n)
+        except (OSError, ValueError, OverflowError):  # a full disk: in memory, as before
+            pass
+    return np.empty((rows, n), np.int64)
 
 
 def read_run_dir(path: str, loaded: list | None = None) -> RunTable:
