@@ -113,6 +113,9 @@ class Straggler:
     # the ranks its excess is measured against when they are its group's (empty: every other
     # rank); what the suggestion's text says, not part of the JSON form
     peers: list = field(default_factory=list, compare=False)
+    #: the ops and kernels its excess is in, against the median of its peers (profiler traces:
+    #: analyze/ops.py excess), largest first
+    ops: list = field(default_factory=list)
 
     @property
     def part(self) -> str:
@@ -124,14 +127,15 @@ class Straggler:
                 "excess_ms": _r3(self.excess_ns / MS), "cause": self.cause,
                 "cause_detail": self.cause_detail, "telemetry": self.telemetry,
                 **({"group": list(self.group)} if self.group else {}),
-                **({"probable": self.probable} if self.probable else {})}
+                **({"probable": self.probable} if self.probable else {}),
+                **({"ops": [dict(o) for o in self.ops]} if self.ops else {})}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Straggler":
         return cls(d["rank"], d["slow_steps_pct"] / 100, _ns(d["excess_ms"]), d["cause"],
                    d.get("cause_detail", ""), host=d.get("host", ""),
                    telemetry=d.get("telemetry", ""), group=list(d.get("group", [])),
-                   probable=d.get("probable", ""))
+                   probable=d.get("probable", ""), ops=[dict(o) for o in d.get("ops", [])])
 
 
 @dataclass(frozen=True)
@@ -392,6 +396,9 @@ class ReportData:
     comm_by_group: list = field(default_factory=list)
     #: how unevenly all-to-alls deliver rows (an expert layer's tokens): analyze/routing.py
     routing: dict = field(default_factory=dict)
+    #: ops, ranges and kernels per rank and step, collectives with their message and bandwidth,
+    #: HTA's kernel breakdown (profiler traces): analyze/ops.py
+    ops: dict = field(default_factory=dict)
     #: the analysed rank x step table (with wait and telemetry joined); None when read from JSON
     table: RunTable | None = field(default=None, compare=False, repr=False)
     #: per analysed rank and step, each mesh dimension's comm, exposed and wait ns
@@ -453,6 +460,8 @@ class ReportData:
             d["comm_by_group"] = [dict(g) for g in self.comm_by_group]
         if self.routing:
             d["routing"] = dict(self.routing)
+        if self.ops:
+            d["ops"] = dict(self.ops)
         return d
 
     @classmethod
@@ -479,7 +488,7 @@ class ReportData:
                 memory=dict(d.get("memory", {})), throughput=dict(d.get("throughput", {})),
                 energy=dict(d.get("energy", {})),
                 comm_by_group=[dict(g) for g in d.get("comm_by_group", [])],
-                routing=dict(d.get("routing", {})))
+                routing=dict(d.get("routing", {})), ops=dict(d.get("ops", {})))
         except (KeyError, TypeError, ValueError) as exc:
             raise InputError(f"a {SCHEMA} report with a missing or malformed field ({exc!r})") \
                 from None

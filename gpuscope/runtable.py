@@ -56,6 +56,17 @@ class RunTable:
     #: rows each all_to_all_single delivered, per rank, step and instance
     #: (readers/routing_records.ROUTING_COLUMNS), where recorded
     routing: pd.DataFrame | None = None
+    #: the op and kernel views of profiler traces (readers/kineto/ops.py): per rank and step,
+    #: time by top-level torch op, record_function range and kernel (rank, step, kind, name,
+    #: count, ns, gpu_ns)
+    ops: pd.DataFrame | None = None
+    #: each communication kernel with its message (rank, step, group, collective, bytes,
+    #: group_size, dtype, dur_ns, seq), where the trace's args say
+    messages: pd.DataFrame | None = None
+    #: HTA's kernel breakdown per rank and kernel name (rank, name, type, count, sum_ns, min_ns,
+    #: max_ns), and its kernel-type time per rank ({rank: {"COMPUTATION": ns, ...}})
+    kernel_breakdown: pd.DataFrame | None = None
+    kernel_types: dict = field(default_factory=dict)
     #: (2-D int64 array, its column names): the frame's int columns as the reader wrote them,
     #: writable, where it made them as one block; the owner of the table may reuse that memory
     #: (analyze/prepare.py leaves the warm-up out in place) and the frame is then not the same

@@ -58,7 +58,7 @@ def test_every_key_of_a_report_is_documented_in_its_row(report):
 
 
 #: maps whose keys are names from the run, not fields: collective kinds, mesh dimensions, ...
-OPEN_MAPS = {"comm_by_kind", "by_dim", "phases_pct", "throttle", "kinds_ms"}
+OPEN_MAPS = {"comm_by_kind", "by_dim", "phases_pct", "throttle", "kinds_ms", "types_us"}
 
 
 def _keys(value) -> set[str]:

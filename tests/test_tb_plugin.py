@@ -215,6 +215,10 @@ def test_tab_renders_in_chromium(server):
                          None)
             p.page.wait_for_timeout(250)
         assert frame is not None, [f.url for f in p.page.frames]
+        # the tab opens the newest run, which is whichever the fixture wrote last ("mixed", refused,
+        # when its copies land in the same second): pick one that draws
+        frame.wait_for_selector("#run-select option", state="attached", timeout=60000)
+        frame.select_option("#run-select", "exp1")
         frame.wait_for_selector("#panel-ranks .main-svg", timeout=60000)
         options = frame.eval_on_selector_all("#run-select option", "els => els.map(e => e.value)")
         assert {"exp1", "nested/traces", EVIL_DIR, "hta_style"} <= set(options)
@@ -234,6 +238,11 @@ def test_tab_renders_in_chromium(server):
         frame.wait_for_selector("#jitter", timeout=60000)
         expected = gpuscope.analyze(JITTER).to_dict()["jitter"]
         assert f"{expected['wait_pct']:.1f}% of step time" in frame.locator("#jitter").inner_text()
+        # the ops section: the run's top op first, as the report has it
+        frame.wait_for_selector("#ops-run-ops", timeout=60000)
+        top = gpuscope.analyze(JITTER).ops["run"]["ops"][0]
+        cells = frame.locator("#ops-run-ops tr").nth(1).inner_text()
+        assert top["name"][:77] in cells and f"{top['per_step_ms']:.3f}" in cells
         frame.wait_for_selector("#panel-ranks .main-svg", timeout=60000)
         p.page.wait_for_timeout(500)
         p.screenshot("tensorboard_tab_traces.png")

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..report import Report
 from ..vocab import MS
+from .ops import op_changes
 
 #: the parts compared, as (name, how to read them off a report): ms per micro-step
 PARTS = ("step", "data", "compute", "forward", "backward", "optimizer", "comm", "comm_exposed",
@@ -118,6 +119,8 @@ class Comparison:
     rates: dict = field(default_factory=dict)
     #: why BEFORE and AFTER are not one training before and after a change ("" when they are)
     different: str = ""
+    #: the ops, ranges and kernels whose time per micro-step changed most (analyze/ops.py)
+    ops: list = field(default_factory=list)
 
     def slower_than(self, pct: float) -> bool:
         return self.slower_pct > pct
@@ -135,6 +138,7 @@ class Comparison:
             "knobs_changed": {k: list(v) for k, v in self.knobs_changed.items()},
             "predictions": [p.to_dict() for p in self.predictions],
             "rates": {k: list(v) for k, v in self.rates.items()},
+            "ops": [dict(o) for o in self.ops],
             "warnings": self.warnings,
         }
 
@@ -284,7 +288,8 @@ def compare(before: Report, after: Report) -> Comparison:
                       (before.verdict.label, before.verdict.share),
                       (after.verdict.label, after.verdict.share), changed, preds, per_sample, slower,
                       before.straggler_ranks, after.straggler_ranks, warnings,
-                      rates_before_after(before, after), different)
+                      rates_before_after(before, after), different,
+                      op_changes(before.ops, after.ops, micro_steps(before), micro_steps(after)))
 
 
 #: what `rates` compares: (name, where in a report)

@@ -6,6 +6,8 @@ adds its own; warnings go to `Analysis.warnings` only.
     add_up         pipeline bubbles split out; every row made to add up (invariants.py)
     classify       per-step labels, the run verdict, the roles of late and early ranks
     stragglers     who holds the others back, with why
+    ops            time by op, range and kernel; a straggler's excess down to the op;
+                   collectives with their size and bandwidth (profiler traces)
     telemetry      NVML samples joined to the steps; straggler evidence; memory headroom
     memory         growth with its forecast, peaks near capacity, allocator retries, OOMs
     throughput     steps/s, samples/s, tokens/s, FLOP/s and MFU per rank and globally
@@ -43,6 +45,7 @@ from .throughput import straggler_mfu_gap, throughput_section
 from .bottlenecks.pipeline import suggest_pipeline, summarize_pipeline
 from .invariants import bound_suggestions, enforce_parts, violations
 from .layout import Layout, find_layout, split_bubble
+from .ops import ops_section
 from .prepare import prepare
 from .rank_summary import (analysed_rows, comm_by_kind, comm_by_parts, grad_sync_share,
                            summarize_ranks)
@@ -87,6 +90,7 @@ class Analysis:
     wait_cells: object = UNSET                       # prepare: wait.wait_cells (let go in suggest)
     key_waits: object = None                         # suggest: wait per collective key (wait.py)
     routing: dict = field(default_factory=dict)      # suggest: all-to-all rows by rank
+    ops: dict = field(default_factory=dict)          # ops: the report's ops section
     labels: set = field(default_factory=set)        # suggest: labels holding material time
     jitter: object = None                           # suggest
     by_kind: dict = field(default_factory=dict)     # suggest: comm per rank and kind
@@ -131,6 +135,12 @@ def stragglers(a: Analysis) -> None:
     """frame, steps, roles, layout -> stragglers."""
     hosts = {r: info.host for r, info in a.table.ranks.items()}
     a.stragglers = find_stragglers(a.frame, a.steps, a.th, a.roles, hosts, a.layout, a.per_rank)
+
+
+def ops(a: Analysis) -> None:
+    """table.ops / messages / kernel_breakdown, frame, stragglers -> the ops section; each
+    straggler's excess down to the op and kernel."""
+    a.ops = ops_section(a.table, a.frame, a.stragglers)
 
 
 def telemetry(a: Analysis) -> None:
@@ -274,7 +284,7 @@ def report(a: Analysis) -> None:
         layout=layout_d,
         pipeline=a.pipeline, dataparallel=a.dp_section, stopped_ranks=a.stopped,
         missing_ranks=a.missing, memory=a.memory, throughput=a.throughput, energy=a.energy,
-        comm_by_group=a.comm_groups, routing=a.routing, table=analysed,
+        comm_by_group=a.comm_groups, routing=a.routing, ops=a.ops, table=analysed,
         comm_by_dim_steps=dim_steps(t, a.frame, a.mapping, a.key_waits))
 
 
@@ -299,7 +309,7 @@ def check(a: Analysis) -> None:
 
 #: the analysis, in order
 PASSES: tuple[Callable[[Analysis], None], ...] = (
-    prepare, add_up, classify, stragglers, telemetry, memory, throughput, energy, suggest_all,
+    prepare, add_up, classify, stragglers, ops, telemetry, memory, throughput, energy, suggest_all,
     bound, report, check)
 
 

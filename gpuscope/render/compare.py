@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from rich.table import Table
 from rich.text import Text
 
+from ..op_names import short
 from ..vocab import PART_HEADS
 from ._console import text_console, text_of
 from .terminal import say
@@ -88,6 +89,15 @@ def render(c: Comparison, *, width: int | None = None, color: bool = False) -> s
                       f"{x.predicted_ms:.1f}", rng, f"{x.measured_ms:.1f}",
                       f"{x.error_pct:+.1f}%", f"±{x.noise_pct:.0f}%")
         console.print(p)
+    if c.ops:
+        o = Table(title="ops, ranges and kernels that changed most, ms per micro-step (mean over "
+                  "ranks)", title_justify="left")
+        for col in ("kind", "name", "before", "after", "delta", ""):
+            o.add_column(col, justify="left" if col in ("kind", "name", "") else "right")
+        for x in c.ops:
+            o.add_row(x["kind"], short(x["name"]), f"{x['before_ms']:.2f}", f"{x['after_ms']:.2f}",
+                      f"{x['delta_ms']:+.2f}", "" if x["change"] == "changed" else x["change"])
+        console.print(o)
     for w in c.warnings:
         say(console, f"warning: {w}", style="yellow")
     return text_of(buf)

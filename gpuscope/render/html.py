@@ -21,8 +21,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from ..op_names import excess_words
 from ..runtable import shares
 from ..vocab import LABEL_COLORS, MS, STACK_COLORS
+from . import ops_html
 
 if TYPE_CHECKING:
     from ..results import ReportData
@@ -497,7 +499,9 @@ def _summary_html(report: ReportData) -> str:
                f"slow in {s.slow_steps_share:.0%} of steps, ")
             + f"{s.excess_ns / MS:.1f} ms busier per step, mostly in {esc(s.part)}"
             + (f"; it holds back its group (ranks {', '.join(map(str, s.group))})"
-               if s.group else "") + "</li>" for s in report.stragglers)
+               if s.group else "")
+            + (f"; {esc(excess_words(s.ops))}" if s.ops else "") + "</li>"
+            for s in report.stragglers)
         out.append(f'<h2>Stragglers</h2><ul id="stragglers">{items}</ul>')
     note = report.jitter.note()
     if note:
@@ -508,6 +512,7 @@ def _summary_html(report: ReportData) -> str:
     out.append(_mesh_html(report))
     out.append(_routing_html(report))
     out.append(_memory_html(report))
+    out.append(ops_html.section(report.ops))
     if report.suggestions:
         items = "".join(
             f'<li><b>{esc(s.knob)}</b>: {esc(s.current)} &rarr; {esc(s.proposed)} '
@@ -547,7 +552,9 @@ padding:8px 12px;font-size:18px;background:#fafafa}.label{color:#fff;padding:2px
 border-radius:4px;text-transform:uppercase;font-weight:bold}.gain{color:#2e7d32}
 .why{color:#555;font-size:14px}.panel{margin-top:18px}li{margin-bottom:6px}
 table{border-collapse:collapse;font-size:14px}th,td{border-bottom:1px solid #ddd;padding:3px 10px;
-text-align:right}th:nth-child(-n+4),td:nth-child(-n+4){text-align:left}"""
+text-align:right}th:nth-child(-n+4),td:nth-child(-n+4){text-align:left}
+table[id^=ops-] td:nth-child(n+2),table[id^=ops-] th:nth-child(n+2){text-align:right}
+h3{font-size:15px;margin:12px 0 4px}h4{font-size:14px;margin:8px 0 2px}"""
 
 
 def figures(report: ReportData) -> list[tuple[str, object]]:

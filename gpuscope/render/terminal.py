@@ -14,6 +14,7 @@ from rich.text import Text
 from ..vocab import COMPUTE_PHASES, IMBALANCED, LABEL_STYLES, MS, PART_HEADS, PARTS
 
 PHASE_HEADS = {"forward": "fwd", "backward": "bwd", "optimizer": "opt"}
+from . import ops_text
 from ._console import text_console, text_of
 
 if TYPE_CHECKING:
@@ -69,6 +70,7 @@ def write(report: ReportData, console: Console) -> None:
     _pipeline(report, console)
     _dataparallel(report, console)
     _gpu_tables(report, console)
+    _ops(report, console)
     _stragglers(report, console)
     _memory(report, console)
     _suggestions(report, console)
@@ -390,7 +392,8 @@ def _stragglers(report: ReportData, console: Console) -> None:
                 + f"{_ms(s.excess_ns):,.1f} ms busier per step than the median rank, mostly in "
                 f"{s.part}"
                 + (f"; it holds back its group (ranks {', '.join(map(str, s.group))})"
-                   if s.group else "")))
+                   if s.group else "")
+                + (f"; {ops_text.excess_line(s.ops)}" if s.ops else "")))
     elif report.early_ranks:
         console.print(f"Stragglers: none named: rank(s) {', '.join(map(str, report.early_ranks))} "
                       "wait for all the others every step")
@@ -401,6 +404,12 @@ def _stragglers(report: ReportData, console: Console) -> None:
     note = report.jitter.note()
     if note:
         console.print(Text(note, style="yellow"))
+
+
+def _ops(report: ReportData, console: Console) -> None:
+    """The few ops, kernels and collectives that hold the most time per step (profiler traces)."""
+    for line in ops_text.lines(report.ops):
+        say(console, line)
 
 
 def _mib(n: float) -> str:

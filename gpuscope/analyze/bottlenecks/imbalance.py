@@ -10,6 +10,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from ...op_names import excess_words
 from ...results import Jitter, Straggler, Suggestion
 from ...vocab import IMBALANCED, JITTER_BOUND, MS
 from ..findings import TypicalStep, gain
@@ -87,6 +88,13 @@ def suggest_imbalance(t: TypicalStep, stragglers: list[Straggler], knobs: dict,
         }
         evidence = s.telemetry
         fix = fixes[s.cause]
+        if s.ops:  # the profiler's ops say where the excess is
+            alone = [o["name"] for o in s.ops if o.get("only_here")]
+            fix = (f"by the profiler's ops, {excess_words(s.ops)}; "
+                   + (f"{alone[0]} runs on this rank alone: remove it from the step or "
+                      "spread it over the ranks" if alone else
+                      "look for why these take longer here (uneven inputs, other processes "
+                      "on its device, clocks)") + f"; else {fix}")
         by_kind = exposed_by_kind or {}
         total = sum(by_kind.values())
         in_a2a = total > 0 and by_kind.get("all_to_all", 0) >= EXPERT_SHARE * total

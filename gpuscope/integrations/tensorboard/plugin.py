@@ -195,6 +195,8 @@ class RunIndex:
 def build_payload(path: str, run: str) -> dict:
     from ... import analyze
     from ...vocab import LABEL_COLORS
+    from ...op_names import excess_words
+    from ...render import ops_text
     from ...render.html import esc, figures
 
     try:
@@ -203,8 +205,12 @@ def build_payload(path: str, run: str) -> dict:
         return {"run": esc(run), "error": esc(exc)}
     report.path = run  # never the absolute path on the server
     figs = [{"id": pid, "figure": json.loads(fig.to_json())} for pid, fig in figures(report)]
+    # the ops section's words, as the terminal says them (one wording for every view)
+    words = {"ops_lines": ops_text.lines(report.ops),
+             "straggler_ops": {str(s.rank): excess_words(s.ops) for s in report.stragglers
+                               if s.ops}}
     return {"run": run, "report": report.to_dict(), "figures": figs, "colors": LABEL_COLORS,
-            "title": esc(f"{report.verdict.label}: {run}")}
+            "title": esc(f"{report.verdict.label}: {run}"), "words": words}
 
 
 class GpuscopePlugin(base_plugin.TBPlugin if base_plugin else object):

@@ -20,6 +20,12 @@ class Args(msgspec.Struct, gc=False):
     stream: int = -1
     collective: str | None = msgspec.field(default=None, name="Collective name")
     pg_name: str | None = msgspec.field(default=None, name="Process Group Name")
+    #: a collective's message (kernels and record_param_comms carry them, PyTorch >= 2.1):
+    #: element counts in and out, the ranks in its group, the element type ("Float", "BFloat16")
+    in_nelems: int | float | str | None = msgspec.field(default=None, name="In msg nelems")
+    out_nelems: int | float | str | None = msgspec.field(default=None, name="Out msg nelems")
+    group_size: int | float | str | None = msgspec.field(default=None, name="Group size")
+    dtype: str | None = None
 
 
 class Event(msgspec.Struct, gc=False, tag_field="ph", tag="X"):
@@ -315,7 +321,8 @@ FACTS_HEAD = 1 << 16  # torch.profiler writes its metadata before the events
 def head_facts(path: str) -> dict:
     """What gpuscope.record (or gpuscope.host_facts()) told the profiler: the flat JSON object
     under the trace's top-level "gpuscope" key, read from the file's head only; {} without one
-    or on any damage (a trace is read the same way with or without it)."""
+    or on any damage (a trace is read the same way with or without it). The name of the
+    trace's first device (deviceProperties), where written, under DEVICE_KEY."""
     try:
         if path.endswith(".gz"):
             import gzip
@@ -328,11 +335,18 @@ def head_facts(path: str) -> dict:
         cut = head.find(b'"traceEvents"')
         m = _FACTS.search(head, 0, cut if cut >= 0 else len(head))
         got = msgspec.json.decode(m.group(1)) if m else {}
+        dev = _DEVICE.search(head, 0, cut if cut >= 0 else len(head))
     except (OSError, EOFError, msgspec.DecodeError, ValueError):
         return {}
-    return {k: v for k, v in got.items() if isinstance(k, str)
-            and isinstance(v, (bool, int, float, str))} if isinstance(got, dict) else {}
+    out = {k: v for k, v in got.items() if isinstance(k, str)
+           and isinstance(v, (bool, int, float, str))} if isinstance(got, dict) else {}
+    if dev:  # the first device's name (torch.profiler writes every visible device's)
+        out[DEVICE_KEY] = dev.group(1).decode("utf-8", "replace")
+    return out
 _INFO = re.compile(rb'"distributedInfo"\s*:\s*(\{[^{}]*\})')
+_DEVICE = re.compile(rb'"deviceProperties"\s*:\s*\[\s*\{[^{}]*?"name"\s*:\s*"([^"\\]{1,200})"')
+#: the key under which head_facts gives the trace's device name (deviceProperties), not a knob
+DEVICE_KEY = "__device__"
 
 
 def salvage(path: str, blob) -> tuple[Salvaged, object]:
@@ -416,9 +430,12 @@ def _loose_events(items: list) -> list:
         if not isinstance(e, dict) or e.get("ph") != "X":
             continue
         a = e.get("args") if isinstance(e.get("args"), dict) else None
-        args = None if a is None else Args(integer(a.get("correlation")), integer(a.get("stream")),
-                                           text(a.get("Collective name")),
-                                           text(a.get("Process Group Name")))
+        args = None if a is None else Args(
+            integer(a.get("correlation")), integer(a.get("stream")), text(a.get("Collective name")),
+            text(a.get("Process Group Name")), *(
+                v if isinstance(v, (int, float, str)) and not isinstance(v, bool) else None
+                for v in (a.get("In msg nelems"), a.get("Out msg nelems"), a.get("Group size"))),
+            text(a.get("dtype")))
         tid = e.get("tid")
         events.append(Event(text(e.get("cat")) or "", text(e.get("name")) or "",
                             tid if type(tid) in (int, str) else 0, num(e.get("ts"), None),

@@ -45,6 +45,9 @@ LAUNCH = 5
 FUNCOL_PREFIXES = ("_c10d_functional::", "c10d_functional::", "_c10d_functional_autograd::")
 # device event kinds
 COMPUTE, COMM, MEMORY = 0, 1, 2
+# what kind of op an OP range is (host_op): a torch op (cpu_op / Operator), a record_function
+# range (user_annotation: the user's, a module's, "## forward ##"), a Python function (with_stack)
+CPU_OP, ANNOTATION_OP, PYTHON_OP = 1, 2, 3
 
 _DEVICE_SKIP_CATS = {"gpu_user_annotation", "gpu_annotation"}
 _COMM_HOST_PREFIX = ("gloo:", "nccl:", "mpi:", "ucc:")  # the collective itself (CPU backends)
@@ -100,6 +103,15 @@ class RankEvents:
     #: runtime calls of any kind (kernel launches, copies, ...): a trace with launches but no
     #: device event did not record the GPU's activity
     n_runtime: int = 0
+    #: the events' names: host_name / dev_name index this list (the op and kernel views, ops.py)
+    names: list = field(default_factory=list)
+    host_name: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
+    dev_name: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
+    host_op: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int8))  # CPU_OP, ...
+    launch_tid: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    #: per device event: (in elements, out elements, group size, dtype) of a communication
+    #: kernel whose args say (any of them may be None), else None
+    dev_msg: list = field(default_factory=list)
 
     @classmethod
     def concat(cls, parts: list["RankEvents"]) -> "RankEvents":
@@ -111,10 +123,16 @@ class RankEvents:
                      "host_wait",
                      "dev_kind", "dev_start", "dev_end", "dev_corr", "dev_stream", "launch_corr",
                      "launch_ts", "mem_ts", "mem_alloc", "mem_reserved", "mem_dev",
-                     "stall_start", "stall_end"):
+                     "stall_start", "stall_end", "host_op", "launch_tid"):
             arrays[name] = np.concatenate([getattr(p, name) for p in parts])
+        names: dict = {}  # each part's name ids mapped onto one list
+        for col in ("host_name", "dev_name"):
+            arrays[col] = np.concatenate([
+                np.array([names.setdefault(x, len(names)) for x in p.names], np.int32)[
+                    getattr(p, col)] if p.names else getattr(p, col) for p in parts])
         return cls(**arrays, host_coll=[x for p in parts for x in p.host_coll],
-                   dev_coll=[x for p in parts for x in p.dev_coll],
+                   dev_coll=[x for p in parts for x in p.dev_coll], names=list(names),
+                   dev_msg=[x for p in parts for x in p.dev_msg],
                    step_thread=parts[0].step_thread, float_ts=any(p.float_ts for p in parts),
                    loader=next((p.loader for p in parts if p.loader), ""),
                    odd_comm=tuple(dict.fromkeys(n for p in parts for n in p.odd_comm)),
@@ -212,30 +230,32 @@ _SKIP, _DEVICE, _LAUNCH, _HOST = 0, 1, 2, 3
 
 @functools.lru_cache(maxsize=1 << 16)  # names repeat across files, ranks and traces
 def _classify(name: str, cat: str, on_stream: bool) -> tuple:
-    """(what, kind, sub, step id, collective key, waits on collectives) for one distinct event
-    name."""
+    """(what, kind, sub, step id, collective key, waits on collectives, op kind) for one
+    distinct event name."""
     if cat in _DEVICE_SKIP_CATS:  # GPU-side marks (ProfilerStep#N, nccl:all_reduce on the
-        return (_SKIP, 0, 0, -1, None, False)  # GPU timeline), with or without a stream
+        return (_SKIP, 0, 0, -1, None, False, 0)  # GPU timeline), with or without a stream
     if on_stream:
         kind = device_kind(name, cat)
-        return (_DEVICE, kind, 0, -1, None, False)
+        return (_DEVICE, kind, 0, -1, None, False, 0)
     if cat in _LAUNCH_CATS:
-        return (_LAUNCH, 0, 0, -1, None, False)
+        return (_LAUNCH, 0, 0, -1, None, False, 0)
     if name.startswith("ProfilerStep#"):
         digits = name[13:]
         ok = digits.isascii() and digits.isdigit() and len(digits) <= 12
-        return (_HOST, STEP, NONE, int(digits) if ok else -1, None, False)
+        return (_HOST, STEP, NONE, int(digits) if ok else -1, None, False, 0)
     if "DataLoader" in name and "__next__" in name:
-        return (_HOST, DATA, NONE, -1, None, False)
+        return (_HOST, DATA, NONE, -1, None, False, 0)
     if name.startswith(_COMM_HOST_PREFIX):
-        return (_HOST, COMM_HOST, NONE, -1, ("", name), False)
+        return (_HOST, COMM_HOST, NONE, -1, ("", name), False, 0)
     if cat in _OP_CATS:
         wait = (CALL if name.startswith("c10d::") else WRAPS if name.startswith(
             WRAP_RANGE_PREFIXES) else _funcol_kind(name) if name.startswith(FUNCOL_PREFIXES)
                 else WAITS if name.startswith(WAIT_RANGE_PREFIXES)
                 else ANNOTATION if cat == "user_annotation" else NO_WAIT)
-        return (_HOST, OP, op_part(name), -1, None, wait)
-    return (_SKIP, 0, 0, -1, None, False)
+        op = (ANNOTATION_OP if cat == "user_annotation" else PYTHON_OP
+              if cat == "python_function" else CPU_OP)
+        return (_HOST, OP, op_part(name), -1, None, wait, op)
+    return (_SKIP, 0, 0, -1, None, False, 0)
 
 
 def _funcol_kind(name: str) -> int:
@@ -342,9 +362,12 @@ def sort_events(batches) -> RankEvents:
                 stream[has] = [_id64(a.stream) for a in present]
                 corr[has] = [_id64(a.correlation) for a in present]
             named = [i for i, a in enumerate(present)
-                     if a.collective is not None or a.pg_name is not None]
+                     if a.collective is not None or a.pg_name is not None
+                     or a.in_nelems is not None]
             for i in (named if every else np.flatnonzero(has)[named].tolist()):
-                coll_args[n + i] = (args[i].pg_name, args[i].collective)
+                a = args[i]
+                coll_args[n + i] = (a.pg_name, a.collective,
+                                    (a.in_nelems, a.out_nelems, a.group_size, a.dtype))
         tids = [e.tid for e in keep]
         del keep, args, present
         plain = set(map(type, tids)) == {int} and -(1 << 62) < min(tids) and max(tids) < 1 << 62
@@ -380,10 +403,13 @@ def sort_events(batches) -> RankEvents:
     long_ = runtime[(end[runtime] - start[runtime] >= STALL_NS)]
     long_ = long_[[not _is_wait_call(uniq_names[nid[i]]) for i in long_.tolist()]]
     dev_coll: list = [None] * dev.size
+    dev_msg: list = [None] * dev.size
     for p in np.flatnonzero(kind[dev] == COMM).tolist():
         row = int(dev[p])
-        group, coll = coll_args.get(row, (None, None))
+        group, coll, msg = coll_args.get(row, (None, None, None))
         dev_coll[p] = collective_key(uniq_names[nid[row]], group, coll)
+        if msg is not None and any(x is not None for x in msg):
+            dev_msg[p] = msg
     host_inv = inv[host]
     coll_u = [c[4] for c in table]
     host_kind = kind[host]
@@ -415,4 +441,8 @@ def sort_events(batches) -> RankEvents:
         launch_ts=start[launch], step_thread=step_thread, float_ts=float_ts, loader=loader,
         stall_start=start[long_], stall_end=end[long_], n_runtime=int(runtime.size),
         counts={"events": n_events, "bad_time": bad_time, "bad_id": bad_id,
-                "bad_json": bad_json}, odd_comm=odd, **memory)
+                "bad_json": bad_json}, odd_comm=odd, **memory,
+        names=uniq_names, host_name=nid[host].astype(np.int32),
+        dev_name=nid[dev].astype(np.int32),
+        host_op=np.array([c[6] for c in table], dtype=np.int8)[host_inv],
+        launch_tid=tids[launch], dev_msg=dev_msg)

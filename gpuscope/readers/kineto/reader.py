@@ -19,11 +19,12 @@ from ...errors import InputError, TraceFormatError
 from ...runtable import RankInfo, RunTable, empty_frame
 from ...trace_files import file_size
 from .collectives import comm_table, sync_points
-from .decode import head_facts
+from .decode import DEVICE_KEY, head_facts
 from .events import STEP, RankEvents, p2p_masks
 from ..memory_records import MEMORY_COLUMNS
 from .hta import gpu_breakdown_of
 from .memory_steps import memory_rows
+from .ops import kernel_breakdown, kernel_type_time, op_views
 from .parse import _parse_all, host_of, parse_file, process_of
 from .rank import RankId, identify
 from .steps import last_step, rank_rows
@@ -140,6 +141,8 @@ def _table(path: str, parsed: list, warnings: list[str], facts: dict | None = No
         next_free += 1
 
     rows, colls, ranks, breakdown, memory = [], {}, {}, {}, []
+    views: dict = {"ops": [], "messages": [], "kernels": []}
+    kernel_types: dict = {}
     for rank in sorted(by_rank):
         items = by_rank[rank]
         ev = RankEvents.concat([e for _, e in items])
@@ -155,6 +158,15 @@ def _table(path: str, parsed: list, warnings: list[str], facts: dict | None = No
             r_rows, r_colls, w = rank_rows(ev, rank, drop)
             hta = gpu_breakdown_of([(e, x is not None) for (_, e), x in zip(items, lasts)])
         micro = [r.pop("microbatches") for r in r_rows]
+        # the op and kernel views (ops.py), over the steps the rows keep
+        got = op_views(ev, frozenset(x for x in (last_step(e) for _, e in items)
+                                     if x is not None))
+        files_hta = [(e, last_step(e) is not None) for _, e in items]
+        views["ops"].append((rank, got["ops"]))
+        views["messages"].append((rank, got["messages"]))
+        views["kernels"].append((rank, kernel_breakdown(files_hta)))
+        if ev.dev_kind.size:
+            kernel_types[rank] = kernel_type_time(files_hta)
         memory += memory_rows(ev, rank, r_rows)
         warnings += [f"rank {rank}: {x}" for x in w]
         rows += r_rows
@@ -168,7 +180,8 @@ def _table(path: str, parsed: list, warnings: list[str], facts: dict | None = No
             knobs["backend"] = ids[rank].backend
         knobs["device"] = "cuda" if ev.dev_kind.size else "cpu"
         # gpuscope.record beside the profiler: cores, loading
-        told = head_facts(items[0][0]) if facts is None else facts.get(items[0][0], {})
+        told = dict(head_facts(items[0][0]) if facts is None else facts.get(items[0][0], {}))
+        device = told.pop(DEVICE_KEY, "")
         for k, v in told.items():
             knobs.setdefault(k, v)
         if ids[rank].groups:
@@ -186,7 +199,10 @@ def _table(path: str, parsed: list, warnings: list[str], facts: dict | None = No
                                 # launches but no device event: the GPU was not profiled
                                 "gpu_not_recorded": bool(ev.n_runtime >= 10
                                                          and not ev.dev_kind.size),
-                                "events": ev.counts.get("events", 0)})
+                                "events": ev.counts.get("events", 0),
+                                # the device the trace says it ran on (deviceProperties)
+                                **({"gpu": {"name": device}} if device and ev.dev_kind.size
+                                   else {})})
     frame = pd.DataFrame(rows) if rows else empty_frame()
     if not frame.empty:
         frame = frame.sort_values(["rank", "step"], kind="stable").reset_index(drop=True)
@@ -207,4 +223,19 @@ def _table(path: str, parsed: list, warnings: list[str], facts: dict | None = No
     if mem is not None:
         mem[["rank", "step"]] = mem[["rank", "step"]].astype("int64")
     return RunTable(frame, "kineto", path, ranks, world, warnings, gpu_breakdown=breakdown,
-                    comm=comm_table(colls), memory=mem)
+                    comm=comm_table(colls), memory=mem, ops=_long(views["ops"]),
+                    messages=_long(views["messages"]),
+                    kernel_breakdown=_long(views["kernels"]), kernel_types=kernel_types)
+
+
+def _long(parts: list) -> pd.DataFrame | None:
+    """One frame of the ranks' column dicts, a rank column first; None when all are empty."""
+    frames = [pd.DataFrame({"rank": np.full(len(next(iter(c.values()))), r, np.int64), **c})
+              for r, c in parts if len(next(iter(c.values())))]
+    if not frames:
+        return None
+    out = pd.concat(frames, ignore_index=True)
+    for col in ("kind", "name", "type", "group", "collective", "dtype"):
+        if col in out:
+            out[col] = out[col].astype("category")
+    return out

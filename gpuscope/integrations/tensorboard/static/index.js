@@ -32,7 +32,38 @@ function unescape(text) {
   return t.value;
 }
 
-function summary(report, colors) {
+function opsTable(id, rows, nRanks) {
+  const table = el("table", {id, class: "ops"});
+  const head = el("tr");
+  for (const h of ["name", "ms / step", "calls / step", "ranks"]) head.append(el("th", {}, h));
+  table.append(head);
+  for (const r of rows.slice(0, 10)) {
+    const tr = el("tr");
+    tr.append(el("td", {title: r.name}, r.name.length > 80 ? r.name.slice(0, 77) + "..." : r.name),
+              el("td", {}, r.per_step_ms.toFixed(3)), el("td", {}, r.count_per_step.toFixed(2)),
+              el("td", {}, `${r.ranks} of ${nRanks}`));
+    table.append(tr);
+  }
+  return table;
+}
+
+function opsSection(report, words) {
+  const ops = report.ops;
+  if (!ops || !ops.ranks || !ops.ranks.length) return null;
+  const box = el("div", {id: "ops"});
+  box.append(el("h3", {}, "Ops and kernels"));
+  for (const line of (words && words.ops_lines) || []) box.append(el("p", {class: "ops-line"}, line));
+  const run = ops.run || {};
+  for (const [key, title] of [["ops", "Top-level ops"], ["ranges", "record_function ranges"],
+                              ["kernels", "Kernels"]]) {
+    if (run[key] && run[key].length) {
+      box.append(el("h4", {}, title), opsTable(`ops-run-${key}`, run[key], ops.ranks.length));
+    }
+  }
+  return box;
+}
+
+function summary(report, colors, words) {
   const box = el("div", {id: "summary"});
   const verdict = el("div", {class: "verdict"});
   verdict.style.borderColor = colors[report.verdict] || "#333";
@@ -51,7 +82,9 @@ function summary(report, colors) {
                      `${s.host ? " on " + s.host : ""}: ` +
                      (s.probable ? `${s.probable}; ` : `slow in ${s.slow_steps_pct}% of steps, `) +
                      `${s.excess_ms.toFixed(1)} ms busier per step, ` +
-                     `mostly in ${s.cause}${s.cause_detail ? " (" + s.cause_detail + ")" : ""}`));
+                     `mostly in ${s.cause}${s.cause_detail ? " (" + s.cause_detail + ")" : ""}` +
+                     (words && words.straggler_ops && words.straggler_ops[String(s.rank)]
+                      ? `; ${words.straggler_ops[String(s.rank)]}` : "")));
     }
     box.append(ul);
   }
@@ -62,6 +95,8 @@ function summary(report, colors) {
         `the late rank changes from step to step (${Math.round(jitter.steps_time_pct)}% of step ` +
         `time): no consistent straggler`));
   }
+  const opsBox = opsSection(report, words);
+  if (opsBox) box.append(opsBox);
   box.append(el("h3", {}, "Suggestions"));
   const ol = el("ol", {id: "suggestions"});
   for (const s of report.suggestions) {
@@ -102,7 +137,7 @@ async function showRun(run, main) {
     main.replaceChildren(el("p", {class: "error"}, unescape(payload.error)));
     return;
   }
-  main.replaceChildren(summary(payload.report, payload.colors || {}));
+  main.replaceChildren(summary(payload.report, payload.colors || {}, payload.words || {}));
   await loadPlotly();
   for (const {id, figure} of payload.figures) {
     const div = el("div", {id, class: "panel"});

@@ -1,0 +1,68 @@
+"""A DDP loop profiled with torch.profiler in which one rank runs one extra expensive op per step
+(torch.linalg.svd of a square matrix), the op timed with perf_counter around the same call.
+
+    python -m torch.distributed.run --standalone --nproc_per_node 2 tests/workloads/extra_op.py \\
+        --out DIR [--extra-rank 1] [--size 256] [--steps 8]
+
+Writes DIR/kineto (one trace per rank, tensorboard_trace_handler) and DIR/extra-rank<r>.json
+(the extra op's seconds per profiled step). `--extra-rank -1`: no rank runs it (the run to
+compare against).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--extra-rank", type=int, default=1)
+    ap.add_argument("--size", type=int, default=256)
+    ap.add_argument("--steps", type=int, default=8, help="steps the profiler records")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+    model = DDP(nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 256)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    mat = torch.randn(args.size, args.size)
+    spent = []
+    prof = profile(activities=[ProfilerActivity.CPU],
+                   schedule=schedule(wait=1, warmup=1, active=args.steps, repeat=1),
+                   on_trace_ready=tensorboard_trace_handler(os.path.join(args.out, "kineto")))
+    with prof:
+        for i in range(args.steps + 3):
+            x = torch.randn(64, 256)
+            loss = model(x).square().mean()
+            if rank == args.extra_rank:  # the extra op: this rank only
+                t = time.perf_counter()
+                torch.linalg.svd(mat)
+                if i >= 2:  # the profiler's active steps (wait=1, warmup=1)
+                    spent.append(time.perf_counter() - t)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            prof.step()
+    with open(os.path.join(args.out, f"extra-rank{rank}.json"), "w") as fh:
+        json.dump({"extra_s": spent}, fh)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # leave without the interpreter's teardown (gloo's threads)
