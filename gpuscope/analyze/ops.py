@@ -27,7 +27,11 @@ import numpy as np
 import pandas as pd
 
 from ..vocab import MS
+from .rowgroups import in_analysed
 
+#: the kinds of rows and their keys in the report: top-level torch ops, record_function ranges
+#: (traces), modules (recorded with record(modules=...)), kernels (traces)
+KINDS = (("op", "ops"), ("range", "ranges"), ("module", "modules"), ("kernel", "kernels"))
 #: rows per rank and kind in the report; the rest is summed as "other"
 TOP = 12
 #: names per kind in the run-level table (what compare diffs: enough to say an op appeared or
@@ -87,19 +91,24 @@ def _sig(x: float) -> float:
     return float(f"{float(x):.4g}")
 
 
-def _analysed(ops: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
-    keys = frame[["rank", "step"]].drop_duplicates()
-    return ops.merge(keys, on=["rank", "step"], how="inner")
+def _analysed(ops: pd.DataFrame, frame: pd.DataFrame, mapping=None) -> pd.DataFrame:
+    """The rows of analysed steps, each with the step of `frame` it is in (with accumulation,
+    a micro-step's optimizer step)."""
+    ops = ops[ops["step"].to_numpy() >= 0]  # outside any analysed step (the reader's -1)
+    hit, step = in_analysed(frame, mapping, ops["rank"].to_numpy(np.int64),
+                            ops["step"].to_numpy(np.int64))
+    return ops[hit].assign(step=step[hit])
 
 
 def _device_ranks(table) -> set[int]:
     return {r for r, i in table.ranks.items() if i.knobs.get("device") == "cuda"}
 
 
-def per_step(ops: pd.DataFrame, frame: pd.DataFrame, gpu_ranks: set[int]) -> pd.DataFrame:
+def per_step(ops: pd.DataFrame, frame: pd.DataFrame, gpu_ranks: set[int],
+             mapping=None) -> pd.DataFrame:
     """Per (rank, kind, name): calls, host, device and charged ms per analysed step of the
     rank (`time_ms`: device time on a GPU rank, host time on a CPU one; kernels: device)."""
-    rows = _analysed(ops, frame)
+    rows = _analysed(ops, frame, mapping)
     if rows.empty:
         return pd.DataFrame(columns=["rank", "kind", "name", "calls", "host_ms", "gpu_ms",
                                      "time_ms"])
@@ -110,7 +119,9 @@ def per_step(ops: pd.DataFrame, frame: pd.DataFrame, gpu_ranks: set[int]) -> pd.
     g["calls"] = g.pop("count") / steps
     g["host_ms"] = g["ns"] / steps / MS
     g["gpu_ms"] = g["gpu_ns"] / steps / MS
-    on_gpu = g["rank"].isin(gpu_ranks) | (g["kind"] == "kernel")
+    # a module's time is its forward's on the clock that measured it (record/modules.py)
+    on_gpu = (g["rank"].isin(gpu_ranks) & g["kind"].isin(["op", "range"])) | \
+        (g["kind"] == "kernel")
     g["time_ms"] = np.where(on_gpu, g["gpu_ms"], g["host_ms"])
     for c in ("kind", "name"):
         g[c] = g[c].astype(str)
@@ -134,7 +145,7 @@ def rank_tables(per: pd.DataFrame, types: dict, gpu_ranks: set[int]) -> list[dic
     for rank, mine in per.groupby("rank", sort=True):
         gpu = int(rank) in gpu_ranks
         entry: dict = {"rank": int(rank)}
-        for kind, key in (("op", "ops"), ("range", "ranges"), ("kernel", "kernels")):
+        for kind, key in KINDS:
             k = mine[mine["kind"] == kind].sort_values("time_ms", ascending=False)
             if k.empty:
                 continue
@@ -157,7 +168,7 @@ def run_table(per: pd.DataFrame, n_ranks: int) -> dict:
     """Per kind: each name's ms per step, the mean over the analysed ranks (absent = 0), and
     how many ranks ran it; the top TOP_RUN and the rest summed."""
     out = {}
-    for kind, key in (("op", "ops"), ("range", "ranges"), ("kernel", "kernels")):
+    for kind, key in KINDS:
         k = per[per["kind"] == kind]
         if k.empty:
             continue
@@ -175,7 +186,7 @@ def run_table(per: pd.DataFrame, n_ranks: int) -> dict:
 
 
 def excess(per: pd.DataFrame, rank: int, peers: list[int], excess_ms: float | None,
-           kinds=("op", "kernel")) -> list[dict]:
+           kinds=("op", "module", "kernel")) -> list[dict]:
     """The ops and kernels whose time per step on `rank` exceeds the median of `peers` (a peer
     without it counts zero), largest first; `only_here` when no peer runs it."""
     if not peers:
@@ -199,7 +210,8 @@ def excess(per: pd.DataFrame, rank: int, peers: list[int], excess_ms: float | No
     return out
 
 
-def slow_step(ops: pd.DataFrame, frame: pd.DataFrame, gpu_ranks: set[int]) -> dict:
+def slow_step(ops: pd.DataFrame, frame: pd.DataFrame, gpu_ranks: set[int],
+              mapping=None) -> dict:
     """The slowest analysed step, when it is SLOW_STEP times its rank's median step or more:
     the ops and kernels longer in it than in that rank's typical step."""
     if frame.empty or frame["step"].nunique() < 3:
@@ -210,10 +222,12 @@ def slow_step(ops: pd.DataFrame, frame: pd.DataFrame, gpu_ranks: set[int]) -> di
     med = float(mine["step_ns"].median())
     if med <= 0 or frame.at[i, "step_ns"] < SLOW_STEP * med:
         return {}
-    rows = _analysed(ops[ops["rank"] == rank], mine)
+    rows = _analysed(ops[ops["rank"] == rank], mine, mapping)
     if rows.empty:
         return {}
-    t = np.where((rank in gpu_ranks) | (rows["kind"] == "kernel"), rows["gpu_ns"], rows["ns"])
+    kind = rows["kind"].astype(str)
+    t = np.where(((rank in gpu_ranks) & kind.isin(["op", "range"])) | (kind == "kernel"),
+                 rows["gpu_ns"], rows["ns"])
     rows = rows.assign(t=t / MS, kind=rows["kind"].astype(str), name=rows["name"].astype(str))
     wide = rows.pivot_table(index=["kind", "name"], columns="step", values="t", aggfunc="sum",
                             fill_value=0.0)
@@ -229,7 +243,8 @@ def slow_step(ops: pd.DataFrame, frame: pd.DataFrame, gpu_ranks: set[int]) -> di
             "median_ms": _r(med / MS), "excess_ms": _r(excess_ms), "ops": named}
 
 
-def collectives(messages: pd.DataFrame | None, frame: pd.DataFrame, device: str) -> list[dict]:
+def collectives(messages: pd.DataFrame | None, frame: pd.DataFrame, device: str,
+                mapping=None) -> list[dict]:
     """Per (group, collective, size): instances, time, algorithm and bus bandwidth (the module's
     docstring, 4.), with the link's peak beside it; largest total time first."""
     if messages is None or messages.empty:
@@ -246,7 +261,7 @@ def collectives(messages: pd.DataFrame | None, frame: pd.DataFrame, device: str)
                                          n=("group_size", "max"), dtype=("dtype", "first"))
     inst = inst.reset_index()
     n_steps = max(frame.groupby("rank")["step"].nunique().max(), 1) if len(frame) else 1
-    analysed = _analysed(m, frame) if len(frame) else m.iloc[:0]
+    analysed = _analysed(m, frame, mapping) if len(frame) else m.iloc[:0]
     per_rank_ms = (analysed.groupby(keys + ["rank"])["dur_ns"].sum() / n_steps / MS) \
         .groupby(level=keys).mean() if len(analysed) else pd.Series(dtype=float)
     peak, peak_what = link_peak(device)
@@ -293,7 +308,7 @@ def op_changes(before: dict, after: dict, per_before: float = 1.0,
     that appeared or vanished; largest change first."""
     out = []
     rb, ra = (before or {}).get("run", {}), (after or {}).get("run", {})
-    for kind, key in (("op", "ops"), ("range", "ranges"), ("kernel", "kernels")):
+    for kind, key in KINDS:
         if key not in rb and key not in ra:
             continue
         b = {r["name"]: r["per_step_ms"] / per_before for r in rb.get(key, [])}
@@ -318,12 +333,13 @@ def _device(table) -> str:
     return next(iter(names)) if len(names) == 1 else ""
 
 
-def ops_section(table, frame: pd.DataFrame, stragglers: list) -> dict:
-    """The report's `ops` section ({} without op views); each straggler's `ops` excess set."""
+def ops_section(table, frame: pd.DataFrame, stragglers: list, mapping=None) -> dict:
+    """The report's `ops` section ({} without op views); each straggler's `ops` excess set.
+    `mapping`: micro-step -> optimizer step, with accumulation (cycles.py)."""
     if table.ops is None or table.ops.empty:
         return {}
     gpu = _device_ranks(table)
-    per = per_step(table.ops, frame, gpu)
+    per = per_step(table.ops, frame, gpu, mapping)
     if per.empty:
         return {}
     kb = table.kernel_breakdown
@@ -331,16 +347,17 @@ def ops_section(table, frame: pd.DataFrame, stragglers: list) -> dict:
     ranks = sorted(per["rank"].unique().tolist())
     out = {"basis": "per analysed step, mean over the rank's steps (ms); an op's or range's "
                     "time is the device time of the kernels it launched on a GPU rank, its "
-                    "host time on a CPU one; a kernel's is its device time",
+                    "host time on a CPU one; a kernel's is its device time; a module's, its "
+                    "forward's (recorded: CUDA events on a GPU, the host clock on a CPU)",
            "ranks": rank_tables(per, types, gpu), "run": run_table(per, len(ranks))}
     for s in stragglers:
         peers = s.peers or [r for r in ranks if r != s.rank]
         s.ops = excess(per, s.rank, [p for p in peers if p != s.rank],
                        s.excess_ns / MS if s.excess_ns > 0 else None)
-    slow = slow_step(table.ops, frame, gpu)
+    slow = slow_step(table.ops, frame, gpu, mapping)
     if slow:
         out["slow_step"] = slow
-    coll = collectives(table.messages, frame, _device(table))
+    coll = collectives(table.messages, frame, _device(table), mapping)
     if coll:
         out["collectives"] = coll
     if kb is not None and not kb.empty:

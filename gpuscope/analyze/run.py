@@ -140,7 +140,7 @@ def stragglers(a: Analysis) -> None:
 def ops(a: Analysis) -> None:
     """table.ops / messages / kernel_breakdown, frame, stragglers -> the ops section; each
     straggler's excess down to the op and kernel."""
-    a.ops = ops_section(a.table, a.frame, a.stragglers)
+    a.ops = ops_section(a.table, a.frame, a.stragglers, a.mapping)
 
 
 def telemetry(a: Analysis) -> None:

@@ -30,6 +30,7 @@ from ..trace_files import file_size
 from .speed import bulk, forks
 from .record_body import BLOCK_ROWS, block_columns, coded, decode_body, with_implied
 from .memory_records import capacity_of, memory_frame, memory_ok
+from .module_records import modules_frame, modules_ok
 from .routing_records import routing_frame, routing_ok
 from .record_columns import read_columns
 from .validate import (MAX_NS, MAX_RANKS, MAX_STEP, MAX_UNIX_NS, Tally, clean_knobs, is_int, is_num)
@@ -51,6 +52,7 @@ class RankFile:
     dataparallel: dict = field(default_factory=dict)  # the latest DataParallel totals
     memory: list = field(default_factory=list)  # memory records (memory_records.py)
     routing: list = field(default_factory=list)  # all-to-all rows (routing_records.py)
+    modules: list = field(default_factory=list)  # module forward times (module_records.py)
     warnings: list[str] = field(default_factory=list)
     row_lines: list[int] = field(default_factory=list)  # line number of each row
     tally: Tally | None = None  # what was skipped while reading
@@ -194,6 +196,11 @@ def _side_record(obj: dict, out: "RankFile", knobs: dict, tally: Tally, at: int)
             out.routing.append(obj["routing"])
         else:
             tally.add("malformed all-to-all row record(s)", at)
+    if "modules" in obj:
+        if modules_ok(obj["modules"]):
+            out.modules.append(obj["modules"])
+        else:
+            tally.add("malformed module time record(s)", at)
     if "dataparallel" in obj:
         if _dataparallel_ok(obj["dataparallel"]):
             out.dataparallel = obj["dataparallel"]
@@ -894,7 +901,7 @@ def read_run_dir(path: str, loaded: list | None = None) -> RunTable:
             f.path = os.path.abspath(f.path)
     chosen = _pick_recording(path, files, want, warnings)
     frames, blocks, ranks, world, telemetry, comm = [], [], {}, 0, [], []  # comm: (rank, columns)
-    memory, routing = [], []  # (rank, its memory / all-to-all row records)
+    memory, routing, modules = [], [], []  # (rank, its memory / all-to-all / module records)
     host_timed: list[int] = []  # CUDA ranks with collectives the device did not time
     for f in chosen:
         warnings += f.warnings
@@ -925,6 +932,8 @@ def read_run_dir(path: str, loaded: list | None = None) -> RunTable:
             memory.append((rank, f.memory))
         if f.routing:
             routing.append((rank, f.routing))
+        if f.modules:
+            modules.append((rank, f.modules))
         frame = f.frame
         if f.comm is not None:
             comm.append((rank, f.comm))
@@ -967,4 +976,5 @@ def read_run_dir(path: str, loaded: list | None = None) -> RunTable:
         frame = with_bubble(frame, comm_frame)
     return RunTable(frame, "record", path, ranks, world or len(ranks), warnings, telemetry=tel,
                     comm=comm_frame, memory=memory_frame(memory),
-                    routing=routing_frame(routing), int_block=int_block)
+                    routing=routing_frame(routing), int_block=int_block,
+                    ops=modules_frame(modules))

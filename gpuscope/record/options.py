@@ -47,6 +47,11 @@ class RecordOptions:
                                                  "bottleneck per 1,000 steps")
     device_timing: bool | None = opt(None, "CUDA-event timing of the device's work; None: on "
                                            "when the model is on a CUDA device")
+    modules: bool | tuple | list | None = opt(None, "time the forward of these modules per "
+                                                   "step (names as model.get_submodule takes "
+                                                   "them; True: the model's direct children): "
+                                                   "which module a straggler's excess is in "
+                                                   "(modules.py); off by default")
     enabled: bool | None = opt(None, "None: on unless the environment sets GPUSCOPE_DISABLE=1")
     live_every: int = opt(0, "live diagnosis every N steps (0: off): the ranks exchange their "
                              "sums, rank 0 logs a line")

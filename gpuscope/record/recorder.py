@@ -29,7 +29,8 @@ from .hooks import Hooks
 from .knobs import batch_knobs, batch_size_of, loader_knobs, model_knobs, process_knobs
 from .options import RecordOptions, options_help
 from .placement import detect_placement, job_id
-from .sinks import (DataParallelTimes, DeviceTimes, LiveDiagnosis, Routing, Sink, Telemetry,
+from .sinks import (DataParallelTimes, DeviceTimes, LiveDiagnosis, ModuleTimes, Routing, Sink,
+                    Telemetry,
                     TensorBoardScalars)
 from .step_row import sum_steps
 from .step_state import StepState
@@ -88,6 +89,7 @@ class Recorder:
         self._trace_steps: list[int] = []  # steps in which a profiler wrote its trace
         self._data_ns = self._data_cpu_ns = 0  # the flushed micro-steps' data wait, its CPU
         self._routing = None     # sinks.Routing: rows each all-to-all delivered, per step
+        self._modules = None     # modules.ModuleTimer: record(modules=...)'s forward times
         self._mesh_checked = False  # the model's DeviceMesh dimensions looked for (once)
         self._memory_at_error: dict = {}
         self._flops = None       # flops.FlopCount while micro-step 2's FLOPs are to be counted
@@ -252,6 +254,8 @@ class Recorder:
             if self._hooks.ddp is not None:
                 self._hooks.ddp.device = dev
             gpu["device_timing"] = "cuda_events"
+        if o.modules and self.model is not None:
+            self._open_modules(o.modules)
         capacity = self._open_memory() if self.options.memory else {}
         if self._telemetry:
             from .nvml import Sampler
@@ -393,6 +397,22 @@ class Recorder:
         if writer.error is not None:
             warn_once("recorder-write", "gpuscope: recording stopped after step %d: %s",
                       self.steps, writer.error)
+
+    def _open_modules(self, which) -> None:
+        """Time the forward of the chosen modules (modules.py): CUDA events where the device
+        is timed, the host clock otherwise."""
+        from .modules import ModuleTimer, resolve
+
+        names, mods, warnings = resolve(self.model, which)
+        self.warnings += warnings
+        events = None
+        if self._wants_device_timing():
+            from . import cuda_timing
+
+            events = cuda_timing.backend_factory()
+        timer = ModuleTimer(names, mods, self._clock, events)
+        if timer.install():
+            self._add_sink(ModuleTimes(timer), timer)
 
     def _wants_device_timing(self) -> bool:
         if self._device_timing is not None:
@@ -595,6 +615,8 @@ class Recorder:
             if raw is not None:
                 if self._dev is not None:
                     self._dev.step_end(self.steps)
+                if self._modules is not None:
+                    self._modules.step_end(self.steps)
                 if self._dp is not None:
                     self._dp.step_end()
                 # the raw intervals only: rows are summed in batches, off the per-step path

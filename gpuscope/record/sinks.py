@@ -71,6 +71,21 @@ class Routing(Sink):
         return out
 
 
+class ModuleTimes(Sink):
+    """The chosen modules' forward time per micro-step (modules.ModuleTimer)."""
+
+    name, off, attr = "module timer", "module timing off", "_modules"
+
+    def __init__(self, timer):
+        self.timer = timer
+
+    def meta(self, final: bool) -> dict | None:
+        return self.timer.meta(final)
+
+    def close(self) -> None:
+        self.timer.remove()
+
+
 class DeviceTimes(Sink):
     """CUDA event times of the finished steps (cuda_timing.DeviceTimer)."""
 

@@ -2,11 +2,12 @@
 (torch.linalg.svd of a square matrix), the op timed with perf_counter around the same call.
 
     python -m torch.distributed.run --standalone --nproc_per_node 2 tests/workloads/extra_op.py \\
-        --out DIR [--extra-rank 1] [--size 256] [--steps 8]
+        --out DIR [--extra-rank 1] [--size 256] [--steps 8] [--record]
 
 Writes DIR/kineto (one trace per rank, tensorboard_trace_handler) and DIR/extra-rank<r>.json
 (the extra op's seconds per profiled step). `--extra-rank -1`: no rank runs it (the run to
-compare against).
+compare against). `--record`: no profiler; gpuscope.record(DIR/record, modules=True) instead,
+the op inside the model's `extra` module (its forward), beside `body` and `head`.
 """
 
 from __future__ import annotations
@@ -24,16 +25,65 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
 
 
+class Extra(nn.Module):
+    """torch.linalg.svd of a fixed matrix on the chosen rank, timed; identity on its input."""
+
+    def __init__(self, mat, on: bool):
+        super().__init__()
+        self.mat, self.on, self.spent = mat, on, []
+
+    def forward(self, x):
+        if self.on:
+            t = time.perf_counter()
+            torch.linalg.svd(self.mat)
+            self.spent.append(time.perf_counter() - t)
+        return x
+
+
+class Net(nn.Module):
+    def __init__(self, extra):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(256, 512), nn.ReLU())
+        self.extra = extra
+        self.head = nn.Linear(512, 256)
+
+    def forward(self, x):
+        return self.head(self.extra(self.body(x)))
+
+
+def recorded(args, rank: int) -> None:
+    import gpuscope
+
+    extra = Extra(torch.randn(args.size, args.size), rank == args.extra_rank)
+    model = DDP(Net(extra))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with gpuscope.record(os.path.join(args.out, "record"), model=model, modules=True) as rec:
+        for _ in range(args.steps + 2):
+            loss = model(torch.randn(64, 256)).square().mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            rec.step()
+    with open(os.path.join(args.out, f"extra-rank{rank}.json"), "w") as fh:
+        json.dump({"extra_s": extra.spent[1:]}, fh)  # the first step is the warm-up left out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--extra-rank", type=int, default=1)
     ap.add_argument("--size", type=int, default=256)
     ap.add_argument("--steps", type=int, default=8, help="steps the profiler records")
+    ap.add_argument("--record", action="store_true", help="gpuscope.record(modules=True)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank = dist.get_rank()
+    if args.record:
+        recorded(args, rank)
+        dist.barrier()
+        dist.destroy_process_group()
+        return
     torch.manual_seed(0)
     model = DDP(nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 256)))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
