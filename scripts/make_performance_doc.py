@@ -3,7 +3,8 @@ figure is never typed by hand).
 
     python scripts/make_performance_doc.py
 
-Reads benchmarks/results/*.json: overhead.json (benchmarks/bench_overhead.py),
+Reads benchmarks/results/*.json: overhead.json (benchmarks/bench_overhead.py), modules.json
+(benchmarks/bench_modules.py),
 overhead_cases.json and overhead_cases_gpu.json (benchmarks/bench_overhead_cases.py),
 whatif.json (benchmarks/bench_whatif.py), vs_hta.json (benchmarks/bench_vs_hta.py), scale.json
 (benchmarks/bench_scale.py), same_run.json (scripts/same_run.py), fuzz.json (scripts/fuzz.py),
@@ -250,6 +251,25 @@ def instructions(d: dict) -> list[str]:
         out.append(f"| {names.get(key, key)} | {m['micro_steps']:,} | "
                    f"{m['plain_per_micro_step']:,} | {m['recorded_per_micro_step']:,} | "
                    f"+{m['added']:,} ({m['added_pct']:.2f}%) |")
+    return out + [""]
+
+
+def modules(d: dict) -> list[str]:
+    """record(modules=...)'s cost (modules.json, benchmarks/bench_modules.py)."""
+    v = d["variants"]
+    out = ["## Per-module timing (`record(modules=...)`)", "",
+           f"`python benchmarks/bench_modules.py` ({d['model']}; Python {d['python']}, torch "
+           f"{d['torch']}, {d['rounds']} rounds of {d['steps_per_round']} steps, the variants "
+           "interleaved): each timed forward call costs "
+           f"{d['hook_ns_per_call'] / 1e3:.1f} us on this CPU (an nn.Identity called in a tight "
+           "loop with and without the two hooks, the median of the rounds' differences), what "
+           "the column from calls multiplies out. The step medians beside it move by more than "
+           "that from round to round: at this step length the hooks are within the noise.", "",
+           "| modules | timed | forward calls per step | median step | from calls |",
+           "| --- | --- | --- | --- | --- |"]
+    for key, r in v.items():
+        out.append(f"| {key} | {r['modules_timed']} | {r['forward_calls_per_step']:g} | "
+                   f"{r['median_step_ms']:.1f} ms | +{r['added_us_per_step_from_calls']:.1f} us |")
     return out + [""]
 
 
@@ -582,6 +602,7 @@ def main() -> None:
     for name, fn, cmd in (
             ("overhead.json", overhead, "benchmarks/bench_overhead.py"),
             ("instructions.json", instructions, "benchmarks/bench_instructions.py"),
+            ("modules.json", modules, "benchmarks/bench_modules.py"),
             ("overhead_cases.json", lambda d: overhead_cases(d, "On loops we did not write"),
              "benchmarks/bench_overhead_cases.py"),
             ("overhead_cases_gpu.json", lambda d: overhead_cases(d, "On a GPU"),

@@ -183,3 +183,49 @@ def script(name: str):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+class FakeCuda:
+    """Fake CUDA events (no GPU here): each record() takes the next time from a scripted GPU
+    timeline; an event counts as complete once the fake GPU clock has passed it. The real CUDA
+    path runs on a GPU machine (scripts/gpu_check.sh)."""
+
+    def __init__(self, timeline):
+        self.timeline = list(timeline)
+        self.now = 0
+        self.created = 0
+
+    def new_event(self):
+        self.created += 1
+        return {"t": None}
+
+    def record(self, ev):
+        ev["t"] = self.timeline.pop(0)
+
+    def done(self, ev):
+        return ev["t"] is not None and ev["t"] <= self.now
+
+    def elapsed_ns(self, a, b):
+        return b["t"] - a["t"]
+
+    def synchronize(self):
+        self.now = float("inf")
+
+
+# torch.profiler (Kineto) events by hand, times in µs as a trace writes them
+def X(name, ts, dur, cat="cpu_op", tid=1, **args):
+    """A complete event."""
+    e = {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur}
+    if args:
+        e["args"] = args
+    return e
+
+
+def launch(ts, corr):
+    """A kernel launch on the training thread (its correlation id ties it to the kernel)."""
+    return X("cudaLaunchKernel", ts, 5, cat="cuda_runtime", correlation=corr)
+
+
+def kernel(name, ts, dur, corr, stream=7, **args):
+    """A kernel on a stream."""
+    return X(name, ts, dur, cat="kernel", tid=stream, correlation=corr, stream=stream, **args)

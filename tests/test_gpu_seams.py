@@ -21,7 +21,7 @@ from gpuscope.record import cuda_timing, memory, nvml
 from gpuscope.analyze.run import analyze_table
 from gpuscope.readers import read_path as load_table
 from gpuscope.thresholds import Thresholds
-from helpers import table_from_rows
+from helpers import FakeCuda, table_from_rows
 
 GiB = 1 << 30
 
@@ -185,32 +185,6 @@ def test_memory_headroom_limits_the_batch_size_suggestion():
 
     assert batch(0.2).proposed == 32 * 2 and "GPU memory peaks at 20%" in batch(0.2).why
     assert batch(0.6) is None  # no room for 2x the batch
-
-
-class FakeCuda:
-    """Fake CUDA events (no GPU here): each record() takes the next time from a scripted GPU
-    timeline; an event counts as complete once the fake GPU clock has passed it."""
-
-    def __init__(self, timeline):
-        self.timeline = list(timeline)
-        self.now = 0
-        self.created = 0
-
-    def new_event(self):
-        self.created += 1
-        return {"t": None}
-
-    def record(self, ev):
-        ev["t"] = self.timeline.pop(0)
-
-    def done(self, ev):
-        return ev["t"] is not None and ev["t"] <= self.now
-
-    def elapsed_ns(self, a, b):
-        return b["t"] - a["t"]
-
-    def synchronize(self):
-        self.now = float("inf")
 
 
 def test_device_timer_resolves_gpu_stall_and_comm_without_blocking():

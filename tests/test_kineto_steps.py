@@ -9,23 +9,11 @@ import json
 
 import gpuscope
 from gpuscope.readers import read_path
+from helpers import X, kernel, launch
 
 US = 1000
 
 
-def X(name, ts, dur, cat="cpu_op", tid=1, **args):
-    e = {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur}
-    if args:
-        e["args"] = args
-    return e
-
-
-def launch(ts, corr):
-    return X("cudaLaunchKernel", ts, 5, cat="cuda_runtime", correlation=corr)
-
-
-def kernel(name, ts, dur, corr):
-    return X(name, ts, dur, cat="kernel", tid=7, correlation=corr, stream=7)
 
 
 LOAD = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"

@@ -17,6 +17,7 @@ from gpuscope.analyze.ops import bus_factor, link_peak
 from gpuscope.readers import read_path
 from gpuscope.readers.kineto.ops import DTYPE_BYTES
 from gpuscope.render import terminal
+from helpers import FakeCuda, X, kernel, launch
 
 US = 1000
 HERE = os.path.dirname(__file__)
@@ -29,21 +30,6 @@ def _shared(path: str) -> None:
     if not os.path.isdir(path):
         assert os.environ.get("GPUSCOPE_REQUIRE_SHARED") != "1", f"{path} is missing"
         pytest.skip("the shared traces are not here")
-
-
-def X(name, ts, dur, cat="cpu_op", tid=1, **args):
-    e = {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur}
-    if args:
-        e["args"] = args
-    return e
-
-
-def launch(ts, corr):
-    return X("cudaLaunchKernel", ts, 5, cat="cuda_runtime", correlation=corr)
-
-
-def kernel(name, ts, dur, corr, stream=7, **args):
-    return X(name, ts, dur, cat="kernel", tid=stream, correlation=corr, stream=stream, **args)
 
 
 ALLREDUCE = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
@@ -324,30 +310,6 @@ def test_a_recorded_straggler_is_traced_to_its_module(tmp_path):
     assert top["excess_ms"] >= 0.8 * own_ms and not top["only_here"]  # rank 0 runs it, empty
 
 
-class FakeEvents:
-    """CUDA events on a scripted device clock (no GPU here): record() takes the next time; an
-    event is complete once the clock passed it. The real CUDA path runs on a GPU machine."""
-
-    def __init__(self, times):
-        self.times, self.now, self.created = list(times), 0, 0
-
-    def new_event(self):
-        self.created += 1
-        return {"t": None}
-
-    def record(self, ev):
-        ev["t"] = self.times.pop(0)
-
-    def done(self, ev):
-        return ev["t"] is not None and ev["t"] <= self.now
-
-    def elapsed_ns(self, a, b):
-        return b["t"] - a["t"]
-
-    def synchronize(self):
-        self.now = float("inf")
-
-
 def test_module_times_on_cuda_events_are_read_once_complete_and_pooled():
     import torch
     from torch import nn
@@ -358,7 +320,7 @@ def test_module_times_on_cuda_events_are_read_once_complete_and_pooled():
     names, mods, warnings = resolve(net, ["0", "1", "missing"])
     assert names == ["0", "1"] and "no submodule 'missing'" in warnings[0]
     # step 0: linear 0->40, relu 40->50; step 1: linear 100->130, relu 130->135
-    ev = FakeEvents([0, 40, 40, 50, 100, 130, 130, 135])
+    ev = FakeCuda([0, 40, 40, 50, 100, 130, 130, 135])
     t = ModuleTimer(names, mods, clock=None, events=ev)
     assert t.install()
     x = torch.zeros(1, 4)

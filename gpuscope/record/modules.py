@@ -17,8 +17,10 @@ from __future__ import annotations
 
 from collections import deque
 
-#: modules timed at most: each adds two hook calls to every forward (docs/performance.md)
-MAX_MODULES = 64
+#: modules timed at most: each forward call of one costs ~3 us on a CPU (two hooks, and torch's
+#: slower call path for a module with hooks: benchmarks/bench_modules.py), and the recorder's
+#: budget is 50 us a step
+MAX_MODULES = 12
 
 
 def _unwrapped(model):
@@ -43,7 +45,8 @@ def resolve(model, which) -> tuple[list[str], list, list[str]]:
                 warnings.append(f"modules: the model has no submodule {name!r}: not timed")
     if len(pairs) > MAX_MODULES:
         warnings.append(f"modules: {len(pairs)} modules asked for, the first {MAX_MODULES} "
-                        "timed")
+                        "timed (each costs a few us a call: the recording's budget is 50 us "
+                        "a step)")
         pairs = pairs[:MAX_MODULES]
     return [n for n, _ in pairs], [m for _, m in pairs], warnings
 

@@ -61,7 +61,7 @@ def section(ops: dict) -> str:
            f'<p class="dim">{_esc(ops.get("basis", ""))}; mean over {n} rank(s), a rank without '
            "an op counting zero</p>"]
     for key, title in (("ops", "Top-level ops"), ("ranges", "record_function ranges"),
-                       ("kernels", "Kernels")):
+                       ("modules", "Modules (forward)"), ("kernels", "Kernels")):
         if run.get(key):
             out.append(f"<h3>{title}</h3>" + _table(f"ops-run-{key}", run[key], n))
     slow = ops.get("slow_step")
@@ -75,7 +75,8 @@ def section(ops: dict) -> str:
     for r in ops["ranks"][:64]:
         tables = "".join(f"<h4>{title}</h4>" + _table(f"ops-rank{r['rank']}-{key}", r[key], None)
                          for key, title in (("ops", "ops"), ("ranges", "ranges"),
-                                            ("kernels", "kernels")) if r.get(key))
+                                            ("modules", "modules"), ("kernels", "kernels"))
+                         if r.get(key))
         out.append(f'<details class="ops-rank"><summary>rank {r["rank"]}</summary>{tables}'
                    "</details>")
     return "\n".join(out)

@@ -50,6 +50,9 @@ def lines(ops: dict) -> list[str]:
                    "kernels on a GPU): " + _top(run["ops"], n))
     if run.get("kernels"):
         out.append("Top kernels, ms per step: " + _top(run["kernels"], n))
+    if run.get("modules"):
+        out.append(f"Modules, forward ms per step (mean over {n} rank{'s' if n > 1 else ''}): "
+                   + _top(run["modules"], n))
     slow = ops.get("slow_step")
     if slow and slow.get("ops"):
         out.append(f"Slowest step: {slow['step']} on rank {slow['rank']}, {slow['step_ms']:,.1f} "

@@ -55,7 +55,7 @@ function opsSection(report, words) {
   for (const line of (words && words.ops_lines) || []) box.append(el("p", {class: "ops-line"}, line));
   const run = ops.run || {};
   for (const [key, title] of [["ops", "Top-level ops"], ["ranges", "record_function ranges"],
-                              ["kernels", "Kernels"]]) {
+                              ["modules", "Modules (forward)"], ["kernels", "Kernels"]]) {
     if (run[key] && run[key].length) {
       box.append(el("h4", {}, title), opsTable(`ops-run-${key}`, run[key], ops.ranks.length));
     }
