@@ -194,7 +194,7 @@ def test_after_stop_nothing_is_left_on_the_model(pg, tmp_path):
 
 
 def _timer_of(rec):
-    return rec._state.tail
+    return rec._log.tail
 
 
 def test_the_end_of_backward_compute_is_timed_only_where_a_gradient_may_not_come(pg, tmp_path):

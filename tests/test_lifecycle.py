@@ -357,9 +357,9 @@ def test_backward_timing_is_handed_back_and_put_back(tmp_path):
     with gpuscope.record(tmp_path / "outer", model=model, telemetry=False) as outer:
         train(outer, model, opt, 3)
         with gpuscope.record(tmp_path / "inner", telemetry=False) as inner:
-            assert torch.autograd.backward.__self__ is inner._state
+            assert torch.autograd.backward.__self__ is inner._log
             train(inner, model, opt, 3)
-        assert torch.autograd.backward.__self__ is outer._state
+        assert torch.autograd.backward.__self__ is outer._log
         train(outer, model, opt, 3)
     assert torch.autograd.backward is original
     assert all(b > 0 for b in _backward_ns(tmp_path / "inner"))
@@ -387,61 +387,36 @@ def test_backward_timing_is_handed_back_and_put_back(tmp_path):
         torch.autograd.backward = original
 
 
-def test_closing_a_micro_step_leaves_the_state_of_a_fresh_one():
-    """StepState.close() resets the state for the next micro-step itself (written out there,
-    a call less a step): what it leaves equals reset(now)."""
-    from gpuscope.record.step_state import StepState
-
-    st = StepState(clock=iter(range(100, 10_000, 7)).__next__)
-    st.active = True
-    st.forward_start()
-    st.forward_end()
-    st.optimizer_start()
-    st.optimizer_end()
-    st.data_ns, st.data_cpu_ns, st.samples = 5, 4, 3
-    raw = st.close(0, 5000)
-    assert raw.start == 100 and raw.end == 5000 and len(raw.phases) == 2 and raw.samples == 3
-    closed = dict(vars(st))
-    fresh = StepState()
-    fresh.active = True
-    fresh.reset(5000)
-    for key in ("_now", "probe", "tail", "backward", "sync_flag"):
-        closed.pop(key, None)
-        vars(fresh).pop(key, None)
-    assert closed == vars(fresh)
-    assert st.close(1, 6000).start == 5000  # the next micro-step started at the close
-    idle = StepState()
-    assert idle.close(0, 100) is None and idle.start == 100  # nothing recorded yet
-
-
-def test_the_forward_wrapper_and_the_forward_hooks_leave_the_same_state():
-    """StepState.timed writes forward_start / forward_end out around the call (one frame): for
-    the same clock and probe both leave the same state, a forward that raises included."""
-    from gpuscope.record.step_state import StepState
+def test_the_forward_wrapper_and_the_forward_hooks_log_the_same_events():
+    """StepLog.time_forward (the wrapper in a model's forward) and the hook pair append the same
+    events for the same clock and probe, a forward that raises included (no end then)."""
+    from gpuscope.record.events import StepLog
 
     def run(wrapper: bool, raises: bool = False):
-        st = StepState(clock=iter(range(100, 10_000, 7)).__next__)
-        st.active = True
-        st.probe = iter([0, 1, 1]).__next__  # no_sync, then synchronizing
+        log = StepLog(clock=iter(range(100, 10_000, 7)).__next__)
+        log.active = True
+        log.probe = iter([0, 1, 1]).__next__  # no_sync, then synchronizing
 
         def forward(x):
             if raises:
                 raise ValueError("bad batch")
             return x + 1
 
-        timed = st.timed(forward)
+        timed = log.time_forward(forward)
         for x in range(3):
             try:
                 if wrapper:
                     assert timed(x) == x + 1
                 else:
-                    st.forward_start()
+                    log.forward_start()
                     forward(x)
-                    st.forward_end()
+                    log.forward_end()
             except ValueError:
                 pass
-        return {k: v for k, v in vars(st).items() if k not in ("_now", "probe")}
+        return log.events, log.sync_flag
 
     assert run(True) == run(False)
-    assert run(True)["forwards"] == 3 and run(True)["sync_flag"] is True
+    events, flag = run(True)
+    assert len(events) == 6 and flag is True
     assert run(True, raises=True) == run(False, raises=True)
+    assert len(run(True, raises=True)[0]) == 3  # starts only

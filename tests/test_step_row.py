@@ -1,13 +1,27 @@
-"""sum_step: one micro-step's recorded intervals -> a row (times in ns on a made-up clock)."""
+"""sum_step: one micro-step's recorded intervals -> a row (times in ns on a made-up clock).
 
+sum_step has a short path for the usual shape (forward, backward, optimizer in order, at most one
+DDP tail) beside its general one: every test here runs on both (`path`), the short one where a
+row has its shape."""
+
+import pytest
+
+from gpuscope.record import step_row
 from gpuscope.record.step_row import DDP_KEY, Raw, sum_step
 from gpuscope.run_format import STEP_COLUMNS
 from gpuscope.vocab import RESUME_NS
 
 
+@pytest.fixture(autouse=True, params=["short", "general"])
+def path(request, monkeypatch):
+    if request.param == "general":
+        monkeypatch.setattr(step_row, "_plain_step", lambda r, start_unix: None)
+    return request.param
+
+
 def raw(**kw) -> Raw:
     args = dict(step=3, start=0, end=100, first=None, data_ns=10, data_cpu_ns=1, phases=[],
-                exposed=[], buckets=[], colls=[], fwd_end=None, synced=-1)
+                exposed=[], ddp_tails=[], colls=[], fwd_end=None, synced=-1)
     args.update(kw)
     return Raw(**args)
 
@@ -25,9 +39,9 @@ def row(**kw):
 
 def test_a_row_leaves_out_the_breakdown_its_columns_imply():
     """Only DDP's tail: no "_comm" (its columns say it all); any other collective: all of them."""
-    r = row(phases=[("forward", 10, 30), ("backward", 30, 80)], buckets=[(70, 90)], fwd_end=30)
+    r = row(phases=[("forward", 10, 30), ("backward", 30, 80)], ddp_tails=[(70, 90)], fwd_end=30)
     assert r["n_comm"] == 1 and "_comm" not in r["extra"]
-    r = row(phases=[("forward", 10, 30), ("backward", 30, 80)], buckets=[(70, 90)],
+    r = row(phases=[("forward", 10, 30), ("backward", 30, 80)], ddp_tails=[(70, 90)],
             colls=[("all_reduce:1", 82, 84)], fwd_end=30)
     assert set(r["extra"]["_comm"]) == {DDP_KEY, "all_reduce:1"}
 
@@ -36,7 +50,7 @@ def test_ddp_step_backward_inferred_and_exposed_tail():
     # data 0-10, forward 10-30, backward 30-80 with buckets 50-60 (hidden) and 70-90 (tail),
     # optimizer 90-95
     r = row(phases=[("forward", 10, 30), ("optimizer", 90, 95)],
-            buckets=[(50, 60), (70, 90)], fwd_end=30)
+            ddp_tails=[(50, 60), (70, 90)], fwd_end=30)
     assert r["backward_ns"] == 40          # forward end -> optimizer start, less the exposed tail
     assert r["comm_ns"] == 30 and r["n_comm"] == 2
     assert r["comm_exposed_ns"] == 20      # last launch (70) -> last done (90)
@@ -83,7 +97,7 @@ def test_user_phases_that_are_not_fixed_columns_are_kept():
 
 
 def test_comm_outside_the_step_is_clipped():
-    r = row(buckets=[(-50, 20)], phases=[("forward", 10, 30)], fwd_end=30)
+    r = row(ddp_tails=[(-50, 20)], phases=[("forward", 10, 30)], fwd_end=30)
     assert r["comm_ns"] == 20
 
 
@@ -98,28 +112,27 @@ def test_ddp_tail_runs_to_the_end_of_the_measured_backward():
     # the training thread came back from DDP's reducer only at 95 (a busy core): 70-95 is the
     # thread waiting on communication, not backward compute. A backward that ended before the
     # last bucket was done leaves the tail at the bucket's end.
-    r = row(phases=[("forward", 10, 30), ("backward", 30, 95)], buckets=[(50, 60), (70, 80)],
+    r = row(phases=[("forward", 10, 30), ("backward", 30, 95)], ddp_tails=[(50, 60), (70, 80)],
             fwd_end=30)
     assert r["comm_exposed_ns"] == 25 and r["backward_ns"] == 40
     assert r["by_key"] == {DDP_KEY: [35, 25, 2]}
-    r = row(phases=[("forward", 10, 30), ("backward", 30, 75)], buckets=[(50, 60), (70, 80)],
+    r = row(phases=[("forward", 10, 30), ("backward", 30, 75)], ddp_tails=[(50, 60), (70, 80)],
             fwd_end=30)
     assert r["comm_exposed_ns"] == 10 and r["backward_ns"] == 40
     # back more than RESUME_NS after the bucket was done: what is later than that the thread
     # waited for a core, not for communication (the trace reader's rule): other
     late = 80 + RESUME_NS + 500
     r = row(end=late + 10, phases=[("forward", 10, 30), ("backward", 30, late)],
-            buckets=[(50, 60), (70, 80)], fwd_end=30)
+            ddp_tails=[(50, 60), (70, 80)], fwd_end=30)
     assert r["comm_exposed_ns"] == 10 + RESUME_NS
     assert r["backward_ns"] == late - 30 - 10 - RESUME_NS
 
 
-def test_the_plain_shape_fast_path_agrees_with_the_general_one_on_random_rows():
+@pytest.mark.parametrize("path", ["short"], indirect=True)  # it compares the two itself
+def test_the_plain_shape_fast_path_agrees_with_the_general_one_on_random_rows(path):
     # sum_step takes a short path for forward / backward / optimizer in order with at most one
     # DDP tail; on random rows of that shape and near it, both paths give the same row
     import random
-
-    from gpuscope.record import step_row
 
     rng = random.Random(24)
     checked = 0
@@ -137,17 +150,17 @@ def test_the_plain_shape_fast_path_agrees_with_the_general_one_on_random_rows():
                 phases.append((name, a, b))
         if rng.random() < 0.1 and phases:
             phases.reverse()  # out of order: the general path
-        buckets = []
+        tails = []
         if rng.random() < 0.7:
             a = rng.randrange(start - 20, end + 20)
-            buckets = [(a, a + rng.randrange(-5, 3000))]
+            tails = [(a, a + rng.randrange(-5, 3000))]
         fwd_end = cuts[1] if rng.random() < 0.5 else None
         big = rng.random() < 0.2  # tails longer than RESUME_NS
         scale = 1000 if big else 1
         r = raw(start=start * scale, end=end * scale, first=rng.choice([None, start * scale, rng.randrange(start - 50, end) * scale]),
                 data_ns=rng.randrange(0, 200) * scale, phases=[(n, a * scale, b * scale)
                                                                 for n, a, b in phases],
-                buckets=[(a * scale, b * scale) for a, b in buckets],
+                ddp_tails=[(a * scale, b * scale) for a, b in tails],
                 fwd_end=None if fwd_end is None else fwd_end * scale,
                 samples=rng.choice([-1, 3]))
         fast = step_row._plain_step(r, 5)

@@ -38,7 +38,7 @@ class TimedLoader:
         rec = recorder
 
         def __iter__(inner_self):
-            return rec.timed(self._cls.__iter__(inner_self))
+            return rec.time_fetches(self._cls.__iter__(inner_self))
 
         sub = type(self._cls.__name__, (self._cls,), {"__iter__": __iter__,
                                                       "__module__": self._cls.__module__})

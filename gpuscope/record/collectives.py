@@ -40,7 +40,12 @@ import sys
 import threading
 import time
 
-_now = time.perf_counter_ns
+
+
+def _now() -> int:
+    """The newest attached timer's clock (the recorder's: one clock for every timestamp it
+    takes), perf_counter_ns when none is attached."""
+    return _timers[-1].now() if _timers else time.perf_counter_ns()
 
 #: torch.distributed function -> kind of collective
 KINDS = {
@@ -145,7 +150,7 @@ def group_name(group) -> str:
     return name
 
 
-def _sink():
+def _active_timer():
     return _timers[-1] if _timers and not getattr(_tls, "depth", 0) else None
 
 
@@ -209,7 +214,7 @@ def _wrap(name: str, fn):
 
     p2p = kind in P2P
 
-    def timed(*args, **kwargs):
+    def timed_c10d(*args, **kwargs):
         tls = _tls
         depth = getattr(tls, "depth", 0)
         if depth or not _timers:
@@ -217,19 +222,20 @@ def _wrap(name: str, fn):
         timer = _timers[-1]
         group = kwargs.get("group", args[gi] if 0 <= gi < len(args) else None)
         what = _p2p_key(kind, args, kwargs, pi, group) if p2p else kind
-        t0 = _now()
+        now = timer.now
+        t0 = now()
         tls.depth = 1
         try:
             out = fn(*args, **kwargs)
         finally:
             tls.depth = 0
-        timer.issued(what, group, t0, _now(), out)
+        timer.issued(what, group, t0, now(), out)
         if rows is not None:
             _count_rows(timer, rows, args, kwargs)
         return out
 
     rows = _a2a_rows_c10d if name == "all_to_all_single" else None
-    return _ours(timed, fn, name)
+    return _ours(timed_c10d, fn, name)
 
 
 def _count_rows(timer, rows, args, kwargs) -> None:
@@ -279,7 +285,7 @@ def _wrap_blocking(fn, report: str, name: str):
     """A call that blocks on a collective (Work.wait, funcol's wait_tensor): its first argument
     and the time it blocked go to the timer's method `report`; nothing under torch.compile."""
     def blocking(first, *args, **kwargs):
-        timer = _sink()
+        timer = _active_timer()
         if timer is None or _compiling():
             inner = getattr(_tls, "waits", None)
             if inner is None or timer is not None:
@@ -289,11 +295,11 @@ def _wrap_blocking(fn, report: str, name: str):
                 return fn(first, *args, **kwargs)
             finally:
                 inner.append((t0, _now()))
-        t0 = _now()
+        t0 = timer.now()
         try:
             return fn(first, *args, **kwargs)
         finally:
-            getattr(timer, report)(first, t0, _now())
+            getattr(timer, report)(first, t0, timer.now())
 
     return _ours(blocking, fn, name)
 
@@ -361,8 +367,8 @@ def _note_funcol_group(name: str) -> str:
 def _wrap_funcol(funcol, name: str, fn, kind: str):
     gi, ti = _param_index(fn, "group"), _param_index(fn, "tag")
 
-    def timed(*args, **kwargs):
-        timer = _sink()
+    def timed_funcol(*args, **kwargs):
+        timer = _active_timer()
         if timer is None or _compiling():  # traced by torch.compile: nothing of ours in it
             return fn(*args, **kwargs)
         group = kwargs.get("group", args[gi] if 0 <= gi < len(args) else None)
@@ -371,7 +377,7 @@ def _wrap_funcol(funcol, name: str, fn, kind: str):
         # a gather on a dimension other than 0 waits inside the call, then concatenates the
         # chunks: the waits made inside are collected, to tell them from the call's host work
         outer, waits = getattr(_tls, "waits", None), []
-        t0 = _now()
+        t0 = timer.now()
         _tls.depth = getattr(_tls, "depth", 0) + 1
         _tls.waits = waits
         try:
@@ -379,14 +385,14 @@ def _wrap_funcol(funcol, name: str, fn, kind: str):
         finally:
             _tls.depth -= 1
             _tls.waits = outer
-        timer.launched(key, t0, _now(), out, waits)
+        timer.launched(key, t0, timer.now(), out, waits)
         _time_backward(timer, key, out)
         if a2a:
             _count_rows(timer, _a2a_rows_funcol, args, kwargs)
         return out
 
     a2a = kind == "all_to_all" and name.startswith("all_to_all_single")
-    return _ours(timed, fn, name)
+    return _ours(timed_funcol, fn, name)
 
 
 def _time_backward(timer, key: str, out) -> None:
@@ -403,13 +409,13 @@ def _time_backward(timer, key: str, out) -> None:
     start = [0]
 
     def before(grad_outputs):
-        start[0] = _now()
+        start[0] = timer.now()
 
     def after(grad_inputs, grad_outputs):
-        t1 = _now()
-        sink = timer.sink
-        if sink is not None and start[0] and not getattr(_tls, "depth", 0):
-            sink(key, start[0], t1, True)
+        t1 = timer.now()
+        on_collective = timer.on_collective
+        if on_collective is not None and start[0] and not getattr(_tls, "depth", 0):
+            on_collective(key, start[0], t1, True)
 
     try:
         node.register_prehook(before)
@@ -491,12 +497,12 @@ class SymmMemOp:
         return getattr(self.__wrapped__, name)
 
     def __call__(self, *args, **kwargs):
-        timer = _sink()
+        timer = _active_timer()
         if timer is None or _compiling():
             return self.__wrapped__(*args, **kwargs)
         gi = self._gi
         group = kwargs.get("group_name", args[gi] if gi < len(args) else None)
-        t0 = _now()
+        t0 = timer.now()
         _tls.depth = getattr(_tls, "depth", 0) + 1
         try:
             out = self.__wrapped__(*args, **kwargs)
@@ -507,7 +513,7 @@ class SymmMemOp:
             on_device = on_gpu(args[0] if args else kwargs.get("input"))
         except Exception:  # an argument of a shape we do not know: this call uncounted
             return out
-        timer.symm_mem(key, t0, _now(), on_device)
+        timer.symm_mem(key, t0, timer.now(), on_device)
         return out
 
 
@@ -599,13 +605,16 @@ def untimed_on_stream(calls: dict[str, int], steps: int) -> str:
 
 
 class CollectiveTimer:
-    """Reports collectives to `sink(key, launch_ns, done_ns, blocked)`, blocked waits to
+    """Reports collectives to `on_collective(key, launch_ns, done_ns, blocked)`, blocked waits to
     `on_wait(key, t0, t1)`, key = "kind:group", and the rows each all_to_all_single delivered
-    to this rank to `on_rows(rows)`, from the moment it is attached until detach()."""
+    to this rank to `on_rows(rows)`, from the moment it is attached until detach(); times are
+    `now()`'s, the recorder's clock."""
 
-    def __init__(self, sink, on_wait, on_rows=None):
-        self.sink = sink
+    def __init__(self, on_collective, on_wait, on_rows=None, now=None):
+        self.on_collective = on_collective
         self.on_wait = on_wait
+        #: the recorder's clock (integer ns): every time this timer takes is read from it
+        self.now = now if now is not None else time.perf_counter_ns
         #: rows an all_to_all_single delivered to this rank (an expert layer's tokens)
         self.on_rows = on_rows
         self.active = False
@@ -643,20 +652,20 @@ class CollectiveTimer:
                 _timers.remove(self)
             if not _timers:
                 _restore()
-        self.sink = self.on_wait = self.on_rows = None
+        self.on_collective = self.on_wait = self.on_rows = None
         self._pending.clear()
         self._inflight.clear()
 
     # called by the wrappers, on whatever thread issued the collective
     def issued(self, kind: str, group, t0: int, t1: int, out) -> None:
-        sink = self.sink
-        if sink is None:
+        on_collective = self.on_collective
+        if on_collective is None:
             return
         key = kind if ":" in kind else f"{kind}:{group_name(group)}"  # p2p keys name the peer
         works = [] if out is None else [w for w in (out if isinstance(out, list) else [out])
                                         if hasattr(w, "get_future")]
         if not works:  # a blocking call (async_op=False, or no Work): all of it exposed
-            sink(key, t0, t1, True)
+            on_collective(key, t0, t1, True)
             return
         if len(self._pending) > 8192:  # works nobody waited on
             self._pending.clear()
@@ -665,21 +674,21 @@ class CollectiveTimer:
             try:
                 w.get_future().then(lambda f: self._done(key, t0))
             except Exception:  # no future on this backend: the launch is all we know
-                sink(key, t0, t1, False)
+                on_collective(key, t0, t1, False)
 
     def launched(self, key: str, t0: int, t1: int, out, waits=()) -> None:
         """A functional collective returned `out`: a tensor that waits when first used (its
         wait is timed by wait_tensor), or one already complete: the call waited inside (`waits`,
         the blocked spans; the rest of the call, its launch and what it did with the result,
         is host work as on the asynchronous path), or it blocked in a way not seen (all of it)."""
-        sink = self.sink
-        if sink is None:
+        on_collective = self.on_collective
+        if on_collective is None:
             return
         if not hasattr(out, "trigger_wait"):  # not an AsyncCollectiveTensor: it has completed
             if not waits:
-                sink(key, t0, t1, True)
+                on_collective(key, t0, t1, True)
                 return
-            sink(key, waits[0][0], waits[-1][1], False)
+            on_collective(key, waits[0][0], waits[-1][1], False)
             on_wait = self.on_wait
             if on_wait is not None:
                 for w0, w1 in waits:
@@ -695,9 +704,9 @@ class CollectiveTimer:
         if not self._inflight:
             return
         key, launch = self._inflight.pop(0)
-        sink, on_wait = self.sink, self.on_wait
-        if sink is not None:
-            sink(key, launch, t1, False)  # done by the end of its wait at the latest
+        on_collective, on_wait = self.on_collective, self.on_wait
+        if on_collective is not None:
+            on_collective(key, launch, t1, False)  # done by the end of its wait at the latest
         if on_wait is not None:
             on_wait(key, t0, t1)
 
@@ -708,14 +717,14 @@ class CollectiveTimer:
             if len(self.on_stream) < 256 or key in self.on_stream:
                 self.on_stream[key] = self.on_stream.get(key, 0) + 1
             return
-        sink = self.sink
-        if sink is not None:
-            sink(key, t0, t1, True)
+        on_collective = self.on_collective
+        if on_collective is not None:
+            on_collective(key, t0, t1, True)
 
     def _done(self, key: str, t0: int) -> None:
-        sink = self.sink
-        if sink is not None:
-            sink(key, t0, _now(), False)
+        on_collective = self.on_collective
+        if on_collective is not None:
+            on_collective(key, t0, self.now(), False)
 
     def waited(self, work, t0: int, t1: int) -> None:
         on_wait = self.on_wait

@@ -19,7 +19,6 @@ from __future__ import annotations
 import threading
 import time
 
-_now = time.perf_counter_ns
 
 
 class CudaDevices:
@@ -67,8 +66,9 @@ def device_ids(dp) -> list[int]:
 class DataParallelTimer:
     """Per-device forward times and DataParallel's own scatter / replicate / gather."""
 
-    def __init__(self, dp, backend=None):
+    def __init__(self, dp, backend=None, now=None):
         self.dp = dp
+        self.now = now if now is not None else time.perf_counter_ns  # the recorder's clock
         self.devices = device_ids(dp)
         self.backend = backend
         self.active = False
@@ -102,15 +102,17 @@ class DataParallelTimer:
     def _wrap(self, name: str) -> None:
         fn = getattr(self.dp, name)
 
-        def timed(*args, **kwargs):
-            t0 = _now()
+        now = self.now
+
+        def timed_part(*args, **kwargs):
+            t0 = now()
             try:
                 return fn(*args, **kwargs)
             finally:
-                self.host_ns[name] += _now() - t0
+                self.host_ns[name] += now() - t0
 
-        timed._gpuscope_original = fn
-        setattr(self.dp, name, timed)  # an instance attribute: the class stays untouched
+        timed_part._gpuscope_original = fn
+        setattr(self.dp, name, timed_part)  # an instance attribute: the class stays untouched
 
     def remove(self) -> None:
         for h in self._handles:

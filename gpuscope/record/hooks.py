@@ -1,4 +1,5 @@
-"""Hooks that feed a StepState from the training process, and take themselves out again.
+"""Hooks that feed a StepLog (events.py) from the training process, and take themselves out
+again: each calls one StepLog method, which appends one event.
 
 - the model: its forward timed by a wrapper (or forward pre/post hooks), and whether this
   micro-step's backward will synchronize gradients (DDP's require_backward_grad_sync, which
@@ -19,7 +20,7 @@ import sys
 import threading
 
 _lock = threading.Lock()
-_backward_states: list = []   # StepStates timing backward (the newest gets it)
+_backward_states: list = []   # StepLogs timing backward (the newest gets it)
 _backward_original = None     # torch.autograd.backward before the first of them
 
 
@@ -114,7 +115,7 @@ def wrap_forward(module, state):
         forward = module.forward
     except Exception:  # not an nn.Module as torch makes them
         return None
-    timed_forward = state.timed(forward)
+    timed_forward = state.time_forward(forward)
     functools.update_wrapper(timed_forward, forward)
     # into the module's own __dict__, past any __setattr__ of its class: a wrapper that forwards
     # attribute writes to the module inside it (Lightning Fabric's _FabricModule) would put ours
@@ -156,7 +157,7 @@ class Hooks:
 
             ddp = inner_ddp(model)
             if ddp is not None and "torch" in sys.modules:
-                self.ddp = DDPTailTimer(ddp, state._now)
+                self.ddp = DDPTailTimer(ddp, state.now)
                 state.tail = self.ddp
             state.probe = sync_probe(ddp if ddp is not None else model)
             module = timed_module(model)
@@ -173,7 +174,8 @@ class Hooks:
                 self._install_optimizer_hooks()
             from .collectives import CollectiveTimer
 
-            self.collectives = CollectiveTimer(state.collective, state.waited, state.routed)
+            self.collectives = CollectiveTimer(state.collective, state.waited, state.routed,
+                                               state.now)
             if not self.collectives.attach():
                 if self.collectives.reason:
                     self.warnings.append(self.collectives.reason)

@@ -117,8 +117,11 @@ api_factory = NvmlApi
 class Sampler:
     """Samples one GPU every 1/hz seconds on a daemon thread; `drain()` hands the samples over."""
 
-    def __init__(self, local_rank: int = 0, hz: float = 5.0, api_factory=None):
+    def __init__(self, local_rank: int = 0, hz: float = 5.0, api_factory=None, now=None):
         self.hz = min(10.0, max(1.0, hz))
+        #: unix ns on the recorder's clock (its perf counter, mapped as its rows' times are):
+        #: each sample's time; None: the time NVML's sample says
+        self.now = now
         self.samples: list[tuple] = []
         self.device: dict = {}
         self.active = False
@@ -149,7 +152,10 @@ class Sampler:
         period = 1.0 / self.hz
         while not self._stop.wait(period):
             try:
-                self.samples.append(self.api.sample(self.handle))
+                sample = self.api.sample(self.handle)
+                if self.now is not None:
+                    sample = (self.now(), *sample[1:])
+                self.samples.append(sample)
             except Exception as exc:
                 warn_once("nvml-sample", "gpuscope: NVML sampling stopped: %r", exc)
                 self.active = False

@@ -33,7 +33,7 @@ from .sinks import (DataParallelTimes, DeviceTimes, LiveDiagnosis, ModuleTimes, 
                     Telemetry,
                     TensorBoardScalars)
 from .step_row import sum_steps
-from .step_state import StepState
+from .events import StepLog, interpret
 from .writer import RecordWriter
 
 _cpu = time.thread_time_ns
@@ -94,7 +94,7 @@ class Recorder:
         self._memory_at_error: dict = {}
         self._flops = None       # flops.FlopCount while micro-step 2's FLOPs are to be counted
         self._hooks: Hooks | None = None
-        self._state = StepState(o.clock)  # the micro-step being recorded
+        self._log = StepLog(o.clock)  # the micro-step being recorded: its events
         #: what teardown closes, in reverse order of opening, in one loop (_teardown)
         self._closers: list[tuple[str, object]] = []
         self._knobs: dict = {}
@@ -123,7 +123,7 @@ class Recorder:
             return self
         try:
             self._open()
-            self._active = self._state.active = True
+            self._active = self._log.active = True
             atexit.register(self._at_exit)
             self._catch_sigterm()
         except Exception as exc:
@@ -229,7 +229,7 @@ class Recorder:
             self._knobs["peak_flops"] = float(o.peak_flops)
         if o.price_per_gpu_hour:
             self._knobs["price_per_gpu_hour"] = float(o.price_per_gpu_hour)
-        self._hooks = Hooks(self._state, self.model, self._time_optimizer)
+        self._hooks = Hooks(self._log, self.model, self._time_optimizer)
         self._closing("hooks", "_hooks", lambda hooks, end: hooks.remove())
         self._hooks.install()
         from .profiler_facts import profiling_probe
@@ -243,7 +243,7 @@ class Recorder:
         if self._knobs.get("parallel") == "DataParallel":
             from .dataparallel import DataParallelTimer
 
-            dp = DataParallelTimer(self.model)
+            dp = DataParallelTimer(self.model, now=self._clock)
             if dp.install():
                 self._add_sink(DataParallelTimes(dp), dp)
         if self._wants_device_timing():
@@ -260,7 +260,8 @@ class Recorder:
         if self._telemetry:
             from .nvml import Sampler
 
-            sampler = Sampler(p.local_rank, self._telemetry_hz).start()
+            sampler = Sampler(p.local_rank, self._telemetry_hz,
+                              now=lambda: self._unix(self._clock())).start()
             self._add_sink(Telemetry(sampler), sampler)
             gpu.update(sampler.device or {"telemetry": f"off: {sampler.reason}"})
         if self._live_every > 0:
@@ -361,8 +362,8 @@ class Recorder:
         """The one way out, run on every exit path; idempotent, never raises. Every side channel
         registered its closer when it opened (_closing); they run here in one loop, the last
         opened first, the record file last of all (it takes the end record)."""
-        self._active = self._state.active = False
-        self._state.clear()
+        self._active = self._log.active = False
+        self._log.clear()
         self._raw = []
         try:
             atexit.unregister(self._at_exit)
@@ -496,7 +497,7 @@ class Recorder:
         if not self._active:
             return iter(iterable)
         self.note_loader(iterable)
-        return self.timed(iter(iterable))
+        return self.time_fetches(iter(iterable))
 
     def note_loader(self, loader) -> None:
         """Take the loader's settings (batch size, workers, ...) as knobs."""
@@ -506,7 +507,7 @@ class Recorder:
             except Exception as exc:
                 self._fail("data", exc)
 
-    def timed(self, iterator):
+    def time_fetches(self, iterator):
         """Yield from an iterator, timing each next() as the wait for a batch."""
         clock = self._clock
         while True:
@@ -527,10 +528,8 @@ class Recorder:
         while the host is inside next() is measured from here."""
         if not self._active or self._dev is None:
             return
-        st = self._state
         try:  # did the step queue any work before this fetch (a loop that prefetches mid-step)?
-            self._dev.fetch_start(not st.phases and st.fwd_t0 is None and st.bwd_t0 is None
-                                  and st.opt_t0 is None)
+            self._dev.fetch_start(not self._log.begun())
         except Exception as exc:
             self._fail("device timing", exc)
 
@@ -539,13 +538,7 @@ class Recorder:
         drive itself (a Trainer); `cpu_ns`: the fetching thread's CPU time meanwhile."""
         if not self._active:
             return
-        st = self._state
-        if st.first is None:  # st.mark(t0), written out: every micro-step passes here
-            st.first = t0
-            if st.start is None:
-                st.start = t0
-        st.data_ns += t1 - t0
-        st.data_cpu_ns += (t1 - t0) if cpu_ns is None else cpu_ns
+        self._log.fetched(t0, t1, (t1 - t0) if cpu_ns is None else cpu_ns)
         if self._dev is not None:
             self._dev.batch_ready()
         if batch is not None:
@@ -562,7 +555,7 @@ class Recorder:
         try:
             n = batch_size_of(batch)
             if n is not None and n != self._first_batch:
-                self._state.samples = n
+                self._log.samples(n)
         except Exception as exc:
             self._fail("batch", exc)
 
@@ -582,20 +575,14 @@ class Recorder:
             yield self
             return
         t0 = self._clock()
-        self._state.mark(t0)
+        self._log.mark(t0)
         try:
             yield self
         finally:
             if self._active:
-                t1 = self._clock()
                 if kind is None:
                     kind = "comm" if name.lower() in COMM_PHASES else "compute"
-                if kind == "comm":
-                    self._state.exposed.append((t0, t1, f"phase:{name}"))
-                else:
-                    self._state.phases.append((name, t0, t1))
-                    if name == "forward":
-                        self._state.forwards += 1
+                self._log.phase(name, t0, self._clock(), kind == "comm")
 
     def step(self) -> None:
         """Close the current step and start the next one."""
@@ -604,23 +591,18 @@ class Recorder:
         if self._flops is not None:
             self._count_flops()
         now = self._clock()
-        st = self._state
         try:
-            opt_ran = st.opt_ran
-            raw = st.close(self.steps, now)  # and the next micro-step starts now
-            if st.a2a:  # an all-to-all ran: its rows go with this step
-                if raw is not None and self._routing is not None:
-                    self._routing.step_end(self.steps, st.a2a)
-                st.a2a = []
-            if raw is not None:
+            taken = self._log.take(now)  # and the next micro-step starts now
+            if taken is not None:
+                events, start, sync, opt_ran = taken
                 if self._dev is not None:
                     self._dev.step_end(self.steps)
                 if self._modules is not None:
                     self._modules.step_end(self.steps)
                 if self._dp is not None:
                     self._dp.step_end()
-                # the raw intervals only: rows are summed in batches, off the per-step path
-                self._raw.append(raw)
+                # its events only: they are paired and summed in batches, off the per-step path
+                self._raw.append((events, self.steps, start, now, sync))
                 if self._mem_young:
                     self._sample_young()
                 if self._profiling is not None:
@@ -631,12 +613,17 @@ class Recorder:
                     if self._knobs.get("sync_interval") != self._micro:
                         self._note_knobs({"sync_interval": self._micro})
                     self._micro = 0
-                if len(self._raw) >= self._flush_rows or now - self._raw[0].start >= self._flush_ns:
+                if len(self._raw) >= self._flush_rows or now - self._oldest() >= self._flush_ns:
                     self._flush_rows_now()
                 if self._live is not None and self.steps % self._live_every == 0:
                     self._live_exchange()
         except Exception as exc:
             self._fail("step", exc)
+
+    def _oldest(self) -> int:
+        """When the oldest micro-step not flushed yet began."""
+        events, _, start, end, _ = self._raw[0]
+        return start if start is not None else end
 
     def _watch_profiler(self) -> None:
         """While a torch.profiler records, tell its trace the facts it cannot hold; the step
@@ -656,8 +643,9 @@ class Recorder:
         try:
             from . import profiler_facts
 
-            data = self._data_ns + sum(r[4] for r in self._raw)
-            cpu = self._data_cpu_ns + sum(r[5] for r in self._raw)
+            pending = [interpret(*p) for p in self._raw]
+            data = self._data_ns + sum(r.data_ns for r in pending)
+            cpu = self._data_cpu_ns + sum(r.data_cpu_ns for r in pending)
             profiler_facts.tell(profiler_facts.facts(self._knobs, data, cpu))
         except Exception as exc:
             self._profiling = None
@@ -696,10 +684,13 @@ class Recorder:
 
     def _flush_rows_now(self) -> None:
         self._note_groups()
-        raw, self._raw = self._raw, []
-        for r in raw:  # Raw: data_ns, data_cpu_ns (what profiler_facts tells a trace)
-            self._data_ns += r[4]
-            self._data_cpu_ns += r[5]
+        pending, self._raw = self._raw, []
+        raw = [interpret(*p) for p in pending]
+        for r in raw:  # what profiler_facts tells a trace
+            self._data_ns += r.data_ns
+            self._data_cpu_ns += r.data_cpu_ns
+            if r.rows and self._routing is not None:  # an all-to-all ran: its rows
+                self._routing.step_end(r.step, list(r.rows))
         self._note_forwards(raw)
         rows = sum_steps(raw, self._t0_unix - self._t0_perf)  # start_unix: _unix(r.start)
         writer = self._writer
@@ -771,7 +762,7 @@ class Recorder:
 
     def _note_forwards(self, raw: list) -> None:
         """Forward calls per step when more than one (a pipeline stage's micro-batches)."""
-        counts = [r.forwards for r in raw]  # counted as they ran (StepState.forward_end)
+        counts = [r.forwards for r in raw]  # forward phases (events.interpret)
         n = max(set(counts), key=counts.count) if counts else 0
         if n >= 1 and n != self._knobs.get("forwards_per_step", 1):
             self._note_knobs({"forwards_per_step": n})

@@ -15,8 +15,8 @@ DDP_KEY = COMM_KEY
 
 
 class Raw(NamedTuple):
-    """What one micro-step recorded, host perf_counter ns. A tuple: the recorder builds one a
-    micro-step with tuple.__new__ (one C call, no Python frame)."""
+    """What one micro-step recorded, host perf_counter ns: its events paired into intervals
+    (events.interpret)."""
 
     step: int
     start: int
@@ -26,12 +26,14 @@ class Raw(NamedTuple):
     data_cpu_ns: int
     phases: list          # (name, t0, t1): forward, backward, optimizer and user phases
     exposed: list         # (t0, t1, key): blocking collectives, waits on async ones, comm phases
-    buckets: list         # (launch, done): DDP gradient buckets
+    ddp_tails: list       # (start, done): the end of a DDP backward that waited for its
+    #                       all-reduce (ddp_timing.py): one per timed backward
     colls: list           # (key, launch, done): collectives through torch.distributed
     fwd_end: int | None
     synced: int           # gradients synchronized in this micro-step: 1, 0, or -1 unknown
     samples: int = -1     # the batch's size when it differs from the first batch's (-1: same)
     forwards: int = 0     # forward phases in it (a pipeline stage's micro-batches: several)
+    rows: tuple = ()      # rows each all_to_all_single delivered, in issue order
 
 
 def sum_steps(raws: list, shift: int) -> list:
@@ -40,9 +42,9 @@ def sum_steps(raws: list, shift: int) -> list:
     rows = []
     for r in raws:
         row = None
-        if not r[7] and not r[9] and len(r[8]) <= 1:  # no exposed, no colls, one bucket at most
-            row = _plain_step(r, r[1] + shift)
-        rows.append(row if row is not None else _general_step(r, r[1] + shift))
+        if not r.exposed and not r.colls and len(r.ddp_tails) <= 1:  # one DDP tail at most
+            row = _plain_step(r, r.start + shift)
+        rows.append(row if row is not None else _general_step(r, r.start + shift))
     return rows
 
 
@@ -53,12 +55,12 @@ def sum_step(r: Raw, start_unix: int) -> list:
     the header's comm_key, run_format.py).
 
     1. backward is the time inside torch.autograd.backward; without it, it runs from the end of
-       forward to the optimizer (or to the last gradient bucket when no optimizer step ran);
+       forward to the optimizer (or to the DDP tail's end when no optimizer step ran);
     2. the optimizer's time excludes forward and backward run inside it (closures: LBFGS,
        Lightning); forward and backward exclude the time they were blocked on communication
-       (FSDP's all-gather waits, DDP's last buckets);
-    3. exposed communication: the tail from DDP's last bucket launch (the end of backward
-       compute) to its last bucket done, and on to the end of the measured backward, at most
+       (FSDP's all-gather waits, DDP's tail);
+    3. exposed communication: DDP's tail from its start (the end of backward compute) to its
+       done, and on to the end of the measured backward, at most
        RESUME_NS past that done (the training thread waits in DDP's reducer until the bucket's
        future is complete, which can be after its callback ran: a busy core held the backend's
        thread 3.5 ms there; what is later than that is the thread waiting for a core: other,
@@ -75,21 +77,21 @@ def _general_step(r: Raw, start_unix: int) -> list:
     """sum_step for any shape of micro-step."""
     start, end = r.start, r.end
     step_ns = end - start
-    buckets = iv.clip(r.buckets, start, end)
+    tails = iv.clip(r.ddp_tails, start, end)
     phases = [(n, a, b) for n, a, b in r.phases if b > a]
     measured_bwd = [(a, b) for n, a, b in phases if n == "backward"]
     if r.fwd_end is not None and not any(n == "backward" for n, _, _ in phases):
         opt_starts = [a for n, a, _ in phases if n == "optimizer" and a >= r.fwd_end]
-        bwd_end = min(opt_starts) if opt_starts else max((b for _, b in buckets), default=None)
+        bwd_end = min(opt_starts) if opt_starts else max((b for _, b in tails), default=None)
         if bwd_end is not None:
             phases.append(("backward", r.fwd_end, bwd_end))
     named: dict[str, int] = {}
     for n, a, b in phases:
         named[n] = named.get(n, 0) + (b - a)
     exposed = [e for e in r.exposed if e[1] > e[0]]
-    if buckets:
-        last_launch = max(a for a, _ in buckets)
-        last_done = max(b for _, b in buckets)
+    if tails:
+        last_launch = max(a for a, _ in tails)
+        last_done = max(b for _, b in tails)
         for a, b in measured_bwd:
             if a <= last_launch < b:
                 last_done = max(last_done, min(b, last_done + RESUME_NS))
@@ -105,7 +107,7 @@ def _general_step(r: Raw, start_unix: int) -> list:
             spans = iv.merge([(a, b) for n, a, b in phases if n == name])
             named[name] = iv.total(spans) - iv.overlap(spans, exposed_m)
     colls = [c for c in r.colls if c[2] > c[1]]
-    comm_ns = iv.length(iv.clip(buckets + [(a, b) for _, a, b in colls] + exposed_m, start, end))
+    comm_ns = iv.length(iv.clip(tails + [(a, b) for _, a, b in colls] + exposed_m, start, end))
     exposed_ns = min(iv.total(iv.clip(exposed_m, start, end)), step_ns)
 
     data_ns = min(r.data_ns, step_ns)
@@ -119,9 +121,9 @@ def _general_step(r: Raw, start_unix: int) -> list:
     between = 0 if r.first is None else min(max(0, r.first - start), other_ns)
     fixed = [named.pop(k, 0) for k in COMPUTE_PHASES]  # the fixed columns, in their order
     row = [r.step, start_unix, step_ns, data_ns, compute_ns, comm_ns, exposed_ns,
-           other_ns, *fixed, len(buckets) + len(colls), r.data_cpu_ns, r.synced, between]
-    if buckets or colls or exposed:
-        by_key = _by_key(buckets, colls, exposed)
+           other_ns, *fixed, len(tails) + len(colls), r.data_cpu_ns, r.synced, between]
+    if tails or colls or exposed:
+        by_key = _by_key(tails, colls, exposed)
         if by_key != {DDP_KEY: row[5:7] + [row[11]]}:  # else implied (run_format: comm_key)
             named["_comm"] = by_key
     if r.samples >= 0:  # a smaller last batch: how compute grows with the batch (analyze/whatif)
@@ -135,12 +137,12 @@ def _plain_step(r: Raw, start_unix: int) -> list | None:
     """sum_step for the common shape, a few integer operations instead of interval lists
     (the recorder's per-step cost: 16 us down to a few on this project's CPU): forward,
     backward and optimizer at most once each, one after the other inside the step, at most one
-    DDP "bucket" (the backward's tail) and no other communication. None for any other shape
+    DDP tail and no other communication. None for any other shape
     (sum_step's general path; tests/test_step_row.py checks both agree on random rows).
     Written for the interpreter: plain locals, no tuples, no min/max calls."""
     # one unpacking, not a field lookup each (this runs for every micro-step)
-    step, start, end, first, data_ns, data_cpu_ns, phases, _, buckets, _, fwd_end, synced, \
-        samples, _ = r
+    step, start, end, first, data_ns, data_cpu_ns, phases, _, tails, _, fwd_end, synced, \
+        samples, _, _ = r
     f0 = b0 = o0 = None  # where forward, backward, optimizer started (None: did not run)
     f1 = b1 = o1 = 0     # ... and ended
     if len(phases) == 3:  # the usual step: forward, backward, optimizer, in order, not empty
@@ -175,8 +177,8 @@ def _plain_step(r: Raw, start_unix: int) -> list | None:
     bk = b1 - b0 if b0 is not None else 0
     o = o1 - o0 if o0 is not None else 0
     o_blocked = exposed_ns = comm_ns = n_comm = 0
-    if buckets:
-        la, ld = buckets[0]
+    if tails:
+        la, ld = tails[0]
         if la < start or ld > end:
             return None
         n_comm = 1
@@ -186,7 +188,7 @@ def _plain_step(r: Raw, start_unix: int) -> list | None:
                 x = b1
             if x > ld:
                 ld = x
-        if ld > la:  # the tail: each phase less what it blocked of it (the bucket is inside)
+        if ld > la:  # the tail: each phase less what it blocked of it
             comm_ns = ld - la
             exposed_ns = comm_ns if comm_ns < step_ns else step_ns
             if f0 is not None and f1 > la and f0 < ld:
@@ -218,12 +220,12 @@ def _plain_step(r: Raw, start_unix: int) -> list | None:
     return row
 
 
-def _by_key(buckets: list, colls: list, exposed: list) -> dict:
+def _by_key(tails: list, colls: list, exposed: list) -> dict:
     """{"kind:group": [comm_ns, exposed_ns, count]} for the step. A key whose collectives all
     blocked (their spans are their blocked spans) is summed once."""
     spans: dict[str, list] = {}
-    if buckets:
-        spans[DDP_KEY] = list(buckets)
+    if tails:
+        spans[DDP_KEY] = list(tails)
     for k, a, b in colls:
         s = spans.get(k)
         if s is None:
