@@ -1,16 +1,19 @@
 """The recorder's event log (record/events.py) and the pure function that makes a micro-step's
 intervals of it, on hand-written event lists: no torch, no clock, no recorder."""
 
-from gpuscope.record.events import (BACKWARD, COLL, DATA, DDP_TAIL, FWD_END, FWD_START, MARK,
-                                    OPT_END, OPT_START, PHASE, ROWS, SAMPLES, WAIT, StepLog,
+from gpuscope.record.events import (BEGAN, COLL, LOOP_FORWARD, ROWS, SAMPLES, WAIT, StepLog,
                                     interpret)
 from gpuscope.record.step_row import sum_step
 
 
-def test_a_plain_step_pairs_its_starts_and_ends():
-    events = [(DATA, 100, 130, 20), (FWD_START, 140), (FWD_END, 200), (MARK, 210),
-              (BACKWARD, 210, 300), (DDP_TAIL, 280, 320), (OPT_START, 330), (OPT_END, 360)]
-    r = interpret(events, 7, 90, 400, True)
+def step(phases=(), data=(), tails=(), rare=(), start=0, end=100, sync=None, n=0):
+    got = interpret([(list(phases), list(data), list(tails), list(rare), n, start, end, sync)])
+    return got[0] if got else None
+
+
+def test_a_plain_step():
+    r = step([("forward", 140, 200), ("backward", 210, 300), ("optimizer", 330, 360)],
+             [(100, 130, 20)], [(280, 320)], start=90, end=400, sync=True, n=7)
     assert (r.step, r.start, r.end, r.first) == (7, 90, 400, 100)  # the fetch began it
     assert r.phases == [("forward", 140, 200), ("backward", 210, 300), ("optimizer", 330, 360)]
     assert (r.data_ns, r.data_cpu_ns, r.forwards, r.fwd_end) == (30, 20, 1, 200)
@@ -19,45 +22,46 @@ def test_a_plain_step_pairs_its_starts_and_ends():
     assert row[:3] == [7, 1_000, 310]  # step, start (unix), step_ns
 
 
-def test_an_end_without_its_start_is_not_a_phase_and_a_start_without_an_end_neither():
-    events = [(FWD_END, 10), (FWD_START, 20), (FWD_START, 30), (FWD_END, 50), (OPT_START, 60),
-              (FWD_START, 70)]  # a forward that raised: started, never ended
-    r = interpret(events, 0, 0, 100, None)
-    assert r.phases == [("forward", 30, 50)] and r.forwards == 1 and r.fwd_end == 50
-    assert r.first == 20 and r.synced == -1  # no probe, no communication: unknown
+def test_first_is_the_earliest_beginning_parts_logged_at_their_end_included():
+    # a blocked collective inside a backward is logged before the backward's own part
+    r = step([("backward", 30, 80)], rare=[(COLL, "reduce_scatter:g", 40, 60, True)], start=None)
+    assert r.first == r.start == 30 and r.synced == 1  # it communicated
+    assert step([("forward", 10, 20)], rare=[(BEGAN, 5)], start=None).first == 5
+    assert step(rare=[(BEGAN, 5)], start=None).phases == []  # began, never ended: no part
 
 
 def test_collectives_waits_and_comm_phases_are_exposed_blocked_ones_begin_the_step():
-    events = [(COLL, "all_reduce:g", 5, 40, False),   # async: issued, done elsewhere
-              (COLL, "all_gather:g", 50, 90, True),   # blocked the training thread
-              (WAIT, "all_reduce:g", 95, 99),
-              (MARK, 100), (PHASE, "comm", 100, 120, True), (PHASE, "x", 121, 130, False)]
-    r = interpret(events, 3, None, 200, None)
+    rare = [(COLL, "all_reduce:g", 5, 40, False),   # async: issued, done elsewhere
+            (COLL, "all_gather:g", 50, 90, True),   # blocked the training thread
+            (WAIT, "all_reduce:g", 95, 99), (WAIT, "phase:comm", 100, 120)]
+    r = step([("x", 121, 130)], rare=rare, start=None, end=200)
     assert r.start == r.first == 50  # the first thing that began: the blocked call's launch
     assert r.exposed == [(50, 90, "all_gather:g"), (95, 99, "all_reduce:g"),
                          (100, 120, "phase:comm")]
     assert r.colls == [("all_reduce:g", 5, 40), ("all_gather:g", 50, 90)]
-    assert r.phases == [("x", 121, 130)] and r.synced == 1  # it communicated
+    assert r.phases == [("x", 121, 130)]
 
 
-def test_samples_rows_and_a_forward_phase():
-    events = [(SAMPLES, 12), (ROWS, 3), (ROWS, 5), (MARK, 1), (PHASE, "forward", 1, 9, False),
-              (SAMPLES, 11)]
-    r = interpret(events, 0, 0, 10, False)
-    assert r.samples == 11 and r.rows == (3, 5) and r.forwards == 1 and r.synced == 0
+def test_samples_rows_and_a_forward_phase_of_the_loop_s_own():
+    r = step([("forward", 1, 5), ("forward", 6, 9)],
+             rare=[(SAMPLES, 12), (ROWS, 3), (ROWS, 5), (LOOP_FORWARD, 9), (SAMPLES, 11)],
+             sync=False)
+    assert r.samples == 11 and r.rows == (3, 5) and r.forwards == 2 and r.synced == 0
+    assert r.fwd_end == 5  # the loop's phase named forward is not the model's forward
 
 
-def test_a_micro_step_where_nothing_began_is_none():
-    assert interpret([(COLL, "k", 1, 2, False), (ROWS, 4)], 0, None, 10, None) is None
+def test_without_a_probe_or_communication_the_sync_is_unknown():
+    assert step([("forward", 1, 2)]).synced == -1
+    assert step([("forward", 1, 2)], tails=[(3, 4)]).synced == 1
 
 
 def test_the_log_hands_over_its_events_and_keeps_only_live_flags():
     clock = iter(range(100, 10_000, 10)).__next__
     log = StepLog(clock)
     log.forward_start()  # inactive: nothing kept
-    assert log.events == []
+    assert log.fwd_t0 is None and log.phases == []
     log.active = True
-    assert log.take(50) is None and log.start == 50  # nothing began before it
+    assert log.take(0, 50) is None and log.start == 50  # nothing began before it
     log.collective("k", 60, 70, False)  # from another thread, before anything of the step began
     log.fetched(80, 90, 5)
     assert not log.begun()  # a fetch that opens the step
@@ -66,21 +70,44 @@ def test_the_log_hands_over_its_events_and_keeps_only_live_flags():
     log.forward_end()
     log.optimizer_start()
     log.optimizer_end()
-    events, start, sync, opt_ran = log.take(500)
-    assert start == 50 and opt_ran and sync is None and len(events) == 6
-    assert log.events == [] and log.start == 500 and not log.opt_ran
-    log.collective("k", 510, 520, False)
-    assert log.take(600) is not None  # it had a start: a micro-step, if an empty one
+    assert log.opt_ran
+    phases, data, tails, rare, n, start, end, sync = log.take(0, 500)
+    assert (n, start, end, sync) == (0, 50, 500, None)
+    assert [p[0] for p in phases] == ["forward", "optimizer"] and data == [(80, 90, 5)]
+    assert rare == [(COLL, "k", 60, 70, False)] and tails == []
+    assert log.phases == log.rare == [] and log.start == 500 and not log.opt_ran
+    log.optimizer_start()  # an optimizer step that raised: it began in this micro-step
+    rare = log.take(1, 600)[3]
+    assert rare == [(BEGAN, rare[0][1])] and log.opt_t0 is None
     log.collective("k", 610, 620, False)
     log.clear()
-    assert log.events == [] and log.start is None
+    assert log.rare == [] and log.start is None
     log.collective("late", 690, 695, False)  # delivered before anything of a step began
-    assert log.take(700) is None and log.events == [(COLL, "late", 690, 695, False)]
+    assert log.take(2, 700) is None and log.rare == [(COLL, "late", 690, 695, False)]
     assert log.start == 700  # the next micro-step begins here: it has a start
-    assert log.take(800)[:2] == ([(COLL, "late", 690, 695, False)], 700)
+    assert log.take(2, 800)[3:6] == ([(COLL, "late", 690, 695, False)], 2, 700)
 
 
-def test_a_timed_backward_marks_its_start_and_logs_its_span_and_ddp_tail():
+def test_the_forward_wrapper_logs_one_part_and_a_forward_that_raised_its_start():
+    clock = iter(range(0, 1000, 10)).__next__
+    log = StepLog(clock)
+    log.active = True
+    log.probe = iter([False, True]).__next__
+    assert log.time_forward(lambda x: x + 1)(1) == 2
+    assert log.phases == [("forward", 0, 10)] and log.sync_flag is False
+
+    def bad(x):
+        raise ValueError("bad batch")
+
+    try:
+        log.time_forward(bad)(1)
+    except ValueError:
+        pass
+    assert log.fwd_t0 == 20 and log.sync_flag is True  # open, as a hook pair would leave it
+    assert log.take(0, 100)[3] == [(BEGAN, 20)]
+
+
+def test_a_timed_backward_logs_its_span_and_ddp_tail_and_passes_nested_ones_through():
     clock = iter(range(0, 1000, 10)).__next__
 
     class Tail:
@@ -97,7 +124,7 @@ def test_a_timed_backward_marks_its_start_and_logs_its_span_and_ddp_tail():
     log.backward = lambda *a, **k: seen.append(log.in_backward)
     log.timed_backward("loss")
     assert seen == [True] and not log.in_backward
-    assert log.events == [(MARK, 0), (BACKWARD, 0, 10), (DDP_TAIL, 15, 25)]
+    assert log.phases == [("backward", 0, 10)] and log.tails == [(15, 25)]
     depth = []
 
     def backward(*a, **k):  # torch's, which calls backward again inside (a nested backward)
@@ -106,7 +133,15 @@ def test_a_timed_backward_marks_its_start_and_logs_its_span_and_ddp_tail():
             log.timed_backward("inner")  # passes through: one span, the outer one
 
     log.backward = backward
-    log.events.clear()
+    log.phases.clear()
     log.timed_backward("outer")
-    assert len(depth) == 2
-    assert [e[0] for e in log.events] == [MARK, BACKWARD, DDP_TAIL]
+    assert len(depth) == 2 and log.phases == [("backward", 20, 30)]
+
+
+def test_a_loop_phase_named_forward_is_marked_as_the_loop_s():
+    log = StepLog(iter(range(0, 100, 10)).__next__)
+    log.active = True
+    log.phase("forward", 1, 5, comm=False)
+    log.phase("comm", 6, 8, comm=True)
+    assert log.phases == [("forward", 1, 5)]
+    assert log.rare == [(LOOP_FORWARD, 5), (WAIT, "phase:comm", 6, 8)]

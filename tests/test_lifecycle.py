@@ -387,10 +387,11 @@ def test_backward_timing_is_handed_back_and_put_back(tmp_path):
         torch.autograd.backward = original
 
 
-def test_the_forward_wrapper_and_the_forward_hooks_log_the_same_events():
-    """StepLog.time_forward (the wrapper in a model's forward) and the hook pair append the same
-    events for the same clock and probe, a forward that raises included (no end then)."""
-    from gpuscope.record.events import StepLog
+def test_the_forward_wrapper_and_the_forward_hooks_give_the_same_intervals():
+    """StepLog.time_forward (the wrapper in a model's forward: one event) and the hook pair (two,
+    paired by interpret) give the same micro-step for the same clock and probe, a forward that
+    raises included."""
+    from gpuscope.record.events import StepLog, interpret
 
     def run(wrapper: bool, raises: bool = False):
         log = StepLog(clock=iter(range(100, 10_000, 7)).__next__)
@@ -413,10 +414,10 @@ def test_the_forward_wrapper_and_the_forward_hooks_log_the_same_events():
                     log.forward_end()
             except ValueError:
                 pass
-        return log.events, log.sync_flag
+        return interpret([log.take(0, 9_000)])[0]
 
     assert run(True) == run(False)
-    events, flag = run(True)
-    assert len(events) == 6 and flag is True
+    r = run(True)
+    assert r.forwards == 3 and r.synced == 1 and len(r.phases) == 3
     assert run(True, raises=True) == run(False, raises=True)
-    assert len(run(True, raises=True)[0]) == 3  # starts only
+    assert run(True, raises=True).phases == [] and run(True, raises=True).first == 100

@@ -339,15 +339,17 @@ def test_a_functional_collectives_group_is_resolved_once_per_argument(tmp_path, 
         real = funcol._resolve_group_name
         monkeypatch.setattr(funcol, "_resolve_group_name",
                             lambda g, t="": calls.append(g) or real(g, t))
-        C._funcol_names.clear()
-        names = [C._funcol_group(funcol, g, "") for g in (dist.group.WORLD, sub, [0], sub, [0],
+        from gpuscope.record import groups
+
+        groups._by_arg.clear()
+        names = [groups.funcol_group_name(funcol, g, "") for g in (dist.group.WORLD, sub, [0], sub, [0],
                                                            dist.group.WORLD, [0])]
         assert names[0] == names[5] == "default"
         assert names[1] == names[3] == str(real(sub, "")) != "default"
         assert names[2] == names[4] == names[6]
         assert len(calls) == 3  # once each: the world's group, sub, [0]
         C._restore()
-        assert C._funcol_names == {}
+        assert groups._by_arg == {}
     finally:
         dist.destroy_process_group()
 

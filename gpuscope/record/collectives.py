@@ -40,12 +40,15 @@ import sys
 import threading
 import time
 
+# group_name and members are this module's too: the recorder and knobs.py read them here
+from .groups import forget, funcol_group_name, group_name, members, registered_name  # noqa: F401
 
 
 def _now() -> int:
     """The newest attached timer's clock (the recorder's: one clock for every timestamp it
     takes), perf_counter_ns when none is attached."""
     return _timers[-1].now() if _timers else time.perf_counter_ns()
+
 
 #: torch.distributed function -> kind of collective
 KINDS = {
@@ -103,51 +106,6 @@ class quiet:
     def __exit__(self, *exc):
         _tls.depth -= 1
         return False
-
-
-_names: dict = {}
-_members: dict = {}  # group name -> its global ranks (groups other than the default one)
-
-
-def _ranks_of(group) -> list | None:
-    try:
-        import torch.distributed as dist
-
-        return [int(r) for r in dist.get_process_group_ranks(group)]
-    except Exception:
-        return None
-
-
-def members() -> dict:
-    """{group name: global ranks} of the non-default process groups seen so far."""
-    return dict(_members)
-
-
-def group_name(group) -> str:
-    """A process group's name ("default" for the default group), cached per group object."""
-    if group is None:
-        return "default"
-    key = id(group)
-    name = _names.get(key)
-    if name is None:
-        try:
-            from torch.distributed import distributed_c10d as c10d
-
-            default = c10d._get_default_group() if c10d.is_initialized() else None
-        except Exception:
-            default = None
-        try:  # the world's group passed as an object is the default one all the same
-            name = "default" if group is default else str(group.group_name)
-        except Exception:
-            name = f"pg{len(_names)}"
-        if len(_names) > 4096:
-            _names.clear()
-        _names[key] = name
-        if name not in _members and len(_members) < 1024:
-            ranks = _ranks_of(group)
-            if ranks is not None:
-                _members[name] = ranks
-    return name
 
 
 def _active_timer():
@@ -319,51 +277,6 @@ def _compiling() -> bool:
 _is_compiling = None  # torch.compiler.is_compiling, looked up once
 
 
-def _funcol_group(funcol, group, tag) -> str:
-    """The name funcol gives a group argument (a ProcessGroup, a (DeviceMesh, dim), ranks, a
-    name); its ranks are noted as for torch.distributed's groups. Cached per group argument
-    (objects by identity, as group_name does; rank lists by value)."""
-    try:
-        key = (tuple(g if isinstance(g, (int, str)) else id(g) for g in group)
-               if isinstance(group, (list, tuple)) else
-               group if isinstance(group, str) else id(group), tag)
-        cached = _funcol_names.get(key)
-    except TypeError:  # an argument of a shape not foreseen: resolved every time
-        key = cached = None
-    if cached is not None:
-        return cached
-    try:
-        name = str(funcol._resolve_group_name(group, tag or ""))
-    except Exception:
-        return "?"
-    name = _note_funcol_group(name)
-    if key is not None:
-        if len(_funcol_names) > 4096:
-            _funcol_names.clear()
-        _funcol_names[key] = name
-    return name
-
-
-_funcol_names: dict = {}  # a functional collective's group argument -> its name
-
-
-def _note_funcol_group(name: str) -> str:
-    """The group's name, its ranks noted; "default" for the world's group."""
-    if name not in _members and len(_members) < 1024:
-        try:
-            from torch.distributed import distributed_c10d as c10d
-
-            pg = c10d._resolve_process_group(name)
-            if pg is c10d.GroupMember.WORLD or pg is c10d._get_default_group():
-                return "default"
-            ranks = _ranks_of(pg)
-            if ranks is not None:
-                _members[name] = ranks
-        except Exception:
-            pass
-    return name
-
-
 def _wrap_funcol(funcol, name: str, fn, kind: str):
     gi, ti = _param_index(fn, "group"), _param_index(fn, "tag")
 
@@ -373,7 +286,7 @@ def _wrap_funcol(funcol, name: str, fn, kind: str):
             return fn(*args, **kwargs)
         group = kwargs.get("group", args[gi] if 0 <= gi < len(args) else None)
         tag = kwargs.get("tag", args[ti] if 0 <= ti < len(args) else "")
-        key = f"{kind}:{_funcol_group(funcol, group, tag)}"
+        key = f"{kind}:{funcol_group_name(funcol, group, tag)}"
         # a gather on a dimension other than 0 waits inside the call, then concatenates the
         # chunks: the waits made inside are collected, to tell them from the call's host work
         outer, waits = getattr(_tls, "waits", None), []
@@ -509,7 +422,7 @@ class SymmMemOp:
         finally:
             _tls.depth -= 1
         try:
-            key = f"{self._kind}:{_symm_group(group)}"
+            key = f"{self._kind}:{registered_name(group)}"
             on_device = on_gpu(args[0] if args else kwargs.get("input"))
         except Exception:  # an argument of a shape we do not know: this call uncounted
             return out
@@ -520,25 +433,6 @@ class SymmMemOp:
 def on_gpu(x) -> bool:
     """Whether a symmetric-memory op's input lives on a GPU (the op then runs on its stream)."""
     return bool(getattr(x, "is_cuda", False))
-
-
-def _symm_group(name) -> str:
-    """A symmetric-memory op's group_name as the other wrappers name groups."""
-    if not isinstance(name, str):
-        return "?"
-    try:
-        from torch.distributed import distributed_c10d as c10d
-
-        pg = c10d._resolve_process_group(name)
-        if pg is c10d.GroupMember.WORLD or pg is c10d._get_default_group():
-            return "default"
-        if name not in _members and len(_members) < 1024:
-            ranks = _ranks_of(pg)
-            if ranks is not None:
-                _members[name] = ranks
-    except Exception:
-        pass
-    return name
 
 
 def _install_symm_mem() -> None:
@@ -588,7 +482,7 @@ def _install() -> None:
 
 
 def _restore() -> None:
-    _funcol_names.clear()  # a later recording may see other groups behind the same objects
+    forget()  # a later recording may see other groups behind the same objects
     for (owner, name), fn in _originals.items():
         current = getattr(owner, name, None)
         if getattr(current, "__wrapped__", None) is fn:  # ours, not patched over by someone else

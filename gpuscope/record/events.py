@@ -1,25 +1,28 @@
-"""The micro-step being recorded, as a list of events: every hook appends one small tuple.
+"""The micro-step being recorded, as lists of events: every hook appends one small tuple.
 
 The hooks (hooks.py, collectives.py, ddp_timing.py through `timed_backward`, the recorder's data
-wrapper and phases) call one method of `StepLog` each, which appends `(kind, ...)` to the
-micro-step's list and keeps nothing else, apart from the few live flags a hook itself must read
-(whether a backward is being timed, the model's sync probe and its last answer, DDP's tail timer,
-whether the optimizer ran). `take()` hands the list over at rec.step(); `interpret()`, a pure
-function off the per-step path, turns it into the micro-step's intervals (step_row.Raw), which
-step_row sums into its row. Nothing outside this module writes a StepLog's fields.
+wrapper and phases) call one method of `StepLog` each, which appends to the micro-step's lists
+and keeps nothing else, apart from the live flags a hook itself must read (a backward being
+timed, a forward or optimizer step begun by one hook and ended by another, the model's sync
+probe and its last answer, DDP's tail timer, whether the optimizer ran). `take()` hands the
+lists over at rec.step(); `interpret()`, a pure function run at the flush (off the per-step
+path), turns them into the micro-step's intervals (step_row.Raw), which step_row sums into its
+row. Nothing outside this module writes a StepLog's fields.
 
-Events (times are the recorder's clock, integer ns):
-  (MARK, t)                      something of the step began at t (a backward's, a phase's)
-  (FWD_START, t), (FWD_END, t)   the model's forward; an end pairs with the open start
-  (BACKWARD, t0, t1)             torch.autograd.backward, timed whole
-  (DDP_TAIL, t0, t1)             the end of a DDP backward that waited for its all-reduce
-  (OPT_START, t), (OPT_END, t)   optimizer.step(); an end pairs with the open start
-  (COLL, key, launch, done, blocked)  a collective through torch.distributed
-  (WAIT, key, t0, t1)            the training thread waited on an async collective
-  (DATA, t0, t1, cpu_ns)         a batch fetched
-  (PHASE, name, t0, t1, comm)    rec.phase(name); comm: blocking communication
-  (SAMPLES, n)                   the batch's size differs from the first batch's
-  (ROWS, n)                      rows an all_to_all_single delivered (sinks.Routing)
+The lists (times are the recorder's clock, integer ns), by how often a step has their events:
+  phases  (name, t0, t1): a part of the step, ended: "forward" (the model's, by its wrapper or
+          its forward hooks), "backward", "optimizer", and rec.phase(name)'s of compute
+  data    (t0, t1, cpu_ns): a batch fetched
+  tails   (t0, t1): the end of a DDP backward that waited for its all-reduce
+  rare    (kind, ...): everything else, in the order it happened:
+          (WAIT, key, t0, t1)     the training thread blocked on communication: an async
+                                  collective's wait, rec.phase(name) of communication
+          (COLL, key, launch, done, blocked)  a collective through torch.distributed
+          (SAMPLES, n)            the batch's size differs from the first batch's
+          (ROWS, n)               rows an all_to_all_single delivered (sinks.Routing)
+          (BEGAN, t)              a forward or optimizer step that began at t and never ended
+          (LOOP_FORWARD, t1)      the phase ending at t1 named "forward" is the loop's
+                                  rec.phase, not the model's forward
 """
 
 from __future__ import annotations
@@ -28,15 +31,8 @@ import time
 
 from .step_row import Raw
 
-MARK, FWD_START, FWD_END, BACKWARD, DDP_TAIL, OPT_START, OPT_END, COLL, WAIT, DATA, PHASE, \
-    SAMPLES, ROWS = range(13)
-#: the events that begin something of the step at their first time (a step's `first`; a
-#: backward and a phase append a MARK as they begin, their own event at their end)
-_MARKS = frozenset({MARK, FWD_START, OPT_START, WAIT, DATA})
-#: the events of the step's own work (a batch fetched after one is fetched mid-step)
-_WORK = frozenset({FWD_START, BACKWARD, OPT_START})
-#: what a micro-step with no start keeps for the next one (what other threads delivered)
-_CARRIED = frozenset({COLL, DDP_TAIL})
+WAIT, COLL, SAMPLES, ROWS, BEGAN, LOOP_FORWARD = range(6)
+_NEVER = 1 << 62  # no time yet
 
 
 class StepLog:
@@ -45,9 +41,14 @@ class StepLog:
     def __init__(self, clock=None):
         self.now = clock if clock is not None else time.perf_counter_ns
         self.active = False
-        self.events: list = []
+        self.phases: list = []
+        self.data: list = []
+        self.tails: list = []
+        self.rare: list = []
         self.start = None            # when the micro-step began (the last take), None at first
         self.in_backward = False     # a timed backward is running (nested ones pass through)
+        self.fwd_t0 = None           # a forward began here (its pre-hook) and has not ended
+        self.opt_t0 = None           # an optimizer step began here and has not ended
         self.opt_ran = False         # the optimizer stepped in this micro-step
         self.sync_flag = None        # the probe's answer at the last forward: will backward sync?
         self.probe = None            # hooks.sync_probe's callable, asked at each forward
@@ -55,24 +56,27 @@ class StepLog:
         self.backward = None         # torch.autograd.backward as it was (hooks.py)
 
     # ------------------------------------------------------------------ the hooks
-    def mark(self, t: int) -> None:
-        if self.active:
-            self.events.append((MARK, t))
+    def _probe(self) -> None:
+        """Ask the model whether this forward's backward will synchronize gradients."""
+        flag = None
+        if self.probe is not None:
+            try:
+                flag = bool(self.probe())
+            except Exception:
+                self.probe = None  # the model no longer says: unknown from now on
+        self.sync_flag = flag
 
-    def forward_start(self, *_) -> None:  # also the model's forward pre-hook (module, args)
+    def forward_start(self, *_) -> None:  # the model's forward pre-hook (module, args)
         if self.active:
-            self.events.append((FWD_START, self.now()))
-            flag = None
-            if self.probe is not None:
-                try:
-                    flag = bool(self.probe())
-                except Exception:
-                    self.probe = None  # the model no longer says: unknown from now on
-            self.sync_flag = flag
+            if self.fwd_t0 is not None:  # the last one never ended (it raised)
+                self.rare.append((BEGAN, self.fwd_t0))
+            self.fwd_t0 = self.now()
+            self._probe()
 
-    def forward_end(self, *_) -> None:  # also the forward hook (module, args, output)
-        if self.active:
-            self.events.append((FWD_END, self.now()))
+    def forward_end(self, *_) -> None:  # the forward hook (module, args, output)
+        if self.active and self.fwd_t0 is not None:
+            self.phases.append(("forward", self.fwd_t0, self.now()))
+            self.fwd_t0 = None
 
     def time_forward(self, forward):
         """`forward`, timed (hooks.wrap_forward puts it in the model's forward: one frame, where
@@ -82,9 +86,18 @@ class StepLog:
         def timed_forward(*args, **kwargs):
             if not log.active:
                 return forward(*args, **kwargs)
-            log.forward_start()
-            out = forward(*args, **kwargs)  # raising: no end, as a forward hook would not run
-            log.forward_end()
+            t0 = log.now()
+            log._probe()
+            try:
+                out = forward(*args, **kwargs)
+            except BaseException:  # it began and never ended: open, as a hook pair leaves it
+                if log.active:
+                    if log.fwd_t0 is not None:
+                        log.rare.append((BEGAN, log.fwd_t0))
+                    log.fwd_t0 = t0
+                raise
+            if log.active:
+                log.phases.append(("forward", t0, log.now()))
             return out
 
         return timed_forward
@@ -97,7 +110,6 @@ class StepLog:
         if not self.active or self.in_backward:  # off, or inside a timed backward
             return backward(*args, **kwargs)
         t0 = self.now()
-        self.events.append((MARK, t0))
         self.in_backward = True
         tail, armed = self.tail, False
         if tail is not None:
@@ -110,139 +122,170 @@ class StepLog:
         finally:
             self.in_backward = False
             if self.active:
-                self.events.append((BACKWARD, t0, self.now()))
+                self.phases.append(("backward", t0, self.now()))
             if armed:
                 try:
                     span = tail.finish()
                 except Exception:
                     self.tail = span = None
                 if span is not None and self.active:
-                    self.events.append((DDP_TAIL, span[0], span[1]))
+                    self.tails.append(span)
 
-    def optimizer_start(self, *_) -> None:  # also torch's optimizer step hook (opt, args, kw)
+    def optimizer_start(self, *_) -> None:  # torch's optimizer step pre-hook (opt, args, kw)
         if self.active:
-            self.events.append((OPT_START, self.now()))
+            if self.opt_t0 is not None:  # the last one never ended (it raised)
+                self.rare.append((BEGAN, self.opt_t0))
+            self.opt_t0 = self.now()
 
-    def optimizer_end(self, *_) -> None:
-        if self.active:
-            self.events.append((OPT_END, self.now()))
+    def optimizer_end(self, *_) -> None:  # ... and its post-hook
+        if self.active and self.opt_t0 is not None:
+            self.phases.append(("optimizer", self.opt_t0, self.now()))
+            self.opt_t0 = None
             self.opt_ran = True
 
     def collective(self, key: str, launch: int, done: int, blocked: bool) -> None:
         if self.active:
-            self.events.append((COLL, key, launch, done, blocked))
+            self.rare.append((COLL, key, launch, done, blocked))
 
     def waited(self, key: str, t0: int, t1: int) -> None:
+        """The training thread was blocked on communication from t0 to t1."""
         if self.active:
-            self.events.append((WAIT, key, t0, t1))
+            self.rare.append((WAIT, key, t0, t1))
 
     def routed(self, rows: int) -> None:
         if self.active:
-            self.events.append((ROWS, rows))
+            self.rare.append((ROWS, rows))
 
     def fetched(self, t0: int, t1: int, cpu_ns: int) -> None:
         if self.active:
-            self.events.append((DATA, t0, t1, cpu_ns))
+            self.data.append((t0, t1, cpu_ns))
 
     def phase(self, name: str, t0: int, t1: int, comm: bool) -> None:
-        if self.active:
-            self.events.append((PHASE, name, t0, t1, comm))
+        """rec.phase(name): of communication (blocking) or of compute."""
+        if not self.active:
+            return
+        if comm:
+            self.rare.append((WAIT, f"phase:{name}", t0, t1))
+        else:
+            self.phases.append((name, t0, t1))
+            if name == "forward":
+                self.rare.append((LOOP_FORWARD, t1))
 
     def samples(self, n: int) -> None:
         if self.active:
-            self.events.append((SAMPLES, n))
+            self.rare.append((SAMPLES, n))
 
     # ------------------------------------------------------------------ the recorder's
     def begun(self) -> bool:
-        """Whether the micro-step has begun its work (a forward, backward, optimizer step or a
-        finished compute phase): a batch fetched after that is fetched mid-step."""
-        return self.in_backward or any(e[0] in _WORK or (e[0] == PHASE and not e[4])
-                                       for e in self.events)
+        """Whether the micro-step has begun its work (a forward, backward, optimizer step, or a
+        compute phase ended): a batch fetched after that is fetched mid-step."""
+        return bool(self.phases) or self.in_backward or self.fwd_t0 is not None or \
+            self.opt_t0 is not None
 
-    def take(self, now: int) -> tuple | None:
-        """(events, start, sync flag, optimizer ran) of the micro-step that ends now, None when
-        nothing of it began (the first one, before anything ran: what other threads delivered
-        is kept for the next); the next one begins now."""
-        events, start, opt_ran = self.events, self.start, self.opt_ran
+    def take(self, step: int, now: int) -> tuple | None:
+        """The micro-step `step` that ends now, as interpret's arguments (phases, data, tails,
+        rare, step, start, end, sync flag); None when nothing of it began (the first one, before
+        anything ran: what other threads delivered is kept for the next). The next one begins
+        now; read `opt_ran` before."""
+        rare = self.rare
+        if self.fwd_t0 is not None:  # begun in this one, never ended
+            rare.append((BEGAN, self.fwd_t0))
+            self.fwd_t0 = None
+        if self.opt_t0 is not None:
+            rare.append((BEGAN, self.opt_t0))
+            self.opt_t0 = None
+        out = (self.phases, self.data, self.tails, rare, step, self.start, now, self.sync_flag)
         self.start = now
         self.opt_ran = False
-        if start is None and not _begins(events):
-            self.events = [e for e in events if e[0] in _CARRIED]
+        self.phases, self.data, self.rare = [], [], []
+        if out[5] is None and not _begins(out):
+            self.rare = [e for e in rare if e[0] == COLL]  # delivered by other threads
             return None
-        self.events = []
-        return events, start, self.sync_flag, opt_ran
+        self.tails = []
+        return out
 
     def clear(self) -> None:
         """Recording stopped: nothing kept."""
-        self.events = []
-        self.start = None
+        self.phases, self.data, self.tails, self.rare = [], [], [], []
+        self.start = self.fwd_t0 = self.opt_t0 = None
         self.opt_ran = False
 
 
-def _begins(events: list) -> bool:
-    """Whether something of the micro-step began (a marking event, a blocked collective)."""
-    return any(e[0] in _MARKS or (e[0] == COLL and e[4]) for e in events)
+def _begins(taken: tuple) -> bool:
+    """Whether something of a micro-step began: a part, a fetch, a wait, a blocked collective."""
+    phases, data, _, rare = taken[:4]
+    return bool(phases or data) or any(
+        e[0] in (WAIT, BEGAN) or (e[0] == COLL and e[4]) for e in rare)
 
 
-def interpret(events: list, step: int, start: int | None, end: int, sync_flag) -> Raw | None:
-    """The micro-step's intervals from its events (None when nothing happened in it): starts
-    paired with their ends, a step's start at its first event when it had none."""
-    first = None
-    data_ns = data_cpu_ns = forwards = 0
-    phases, exposed, tails, colls, rows = [], [], [], [], []
-    fwd_t0 = opt_t0 = fwd_end = None
+_new = tuple.__new__
+
+
+def interpret(taken: list) -> list:
+    """The intervals (step_row.Raw) of each micro-step in `taken` (what take() handed over),
+    in one call for a flush's batch (this runs for every micro-step)."""
+    return [r for r in map(_interpret, taken) if r is not None]
+
+
+def _interpret(taken: tuple) -> Raw | None:
+    """One micro-step's intervals from its events (None when nothing began in it): `first`,
+    the earliest time anything of the step began; a step's start at its first when it had none
+    (the first after the recording started); `fwd_end`, the end of the model's last forward."""
+    phases, data, tails, rare, step, start, end, sync_flag = taken
+    first = _NEVER
+    fwd_end = None
+    forwards = 0
+    for name, t0, t1 in phases:
+        if t0 < first:
+            first = t0
+        if name == "forward":
+            forwards += 1
+            fwd_end = t1
+    data_ns = data_cpu_ns = 0
+    for t0, t1, cpu in data:
+        data_ns += t1 - t0
+        data_cpu_ns += cpu
+        if t0 < first:
+            first = t0
+    exposed = colls = rows = ()  # what most steps have of them
     samples = -1
-    for e in events:
-        kind = e[0]
-        if first is None:
-            if kind in _MARKS:
-                first = e[2] if kind == WAIT else e[1]
-            elif kind == COLL and e[4]:  # a blocked collective began at its launch
-                first = e[2]
-        if kind == FWD_START:
-            fwd_t0 = e[1]
-        elif kind == FWD_END:
-            if fwd_t0 is not None:
-                phases.append(("forward", fwd_t0, e[1]))
-                forwards += 1
-                fwd_t0, fwd_end = None, e[1]
-        elif kind == BACKWARD:
-            phases.append(("backward", e[1], e[2]))
-        elif kind == DDP_TAIL:
-            tails.append((e[1], e[2]))
-        elif kind == OPT_START:
-            opt_t0 = e[1]
-        elif kind == OPT_END:
-            if opt_t0 is not None:
-                phases.append(("optimizer", opt_t0, e[1]))
-                opt_t0 = None
-        elif kind == COLL:
-            if e[4]:  # issued by the training thread, which waited for it
+    if rare:
+        exposed, colls, rows, loop_ends = [], [], [], []
+        for e in rare:
+            kind = e[0]
+            if kind == COLL:
+                colls.append(e[1:4])
+                if e[4]:  # issued by the training thread, which waited for it: it began then
+                    exposed.append((e[2], e[3], e[1]))
+                    if e[2] < first:
+                        first = e[2]
+            elif kind == WAIT:
                 exposed.append((e[2], e[3], e[1]))
-            colls.append((e[1], e[2], e[3]))
-        elif kind == WAIT:
-            exposed.append((e[2], e[3], e[1]))
-        elif kind == DATA:
-            data_ns += e[2] - e[1]
-            data_cpu_ns += e[3]
-        elif kind == PHASE:
-            if e[4]:
-                exposed.append((e[2], e[3], f"phase:{e[1]}"))
-            else:
-                phases.append((e[1], e[2], e[3]))
-                if e[1] == "forward":
-                    forwards += 1
-        elif kind == SAMPLES:
-            samples = e[1]
-        elif kind == ROWS:
-            rows.append(e[1])
+                if e[2] < first:
+                    first = e[2]
+            elif kind == SAMPLES:
+                samples = e[1]
+            elif kind == ROWS:
+                rows.append(e[1])
+            elif kind == BEGAN:
+                if e[1] < first:
+                    first = e[1]
+            elif kind == LOOP_FORWARD:
+                loop_ends.append(e[1])
+        if loop_ends:  # the model's last forward is the last "forward" that is not the loop's
+            fwd_end = next((t1 for name, _, t1 in reversed(phases)
+                            if name == "forward" and t1 not in loop_ends), None)
+    if first == _NEVER:
+        first = None
     if start is None:
         start = first
     if start is None:
         return None
     if sync_flag is not None:
-        synced = int(bool(sync_flag))
+        synced = 1 if sync_flag else 0
     else:
         synced = 1 if tails or colls else -1
-    return Raw(step, start, end, first, data_ns, data_cpu_ns, phases, exposed, tails, colls,
-               fwd_end, synced, samples, forwards, tuple(rows))
+    # a tuple made in one C call (Raw's own constructor is a Python function: this runs for
+    # every micro-step)
+    return _new(Raw, (step, start, end, first, data_ns, data_cpu_ns, phases, exposed, tails,
+                      colls, fwd_end, synced, samples, forwards, tuple(rows)))

@@ -100,7 +100,8 @@ class Recorder:
         self._knobs: dict = {}
         self._batch_seen = False
         self._first_batch = None
-        self._raw: list = []
+        self._raw: list = []     # micro-steps not flushed yet: interpret()'s arguments
+        self._raw_since = 0      # when the oldest of them began
         self._micro = 0          # micro-steps since the last optimizer step
         self._live_every = int(live_every or 0)
         self._on_diagnosis = on_diagnosis
@@ -575,7 +576,6 @@ class Recorder:
             yield self
             return
         t0 = self._clock()
-        self._log.mark(t0)
         try:
             yield self
         finally:
@@ -592,9 +592,10 @@ class Recorder:
             self._count_flops()
         now = self._clock()
         try:
-            taken = self._log.take(now)  # and the next micro-step starts now
+            log = self._log
+            opt_ran = log.opt_ran
+            taken = log.take(self.steps, now)  # and the next micro-step starts now
             if taken is not None:
-                events, start, sync, opt_ran = taken
                 if self._dev is not None:
                     self._dev.step_end(self.steps)
                 if self._modules is not None:
@@ -602,7 +603,9 @@ class Recorder:
                 if self._dp is not None:
                     self._dp.step_end()
                 # its events only: they are paired and summed in batches, off the per-step path
-                self._raw.append((events, self.steps, start, now, sync))
+                if not self._raw:
+                    self._raw_since = taken[5] if taken[5] is not None else now
+                self._raw.append(taken)
                 if self._mem_young:
                     self._sample_young()
                 if self._profiling is not None:
@@ -613,17 +616,12 @@ class Recorder:
                     if self._knobs.get("sync_interval") != self._micro:
                         self._note_knobs({"sync_interval": self._micro})
                     self._micro = 0
-                if len(self._raw) >= self._flush_rows or now - self._oldest() >= self._flush_ns:
+                if len(self._raw) >= self._flush_rows or now - self._raw_since >= self._flush_ns:
                     self._flush_rows_now()
                 if self._live is not None and self.steps % self._live_every == 0:
                     self._live_exchange()
         except Exception as exc:
             self._fail("step", exc)
-
-    def _oldest(self) -> int:
-        """When the oldest micro-step not flushed yet began."""
-        events, _, start, end, _ = self._raw[0]
-        return start if start is not None else end
 
     def _watch_profiler(self) -> None:
         """While a torch.profiler records, tell its trace the facts it cannot hold; the step
@@ -643,7 +641,7 @@ class Recorder:
         try:
             from . import profiler_facts
 
-            pending = [interpret(*p) for p in self._raw]
+            pending = interpret(self._raw)
             data = self._data_ns + sum(r.data_ns for r in pending)
             cpu = self._data_cpu_ns + sum(r.data_cpu_ns for r in pending)
             profiler_facts.tell(profiler_facts.facts(self._knobs, data, cpu))
@@ -685,7 +683,7 @@ class Recorder:
     def _flush_rows_now(self) -> None:
         self._note_groups()
         pending, self._raw = self._raw, []
-        raw = [interpret(*p) for p in pending]
+        raw = interpret(pending)
         for r in raw:  # what profiler_facts tells a trace
             self._data_ns += r.data_ns
             self._data_cpu_ns += r.data_cpu_ns
