@@ -222,70 +222,68 @@ _new = tuple.__new__
 
 
 def interpret(taken: list) -> list:
-    """The intervals (step_row.Raw) of each micro-step in `taken` (what take() handed over),
-    in one call for a flush's batch (this runs for every micro-step)."""
-    return [r for r in map(_interpret, taken) if r is not None]
-
-
-def _interpret(taken: tuple) -> Raw | None:
-    """One micro-step's intervals from its events (None when nothing began in it): `first`,
-    the earliest time anything of the step began; a step's start at its first when it had none
-    (the first after the recording started); `fwd_end`, the end of the model's last forward."""
-    phases, data, tails, rare, step, start, end, sync_flag = taken
-    first = _NEVER
-    fwd_end = None
-    forwards = 0
-    for name, t0, t1 in phases:
-        if t0 < first:
-            first = t0
-        if name == "forward":
-            forwards += 1
-            fwd_end = t1
-    data_ns = data_cpu_ns = 0
-    for t0, t1, cpu in data:
-        data_ns += t1 - t0
-        data_cpu_ns += cpu
-        if t0 < first:
-            first = t0
-    exposed = colls = rows = ()  # what most steps have of them
-    samples = -1
-    if rare:
-        exposed, colls, rows, loop_ends = [], [], [], []
-        for e in rare:
-            kind = e[0]
-            if kind == COLL:
-                colls.append(e[1:4])
-                if e[4]:  # issued by the training thread, which waited for it: it began then
+    """The intervals (step_row.Raw) of each micro-step in `taken` (what take() handed over, a
+    flush's batch; one call for all: this runs for every micro-step). For each: `first`, the
+    earliest time anything of it began; its start, that first when it had none (the first
+    after the recording started); `fwd_end`, the end of the model's last forward. A micro-step
+    in which nothing began is left out."""
+    out = []
+    for phases, data, tails, rare, step, start, end, sync_flag in taken:
+        first = _NEVER
+        fwd_end = None
+        forwards = 0
+        for name, t0, t1 in phases:
+            if t0 < first:
+                first = t0
+            if name == "forward":
+                forwards += 1
+                fwd_end = t1
+        data_ns = data_cpu_ns = 0
+        for t0, t1, cpu in data:
+            data_ns += t1 - t0
+            data_cpu_ns += cpu
+            if t0 < first:
+                first = t0
+        exposed = colls = rows = ()  # what most steps have of them
+        samples = -1
+        if rare:
+            exposed, colls, rows, loop_ends = [], [], [], []
+            for e in rare:
+                kind = e[0]
+                if kind == COLL:
+                    colls.append(e[1:4])
+                    if e[4]:  # issued by the training thread, which waited for it: began then
+                        exposed.append((e[2], e[3], e[1]))
+                        if e[2] < first:
+                            first = e[2]
+                elif kind == WAIT:
                     exposed.append((e[2], e[3], e[1]))
                     if e[2] < first:
                         first = e[2]
-            elif kind == WAIT:
-                exposed.append((e[2], e[3], e[1]))
-                if e[2] < first:
-                    first = e[2]
-            elif kind == SAMPLES:
-                samples = e[1]
-            elif kind == ROWS:
-                rows.append(e[1])
-            elif kind == BEGAN:
-                if e[1] < first:
-                    first = e[1]
-            elif kind == LOOP_FORWARD:
-                loop_ends.append(e[1])
-        if loop_ends:  # the model's last forward is the last "forward" that is not the loop's
-            fwd_end = next((t1 for name, _, t1 in reversed(phases)
-                            if name == "forward" and t1 not in loop_ends), None)
-    if first == _NEVER:
-        first = None
-    if start is None:
-        start = first
-    if start is None:
-        return None
-    if sync_flag is not None:
-        synced = 1 if sync_flag else 0
-    else:
-        synced = 1 if tails or colls else -1
-    # a tuple made in one C call (Raw's own constructor is a Python function: this runs for
-    # every micro-step)
-    return _new(Raw, (step, start, end, first, data_ns, data_cpu_ns, phases, exposed, tails,
-                      colls, fwd_end, synced, samples, forwards, tuple(rows)))
+                elif kind == SAMPLES:
+                    samples = e[1]
+                elif kind == ROWS:
+                    rows.append(e[1])
+                elif kind == BEGAN:
+                    if e[1] < first:
+                        first = e[1]
+                elif kind == LOOP_FORWARD:
+                    loop_ends.append(e[1])
+            rows = tuple(rows)
+            if loop_ends:  # the model's last forward: the last "forward" not the loop's
+                fwd_end = next((t1 for name, _, t1 in reversed(phases)
+                                if name == "forward" and t1 not in loop_ends), None)
+        if first == _NEVER:
+            first = None
+        if start is None:
+            start = first
+            if start is None:
+                continue
+        if sync_flag is not None:
+            synced = 1 if sync_flag else 0
+        else:
+            synced = 1 if tails or colls else -1
+        # a tuple made in one C call (Raw's own constructor is a Python function)
+        out.append(_new(Raw, (step, start, end, first, data_ns, data_cpu_ns, phases, exposed,
+                              tails, colls, fwd_end, synced, samples, forwards, rows)))
+    return out
