@@ -188,7 +188,7 @@ def instructions_note(d: dict | None) -> str:
     if not tiny:
         return ""
     return (f"; {tiny['added']:,} instructions per micro-step added ({tiny['added_pct']:.1f}% of "
-            f"the plain step's, callgrind, {d.get('commit', '?')})")
+            f"the plain step's, callgrind, {tiny.get('commit', d.get('commit', '?'))})")
 
 
 def same_run(d: dict) -> list[str]:
@@ -244,13 +244,14 @@ def instructions(d: dict) -> list[str]:
            "process (gloo, 1 rank, both threads counted), plain and recorded with every default "
            "on. A count does not move with the machine's speed, as wall-clock rounds on this VM "
            "do; what it leaves out (caches, the GIL, system calls) is in the wall-clock figure "
-           "above.", "",
-           "| model | micro-steps | plain | recorded | added by gpuscope |",
-           "| --- | --- | --- | --- | --- |"]
+           "above. Two counts of the same code differ by up to ~2,000 a micro-step (what the "
+           "interpreter allocates where varies from run to run).", "",
+           "| model | micro-steps | plain | recorded | added by gpuscope | commit |",
+           "| --- | --- | --- | --- | --- | --- |"]
     for key, m in d["models"].items():
         out.append(f"| {names.get(key, key)} | {m['micro_steps']:,} | "
                    f"{m['plain_per_micro_step']:,} | {m['recorded_per_micro_step']:,} | "
-                   f"+{m['added']:,} ({m['added_pct']:.2f}%) |")
+                   f"+{m['added']:,} ({m['added_pct']:.2f}%) | {m.get('commit', d['commit'])} |")
     return out + [""]
 
 
