@@ -357,3 +357,22 @@ def test_module_times_on_the_host_clock_per_call_summed():
     t.step_end(5)  # no forward in it: no row
     m = t.meta(False)["modules"]
     assert (m["clock"], m["steps"], m["ns"], m["calls"]) == ("host", [3, 4], [[10], [4]], [[2], [1]])
+
+
+def test_a_module_hook_that_fails_switches_timing_off_and_the_forward_goes_on():
+    import torch
+    from torch import nn
+
+    from gpuscope.record.modules import ModuleTimer
+
+    class Broken:
+        def new_event(self):
+            raise RuntimeError("CUDA error: an illegal memory access")
+
+    net = nn.Sequential(nn.Linear(4, 4))
+    t = ModuleTimer(["0"], [net[0]], clock=None, events=Broken())
+    t.install()
+    out = net(torch.ones(1, 4))  # the user's forward is not stopped
+    assert out.shape == (1, 4) and t.handles == []  # the hooks took themselves out
+    net(torch.ones(1, 4))
+    assert t.meta(True) is None

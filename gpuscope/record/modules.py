@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from collections import deque
 
+from .._log import warn_once
+
 #: modules timed at most: each forward call of one costs ~3 us on a CPU (two hooks, and torch's
 #: slower call path for a module with hooks: benchmarks/bench_modules.py), and the recorder's
 #: budget is 50 us a step
@@ -75,34 +77,41 @@ class ModuleTimer:
         return bool(self.handles)
 
     def _pre(self, i: int):
-        if self.events is None:
-            def pre(module, args):
-                self.t0[i] = self.clock()
-        else:
-            def pre(module, args):
-                e = self.pool.pop() if self.pool else self.events.new_event()
-                self.events.record(e)
-                self.t0[i] = e
+        def pre(module, args):
+            try:
+                if self.events is None:
+                    self.t0[i] = self.clock()
+                else:
+                    e = self.pool.pop() if self.pool else self.events.new_event()
+                    self.events.record(e)
+                    self.t0[i] = e
+            except Exception as exc:  # never into the user's forward: timing off, said
+                self._failed(exc)
         return pre
 
     def _post(self, i: int):
-        if self.events is None:
-            def post(module, args, out):
+        def post(module, args, out):
+            try:
                 t0 = self.t0[i]
-                if t0 is not None:
+                if t0 is None:
+                    return
+                self.t0[i] = None
+                self.calls[i] += 1
+                if self.events is None:
                     self.ns[i] += self.clock() - t0
-                    self.calls[i] += 1
-                    self.t0[i] = None
-        else:
-            def post(module, args, out):
-                e0 = self.t0[i]
-                if e0 is not None:
+                else:
                     e1 = self.pool.pop() if self.pool else self.events.new_event()
                     self.events.record(e1)
-                    self.spans.append((i, e0, e1))
-                    self.calls[i] += 1
-                    self.t0[i] = None
+                    self.spans.append((i, t0, e1))
+            except Exception as exc:
+                self._failed(exc)
         return post
+
+    def _failed(self, exc: Exception) -> None:
+        """A hook raised (a CUDA error, a module in a state we do not know): module timing is
+        switched off with one warning; the forward goes on."""
+        warn_once("modules-failed", "gpuscope: module timing off: %r; training goes on", exc)
+        self.remove()
 
     def step_end(self, step: int) -> None:
         """A micro-step closed: what it timed is kept for the next flush."""

@@ -149,19 +149,18 @@ def _table(path: str, parsed: list, warnings: list[str], facts: dict | None = No
         if len(items) > 1:
             warnings.append(f"rank {rank}: {len(items)} trace files (repeated profiler cycles) "
                             "merged")
+        # each file's last step left out (HTA's default: its work may be cut off)
+        lasts = [last_step(e) for _, e in items]
+        drop = frozenset(x for x in lasts if x is not None)
+        files_hta = [(e, x is not None) for (_, e), x in zip(items, lasts)]
         pre = ready.get(items[0][0]) if len(items) == 1 else None
         if pre is not None and pre[0] == rank:  # worked out beside the parse
             (r_rows, r_colls, w), hta = pre[1], pre[2]
-        else:  # each file's last step left out (HTA's default: its work may be cut off)
-            lasts = [last_step(e) for _, e in items]
-            drop = frozenset(x for x in lasts if x is not None)
+        else:
             r_rows, r_colls, w = rank_rows(ev, rank, drop)
-            hta = gpu_breakdown_of([(e, x is not None) for (_, e), x in zip(items, lasts)])
+            hta = gpu_breakdown_of(files_hta)
         micro = [r.pop("microbatches") for r in r_rows]
-        # the op and kernel views (ops.py), over the steps the rows keep
-        got = op_views(ev, frozenset(x for x in (last_step(e) for _, e in items)
-                                     if x is not None))
-        files_hta = [(e, last_step(e) is not None) for _, e in items]
+        got = op_views(ev, drop)  # the op and kernel views (ops.py), over the steps kept
         views["ops"].append((rank, got["ops"]))
         views["messages"].append((rank, got["messages"]))
         views["kernels"].append((rank, kernel_breakdown(files_hta)))
