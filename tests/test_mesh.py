@@ -298,9 +298,13 @@ def test_every_functional_collective_of_this_torch_is_timed_and_its_backward_fou
     from gpuscope.record.collectives import _collective_node, funcol_kinds
 
     kinds = funcol_kinds(funcol)
-    assert kinds["all_gather_single"] == "all_gather"
-    assert kinds["reduce_scatter_single"] == "reduce_scatter"
-    assert kinds["all_to_all_single_autograd"] == "all_to_all"
+    # each that this torch has (CI's 2.13 has all three; the GPU image's 2.11 lacks the first two)
+    for name, kind in (("all_gather_single", "all_gather"),
+                       ("reduce_scatter_single", "reduce_scatter"),
+                       ("all_to_all_single_autograd", "all_to_all")):
+        if hasattr(funcol, name):
+            assert kinds[name] == kind
+    assert "all_gather_tensor" in kinds and "all_reduce" in kinds
     assert not any(n.endswith(("_backward", "_setup_context")) for n in kinds)
     assert "wait_tensor" not in kinds
     dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0,
@@ -506,6 +510,14 @@ def test_what_goes_wrong_in_counting_never_reaches_the_training():
     _time_backward(Timer(), "all_to_all:0", Out())  # returns, hooks nothing
 
 
+def _funcol_has(name: str) -> bool:
+    import torch.distributed._functional_collectives as funcol
+
+    return hasattr(funcol, name)
+
+
+@pytest.mark.skipif(not _funcol_has("all_gather_single"),
+                    reason="this torch has no functional all_gather_single (added in 2.13)")
 def test_a_gather_that_waits_inside_its_call_counts_the_wait_not_the_concatenation(
         tmp_path, monkeypatch):
     """funcol's all_gather_single on dimension 1 waits inside the call, then concatenates the

@@ -376,3 +376,21 @@ def test_a_module_hook_that_fails_switches_timing_off_and_the_forward_goes_on():
     assert out.shape == (1, 4) and t.handles == []  # the hooks took themselves out
     net(torch.ones(1, 4))
     assert t.meta(True) is None
+
+
+def test_module_times_from_cuda_events_on_a_real_gpu_are_device_time():
+    """A record made on an H200 (tests/fixtures/cuda_modules): the modules were timed with CUDA
+    events, so the report gives their device time (gpu_ms), not a host time it never measured,
+    and the straggler's excess is the `extra` module, as long as perf_counter between two
+    synchronizes says the svd inside it took."""
+    fix = os.path.join(HERE, "fixtures", "cuda_modules")
+    rep = gpuscope.analyze(os.path.join(fix, "record"))
+    with open(os.path.join(fix, "extra-rank1.json")) as fh:
+        own_ms = 1e3 * float(np.mean(json.load(fh)["extra_s"]))
+    mods = {m["name"]: m for m in next(r for r in rep.ops["ranks"] if r["rank"] == 1)["modules"]}
+    assert set(mods) == {"body", "extra", "head"}
+    assert all("gpu_ms" in m and "host_ms" not in m for m in mods.values()), mods
+    assert own_ms * 0.9 <= mods["extra"]["gpu_ms"] <= own_ms * 1.1, (mods["extra"], own_ms)
+    assert mods["body"]["gpu_ms"] < 0.05 * own_ms
+    top = next(s for s in rep.stragglers if s.rank == 1).ops[0]
+    assert (top["kind"], top["name"]) == ("module", "extra")

@@ -101,7 +101,9 @@ def _analysed(ops: pd.DataFrame, frame: pd.DataFrame, mapping=None) -> pd.DataFr
 
 
 def _device_ranks(table) -> set[int]:
-    return {r for r, i in table.ranks.items() if i.knobs.get("device") == "cuda"}
+    """Ranks that ran on a GPU: a trace's "cuda", a record's model device ("cuda:0")."""
+    return {r for r, i in table.ranks.items()
+            if str(i.knobs.get("device") or "").startswith("cuda")}
 
 
 def per_step(ops: pd.DataFrame, frame: pd.DataFrame, gpu_ranks: set[int],
@@ -130,7 +132,9 @@ def per_step(ops: pd.DataFrame, frame: pd.DataFrame, gpu_ranks: set[int],
 
 def _row(r, kind: str, gpu: bool) -> dict:
     d = {"name": r.name, "per_step_ms": _r(r.time_ms), "count_per_step": _r(r.calls, 2)}
-    if kind != "kernel":
+    if kind == "module":  # one clock measured it: CUDA events (device time) or the host's
+        d["gpu_ms" if r.gpu_ms > 0 else "host_ms"] = _r(r.time_ms)
+    elif kind != "kernel":
         d["host_ms"] = _r(r.host_ms)
         if gpu:
             d["gpu_ms"] = _r(r.gpu_ms)

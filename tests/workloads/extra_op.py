@@ -2,12 +2,15 @@
 (torch.linalg.svd of a square matrix), the op timed with perf_counter around the same call.
 
     python -m torch.distributed.run --standalone --nproc_per_node 2 tests/workloads/extra_op.py \\
-        --out DIR [--extra-rank 1] [--size 256] [--steps 8] [--record]
+        --out DIR [--extra-rank 1] [--size 256] [--steps 8] [--record] [--device cuda]
 
 Writes DIR/kineto (one trace per rank, tensorboard_trace_handler) and DIR/extra-rank<r>.json
 (the extra op's seconds per profiled step). `--extra-rank -1`: no rank runs it (the run to
 compare against). `--record`: no profiler; gpuscope.record(DIR/record, modules=True) instead,
 the op inside the model's `extra` module (its forward), beside `body` and `head`.
+`--device cuda`: every rank on GPU 0 (gloo can reduce CUDA tensors, so two ranks share one GPU),
+the profiler records the GPU too, module times come from CUDA events, and the extra op is timed
+between two synchronizes (its kernels' time, not only their launch).
 """
 
 from __future__ import annotations
@@ -34,10 +37,21 @@ class Extra(nn.Module):
 
     def forward(self, x):
         if self.on:
-            t = time.perf_counter()
-            torch.linalg.svd(self.mat)
-            self.spent.append(time.perf_counter() - t)
+            self.spent.append(timed_svd(self.mat))
         return x
+
+
+def timed_svd(mat) -> float:
+    """torch.linalg.svd(mat), its seconds by perf_counter (on a GPU: from an idle device to the
+    end of its kernels)."""
+    cuda = mat.is_cuda
+    if cuda:
+        torch.cuda.synchronize()
+    t = time.perf_counter()
+    torch.linalg.svd(mat)
+    if cuda:
+        torch.cuda.synchronize()
+    return time.perf_counter() - t
 
 
 class Net(nn.Module):
@@ -54,12 +68,13 @@ class Net(nn.Module):
 def recorded(args, rank: int) -> None:
     import gpuscope
 
-    extra = Extra(torch.randn(args.size, args.size), rank == args.extra_rank)
-    model = DDP(Net(extra))
+    dev = args.device
+    extra = Extra(torch.randn(args.size, args.size, device=dev), rank == args.extra_rank)
+    model = DDP(Net(extra).to(dev))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     with gpuscope.record(os.path.join(args.out, "record"), model=model, modules=True) as rec:
         for _ in range(args.steps + 2):
-            loss = model(torch.randn(64, 256)).square().mean()
+            loss = model(torch.randn(64, 256, device=dev)).square().mean()
             loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
@@ -75,8 +90,11 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=256)
     ap.add_argument("--steps", type=int, default=8, help="steps the profiler records")
     ap.add_argument("--record", action="store_true", help="gpuscope.record(modules=True)")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     args = ap.parse_args()
     torch.set_num_threads(1)
+    if args.device == "cuda":
+        torch.cuda.set_device(0)
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     if args.record:
@@ -85,22 +103,23 @@ def main() -> None:
         dist.destroy_process_group()
         return
     torch.manual_seed(0)
-    model = DDP(nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 256)))
+    dev = args.device
+    model = DDP(nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 256)).to(dev))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    mat = torch.randn(args.size, args.size)
+    mat = torch.randn(args.size, args.size, device=dev)
     spent = []
-    prof = profile(activities=[ProfilerActivity.CPU],
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev == "cuda" else [])
+    prof = profile(activities=activities,
                    schedule=schedule(wait=1, warmup=1, active=args.steps, repeat=1),
                    on_trace_ready=tensorboard_trace_handler(os.path.join(args.out, "kineto")))
     with prof:
         for i in range(args.steps + 3):
-            x = torch.randn(64, 256)
+            x = torch.randn(64, 256, device=dev)
             loss = model(x).square().mean()
             if rank == args.extra_rank:  # the extra op: this rank only
-                t = time.perf_counter()
-                torch.linalg.svd(mat)
+                took = timed_svd(mat)
                 if i >= 2:  # the profiler's active steps (wait=1, warmup=1)
-                    spent.append(time.perf_counter() - t)
+                    spent.append(took)
             loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
