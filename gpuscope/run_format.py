@@ -79,7 +79,8 @@ STEP_COLUMNS = (
     "optimizer_ns",
     "n_comm",           # collectives completed in the step
     "data_cpu_ns",      # CPU time of the training thread inside next(): ~data_ns when loading
-                        # runs in-process and is CPU-bound, ~0 when it waits on I/O or workers
+                        # runs in-process and is CPU-bound, ~0 when it waits on I/O or workers;
+                        # -1 not measured (a trace; a recorded step of fast fetches but one in 16)
     "synced",           # gradients were synchronized in this micro-step: 1, 0, -1 unknown
     "between_ns",       # part of other_ns before the step's first event: the loop's own work
                         # after the previous rec.step() (logging, checkpoints, a profiler)

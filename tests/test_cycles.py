@@ -21,6 +21,8 @@ def _reference(frame: pd.DataFrame, ends: np.ndarray):
     g = frame.assign(cycle=cycle).groupby(["rank", "cycle"], sort=True)
     cols = [c for c in SUMMED if c in frame]
     out = g[cols].sum()
+    if "data_cpu_ns" in frame:  # one micro-step's loading CPU not measured (-1): the cycle's
+        out["data_cpu_ns"] = out["data_cpu_ns"].where(g["data_cpu_ns"].min() >= 0, -1)
     out["start_ns"] = g["start_ns"].min()
     out["step"] = g["step"].max()
     out["micro_steps"] = g["step"].size()
@@ -44,6 +46,9 @@ def _frame(rng: np.random.Generator, synced: bool) -> tuple[pd.DataFrame, np.nda
     frame = pd.DataFrame(rows, columns=["rank", "step", "start_ns", *SUMMED[:8]]).astype("int64")
     if synced:
         frame["synced"] = rng.integers(0, 2, len(frame))
+        # loading's CPU, measured on most micro-steps (-1 on the others)
+        cpu = rng.integers(0, 10**6, len(frame))
+        frame["data_cpu_ns"] = np.where(rng.random(len(frame)) < 0.1, -1, cpu)
     return frame, rng.random(len(frame)) < 0.3
 
 

@@ -145,3 +145,11 @@ def test_a_loop_phase_named_forward_is_marked_as_the_loop_s():
     log.phase("comm", 6, 8, comm=True)
     assert log.phases == [("forward", 1, 5)]
     assert log.rare == [(LOOP_FORWARD, 5), (WAIT, "phase:comm", 6, 8)]
+
+
+def test_a_fetch_whose_cpu_was_not_measured_leaves_the_step_s_unknown():
+    assert step(data=[(0, 10, 4), (20, 30, 5)]).data_cpu_ns == 9
+    r = step(data=[(0, 10, 4), (20, 30, -1)])
+    assert (r.data_ns, r.data_cpu_ns) == (20, -1)
+    assert step(data=[(0, 10, -1), (20, 30, 5)]).data_cpu_ns == -1
+    assert step([("forward", 10, 20)]).data_cpu_ns == 0  # no fetch: no CPU spent fetching

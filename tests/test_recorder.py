@@ -339,3 +339,35 @@ def test_help_shows_every_option_with_its_meaning_and_default():
     for f in dataclasses.fields(gpuscope.RecordOptions):
         assert f.metadata.get("doc"), f.name
         assert f"{f.name} (default " in text and f"{f.name} (default " in opts, f.name
+
+
+def test_loading_cpu_is_read_where_a_fetch_waits_and_on_a_sample_of_the_fast_ones(tmp_path):
+    """Reading the thread's CPU time is a system call (~1 us): it is read on the first fetch, on
+    each after one that waited CPU_TIMED_WAIT_NS or more, and on one in CPU_SAMPLE_EVERY of the
+    rest; -1 (not measured) elsewhere, kept as such by the reader and left out of the share.
+    The injected clock sets each fetch's wait: 1 us, except steps 30-33 (1 ms)."""
+    from gpuscope.analyze.findings import typical_step
+    from gpuscope.record import recorder
+
+    now = [0]
+
+    def batches():
+        for i in range(40):
+            now[0] += 1_000_000 if 30 <= i <= 33 else 1_000
+            yield [i]
+
+    with gpuscope.record(tmp_path / "run", telemetry=False, memory=False,
+                         clock=lambda: now[0]) as rec:
+        for _ in rec.data(batches()):
+            now[0] += 50_000
+            rec.step()
+    frame = load_table(str(tmp_path / "run")).frame
+    measured = frame.loc[frame["data_cpu_ns"] >= 0, "step"].tolist()
+    every = recorder.CPU_SAMPLE_EVERY
+    assert recorder.CPU_TIMED_WAIT_NS <= 1_000_000
+    # the first; one in 16; each after a slow fetch (31-34: the fetch after 30's, ...)
+    assert measured == sorted({0, every, 2 * every, 31, 32, 33, 34})
+    assert (frame.loc[~frame["step"].isin(measured), "data_cpu_ns"] == -1).all()
+    share = typical_step(frame).data_cpu / typical_step(frame).data
+    known = frame[frame["data_cpu_ns"] >= 0]
+    assert share == pytest.approx(known["data_cpu_ns"].sum() / known["data_ns"].sum())

@@ -59,6 +59,9 @@ def group_cycles(frame: pd.DataFrame, ends: np.ndarray) -> tuple[pd.DataFrame, p
     for c in (c for c in SUMMED if c in frame):
         out[c] = np.add.reduceat(frame[c].to_numpy(), starts) if starts.size else \
             frame[c].to_numpy()[:0]
+    if "data_cpu_ns" in out and starts.size:  # one micro-step not measured (-1): unknown
+        unknown = np.minimum.reduceat(frame["data_cpu_ns"].to_numpy(), starts) < 0
+        out["data_cpu_ns"] = np.where(unknown, -1, out["data_cpu_ns"])
     step = frame["step"].to_numpy()
     out["start_ns"] = _reduce(np.minimum, frame["start_ns"].to_numpy(), starts)
     out["step"] = _reduce(np.maximum, step, starts)

@@ -68,9 +68,16 @@ def typical_step(frame: pd.DataFrame) -> TypicalStep:
     slowest = g.max(frame["step_ns"].to_numpy())
     most_wait = g.max(frame["wait_ns"].to_numpy())
     data = mean("data_ns")
-    # CPU time while loading: recorded runs measure it; traces do not (-1): unknown stays unknown
-    known_cpu = "data_cpu_ns" in frame and bool((frame["data_cpu_ns"] >= 0).all())
-    data_cpu = mean("data_cpu_ns") if known_cpu else None
+    # CPU time while loading: recorded runs measure it (on every step, or where fetches are
+    # fast on a sample of them: record/recorder.py); traces do not (-1): unknown stays unknown
+    cpu = frame["data_cpu_ns"].to_numpy() if "data_cpu_ns" in frame else np.zeros(0)
+    known = cpu >= 0
+    data_cpu = None
+    if cpu.size and known.all():
+        data_cpu = mean("data_cpu_ns")
+    elif known.any():  # the measured steps' CPU share of their wait, over every step's wait
+        waited = float(frame["data_ns"].to_numpy()[known].sum())
+        data_cpu = data * (float(cpu[known].sum()) / waited if waited > 0 else 0.0)
     data_ops = mean("data_ops_ns") if "data_ops_ns" in frame else None
     comm = mean("comm_ns")
     if "micro_steps" in frame:  # rows are optimizer steps of several micro-steps

@@ -21,13 +21,12 @@ import msgspec
 import numpy as np
 
 from ..run_format import STEP_COLUMNS
-from .validate import MAX_NS, MAX_STEP, MAX_UNIX_NS
+from .validate import MAX_NS, column_bounds
 
 _NS = Annotated[int, msgspec.Meta(ge=0, le=MAX_NS)]
-#: each column's range (the careful path's bounds, record._bounds)
-_COLUMN_TYPES = {"step": Annotated[int, msgspec.Meta(ge=0, le=MAX_STEP)],
-                 "start_ns": Annotated[int, msgspec.Meta(ge=0, le=MAX_UNIX_NS)],
-                 "synced": Annotated[int, msgspec.Meta(ge=-1, le=1)]}
+#: each column's range (validate.column_bounds, as the careful path checks it)
+_COLUMN_TYPES = {c: Annotated[int, msgspec.Meta(ge=lo, le=hi)]
+                 for c, (lo, hi) in zip(STEP_COLUMNS, map(column_bounds, STEP_COLUMNS))}
 
 
 class _Extra(msgspec.Struct, forbid_unknown_fields=True, gc=False):

@@ -22,13 +22,11 @@ except ImportError:  # no wheel for this platform: zlib's
 
 from ..run_format import CHUNK_HEADER, CHUNK_MAGIC, STEP_COLUMNS, columns_path
 from .record_body import Body, block_columns, block_of
-from .validate import MAX_NS, MAX_STEP, MAX_UNIX_NS
+from .validate import MAX_NS, column_bounds
 
 _HEAD = struct.Struct(CHUNK_HEADER)
 _WIDTH = len(STEP_COLUMNS)
-_LO = np.array([-1 if c == "synced" else 0 for c in STEP_COLUMNS], np.int64)
-_HI = np.array([MAX_STEP if c == "step" else MAX_UNIX_NS if c == "start_ns" else
-                1 if c == "synced" else MAX_NS for c in STEP_COLUMNS], np.int64)
+_LO, _HI = (np.array(b, np.int64) for b in zip(*map(column_bounds, STEP_COLUMNS)))
 _MAX_SAMPLES = 1 << 40
 _keys = msgspec.json.Decoder(list[str]).decode
 _decode = msgspec.json.Decoder().decode

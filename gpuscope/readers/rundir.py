@@ -33,7 +33,8 @@ from .memory_records import capacity_of, memory_frame, memory_ok
 from .module_records import modules_frame, modules_ok
 from .routing_records import routing_frame, routing_ok
 from .record_columns import read_columns
-from .validate import (MAX_NS, MAX_RANKS, MAX_STEP, MAX_UNIX_NS, Tally, clean_knobs, is_int, is_num)
+from .validate import (MAX_NS, MAX_RANKS, MAX_STEP, MAX_UNIX_NS, Tally, clean_knobs,
+                       column_bounds, is_int, is_num)
 
 _decoder = msgspec.json.Decoder()
 _decode, _decode_lines = _decoder.decode, _decoder.decode_lines
@@ -535,10 +536,8 @@ def _pick_recording(path: str, files: list[RankFile], want: str | None,
 
 
 def _bounds(cols: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    lo = np.array([-1 if c == "synced" else 0 for c in cols], dtype=np.int64)
-    hi = np.array([MAX_STEP if c == "step" else MAX_UNIX_NS if c == "start_ns" else
-                   1 if c == "synced" else MAX_NS for c in cols], dtype=np.int64)
-    return lo, hi
+    lo, hi = zip(*map(column_bounds, cols)) if cols else ((), ())
+    return np.array(lo, dtype=np.int64), np.array(hi, dtype=np.int64)
 
 
 def _int_rows(rows: list, width: int) -> tuple[np.ndarray, np.ndarray]:

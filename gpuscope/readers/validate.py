@@ -16,6 +16,15 @@ MAX_NS = 1 << 50
 #: largest unix-epoch timestamp accepted in ns (year 2112)
 MAX_UNIX_NS = 1 << 62
 MAX_STEP = 1 << 40
+
+
+def column_bounds(col: str) -> tuple[int, int]:
+    """A step row column's range: -1 means unknown in `synced` (which is 0 or 1 otherwise) and
+    in `data_cpu_ns` (not measured); every other column is a count or a time, 0 or more."""
+    lo = -1 if col in ("synced", "data_cpu_ns") else 0
+    hi = MAX_STEP if col == "step" else MAX_UNIX_NS if col == "start_ns" else \
+        1 if col == "synced" else MAX_NS
+    return lo, hi
 #: largest rank number (and world size) accepted: 1M ranks
 MAX_RANKS = 1 << 20
 

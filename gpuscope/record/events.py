@@ -12,7 +12,7 @@ row. Nothing outside this module writes a StepLog's fields.
 The lists (times are the recorder's clock, integer ns), by how often a step has their events:
   phases  (name, t0, t1): a part of the step, ended: "forward" (the model's, by its wrapper or
           its forward hooks), "backward", "optimizer", and rec.phase(name)'s of compute
-  data    (t0, t1, cpu_ns): a batch fetched
+  data    (t0, t1, cpu_ns): a batch fetched (cpu_ns -1: not measured)
   tails   (t0, t1): the end of a DDP backward that waited for its all-reduce
   rare    (kind, ...): everything else, in the order it happened:
           (WAIT, key, t0, t1)     the training thread blocked on communication: an async
@@ -241,7 +241,8 @@ def interpret(taken: list) -> list:
         data_ns = data_cpu_ns = 0
         for t0, t1, cpu in data:
             data_ns += t1 - t0
-            data_cpu_ns += cpu
+            # a fetch whose CPU was not measured (-1) leaves the step's unknown
+            data_cpu_ns = data_cpu_ns + cpu if cpu >= 0 and data_cpu_ns >= 0 else -1
             if t0 < first:
                 first = t0
         exposed = colls = rows = ()  # what most steps have of them

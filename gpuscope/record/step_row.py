@@ -41,9 +41,7 @@ def sum_steps(raws: list, shift: int) -> list:
     with start_unix = its start + `shift`: one call for the batch, not two a row."""
     rows = []
     for r in raws:
-        row = None
-        if not r.exposed and not r.colls and len(r.ddp_tails) <= 1:  # one DDP tail at most
-            row = _plain_step(r, r.start + shift)
+        row = _plain_step(r, shift)
         rows.append(row if row is not None else _general_step(r, r.start + shift))
     return rows
 
@@ -133,7 +131,7 @@ def _general_step(r: Raw, start_unix: int) -> list:
     return row
 
 
-def _plain_step(r: Raw, start_unix: int) -> list | None:
+def _plain_step(r: Raw, shift: int) -> list | None:
     """sum_step for the common shape, a few integer operations instead of interval lists
     (the recorder's per-step cost: 16 us down to a few on this project's CPU): forward,
     backward and optimizer at most once each, one after the other inside the step, at most one
@@ -141,8 +139,10 @@ def _plain_step(r: Raw, start_unix: int) -> list | None:
     (sum_step's general path; tests/test_step_row.py checks both agree on random rows).
     Written for the interpreter: plain locals, no tuples, no min/max calls."""
     # one unpacking, not a field lookup each (this runs for every micro-step)
-    step, start, end, first, data_ns, data_cpu_ns, phases, _, tails, _, fwd_end, synced, \
-        samples, _, _ = r
+    step, start, end, first, data_ns, data_cpu_ns, phases, exposed, tails, colls, fwd_end, \
+        synced, samples, _, _ = r
+    if exposed or colls or len(tails) > 1:  # communication other than one DDP tail
+        return None
     f0 = b0 = o0 = None  # where forward, backward, optimizer started (None: did not run)
     f1 = b1 = o1 = 0     # ... and ended
     if len(phases) == 3:  # the usual step: forward, backward, optimizer, in order, not empty
@@ -212,7 +212,7 @@ def _plain_step(r: Raw, start_unix: int) -> list | None:
     between = 0
     if first is not None and first > start:
         between = first - start if first - start < other_ns else other_ns
-    row = [step, start_unix, step_ns, data_ns, compute_ns, comm_ns, exposed_ns, other_ns,
+    row = [step, start + shift, step_ns, data_ns, compute_ns, comm_ns, exposed_ns, other_ns,
            f, bk, o, n_comm, data_cpu_ns, synced, between]
     # its one collective, DDP's tail, is the header's comm_key: no "_comm" (run_format.py)
     if samples >= 0:
