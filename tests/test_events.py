@@ -3,7 +3,7 @@ intervals of it, on hand-written event lists: no torch, no clock, no recorder.""
 
 from gpuscope.record.events import (BEGAN, COLL, LOOP_FORWARD, ROWS, SAMPLES, WAIT, StepLog,
                                     interpret)
-from gpuscope.record.step_row import sum_step
+from gpuscope.record.step_row import plain_row, sum_step
 
 
 def step(phases=(), data=(), tails=(), rare=(), start=0, end=100, sync=None, n=0):
@@ -20,6 +20,10 @@ def test_a_plain_step():
     assert r.ddp_tails == [(280, 320)] and r.synced == 1 and r.samples == -1
     row = sum_step(r, 1_000)
     assert row[:3] == [7, 1_000, 310]  # step, start (unix), step_ns
+    # the same row straight from the events (the recorder's path for this shape)
+    item = ([("forward", 140, 200), ("backward", 210, 300), ("optimizer", 330, 360)],
+            [(100, 130, 20)], [(280, 320)], [], 7, 90, 400, True)
+    assert plain_row(item, 1_000 - 90) == row
 
 
 def test_first_is_the_earliest_beginning_parts_logged_at_their_end_included():

@@ -75,7 +75,7 @@ def test_internal_error_mid_run_removes_every_hook_and_keeps_nothing(tmp_path, m
     def broken(*args, **kwargs):
         raise ValueError("bug in row summing (injected)")
 
-    monkeypatch.setattr(recorder_mod, "sum_steps", broken)
+    monkeypatch.setattr(recorder_mod, "rows_of", broken)
     model = nn.Linear(16, 4)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     before = global_optimizer_hooks()

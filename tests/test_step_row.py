@@ -1,22 +1,17 @@
 """sum_step: one micro-step's recorded intervals -> a row (times in ns on a made-up clock).
 
-sum_step has a short path for the usual shape (forward, backward, optimizer in order, at most one
-DDP tail) beside its general one: every test here runs on both (`path`), the short one where a
-row has its shape."""
+sum_step is the general path. The recorder makes the row of the common shape (forward, backward,
+optimizer in order, at most one fetch and one DDP tail, nothing else) straight from the
+micro-step's events (step_row.plain_row): the last test gives both paths the same random steps
+as event lists, of that shape and near it."""
 
 import pytest
 
 from gpuscope.record import step_row
-from gpuscope.record.step_row import DDP_KEY, Raw, sum_step
+from gpuscope.record.events import SAMPLES, interpret, rows_of
+from gpuscope.record.step_row import DDP_KEY, Raw, sum_step, sum_steps
 from gpuscope.run_format import STEP_COLUMNS
 from gpuscope.vocab import RESUME_NS
-
-
-@pytest.fixture(autouse=True, params=["short", "general"])
-def path(request, monkeypatch):
-    if request.param == "general":
-        monkeypatch.setattr(step_row, "_plain_step", lambda r, shift: None)
-    return request.param
 
 
 def raw(**kw) -> Raw:
@@ -128,52 +123,59 @@ def test_ddp_tail_runs_to_the_end_of_the_measured_backward():
     assert r["backward_ns"] == late - 30 - 10 - RESUME_NS
 
 
-@pytest.mark.parametrize("path", ["short"], indirect=True)  # it compares the two itself
-def test_the_plain_shape_fast_path_agrees_with_the_general_one_on_random_rows(path):
-    # sum_step takes a short path for forward / backward / optimizer in order with at most one
-    # DDP tail; on random rows of that shape and near it, both paths give the same row
+def test_the_common_shape_s_row_straight_from_its_events_is_the_general_path_s():
+    """plain_row against interpret + sum_step on random micro-steps as event lists: the three
+    phases in order and near it (overlapping, empty, reversed, missing), 0-2 fetches, 0-1 DDP
+    tails inside and outside the step, a smaller batch, a sync flag or none."""
     import random
 
     rng = random.Random(24)
-    checked = 0
-    shapes = {3: 0, "other": 0}  # the usual three phases in order (a shortcut), and the rest
-    for _ in range(4000):
+    shift = 1_000_000
+    checked, general_only = 0, 0
+    batch, want = [], []  # all of them as one flush: the rows in order, none for an empty one
+    for i in range(6000):
         start = rng.randrange(0, 1000)
         end = start + rng.randrange(1, 5000)
         cuts = sorted(rng.randrange(start - 50, end + 50) for _ in range(6))
         if rng.random() < 0.2:  # phases that overlap, or are empty or reversed
             cuts = [c + rng.randrange(-40, 40) for c in cuts]
-        phases = []
-        for name, (a, b) in zip(("forward", "backward", "optimizer"),
-                                (cuts[0:2], cuts[2:4], cuts[4:6])):
-            if rng.random() < 0.8:
-                phases.append((name, a, b))
+        phases = [(name, a, b) for name, (a, b) in
+                  zip(("forward", "backward", "optimizer"), (cuts[0:2], cuts[2:4], cuts[4:6]))
+                  if rng.random() < 0.9]
         if rng.random() < 0.1 and phases:
-            phases.reverse()  # out of order: the general path
+            phases.reverse()
+        data = []
+        for _ in range(rng.choice([0, 1, 1, 1, 2])):
+            a = rng.randrange(start - 20, max(cuts[0], start) + 20)
+            data.append((a, a + rng.randrange(0, 200), rng.choice([-1, rng.randrange(0, 100)])))
         tails = []
         if rng.random() < 0.7:
-            a = rng.randrange(start - 20, end + 20)
+            # anywhere, or launched exactly as backward begins or ends (the boundaries)
+            a = rng.choice([rng.randrange(start - 20, end + 20)] * 4 + [cuts[2], cuts[3]])
             tails = [(a, a + rng.randrange(-5, 3000))]
-        fwd_end = cuts[1] if rng.random() < 0.5 else None
-        big = rng.random() < 0.2  # tails longer than RESUME_NS
-        scale = 1000 if big else 1
-        r = raw(start=start * scale, end=end * scale, first=rng.choice([None, start * scale, rng.randrange(start - 50, end) * scale]),
-                data_ns=rng.randrange(0, 200) * scale, phases=[(n, a * scale, b * scale)
-                                                                for n, a, b in phases],
-                ddp_tails=[(a * scale, b * scale) for a, b in tails],
-                fwd_end=None if fwd_end is None else fwd_end * scale,
-                samples=rng.choice([-1, 3]))
-        fast = step_row._plain_step(r, 5 - r.start)  # its start at 5 (unix), as below
+        rare = [(SAMPLES, 3)] if rng.random() < 0.05 else []
+        scale = 1000 if rng.random() < 0.2 else 1  # tails longer than RESUME_NS
+        item = ([(n, a * scale, b * scale) for n, a, b in phases],
+                [(a * scale, b * scale, c) for a, b, c in data],
+                [(a * scale, b * scale) for a, b in tails], rare, 7,
+                # the recording's first micro-step has no start of its own: its first event
+                None if rng.random() < 0.03 else start * scale,
+                end * scale, rng.choice([None, True, False]))
+        if rng.random() < 0.01:  # nothing began in it: no row
+            item = ([], [], [], [], 7, None, end, None)
+        raws = interpret([item])
+        general = sum_steps(raws, shift)
+        if item[5] is None and not item[0]:
+            assert general == [] and rows_of([item], shift) == ([], [])
+        fast = step_row.plain_row(item, shift)
+        assert rows_of([item], shift)[0] == general  # whichever path it takes
+        batch.append(item[:4] + (i,) + item[5:])
+        want += [[i] + row[1:] for row in general]  # its step: i
         if fast is None:
+            general_only += 1
             continue
         checked += 1
-        shapes[3 if [n for n, _, _ in r.phases] == ["forward", "backward", "optimizer"]
-               else "other"] += 1
-        saved = step_row._plain_step
-        step_row._plain_step = lambda r, s: None
-        try:
-            general = sum_step(r, 5)
-        finally:
-            step_row._plain_step = saved
-        assert fast == general, (r, fast, general)
-    assert checked > 1000 and min(shapes.values()) > 300, shapes
+        assert [fast] == general, (item, fast, general)
+    assert checked > 1000 and general_only > 1000, (checked, general_only)
+    rows, _ = rows_of(batch, shift)
+    assert rows == want

@@ -7,7 +7,8 @@ timed, a forward or optimizer step begun by one hook and ended by another, the m
 probe and its last answer, DDP's tail timer, whether the optimizer ran). `take()` hands the
 lists over at rec.step(); `interpret()`, a pure function run at the flush (off the per-step
 path), turns them into the micro-step's intervals (step_row.Raw), which step_row sums into its
-row. Nothing outside this module writes a StepLog's fields.
+row; `rows_of()` makes a flush's rows, the common shape straight from its events
+(step_row.plain_row). Nothing outside this module writes a StepLog's fields.
 
 The lists (times are the recorder's clock, integer ns), by how often a step has their events:
   phases  (name, t0, t1): a part of the step, ended: "forward" (the model's, by its wrapper or
@@ -29,7 +30,7 @@ from __future__ import annotations
 
 import time
 
-from .step_row import Raw
+from .step_row import Raw, plain_row, sum_steps
 
 WAIT, COLL, SAMPLES, ROWS, BEGAN, LOOP_FORWARD = range(6)
 _NEVER = 1 << 62  # no time yet
@@ -288,3 +289,19 @@ def interpret(taken: list) -> list:
         out.append(_new(Raw, (step, start, end, first, data_ns, data_cpu_ns, phases, exposed,
                               tails, colls, fwd_end, synced, samples, forwards, rows)))
     return out
+
+
+def rows_of(taken: list, shift: int) -> tuple[list, list]:
+    """A flush's rows, in order (start_unix = start + `shift`), and the intervals of the
+    micro-steps that took the general path (what else the recorder reads of them: all-to-all
+    rows, forward counts). The common shape's row comes straight from its events
+    (step_row.plain_row); any other's is paired into intervals (interpret) and summed."""
+    rows = [plain_row(item, shift) for item in taken]
+    if all(row is not None for row in rows):
+        return rows, []
+    raws = interpret([item for item, row in zip(taken, rows) if row is None])
+    general = dict(zip((r.step for r in raws), sum_steps(raws, shift)))
+    # a micro-step in which nothing began has no row (interpret leaves it out)
+    return [row if row is not None else general.get(item[4])
+            for item, row in zip(taken, rows)
+            if row is not None or item[4] in general], raws

@@ -32,11 +32,11 @@ from .placement import detect_placement, job_id
 from .sinks import (DataParallelTimes, DeviceTimes, LiveDiagnosis, ModuleTimes, Routing, Sink,
                     Telemetry,
                     TensorBoardScalars)
-from .step_row import sum_steps
-from .events import StepLog, interpret
+from .events import StepLog, interpret, rows_of
 from .writer import RecordWriter
 
 _cpu = time.thread_time_ns
+_DATA, _DATA_CPU = STEP_COLUMNS.index("data_ns"), STEP_COLUMNS.index("data_cpu_ns")
 #: the training thread's CPU time in a fetch is read (two system calls, ~1 us each on a VM, where
 #: the clock is ~70 ns) on the first fetch, on each after one that waited this long, and on one in
 #: CPU_SAMPLE_EVERY of the rest: how much of a fast fetch was CPU work decides nothing
@@ -698,15 +698,16 @@ class Recorder:
     def _flush_rows_now(self) -> None:
         self._note_groups()
         pending, self._raw = self._raw, []
-        raw = interpret(pending)
-        for r in raw:  # what profiler_facts tells a trace
-            if r.data_cpu_ns >= 0:
-                self._data_ns += r.data_ns
-                self._data_cpu_ns += r.data_cpu_ns
+        rows, general = rows_of(pending, self._t0_unix - self._t0_perf)  # start: _unix(start)
+        for row in rows:  # what profiler_facts tells a trace
+            if row[_DATA_CPU] >= 0:
+                self._data_ns += row[_DATA]
+                self._data_cpu_ns += row[_DATA_CPU]
+        for r in general:
             if r.rows and self._routing is not None:  # an all-to-all ran: its rows
                 self._routing.step_end(r.step, list(r.rows))
-        self._note_forwards(raw)
-        rows = sum_steps(raw, self._t0_unix - self._t0_perf)  # start_unix: _unix(r.start)
+        # forward calls per step: one in each of the common shape's
+        self._note_forwards([1] * (len(rows) - len(general)) + [r.forwards for r in general])
         writer = self._writer
         if writer is not None:
             if writer.error is not None:  # the disk is full, the file vanished...
@@ -774,9 +775,8 @@ class Recorder:
         except Exception as exc:
             self._fail("batch", exc)
 
-    def _note_forwards(self, raw: list) -> None:
+    def _note_forwards(self, counts: list) -> None:
         """Forward calls per step when more than one (a pipeline stage's micro-batches)."""
-        counts = [r.forwards for r in raw]  # forward phases (events.interpret)
         n = max(set(counts), key=counts.count) if counts else 0
         if n >= 1 and n != self._knobs.get("forwards_per_step", 1):
             self._note_knobs({"forwards_per_step": n})

@@ -37,13 +37,9 @@ class Raw(NamedTuple):
 
 
 def sum_steps(raws: list, shift: int) -> list:
-    """The rows of a batch of micro-steps (the recorder's flush), each as sum_step gives it
-    with start_unix = its start + `shift`: one call for the batch, not two a row."""
-    rows = []
-    for r in raws:
-        row = _plain_step(r, shift)
-        rows.append(row if row is not None else _general_step(r, r.start + shift))
-    return rows
+    """The rows of a batch of micro-steps' intervals, each as sum_step gives it with
+    start_unix = its start + `shift`."""
+    return [_general_step(r, r.start + shift) for r in raws]
 
 
 def sum_step(r: Raw, start_unix: int) -> list:
@@ -131,58 +127,41 @@ def _general_step(r: Raw, start_unix: int) -> list:
     return row
 
 
-def _plain_step(r: Raw, shift: int) -> list | None:
-    """sum_step for the common shape, a few integer operations instead of interval lists
-    (the recorder's per-step cost: 16 us down to a few on this project's CPU): forward,
-    backward and optimizer at most once each, one after the other inside the step, at most one
-    DDP tail and no other communication. None for any other shape
-    (sum_step's general path; tests/test_step_row.py checks both agree on random rows).
-    Written for the interpreter: plain locals, no tuples, no min/max calls."""
-    # one unpacking, not a field lookup each (this runs for every micro-step)
-    step, start, end, first, data_ns, data_cpu_ns, phases, exposed, tails, colls, fwd_end, \
-        synced, samples, _, _ = r
-    if exposed or colls or len(tails) > 1:  # communication other than one DDP tail
+def plain_row(item: tuple, shift: int) -> list | None:
+    """The row of a micro-step of the common shape straight from its events (events.take's
+    tuple), with no intervals made first: forward, backward and optimizer once each, in that
+    order inside the step, at most one batch fetched and one DDP tail, nothing else; its start
+    in unix ns is its start + `shift`. None for any other shape, which takes the general path
+    (events.interpret, then sum_step): tests/test_step_row.py gives both the same random steps
+    and every row test runs on both. It exists for its cost: the general path for this shape
+    took ~500 bytecodes a micro-step, this ~320 (docs/performance.md)."""
+    phases, data, tails, rare, step, start, end, sync_flag = item
+    if rare or start is None or len(phases) != 3 or len(tails) > 1 or len(data) > 1:
         return None
-    f0 = b0 = o0 = None  # where forward, backward, optimizer started (None: did not run)
-    f1 = b1 = o1 = 0     # ... and ended
-    if len(phases) == 3:  # the usual step: forward, backward, optimizer, in order, not empty
-        (n, f0, f1), (m, b0, b1), (k, o0, o1) = phases
-        if not (n == "forward" and m == "backward" and k == "optimizer"
-                and start <= f0 < f1 <= b0 < b1 <= o0 < o1 <= end):
-            f0 = b0 = o0 = None  # any other: phase by phase, below
-            f1 = b1 = o1 = 0
-    last = start
-    for n, a, b in phases if f0 is None else ():
-        if b <= a:
-            continue
-        if a < last or b > end:
-            return None
-        if n == "forward":
-            if f0 is not None or b0 is not None or o0 is not None:
-                return None
-            f0, f1 = a, b
-        elif n == "backward":
-            if b0 is not None or o0 is not None:
-                return None
-            b0, b1 = a, b
-        elif n == "optimizer" and o0 is None:
-            o0, o1 = a, b
-        else:
-            return None
-        last = b
-    if b0 is None and fwd_end is not None:
-        return None  # backward inferred: the general path
+    (n, f0, f1), (m, b0, b1), (k, o0, o1) = phases
+    if not (n == "forward" and m == "backward" and k == "optimizer"
+            and start <= f0 < f1 <= b0 < b1 <= o0 < o1 <= end):
+        return None
+    first = f0
+    data_ns = data_cpu_ns = 0
+    if data:
+        t0, t1, data_cpu_ns = data[0]
+        data_ns = t1 - t0
+        if t0 < first:
+            first = t0
+    if sync_flag is not None:
+        synced = 1 if sync_flag else 0
+    else:
+        synced = 1 if tails else -1
     step_ns = end - start
-    f = f1 - f0 if f0 is not None else 0
-    bk = b1 - b0 if b0 is not None else 0
-    o = o1 - o0 if o0 is not None else 0
+    f, bk, o = f1 - f0, b1 - b0, o1 - o0
     o_blocked = exposed_ns = comm_ns = n_comm = 0
     if tails:
         la, ld = tails[0]
         if la < start or ld > end:
             return None
         n_comm = 1
-        if b0 is not None and b0 <= la < b1:  # the tail runs on to backward's end, if soon
+        if b0 <= la < b1:  # the tail runs on to backward's end, if soon (sum_step, 3.)
             x = ld + RESUME_NS
             if b1 < x:
                 x = b1
@@ -191,33 +170,26 @@ def _plain_step(r: Raw, shift: int) -> list | None:
         if ld > la:  # the tail: each phase less what it blocked of it
             comm_ns = ld - la
             exposed_ns = comm_ns if comm_ns < step_ns else step_ns
-            if f0 is not None and f1 > la and f0 < ld:
+            if f1 > la and f0 < ld:
                 f -= (f1 if f1 < ld else ld) - (f0 if f0 > la else la)
-            if b0 is not None and b1 > la and b0 < ld:
+            if b1 > la and b0 < ld:
                 bk -= (b1 if b1 < ld else ld) - (b0 if b0 > la else la)
-            if o0 is not None and o1 > la and o0 < ld:
+            if o1 > la and o0 < ld:
                 o_blocked = (o1 if o1 < ld else ld) - (o0 if o0 > la else la)
     if data_ns > step_ns:
         data_ns = step_ns
     rest = step_ns - data_ns - exposed_ns
-    if f0 is None and b0 is None and o0 is None:
-        compute_ns = rest if rest > 0 else 0
-    else:  # the optimizer's column keeps its whole time; compute does not count the tail
-        compute_ns = f + bk + o - o_blocked
-        if compute_ns > rest:
-            compute_ns = rest
-        if compute_ns < 0:
-            compute_ns = 0
+    # the optimizer's column keeps its whole time; compute does not count the tail
+    compute_ns = f + bk + o - o_blocked
+    if compute_ns > rest:
+        compute_ns = rest
+    if compute_ns < 0:
+        compute_ns = 0
     other_ns = rest - compute_ns if rest > compute_ns else 0
-    between = 0
-    if first is not None and first > start:
-        between = first - start if first - start < other_ns else other_ns
-    row = [step, start + shift, step_ns, data_ns, compute_ns, comm_ns, exposed_ns, other_ns,
-           f, bk, o, n_comm, data_cpu_ns, synced, between]
+    between = first - start if first - start < other_ns else other_ns
     # its one collective, DDP's tail, is the header's comm_key: no "_comm" (run_format.py)
-    if samples >= 0:
-        row.append({"_samples": samples})
-    return row
+    return [step, start + shift, step_ns, data_ns, compute_ns, comm_ns, exposed_ns, other_ns,
+            f, bk, o, n_comm, data_cpu_ns, synced, between if between > 0 else 0]
 
 
 def _by_key(tails: list, colls: list, exposed: list) -> dict:
