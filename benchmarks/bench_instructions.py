@@ -143,6 +143,16 @@ def main() -> None:
     if args.nanogpt_steps:
         result["models"]["nanogpt"] = instructions("nanogpt", args.nanogpt_steps, 4)
         print("nanogpt", result["models"]["nanogpt"], flush=True)
+    for m in result["models"].values():
+        m["commit"] = result["commit"]
+    try:  # a model not measured this time keeps its last count, with the commit it was made at
+        with open(args.out) as fh:
+            kept = json.load(fh).get("models", {})
+    except (OSError, ValueError):
+        kept = {}
+    for name, m in kept.items():
+        if name not in result["models"] and m.get("commit"):
+            result["models"][name] = m
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as fh:
         json.dump(result, fh, indent=2)

@@ -3,7 +3,8 @@ figure is never typed by hand).
 
     python scripts/make_performance_doc.py
 
-Reads benchmarks/results/*.json: overhead.json (benchmarks/bench_overhead.py), modules.json
+Reads benchmarks/results/*.json: overhead.json (benchmarks/bench_overhead.py), row_paths.json
+(benchmarks/bench_row_paths.py), modules.json
 (benchmarks/bench_modules.py),
 overhead_cases.json and overhead_cases_gpu.json (benchmarks/bench_overhead_cases.py),
 overhead_gpu.json (bench_overhead.py --device cuda),
@@ -316,6 +317,25 @@ def _per_collective(c: dict | None) -> list[str]:
     return [f"| timing {what.get(k, k)}, 1 rank, interleaved rounds, a `rec.step()` every 16 "
             f"calls (the step's summing included) | {v['without_us']:.1f} us "
             f"| {v['with_us']:.1f} us | +{v['cost_us']:.1f} us per call |" for k, v in c.items()]
+
+
+def row_paths(d: dict) -> list[str]:
+    """The two ways a micro-step becomes its row (row_paths.json, bench_row_paths.py)."""
+    us = d["us_per_micro_step"]
+    return ["## Making the rows", "",
+            f"`python benchmarks/bench_row_paths.py` (Python {d['python']}, {d['commit']}): a "
+            "recorded micro-step becomes its row at the flush, off the step's path but on the "
+            "training thread. The common shape (forward, backward, optimizer in order, at most "
+            "one fetch and one DDP tail) goes straight from its events to its row "
+            "(`step_row.plain_row`); every other shape is paired into intervals and summed (the "
+            f"general path). On {d['micro_steps']} micro-steps of a real recording "
+            f"({d['plain_shape']} of the common shape), both paths' rows equal:", "",
+            "| path | per micro-step |", "| --- | --- |",
+            f"| `plain_row` | {us['plain_row']:.2f} us |",
+            f"| general (`interpret`, `sum_steps`) | {us['general']:.2f} us |", "",
+            f"The short path saves {d['saved_us_per_micro_step']:.1f} us a micro-step: the reason "
+            "a second implementation of the row is kept; `tests/test_step_row.py` gives both the "
+            "same random micro-steps.", ""]
 
 
 def overhead_gpu(d: dict) -> list[str]:
@@ -632,6 +652,7 @@ def main() -> None:
     for name, fn, cmd in (
             ("overhead.json", overhead, "benchmarks/bench_overhead.py"),
             ("instructions.json", instructions, "benchmarks/bench_instructions.py"),
+            ("row_paths.json", row_paths, "benchmarks/bench_row_paths.py"),
             ("modules.json", modules, "benchmarks/bench_modules.py"),
             ("overhead_cases.json", lambda d: overhead_cases(d, "On loops we did not write"),
              "benchmarks/bench_overhead_cases.py"),

@@ -132,9 +132,9 @@ def plain_row(item: tuple, shift: int) -> list | None:
     tuple), with no intervals made first: forward, backward and optimizer once each, in that
     order inside the step, at most one batch fetched and one DDP tail, nothing else; its start
     in unix ns is its start + `shift`. None for any other shape, which takes the general path
-    (events.interpret, then sum_step): tests/test_step_row.py gives both the same random steps
-    and every row test runs on both. It exists for its cost: the general path for this shape
-    took ~500 bytecodes a micro-step, this ~320 (docs/performance.md)."""
+    (events.interpret, then sum_step), which gives the same row: tests/test_step_row.py gives
+    both the same random micro-steps. It exists for its cost: 1.5 us a micro-step against the
+    general path's 24 (benchmarks/bench_row_paths.py, docs/performance.md "Making the rows")."""
     phases, data, tails, rare, step, start, end, sync_flag = item
     if rare or start is None or len(phases) != 3 or len(tails) > 1 or len(data) > 1:
         return None
