@@ -16,6 +16,8 @@ MAX_NS = 1 << 50
 #: largest unix-epoch timestamp accepted in ns (year 2112)
 MAX_UNIX_NS = 1 << 62
 MAX_STEP = 1 << 40
+#: largest rank number (and world size) accepted: 1M ranks
+MAX_RANKS = 1 << 20
 
 
 def column_bounds(col: str) -> tuple[int, int]:
@@ -25,8 +27,7 @@ def column_bounds(col: str) -> tuple[int, int]:
     hi = MAX_STEP if col == "step" else MAX_UNIX_NS if col == "start_ns" else \
         1 if col == "synced" else MAX_NS
     return lo, hi
-#: largest rank number (and world size) accepted: 1M ranks
-MAX_RANKS = 1 << 20
+
 
 _INT_KNOBS = ("batch_size", "batches_per_epoch", "batch_bytes", "num_workers", "prefetch_factor",
               "cpu_count", "cpus_available", "local_world_size", "world_size", "params",

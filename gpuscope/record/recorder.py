@@ -32,7 +32,7 @@ from .placement import detect_placement, job_id
 from .sinks import (DataParallelTimes, DeviceTimes, LiveDiagnosis, ModuleTimes, Routing, Sink,
                     Telemetry,
                     TensorBoardScalars)
-from .events import StepLog, interpret, rows_of
+from .events import StepLog, rows_of
 from .writer import RecordWriter
 
 _cpu = time.thread_time_ns
@@ -42,6 +42,12 @@ _DATA, _DATA_CPU = STEP_COLUMNS.index("data_ns"), STEP_COLUMNS.index("data_cpu_n
 #: CPU_SAMPLE_EVERY of the rest: how much of a fast fetch was CPU work decides nothing
 CPU_TIMED_WAIT_NS = 20_000
 CPU_SAMPLE_EVERY = 16
+
+
+def _loading(rows: list) -> tuple[int, int]:
+    """(data wait, the training thread's CPU in it) summed over the rows whose CPU was read."""
+    known = [row for row in rows if row[_DATA_CPU] >= 0]
+    return sum(row[_DATA] for row in known), sum(row[_DATA_CPU] for row in known)
 
 #: phase names that count as communication (blocking, host-visible) when used with rec.phase()
 COMM_PHASES = {"comm", "communication", "allreduce", "all_reduce", "all_gather", "reduce_scatter",
@@ -106,7 +112,7 @@ class Recorder:
         self._knobs: dict = {}
         self._batch_seen = False
         self._first_batch = None
-        self._raw: list = []     # micro-steps not flushed yet: interpret()'s arguments
+        self._raw: list = []     # micro-steps not flushed yet: rows_of()'s arguments
         self._raw_since = 0      # when the oldest of them began
         self._micro = 0          # micro-steps since the last optimizer step
         self._live_every = int(live_every or 0)
@@ -656,10 +662,9 @@ class Recorder:
         try:
             from . import profiler_facts
 
-            pending = [r for r in interpret(self._raw) if r.data_cpu_ns >= 0]
-            data = self._data_ns + sum(r.data_ns for r in pending)
-            cpu = self._data_cpu_ns + sum(r.data_cpu_ns for r in pending)
-            profiler_facts.tell(profiler_facts.facts(self._knobs, data, cpu))
+            data, cpu = _loading(rows_of(self._raw, 0)[0])  # the steps not flushed yet
+            profiler_facts.tell(profiler_facts.facts(self._knobs, self._data_ns + data,
+                                                     self._data_cpu_ns + cpu))
         except Exception as exc:
             self._profiling = None
             self.warnings.append(f"facts not added to the profiler's trace: {exc!r}"[:300])
@@ -699,10 +704,9 @@ class Recorder:
         self._note_groups()
         pending, self._raw = self._raw, []
         rows, general = rows_of(pending, self._t0_unix - self._t0_perf)  # start: _unix(start)
-        for row in rows:  # what profiler_facts tells a trace
-            if row[_DATA_CPU] >= 0:
-                self._data_ns += row[_DATA]
-                self._data_cpu_ns += row[_DATA_CPU]
+        data, cpu = _loading(rows)  # what profiler_facts tells a trace
+        self._data_ns += data
+        self._data_cpu_ns += cpu
         for r in general:
             if r.rows and self._routing is not None:  # an all-to-all ran: its rows
                 self._routing.step_end(r.step, list(r.rows))
