@@ -399,6 +399,9 @@ class ReportData:
     #: ops, ranges and kernels per rank and step, collectives with their message and bandwidth,
     #: HTA's kernel breakdown (profiler traces): analyze/ops.py
     ops: dict = field(default_factory=dict)
+    #: how the run died, the rank that died first first (analyze/stopped.deaths): each with
+    #: its rank, the step it died in (from 0), its cause and what it says; [] when it did not
+    died: list = field(default_factory=list)
     #: the analysed rank x step table (with wait and telemetry joined); None when read from JSON
     table: RunTable | None = field(default=None, compare=False, repr=False)
     #: per analysed rank and step, each mesh dimension's comm, exposed and wait ns
@@ -419,6 +422,7 @@ class ReportData:
         """The JSON report (DESIGN.md keys; times in ms, shares in %)."""
         d = {
             "schema": SCHEMA, "source": self.source, "path": self.path, "basis": BASIS,
+            **({"died": [dict(x) for x in self.died]} if self.died else {}),
             "world_size": int(self.world_size),
             "ranks_analysed": len(self.ranks),
             "steps_analysed": len(self.steps),
@@ -488,7 +492,8 @@ class ReportData:
                 memory=dict(d.get("memory", {})), throughput=dict(d.get("throughput", {})),
                 energy=dict(d.get("energy", {})),
                 comm_by_group=[dict(g) for g in d.get("comm_by_group", [])],
-                routing=dict(d.get("routing", {})), ops=dict(d.get("ops", {})))
+                routing=dict(d.get("routing", {})), ops=dict(d.get("ops", {})),
+                died=[dict(x) for x in d.get("died", [])])
         except (KeyError, TypeError, ValueError) as exc:
             raise InputError(f"a {SCHEMA} report with a missing or malformed field ({exc!r})") \
                 from None

@@ -111,9 +111,10 @@ def test_an_out_of_memory_post_mortem(error, asked):
     ranks[0].meta["end"] = {"crashed": False, "terminated": "SIGTERM"}
     found = mem.memory_findings(None, ranks, last_step={0: 11, 1: 11})
     (oom,) = found.findings
-    assert oom["kind"] == "out_of_memory" and oom["ranks"] == [1] and oom["step"] == 11
+    # its last recorded step was 11: it died in step 12, the numbering of every step in a report
+    assert oom["kind"] == "out_of_memory" and oom["ranks"] == [1] and oom["step"] == 12
     assert oom["asked_bytes"] == asked and oom["stopped_waiting"] == [0]
-    assert "rank 1 ran out of memory after step 11" in oom["text"]
+    assert "rank 1 ran out of memory in step 12 (steps 0-11 completed)" in oom["text"]
     assert "resident 3.0 GiB of the host's memory (32.0 GiB)" in oom["text"]
     # an exception that is not about memory is not an OOM
     ranks[1].meta["end"]["error"] = "ValueError: bad batch"
@@ -154,39 +155,41 @@ def test_the_sink_samples_once_per_flush_and_the_reader_tables_it():
 
 def test_the_sink_samples_each_young_step_then_once_per_flush():
     """The run's first steps are sampled one by one (a leak is named within 40 steps whatever
-    the flush interval), then one sample per flush; the device gets a window per sample, from
-    the step after the previous one; the reader tables them, and an older file's single device
-    window still reads."""
+    the flush interval), the device's allocator in one of four of them (and the last: a window
+    of four steps keeps their peak), then one sample per flush; the device gets a window per
+    sample, from the step after the previous one; the reader tables them, and an older file's
+    single device window still reads."""
+    from gpuscope.record.memory import device_window
 
     class FakeDevice:
         def __init__(self):
             self.peak = 10
 
-        def stats(self):
+        def window(self):
             self.peak += 1
-            return {"allocated_bytes.all.peak": self.peak, "reserved_bytes.all.peak": 50,
-                    "num_alloc_retries": 0, "num_ooms": 0}
+            return device_window({"allocated_bytes.all.peak": self.peak,
+                                  "reserved_bytes.all.peak": 50, "num_alloc_retries": 0,
+                                  "num_ooms": 0})
 
         def reset_peaks(self):
             pass
 
-    sink = Memory(FakeRss(list(range(100, 200))), FakeDevice(), young=3)
-    for step in range(3):
+    sink = Memory(FakeRss(list(range(100, 200))), FakeDevice(), young=6)
+    for step in range(6):
         sink.step_end(step)
     assert sink.young == 0
-    sink.rows([[0], [1], [2], [3], [4]])
+    sink.rows([[s] for s in range(9)])
     first = sink.meta(final=False)
-    assert first["memory"]["steps"] == [0, 1, 2, 4] and first["memory"]["rss_bytes"] == [
-        100, 101, 102, 103]
-    assert [w[:3] for w in first["memory"]["device"]] == [[0, 0, 11], [1, 1, 12], [2, 2, 13],
-                                                          [3, 4, 14]]
-    sink.rows([[5], [6]])
+    assert first["memory"]["steps"] == [0, 1, 2, 3, 4, 5, 8]
+    assert first["memory"]["rss_bytes"] == [100, 101, 102, 103, 104, 105, 106]
+    assert [w[:3] for w in first["memory"]["device"]] == [[0, 3, 11], [4, 5, 12], [6, 8, 13]]
+    sink.rows([[9], [10]])
     second = sink.meta(final=True)
-    assert second["memory"]["steps"] == [6] and second["memory"]["device"][0][:2] == [5, 6]
+    assert second["memory"]["steps"] == [10] and second["memory"]["device"][0][:2] == [9, 10]
     assert memory_ok(first["memory"]) and memory_ok(second["memory"])
     t = memory_frame([(0, [first["memory"], second["memory"]])])
-    assert t["step"].tolist() == [0, 1, 2, 4, 6]
-    assert t["device_first_step"].tolist() == [0, 1, 2, 3, 5]
+    assert t["step"].tolist() == [0, 1, 2, 3, 4, 5, 8, 10]
+    assert t["device_first_step"].dropna().tolist() == [0, 4, 6, 9]
     old = {"steps": [9], "rss_bytes": [7], "device": [8, 9, 20, 50, 0, 0]}
     assert memory_ok(old) and memory_frame([(0, [old])])["device_peak_bytes"].tolist() == [20]
 
@@ -319,7 +322,7 @@ def test_real_out_of_memory_on_one_rank_gets_its_post_mortem(tmp_path):
     rep = gpuscope.analyze(str(out))
     (oom,) = [f for f in rep.memory["findings"] if f["kind"] == "out_of_memory"]
     assert oom["ranks"] == [1] and oom["asked_bytes"] == 2**50
-    assert oom["step"] == 11 and oom["memory_at_error"]["rss_bytes"] > 0
+    assert oom["step"] == 12 and oom["memory_at_error"]["rss_bytes"] > 0  # died in step 12
     assert oom["stopped_waiting"] == [0]  # its all-reduce failed on the lost peer
     assert "rank(s) 0 stopped waiting on it" in oom["text"]
 

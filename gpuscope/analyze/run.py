@@ -52,6 +52,7 @@ from .rank_summary import (analysed_rows, comm_by_kind, comm_by_parts, grad_sync
 from .routing import routing_section
 from .rowgroups import PerRank
 from .stragglers import find_stragglers
+from .stopped import deaths
 from .suggestions import suggest, unaddressed
 from .findings import Findings, typical_step
 from .wait import UNSET, key_waits
@@ -70,6 +71,7 @@ class Analysis:
     frame: pd.DataFrame | None = None
     knobs: dict = field(default_factory=dict)
     stopped: list = field(default_factory=list)
+    died: list = field(default_factory=list)     # memory: how the run died (stopped.deaths)
     missing: list = field(default_factory=list)
     mapping: pd.DataFrame | None = None          # micro-step -> optimizer step (accumulation)
     micro: object = None                         # micro-step statistics (whatif.micro_steps)
@@ -172,6 +174,7 @@ def memory(a: Analysis) -> None:
     firsts = a.frame.groupby("rank")["step"].min() if len(a.frame) else None
     found = memory_findings(t.memory, t.ranks, firsts, step_s, last)
     a.memory = report_section(found)
+    a.died = deaths(t, a.stopped, a.memory)
     used = used_fraction(t.memory, t.ranks)
     if used is not None and used > a.knobs.get("memory_used_fraction", 0.0):
         a.knobs["memory_used_fraction"] = used
@@ -186,6 +189,8 @@ def throughput(a: Analysis) -> None:
         per = a.knobs.get("sync_interval") or 1
         firsts = {r: s - int(per) + 1 for r, s in firsts.items()}
     a.throughput = throughput_section(micro, firsts, a.knobs, a.table, a.layout)
+    if a.throughput.get("mfu_impossible"):
+        a.warnings.append(a.throughput["mfu_impossible"])
     gaps = straggler_mfu_gap(a.throughput, [s.rank for s in a.stragglers])
     if gaps:
         a.throughput["straggler_mfu_gap_pct"] = {str(k): v for k, v in gaps.items()}
@@ -284,7 +289,7 @@ def report(a: Analysis) -> None:
         layout=layout_d,
         pipeline=a.pipeline, dataparallel=a.dp_section, stopped_ranks=a.stopped,
         missing_ranks=a.missing, memory=a.memory, throughput=a.throughput, energy=a.energy,
-        comm_by_group=a.comm_groups, routing=a.routing, ops=a.ops, table=analysed,
+        comm_by_group=a.comm_groups, routing=a.routing, ops=a.ops, died=a.died, table=analysed,
         comm_by_dim_steps=dim_steps(t, a.frame, a.mapping, a.key_waits))
 
 

@@ -97,3 +97,49 @@ def stopped_warnings(stopped: list[dict]) -> list[str]:
     return [f"rank {s['rank']} stopped first: its last recorded step is {s['last_step']}; the "
             f"other ranks recorded up to step {s['others_reached']} ({s['reason']})"
             for s in stopped]
+
+
+def deaths(table: RunTable, stopped: list[dict], memory: dict) -> list[dict]:
+    """How the run died, where it did: the ranks whose training ended by their own error or a
+    kill (not by waiting on a lost peer), each with the step it died in (numbered from 0, as
+    every step in a report: the one after the steps it completed), first the one that died
+    first. An out-of-memory death carries the memory section's post-mortem (what was asked,
+    what was held, of what capacity). [] for a run that ended cleanly, or whose every rank was
+    stopped by a launcher at once (a time limit: nobody died first)."""
+    if table.source != "record":
+        return []
+    frame = table.frame
+    last = frame.groupby("rank")["step"].max().to_dict() if len(frame) else {}
+    ooms = {f["ranks"][0]: f for f in (memory or {}).get("findings", [])
+            if f.get("kind") == "out_of_memory"}
+    first = {s["rank"] for s in stopped}
+    out = []
+    for rank, info in sorted(table.ranks.items()):
+        end = info.meta.get("end")
+        why = _why(end)
+        if not why or failed_on_a_peer(end):
+            continue
+        mine = last.get(rank)
+        n = end.get("steps") if isinstance(end, dict) else None
+        killed = _killed(end)
+        step = (None if killed else n if isinstance(n, int) and n >= 0 else
+                None if mine is None else int(mine) + 1)
+        if rank in ooms:
+            cause, text = "out_of_memory", ooms[rank]["text"]
+        elif killed:
+            cause = "killed"
+            text = (f"rank {rank} was killed after its last recorded step {mine} (no end record: "
+                    "SIGKILL, the OOM killer or a lost node; its last rows may not have been "
+                    "written)")
+        else:
+            cause = "exception"
+            err = str(end.get("error") or "").splitlines()
+            text = (f"rank {rank}'s training raised in step {step}"
+                    + (f" (steps 0-{step - 1} completed)" if step else "")
+                    + (f": {err[0][:200]}" if err else ""))
+        out.append({"rank": int(rank), "step": step, "last_step": None if mine is None
+                    else int(mine), "cause": cause, "first": rank in first or not stopped,
+                    "text": text})
+    out.sort(key=lambda d: (not d["first"], d["last_step"] if d["last_step"] is not None
+                            else -1, d["rank"]))
+    return out

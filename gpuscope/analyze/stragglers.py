@@ -36,6 +36,19 @@ def _probably(roles: Roles) -> str:
     return (f"last in {n} of {roles.n_steps} steps, causing {caused:.0%} of the waiting, but "
             "too few steps to rule out chance: record more steps to confirm")
 _COMPUTE_PARTS = tuple(f"{p}_ns" for p in COMPUTE_PHASES)
+#: a straggler's compute excess measured on the GPU's own clock, its host phases like its peers'
+DEVICE_COMPUTE = ("on the GPU: its host launched forward, backward and optimizer as fast as its "
+                  "peers', its kernels ran longer")
+
+
+def device_timed(frame: pd.DataFrame, rank: int) -> bool:
+    """Whether the rank's steps were timed on its GPU (CUDA events: its compute is the device's
+    busy time, while the forward / backward / optimizer columns stay the host's launch times)."""
+    if "gpu_step_ns" not in frame:
+        return False
+    mine = frame["rank"].to_numpy() == rank
+    return bool(mine.any() and frame["gpu_step_ns"].to_numpy(dtype=float)[mine].size
+                and not np.isnan(frame["gpu_step_ns"].to_numpy(dtype=float)[mine]).all())
 
 
 def find_stragglers(frame: pd.DataFrame, steps: pd.DataFrame, th: Thresholds, roles: Roles,
@@ -89,6 +102,8 @@ def find_stragglers(frame: pd.DataFrame, steps: pd.DataFrame, th: Thresholds, ro
             parts = {c[:-3]: float(row[c] - ref[c]) for c in _COMPUTE_PARTS if c in row}
             if parts and max(parts.values()) >= 0.5 * diffs["compute"]:
                 detail = max(parts, key=parts.get)
+            elif device_timed(frame, int(rank)):
+                detail = DEVICE_COMPUTE
         probable = roles.probable is not None and roles.probable[0] == int(rank) \
             and int(rank) not in roles.late
         out.append(Straggler(int(rank), float(s), int(busy.loc[rank] - ref_busy), cause, detail,

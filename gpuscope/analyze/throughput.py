@@ -53,15 +53,73 @@ def device_peak(name: str, dtype: str) -> tuple[float | None, str]:
                   else "the device is not known (a CPU, or no GPU name recorded)")
 
 
+def _peak_dtype(dtype, tf32: bool) -> str:
+    """The peak table's dtype for a torch dtype name: fp32 runs as tf32 where torch allows."""
+    d = _DTYPES.get(str(dtype).replace("torch.", ""), "")
+    return "tf32" if d == "fp32" and tf32 else d
+
+
+def math_dtypes(knobs: dict) -> tuple[dict[str, float], str]:
+    """({peak dtype: share of the step's FLOPs}, how that is known): the counted step's FLOPs
+    by the dtype each op ran in (record(count_flops=True)), else a dtype given as the
+    `compute_dtype` knob, else autocast's dtype as the forward ran (precision.py), else the
+    parameters'. fp32 is TF32 where `float32_matmul_precision` was "high" or "medium" as the
+    forward ran. ({}, why) when nothing says."""
+    tf32 = knobs.get("float32_matmul_precision") in ("high", "medium")
+    tf32_how = " (fp32 matmuls as TF32: float32_matmul_precision "\
+        f"{knobs.get('float32_matmul_precision')!r})" if tf32 else ""
+    by = knobs.get("flops_by_dtype")
+    if isinstance(by, dict) and by:
+        total = float(sum(by.values()))
+        shares: dict[str, float] = {}
+        for dtype, n in by.items():
+            key = _peak_dtype(dtype, tf32) or str(dtype)
+            shares[key] = shares.get(key, 0.0) + n / total
+        return shares, "the counted step's FLOPs by the dtype each op ran in" + tf32_how
+    given = knobs.get("compute_dtype")
+    if given:
+        return {_peak_dtype(given, False) or str(given): 1.0}, "given (compute_dtype)"
+    auto = knobs.get("autocast_dtype")
+    if auto and auto != "off":
+        return {_peak_dtype(auto, False) or str(auto): 1.0}, f"autocast ({auto}) as the forward ran"
+    param = knobs.get("param_dtype")
+    if param:
+        how = "the parameters' dtype" + (", no autocast as the forward ran" if auto == "off"
+                                         else " (whether autocast was on is not recorded)")
+        return {_peak_dtype(param, tf32) or str(param): 1.0}, how + tf32_how
+    return {}, "the dtype the maths ran in is not known"
+
+
 def _peak(table, knobs: dict) -> tuple[float | None, str]:
+    """(the device's peak FLOP/s for the dtypes the maths ran in, what it is): with several
+    dtypes, the peak at which their FLOPs would take the time they take at their own peaks
+    (FLOPs over the sum of each dtype's FLOPs over its peak)."""
     if isinstance(knobs.get("peak_flops"), (int, float)) and knobs["peak_flops"] > 0:
         return float(knobs["peak_flops"]), "given (peak_flops)"
     names = {str((info.meta.get("gpu") or {}).get("name") or "") for info in table.ranks.values()}
     names.discard("")
     if len(names) > 1:
         return None, f"ranks on different devices ({', '.join(sorted(names))})"
-    dtype = knobs.get("compute_dtype") or knobs.get("param_dtype") or ""
-    return device_peak(next(iter(names), ""), dtype)
+    shares, how = math_dtypes(knobs)
+    name = next(iter(names), "")
+    if not shares:
+        peak, what = device_peak(name, "")
+        return (None, what if peak is None and "not" in what and "no peak" not in what
+                else how)
+    if len(shares) == 1:
+        peak, what = device_peak(name, next(iter(shares)))
+        return peak, (f"{what}; dtype: {how}" if peak else what)
+    seconds, parts = 0.0, []
+    for dtype, share in sorted(shares.items(), key=lambda kv: -kv[1]):
+        peak, what = device_peak(name, dtype)
+        if peak is None:
+            return None, what
+        seconds += share / peak
+        parts.append(f"{share:.0%} {dtype}")
+    label = what.split(" dense ")[0]
+    eff = 1.0 / seconds
+    return eff, (f"{label} dense, {' + '.join(parts)} of the FLOPs ({eff / 1e12:,.0f} TFLOPS "
+                 f"effective); dtype: {how}")
 
 
 def _data_ranks(layout, ranks: list[int]) -> tuple[list[int], str]:
@@ -137,9 +195,13 @@ def throughput_section(micro: pd.DataFrame, firsts: dict, knobs: dict, table,
         if peak:
             mfus = [r["mfu_pct"] for r in rows]
             out["mfu_pct"] = round(float(np.mean(mfus)), 2)
-            if max(mfus) > 100:
-                assumes.append("MFU above 100%: the matmuls run in a lower precision than the "
-                               "peak's dtype (autocast?): set a compute_dtype knob")
+            if max(mfus) > 100:  # impossible: an input is wrong, and MFU is not given
+                out["mfu_pct"] = None
+                for r in rows:
+                    r.pop("mfu_pct", None)
+                    r.pop("busy_mfu_pct", None)
+                out["mfu_impossible"] = impossible_mfu(max(mfus), peak_what, knobs)
+                assumes.append(out["mfu_impossible"])
         else:
             out["mfu_pct"] = None
             assumes.append(f"MFU unknown: {peak_what}")
@@ -149,6 +211,22 @@ def throughput_section(micro: pd.DataFrame, firsts: dict, knobs: dict, table,
         assumes.append("FLOPs not known: record(flops_per_step=...) or count_flops=True")
     out["assumes"] = assumes
     return out
+
+
+def impossible_mfu(mfu: float, peak_what: str, knobs: dict) -> str:
+    """Why an MFU above 100% cannot be, and which input must be wrong."""
+    shares, how = math_dtypes(knobs)
+    told = "given" if knobs.get("flops_source", "given") == "given" else "counted"
+    return (f"MFU unknown: the FLOPs per step ({told}) over the step time would be {mfu:.0f}% of "
+            f"the peak ({peak_what}), and no device runs above its peak: either the maths ran "
+            "in a lower precision than that peak's (" + (
+                "autocast or TF32, which this record does not say: a gpuscope older than the "
+                "precision probe wrote it; record again, or set compute_dtype"
+                if "not recorded" in how or not knobs.get("float32_matmul_precision")
+                else "set compute_dtype to the dtype it ran in") +
+            f"), or the FLOPs per step are too many ({told}: "
+            + ("count them with count_flops=True" if told == "given" else
+               "the counted micro-step was not a typical one") + ")")
 
 
 def straggler_mfu_gap(section: dict, stragglers: list[int]) -> dict[int, float]:

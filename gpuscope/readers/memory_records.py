@@ -18,7 +18,8 @@ from .validate import MAX_STEP, is_int
 MAX_BYTES = 1 << 60
 MEMORY_COLUMNS = ("rank", "step", "rss_bytes", "device_first_step", "device_peak_bytes",
                   "device_reserved_bytes", "alloc_retries", "ooms", "host_alloc_bytes")
-CAPACITY_KEYS = ("host_total_bytes", "host_limit_bytes", "device_total_bytes")
+CAPACITY_KEYS = ("host_total_bytes", "host_limit_bytes", "device_total_bytes",
+                 "device_limit_bytes", "device_usable_bytes")
 
 
 def memory_ok(m) -> bool:

@@ -341,7 +341,10 @@ def _end_warnings(out: RankFile, name: str) -> None:
         warnings.append(f"{name}: terminated by {end['terminated']} after step "
                         f"{end.get('steps')} (the recording was closed first)")
     elif end.get("crashed"):
-        warnings.append(f"{name}: training raised an exception after step {end.get('steps')}")
+        n = end.get("steps")
+        warnings.append(f"{name}: training raised an exception in step {n}"
+                        + (f" (steps 0-{n - 1} completed)" if isinstance(n, int) and n > 0
+                           else ""))
     if end.get("recorder_error"):
         warnings.append(f"{name}: recording stopped early: {end['recorder_error']}")
     warnings += [f"{name}: {w}" for w in end.get("warnings", []) if isinstance(w, str)]
@@ -758,6 +761,37 @@ def _apply_device_times(df: pd.DataFrame, device: list[dict]) -> pd.DataFrame:
     return df
 
 
+def device_comm(comm: tuple | None, df: pd.DataFrame, key: str | None) -> tuple | None:
+    """The rank's collectives (coded: steps, keys, codes, values) with DDP's key (`key`, the
+    header's comm_key) at the steps whose buckets the device timed taking the device's times,
+    as the step rows did (_apply_device_times). The wait split reads this table: on the host a
+    rank whose own kernels were still queued blocks in the all-reduce as long as the peers that
+    wait for it (gloo copies the gradients once the stream reaches them; NCCL's host blocks on
+    neither), while on the device the late rank's stream reaches the collective last and waits
+    least, so only the device's times tell the waiting ranks from the late one."""
+    if comm is None or not key or "gpu_comm_exposed_ns" not in df or \
+            "gpu_data_stall_ns" not in df:
+        return comm
+    steps, names, codes, vals = comm
+    if key not in names or not len(steps):
+        return comm
+    timed = (df["gpu_comm_exposed_ns"].notna() & df["gpu_data_stall_ns"].notna()).to_numpy()
+    if not timed.any():
+        return comm
+    dev_steps = df["step"].to_numpy()[timed]
+    order = np.argsort(dev_steps, kind="stable")
+    dev_steps = dev_steps[order]
+    at = np.searchsorted(dev_steps, steps)
+    at_ok = np.minimum(at, len(dev_steps) - 1)
+    hit = (codes == names.index(key)) & (at < len(dev_steps)) & (dev_steps[at_ok] == steps)
+    if not hit.any():
+        return comm
+    vals = vals.reshape(-1, 3).copy()
+    for col, name in ((0, "comm_ns"), (1, "comm_exposed_ns")):
+        vals[hit, col] = df[name].to_numpy()[timed][order][at_ok[hit]].astype(np.int64)
+    return steps, names, codes, vals
+
+
 def _telemetry(rank: int, samples: list) -> pd.DataFrame | None:
     n = len(NVML_FIELDS)
     good = [s if len(s) == n else s + [None] * (n - len(s)) for s in samples
@@ -934,12 +968,12 @@ def read_run_dir(path: str, loaded: list | None = None) -> RunTable:
         if f.modules:
             modules.append((rank, f.modules))
         frame = f.frame
-        if f.comm is not None:
-            comm.append((rank, f.comm))
+        rank_comm = f.comm
         warnings += f.tally.warnings()
         if frame is not None and len(frame["step"]):
             if f.device:
                 frame = _apply_device_times(pd.DataFrame(frame), f.device)
+                rank_comm = device_comm(rank_comm, frame, header.get("comm_key"))
                 share = host_comm_share(frame)
                 if share > 0:
                     ranks[rank].meta["host_comm_share"] = share
@@ -949,6 +983,8 @@ def read_run_dir(path: str, loaded: list | None = None) -> RunTable:
         else:
             warnings.append(f"{os.path.basename(f.path)}: rank {rank} recorded no "
                             f"{'usable ' if f.n_rows else ''}steps")
+        if rank_comm is not None:
+            comm.append((rank, rank_comm))
     if host_timed:
         worst = max(ranks[r].meta["host_comm_share"] for r in host_timed)
         warnings.append(

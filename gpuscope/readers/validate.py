@@ -36,7 +36,7 @@ _INT_KNOBS = ("batch_size", "batches_per_epoch", "batch_bytes", "num_workers", "
               "flops_counted_step")
 _BOOL_KNOBS = ("persistent_workers", "pin_memory", "dataloader", "cuda_available", "p2p")
 _STR_KNOBS = ("device", "param_dtype", "model", "loader", "parallel", "backend", "comm_hook",
-              "torch", "python")
+              "torch", "python", "autocast_dtype", "float32_matmul_precision", "compute_dtype")
 
 
 def is_int(v, lo: int = 0, hi: int = MAX_NS) -> bool:
@@ -71,6 +71,9 @@ def _knob_ok(key: str, v) -> bool:
             isinstance(k, str) and isinstance(x, str) for k, x in v.items())
     if key == "profiler_trace_steps":
         return isinstance(v, list) and len(v) <= 64 and all(is_int(x, 0, 1 << 53) for x in v)
+    if key == "flops_by_dtype":
+        return isinstance(v, dict) and 0 < len(v) <= 16 and all(
+            isinstance(k, str) and is_int(x, 0, 1 << 62) for k, x in v.items())
     if key == "dp_devices":
         return isinstance(v, list) and all(isinstance(x, str) for x in v)
     # knobs no analysis reads (shown as they are): any JSON scalar, or a short list of them

@@ -105,6 +105,7 @@ class Recorder:
         self._mesh_checked = False  # the model's DeviceMesh dimensions looked for (once)
         self._memory_at_error: dict = {}
         self._flops = None       # flops.FlopCount while micro-step 2's FLOPs are to be counted
+        self._precision = None   # precision.PrecisionProbe until the model's forward is read
         self._hooks: Hooks | None = None
         self._log = StepLog(o.clock)  # the micro-step being recorded: its events
         #: what teardown closes, in reverse order of opening, in one loop (_teardown)
@@ -245,6 +246,7 @@ class Recorder:
         self._hooks = Hooks(self._log, self.model, self._time_optimizer)
         self._closing("hooks", "_hooks", lambda hooks, end: hooks.remove())
         self._hooks.install()
+        self._open_precision_probe()
         from .profiler_facts import profiling_probe
 
         self._profiling = profiling_probe()
@@ -262,7 +264,9 @@ class Recorder:
         if self._wants_device_timing():
             from . import cuda_timing
 
-            dev = cuda_timing.DeviceTimer(cuda_timing.backend_factory())
+            # events for the steps between two resolves (a flush): five a step, and a few more
+            dev = cuda_timing.DeviceTimer(cuda_timing.backend_factory(),
+                                          pool_size=5 * min(self._flush_rows, 256) + 8)
             self._add_sink(DeviceTimes(dev), dev)
             if self._hooks.ddp is not None:
                 self._hooks.ddp.device = dev
@@ -306,6 +310,20 @@ class Recorder:
             # rows reach the file every `rows` steps or `s` seconds: what a kill can lose
             "flush": {"rows": self._flush_rows, "s": self._flush_ns / 1e9}})
 
+    def _open_precision_probe(self) -> None:
+        """The dtype the model's maths runs in (autocast, TF32), read once inside its forward
+        (precision.py): MFU's peak follows it."""
+        from .hooks import timed_module
+
+        module = timed_module(self.model) if self.model is not None else None
+        if module is None or "torch" not in sys.modules:
+            return
+        from .precision import PrecisionProbe
+
+        device = str(self._knobs.get("device", "cpu")).split(":", 1)[0]
+        self._precision = PrecisionProbe(module, device, self._note_knobs)
+        self._closing("precision probe", "_precision", lambda probe, end: probe.remove())
+
     def _open_memory(self) -> dict:
         """The memory sink (memory.py) and what this machine can hold, for the header."""
         from . import memory
@@ -317,6 +335,9 @@ class Recorder:
             try:
                 device = memory.device_factory(self._cuda_index())
                 capacity["device_total_bytes"] = device.total_bytes()
+                limits = getattr(device, "limits", None)
+                if limits is not None:
+                    capacity.update(limits())
             except Exception as exc:
                 self.warnings.append(f"device memory not sampled: {exc!r}"[:300])
                 device = None
@@ -692,7 +713,9 @@ class Recorder:
                 n = counter.stop()
                 if n:  # the step it slowed is left out of the analysis (prepare.py)
                     self._note_knobs({"flops_per_step": n, "flops_counted_step": counter.at,
-                                      "flops_source": f"FlopCounterMode, micro-step {counter.at}"})
+                                      "flops_source": f"FlopCounterMode, micro-step {counter.at}",
+                                      **({"flops_by_dtype": counter.by_dtype}
+                                         if counter.by_dtype else {})})
             elif self.steps + 1 == counter.at:
                 counter.start()
         except Exception as exc:

@@ -477,8 +477,11 @@ def mesh_bars(report: ReportData):
 def _summary_html(report: ReportData) -> str:
     v = report.verdict
     color = LABEL_COLORS.get(v.label, "#333")
-    out = [f'<h1>gpuscope <small>{esc(report.source)}: {esc(report.path)}</small></h1>',
-           f'<p class="meta">{len(report.ranks)} of {report.world_size} ranks, '
+    out = [f'<h1>gpuscope <small>{esc(report.source)}: {esc(report.path)}</small></h1>']
+    out += [('<p class="died">Also died: ' if i else '<p class="died" id="died">The run died: ')
+            + f'{esc(d["text"])}</p>'
+            for i, d in enumerate(report.died[:4])]  # a run that died says so first
+    out += [f'<p class="meta">{len(report.ranks)} of {report.world_size} ranks, '
            f'{_steps_text(report)}</p>',
            f'<div class="verdict" style="border-color:{color}"><span class="label" '
            f'style="background:{color}">{esc(v.label)}</span> {v.share:.0%} of step time, '
@@ -547,7 +550,7 @@ def _summary_html(report: ReportData) -> str:
 
 _CSS = """body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222}
 h1{font-size:22px;margin:0 0 4px}h1 small{font-weight:normal;color:#666;font-size:14px}
-h2{font-size:17px;margin:18px 0 6px}.meta,.dim{color:#666}.verdict{border-left:6px solid;
+.died{color:#b00020;font-weight:600}h2{font-size:17px;margin:18px 0 6px}.meta,.dim{color:#666}.verdict{border-left:6px solid;
 padding:8px 12px;font-size:18px;background:#fafafa}.label{color:#fff;padding:2px 8px;
 border-radius:4px;text-transform:uppercase;font-weight:bold}.gain{color:#2e7d32}
 .why{color:#555;font-size:14px}.panel{margin-top:18px}li{margin-bottom:6px}

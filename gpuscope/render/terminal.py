@@ -90,6 +90,9 @@ def _header(report: ReportData, console: Console) -> None:
     head.append("gpuscope ", style="bold")
     head.append(f"{report.source} ", style="dim")
     head.append(f"{report.path}\n", style="dim")
+    for i, d in enumerate(report.died[:4]):  # a run that died says so first
+        head.append("THE RUN DIED: " if i == 0 else "also died: ", style="bold red")
+        head.append(d["text"] + "\n", style="red" if i == 0 else "")
     hosts = {r.host for r in report.ranks if r.host}
     skip = report.thresholds.warmup_steps or 0
     micro = report.knobs.get("sync_interval") or 1
@@ -99,7 +102,8 @@ def _header(report: ReportData, console: Console) -> None:
                 f"{' on ' + hosts.pop() if len(hosts) == 1 else ''}, {steps}"
                 + (f" (first {skip} left out as warm-up)" if skip else
                    " (profiled steps)" if report.source == "kineto" else "") + "\n")
-    head.append("Verdict: ", style="bold")
+    head.append("Verdict" + (" of the steps before it died" if report.died else "") + ": ",
+                style="bold")
     head.append(v.label.upper(), style=f"bold {LABEL_STYLES.get(v.label, 'white')}")
     head.append(f"  {_pct(v.share, 2):.0f}% of step time, confidence {v.confidence}")
     others = [f"{k} {s:.0%}" for k, s in sorted(v.time_by_label.items(), key=lambda kv: -kv[1])
@@ -168,7 +172,8 @@ def throughput_line(t: dict) -> str:
     if t.get("flop_per_s") is not None:
         parts.append(f"{_si(t['flop_per_s'])}FLOP/s per rank")
         parts.append(f"MFU {t['mfu_pct']:.1f}% of {t['peak_source']}" if t.get("mfu_pct")
-                     is not None else "MFU unknown")
+                     is not None else "MFU unknown (above 100% of the peak: an input is wrong, "
+                     "see the warning)" if t.get("mfu_impossible") else "MFU unknown")
     return ", ".join(parts)
 
 

@@ -142,6 +142,43 @@ def asked_bytes(error: str) -> float | None:
     return None
 
 
+_ALLOWED = re.compile(r"([\d.]+) ?([KMGTP]i?B) allowed", re.IGNORECASE)
+
+
+def device_capacity(meta: dict) -> tuple[float | None, str]:
+    """(the bytes of device memory this process could use, what that is): the least of the
+    device's total, the share a per-process memory fraction allows (the header's
+    `device_limit_bytes`, or "N GiB allowed" in an out-of-memory error's text), and what was
+    free for it as it started (other processes' memory, a MIG or partition slice:
+    `device_usable_bytes`); (None, "") when none is known."""
+    cap = meta.get("capacity") or {}
+    total = cap.get("device_total_bytes")
+    found: list[tuple[float, str]] = []
+    if total:
+        found.append((float(total), f"the device's memory ({_bytes(total)})"))
+    limit = cap.get("device_limit_bytes")
+    if limit and (not total or limit < total):
+        found.append((float(limit), f"the {_bytes(limit)} this process may use (its per-process "
+                                    "memory fraction" + (f", {limit / total:.2f} of "
+                                                         f"{_bytes(total)}" if total else "")
+                      + ")"))
+    usable = cap.get("device_usable_bytes")
+    if usable and (not total or usable < total):
+        found.append((float(usable), f"the {_bytes(usable)} free for this process as it started "
+                                     "(other processes, or its own CUDA context, held the rest"
+                      + (f" of {_bytes(total)}" if total else "") + ")"))
+    end = meta.get("end") or {}
+    m = _ALLOWED.search(str(end.get("error") or "")) if isinstance(end, dict) else None
+    if m:
+        allowed = float(m.group(1)) * _UNIT.get(m.group(2).lower(), 1)
+        found.append((allowed, f"the {_bytes(allowed)} this process was allowed (its "
+                               "out-of-memory error says so: a per-process memory fraction)"
+                      + (f" of the device's {_bytes(total)}" if total else "")))
+    if not found:
+        return None, ""
+    return min(found, key=lambda f: f[0])
+
+
 def host_capacity(meta: dict) -> tuple[float | None, str]:
     cap = meta.get("capacity") or {}
     if cap.get("host_limit_bytes"):
@@ -152,7 +189,11 @@ def host_capacity(meta: dict) -> tuple[float | None, str]:
 
 
 def growth_findings(host: list[Series], device: list[Series], ranks: dict,
-                    step_s: float | None, host_alloc: list[Series] = ()) -> list[dict]:
+                    step_s: float | None, host_alloc: list[Series] = (),
+                    died: dict | None = None) -> list[dict]:
+    """Growth per host and device; `died`: {rank: the out-of-memory finding} of the ranks that
+    ran out of memory, whose growth has no forecast: it already filled what they could use."""
+    died = died or {}
     out = []
     by_host: dict[str, list[Series]] = {}
     for s in host:
@@ -167,10 +208,9 @@ def growth_findings(host: list[Series], device: list[Series], ranks: dict,
                            grow, name))
     for s in device:
         if s.growing:
-            cap = (ranks[s.rank].meta.get("capacity") or {}).get("device_total_bytes") \
-                if s.rank in ranks else None
+            cap, what = device_capacity(ranks[s.rank].meta) if s.rank in ranks else (None, "")
             out.append(_growth("device", [s.rank], s.rate_bytes_per_step, s.last_bytes,
-                               float(cap) if cap else None, "the device's memory", step_s, [s], ""))
+                               cap, what, step_s, [s], "", died.get(s.rank)))
     for s in host_alloc:  # a trace's CPU allocator: what the host holds is not in it
         if s.growing:
             out.append(_growth("host_alloc", [s.rank], s.rate_bytes_per_step, s.last_bytes,
@@ -178,7 +218,7 @@ def growth_findings(host: list[Series], device: list[Series], ranks: dict,
     return out
 
 
-def _growth(kind, ranks_, rate, used, cap, what, step_s, grow, host) -> dict:
+def _growth(kind, ranks_, rate, used, cap, what, step_s, grow, host, oom=None) -> dict:
     who = f"rank {ranks_[0]}" if len(ranks_) == 1 else f"ranks {', '.join(map(str, ranks_))}"
     span = "; ".join(f"rank {s.rank}: {_bytes(s.first_bytes)} -> {_bytes(s.last_bytes)} over "
                      f"{s.points} steps" for s in grow[:4])
@@ -189,6 +229,11 @@ def _growth(kind, ranks_, rate, used, cap, what, step_s, grow, host) -> dict:
             "without .item() / .detach())")
     d = {"kind": "growth", "memory": kind, "ranks": ranks_, "host": host,
          "rate_bytes_per_step": round(rate, 1), "used_bytes": int(used)}
+    if oom is not None:  # no forecast: it ran out already
+        d.update(capacity_bytes=int(cap) if cap else None, forecast_steps=None)
+        d["text"] = text + (f"; it filled {what}" if cap else "") + \
+            f": the out-of-memory error in step {oom.get('step')}"
+        return d
     if cap:
         left = max(cap - used, 0.0)
         steps = left / rate if rate > 0 else None
@@ -208,18 +253,22 @@ def _growth(kind, ranks_, rate, used, cap, what, step_s, grow, host) -> dict:
     return d
 
 
-def capacity_findings(host: list[Series], mem: pd.DataFrame, ranks: dict) -> list[dict]:
+def capacity_findings(host: list[Series], mem: pd.DataFrame, ranks: dict,
+                      died: dict | None = None) -> list[dict]:
+    """Peaks near what a device (or a host) holds; not for a rank that ran out of it already
+    (`died`: its out-of-memory finding says what it held)."""
     out = []
     if "device_reserved_bytes" in mem:
         peak = mem.groupby("rank")["device_reserved_bytes"].max()
         for rank, p in peak.dropna().items():
-            cap = (ranks[rank].meta.get("capacity") or {}).get("device_total_bytes") \
-                if rank in ranks else None
+            if rank in (died or {}):
+                continue
+            cap, what = device_capacity(ranks[rank].meta) if rank in ranks else (None, "")
             if cap and p / cap >= NEAR_CAPACITY:
                 out.append({"kind": "near_capacity", "memory": "device", "ranks": [int(rank)],
                             "peak_bytes": int(p), "capacity_bytes": int(cap),
                             "text": f"rank {rank}'s allocator reserved {_bytes(p)} of "
-                                    f"{_bytes(cap)} ({p / cap:.0%}) at its peak: an "
+                                    f"{what} ({p / cap:.0%}) at its peak: an "
                                     "out-of-memory error is close; a bigger batch will not fit"})
     by_host: dict[str, list[Series]] = {}
     for s in host:
@@ -253,6 +302,15 @@ def retry_findings(mem: pd.DataFrame) -> list[dict]:
     return out
 
 
+def died_in(end, last: int | None) -> int | None:
+    """The step (numbered from 0, as every step in a report) a rank's training died in: the
+    one after the steps its end record says completed, else after its last recorded step."""
+    n = end.get("steps") if isinstance(end, dict) else None
+    if isinstance(n, int) and n >= 0:
+        return n
+    return None if last is None else int(last) + 1
+
+
 def oom_findings(ranks: dict, last_step: dict) -> list[dict]:
     out = []
     for rank, info in sorted(ranks.items()):
@@ -265,20 +323,24 @@ def oom_findings(ranks: dict, last_step: dict) -> list[dict]:
         cap = info.meta.get("capacity") or {}
         waiting = sorted(int(r) for r, other in ranks.items() if r != rank
                          and failed_on_a_peer(other.meta.get("end")))
-        parts = [f"rank {rank} ran out of memory after step {last_step.get(rank, '?')}"]
+        step = died_in(end, last_step.get(rank))
+        parts = [f"rank {rank} ran out of memory in step {step if step is not None else '?'}"
+                 + (f" (steps 0-{step - 1} completed)" if step else "")]
         if asked is not None:
             parts.append(f"the failing allocation asked for {_bytes(asked)}")
         if "device_peak_reserved_bytes" in held:
-            tot = cap.get("device_total_bytes")
+            tot, what = device_capacity(info.meta)
             parts.append(f"the allocator held {_bytes(held['device_peak_reserved_bytes'])} at "
-                         f"its peak" + (f" of {_bytes(tot)}" if tot else ""))
+                         f"its peak" + (f", of {what}" if tot else ""))
         if "rss_bytes" in held:
             tot, what = host_capacity(info.meta)
             parts.append(f"resident {_bytes(held['rss_bytes'])}"
                          + (f" of {what} ({_bytes(tot)})" if tot else ""))
         if waiting:
             parts.append("rank(s) " + ", ".join(map(str, waiting)) + " stopped waiting on it")
-        out.append({"kind": "out_of_memory", "ranks": [rank], "step": last_step.get(rank),
+        out.append({"kind": "out_of_memory", "ranks": [rank], "step": step,
+                    "capacity_bytes": int(tot) if "device_peak_reserved_bytes" in held and tot
+                    else None,
                     "asked_bytes": asked, "memory_at_error": held, "stopped_waiting": waiting,
                     "error": err.splitlines()[0][:300] if err else "",
                     "text": "; ".join(parts)})
@@ -291,6 +353,7 @@ def memory_findings(mem: pd.DataFrame | None, ranks: dict, firsts=None,
     each rank's first analysed step (`firsts`: rank -> step, a mapping or Series; None: all)."""
     found = MemoryFindings()
     found.findings += oom_findings(ranks, last_step or {})
+    died = {f["ranks"][0]: f for f in found.findings}
     if mem is None or mem.empty:
         return found
     firsts = {int(k): int(v) for k, v in dict(firsts if firsts is not None else {}).items()}
@@ -299,8 +362,8 @@ def memory_findings(mem: pd.DataFrame | None, ranks: dict, firsts=None,
     host_alloc = series(mem, "host_alloc_bytes", "host_alloc", firsts) \
         if "host_alloc_bytes" in mem else []
     found.series = host + device + host_alloc
-    found.findings += growth_findings(host, device, ranks, step_s, host_alloc)
-    found.findings += capacity_findings(host, mem, ranks)
+    found.findings += growth_findings(host, device, ranks, step_s, host_alloc, died)
+    found.findings += capacity_findings(host, mem, ranks, died)
     found.findings += retry_findings(mem)
     return found
 
@@ -319,11 +382,11 @@ def report_section(found: MemoryFindings) -> dict:
 
 
 def used_fraction(mem: pd.DataFrame | None, ranks: dict) -> float | None:
-    """The largest share of its device's memory any rank's allocator reserved (None: unknown)."""
+    """The largest share of what it could use (device_capacity) any rank's allocator reserved
+    (None: unknown)."""
     if mem is None or "device_reserved_bytes" not in mem:
         return None
     peak = mem.groupby("rank")["device_reserved_bytes"].max().dropna()
     fracs = [p / cap for r, p in peak.items()
-             if r in ranks and (cap := (ranks[r].meta.get("capacity") or {})
-                                .get("device_total_bytes"))]
+             if r in ranks and (cap := device_capacity(ranks[r].meta)[0])]
     return float(max(fracs)) if fracs else None

@@ -65,6 +65,10 @@ function opsSection(report, words) {
 
 function summary(report, colors, words) {
   const box = el("div", {id: "summary"});
+  (report.died || []).forEach((d, i) => {  // a run that died says so first
+    box.append(el("p", {class: "died", id: i ? undefined : "died"},
+                  (i ? "Also died: " : "The run died: ") + d.text));
+  });
   const verdict = el("div", {class: "verdict"});
   verdict.style.borderColor = colors[report.verdict] || "#333";
   const label = el("span", {class: "label"}, report.verdict);
@@ -149,6 +153,7 @@ async function showRun(run, main) {
 
 export async function render() {
   const style = el("style", {}, `body{font-family:system-ui,sans-serif;margin:16px;color:#222}
+    .died{color:#b00020;font-weight:600}
     .verdict{border-left:6px solid;padding:8px 12px;font-size:17px;background:#fafafa}
     .label{color:#fff;padding:2px 8px;border-radius:4px;text-transform:uppercase;font-weight:bold}
     .gain{color:#2e7d32}.why{color:#555;font-size:13px}.dim{color:#666}.error{color:#b00}
