@@ -1,6 +1,13 @@
 #!/usr/bin/env bash
 # The GPU checks, as one script for a machine with an NVIDIA GPU (not run in CI, which has none).
 # Each check has its own time limit and its own log; one failing does not stop the others.
+#   truths     scripts/gpu_truths.py, issue 51's cases beside their truths (first: the round's
+#              own): a straggler whose extra work is queued on the device (record and traces),
+#              MFU by the dtype the maths ran in, the recorder's cost on a launch-bound and a
+#              GPU-bound step (with what single CUDA calls cost), a capped OOM told first, the
+#              data what-if re-run (truths.jsonl);
+#   workers    benchmarks/bench_workers.py on this machine's cores (what a DataLoader worker
+#              costs the loop here: the data what-if's constants);
 #   doctor     gpuscope doctor: real NVML, CUDA, NCCL smoke test;
 #   cases      tests/workloads/cases.py on CUDA (torch.set_default_device, as some loops do): nanoGPT
 #              shape, the loop's own all_reduce (NCCL), FSDP2 (+ CUDA Kineto trace), autocast bf16,
@@ -65,6 +72,9 @@ $PY -c "import torch, sys; print('python', sys.version.split()[0], 'torch', torc
 'cuda', torch.version.cuda, 'nccl', torch.cuda.nccl.version(), torch.cuda.get_device_name(0))" \
   | tee -a "$OUT/summary.txt"
 
+step truths ${TRUTHS_LIMIT:-360} $PY scripts/gpu_truths.py --out "$W/truths" ${TRUTHS:+--only $TRUTHS}
+cp "$W/truths/truths.jsonl" "$OUT/truths.jsonl" 2>/dev/null
+step workers 60 $PY benchmarks/bench_workers.py --batches 100 --out "$OUT/workers_gpu.json"
 step doctor 60 $PY -m gpuscope doctor --json "$W/doctor.json"
 step ops 300 $PY scripts/gpu_ops.py --out "$W/ops"
 

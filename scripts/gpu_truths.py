@@ -451,15 +451,18 @@ def data_run(run_dir: str, device: str, workers: int, steps: int, spin: bool = F
     loader = DataLoader(Slow(100_000, 2.0, spin), batch_size=16, num_workers=workers,
                         pin_memory=device.startswith("cuda"),
                         persistent_workers=workers > 0)
-    times = []
+    times, busy, cpu = [], [], []
     with gpuscope.record(run_dir, model=model) as rec:
         _sync(device)
         t_prev = time.perf_counter()
         for i, b in enumerate(rec.data(loader)):
+            w0, c0 = time.perf_counter(), time.thread_time()
             b = b.to(device, non_blocking=True).repeat(16, 1)
             model(b).pow(2).mean().backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
+            busy.append(time.perf_counter() - w0)
+            cpu.append(time.thread_time() - c0)
             rec.step()
             if i + 1 >= steps:
                 break
@@ -468,7 +471,12 @@ def data_run(run_dir: str, device: str, workers: int, steps: int, spin: bool = F
             t_prev = t
         _sync(device)
     return {"mean_ms": 1e3 * statistics.mean(times[10:]),
-            "median_ms": 1e3 * statistics.median(times[10:])}
+            "median_ms": 1e3 * statistics.median(times[10:]),
+            # the loop's own work after the batch came: its wall time, and the training
+            # thread's CPU time in it (below the wall time: the thread waited for a core or
+            # the GIL; equal: it ran, at whatever speed the core gave it)
+            "work_ms": round(1e3 * statistics.median(busy[10:]), 3),
+            "work_cpu_ms": round(1e3 * statistics.median(cpu[10:]), 3)}
 
 
 def case_data(out: str, device: str, check) -> None:
@@ -498,7 +506,11 @@ def case_data(out: str, device: str, check) -> None:
         t = gpuscope.analyze(os.path.join(out, "data", name)).table.frame
         f[name] = round(float(((t["step_ns"] - t["data_ns"]) / 1e6).median()), 3)
     check("data: the rest of the step (ms, median) after sleeping, after spinning, with workers",
-          True, busy_ms=f, spin_mean_ms=round(spin["mean_ms"], 3))
+          True, busy_ms=f, spin_mean_ms=round(spin["mean_ms"], 3),
+          loop_work_ms={"workers0": base["work_ms"], "workers0-spin": spin["work_ms"],
+                        f"workers{s.proposed}": again["work_ms"]},
+          loop_work_cpu_ms={"workers0": base["work_cpu_ms"], "workers0-spin": spin["work_cpu_ms"],
+                            f"workers{s.proposed}": again["work_cpu_ms"]})
 
 
 # ----------------------------------------------------------------- main
