@@ -257,6 +257,24 @@ def instructions(d: dict) -> list[str]:
     return out + [""]
 
 
+def cuda_calls(d: dict) -> list[str]:
+    """The CUDA path's calls per micro-step (the gate beside the instruction count)."""
+    out = ["## CUDA calls per step", "",
+           "`python benchmarks/bench_cuda_calls.py`: what the recorder asks of CUDA per "
+           f"micro-step, counted through a fake of its CUDA seams (benchmarks/cuda_seam.py: it "
+           f"counts, nothing runs on a device) on a tiny 1-rank DDP model, {d['steps']} "
+           f"micro-steps with every default on (commit {d.get('commit')}). "
+           "tests/test_cuda_calls.py fails when a change asks for more; what each call costs "
+           "on a GPU is measured there (docs/gpu.md).", "",
+           "| call | steps 0-63 (young) | later steps | as recording starts |",
+           "| --- | --- | --- | --- |"]
+    calls = sorted(set(d["young_per_step"]) | set(d["steady_per_step"]) | set(d["at_start"]))
+    for c in calls:
+        out.append(f"| `{c}` | {d['young_per_step'].get(c, 0):g} | "
+                   f"{d['steady_per_step'].get(c, 0):g} | {d['at_start'].get(c, 0):g} |")
+    return out + [""]
+
+
 def modules(d: dict) -> list[str]:
     """record(modules=...)'s cost (modules.json, benchmarks/bench_modules.py)."""
     v = d["variants"]
@@ -652,6 +670,7 @@ def main() -> None:
     for name, fn, cmd in (
             ("overhead.json", overhead, "benchmarks/bench_overhead.py"),
             ("instructions.json", instructions, "benchmarks/bench_instructions.py"),
+            ("cuda_calls.json", cuda_calls, "benchmarks/bench_cuda_calls.py"),
             ("row_paths.json", row_paths, "benchmarks/bench_row_paths.py"),
             ("modules.json", modules, "benchmarks/bench_modules.py"),
             ("overhead_cases.json", lambda d: overhead_cases(d, "On loops we did not write"),

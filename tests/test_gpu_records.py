@@ -92,3 +92,18 @@ def test_the_dashboard_says_the_death_before_the_verdict(tmp_path):
     html = (tmp_path / "r.html").read_text()
     assert 0 < html.index('id="died"') < html.index('class="verdict"')
     assert "ran out of memory in step 10" in html
+
+
+def test_the_data_what_if_holds_the_re_run_with_the_workers_it_proposed():
+    """A Dataset sleeping 2 ms an item in the training thread (num_workers=0, pin_memory,
+    16 cores); re-run with 8 workers (../shared/gpu-h200/data_workers8): 4.02 ms a step
+    (mean of its steps 10-119, by the loop's own clock)."""
+    rep = gpuscope.analyze(_run("data_workers0"))
+    s = next(x for x in rep.suggestions if x.knob == "num_workers")
+    assert s.proposed == 8
+    assert abs(s.estimated_step_ms - 4.02) <= 0.15 * 4.02, s.estimated_step_ms
+    lo, hi = s.estimated_step_ms_range
+    assert lo <= 4.02 <= hi and hi <= 1.25 * s.estimated_step_ms and lo >= 0.75 * s.estimated_step_ms
+    # the re-run's own record says the same of itself: the step it measured
+    after = gpuscope.analyze(_run("data_workers8"))
+    assert abs(after.ranks[0].step_ns / 1e6 - 4.02) < 0.05

@@ -53,6 +53,9 @@ class TypicalStep:
     #: traces: the part of the data wait the training thread spent in torch ops (the CPU
     #: loading is seen to use; its Python is not in a trace); None elsewhere
     data_ops: float | None = None
+    #: the rest of the step (step less data) of the analysed rows at its 10th percentile: how
+    #: fast the loop's own work runs in its best steps (None: fewer than 10 rows)
+    busy_fast: float | None = None
 
     @property
     def busy(self) -> float:  # time the step needs besides data
@@ -92,11 +95,13 @@ def typical_step(frame: pd.DataFrame) -> TypicalStep:
     # jitter in where a step ends (72.7 ms against ranks of 67.9 and 68.1)
     by_rank = Groups(frame["rank"].to_numpy()).mean(frame["step_ns"].to_numpy())
     step = float(by_rank.max()) if by_rank.size else avg(slowest)
+    rest = frame["step_ns"].to_numpy(np.float64) - frame["data_ns"].to_numpy(np.float64)
+    fast = float(np.percentile(rest, 10)) if rest.size >= 10 else None
     return TypicalStep(step, avg(data), avg(np.maximum(transfer, 0)),
                        avg(most_wait), avg(mean("compute_ns")),
                        avg(data_cpu) if data_cpu is not None else None,
                        interval, avg(mean("host_ns")),
-                       avg(data_ops) if data_ops is not None else None)
+                       avg(data_ops) if data_ops is not None else None, fast)
 
 
 def ms_range(e: "whatif.Estimate") -> tuple[float, float]:

@@ -100,7 +100,10 @@ def recoverable(s: Suggestion, typical, frame: pd.DataFrame,
     Syncing gradients less often saves a micro-step all of its communication, hidden or not
     (and what hidden communication slowed backward by, up to 1.1x its time), and the optimizer
     step; a larger batch may also make compute per sample cheaper (no bound
-    but its own arithmetic); the other communication changes save the exposed part; data changes the data wait; a straggler or jitter fix the waiting; fewer
+    but its own arithmetic); the other communication changes save the exposed part; data changes
+    the data wait (workers for a loop that loads in its own thread, also what its work lost to
+    starting cold after each load); a straggler or jitter fix the
+    waiting; fewer
     launches the GPU's wait on the host; a pipeline change the bubble and the waiting."""
     label = s.addresses
     if s.knob == "batch_size":  # more samples per step: compute per sample may shrink too
@@ -112,6 +115,12 @@ def recoverable(s: Suggestion, typical, frame: pd.DataFrame,
         # measure (hidden_comm_ns), on top of the rows' communication
         hidden = (knobs or {}).get("hidden_comm_ns") or 0.0
         return worst * (_per_rank(frame, "comm_ns") + hidden) + _per_rank(frame, "optimizer_ns")
+    if s.knob == "num_workers" and s.current == 0 and typical.busy_fast is not None:
+        # the load out of the training thread: its wait, and what the loop's own work lost to
+        # starting cold after it (bottlenecks/data.py's warm_rest, its low end)
+        from .bottlenecks.data import warm_rest
+
+        return typical.data + max(typical.busy - warm_rest(typical)[1], 0.0)
     if label == DATA:
         return typical.data
     if label == COMM:
@@ -134,6 +143,8 @@ def recoverable(s: Suggestion, typical, frame: pd.DataFrame,
 #: what each change can recover, in words (recoverable() computes it)
 RECOVERS = {"sync_frequency": "the skipped syncs' communication, what it cost backward, and the "
                               "optimizer steps",
+            "num_workers": "the data wait, and what the loop's own work lost to starting cold "
+                           "after the load in its thread",
             DATA: "the data wait", COMM: "the exposed transfer and waiting",
             IMBALANCED: "the waiting", JITTER_BOUND: "the waiting", HOST: "the GPU's wait on the "
             "host", PIPELINE: "the bubble and the waiting"}

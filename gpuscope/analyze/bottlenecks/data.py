@@ -34,10 +34,36 @@ WORKER_NS_PER_BYTE = 0.5
 WORKER_START_NS = 30_000_000
 
 
+def warm_rest(t: TypicalStep) -> tuple[float, float]:
+    """(point, low end) of the rest of the step once the loop no longer leaves it for the load
+    (WARM_WHEN_LOAD_OVER_BUSY): as fast as its fastest tenth of steps; those start cold too, so
+    the low end goes as far again below them as they are below the mean (at most half)."""
+    busy = t.busy
+    warm = min(busy, t.busy_fast) if t.busy_fast is not None else busy
+    return warm, max(warm - (busy - warm), 0.5 * warm)
+
+
 def worker_cost_ns(knobs: dict) -> float:
     """What one worker process costs the loop per batch (WORKER_* above)."""
     nbytes = knobs.get("batch_bytes")
     return WORKER_BATCH_NS + WORKER_NS_PER_BYTE * (nbytes if isinstance(nbytes, int) else 0)
+
+
+#: what the training thread pays to take a batch the workers have ready when the rank has a
+#: core for each of them and two to spare (a queue's get and the tensors' handles; the pin
+#: thread pins): a tenth of a millisecond, an assumption this machine cannot measure (2 cores:
+#: there the workers take the training's cores, and WORKER_BATCH_NS is what it pays, measured
+#: in benchmarks/bench_workers.py); the range's upper end keeps the measured figure
+HANDOVER_SPARE_NS = 100_000
+#: a loop that loads in its own thread leaves its work for the load every step; the work then
+#: starts on cold caches (and a core woken from its idle state): measured on this project's
+#: 2-core VM, a 1.7 ms step of a small model ran in 2.9-4.3 ms after 30 ms spent elsewhere in
+#: the same thread; on an H200, a launch-bound step's rest took 4.85 ms with the Dataset
+#: sleeping in the thread against 3.56 ms with 8 workers (../shared/gpu-h200/data_workers*).
+#: With workers the loop runs step after step, as its fastest steps do now: the point takes the
+#: rest of the step at its 10th percentile, the range as far again below (warm_rest), when the
+#: load is at least as long as the rest (the thread is away most of the step)
+WARM_WHEN_LOAD_OVER_BUSY = 1.0
 
 
 #: worker counts proposed: the smallest of these that hides the wait (two sources of one run
@@ -105,23 +131,45 @@ def suggest_data(t: TypicalStep, knobs: dict, th: Thresholds) -> tuple[list[Sugg
         load = cur * t.step  # steady state: `cur` workers deliver one batch per step
         f, f_how = None, ""  # the workers' own CPU: not measured by either source
     busy = t.busy
-    cost = worker_cost_ns(knobs) if cur == 0 else 0.0
+    worker = worker_cost_ns(knobs) if cur == 0 else 0.0  # what a worker costs, 2 cores
     need = load / busy if busy > 0 else 1.0
     enough = need / (1 + HIDE_SLACK)
     proposed = max(next((n for n in WORKER_COUNTS if n >= enough), WORKER_COUNTS[-1]), cur + 1)
     proposed = min(proposed, WORKER_COUNTS[-1])
     point_cores = cores if cores is not None else 1  # unknown: the least a rank has
+    # a core for each worker and two to spare: the training thread keeps its core, takes a
+    # ready batch cheaply, and (loading in its own thread today) no longer starts its work cold
+    # after each load (WARM_WHEN_LOAD_OVER_BUSY); else its core is shared with the workers
+    spare = cur == 0 and cores is not None and cores >= proposed + 2
+    warm = warm_least = busy
+    if spare and t.busy_fast is not None and load >= WARM_WHEN_LOAD_OVER_BUSY * busy:
+        warm, warm_least = warm_rest(t)
+    cost = HANDOVER_SPARE_NS if spare else worker  # what the training thread pays a batch
 
-    def step_with(w: int, c: int | None) -> float:
-        s = max(busy + cost, load / w + cost)
+    def step_with(w: int, c: int | None, b: float = warm, h: float = cost,
+                  deliver: float = load) -> float:
+        s = max(b + h, deliver / w + h)
         if c is not None and f is not None:
-            s = max(s, (busy + f * load + cost) / c)
+            s = max(s, (b + f * load + h) / c)
         return s
 
     est = step_with(proposed, point_cores)
-    lo = step_with(proposed, None)
-    hi = est
+    # the low end: the rest of the step as warm as the spread says, the workers delivering as
+    # fast as the training needs (a worker's load does not start cold, nor pin: the pin thread
+    # does); the high end: the rest as it is, a batch handed over at the 2-core cost
+    lo = step_with(proposed, None, warm_least, deliver=0.0 if spare else load)
+    hi = max(est, step_with(proposed, point_cores, busy, worker))
     assumes = [f"a batch keeps loading in ~{load / MS:.1f} ms in a worker"]
+    if warm < busy:
+        assumes.append(f"with the load out of the training thread, the rest of the step runs as "
+                       f"in today's fastest tenth of steps, ~{warm / MS:.1f} ms against "
+                       f"{busy / MS:.1f} ms on average (a thread that leaves its work for the load "
+                       "finds its caches cold; range: as far again below, to the average)")
+    if spare:
+        assumes.append(f"the training thread takes a ready batch in ~{cost / MS:.1f} ms "
+                       f"({cores} cores a rank leave two to spare beside {proposed} workers; "
+                       f"the range's upper end: {worker / MS:.1f} ms, what a worker costs the "
+                       "loop on 2 cores, with the rest of the step as it is)")
     if f is not None:
         assumes.append(f"loading uses the CPU {f:.0%} of its time ({f_how})")
     if cores is not None:
@@ -137,7 +185,7 @@ def suggest_data(t: TypicalStep, knobs: dict, th: Thresholds) -> tuple[list[Sugg
     if not persistent:  # workers start again every epoch: its first batches wait for them
         if isinstance(epoch, int) and epoch > 0:
             restart = (load + proposed * WORKER_START_NS) / epoch
-            hi = est + restart
+            hi = hi + restart
             assumes.append(f"persistent_workers=True (else they restart every epoch of {epoch} "
                            f"batches: ~{restart / MS:.2f} ms more per step, the range's upper "
                            "end)")
@@ -157,9 +205,10 @@ def suggest_data(t: TypicalStep, knobs: dict, th: Thresholds) -> tuple[list[Sugg
            f"{proposed} hide it" + (f" (to within {HIDE_SLACK:.0%} of the step)"
                                      if proposed < need else "")
            + (f"; the rank's CPU holds the step at ~{est / MS:.1f} ms (training, loading and the "
-              f"hand-over on {point_cores} core(s))" if est > lo + 0.05 * MS else "")
+              f"hand-over on {point_cores} core(s))" if f is not None and cores is not None
+              and est > step_with(proposed, None) + 0.05 * MS else "")
            + (f"; a worker costs ~{cost / MS:.1f} ms per batch to hand over, included"
-              if cur == 0 else "") + "; assumes: " + "; ".join(assumes))
+              if cur == 0 and not spare else "") + "; assumes: " + "; ".join(assumes))
     out.append(Suggestion("num_workers", cur, proposed, est / MS, why, DATA, gain(t.step, est),
                           (lo / MS, hi / MS)))
     if knobs.get("device", "cpu").startswith("cuda") and not knobs.get("pin_memory"):
