@@ -10,15 +10,11 @@ import sys
 from contextlib import contextmanager
 
 from .demo import SCENARIOS
-from .errors import GpuscopeError
+from .errors import GpuscopeError, need
 
 
 def _need_plotly() -> None:
-    try:
-        import plotly  # noqa: F401
-    except ImportError:
-        raise GpuscopeError("the HTML dashboard needs plotly: pip install 'gpuscope[html]'") \
-            from None
+    need("plotly", "html", "the HTML dashboard")
 
 
 @contextmanager

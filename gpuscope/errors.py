@@ -11,3 +11,12 @@ class InputError(GpuscopeError):
 
 class TraceFormatError(InputError):
     """A trace or record file is truncated, corrupt, or not in a known format."""
+
+
+def need(module: str, extra: str, what: str) -> None:
+    """Raise the one-line install hint every view gives when `what` needs the optional `module`
+    (installed by gpuscope's `extra`): the CLI's, the HTML's, the TensorBoard tab's."""
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        raise GpuscopeError(f"{what} needs {module}: pip install 'gpuscope[{extra}]'")

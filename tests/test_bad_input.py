@@ -269,3 +269,53 @@ def test_distributed_info_of_the_wrong_types_is_read_around(tmp_path, kind):
     assert list(table.ranks) == [0] and not table.frame.empty
     groups = table.ranks[0].knobs.get("process_groups")
     assert groups is None or all(isinstance(v, list) for v in groups.values())
+
+
+@pytest.mark.parametrize("name,body,says", [
+    ("other_tool.json", {"traceEvents": [{"name": "frame", "ph": "X", "ts": 1, "dur": 5,
+                                          "pid": 1, "tid": 1}], "displayTimeUnit": "ms"},
+     "a Chrome trace-event file written by another tool"),
+    ("array.json", [{"name": "frame", "ph": "B", "ts": 1, "pid": 1, "tid": 1},
+                    {"name": "frame", "ph": "E", "ts": 3, "pid": 1, "tid": 1}],
+     "a Chrome trace-event array written by another tool"),
+    ("snapshot.json", {"segments": [], "device_traces": [[]]}, "a CUDA memory snapshot"),
+    ("memory.json", [[1.0, 2.0], [[0, 1], [2, 3]]], "a memory timeline"),
+    ("xla.json", {"traceEvents": [{"name": "process_name", "ph": "M", "pid": 1,
+                                   "args": {"name": "/device:GPU:0"}},
+                                  {"name": "fusion.1", "ph": "X", "ts": 1, "dur": 2, "pid": 1,
+                                   "tid": 1}]}, "a TensorFlow / JAX (XLA) profiler trace"),
+])
+def test_a_json_that_is_not_a_profiler_trace_says_what_it_looks_like(tmp_path, name, body, says):
+    """One clear line: what the file seems to be, and what gpuscope reads instead (never "no
+    steps to analyse" of a file that never had any)."""
+    path = tmp_path / name
+    path.write_text(json.dumps(body))
+    with pytest.raises(GpuscopeError) as err:
+        gpuscope.analyze(str(path))
+    msg = str(err.value)
+    assert says in msg and "not a torch.profiler trace" in msg and "gpuscope reads" in msg
+    assert "\n" not in msg
+
+
+EXTERNAL = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "traces", "external")
+
+
+def test_two_unrelated_traces_of_one_rank_are_not_merged_into_one_run(tmp_path):
+    """A B200 trace and an MI300X trace, each rank 0 of its own job, in one folder: not one
+    process's profiler cycles. One run is analysed, the other named in a warning; no step is
+    longer than the file it came from (merged, they made one step of 5,847 s)."""
+    pairs = [("tracelens_b200_eager_trace", "eager_trace.json.gz"),
+             ("tracelens_mi300_resnet_act_checkpoint", "resnet_act_checkpoint.json.gz")]
+    for i, (d, f) in enumerate(pairs):
+        src = os.path.join(EXTERNAL, d, f)
+        if not os.path.exists(src):
+            assert os.environ.get("GPUSCOPE_REQUIRE_SHARED") != "1", src
+            pytest.skip("../shared/traces/external is not here")
+        shutil.copy(src, tmp_path / f"{'ab'[i]}.json.gz")
+    rep = gpuscope.analyze(str(tmp_path))
+    said = [w for w in rep.warnings if "cannot be one run" in w]
+    assert len(said) == 1 and "NVIDIA B200" in said[0] and "MI300X" in said[0]
+    assert "left out" in said[0] and "analyse them apart" in said[0]
+    alone = gpuscope.analyze(os.path.join(EXTERNAL, *pairs[1]))
+    longest = max(s.step_ns for s in alone.steps) / 1e6 if alone.steps else 0
+    assert max(s.step_ns for s in rep.steps) / 1e6 <= max(longest, 1e3)

@@ -328,7 +328,14 @@ def test_warmup_step_is_left_out():
 def test_mismatched_steps_warn_and_still_analyse():
     rows = balanced(6, 2, compute=100) + [{"rank": 0, "step": 6, "compute": 100}]
     rep = verdict(rows)
+    # a step only one of the two ranks recorded has nobody to compare its waiting with: out
+    assert any("recorded by one rank" in w and "left out" in w for w in rep.warnings)
+    assert 6 not in {s.step for s in rep.steps} and len(rep.steps) >= 5
+    # with three ranks, a step two of them have is analysed, its wait split between the two
+    rows = balanced(6, 3, compute=100) + [{"rank": r, "step": 6, "compute": 100} for r in (0, 1)]
+    rep = verdict(rows)
     assert any("missing on some ranks" in w for w in rep.warnings)
+    assert 6 in {s.step for s in rep.steps}
 
 
 def test_jitter_is_shown_in_terminal_and_dashboard():

@@ -373,3 +373,31 @@ def test_runs_are_listed_newest_first(server):
             break
         time.sleep(1)
     assert body["runs"][0]["run"] == "zz_newest", body["runs"][:3]
+
+
+def test_without_plotly_every_view_gives_the_clis_one_line_hint(tmp_path, monkeypatch, capsys):
+    """Installed without its optional plotly (`pip install gpuscope`), the tab's report and its
+    plotly.js route answer with the same one-line hint the CLI gives, never a 500: plotly is
+    hidden from the import system here, as a machine without it has it."""
+    import importlib.util
+    from types import SimpleNamespace
+
+    from werkzeug.test import Client
+
+    from gpuscope import cli
+    from gpuscope.integrations.tensorboard.plugin import GpuscopePlugin, RunIndex
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a, **k: None if name.split(".")[0] == "plotly"
+                        else real(name, *a, **k))
+    shutil.copytree(os.path.join(SAMPLES, "comm", "record"), tmp_path / "run")
+    body = RunIndex(str(tmp_path)).report("run")
+    assert body["error"] == ("the TensorBoard tab needs plotly: pip install "
+                             "&#x27;gpuscope[tensorboard]&#x27;")
+    plugin = GpuscopePlugin(SimpleNamespace(logdir=str(tmp_path)))
+    r = Client(plugin.get_plugin_apps()["/plotly.min.js"]).get("/plotly.min.js")
+    assert r.status_code == 503 and "pip install 'gpuscope[tensorboard]'" in r.get_json()["error"]
+    assert cli.main(["analyze", str(tmp_path / "run"), "--html", str(tmp_path / "r.html")]) == 2
+    err = capsys.readouterr().err
+    assert "the HTML dashboard needs plotly: pip install 'gpuscope[html]'" in err

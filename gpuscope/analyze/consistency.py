@@ -75,6 +75,11 @@ class Roles:
     #: (rank, steps last, share of the waiting caused) of a rank that is probably a straggler:
     #: late most of the time, though too few or too noisy steps to be sure (leaning())
     probable: tuple[int, int, float] | None = None
+    #: where some steps lack a rank (a lost row, a file cut): every step, and who arrived last
+    #: among the ranks present in it (the tests above use the complete steps only)
+    all_steps: np.ndarray | None = None
+    all_slow: np.ndarray | None = None
+    all_present: np.ndarray | None = None
 
     @property
     def decided(self) -> bool:
@@ -124,6 +129,7 @@ def find_roles(frame: pd.DataFrame, min_share: float = 0.0) -> Roles:
     rank); one late rank among n makes the others wait n/(n-1) times its offset below the mean."""
     step, rank = frame["step"].to_numpy(), frame["rank"].to_numpy()
     step_ns = frame["step_ns"].to_numpy(np.float64) if min_share > 0 else None
+    partial = None  # (steps, arrived last) over every step, where some lack a rank
     width = repeated_run(step)
     if width and bool((rank.reshape(-1, width) == rank[::width, None]).all()) and \
             bool((rank[width::width] > rank[:-width:width]).all()):
@@ -137,6 +143,10 @@ def find_roles(frame: pd.DataFrame, min_share: float = 0.0) -> Roles:
         w = np.full((steps.size, ranks.size), np.nan)
         w[si, ri] = frame["wait_ns"].to_numpy(np.float64)
         complete = ~np.isnan(w).any(axis=1)
+        if not complete.all():  # who arrived last among the ranks present, in every step
+            top = np.nanmax(np.where(np.isnan(w), -np.inf, w), axis=1, keepdims=True)
+            partial = (steps, ~np.isnan(w) & (np.nan_to_num(w, nan=np.inf) <= 0.5 * top),
+                       ~np.isnan(w))
         w, steps = w[complete], steps[complete]
         slowest = None
         if step_ns is not None:  # the slowest rank's step, per complete step
@@ -146,6 +156,8 @@ def find_roles(frame: pd.DataFrame, min_share: float = 0.0) -> Roles:
     roles = Roles(n_steps=int(steps.size))
     if ranks.size < 2 or not steps.size:
         return roles
+    if partial is not None:
+        roles.all_steps, roles.all_slow, roles.all_present = partial
     max_wait = w.max(axis=1, keepdims=True)
     roles.steps, roles.ranks, roles.slow = steps, ranks, w <= 0.5 * max_wait
     roles.waits = w
@@ -255,12 +267,15 @@ def persistent_steps(roles: Roles, steps: np.ndarray) -> np.ndarray:
     out = np.zeros(len(steps), dtype=bool)
     if roles.slow is None or not (roles.persistent or roles.probable):
         return out
-    pos = np.searchsorted(roles.steps, steps).clip(max=roles.steps.size - 1)
-    known = roles.steps[pos] == steps
-    rows = roles.slow[pos]
+    have, slow, there = ((roles.all_steps, roles.all_slow, roles.all_present)
+                         if roles.all_steps is not None
+                         else (roles.steps, roles.slow, np.ones_like(roles.slow)))
+    pos = np.searchsorted(have, steps).clip(max=have.size - 1)
+    known = have[pos] == steps
+    rows, present = slow[pos], there[pos]
     col = {int(r): j for j, r in enumerate(roles.ranks)}
     for rank in roles.late_ranks:
         out |= known & rows[:, col[rank]]
     for rank in roles.early:
-        out |= known & ~rows[:, col[rank]]
+        out |= known & present[:, col[rank]] & ~rows[:, col[rank]]
     return out

@@ -18,7 +18,7 @@ import pandas as pd
 from ..errors import InputError
 from ..runtable import RunTable
 from .cycles import cycle_ends, group_cycles, sync_interval
-from .rowgroups import rank_position
+from .rowgroups import dense_unique, rank_position
 from .stopped import stopped_ranks, stopped_warnings
 from .wait import estimate_wait, wait_cells
 from .whatif import batch_growth, micro_steps
@@ -107,9 +107,13 @@ def prepare(a) -> None:
     a.knobs = a.table.knobs()
     a.stopped, a.missing = stopped_ranks(a.table)
     a.warnings += stopped_warnings(a.stopped)
+    whole = a.table.frame
+    a.last_steps = whole.groupby("rank")["step"].max().to_dict() if len(whole) else {}
+    a.table = without_thin_steps(a.table, a.warnings)
     frame, warmup = a.table.frame, a.th.warmup_steps
     ends = cycle_ends(frame)
-    a.wait_cells = wait_cells(a.table.comm)  # the wait split's cells: here and in key_waits
+    # the wait split's cells (here and in key_waits), each step among the ranks that recorded it
+    a.wait_cells = wait_cells(a.table.comm, frame)
     if ends is not None:  # accumulation: waits per micro-step, then optimizer steps
         frame = estimate_wait(frame, a.warnings, a.table.comm, a.wait_cells)
         a.micro = micro_steps(frame, max(warmup, 1))
@@ -130,6 +134,27 @@ def prepare(a) -> None:
         frame = estimate_wait(frame, a.warnings, a.table.comm, a.wait_cells)
         a.growth = growth(frame, a.knobs, 0)
     a.frame = frame
+
+
+def without_thin_steps(table: RunTable, warnings: list[str]) -> RunTable:
+    """The table less the steps only one rank, or fewer than half its ranks, recorded (a rank's
+    file cut, a dead rank's peers' last flush): nobody there to compare a rank's waiting with,
+    so its waiting would count as transfer, and flip the verdict of the steps still whole.
+    Said."""
+    frame = table.frame
+    n = int(frame["rank"].nunique()) if len(frame) else 0
+    if n < 2:
+        return table
+    steps = frame["step"].to_numpy()
+    _, inv, counts = dense_unique(steps)
+    thin = (counts[inv] < 2) | (counts[inv] * 2 < n)
+    if not thin.any() or thin.all():
+        return table
+    left = np.unique(steps[thin])
+    warnings.append(f"{len(left)} step(s) ({left.min()}..{left.max()}) recorded by one rank or "
+                    f"fewer than half of the {n} (a rank's file ends earlier, or lost rows) are "
+                    "left out: their waiting cannot be told from transfer")
+    return replace(table, frame=frame[~thin].reset_index(drop=True), int_block=None)
 
 
 def without_profiler_writes(frame, table: RunTable, warnings: list[str]):

@@ -72,6 +72,7 @@ class Analysis:
     knobs: dict = field(default_factory=dict)
     stopped: list = field(default_factory=list)
     died: list = field(default_factory=list)     # memory: how the run died (stopped.deaths)
+    last_steps: dict = field(default_factory=dict)  # prepare: each rank's last recorded step
     missing: list = field(default_factory=list)
     mapping: pd.DataFrame | None = None          # micro-step -> optimizer step (accumulation)
     micro: object = None                         # micro-step statistics (whatif.micro_steps)
@@ -169,12 +170,12 @@ def memory(a: Analysis) -> None:
     crashed = any((i.meta.get("end") or {}).get("crashed") for i in t.ranks.values())
     if (t.memory is None or t.memory.empty) and not crashed:
         return  # nothing measured, no error to look at
-    last = t.frame.groupby("rank")["step"].max().to_dict() if len(t.frame) else {}
+    last = a.last_steps  # each rank's last recorded step, the steps few ranks had included
     step_s = float(a.frame["step_ns"].mean()) / 1e9 if len(a.frame) else None
     firsts = a.frame.groupby("rank")["step"].min() if len(a.frame) else None
     found = memory_findings(t.memory, t.ranks, firsts, step_s, last)
     a.memory = report_section(found)
-    a.died = deaths(t, a.stopped, a.memory)
+    a.died = deaths(t, a.stopped, a.memory, a.last_steps)
     used = used_fraction(t.memory, t.ranks)
     if used is not None and used > a.knobs.get("memory_used_fraction", 0.0):
         a.knobs["memory_used_fraction"] = used

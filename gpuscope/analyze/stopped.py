@@ -99,7 +99,8 @@ def stopped_warnings(stopped: list[dict]) -> list[str]:
             for s in stopped]
 
 
-def deaths(table: RunTable, stopped: list[dict], memory: dict) -> list[dict]:
+def deaths(table: RunTable, stopped: list[dict], memory: dict,
+           last: dict | None = None) -> list[dict]:
     """How the run died, where it did: the ranks whose training ended by their own error or a
     kill (not by waiting on a lost peer), each with the step it died in (numbered from 0, as
     every step in a report: the one after the steps it completed), first the one that died
@@ -108,8 +109,9 @@ def deaths(table: RunTable, stopped: list[dict], memory: dict) -> list[dict]:
     stopped by a launcher at once (a time limit: nobody died first)."""
     if table.source != "record":
         return []
-    frame = table.frame
-    last = frame.groupby("rank")["step"].max().to_dict() if len(frame) else {}
+    if last is None:
+        frame = table.frame
+        last = frame.groupby("rank")["step"].max().to_dict() if len(frame) else {}
     ooms = {f["ranks"][0]: f for f in (memory or {}).get("findings", [])
             if f.get("kind") == "out_of_memory"}
     first = {s["rank"] for s in stopped}

@@ -48,12 +48,13 @@ def estimate_wait(frame: pd.DataFrame, warnings: list[str],
         return frame
     steps = frame["step"].to_numpy()
     _, inv, counts = dense_unique(steps)
-    complete = counts[inv] == n_ranks
-    partial = np.unique(steps[~complete])
+    complete = counts[inv] >= 2  # the wait is split among the ranks present in the step
+    partial = np.unique(steps[counts[inv] < n_ranks])
     if len(partial):
         lo, hi = partial.min(), partial.max()
-        warnings.append(f"{len(partial)} step(s) ({lo}..{hi}) are missing on some ranks "
-                        "(mismatched step counts); waiting is not estimated for them")
+        warnings.append(f"{len(partial)} step(s) ({lo}..{hi}) are missing on some ranks: their "
+                        "waiting is split among the ranks present, a lower bound where a missing "
+                        "rank was the late one")
     bubble = frame["bubble_ns"].to_numpy() if "bubble_ns" in frame else 0
     exposed = frame["comm_exposed_ns"].to_numpy() - bubble
     grouped, mismatched = _group_waits(frame, comm, cells) if comm is not None else (None, 0)
@@ -76,7 +77,7 @@ def _group_waits(frame: pd.DataFrame, comm: pd.DataFrame,
     """Per frame row, the summed excess over the least of its exposed collectives, key by key
     and step by step; and the number of (key, step) pairs left out for unequal instance
     counts."""
-    cells = wait_cells(comm) if cells is UNSET else cells
+    cells = wait_cells(comm, frame) if cells is UNSET else cells
     if cells is None:
         return None, 0
     _, s, r, wait, mismatched, _ = cells
@@ -100,11 +101,16 @@ def key_waits(comm: pd.DataFrame | None, cells=UNSET) -> pd.DataFrame | None:
                          "wait_ns": wait.astype(np.int64)})
 
 
-def wait_cells(comm: pd.DataFrame | None):
+def wait_cells(comm: pd.DataFrame | None, frame: pd.DataFrame | None = None):
     """(key codes, steps, ranks, wait, mismatched pairs, key names) per (key, step, rank) cell
     of the table outside point-to-point (numpy on a (key, step, rank) grid, or on one sort of
     the table when the grid would be sparse: the table has a row per rank, step and key, up to
-    millions); None when it holds only point-to-point, or there is no table."""
+    millions); None when it holds only point-to-point, or there is no table.
+
+    `frame`: the step rows, which say which ranks recorded each step: a key's step is compared
+    among the members that recorded it (a rank whose file ends early, or that lost a few rows,
+    leaves its peers' waiting split among themselves), where without it every member must have
+    the key in the step."""
     if comm is None or comm.empty:
         return None
     kinds, _ = key_parts(comm)
@@ -120,13 +126,15 @@ def wait_cells(comm: pd.DataFrame | None):
     g, r, s = col(np.asarray(codes)), col(comm["rank"].to_numpy()), col(comm["step"].to_numpy())
     e = col(comm["exposed_ns"].to_numpy())
     c = col(comm["count"].to_numpy()) if "count" in comm else np.ones(g.size, np.int64)
-    found = _dense_waits(g, s, r, e, c)
+    have = None if frame is None else (frame["rank"].to_numpy(np.int64),
+                                       frame["step"].to_numpy(np.int64))
+    found = _dense_waits(g, s, r, e, c, have)
     if found is None:
-        found = _sorted_waits(g, s, r, e, c)
+        found = _sorted_waits(g, s, r, e, c, have)
     return (*found, [str(n) for n in names])
 
 
-def _dense_waits(g, s, r, e, c):
+def _dense_waits(g, s, r, e, c, have=None):
     """On a (key, step, rank) grid: each cell's exposed time and instance count summed, the
     key's members (ranks seen with it at all), and per (key, step) seen on all of them with one
     count the excess over the least. Returns (keys, steps, ranks, wait, mismatched pairs) of the
@@ -141,8 +149,17 @@ def _dense_waits(g, s, r, e, c):
     seen = np.zeros(cells, bool)
     seen[idx] = True
     seen = seen.reshape(ng, ns, nr)
-    members = seen.any(axis=1).sum(axis=1)                     # per key
-    present = (seen.sum(axis=2) == members[:, None]) & (members[:, None] > 0)  # (key, step)
+    member = seen.any(axis=1)                                  # (key, rank)
+    if have is None:  # every member of the key, in every step
+        expected = np.broadcast_to(member.sum(axis=1)[:, None], (ng, ns))
+    else:  # the members that recorded the step (or had the key in it)
+        has = np.zeros((ns, nr), bool)
+        hr, hs = have
+        ok = (hs >= s0) & (hs < s0 + ns) & (hr >= r0) & (hr < r0 + nr)
+        has[hs[ok] - s0, hr[ok] - r0] = True
+        expected = (member[:, None, :] & (has[None, :, :] | seen)).sum(axis=2)
+    got = seen.sum(axis=2)
+    present = (got == expected) & (got >= 2)                   # (key, step)
     total = np.bincount(idx, e.astype(np.float64), cells).reshape(ng, ns, nr)
     if int(seen.sum()) == idx.size and c.size and c.min() == c.max():
         same = np.ones((ng, ns), bool)  # a cell per row, all of one count: counts agree
@@ -167,7 +184,7 @@ def _dense_waits(g, s, r, e, c):
     return gi + g0, si + s0, flat % nr + r0, wait, mismatched
 
 
-def _sorted_waits(g, s, r, e, c):
+def _sorted_waits(g, s, r, e, c, have=None):
     """The same on one sort of the table (any numbering)."""
     order = np.lexsort((r, s, g))
     g, s, r, e, c = g[order], s[order], r[order], e[order], c[order]
@@ -186,7 +203,15 @@ def _sorted_waits(g, s, r, e, c):
     starts = np.flatnonzero(first)
     size = np.diff(np.r_[starts, g.size])
     low = np.minimum.reduceat(e, starts)
-    present = size == members[g_inv[starts]]
+    expected = members[g_inv[starts]]
+    if have is not None:  # no more than the ranks that recorded the step (see wait_cells)
+        hr, hs = have
+        span = max(n_r, int(hr.max(initial=0)) + 1)
+        steps_ranks = np.unique(np.concatenate([hs * span + hr, s * span + r]))
+        per_step, counts_ = np.unique(steps_ranks // span, return_counts=True)
+        at = np.searchsorted(per_step, s[starts])
+        expected = np.minimum(expected, counts_[np.minimum(at, per_step.size - 1)])
+    present = (size == expected) & (size >= 2)
     same = np.minimum.reduceat(c, starts) == np.maximum.reduceat(c, starts)
     step_of = np.cumsum(first) - 1  # each row's (key, step)
     full = (present & same)[step_of]

@@ -23,7 +23,7 @@ from collections import OrderedDict
 
 from werkzeug import wrappers
 
-from ...errors import GpuscopeError
+from ...errors import GpuscopeError, need
 
 PLUGIN_NAME = "gpuscope"
 STATIC = os.path.join(os.path.dirname(__file__), "static")
@@ -193,6 +193,12 @@ class RunIndex:
 
 
 def build_payload(path: str, run: str) -> dict:
+    from html import escape
+
+    try:  # the tab's panels are plotly figures: without it, the CLI's one-line hint
+        need("plotly", "tensorboard", "the TensorBoard tab")
+    except GpuscopeError as exc:
+        return {"run": escape(run), "error": escape(str(exc))}
     from ... import analyze
     from ...vocab import LABEL_COLORS
     from ...op_names import excess_words
@@ -254,6 +260,10 @@ class GpuscopePlugin(base_plugin.TBPlugin if base_plugin else object):
 
     @wrappers.Request.application
     def _plotly(self, request):
+        try:
+            need("plotly", "tensorboard", "the TensorBoard tab")
+        except GpuscopeError as exc:
+            return _json({"error": str(exc)}, 503)
         from plotly.offline import get_plotlyjs
 
         return wrappers.Response(get_plotlyjs(), content_type="application/javascript",

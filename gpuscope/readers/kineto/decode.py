@@ -241,7 +241,9 @@ def decode_trace(path: str, blob=None):
     finally:
         del blob
     if doc.traceEvents is None:
-        raise TraceFormatError(f"{path}: JSON without 'traceEvents': not a torch.profiler trace")
+        from .what import looks_like
+
+        raise TraceFormatError(looks_like(path))
     try:
         info = msgspec.json.decode(doc.distributedInfo)
     except msgspec.DecodeError:

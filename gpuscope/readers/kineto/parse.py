@@ -66,7 +66,19 @@ def parse_file(path: str, split: bool = False) -> tuple[str, object, RankEvents]
     if damaged >= 0:  # read event by event: the file as a whole is not JSON
         ev.counts["bad_json"] = ev.counts.get("bad_json", 0) + damaged
         ev.counts["salvaged"] = 1
+    elif not has_profiler_events(ev):  # trace events, but none torch.profiler writes
+        from ...errors import TraceFormatError
+        from .what import looks_like
+
+        raise TraceFormatError(looks_like(path))
     return path, info, ev
+
+
+def has_profiler_events(ev: RankEvents) -> bool:
+    """Whether the events hold anything torch.profiler writes: a host range or op, a device
+    event, a runtime launch, or an allocator instant."""
+    return bool(len(ev.host_kind) or len(ev.dev_kind) or len(ev.launch_corr) or ev.n_runtime
+                or len(ev.mem_ts))
 
 
 def _parse_all(files: list[str], jobs: int | None) -> list:

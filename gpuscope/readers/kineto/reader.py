@@ -100,6 +100,7 @@ def _table(path: str, parsed: list, warnings: list[str], facts: dict | None = No
     """The RunTable of the parsed files."""
     by_rank: dict[int, list] = {}
     ids: dict[int, RankId] = {}
+    worlds_of: dict[str, int | None] = {}
     unknown = []
     ready = {item[0]: item[3] for item in parsed if len(item) > 3 and item[3] is not None}
     for f, info, ev, *_ in parsed:
@@ -111,6 +112,11 @@ def _table(path: str, parsed: list, warnings: list[str], facts: dict | None = No
             continue
         by_rank.setdefault(rid.rank, []).append((f, ev))
         ids.setdefault(rid.rank, rid)
+        worlds_of[f] = rid.world_size
+    for rank in list(by_rank):
+        if len(by_rank[rank]) > 1:
+            by_rank[rank], said = one_run(rank, by_rank[rank], worlds_of, facts)
+            warnings += said
     procs: dict[str, set] = {}  # {host}_{pid} of tensorboard_trace_handler's names -> ranks
     for rank, items in by_rank.items():
         for f, _ in items:
@@ -225,6 +231,47 @@ def _table(path: str, parsed: list, warnings: list[str], facts: dict | None = No
                     comm=comm_table(colls), memory=mem, ops=_long(views["ops"]),
                     messages=_long(views["messages"]),
                     kernel_breakdown=_long(views["kernels"]), kernel_types=kernel_types)
+
+
+def _span(ev: RankEvents) -> tuple[int, int]:
+    """(first, last) ns of a file's events (0, 0 without any)."""
+    starts = [a.min() for a in (ev.host_start, ev.dev_start) if a.size]
+    ends = [a.max() for a in (ev.host_end, ev.dev_end) if a.size]
+    return (int(min(starts)), int(max(ends))) if starts else (0, 0)
+
+
+def one_run(rank: int, items: list, worlds: dict, facts: dict | None) -> tuple[list, list[str]]:
+    """A rank's files, less those that cannot be the same process profiled again: another
+    device (deviceProperties), another world size (distributedInfo), another process
+    (tensorboard_trace_handler's {host}_{pid}). Several kinds: the largest group is kept (the
+    newest among equals); the others are named in a warning, to be analysed apart. Files of
+    one process are merged as its profiler cycles, as before."""
+    def key(f):
+        told = head_facts(f) if facts is None else facts.get(f, {})
+        return (told.get(DEVICE_KEY, ""), worlds.get(f), process_of(f))
+
+    keys = {f: key(f) for f, _ in items}
+    groups: dict = {}
+    for f, ev in items:
+        k = keys[f]
+        # an unknown part (no device written, no name of the handler's form) joins any group
+        home = next((g for g in groups if all(a == b or not a or not b for a, b in zip(g, k))),
+                    k)
+        groups.setdefault(home, []).append((f, ev))
+    if len(groups) == 1:
+        return items, []
+    kept_key = max(groups, key=lambda g: (len(groups[g]),
+                                          max(_span(ev)[1] for _, ev in groups[g])))
+    kept = groups[kept_key]
+    left = [f for g, fs in groups.items() if g != kept_key for f, _ in fs]
+    what = []
+    for i, name in ((0, "devices"), (1, "world sizes"), (2, "processes")):
+        seen = sorted({str(g[i]) for g in groups if g[i]})
+        if len(seen) > 1:
+            what.append(f"{name} {', '.join(seen)}")
+    return kept, [f"rank {rank}: {len(items)} trace files that cannot be one run ("
+                  + "; ".join(what) + f"): analysed {', '.join(os.path.basename(f) for f, _ in kept)}"
+                  f"; left out {', '.join(os.path.basename(f) for f in left)} (analyse them apart)"]
 
 
 def _long(parts: list) -> pd.DataFrame | None:
