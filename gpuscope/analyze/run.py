@@ -55,6 +55,7 @@ from .stragglers import find_stragglers
 from .stopped import deaths
 from .suggestions import suggest, unaddressed
 from .findings import Findings, typical_step
+from .floors import hold_to_findings
 from .wait import UNSET, key_waits
 from .whatif import micro_steps
 
@@ -252,6 +253,9 @@ def bound(a: Analysis) -> None:
     the verdict's fix first and then by gain; a warning when the verdict has no fix."""
     ordered = sorted(a.suggestions, key=lambda s: -s.gain_pct)
     ordered, a.unbound = bound_suggestions(ordered, a.typical, a.frame, a.knobs)  # said on each
+    ordered, held = hold_to_findings(ordered, a.frame, a.stragglers, a.typical, a.knobs,
+                                     a.labels)
+    a.unbound += held
     a.suggestions = sorted(ordered, key=lambda s: (s.addresses != a.verdict.label, -s.gain_pct))
     label = a.verdict.label
     if label == PIPELINE and a.why_not_pipeline and not any(

@@ -1,0 +1,92 @@
+"""Estimates bounded by everything the report knows: a suggestion's estimate is never below what
+another finding of the same report holds the step at, unless its change moves that finding too.
+
+- A straggler (named or probable): until it is fixed, every synchronous step waits for its own
+  work. A change that does not fix it can remove from that rank only what it removes from every
+  rank (syncing less: the exposed communication and the optimizer steps skipped; a data change:
+  the data wait; a communication change: the exposed communication), so the step keeps at least
+  the straggler's busy time (step less its own waiting) less those parts. A larger batch moves
+  the floor with the rest of the step (its estimate scales the work with the batch), said so.
+- Loading that workers deliver too slowly (data-bound with num_workers > 0): the step is as long
+  as the workers take for a batch, whatever else gets faster; a change elsewhere gains nothing
+  until loading is fixed.
+
+The verdict's fix comes first; each other suggestion is estimated with that constraint in place
+(stacked), and a held estimate says which finding holds it and at what.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+
+from ..vocab import COMM, DATA, IMBALANCED, JITTER_BOUND, MS
+from .findings import TypicalStep
+
+#: what a suggestion's change takes off a rank's step, by its knob or the label it addresses
+REMOVES = {"sync_frequency": ("comm_exposed_ns", "optimizer_ns"), DATA: ("data_ns",),
+           COMM: ("comm_exposed_ns",)}
+#: changes that move a straggler's floor themselves: said, not held
+MOVES_FLOOR = {"batch_size": "a larger batch spreads the straggler's per-step work over more "
+                             "samples only as far as that work grows with the batch like the "
+                             "rest (assumed)"}
+
+
+def _rank_means(frame: pd.DataFrame, rank: int) -> dict[str, float]:
+    rows = frame[frame["rank"].to_numpy() == rank]
+    cols = ("step_ns", "wait_ns", "bubble_ns", "data_ns", "comm_exposed_ns", "optimizer_ns")
+    return {c: float(rows[c].mean()) for c in cols if c in rows and len(rows)}
+
+
+def floors(frame: pd.DataFrame, stragglers: list, typical: TypicalStep, knobs: dict,
+           labels: set) -> list[tuple[str, str, dict]]:
+    """(what, the label whose fix removes it, the parts it holds the step at) per finding."""
+    out = []
+    for s in stragglers:
+        m = _rank_means(frame, s.rank)
+        if m:
+            out.append((f"rank {s.rank}, the straggler", IMBALANCED, m))
+    workers = knobs.get("num_workers")
+    if DATA in labels and isinstance(workers, int) and workers > 0 and typical.data > 0:
+        out.append((f"loading ({workers} workers deliver a batch every ~{typical.step / MS:.1f} "
+                    "ms)", DATA, {"step_ns": typical.step}))
+    return out
+
+
+def hold_to_findings(suggestions: list, frame: pd.DataFrame, stragglers: list,
+                     typical: TypicalStep, knobs: dict, labels: set) -> tuple[list, list[str]]:
+    """The suggestions, each estimate held at the floors of the findings it does not fix; the
+    notes of those held (said on each suggestion too)."""
+    found = floors(frame, stragglers, typical, knobs, labels)
+    if not found:
+        return suggestions, []
+    out, notes = [], []
+    for sug in suggestions:
+        for what, fixed_by, parts in found:
+            if sug.addresses == fixed_by or (fixed_by == IMBALANCED and
+                                            sug.addresses == JITTER_BOUND):
+                continue
+            if sug.knob in MOVES_FLOOR and fixed_by == IMBALANCED:
+                sug = replace(sug, why=f"{sug.why}; with {what} still late: "
+                                       f"{MOVES_FLOOR[sug.knob]}")
+                continue
+            removes = REMOVES.get(sug.knob) or REMOVES.get(sug.addresses) or ()
+            floor = parts.get("step_ns", 0.0) - parts.get("wait_ns", 0.0) - \
+                parts.get("bubble_ns", 0.0) - sum(parts.get(c, 0.0) for c in removes)
+            floor_ms = max(floor, 0.0) / MS
+            if sug.estimated_step_ms >= floor_ms:
+                continue
+            rng = sug.estimated_step_ms_range
+            if rng is not None:
+                rng = (max(rng[0], floor_ms), max(rng[1], floor_ms))
+            gain = (typical.step / MS / max(floor_ms, 1e-9) - 1) * 100
+            note = (f"held at {floor_ms:.1f} ms (the model gave {sug.estimated_step_ms:.1f}): "
+                    f"{what} keeps the step there until it is fixed (estimated with it in place: "
+                    "fix it first)")
+            notes.append(f"suggestion {sug.knob}: {note}")
+            sug = replace(sug, estimated_step_ms=floor_ms, estimated_step_ms_range=rng,
+                          gain_pct=min(sug.gain_pct, gain), why=f"{sug.why}; {note}")
+        out.append(sug)
+    return out, notes

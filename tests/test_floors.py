@@ -1,0 +1,91 @@
+"""Estimates bounded by everything the report knows (analyze/floors.py, issue 52 1.): a
+suggestion that does not fix a straggler is never estimated below what that rank's own work
+holds every synchronous step at; loading that workers deliver too slowly holds any other change.
+"""
+
+import random
+
+import pytest
+
+from gpuscope.analyze.invariants import violations
+from gpuscope.analyze.run import analyze_table
+from gpuscope.thresholds import Thresholds
+from helpers import table_from_rows
+
+TH = Thresholds(warmup_steps=0)
+
+
+def _straggler_rows(n_ranks=4, slow=1, extra=30, transfer=12):
+    """Rank `slow` computes `extra` ms longer (a sleep in its forward); every all-reduce moves
+    `transfer` ms of bytes; the others wait for it."""
+    rnd = random.Random(3)
+    rows = []
+    for s in range(30):
+        for r in range(n_ranks):
+            j = rnd.choice((-1, -0.5, 0, 0.5, 1))
+            late = r == slow
+            c = 12 + (extra if late else 0) + j
+            exposed = transfer if late else transfer + extra - j
+            rows.append({"rank": r, "step": s, "compute": c, "comm": exposed,
+                         "comm_exposed": exposed, "optimizer": 1, "forward": c - 7,
+                         "backward": 6})
+    return rows
+
+
+@pytest.mark.parametrize("extra", [10, 20, 30, 40])
+def test_no_sync_estimate_below_the_stragglers_own_work(extra):
+    rep = analyze_table(table_from_rows(_straggler_rows(extra=extra), knobs={
+        "batch_size": 32, "model": "DistributedDataParallel", "sync_interval": 1}), TH)
+    assert rep.straggler_ranks == [1]
+    assert rep.suggestions[0].addresses == rep.verdict.label  # the verdict's fix first
+    # rank 1's own step less what syncing less takes off it (its exposed transfer, the
+    # optimizer steps skipped): by hand, 12 + extra + 12 + ... - 12 - 1
+    f = rep.table.frame
+    mine = f[f["rank"] == 1]
+    floor = float((mine["step_ns"] - mine["wait_ns"] - mine["comm_exposed_ns"]
+                   - mine["optimizer_ns"]).mean()) / 1e6
+    by = {s.knob: s for s in rep.suggestions}
+    if "sync_frequency" in by:
+        s = by["sync_frequency"]
+        assert s.estimated_step_ms >= floor - 1e-6
+        assert s.estimated_step_ms_range[0] >= floor - 1e-6
+        if "held at" in s.why:
+            assert "rank 1, the straggler" in s.why and "fix it first" in s.why
+    # the straggler's fix comes first; the batch size says how it moves the floor
+    if "batch_size" in by:
+        assert "straggler" in by["batch_size"].why and "grows with the batch" in by["batch_size"].why
+    assert violations(rep) == []
+
+
+def test_a_held_sync_estimate_is_what_the_straggler_leaves():
+    """30 ms extra in rank 1's forward, 12 ms of transfer: unheld, syncing every 32 steps gave
+    ~19.9 ms a step; rank 1 alone keeps 12 + 30 (+-1) ms of compute a step."""
+    rep = analyze_table(table_from_rows(_straggler_rows(extra=30), knobs={
+        "batch_size": 32, "model": "DistributedDataParallel", "sync_interval": 1}), TH)
+    s = next(x for x in rep.suggestions if x.knob == "sync_frequency")
+    assert 40.5 <= s.estimated_step_ms <= 43.5 and "held at" in s.why
+    assert [x.knob for x in rep.suggestions].index("sync_frequency") > 0
+
+
+def test_violations_name_an_estimate_below_a_stragglers_floor():
+    from dataclasses import replace
+
+    rep = analyze_table(table_from_rows(_straggler_rows(extra=30), knobs={
+        "batch_size": 32, "model": "DistributedDataParallel", "sync_interval": 1}), TH)
+    i = next(i for i, x in enumerate(rep.suggestions) if x.knob == "sync_frequency")
+    rep.suggestions[i] = replace(rep.suggestions[i], estimated_step_ms=15.0)
+    assert any("below the" in v and "straggler rank 1" in v for v in violations(rep))
+
+
+def test_loading_that_workers_deliver_too_slowly_holds_a_comm_fix():
+    """Data-bound with 4 workers already: the step is what the workers take a batch; syncing
+    less would shorten the rest, not the step."""
+    rows = [{"rank": r, "step": s, "data": 30, "compute": 10, "comm": 8, "comm_exposed": 8}
+            for s in range(20) for r in range(2)]
+    rep = analyze_table(table_from_rows(rows, knobs={
+        "batch_size": 32, "model": "DistributedDataParallel", "sync_interval": 1,
+        "num_workers": 4, "dataloader": True}), TH)
+    assert rep.verdict.label == "data-bound"
+    for s in rep.suggestions:
+        if s.addresses != "data-bound":
+            assert s.estimated_step_ms >= 48 - 1e-6, (s.knob, s.estimated_step_ms)
