@@ -53,11 +53,17 @@ class Jitter:
     steps_share: float = 0.0   # share of step time in those steps
     wait_share: float = 0.0    # share of step time lost waiting in them
 
-    def note(self) -> str:
-        """One line on it ("" when it costs under 1% of step time)."""
+    def note(self, stragglers: list[int] | None = None) -> str:
+        """One line on it ("" when it costs under 1% of step time). Beside named stragglers it
+        is the waiting of the other steps, said so (never "no consistent straggler" then)."""
         d = self.to_dict()
         if d["wait_pct"] < 1:
             return ""
+        if stragglers:
+            who = ", ".join(map(str, stragglers))
+            return (f"Rank jitter besides: {d['wait_pct']:.1f}% of step time is spent waiting in "
+                    f"steps where rank(s) {who} did not arrive last and the late rank changes "
+                    f"from step to step ({d['steps_time_pct']:.0f}% of step time)")
         return (f"Rank jitter: {d['wait_pct']:.1f}% of step time is spent waiting in steps where "
                 f"the late rank changes from step to step ({d['steps_time_pct']:.0f}% of step "
                 "time): no consistent straggler")
@@ -116,10 +122,21 @@ class Straggler:
     #: the ops and kernels its excess is in, against the median of its peers (profiler traces:
     #: analyze/ops.py excess), largest first
     ops: list = field(default_factory=list)
+    #: (N, M): it arrived last in N of the M steps every rank recorded: the one count of its
+    #: lateness every view quotes (0, 0: not known, an older report)
+    last_in: tuple = (0, 0)
 
     @property
     def part(self) -> str:
         return f"{self.cause} ({self.cause_detail})" if self.cause_detail else self.cause
+
+    @property
+    def lateness(self) -> str:
+        """The one statement of its lateness: "last in N of M steps" (the share of the
+        imbalanced steps it was slow in, where an older report lacks the count)."""
+        n, m = self.last_in
+        return (f"last in {n} of {m} steps" if m else
+                f"slow in {100 * self.slow_steps_share:.0f}% of the imbalanced steps")
 
     def to_dict(self) -> dict:
         return {"rank": self.rank, "host": self.host,
@@ -128,14 +145,17 @@ class Straggler:
                 "cause_detail": self.cause_detail, "telemetry": self.telemetry,
                 **({"group": list(self.group)} if self.group else {}),
                 **({"probable": self.probable} if self.probable else {}),
-                **({"ops": [dict(o) for o in self.ops]} if self.ops else {})}
+                **({"ops": [dict(o) for o in self.ops]} if self.ops else {}),
+                **({"last_in": list(self.last_in)} if self.last_in[1] else {}),
+                "lateness": self.lateness}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Straggler":
         return cls(d["rank"], d["slow_steps_pct"] / 100, _ns(d["excess_ms"]), d["cause"],
                    d.get("cause_detail", ""), host=d.get("host", ""),
                    telemetry=d.get("telemetry", ""), group=list(d.get("group", [])),
-                   probable=d.get("probable", ""), ops=[dict(o) for o in d.get("ops", [])])
+                   probable=d.get("probable", ""), ops=[dict(o) for o in d.get("ops", [])],
+                   last_in=tuple(d.get("last_in", (0, 0))))
 
 
 @dataclass(frozen=True)
@@ -407,6 +427,13 @@ class ReportData:
     #: per analysed rank and step, each mesh dimension's comm, exposed and wait ns
     #: (analyze/comm_groups.dim_steps); None when read from JSON or no group names a dimension
     comm_by_dim_steps: object = field(default=None, compare=False, repr=False)
+
+    @property
+    def step_ns(self) -> float:
+        """The report's step time: the slowest rank's mean over the analysed steps (the rank
+        table's, the throughput's and every estimate's basis); the one figure `compare`,
+        `scaling` and the views quote for the run (live diagnosis: the same over its window)."""
+        return float(max((r.step_ns for r in self.ranks), default=0.0))
 
     @property
     def straggler_ranks(self) -> list[int]:

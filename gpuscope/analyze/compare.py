@@ -157,9 +157,8 @@ def step_ms_per_micro(rep: Report) -> np.ndarray:
 
 def part_ms(rep: Report, part: str) -> float:
     """Mean ms per micro-step of one part, over ranks (step: the slowest rank's, per step)."""
-    if part == "step":
-        t = step_ms_per_micro(rep)
-        return float(t.mean()) if t.size else 0.0
+    if part == "step":  # the report's own figure (ReportData.step_ns), per micro-step
+        return rep.step_ns / MS / micro_steps(rep)
     vals = []
     for r in rep.ranks:
         if part in ("forward", "backward", "optimizer"):

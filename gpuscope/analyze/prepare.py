@@ -105,6 +105,9 @@ def prepare(a) -> None:
     statistics and batch growth)."""
     a.table = without_empty_steps(a.table, a.warnings)
     a.knobs = a.table.knobs()
+    if not a.knobs.get("world_size") and a.table.world_size:
+        # a trace's knobs lack it: what the traces hold (distributedInfo, the rank files read)
+        a.knobs["world_size"] = int(a.table.world_size)
     a.stopped, a.missing = stopped_ranks(a.table)
     a.warnings += stopped_warnings(a.stopped)
     whole = a.table.frame

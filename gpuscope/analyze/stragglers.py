@@ -106,9 +106,11 @@ def find_stragglers(frame: pd.DataFrame, steps: pd.DataFrame, th: Thresholds, ro
                 detail = DEVICE_COMPUTE
         probable = roles.probable is not None and roles.probable[0] == int(rank) \
             and int(rank) not in roles.late
+        j = int(np.flatnonzero(np.asarray(roles.ranks) == rank)[0])
+        last_in = (int(roles.slow[:, j].sum()), int(roles.n_steps))
         out.append(Straggler(int(rank), float(s), int(busy.loc[rank] - ref_busy), cause, detail,
                              int(diffs[cause]), (hosts or {}).get(int(rank), ""),
                              group=list(group[1]) if group else [],
                              probable=_probably(roles) if probable else "",
-                             peers=[int(r) for r in in_group]))
+                             peers=[int(r) for r in in_group], last_in=last_in))
     return out

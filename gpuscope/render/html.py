@@ -498,15 +498,14 @@ def _summary_html(report: ReportData) -> str:
         items = "".join(
             f"<li>{'probably ' if s.probable else ''}rank {s.rank}"
             f"{' on ' + esc(s.host) if s.host else ''}: "
-            + (f"{esc(s.probable)}; " if s.probable else
-               f"slow in {s.slow_steps_share:.0%} of steps, ")
+            + (f"{esc(s.probable)}; " if s.probable else f"{esc(s.lateness)}, ")
             + f"{s.excess_ns / MS:.1f} ms busier per step, mostly in {esc(s.part)}"
             + (f"; it holds back its group (ranks {', '.join(map(str, s.group))})"
                if s.group else "")
             + (f"; {esc(excess_words(s.ops))}" if s.ops else "") + "</li>"
             for s in report.stragglers)
         out.append(f'<h2>Stragglers</h2><ul id="stragglers">{items}</ul>')
-    note = report.jitter.note()
+    note = report.jitter.note([s.rank for s in report.stragglers])
     if note:
         out.append(f'<p id="jitter">{esc(note)}</p>')
     layout = _layout_html(report)

@@ -392,8 +392,7 @@ def _stragglers(report: ReportData, console: Console) -> None:
             console.print(Text.assemble(
                 ("Straggler (probable):" if s.probable else "Straggler:", "bold red"),
                 f" rank {s.rank}{where}: " + (f"{s.probable}; " if s.probable else
-                                              f"slow in {_pct(s.slow_steps_share, 1):.0f}% of "
-                                              "steps, ")
+                                              f"{s.lateness}, ")
                 + f"{_ms(s.excess_ns):,.1f} ms busier per step than the median rank, mostly in "
                 f"{s.part}"
                 + (f"; it holds back its group (ranks {', '.join(map(str, s.group))})"
@@ -406,7 +405,7 @@ def _stragglers(report: ReportData, console: Console) -> None:
         console.print("Stragglers: none named (too few steps to tell a straggler from jitter)")
     else:
         console.print("Stragglers: none")
-    note = report.jitter.note()
+    note = report.jitter.note([s.rank for s in report.stragglers])
     if note:
         console.print(Text(note, style="yellow"))
 

@@ -26,7 +26,9 @@ def share(steps, th):
     return np.where(s >= th.comm, s, -1.0)
 
 def _global_batch(knobs: dict, micro: int, accum: int) -> str:
-    world = knobs.get("world_size") or 1
+    world = knobs.get("world_size")
+    if not isinstance(world, int) or world < 1:  # never 1 by default
+        return f"{micro} x {accum} x (world size unknown)"
     return f"{micro} x {accum} x {world} = {micro * accum * world}"
 
 

@@ -117,8 +117,7 @@ def suggest_imbalance(t: TypicalStep, stragglers: list[Straggler], knobs: dict,
         out.append(Suggestion(
             "straggler", f"rank {s.rank}{where}", f"match {ref}", est / MS,
             f"{late} is busy {s.excess_ns / MS:.1f} ms per step longer than {ref}, "
-            f"mostly in {part}, and the others wait for it (it arrived last in "
-            f"{s.slow_steps_share:.0%} of steps)"
+            f"mostly in {part}, and the others wait for it ({s.lateness})"
             + (f"; {evidence}" if evidence else "") + f": {fix}; assumes the other "
             "ranks keep their pace and their own step-to-step variation (the step then waits "
             "for the last of them)", IMBALANCED, gain(t.step, est), rng))

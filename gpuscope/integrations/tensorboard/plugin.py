@@ -214,7 +214,8 @@ def build_payload(path: str, run: str) -> dict:
     # the ops section's words, as the terminal says them (one wording for every view)
     words = {"ops_lines": ops_text.lines(report.ops),
              "straggler_ops": {str(s.rank): excess_words(s.ops) for s in report.stragglers
-                               if s.ops}}
+                               if s.ops},
+             "jitter": report.jitter.note([s.rank for s in report.stragglers])}
     return {"run": run, "report": report.to_dict(), "figures": figs, "colors": LABEL_COLORS,
             "title": esc(f"{report.verdict.label}: {run}"), "words": words}
 

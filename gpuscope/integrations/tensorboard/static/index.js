@@ -84,7 +84,7 @@ function summary(report, colors, words) {
     for (const s of report.straggler_details) {
       ul.append(el("li", {}, `${s.probable ? "probably " : ""}rank ${s.rank}` +
                      `${s.host ? " on " + s.host : ""}: ` +
-                     (s.probable ? `${s.probable}; ` : `slow in ${s.slow_steps_pct}% of steps, `) +
+                     (s.probable ? `${s.probable}; ` : `${s.lateness}, `) +
                      `${s.excess_ms.toFixed(1)} ms busier per step, ` +
                      `mostly in ${s.cause}${s.cause_detail ? " (" + s.cause_detail + ")" : ""}` +
                      (words && words.straggler_ops && words.straggler_ops[String(s.rank)]
@@ -92,13 +92,7 @@ function summary(report, colors, words) {
     }
     box.append(ul);
   }
-  const jitter = report.jitter || {wait_pct: 0};
-  if (jitter.wait_pct >= 1) {
-    box.append(el("p", {id: "jitter"},
-        `Rank jitter: ${jitter.wait_pct.toFixed(1)}% of step time is spent waiting in steps where ` +
-        `the late rank changes from step to step (${Math.round(jitter.steps_time_pct)}% of step ` +
-        `time): no consistent straggler`));
-  }
+  if (words && words.jitter) box.append(el("p", {id: "jitter"}, words.jitter));
   const opsBox = opsSection(report, words);
   if (opsBox) box.append(opsBox);
   box.append(el("h3", {}, "Suggestions"));
