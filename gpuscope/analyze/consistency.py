@@ -80,6 +80,10 @@ class Roles:
     all_steps: np.ndarray | None = None
     all_slow: np.ndarray | None = None
     all_present: np.ndarray | None = None
+    #: ranks the paired test found consistently busier than the median rank of each step
+    paired: set = field(default_factory=set)
+    #: (steps, the busiest rank of each: most step time less waiting), every step recorded
+    busiest: tuple | None = None
 
     @property
     def decided(self) -> bool:
@@ -129,25 +133,42 @@ def find_roles(frame: pd.DataFrame, min_share: float = 0.0) -> Roles:
     rank); one late rank among n makes the others wait n/(n-1) times its offset below the mean."""
     step, rank = frame["step"].to_numpy(), frame["rank"].to_numpy()
     step_ns = frame["step_ns"].to_numpy(np.float64) if min_share > 0 else None
+    # each row's busy time (its step less its waiting for others): the paired test's
+    busy_ns = None
+    staged = "bubble_ns" in frame and bool(frame["bubble_ns"].to_numpy().any())
+    if "step_ns" in frame and not staged:  # (pipeline stages do different work: compared
+        # within a stage's group by bottlenecks/pipeline.py, not against every rank here)
+        busy_ns = frame["step_ns"].to_numpy(np.float64) - frame["wait_ns"].to_numpy(np.float64)
     partial = None  # (steps, arrived last) over every step, where some lack a rank
+    busiest = None  # (steps, the rank of the most busy time in each), every step
     width = repeated_run(step)
     if width and bool((rank.reshape(-1, width) == rank[::width, None]).all()) and \
             bool((rank[width::width] > rank[:-width:width]).all()):
         # rank after rank, each with the same steps: the (steps x ranks) table is a transpose
         steps, ranks = step[:width], rank[::width]
         w = np.ascontiguousarray(frame["wait_ns"].to_numpy(np.float64).reshape(-1, width).T)
+        b = np.ascontiguousarray(busy_ns.reshape(-1, width).T) if busy_ns is not None else None
+        if b is not None and ranks.size:
+            busiest = (steps, ranks[np.argmax(b, axis=1)])
         slowest = step_ns.reshape(-1, width).max(axis=0) if step_ns is not None else None
     else:
         steps, si, _ = dense_unique(step)
         ranks, ri, _ = dense_unique(rank)
         w = np.full((steps.size, ranks.size), np.nan)
         w[si, ri] = frame["wait_ns"].to_numpy(np.float64)
+        b = None
+        if busy_ns is not None:
+            b = np.full((steps.size, ranks.size), np.nan)
+            b[si, ri] = busy_ns
+            if ranks.size:
+                busiest = (steps, ranks[np.argmax(np.where(np.isnan(b), -np.inf, b), axis=1)])
         complete = ~np.isnan(w).any(axis=1)
         if not complete.all():  # who arrived last among the ranks present, in every step
             top = np.nanmax(np.where(np.isnan(w), -np.inf, w), axis=1, keepdims=True)
             partial = (steps, ~np.isnan(w) & (np.nan_to_num(w, nan=np.inf) <= 0.5 * top),
                        ~np.isnan(w))
         w, steps = w[complete], steps[complete]
+        b = b[complete] if b is not None else None
         slowest = None
         if step_ns is not None:  # the slowest rank's step, per complete step
             slowest = np.zeros(si.max() + 1)
@@ -158,15 +179,17 @@ def find_roles(frame: pd.DataFrame, min_share: float = 0.0) -> Roles:
         return roles
     if partial is not None:
         roles.all_steps, roles.all_slow, roles.all_present = partial
+    if busiest is not None:
+        roles.busiest = busiest
     max_wait = w.max(axis=1, keepdims=True)
     roles.steps, roles.ranks, roles.slow = steps, ranks, w <= 0.5 * max_wait
     roles.waits = w
     if not roles.decided:
         return roles
-    return _tested(roles, w, ranks, slowest, min_share, max_wait)
+    return _tested(roles, w, ranks, slowest, min_share, max_wait, b)
 
 
-def _tested(roles: Roles, w, ranks, slowest, min_share, max_wait) -> Roles:
+def _tested(roles: Roles, w, ranks, slowest, min_share, max_wait, busy=None) -> Roles:
     """find_roles' tests: each rank consistently late or early, or neither; where neither, a
     rank that is probably late (Roles.leaning) whose lateness is material."""
     x = w - w.mean(axis=1, keepdims=True)            # > 0: waited more than the step's mean
@@ -186,12 +209,24 @@ def _tested(roles: Roles, w, ranks, slowest, min_share, max_wait) -> Roles:
     z = rank_z(w)
     material_median = np.abs(np.median(x, axis=0)) * n_ranks / (n_ranks - 1) >= min_share * typical
     tiny = 1e-9 * (max_wait.max() + 1)
+    # the paired test: each rank's busy time against the median rank's in the same step; a
+    # rank consistently busier than its peers by a material amount is late whatever the
+    # jitter around it (the waits above move with who happened to arrive last)
+    paired = np.zeros(x.shape[1], dtype=bool)
+    if busy is not None and busy.shape == w.shape and n_ranks >= 2:
+        d = busy - np.median(busy, axis=1, keepdims=True)
+        dm, ds = d.mean(axis=0), d.std(axis=0, ddof=1)
+        for j in range(n_ranks):
+            tp = _t(dm[j], ds[j] / math.sqrt(n), tiny)
+            paired[j] = tp >= crit and dm[j] >= min_share * typical and dm[j] > 0
+    roles.paired = {int(ranks[j]) for j in np.flatnonzero(paired)}
     for j, rank in enumerate(ranks):
         t = _t(mean[j], sd[j] / math.sqrt(n), tiny)
         ty = _t(tmean[j], se[j], tiny)
         roles.t[int(rank)] = float(t)
         late = (material[j] and (t <= -crit or ty <= -crit_y)) or (
-            material_median[j] and z[j] <= -crit_z)
+            material_median[j] and z[j] <= -crit_z) or (
+            paired[j] and paired.sum() * 2 < n_ranks)  # a minority busier than the rest
         early = (material[j] and (t >= crit or ty >= crit_y)) or (
             material_median[j] and z[j] >= crit_z)
         if late:
@@ -274,8 +309,16 @@ def persistent_steps(roles: Roles, steps: np.ndarray) -> np.ndarray:
     known = have[pos] == steps
     rows, present = slow[pos], there[pos]
     col = {int(r): j for j, r in enumerate(roles.ranks)}
+    busiest = None
+    if roles.busiest is not None and roles.late:  # a straggler's steps: it arrived last, or
+        # it was the busiest rank while noise reordered the arrivals
+        bs, br = roles.busiest
+        bpos = np.searchsorted(bs, steps).clip(max=max(bs.size - 1, 0))
+        busiest = np.where(bs[bpos] == steps, br[bpos], -1) if bs.size else None
     for rank in roles.late_ranks:
         out |= known & rows[:, col[rank]]
+        if busiest is not None and rank in roles.late:
+            out |= busiest == rank
     for rank in roles.early:
         out |= known & present[:, col[rank]] & ~rows[:, col[rank]]
     return out

@@ -23,9 +23,10 @@ LABEL, JITTER_LABEL = IMBALANCED, JITTER_BOUND
 
 def waiting_steps(steps: pd.DataFrame, th, roles: Roles | None) -> tuple[np.ndarray, np.ndarray]:
     """(imbalanced, jitter) masks over classify's steps: a rank waits at least th.wait of the
-    step; that waiting is imbalance when it follows a persistent pattern (a consistently late
-    rank arrived last, or a consistently early one waited: consistency.py), jitter when the
-    roles are decided and it does not. Undecided roles (too few steps): all imbalance."""
+    step; that waiting is imbalance when it follows a persistent pattern (a consistently or
+    probably late rank arrived last, or was the busiest rank of the step; a consistently early
+    one waited: consistency.py), jitter when the roles are decided and it does not (another
+    rank was the late and busiest one). Undecided roles: all imbalance."""
     waits = steps["wait_share"].to_numpy() >= th.wait
     jitter = np.zeros(len(steps), dtype=bool)
     if roles is not None and roles.decided:
