@@ -1,7 +1,8 @@
 """Estimates bounded by everything the report knows: a suggestion's estimate is never below what
 another finding of the same report holds the step at, unless its change moves that finding too.
 
-- A straggler (named or probable): until it is fixed, every synchronous step waits for its own
+- A straggler the tests confirm (a probable one is too uncertain to hold others to): until it
+  is fixed, every synchronous step waits for its own
   work. A change that does not fix it can remove from that rank only what it removes from every
   rank (syncing less: the exposed communication and the optimizer steps skipped; a data change:
   the data wait; a communication change: the exposed communication), so the step keeps at least
@@ -45,6 +46,8 @@ def floors(frame: pd.DataFrame, stragglers: list, typical: TypicalStep, knobs: d
     """(what, the label whose fix removes it, the parts it holds the step at) per finding."""
     out = []
     for s in stragglers:
+        if s.probable:  # too few steps to confirm it: not a constraint to hold others to
+            continue
         m = _rank_means(frame, s.rank)
         if m:
             out.append((f"rank {s.rank}, the straggler", IMBALANCED, m))

@@ -242,6 +242,8 @@ def below_floors(report: ReportData) -> list[str]:
         return []
     out = []
     for st in report.stragglers:
+        if st.probable:
+            continue
         m = _rank_means(frame, st.rank)
         for s in report.suggestions:
             if s.addresses in (IMBALANCED, JITTER_BOUND) or s.knob in MOVES_FLOOR:
