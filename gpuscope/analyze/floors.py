@@ -41,6 +41,15 @@ def _rank_means(frame: pd.DataFrame, rank: int) -> dict[str, float]:
     return {c: float(rows[c].mean()) for c in cols if c in rows and len(rows)}
 
 
+def floor_ms(parts: dict, sug) -> float:
+    """The step (ms) a finding's `parts` hold suggestion `sug` at: that rank's busy time (step
+    less its waiting) less what the suggestion's change takes off it (REMOVES)."""
+    removes = REMOVES.get(sug.knob) or REMOVES.get(sug.addresses) or ()
+    floor = parts.get("step_ns", 0.0) - parts.get("wait_ns", 0.0) - \
+        parts.get("bubble_ns", 0.0) - sum(parts.get(c, 0.0) for c in removes)
+    return max(floor, 0.0) / MS
+
+
 def floors(frame: pd.DataFrame, stragglers: list, typical: TypicalStep, knobs: dict,
            labels: set) -> list[tuple[str, str, dict]]:
     """(what, the label whose fix removes it, the parts it holds the step at) per finding."""
@@ -75,21 +84,18 @@ def hold_to_findings(suggestions: list, frame: pd.DataFrame, stragglers: list,
                 sug = replace(sug, why=f"{sug.why}; with {what} still late: "
                                        f"{MOVES_FLOOR[sug.knob]}")
                 continue
-            removes = REMOVES.get(sug.knob) or REMOVES.get(sug.addresses) or ()
-            floor = parts.get("step_ns", 0.0) - parts.get("wait_ns", 0.0) - \
-                parts.get("bubble_ns", 0.0) - sum(parts.get(c, 0.0) for c in removes)
-            floor_ms = max(floor, 0.0) / MS
-            if sug.estimated_step_ms >= floor_ms:
+            floor = floor_ms(parts, sug)
+            if sug.estimated_step_ms >= floor:
                 continue
             rng = sug.estimated_step_ms_range
             if rng is not None:
-                rng = (max(rng[0], floor_ms), max(rng[1], floor_ms))
-            gain = (typical.step / MS / max(floor_ms, 1e-9) - 1) * 100
-            note = (f"held at {floor_ms:.1f} ms (the model gave {sug.estimated_step_ms:.1f}): "
+                rng = (max(rng[0], floor), max(rng[1], floor))
+            gain = (typical.step / MS / max(floor, 1e-9) - 1) * 100
+            note = (f"held at {floor:.1f} ms (the model gave {sug.estimated_step_ms:.1f}): "
                     f"{what} keeps the step there until it is fixed (estimated with it in place: "
                     "fix it first)")
             notes.append(f"suggestion {sug.knob}: {note}")
-            sug = replace(sug, estimated_step_ms=floor_ms, estimated_step_ms_range=rng,
+            sug = replace(sug, estimated_step_ms=floor, estimated_step_ms_range=rng,
                           gain_pct=min(sug.gain_pct, gain), why=f"{sug.why}; {note}")
         out.append(sug)
     return out, notes

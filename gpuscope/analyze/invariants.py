@@ -235,7 +235,7 @@ def violations(report: ReportData) -> list[str]:
 def below_floors(report: ReportData) -> list[str]:
     """Estimates below what a straggler of the same report holds the step at (floors.py), for
     suggestions that do not fix it and do not move it."""
-    from .floors import MOVES_FLOOR, REMOVES, _rank_means
+    from .floors import MOVES_FLOOR, _rank_means, floor_ms
 
     frame = report.table.frame if report.table is not None else None
     if frame is None or not report.stragglers:
@@ -248,9 +248,7 @@ def below_floors(report: ReportData) -> list[str]:
         for s in report.suggestions:
             if s.addresses in (IMBALANCED, JITTER_BOUND) or s.knob in MOVES_FLOOR:
                 continue
-            removes = REMOVES.get(s.knob) or REMOVES.get(s.addresses) or ()
-            floor = (m.get("step_ns", 0.0) - m.get("wait_ns", 0.0) - m.get("bubble_ns", 0.0)
-                     - sum(m.get(c, 0.0) for c in removes)) / MS
+            floor = floor_ms(m, s)
             if s.estimated_step_ms < floor - 0.01:
                 out.append(f"suggestion {s.knob}: {s.estimated_step_ms:.2f} ms below the "
                            f"{floor:.2f} ms straggler rank {st.rank} holds the step at")
