@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The suite on a busy machine: N fresh clones of this repository's main in a row, `.ci/run` in
-# each (a fresh venv, make test), one core kept busy by a spinning process the whole time.
-#   scripts/busy_clones.sh [N] [RESULTS] [REV]   (default 10, ../busy_clones.txt, HEAD)
+# each (a fresh venv, make test), BUSY cores (default 1) kept busy by spinning processes the whole
+# time (BUSY=2 on 2 cores: a load of 4-6).
+#   [BUSY=2] scripts/busy_clones.sh [N] [RESULTS] [REV]   (default 10, ../busy_clones.txt, HEAD)
 # REV pins every clone to one commit (taken when the script starts), so that work committed
 # meanwhile does not change what the later runs test.
 # The clone sits beside this checkout, so that it finds ../shared as CI does. One line per run
@@ -12,11 +13,14 @@ HERE=$(cd "$(dirname "$0")/.." && pwd)
 RESULTS=${2:-$(dirname "$HERE")/busy_clones.txt}
 CLONE=$(dirname "$HERE")/busyclone
 REV=$(git -C "$HERE" rev-parse "${3:-HEAD}")
-python3 -c "
+SPIN=
+for _ in $(seq 1 "${BUSY:-1}"); do  # BUSY=2: both cores of a 2-core machine kept busy
+  python3 -c "
 while True:
     sum(i * i for i in range(10000))
 " &
-SPIN=$!
+  SPIN="$SPIN $!"
+done
 RUN=
 # stopping this script (a signal, or the end) stops the spinner and the run in progress, the
 # whole process group of its `.ci/run` (pytest and the trainings it started), so that nothing
