@@ -22,7 +22,7 @@ __version__ = "0.1.0"
 
 
 def analyze(path, *, thresholds: Thresholds | dict | str | None = None,
-            skip: int | None = None, engine: str = "local") -> Report:
+            skip: int | None = None, engine: str = "local", steps=None) -> Report:
     """Analyze a run dir (or one of its rank files), a folder/file of torch.profiler traces, or
     an op timeline.
 
@@ -30,13 +30,20 @@ def analyze(path, *, thresholds: Thresholds | dict | str | None = None,
     skip: warm-up steps to leave out per rank (default: 1 for recorded runs, 0 for traces).
     engine: "local", or "ray": each file read by a task on the Ray cluster at RAY_ADDRESS
     (else a local one); paths may then be fsspec URLs.
+    steps: the steps to read: "10-50,80-99", [(10, 50)], or "profiled" (those a torch.profiler
+    captured beside a recording: the steps its traces hold); default all.
     """
     from .analyze.run import analyze_table
     from .readers import read_path
 
     if not isinstance(thresholds, Thresholds):
         thresholds = Thresholds().with_overrides(thresholds)
-    return analyze_table(read_path(path, engine=engine), thresholds, skip=skip, own=True)
+    if isinstance(steps, str):
+        from .analyze.window import parse_steps
+
+        steps = parse_steps(steps)
+    return analyze_table(read_path(path, engine=engine), thresholds, skip=skip, own=True,
+                         steps=steps)
 
 
 __all__ = ["record", "Recorder", "RecordOptions", "host_facts", "analyze", "Report", "Thresholds", "GpuscopeError",

@@ -46,8 +46,12 @@ def _analyze(args, ahead):
     from .readers import read_path
     from .thresholds import Thresholds
 
+    from .analyze.window import parse_steps
+
+    steps = parse_steps(getattr(args, "steps", None))
     return analyze_table(read_path(args.path, parsed=ahead, engine=args.engine),
-                         Thresholds().with_overrides(args.thresholds), skip=args.skip, own=True)
+                         Thresholds().with_overrides(args.thresholds), skip=args.skip, own=True,
+                         steps=steps)
 
 
 def cmd_analyze(args) -> int:
@@ -259,6 +263,10 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--skip", type=int, metavar="N",
                    help="warm-up steps to leave out per rank (default: 1 for a run dir, 0 for "
                    "profiler traces)")
+    a.add_argument("--steps", metavar="A-B,...|profiled",
+                   help="read these steps only (e.g. 10-50,80-99), or 'profiled': those a "
+                   "torch.profiler captured beside the recording, the steps its traces hold "
+                   "(then the record and the traces give one story); no warm-up left out")
     a.add_argument("-q", "--quiet", action="store_true", help="no terminal report")
     a.set_defaults(func=cmd_analyze)
     e = sub.add_parser("export", help="export a run for other tools: the rank x step table "

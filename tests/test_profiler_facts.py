@@ -85,3 +85,35 @@ def test_host_facts_for_a_profiler_without_the_recorder(monkeypatch):
     facts = json.loads(gpuscope.host_facts())
     assert facts["local_world_size"] == 4 and facts["cpu_count"] == os.cpu_count()
     assert all(isinstance(v, (bool, int, float, str)) for v in facts.values())
+
+
+def test_the_record_knows_the_steps_a_profiler_captured_and_reads_them_as_the_traces(tmp_path):
+    """Recorded and profiled at once (wait 1, warmup 1, active 4, two cycles): the record notes
+    the windows of steps the profiler recorded; `steps="profiled"` reads the record over the
+    steps the traces hold (each window less its last step, which a trace leaves out)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+
+    import gpuscope
+
+    m = torch.nn.Linear(32, 32)
+    opt = torch.optim.SGD(m.parameters(), lr=0.01)
+    prof = profile(activities=[ProfilerActivity.CPU],
+                   schedule=schedule(wait=1, warmup=1, active=4, repeat=2),
+                   on_trace_ready=tensorboard_trace_handler(str(tmp_path / "kineto")))
+    with gpuscope.record(str(tmp_path / "record"), model=m) as rec, prof:
+        for x in rec.data([torch.randn(8, 32) for _ in range(16)]):
+            m(x).sum().backward()
+            opt.step()
+            opt.zero_grad()
+            rec.step()
+            prof.step()
+    whole = gpuscope.analyze(str(tmp_path / "record"))
+    hint = [w for w in whole.warnings if "--steps profiled" in w]
+    assert hint and "a torch.profiler captured steps" in hint[0]
+    same = gpuscope.analyze(str(tmp_path / "record"), steps="profiled")
+    traces = gpuscope.analyze(str(tmp_path / "kineto"))
+    assert sorted({s.step for s in same.steps}) == sorted({s.step for s in traces.steps})
+    assert any("analysed steps" in w for w in same.warnings)
+    with pytest.raises(gpuscope.GpuscopeError, match="no step in"):
+        gpuscope.analyze(str(tmp_path / "record"), steps="900-999")

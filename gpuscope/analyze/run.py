@@ -29,6 +29,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from ..errors import InputError
 from ..report import Report
 from ..runtable import RunTable
 from ..thresholds import Thresholds
@@ -324,19 +325,52 @@ PASSES: tuple[Callable[[Analysis], None], ...] = (
 
 
 def analyze_table(table: RunTable, thresholds: Thresholds | None = None,
-                  skip: int | None = None, passes=PASSES, own: bool = False) -> Report:
+                  skip: int | None = None, passes=PASSES, own: bool = False,
+                  steps=None) -> Report:
     """Analyse one RunTable. `skip`: warm-up steps (optimizer steps, when the run accumulates
     gradients) to leave out per rank (default: the thresholds' warmup_steps, else 1 for
-    recorded runs and 0 for profiler traces). `own`: the table was read for this call and is
-    used by nothing else afterwards; its frame's memory may then be reused (the table's frame
-    is not the one read)."""
+    recorded runs and 0 for profiler traces; 0 when `steps` names them). `own`: the table was
+    read for this call and is used by nothing else afterwards; its frame's memory may then be
+    reused (the table's frame is not the one read). `steps`: the steps to read (window.py:
+    [(first, last), ...], or "profiled": those a torch.profiler captured beside a recording)."""
     th = thresholds or Thresholds()
+    warnings = list(table.warnings)
+    if steps is not None:
+        table = _window(table, steps, warnings)
+        if skip is None:
+            skip = 0
+    elif table.source == "record":
+        from .window import profiled_windows, words
+
+        wins = profiled_windows([i.knobs for i in table.ranks.values()])
+        if wins:
+            warnings.append(f"a torch.profiler captured steps {words(wins)} of this run: "
+                            f"`gpuscope analyze {table.path} --steps profiled` reads this record "
+                            "over the steps its traces hold, for one story from both")
     if skip is not None:
         th = th.with_overrides({"warmup_steps": skip})
-    a = Analysis(table, th.for_source(table.source), list(table.warnings), own=own)
+    a = Analysis(table, th.for_source(table.source), warnings, own=own and steps is None)
     for p in passes:
         p(a)
     return a.report
+
+
+def _window(table: RunTable, steps, warnings: list[str]) -> RunTable:
+    """The table over the steps named (window.py), said in a warning; InputError when none."""
+    from .window import PROFILED, profiled_windows, select, words
+
+    if steps == PROFILED:
+        steps = profiled_windows([i.knobs for i in table.ranks.values()])
+        if not steps:
+            raise InputError(f"{table.path}: --steps profiled: the record says of no step that a "
+                             "torch.profiler captured it (a recorder older than this, or no "
+                             "profiler ran beside it)")
+    frame = select(table.frame, steps)
+    if frame.empty:
+        raise InputError(f"{table.path}: no step in {words(steps)}")
+    warnings.append(f"analysed steps {words(steps)} only ({frame['step'].nunique()} of "
+                    f"{table.frame['step'].nunique()} recorded)")
+    return replace(table, frame=frame, int_block=None)
 
 
 def comm_unseen(table: RunTable, frame: pd.DataFrame) -> str:

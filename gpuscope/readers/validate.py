@@ -69,6 +69,10 @@ def _knob_ok(key: str, v) -> bool:
     if key == "mesh_dims":
         return isinstance(v, dict) and len(v) <= 4096 and all(
             isinstance(k, str) and isinstance(x, str) for k, x in v.items())
+    if key == "profiled_steps":
+        return isinstance(v, list) and len(v) <= 64 and all(
+            isinstance(w, list) and len(w) == 2 and all(is_int(x, 0, 1 << 53) for x in w)
+            and w[0] <= w[1] for w in v)
     if key == "profiler_trace_steps":
         return isinstance(v, list) and len(v) <= 64 and all(is_int(x, 0, 1 << 53) for x in v)
     if key == "flops_by_dtype":

@@ -98,6 +98,7 @@ class Recorder:
         self._profiling = None   # torch's "a profiler records now" (profiler_facts.py)
         self._was_profiling = False  # ... as the previous step closed
         self._trace_steps: list[int] = []  # steps in which a profiler wrote its trace
+        self._profiled: list[list[int]] = []  # [first, last] windows of steps a profiler recorded
         self._data_ns = self._data_cpu_ns = 0  # the flushed micro-steps' data wait, its CPU
         #                                        (of those whose CPU was measured)
         self._routing = None     # sinks.Routing: rows each all-to-all delivered, per step
@@ -672,10 +673,28 @@ class Recorder:
         on = self._profiling()
         if on:
             self._tell_profiler()
+            self._note_profiled(self.steps)
         elif self._was_profiling:
+            if self._profiled:  # the window as it closed
+                self._note_knobs({"profiled_steps": [list(w) for w in self._profiled]})
             self._trace_steps.append(self.steps)
             self._note_knobs({"profiler_trace_steps": list(self._trace_steps[-64:])})
         self._was_profiling = on
+
+    def _note_profiled(self, step: int) -> None:
+        """Step `step` closed while a torch.profiler recorded: the record keeps the windows of
+        steps its traces hold (knob profiled_steps), so that both sources can be read over the
+        same steps (`gpuscope analyze RUN --steps A-B`); a knob line when a window opens or
+        closes, not every step."""
+        wins = self._profiled
+        if wins and wins[-1][1] == step - 1:
+            wins[-1][1] = step
+            if step % 16:  # the window grows: said again at most every 16 steps
+                return
+        else:
+            wins.append([step, step])
+            del wins[:-64]
+        self._note_knobs({"profiled_steps": [list(w) for w in wins]})
 
     def _tell_profiler(self) -> None:
         """A torch.profiler records this step: its trace gets what it cannot hold itself
