@@ -217,3 +217,20 @@ def test_data_workers_for_a_loop_that_loads_in_its_own_thread_start_warm():
     t2 = step(step=8 * MS, data=3 * MS, compute=4.0 * MS, busy_fast=3 * MS)
     (top, *_), _ = data.suggest_data(t2, knobs, TH)
     assert top.estimated_step_ms == pytest.approx(5.1, abs=1e-6)
+
+
+def test_a_worker_count_on_a_rungs_edge_says_the_other_rung_and_its_estimate():
+    """7.9 and 8.5 workers' worth of one run's loading (its record and its traces) propose 8 and
+    12: each report says the need sits near that edge and what the other count would give, so
+    the two tell one story; 7.5 is far from either edge: nothing said."""
+    def top(load_ms):
+        t = step(step=(10 + load_ms) * MS, data=load_ms * MS, compute=10 * MS, data_cpu=0.1 * MS)
+        out, _ = data.suggest_data(t, {"num_workers": 0, "dataloader": True,
+                                       "cpus_available": 64}, TH)
+        return out[0]
+
+    a, b = top(79), top(85)
+    assert (a.proposed, b.proposed) == (8, 12)
+    assert "near the edge between 8 and 12 workers" in a.why and "propose 12" in a.why
+    assert "near the edge between 8 and 12 workers" in b.why and "propose 8" in b.why
+    assert "near the edge" not in top(75).why

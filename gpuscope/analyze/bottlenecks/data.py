@@ -105,6 +105,31 @@ def loading_cpu(t: TypicalStep, knobs: dict) -> tuple[float | None, str]:
     return None, ""
 
 
+#: a need within this share of a rung's edge is said to sit on it
+EDGE = 0.10
+
+
+def _edge(need: float, proposed: int, step_with, cores) -> str:
+    """Where the measured need sits near the edge between two rungs of the ladder (another
+    reading of the same run, or its traces, may land on the other side), the other rung's
+    count and estimate, so that two reports a rung apart tell one story; "" elsewhere."""
+    i = WORKER_COUNTS.index(proposed) if proposed in WORKER_COUNTS else -1
+    if i < 0:
+        return ""
+    lower = WORKER_COUNTS[i - 1] if i > 0 else None
+    upper = WORKER_COUNTS[i + 1] if i + 1 < len(WORKER_COUNTS) else None
+    edge = proposed * (1 + HIDE_SLACK)  # past this the next rung is proposed
+    if upper is not None and need >= edge * (1 - EDGE):
+        other = upper
+    elif lower is not None and need <= lower * (1 + HIDE_SLACK) * (1 + EDGE):
+        other = lower
+    else:
+        return ""
+    return (f"; {need:.1f} workers' worth sits near the edge between {min(other, proposed)} "
+            f"and {max(other, proposed)} workers (another reading of this run may propose "
+            f"{other}: ~{step_with(other, cores) / MS:.1f} ms/step)")
+
+
 def suggest_data(t: TypicalStep, knobs: dict, th: Thresholds) -> tuple[list[Suggestion], str]:
     """More DataLoader workers, as many as hide the data wait, with an estimate that accounts
     for the CPU their loading takes from the rank's cores; else why not.
@@ -208,7 +233,8 @@ def suggest_data(t: TypicalStep, knobs: dict, th: Thresholds) -> tuple[list[Sugg
               f"hand-over on {point_cores} core(s))" if f is not None and cores is not None
               and est > step_with(proposed, None) + 0.05 * MS else "")
            + (f"; a worker costs ~{cost / MS:.1f} ms per batch to hand over, included"
-              if cur == 0 and not spare else "") + "; assumes: " + "; ".join(assumes))
+              if cur == 0 and not spare else "") + _edge(need, proposed, step_with, point_cores)
+           + "; assumes: " + "; ".join(assumes))
     out.append(Suggestion("num_workers", cur, proposed, est / MS, why, DATA, gain(t.step, est),
                           (lo / MS, hi / MS)))
     if knobs.get("device", "cpu").startswith("cuda") and not knobs.get("pin_memory"):
