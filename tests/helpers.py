@@ -38,11 +38,13 @@ def table_from_rows(rows: list[dict], knobs: dict | None = None, world: int | No
 
 
 def about_recording(warnings: list[str]) -> list[str]:
-    """The warnings that are not about suggestions. Which bottleneck a short run on a shared
-    machine shows depends on its load, and with it whether a fix could be estimated ("no
-    suggestion for ...") or had to be held to what it can recover ("suggestion ..."): tests of
-    the recording assert on the rest."""
-    return [w for w in warnings if not w.startswith(("no suggestion for ", "suggestion "))]
+    """The warnings that are not about suggestions or the verdict. Which bottleneck a short run
+    on a shared machine shows depends on its load, and with it whether a fix could be estimated
+    ("no suggestion for ...") or had to be held to what it can recover ("suggestion ..."), and
+    whether a step the machine stalled made the verdict unexplained ("unexplained: ...", once in
+    a fresh-clone suite at load 4.7): tests of the recording assert on the rest."""
+    return [w for w in warnings
+            if not w.startswith(("no suggestion for ", "suggestion ", "unexplained: "))]
 
 
 def balanced(n_steps: int, n_ranks: int, **parts) -> list[dict]:
