@@ -1,6 +1,6 @@
 """Device-side step timing with CUDA events, resolved in batches: no synchronization per step.
 
-Per step, events are recorded on the training's stream (the current one as recording starts) at
+Per step, events are recorded on the training's stream (the current one at the first event) at
 these points:
   fetch  - as the host asks for the batch (entering next())
   ready  - right after the batch arrived
@@ -30,11 +30,12 @@ from ..vocab import MS
 
 
 class CudaBackend:
-    """torch.cuda events on the stream the training runs on, looked up once, as recording
-    starts: `Event.record()` without a stream looks the current one up and builds a Stream
-    object for it every time (the largest part of the recorder's cost per step on an H200,
-    five events a step). `cuda`: torch.cuda, or what tests count the calls of (the seam's
-    own fake)."""
+    """torch.cuda events on the stream the training runs on, looked up once, at the first event
+    (inside the loop: after it has picked its device; a recording may start before
+    `torch.cuda.set_device`): `Event.record()` without a stream looks the current one up and
+    builds a Stream object for it every time (the largest part of the recorder's cost per step
+    on an H200, five events a step). `cuda`: torch.cuda, or what tests count the calls of (the
+    seam's own fake)."""
 
     def __init__(self, cuda=None):
         if cuda is None:
@@ -42,13 +43,16 @@ class CudaBackend:
 
             cuda = torch.cuda
         self.cuda = cuda
-        self.stream = cuda.current_stream()
+        self.stream = None
 
     def new_event(self):
         return self.cuda.Event(enable_timing=True)
 
     def record(self, event) -> None:
-        event.record(self.stream)
+        stream = self.stream
+        if stream is None:
+            stream = self.stream = self.cuda.current_stream()
+        event.record(stream)
 
     def done(self, event) -> bool:
         return bool(event.query())
