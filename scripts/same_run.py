@@ -213,7 +213,8 @@ def main() -> None:
                                   f"{exc.returncode}); {'again' if attempt == 0 else 'given up'}",
                                   flush=True)
                             continue
-                        if args.keep and (not res["agree"] or not res["right"]):
+                        if args.keep and (not res["agree"] or not res["right"]
+                                          or not (res["same_fix"] or res["adjacent_fix"])):
                             shutil.copytree(tmp, os.path.join(args.keep, f"{scenario}-{i}"))
                         break
                 if res is None:
