@@ -84,6 +84,9 @@ def test_a_run_that_died_of_oom_says_so_first_against_what_it_could_use():
     growth = next(f for f in rep.memory["findings"] if f["kind"] == "growth")
     assert growth["forecast_steps"] is None and growth["capacity_bytes"] < 6 * 2**30
     assert rep.to_dict()["died"][0]["step"] == 10
+    # the post-mortem's capacity is the device's allowed share, not the host's memory
+    oom = next(f for f in rep.memory["findings"] if f["kind"] == "out_of_memory")
+    assert 5.5 * 2**30 < oom["capacity_bytes"] < 5.7 * 2**30
 
 
 def test_the_dashboard_says_the_death_before_the_verdict(tmp_path):

@@ -80,8 +80,6 @@ class Roles:
     all_steps: np.ndarray | None = None
     all_slow: np.ndarray | None = None
     all_present: np.ndarray | None = None
-    #: ranks the paired test found consistently busier than the median rank of each step
-    paired: set = field(default_factory=set)
     #: (steps, the busiest rank of each: most step time less waiting), every step recorded
     busiest: tuple | None = None
 
@@ -219,7 +217,6 @@ def _tested(roles: Roles, w, ranks, slowest, min_share, max_wait, busy=None) -> 
         for j in range(n_ranks):
             tp = _t(dm[j], ds[j] / math.sqrt(n), tiny)
             paired[j] = tp >= crit and dm[j] >= min_share * typical and dm[j] > 0
-    roles.paired = {int(ranks[j]) for j in np.flatnonzero(paired)}
     for j, rank in enumerate(ranks):
         t = _t(mean[j], sd[j] / math.sqrt(n), tiny)
         ty = _t(tmean[j], se[j], tiny)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import numpy as np
 import pandas as pd
 
 from ..vocab import COMM, DATA, IMBALANCED, JITTER_BOUND, MS
@@ -35,7 +34,7 @@ MOVES_FLOOR = {"batch_size": "a larger batch spreads the straggler's per-step wo
                              "rest (assumed)"}
 
 
-def _rank_means(frame: pd.DataFrame, rank: int) -> dict[str, float]:
+def rank_means(frame: pd.DataFrame, rank: int) -> dict[str, float]:
     rows = frame[frame["rank"].to_numpy() == rank]
     cols = ("step_ns", "wait_ns", "bubble_ns", "data_ns", "comm_exposed_ns", "optimizer_ns")
     return {c: float(rows[c].mean()) for c in cols if c in rows and len(rows)}
@@ -57,7 +56,7 @@ def floors(frame: pd.DataFrame, stragglers: list, typical: TypicalStep, knobs: d
     for s in stragglers:
         if s.probable:  # too few steps to confirm it: not a constraint to hold others to
             continue
-        m = _rank_means(frame, s.rank)
+        m = rank_means(frame, s.rank)
         if m:
             out.append((f"rank {s.rank}, the straggler", IMBALANCED, m))
     workers = knobs.get("num_workers")

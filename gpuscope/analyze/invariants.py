@@ -235,7 +235,7 @@ def violations(report: ReportData) -> list[str]:
 def below_floors(report: ReportData) -> list[str]:
     """Estimates below what a straggler of the same report holds the step at (floors.py), for
     suggestions that do not fix it and do not move it."""
-    from .floors import MOVES_FLOOR, _rank_means, floor_ms
+    from .floors import MOVES_FLOOR, rank_means, floor_ms
 
     frame = report.table.frame if report.table is not None else None
     if frame is None or not report.stragglers:
@@ -244,7 +244,7 @@ def below_floors(report: ReportData) -> list[str]:
     for st in report.stragglers:
         if st.probable:
             continue
-        m = _rank_means(frame, st.rank)
+        m = rank_means(frame, st.rank)
         for s in report.suggestions:
             if s.addresses in (IMBALANCED, JITTER_BOUND) or s.knob in MOVES_FLOOR:
                 continue

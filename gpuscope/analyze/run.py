@@ -29,7 +29,6 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from ..errors import InputError
 from ..report import Report
 from ..runtable import RunTable
 from ..thresholds import Thresholds
@@ -57,6 +56,7 @@ from .stopped import deaths
 from .suggestions import suggest, unaddressed
 from .findings import Findings, typical_step
 from .floors import hold_to_findings
+from .window import profiled_hint, windowed
 from .wait import UNSET, key_waits
 from .whatif import micro_steps
 
@@ -336,41 +336,17 @@ def analyze_table(table: RunTable, thresholds: Thresholds | None = None,
     th = thresholds or Thresholds()
     warnings = list(table.warnings)
     if steps is not None:
-        table = _window(table, steps, warnings)
+        table = windowed(table, steps, warnings)
         if skip is None:
             skip = 0
-    elif table.source == "record":
-        from .window import profiled_windows, words
-
-        wins = profiled_windows([i.knobs for i in table.ranks.values()])
-        if wins:
-            warnings.append(f"a torch.profiler captured steps {words(wins)} of this run: "
-                            f"`gpuscope analyze {table.path} --steps profiled` reads this record "
-                            "over the steps its traces hold, for one story from both")
+    else:
+        warnings += profiled_hint(table)
     if skip is not None:
         th = th.with_overrides({"warmup_steps": skip})
     a = Analysis(table, th.for_source(table.source), warnings, own=own and steps is None)
     for p in passes:
         p(a)
     return a.report
-
-
-def _window(table: RunTable, steps, warnings: list[str]) -> RunTable:
-    """The table over the steps named (window.py), said in a warning; InputError when none."""
-    from .window import PROFILED, profiled_windows, select, words
-
-    if steps == PROFILED:
-        steps = profiled_windows([i.knobs for i in table.ranks.values()])
-        if not steps:
-            raise InputError(f"{table.path}: --steps profiled: the record says of no step that a "
-                             "torch.profiler captured it (a recorder older than this, or no "
-                             "profiler ran beside it)")
-    frame = select(table.frame, steps)
-    if frame.empty:
-        raise InputError(f"{table.path}: no step in {words(steps)}")
-    warnings.append(f"analysed steps {words(steps)} only ({frame['step'].nunique()} of "
-                    f"{table.frame['step'].nunique()} recorded)")
-    return replace(table, frame=frame, int_block=None)
 
 
 def comm_unseen(table: RunTable, frame: pd.DataFrame) -> str:

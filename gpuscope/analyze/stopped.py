@@ -99,19 +99,29 @@ def stopped_warnings(stopped: list[dict]) -> list[str]:
             for s in stopped]
 
 
-def deaths(table: RunTable, stopped: list[dict], memory: dict,
-           last: dict | None = None) -> list[dict]:
+def died_in(end, last: int | None) -> int | None:
+    """The step (numbered from 0, as every step in a report) a rank's training died in: the
+    one after the steps its end record says completed, else after its last recorded step."""
+    n = end.get("steps") if isinstance(end, dict) else None
+    if isinstance(n, int) and n >= 0:
+        return n
+    return None if last is None else int(last) + 1
+
+
+def completed(step: int | None) -> str:
+    """" (steps 0-N completed)" after the step a rank died in ("" for its first, or unknown)."""
+    return f" (steps 0-{step - 1} completed)" if step else ""
+
+
+def deaths(table: RunTable, stopped: list[dict], memory: dict, last: dict) -> list[dict]:
     """How the run died, where it did: the ranks whose training ended by their own error or a
     kill (not by waiting on a lost peer), each with the step it died in (numbered from 0, as
-    every step in a report: the one after the steps it completed), first the one that died
-    first. An out-of-memory death carries the memory section's post-mortem (what was asked,
+    every step in a report: died_in), first the one that died first; `last`: each rank's last
+    recorded step. An out-of-memory death carries the memory section's post-mortem (what was asked,
     what was held, of what capacity). [] for a run that ended cleanly, or whose every rank was
     stopped by a launcher at once (a time limit: nobody died first)."""
     if table.source != "record":
         return []
-    if last is None:
-        frame = table.frame
-        last = frame.groupby("rank")["step"].max().to_dict() if len(frame) else {}
     ooms = {f["ranks"][0]: f for f in (memory or {}).get("findings", [])
             if f.get("kind") == "out_of_memory"}
     first = {s["rank"] for s in stopped}
@@ -122,10 +132,8 @@ def deaths(table: RunTable, stopped: list[dict], memory: dict,
         if not why or failed_on_a_peer(end):
             continue
         mine = last.get(rank)
-        n = end.get("steps") if isinstance(end, dict) else None
         killed = _killed(end)
-        step = (None if killed else n if isinstance(n, int) and n >= 0 else
-                None if mine is None else int(mine) + 1)
+        step = None if killed else died_in(end, mine)
         if rank in ooms:
             cause, text = "out_of_memory", ooms[rank]["text"]
         elif killed:
@@ -136,8 +144,7 @@ def deaths(table: RunTable, stopped: list[dict], memory: dict,
         else:
             cause = "exception"
             err = str(end.get("error") or "").splitlines()
-            text = (f"rank {rank}'s training raised in step {step}"
-                    + (f" (steps 0-{step - 1} completed)" if step else "")
+            text = (f"rank {rank}'s training raised in step {step}" + completed(step)
                     + (f": {err[0][:200]}" if err else ""))
         out.append({"rank": int(rank), "step": step, "last_step": None if mine is None
                     else int(mine), "cause": cause, "first": rank in first or not stopped,

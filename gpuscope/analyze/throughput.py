@@ -102,10 +102,9 @@ def _peak(table, knobs: dict) -> tuple[float | None, str]:
         return None, f"ranks on different devices ({', '.join(sorted(names))})"
     shares, how = math_dtypes(knobs)
     name = next(iter(names), "")
-    if not shares:
-        peak, what = device_peak(name, "")
-        return (None, what if peak is None and "not" in what and "no peak" not in what
-                else how)
+    if not shares:  # the device's own reason where it is unknown, else the dtype's
+        known = any(re.search(p, name or "", re.IGNORECASE) for p, _, _ in PEAKS)
+        return None, how if known else device_peak(name, "")[1]
     if len(shares) == 1:
         peak, what = device_peak(name, next(iter(shares)))
         return peak, (f"{what}; dtype: {how}" if peak else what)

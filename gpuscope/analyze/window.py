@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import re
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 
 from ..errors import InputError
+from ..runtable import RunTable
 
 PROFILED = "profiled"
 _RANGE = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+))?\s*$")
@@ -61,3 +64,31 @@ def select(frame: pd.DataFrame, windows: list[tuple[int, int]]) -> pd.DataFrame:
 
 def words(windows: list[tuple[int, int]]) -> str:
     return ", ".join(f"{a}-{b}" if b > a else str(a) for a, b in windows)
+
+
+def windowed(table: RunTable, steps, warnings: list[str]) -> RunTable:
+    """The table over the steps named ([(first, last), ...] or PROFILED), said in a warning;
+    InputError when no step is left."""
+    if steps == PROFILED:
+        steps = profiled_windows([i.knobs for i in table.ranks.values()])
+        if not steps:
+            raise InputError(f"{table.path}: --steps profiled: the record says of no step that a "
+                             "torch.profiler captured it (a recorder older than this, or no "
+                             "profiler ran beside it)")
+    frame = select(table.frame, steps)
+    if frame.empty:
+        raise InputError(f"{table.path}: no step in {words(steps)}")
+    warnings.append(f"analysed steps {words(steps)} only ({frame['step'].nunique()} of "
+                    f"{table.frame['step'].nunique()} recorded)")
+    return replace(table, frame=frame, int_block=None)
+
+
+def profiled_hint(table: RunTable) -> list[str]:
+    """For a record read over all its steps whose run a profiler captured in part: the command
+    that reads it over the steps its traces hold ([] otherwise)."""
+    if table.source != "record":
+        return []
+    wins = profiled_windows([i.knobs for i in table.ranks.values()])
+    return [f"a torch.profiler captured steps {words(wins)} of this run: `gpuscope analyze "
+            f"{table.path} --steps profiled` reads this record over the steps its traces hold, "
+            "for one story from both"] if wins else []

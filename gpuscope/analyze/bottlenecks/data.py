@@ -37,7 +37,7 @@ WORKER_START_NS = 30_000_000
 def warm_rest(t: TypicalStep) -> tuple[float, float]:
     """(point, low end) of the rest of the step once the loop no longer leaves it for the load
     (WARM_WHEN_LOAD_OVER_BUSY): as fast as its fastest tenth of steps; those start cold too, so
-    the low end goes as far again below them as they are below the mean (at most half)."""
+    the low end goes as far again below them as they are below the mean (to half, no lower)."""
     busy = t.busy
     warm = min(busy, t.busy_fast) if t.busy_fast is not None else busy
     return warm, max(warm - (busy - warm), 0.5 * warm)

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..stopped import failed_on_a_peer
+from ..stopped import completed, died_in, failed_on_a_peer
 
 GROWTH_MIN_BYTES = 16 << 20   # growth smaller than this over the run is not reported
 NOISE_TIMES = 4.0              # ... nor growth within this many times the scatter
@@ -302,15 +302,6 @@ def retry_findings(mem: pd.DataFrame) -> list[dict]:
     return out
 
 
-def died_in(end, last: int | None) -> int | None:
-    """The step (numbered from 0, as every step in a report) a rank's training died in: the
-    one after the steps its end record says completed, else after its last recorded step."""
-    n = end.get("steps") if isinstance(end, dict) else None
-    if isinstance(n, int) and n >= 0:
-        return n
-    return None if last is None else int(last) + 1
-
-
 def oom_findings(ranks: dict, last_step: dict) -> list[dict]:
     out = []
     for rank, info in sorted(ranks.items()):
@@ -320,18 +311,18 @@ def oom_findings(ranks: dict, last_step: dict) -> list[dict]:
             continue
         asked = asked_bytes(err)
         held = end.get("memory_at_error") or {}
-        cap = info.meta.get("capacity") or {}
         waiting = sorted(int(r) for r, other in ranks.items() if r != rank
                          and failed_on_a_peer(other.meta.get("end")))
         step = died_in(end, last_step.get(rank))
         parts = [f"rank {rank} ran out of memory in step {step if step is not None else '?'}"
-                 + (f" (steps 0-{step - 1} completed)" if step else "")]
+                 + completed(step)]
         if asked is not None:
             parts.append(f"the failing allocation asked for {_bytes(asked)}")
+        device_cap = None
         if "device_peak_reserved_bytes" in held:
-            tot, what = device_capacity(info.meta)
+            device_cap, what = device_capacity(info.meta)
             parts.append(f"the allocator held {_bytes(held['device_peak_reserved_bytes'])} at "
-                         f"its peak" + (f", of {what}" if tot else ""))
+                         f"its peak" + (f", of {what}" if device_cap else ""))
         if "rss_bytes" in held:
             tot, what = host_capacity(info.meta)
             parts.append(f"resident {_bytes(held['rss_bytes'])}"
@@ -339,8 +330,7 @@ def oom_findings(ranks: dict, last_step: dict) -> list[dict]:
         if waiting:
             parts.append("rank(s) " + ", ".join(map(str, waiting)) + " stopped waiting on it")
         out.append({"kind": "out_of_memory", "ranks": [rank], "step": step,
-                    "capacity_bytes": int(tot) if "device_peak_reserved_bytes" in held and tot
-                    else None,
+                    "capacity_bytes": int(device_cap) if device_cap else None,
                     "asked_bytes": asked, "memory_at_error": held, "stopped_waiting": waiting,
                     "error": err.splitlines()[0][:300] if err else "",
                     "text": "; ".join(parts)})
