@@ -59,6 +59,11 @@ def test_the_backward_tail_is_timed_and_phases_found(pg, tmp_path):
     assert "avg_backward_comm_time" in end["ddp_logging"]  # what backward hides, by DDP
     knobs = gpuscope.analyze(tmp_path).knobs  # what the estimates are told of it
     assert knobs["hidden_comm"] == "unmeasured"
+    logged = end["ddp_logging"]
+    if logged.get("avg_backward_compute_comm_overlap_time", 0) > 0:  # DDP timed its overlap
+        assert knobs["hidden_comm_share"] == pytest.approx(min(
+            logged["avg_backward_compute_comm_overlap_time"]
+            / logged["avg_backward_compute_time"], 1.0), abs=1e-4)
 
 
 def test_the_tail_is_the_wait_for_the_last_all_reduce(pg, tmp_path):

@@ -113,7 +113,9 @@ def recoverable(s: Suggestion, typical, frame: pd.DataFrame,
         worst = max(hi for _, _, hi in HIDDEN_COST.values())
         # a DDP record times the backward's exposed tail: what hid behind backward is DDP's own
         # measure (hidden_comm_ns), on top of the rows' communication
-        hidden = (knobs or {}).get("hidden_comm_ns") or 0.0
+        knobs = knobs or {}
+        hidden = max(knobs.get("hidden_comm_ns") or 0.0, (knobs.get("hidden_comm_share") or 0.0)
+                     * _per_rank(frame, "backward_ns"))
         return worst * (_per_rank(frame, "comm_ns") + hidden) + _per_rank(frame, "optimizer_ns")
     if s.knob == "num_workers" and s.current == 0 and typical.busy_fast is not None:
         # the load out of the training thread: its wait, and what the loop's own work lost to

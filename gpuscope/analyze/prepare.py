@@ -108,6 +108,10 @@ def prepare(a) -> None:
     if not a.knobs.get("world_size") and a.table.world_size:
         # a trace's knobs lack it: what the traces hold (distributedInfo, the rank files read)
         a.knobs["world_size"] = int(a.table.world_size)
+    shares = [i.knobs.get("hidden_comm_share") for i in a.table.ranks.values()]
+    if shares and all(isinstance(x, float) for x in shares):
+        # DDP's own measure on each rank (readers/rundir.hidden_share): their mean
+        a.knobs["hidden_comm_share"] = sum(shares) / len(shares)
     a.stopped, a.missing = stopped_ranks(a.table)
     a.warnings += stopped_warnings(a.stopped)
     whole = a.table.frame

@@ -163,13 +163,21 @@ def device_kind(knobs: dict) -> str:
 def hidden_comm(s: Micro, knobs: dict) -> tuple[float, float, float, str]:
     """(point, least, most) communication hidden behind a synchronized micro-step's backward,
     and what it rests on. Measured in the rows, or not measured (a DDP record times only the
-    backward's exposed tail, knobs "hidden_comm": "unmeasured"): anywhere from none of the
-    backward to all of it, half of it as the point (even with one gradient bucket, which starts
-    when every gradient is ready, a synchronizing backward does more: DDP copies the gradients
-    into the bucket, and on a CPU the all-reduce takes cores from the next step's work)."""
+    backward's exposed tail, knobs "hidden_comm": "unmeasured"): the share of backward DDP's own
+    sampled iterations had communication in flight for (knobs "hidden_comm_share"), else
+    anywhere from none of the backward to all of it, half of it as the point (even with one
+    gradient bucket, which starts when every gradient is ready, a synchronizing backward does
+    more: DDP copies the gradients into the bucket, and on a CPU the all-reduce takes cores
+    from the next step's work)."""
     if s.hidden > 0 or knobs.get("hidden_comm") != "unmeasured":
         return s.hidden, s.hidden, s.hidden, ""
     bwd = max(s.backward, 0.0)
+    share = knobs.get("hidden_comm_share")
+    if isinstance(share, float) and 0 < share <= 1:
+        return (share * bwd, 0.5 * share * bwd, bwd,
+                f"; DDP's own timing of its sampled iterations had gradient communication in "
+                f"flight for the last {share:.0%} of backward: that share of backward as the "
+                f"point, half of it to all of backward as the range")
     return (0.5 * bwd, 0.0, bwd, "; how much communication hid behind backward was not "
             "measured (DDP is timed by its backward's tail): from none of the backward to all "
             "of it, half as the point")

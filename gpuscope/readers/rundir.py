@@ -899,6 +899,20 @@ def _int_block(rows: int, n: int, spill: str | None) -> np.ndarray:
     return np.empty((rows, n), np.int64)
 
 
+
+def hidden_share(logging: dict) -> float | None:
+    """The part of backward during which DDP's gradient communication was in flight, from DDP's
+    own sampled iterations: from the first bucket's launch to the end of backward compute, over
+    backward compute. A ratio of two times of the same iterations, so the slow first iterations
+    a short run's averages lean on weigh on both alike. None where either is missing."""
+    overlap, compute = (logging.get(k) for k in ("avg_backward_compute_comm_overlap_time",
+                                                  "avg_backward_compute_time"))
+    if not (isinstance(overlap, int) and isinstance(compute, int) and 0 < overlap
+            and 0 < compute < 1 << 50):
+        return None
+    return round(min(overlap / compute, 1.0), 4)
+
+
 def read_run_dir(path: str, loaded: list | None = None) -> RunTable:
     """A run dir (its newest recording), or one rank file (the recording it belongs to).
     `loaded`: (name, RankFile or TraceFormatError) per record file, read elsewhere (the Ray
@@ -951,6 +965,9 @@ def read_run_dir(path: str, loaded: list | None = None) -> RunTable:
                 "avg_backward_compute_comm_overlap_time") if isinstance(f.end, dict) else None
             if isinstance(overlap, int) and 0 < overlap < 1 << 50:
                 knobs["hidden_comm_ns"] = overlap
+                share = hidden_share(f.end["ddp_logging"])
+                if share is not None:
+                    knobs["hidden_comm_share"] = share
         ranks[rank] = RankInfo(rank, header.get("host", ""), knobs,
                                {k: header.get(k) for k in ("pid", "comm_timing", "start_unix_ns",
                                                            "placement_source", "local_rank", "gpu",
