@@ -53,7 +53,7 @@ from .routing import routing_section
 from .rowgroups import PerRank
 from .stragglers import find_stragglers
 from .stopped import deaths
-from .suggestions import suggest, unaddressed
+from .suggestions import in_order, leading_labels, suggest, unaddressed
 from .findings import Findings, typical_step
 from .floors import hold_to_findings
 from .window import profiled_hint, windowed
@@ -251,13 +251,15 @@ def suggest_all(a: Analysis) -> None:
 
 def bound(a: Analysis) -> None:
     """suggestions -> held to what each can recover (a warning for those that could not be),
-    the verdict's fix first and then by gain; a warning when the verdict has no fix."""
+    the verdict's fix first (or the fixes of the labels in a near tie with it) and then by gain
+    (suggestions.in_order); a warning when the verdict has no fix."""
     ordered = sorted(a.suggestions, key=lambda s: -s.gain_pct)
     ordered, a.unbound = bound_suggestions(ordered, a.typical, a.frame, a.knobs)  # said on each
     ordered, held = hold_to_findings(ordered, a.frame, a.stragglers, a.typical, a.knobs,
                                      a.labels)
     a.unbound += held
-    a.suggestions = sorted(ordered, key=lambda s: (s.addresses != a.verdict.label, -s.gain_pct))
+    a.suggestions = in_order(ordered, leading_labels(a.verdict),
+                             {n.split(":")[0].removeprefix("suggestion ") for n in held})
     label = a.verdict.label
     if label == PIPELINE and a.why_not_pipeline and not any(
             s.addresses == PIPELINE for s in a.suggestions):

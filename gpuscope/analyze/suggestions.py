@@ -52,3 +52,50 @@ def unaddressed(why_not: dict[str, str], label: str, suggestions: list[Suggestio
         return ""
     why = why_not.get(label) or "no change with a measurable gain could be estimated"
     return f"no suggestion for {label}: {why}"
+
+
+#: suggestions whose throughput gains are this close (relative, on 1 + gain) are a tie: two
+#: measurements of one run (its record and its traces, or two runs) put them either way round
+#: (seen: "sync every 32 steps" 28.94 ms and "batch 4" 29.43 ms from a record, the other order
+#: from the traces of the same steps)
+TIE = 0.05
+#: how far a change alters the training's maths, for a tie: changes that leave it alone come
+#: first, then the smaller change (2x the batch before 32x the global batch by accumulating)
+MATHS_CHANGE = {"batch_size": 1, "reshard_after_forward": 0, "mixed_precision": 2,
+                "grad_compression": 2, "sync_frequency": 3}
+
+
+def leading_labels(verdict) -> set[str]:
+    """The verdict's label and any other whose share of time is a near tie with it
+    (confidence.RUNNER_UP: "either could be the verdict"): the labels whose fixes come first."""
+    from .confidence import RUNNER_UP
+
+    return {verdict.label} | {k for k, v in verdict.time_by_label.items()
+                              if verdict.share - v < RUNNER_UP}
+
+
+def in_order(suggestions: list, leading: set[str], held: set[str]) -> list:
+    """The fixes of the leading labels first (leading_labels: in a near tie of two labels, either
+    could be the verdict and the record and the traces of one run can name either), each group
+    by gain; then break_ties."""
+    ordered = sorted(suggestions, key=lambda s: (s.addresses not in leading, -s.gain_pct))
+    return break_ties(ordered, leading, held)
+
+
+def break_ties(ordered: list, leading: set[str], held: set[str]) -> list:
+    """`ordered` (best first) with the suggestions tied with the first (TIE) put in one fixed
+    order: an estimate of its own before one held at another finding's floor (floors.py: that
+    finding is the constraint), then the smaller change to the training's maths, then by knob.
+    Only the lead is reordered; a clear winner stays first."""
+    if len(ordered) < 2:
+        return ordered
+    lead = 1 + ordered[0].gain_pct / 100
+    first = ordered[0].addresses in leading
+    n = 1
+    while n < len(ordered) and lead <= (1 + TIE) * (1 + ordered[n].gain_pct / 100) and (
+            (ordered[n].addresses in leading) == first):
+        n += 1
+    tied = sorted(ordered[:n], key=lambda s: (s.knob in held, MATHS_CHANGE.get(s.knob, 0),
+                                              s.knob))
+    return tied + ordered[n:]
+
