@@ -143,14 +143,19 @@ def clock_confirms(ranks: list, loop_ms: dict) -> bool:
 
 
 def one(scenario: str, steps: int, out: str, extra: tuple = ()) -> dict:
-    import gpuscope
     from gpuscope.demo.launch import run_training
 
-    timings = os.path.join(out, "timings.jsonl")
     run_training(scenario, os.path.join(out, "record"), steps,
-                 profile_dir=os.path.join(out, "kineto"), extra=(*extra, "--timings", timings))
+                 profile_dir=os.path.join(out, "kineto"),
+                 extra=(*extra, "--timings", os.path.join(out, "timings.jsonl")))
+    return read(scenario, out)
+
+
+def read(scenario: str, out: str) -> dict:
+    """The three readings of one run kept in `out` (record/, kineto/, timings.jsonl), judged."""
     from dataclasses import replace
 
+    import gpuscope
     from gpuscope.analyze.run import analyze_table
     from gpuscope.readers import read_path
 
@@ -177,7 +182,7 @@ def one(scenario: str, steps: int, out: str, extra: tuple = ()) -> dict:
                          if record.comm is not None else None))
     got = {"record": summary(analyze_table(same, skip=0)), "kineto": summary(kin),
            "record_all_steps": summary(gpuscope.analyze(os.path.join(out, "record")))}
-    got_clock = {"loop_ms": loop_clock(timings)}
+    got_clock = {"loop_ms": loop_clock(os.path.join(out, "timings.jsonl"))}
     return {"scenario": scenario, **judge(scenario, got, got_clock["loop_ms"]),
             "steps": sorted(profiled), **got, **got_clock}
 

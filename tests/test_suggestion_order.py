@@ -20,6 +20,13 @@ def test_a_near_tie_of_labels_lets_both_labels_fixes_lead():
         assert leading_labels(v) == {"comm-bound", "imbalanced"}
         assert [s.knob for s in in_order([straggler, batch], leading_labels(v), set())] == \
             ["batch_size", "straggler"]
+    # jitter-bound 58% against comm-bound 42% (the traces; the record of the same steps: 53/47):
+    # both lead; at 70/30 the verdict's fixes lead alone
+    assert leading_labels(Verdict("jitter-bound", 0.58, "medium",
+                                  {"jitter-bound": 0.58, "comm-bound": 0.42})) == \
+        {"jitter-bound", "comm-bound"}
+    assert leading_labels(Verdict("jitter-bound", 0.7, "medium",
+                                  {"jitter-bound": 0.7, "comm-bound": 0.3})) == {"jitter-bound"}
     # a clear verdict: its own fix first, however large another label's gain
     clear = Verdict("imbalanced", 0.8, "high", {"imbalanced": 0.8, "comm-bound": 0.2})
     assert leading_labels(clear) == {"imbalanced"}

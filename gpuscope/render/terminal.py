@@ -444,8 +444,9 @@ def _memory(report: ReportData, console: Console) -> None:
 def _suggestions(report: ReportData, console: Console) -> None:
     if not report.suggestions:
         return
-    console.print(Text("\nSuggestions (what fixes the verdict first, then by estimated gain; "
-                       "each estimate is the mean time per step of today's global batch)",
+    console.print(Text("\nSuggestions (what fixes the verdict, or a label near it, first; then by "
+                       "estimated gain; each estimate is the mean time per step of today's global "
+                       "batch)",
                        style="bold"))
     for i, s in enumerate(report.suggestions, 1):
         rng = s.estimated_step_ms_range
