@@ -621,8 +621,10 @@ def budgets(docs: dict) -> list[str]:
                        and s != "compute")
         fix = (f", and the same top fix (within 15%) in {sum(fixes)} of {fix_runs} runs of the "
                "scenarios that have one" if fixes else "")
+        busy = r.get("busy_cores", 1)
+        cores = "a core" if busy == 1 else f"{busy} cores"
         out.append(f"- Both sources agree: the same run recorded and profiled gets the same "
-                   f"verdict and stragglers in {agree} of {runs} runs{fix}, a core kept busy "
+                   f"verdict and stragglers in {agree} of {runs} runs{fix}, {cores} kept busy "
                    "([same run](docs/performance.md#the-same-run-from-both-sources)).")
     f = docs.get("fuzz.json")
     if f:
