@@ -7,7 +7,7 @@ TORCH_SPEC ?= torch==$(TORCH_VERSION)
 BIN := $(VENV)/bin
 SCENARIO ?= data
 
-.PHONY: install demo test test-fast bench bench-overhead bench-overhead-cases bench-whatif samples dashboards docs clean
+.PHONY: install demo test test-fast bench bench-overhead bench-overhead-cases bench-whatif bench-faults samples dashboards docs clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,10 @@ bench-overhead-cases: install   # the overhead on nanoGPT-style, FSDP2, HF Train
 
 bench-whatif: install
 	$(BIN)/python benchmarks/bench_whatif.py
+
+bench-faults: install   # injected faults at random ranks, scored; the tables of docs/accuracy.md
+	$(BIN)/python benchmarks/faults/run.py
+	$(BIN)/python scripts/accuracy.py
 
 bench: bench-overhead
 

@@ -1,6 +1,8 @@
 """The accuracy corpus: every external trace folder against what is known of it.
 
     python scripts/accuracy.py                 # checks every folder, writes docs/accuracy.md
+                                               # (and the injected-fault tables from
+                                               # benchmarks/results/faults.json)
     python scripts/accuracy.py --no-write      # checks only (exit 1 when one fails)
 
 Folders: sample_traces/external/* and, beside the repository, ../shared/traces/external/* and
@@ -190,8 +192,20 @@ def write(rows: list[dict], path: str) -> None:
     failed = sum(not ok for r in rows for _, ok, _ in r["checks"])
     lines += ["", f"{len(rows)} cases, {sum(len(r['checks']) for r in rows)} checks, "
               f"{failed} failed."]
+    faults = fault_section()
+    if faults:
+        lines += [""] + faults
     with open(path, "w") as fh:
         fh.write("\n".join(lines) + "\n")
+
+
+def fault_section() -> list[str]:
+    """The injected-fault tables (benchmarks/faults/tables.py) from their results file."""
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks", "faults"))
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    from tables import section
+
+    return section(os.path.join(ROOT, "benchmarks", "results", "faults.json"))
 
 
 def main() -> int:

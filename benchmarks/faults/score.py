@@ -1,0 +1,186 @@
+"""Scores one fault row: what a gpuscope report (JSON, `Report.to_dict()`) says against what was
+injected (benchmarks/faults/train.py's truth files) and the loop's own clock.
+
+A row is right from a source when the report
+- names the slowed rank first among its stragglers (both, for two slowed ranks; for a rank slowed
+  in one step of five, names it or says its lateness is intermittent; for rotating slowness and
+  controls, names no one);
+- gives the cause: the loader for `data`, compute in the slowed phase for forward / backward /
+  optimizer, time outside the phases for `between`, its communication for `comm`;
+- gives an excess within EXCESS_TOLERANCE of the injected time a step;
+- estimates the step without the fault within ESTIMATE_TOLERANCE of the run without it (the
+  row's control, run in the same batch).
+Rows the evidence cannot settle count as right only where the report says so: it names the
+rank as probably late at low confidence, or names no one at low confidence.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+
+EXCESS_TOLERANCE = 0.25
+ESTIMATE_TOLERANCE = 0.15
+#: the phase each fault adds its time to, as a straggler's `cause` / `cause_detail` say it
+#: (`comm` has none: gpuscope names a straggler's cause among data, compute and other, and a rank
+#: whose collective starts late is none of them; what it says is kept, not scored)
+CAUSES = {"data": ("data", None), "data_workers": ("data", None), "forward": ("compute", "forward"),
+          "backward": ("compute", "backward"), "optimizer": ("compute", "optimizer"),
+          "intermittent": ("compute", "forward"), "two": ("compute", "forward"),
+          "between": ("other", None)}
+
+
+def _median(xs: list) -> float:
+    return statistics.median(xs[1:] or xs) if xs else 0.0
+
+
+def truth(run_dir: str) -> dict:
+    """What was injected, by rank, and what the loop's own clock saw: each rank's mean added ms
+    per micro-step (after the first), its local work (data wait, forward, optimizer and between
+    steps: no communication inside; medians), its data wait, and the job's step (the profiler's
+    trace writing left out)."""
+    ranks = {}
+    for name in os.listdir(run_dir):
+        if name.startswith("truth-rank") and name.endswith(".json"):
+            with open(os.path.join(run_dir, name)) as fh:
+                d = json.load(fh)
+            ranks[d["rank"]] = d
+    if not ranks:
+        raise FileNotFoundError(f"{run_dir}: no truth files (the training did not finish)")
+    any_rank = next(iter(ranks.values()))
+    added = {r: statistics.fmean(d["added_ms"][1:] or d["added_ms"]) for r, d in ranks.items()}
+
+    def step_s(d) -> list:
+        sec = d["seconds"]
+        prof = sec.get("profiler") or [0.0] * len(sec["step"])
+        return [s - p for s, p in zip(sec["step"], prof)][1:] or sec["step"]
+
+    # the job's step: every rank waits for the slowest at the collective, so the mean over
+    # ranks of each rank's mean step
+    step_ms = 1e3 * statistics.fmean(statistics.fmean(step_s(d)) for d in ranks.values())
+    local = {r: 1e3 * sum(_median(d["seconds"][k]) for k in ("data", "forward", "optimizer",
+                                                             "between"))
+             for r, d in ranks.items()}
+    data = {r: 1e3 * statistics.fmean(d["seconds"]["data"][1:] or d["seconds"]["data"])
+            for r, d in ranks.items()}
+    return {"fault": any_rank["fault"], "slowed": any_rank["slowed"], "ms": any_rank["ms"],
+            "world": any_rank["world"], "parallel": any_rank["parallel"],
+            "workers": any_rank["workers"], "added_ms": added, "step_ms": step_ms,
+            "local_ms": local, "data_ms": data}
+
+
+def _get(by_rank: dict, r: int, default=None):
+    """A value by rank from a dict read back from JSON (string keys) or made here (int keys)."""
+    return by_rank.get(r, by_rank.get(str(r), default))
+
+
+#: a rank whose local work (the loop's clock) is this much longer than its peers' median is
+#: really slower: on a shared machine one rank can compute longer for a whole run
+CONFIRMS = 1.10
+#: loading the workers hide: a slowed loader whose measured wait on that rank exceeds its
+#: peers' by less than this share of the step slowed no one
+HIDDEN_DATA = 0.05
+
+
+def clock_confirms(ranks: list, t: dict) -> bool:
+    """Each of `ranks` did at least CONFIRMS x its peers' median local work (truth's local_ms)."""
+    local = {int(k): v for k, v in t["local_ms"].items()}
+    for r in ranks:
+        others = [v for k, v in local.items() if k != r]
+        if r not in local or not others or local[r] < CONFIRMS * statistics.median(others):
+            return False
+    return bool(ranks)
+
+
+def effective_kind(kind: str, t: dict) -> str:
+    """The kind a row is scored as: a loader fault its workers hid (the slowed rank waited for
+    data less than HIDDEN_DATA of the step more than its peers, by the loop's clock) slowed
+    no one: a control."""
+    if kind in ("data", "data_workers"):
+        r = t["slowed"][0]
+        data = {int(k): v for k, v in t["data_ms"].items()}
+        others = [v for k, v in data.items() if k != r]
+        if others and data[r] - statistics.median(others) < HIDDEN_DATA * t["step_ms"]:
+            return "control"
+    return kind
+
+
+def _detail(report: dict, rank: int) -> dict | None:
+    for s in report.get("straggler_details") or ():
+        if s["rank"] == rank:
+            return s
+    return None
+
+
+def _estimate(report: dict) -> float | None:
+    """The report's estimate of the step with the slowed rank fixed: its straggler suggestion,
+    else its top one."""
+    sugg = report.get("suggestions") or []
+    for s in sugg:
+        if s.get("knob") == "straggler":
+            return s.get("estimated_step_ms")
+    return sugg[0].get("estimated_step_ms") if sugg else None
+
+
+def score(kind: str, t: dict, report: dict, control_step_ms: float | None) -> dict:
+    """Checks of one report against the row's truth `t` (truth()); `kind` is the row's kind
+    (train.py's fault, or `two`). Each check True / False, or None where it does not apply."""
+    scored_as = effective_kind(kind, t)
+    if scored_as != kind:
+        out = score(scored_as, dict(t, slowed=[]), report, control_step_ms)
+        out["scored_as"] = scored_as
+        return out
+    named = list(report.get("stragglers") or [])
+    probable = list(report.get("probable_stragglers") or [])
+    low = report.get("confidence") == "low"
+    slowed = list(t["slowed"])
+    out: dict = {"verdict": report.get("verdict"), "confidence": report.get("confidence"),
+                 "named": named, "probable": probable}
+    unsure = False
+    if kind in ("control", "rotating"):
+        ok = not named
+        if named and clock_confirms(named, t):  # a rank really slower on the shared cores
+            ok = out["real_straggler"] = True
+        if kind == "rotating" and ok:  # said as such: the lateness moves between ranks
+            ok = report.get("verdict") == "jitter-bound" or bool(
+                (report.get("jitter") or {}).get("steps_time_pct"))
+    elif kind == "two":
+        ok = sorted(named) == sorted(slowed)
+        unsure = not ok and low and set(named + probable) <= set(slowed) and bool(named + probable)
+    elif kind == "intermittent":
+        r = slowed[0]
+        d = _detail(report, r)
+        ok = d is not None and (not named or named[0] == r) and (
+            d.get("last_in") is None or d["last_in"][0] < d["last_in"][1])
+        unsure = not ok and low and (not named or probable == [r])
+    else:
+        r = slowed[0]
+        ok = bool(named) and named[0] == r
+        unsure = not ok and low and (probable == [r] or not named)
+    out["straggler"] = ok
+    out["unsure_said"] = unsure
+    out["right"] = ok or unsure
+    if ok and slowed and kind not in ("rotating", "control"):
+        r = slowed[0]
+        d = _detail(report, r) or {}
+        out["cause_got"] = [d.get("cause"), d.get("cause_detail")]
+        cause, detail = CAUSES.get(kind, (None, None))
+        out["cause"] = None if cause is None else (
+            d.get("cause") == cause and (detail is None or d.get("cause_detail") == detail))
+        want = _get(t["added_ms"], r, 0.0)
+        if kind in ("data", "data_workers"):  # what the loader's wait grew by (loop's clock)
+            data = {int(k): v for k, v in t["data_ms"].items()}
+            want = data[r] - statistics.median([v for k, v in data.items() if k != r])
+        got = d.get("excess_ms")
+        out["excess_ms"] = [got, round(want, 3)]
+        out["excess"] = got is not None and want > 0 and abs(got - want) <= EXCESS_TOLERANCE * want
+    else:
+        out["cause"] = out["excess"] = None
+    est = _estimate(report)
+    if kind != "control" and control_step_ms and est is not None and ok:
+        out["estimate_ms"] = [round(est, 3), round(control_step_ms, 3)]
+        out["estimate"] = abs(est - control_step_ms) <= ESTIMATE_TOLERANCE * control_step_ms
+    else:
+        out["estimate"] = None
+    return out
