@@ -153,11 +153,12 @@ def score(kind: str, t: dict, report: dict, control_step_ms: float | None) -> di
         d = _detail(report, r)
         ok = d is not None and (not named or named[0] == r) and (
             d.get("last_in") is None or d["last_in"][0] < d["last_in"][1])
-        unsure = not ok and low and (not named or probable == [r])
+        unsure = not ok and low and not named and probable in ([], [r])
     else:
         r = slowed[0]
         ok = bool(named) and named[0] == r
-        unsure = not ok and low and (probable == [r] or not named)
+        # not sure, and said so: the rank named probably, or no one (not another rank)
+        unsure = not ok and low and not named and probable in ([], [r])
     out["straggler"] = ok
     out["unsure_said"] = unsure
     out["right"] = ok or unsure
