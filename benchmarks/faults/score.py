@@ -147,7 +147,7 @@ def score(kind: str, t: dict, report: dict, control_step_ms: float | None) -> di
                 (report.get("jitter") or {}).get("steps_time_pct"))
     elif kind == "two":
         ok = sorted(named) == sorted(slowed)
-        unsure = not ok and low and set(named + probable) <= set(slowed) and bool(named + probable)
+        unsure = not ok and low and not named and set(probable) <= set(slowed)
     elif kind == "intermittent":
         r = slowed[0]
         d = _detail(report, r)

@@ -25,7 +25,8 @@ def _table(rows: list, key, keys: list, title: str) -> list[str]:
         mine = [r for r in rows if key(r) == k]
         if not mine:
             continue
-        cells = [_count([r["scores"][src] for r in mine], c) for src in SOURCES for c in CHECKS]
+        cells = [_count([r["scores"][src] for r in mine if src in r["scores"]], c)
+                 for src in SOURCES for c in CHECKS]
         out.append(f"| {k} | {len(mine)} | " + " | ".join(cells) + " |")
     return out
 
@@ -35,7 +36,9 @@ def _misses(rows: list) -> list[str]:
     out = []
     for r in rows:
         for src in SOURCES:
-            s = r["scores"][src]
+            s = r["scores"].get(src)
+            if s is None:
+                continue
             if s.get("right"):
                 continue
             said = s.get("error") or (f"{s.get('verdict')} ({s.get('confidence')}), stragglers "
@@ -55,7 +58,7 @@ def section(path: str) -> list[str]:
         doc = json.load(fh)
     rows = [r for r in doc["rows"] if "scores" in r]
     failed = [r for r in doc["rows"] if "failed" in r]
-    worlds = sorted({r["world"] for r in rows})
+    worlds = sorted({r["world"] for r in rows if r["parallel"] != "generated"})
     lines = [
         "## Injected faults", "",
         f"Generated from `benchmarks/results/faults.json` (`python benchmarks/faults/run.py`, "
@@ -73,12 +76,25 @@ def section(path: str) -> list[str]:
         "configuration's unslowed runs (two per configuration). A dash: the check does not "
         "apply (not named, or a kind without a cause gpuscope can name).", ""]
     lines += _table(rows, lambda r: r["kind"], list(KINDS), "kind") + [""]
-    lines += _table(rows, lambda r: f"{r['parallel']} x {r['world']}",
-                    [f"{p} x {w}" for p, w in CONFIGS], "parallelism x ranks") + [""]
-    total = {src: sum(bool(r["scores"][src].get("right")) for r in rows) for src in SOURCES}
-    lines.append(f"{len(rows)} rows on {', '.join(map(str, worlds))} ranks: right from the "
-                 f"record in {total['record']}, from the traces in {total['kineto']}"
+    configs = [f"{p} x {w}" for p, w in CONFIGS] + [
+        f"generated x {w}" for w in sorted({r["world"] for r in rows
+                                            if r["parallel"] == "generated"})]
+    lines += _table(rows, lambda r: f"{r['parallel']} x {r['world']}", configs,
+                    "parallelism x ranks") + [""]
+    trained = [r for r in rows if r["parallel"] != "generated"]
+    made = [r for r in rows if r["parallel"] == "generated"]
+    right = {src: sum(bool(r["scores"][src].get("right")) for r in trained if src in r["scores"])
+             for src in SOURCES}
+    lines.append(f"{len(trained)} trained rows on {', '.join(map(str, worlds))} ranks: right "
+                 f"from the record in {right['record']}, from the traces in {right['kineto']}"
                  + (f"; {len(failed)} trainings failed" if failed else "") + ".")
+    if made:
+        gen = doc.get("generated") or {}
+        lines.append(f"{len(made)} generated rows (`python benchmarks/faults/many.py`: run dirs "
+                     "written by the recorder's writer, a synchronous job of "
+                     f"{gen.get('steps', '?')} steps with the fault in the drawn rank's timings, "
+                     "2% of the step and above; record only): right in "
+                     f"{sum(bool(r['scores']['record'].get('right')) for r in made)}.")
     misses = _misses(rows)
     if misses:
         lines += ["", "Rows a source got wrong:", ""] + misses
