@@ -36,8 +36,9 @@ def _median(xs: list) -> float:
 
 
 def truth(run_dir: str) -> dict:
-    """What was injected, by rank, and what the loop's own clock saw: each rank's mean added ms
-    per micro-step (after the first), its local work (data wait, forward, optimizer and between
+    """What was injected, by rank, and what the loop's own clock saw, per step (an optimizer
+    step: a run that accumulates sums its micro-steps): each rank's mean added ms (after the
+    first step), its local work (data wait, forward, optimizer and between
     steps: no communication inside; medians), its data wait, and the job's step (the profiler's
     trace writing left out)."""
     ranks = {}
@@ -49,20 +50,30 @@ def truth(run_dir: str) -> dict:
     if not ranks:
         raise FileNotFoundError(f"{run_dir}: no truth files (the training did not finish)")
     any_rank = next(iter(ranks.values()))
-    added = {r: statistics.fmean(d["added_ms"][1:] or d["added_ms"]) for r, d in ranks.items()}
+    # gpuscope's step is the optimizer step (a cycle of micro-steps, when a run accumulates):
+    # the truth in the same unit, each cycle's sum
+    k = int(any_rank.get("accumulation") or 1)
+
+    def per_step(xs: list) -> list:
+        return [sum(xs[i:i + k]) for i in range(0, len(xs) - k + 1, k)] if k > 1 else xs
+
+    added = {r: statistics.fmean(per_step(d["added_ms"])[1:] or per_step(d["added_ms"]))
+             for r, d in ranks.items()}
 
     def step_s(d) -> list:
         sec = d["seconds"]
         prof = sec.get("profiler") or [0.0] * len(sec["step"])
-        return [s - p for s, p in zip(sec["step"], prof)][1:] or sec["step"]
+        steps = per_step([s - p for s, p in zip(sec["step"], prof)])
+        return steps[1:] or steps
 
     # the job's step: every rank waits for the slowest at the collective, so the mean over
     # ranks of each rank's mean step
     step_ms = 1e3 * statistics.fmean(statistics.fmean(step_s(d)) for d in ranks.values())
-    local = {r: 1e3 * sum(_median(d["seconds"][k]) for k in ("data", "forward", "optimizer",
-                                                             "between"))
+    local = {r: 1e3 * sum(_median(per_step(d["seconds"][p])) for p in
+                          ("data", "forward", "optimizer", "between"))
              for r, d in ranks.items()}
-    data = {r: 1e3 * statistics.fmean(d["seconds"]["data"][1:] or d["seconds"]["data"])
+    data = {r: 1e3 * statistics.fmean(per_step(d["seconds"]["data"])[1:]
+                                      or per_step(d["seconds"]["data"]))
             for r, d in ranks.items()}
     return {"fault": any_rank["fault"], "slowed": any_rank["slowed"], "ms": any_rank["ms"],
             "world": any_rank["world"], "parallel": any_rank["parallel"],

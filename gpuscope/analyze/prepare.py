@@ -123,9 +123,13 @@ def prepare(a) -> None:
     a.wait_cells = wait_cells(a.table.comm, frame)
     if ends is not None:  # accumulation: waits per micro-step, then optimizer steps
         frame = estimate_wait(frame, a.warnings, a.table.comm, a.wait_cells)
-        a.micro = micro_steps(frame, max(warmup, 1))
-        a.growth = growth(frame, a.knobs, max(warmup, 1))
+        clean = without_profiler_writes(frame, a.table, [])  # the micro-step statistics'
+        a.micro = micro_steps(clean, max(warmup, 1))
+        a.growth = growth(clean, a.knobs, max(warmup, 1))
         frame, a.mapping = to_cycles(frame, ends, a.warnings)
+        # the optimizer steps a profiler wrote its trace in (seen: 1-2 s in one micro-step of
+        # 23 cycles, 40% of the mean step and a straggler's excess "mostly in other")
+        frame = without_profiler_writes(frame, a.table, a.warnings, a.mapping)
         frame = drop_warmup(frame, warmup, a.warnings)
         a.knobs["sync_interval"] = sync_interval(frame)
     else:
@@ -164,12 +168,18 @@ def without_thin_steps(table: RunTable, warnings: list[str]) -> RunTable:
     return replace(table, frame=frame[~thin].reset_index(drop=True), int_block=None)
 
 
-def without_profiler_writes(frame, table: RunTable, warnings: list[str]):
+def without_profiler_writes(frame, table: RunTable, warnings: list[str], mapping=None):
     """The frame less the steps in which a torch.profiler beside the recording wrote its trace
     (the recorder notes them: profiler_trace_steps): hundreds of ms of the profiler's own work
-    between two steps, not the training's. Kept when nothing else would be left; said."""
+    between two steps, not the training's. `mapping` (to_cycles'): the frame's rows are
+    optimizer steps, and the ones holding such a micro-step go. Kept when nothing else would be
+    left; said."""
     drop = {(r, s) for r, info in table.ranks.items()
             for s in info.knobs.get("profiler_trace_steps") or ()}
+    if drop and mapping is not None and len(mapping):
+        hit = pd.Series(list(zip(mapping["rank"], mapping["step"]))).isin(drop).to_numpy()
+        drop = set(zip(mapping["rank"].to_numpy()[hit].tolist(),
+                       mapping["cycle_step"].to_numpy()[hit].tolist()))
     if not drop or frame.empty:
         return frame
     keep = ~pd.Series(list(zip(frame["rank"], frame["step"])), index=frame.index).isin(drop)
