@@ -49,7 +49,8 @@ def _base_ms(tmp_path_factory, world: int) -> float:
 def test_each_kind_of_fault_is_found_from_both_sources(kind, tmp_path, tmp_path_factory):
     world = 4 if kind == "two" else 2
     # a whole step's worth: a margin over what a shared, busy machine does to one rank
-    row = {"kind": kind, "ranks": [0, 2] if kind == "two" else [1], "fraction": 1.0}
+    row = {"parallel": "ddp", "kind": kind, "ranks": [0, 2] if kind == "two" else [1],
+           "fraction": 1.0}
     fault, ranks, ms, workers = faults.fault_args(row, _base_ms(tmp_path_factory, world))
 
     def one(attempt):

@@ -6,7 +6,8 @@ and above; scored by score.py like the trained rows.
 
     python benchmarks/faults/many.py [--sizes 128,1024,10000] [--steps 48] [--seed 0]
 
-Adds its rows to benchmarks/results/faults.json (`--out`), replacing the generated ones there.
+Adds its rows to benchmarks/results/faults.json (`--out`), replacing the generated ones of the
+same sizes there.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 from measured import commit  # noqa: E402
 from score import score  # noqa: E402
+from tables import brief  # noqa: E402
 
 from gpuscope.record.writer import RecordWriter  # noqa: E402
 from gpuscope.run_format import SCHEMA, STEP_COLUMNS  # noqa: E402
@@ -148,8 +150,7 @@ def row(ranks: int, steps: int, kind: str, rng: random.Random, seed: int, work: 
             "fraction": frac, "ms": ns / 1e6, "truth": truth, "control_step_ms": control_ms,
             "seconds": round(time.perf_counter() - t0, 1), "analyse_s": round(seconds, 2),
             "scores": {"record": score(kind, truth, rep, control_ms)},
-            "reports": {"record": {k: rep.get(k) for k in ("verdict", "confidence",
-                                                           "stragglers", "probable_stragglers")}}}
+            "steps": steps, "reports": {"record": brief(rep)}}
 
 
 def main() -> None:
@@ -178,8 +179,10 @@ def main() -> None:
     if os.path.exists(args.out):
         with open(args.out) as fh:
             doc = json.load(fh)
-    doc["rows"] = [r for r in doc.get("rows", []) if r.get("parallel") != "generated"] + rows
-    doc["generated"] = {"commit": commit(), "seed": args.seed, "steps": args.steps}
+    sizes = {int(s) for s in args.sizes.split(",")}
+    doc["rows"] = [r for r in doc.get("rows", []) if r.get("parallel") != "generated"
+                   or r["world"] not in sizes] + rows
+    doc["generated"] = {"commit": commit(), "seed": args.seed}
     with open(args.out, "w") as fh:
         json.dump(doc, fh, indent=1)
 

@@ -35,6 +35,8 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 from measured import commit  # noqa: E402  (benchmarks/measured.py)
 from score import score, truth  # noqa: E402
+from tables import brief  # noqa: E402
+from train import ACCUM  # noqa: E402
 
 #: row kinds: train.py's faults, `two` (forward on two ranks) and `data_workers` (data with
 #: loader processes)
@@ -105,6 +107,8 @@ def fault_args(row: dict, base_ms: float) -> tuple[str, list, float, int]:
     if kind == "control":
         return "control", [], 0.0, 0
     ms = row["fraction"] * base_ms
+    if row.get("parallel") == "accum" and kind not in ("optimizer", "between", "comm"):
+        ms /= ACCUM  # added in each micro-step: the fraction is of the optimizer step
     if kind == "two":
         return "forward", row["ranks"], ms, 0
     if kind == "data_workers":
@@ -120,7 +124,23 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "faults.json"))
     ap.add_argument("--keep", metavar="DIR", help="keep every run's files here")
+    ap.add_argument("--rescore", metavar="FILE", help="score the rows of a results file again "
+                    "from the reports it keeps, by today's score.py (no training)")
     args = ap.parse_args()
+    if args.rescore:
+        with open(args.rescore) as fh:
+            doc = json.load(fh)
+        for row in doc["rows"]:
+            if "reports" in row:
+                row["scores"] = {src: ({"right": False, "error": rep["error"]} if "error" in rep
+                                       else score(row["kind"], row["truth"], rep,
+                                                  row.get("control_step_ms")))
+                                 for src, rep in row["reports"].items()}
+        with open(args.rescore, "w") as fh:
+            json.dump(doc, fh, indent=1)
+        for line in summary_lines(doc["rows"]):
+            print(line)
+        return
     configs = CONFIGS[:1] if args.quick else CONFIGS
     if args.only:
         configs = tuple((p, int(w)) for p, w in (c.split(":") for c in args.only.split(",")))
@@ -168,7 +188,7 @@ def main() -> None:
         row["scores"] = {src: ({"right": False, "error": rep["error"]} if "error" in rep
                                else score(row["kind"], row["truth"], rep, ctl))
                          for src, rep in row["reports"].items()}
-        row["reports"] = {src: _brief(rep) for src, rep in row["reports"].items()}
+        row["reports"] = {src: brief(rep) for src, rep in row["reports"].items()}
     doc = {"commit": commit(), "seed": args.seed, "steps": STEPS, "cpu_count": os.cpu_count(),
            "seconds": round(time.perf_counter() - t0, 1), "rows": done}
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
@@ -176,22 +196,6 @@ def main() -> None:
         json.dump(doc, fh, indent=1)
     for line in summary_lines(done):
         print(line)
-
-
-def _brief(rep: dict) -> dict:
-    """What the results file keeps of a report: its verdict, stragglers and suggestions."""
-    if "error" in rep:
-        return rep
-    keep = ("verdict", "confidence", "confidence_why", "time_by_label", "stragglers",
-            "probable_stragglers", "straggler_details", "jitter", "steps_analysed")
-    out = {k: rep.get(k) for k in keep}
-    for d in out.get("straggler_details") or ():
-        d.pop("telemetry", None)
-        d.pop("ops", None)
-    out["suggestions"] = [{k: s.get(k) for k in ("knob", "proposed", "estimated_step_ms",
-                                                 "estimated_step_ms_range", "addresses")}
-                          for s in rep.get("suggestions") or []]
-    return out
 
 
 def summary_lines(rows: list) -> list[str]:
@@ -203,7 +207,9 @@ def summary_lines(rows: list) -> list[str]:
             continue
         parts = []
         for src in ("record", "kineto"):
-            sc = [r["scores"][src] for r in mine]
+            sc = [r["scores"][src] for r in mine if src in r["scores"]]
+            if not sc:
+                continue
             cell = f"{src} {sum(bool(s.get('right')) for s in sc)}/{len(sc)}"
             for check in ("cause", "excess", "estimate"):
                 got = [s.get(check) for s in sc if s.get(check) is not None]

@@ -90,8 +90,8 @@ def _get(by_rank: dict, r: int, default=None):
 #: really slower: on a shared machine one rank can compute longer for a whole run
 CONFIRMS = 1.10
 #: loading the workers hide: a slowed loader whose measured wait on that rank exceeds its
-#: peers' by less than this share of the step slowed no one
-HIDDEN_DATA = 0.05
+#: peers' by less than this part of what was injected slowed no one (its workers hid it)
+HIDDEN_DATA = 0.5
 
 
 def clock_confirms(ranks: list, t: dict) -> bool:
@@ -106,13 +106,14 @@ def clock_confirms(ranks: list, t: dict) -> bool:
 
 def effective_kind(kind: str, t: dict) -> str:
     """The kind a row is scored as: a loader fault its workers hid (the slowed rank waited for
-    data less than HIDDEN_DATA of the step more than its peers, by the loop's clock) slowed
-    no one: a control."""
+    data less than HIDDEN_DATA of the injected time more than its peers, by the loop's clock)
+    slowed no one: a control."""
     if kind in ("data", "data_workers"):
         r = t["slowed"][0]
         data = {int(k): v for k, v in t["data_ms"].items()}
         others = [v for k, v in data.items() if k != r]
-        if others and data[r] - statistics.median(others) < HIDDEN_DATA * t["step_ms"]:
+        injected = _get(t["added_ms"], r, 0.0)
+        if others and data[r] - statistics.median(others) < HIDDEN_DATA * injected:
             return "control"
     return kind
 

@@ -6,15 +6,35 @@ from __future__ import annotations
 import json
 import os
 
-from run import CONFIGS, KINDS
+
 
 CHECKS = ("right", "cause", "excess", "estimate")
+#: what the results file keeps of a report: enough to score it again (run.py --rescore)
+KEPT = ("verdict", "confidence", "confidence_why", "time_by_label", "stragglers",
+        "probable_stragglers", "straggler_details", "jitter", "steps_analysed")
+
+
+def brief(rep: dict) -> dict:
+    """A report as the results file keeps it: its verdict, stragglers and suggestions."""
+    if "error" in rep:
+        return rep
+    out = {k: rep.get(k) for k in KEPT}
+    out["straggler_details"] = [{k: v for k, v in d.items() if k not in ("telemetry", "ops")}
+                                for d in out.get("straggler_details") or ()]
+    out["suggestions"] = [{k: s.get(k) for k in ("knob", "proposed", "estimated_step_ms",
+                                                 "estimated_step_ms_range", "addresses")}
+                          for s in rep.get("suggestions") or []]
+    return out
 SOURCES = ("record", "kineto")
 
 
 def _count(scores: list, check: str) -> str:
     got = [s.get(check) for s in scores if s.get(check) is not None]
-    return f"{sum(bool(g) for g in got)}/{len(got)}" if got else "-"
+    if not got:
+        return "-"
+    cell = f"{sum(bool(g) for g in got)}/{len(got)}"
+    unsure = sum(bool(s.get("unsure_said")) for s in scores) if check == "right" else 0
+    return cell + (f" ({unsure} unsure)" if unsure else "")
 
 
 def _table(rows: list, key, keys: list, title: str) -> list[str]:
@@ -31,6 +51,16 @@ def _table(rows: list, key, keys: list, title: str) -> list[str]:
     return out
 
 
+def _share(r: dict) -> str:
+    """What the fault added per step on its rank, in ms and as a share of the unslowed step
+    (the injection in the truth's unit: an optimizer step)."""
+    t, ctl = r.get("truth") or {}, r.get("control_step_ms")
+    added = max((t.get("added_ms") or {}).values(), default=0.0)
+    if not added:
+        return "nothing added"
+    return f"+{added:.1f} ms a step" + (f", {100 * added / ctl:.0f}% of the step" if ctl else "")
+
+
 def _misses(rows: list) -> list[str]:
     """One line per row a source got wrong: what was injected, what the report said."""
     out = []
@@ -44,12 +74,13 @@ def _misses(rows: list) -> list[str]:
             said = s.get("error") or (f"{s.get('verdict')} ({s.get('confidence')}), stragglers "
                                       f"{s.get('named')}, probable {s.get('probable')}")
             out.append(f"- {r['parallel']} x {r['world']}, {r['kind']} on rank(s) "
-                       f"{r.get('ranks', [])} ({r.get('ms', 0):.1f} ms, "
-                       f"{100 * r.get('fraction', 0):.0f}% of the step): {src} said {said}")
+                       f"{r.get('ranks', [])} ({_share(r)}): {src} said {said}")
     return out
 
 
 def section(path: str) -> list[str]:
+    from run import CONFIGS, KINDS
+
     """docs/accuracy.md's "Injected faults" section from the results file at `path` ([] when
     there is none)."""
     if not os.path.exists(path):
@@ -71,8 +102,8 @@ def section(path: str) -> list[str]:
         "said intermittent; nobody named in controls and rotating rows, unless the loop's own "
         "clock shows a rank computing 10% longer on the shared cores; a loader fault its "
         "workers hid counts as a control), or the report saying it is not sure (low "
-        "confidence, the rank named probably); *cause*: the phase; *excess*: within 25% of the "
-        "injected time; *estimate*: the step with the fault fixed within 15% of the same "
+        "confidence, the rank named probably or no one: counted apart as unsure); *cause*: "
+        "the phase; *excess*: within 25% of the injected time; *estimate*: the step with the fault fixed within 15% of the same "
         "configuration's unslowed runs (two per configuration). A dash: the check does not "
         "apply (not named, or a kind without a cause gpuscope can name).", ""]
     lines += _table(rows, lambda r: r["kind"], list(KINDS), "kind") + [""]
@@ -89,12 +120,12 @@ def section(path: str) -> list[str]:
                  f"from the record in {right['record']}, from the traces in {right['kineto']}"
                  + (f"; {len(failed)} trainings failed" if failed else "") + ".")
     if made:
-        gen = doc.get("generated") or {}
+        steps = ", ".join(f"{w:,} ranks x {s} steps" for w, s in sorted(
+            {(r["world"], r.get("steps", "?")) for r in made}))
         lines.append(f"{len(made)} generated rows (`python benchmarks/faults/many.py`: run dirs "
-                     "written by the recorder's writer, a synchronous job of "
-                     f"{gen.get('steps', '?')} steps with the fault in the drawn rank's timings, "
-                     "2% of the step and above; record only): right in "
-                     f"{sum(bool(r['scores']['record'].get('right')) for r in made)}.")
+                     f"written by the recorder's writer, a synchronous job ({steps}) with the "
+                     "fault in the drawn rank's timings, 2% of the step and above; record "
+                     f"only): right in {sum(bool(r['scores']['record'].get('right')) for r in made)}.")
     misses = _misses(rows)
     if misses:
         lines += ["", "Rows a source got wrong:", ""] + misses
