@@ -193,9 +193,13 @@ def test_real_pair_straggler_removed_and_the_gate(tmp_path):
     # a straggler named for those must show there; one named for backward is beyond that
     # yardstick (rank 1 named with 5.2 ms once in CI, its forward + optimizer 12.0 against
     # 11.7 ms: the excess lay elsewhere), and only held to be far from the 40 ms removed
+    # A probable straggler is no claim: the report says too few steps rule out chance (rank 0
+    # "last in 10 of 12 steps", 2.6 ms, its forward + optimizer 5.46 against 5.12 ms, once in a
+    # quiet fresh-clone run); it too is held to be far from the 40 ms removed
     a = gpuscope.analyze(after).to_dict()
     checkable = dict(a, straggler_details=[s for s in a["straggler_details"]
-                                           if s.get("cause_detail") != "backward"])
+                                           if s.get("cause_detail") != "backward"
+                                           and not s.get("probable")])
     assert unconfirmed_stragglers(after, checkable) == [], a["straggler_details"]
     assert all(s["excess_ms"] < gap_ms / 2 for s in a["straggler_details"])
     wait = next(p for p in c["parts"] if p["part"] == "wait")
