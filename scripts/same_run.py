@@ -34,6 +34,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks", "faults"))
 from measured import commit  # noqa: E402  (benchmarks/measured.py)
 
 EXPECTED = {"data": {"data-bound"}, "comm": {"comm-bound"}, "imbalanced": {"imbalanced"},
@@ -120,26 +121,14 @@ def loop_clock(path: str) -> dict:
     return own
 
 
-#: how much longer a rank's own work must be than the median of the others' for the loop's clock
-#: to confirm it a straggler (tests/helpers.not_computing_longer reads the same)
-CONFIRMS = 1.10
-
-
 def clock_confirms(ranks: list, loop_ms: dict) -> bool:
-    """Every rank in `ranks` did at least CONFIRMS x the others' median of local work per step,
+    """Every rank in `ranks` did at least 10% more local work per step than the others' median,
     by the loop's own clock: on a busy 2-core machine one rank can really compute longer for a
     whole run (its vCPU shared with the spinning processes more than the other's); the tool is
-    right to name it."""
-    import statistics
+    right to name it. The fault benchmark's rule (benchmarks/faults/score.py)."""
+    from score import clock_confirms as confirms
 
-    if not ranks or not loop_ms:
-        return False
-    for r in ranks:
-        others = [v for k, v in loop_ms.items() if int(k) != r]
-        mine = loop_ms.get(r, loop_ms.get(str(r)))
-        if mine is None or not others or mine < CONFIRMS * statistics.median(others):
-            return False
-    return True
+    return bool(loop_ms) and confirms(ranks, {"local_ms": loop_ms})
 
 
 def one(scenario: str, steps: int, out: str, extra: tuple = ()) -> dict:

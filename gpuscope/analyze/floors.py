@@ -67,13 +67,14 @@ def floors(frame: pd.DataFrame, stragglers: list, typical: TypicalStep, knobs: d
 
 
 def hold_to_findings(suggestions: list, frame: pd.DataFrame, stragglers: list,
-                     typical: TypicalStep, knobs: dict, labels: set) -> tuple[list, list[str]]:
+                     typical: TypicalStep, knobs: dict, labels: set
+                     ) -> tuple[list, list[str], set[str]]:
     """The suggestions, each estimate held at the floors of the findings it does not fix; the
-    notes of those held (said on each suggestion too)."""
+    notes of those held (said on each suggestion too); the knobs of those held."""
     found = floors(frame, stragglers, typical, knobs, labels)
     if not found:
-        return suggestions, []
-    out, notes = [], []
+        return suggestions, [], set()
+    out, notes, held = [], [], set()
     for sug in suggestions:
         for what, fixed_by, parts in found:
             if sug.addresses == fixed_by or (fixed_by == IMBALANCED and
@@ -94,7 +95,8 @@ def hold_to_findings(suggestions: list, frame: pd.DataFrame, stragglers: list,
                     f"{what} keeps the step there until it is fixed (estimated with it in place: "
                     "fix it first)")
             notes.append(f"suggestion {sug.knob}: {note}")
+            held.add(sug.knob)
             sug = replace(sug, estimated_step_ms=floor, estimated_step_ms_range=rng,
                           gain_pct=min(sug.gain_pct, gain), why=f"{sug.why}; {note}")
         out.append(sug)
-    return out, notes
+    return out, notes, held

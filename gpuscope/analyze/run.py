@@ -255,11 +255,10 @@ def bound(a: Analysis) -> None:
     (suggestions.in_order); a warning when the verdict has no fix."""
     ordered = sorted(a.suggestions, key=lambda s: -s.gain_pct)
     ordered, a.unbound = bound_suggestions(ordered, a.typical, a.frame, a.knobs)  # said on each
-    ordered, held = hold_to_findings(ordered, a.frame, a.stragglers, a.typical, a.knobs,
-                                     a.labels)
-    a.unbound += held
-    a.suggestions = in_order(ordered, leading_labels(a.verdict),
-                             {n.split(":")[0].removeprefix("suggestion ") for n in held})
+    ordered, notes, held = hold_to_findings(ordered, a.frame, a.stragglers, a.typical,
+                                            a.knobs, a.labels)
+    a.unbound += notes
+    a.suggestions = in_order(ordered, leading_labels(a.verdict), held)
     label = a.verdict.label
     if label == PIPELINE and a.why_not_pipeline and not any(
             s.addresses == PIPELINE for s in a.suggestions):
