@@ -5,6 +5,7 @@ train.py applied to the drawn rank's timings (or two ranks', or rotating), at 2%
 and above; scored by score.py like the trained rows.
 
     python benchmarks/faults/many.py [--sizes 128,1024,10000] [--steps 48] [--seed 0]
+    (make bench-faults: 128 and 1,024 ranks x 48 steps, 10,000 x 24)
 
 Adds its rows to benchmarks/results/faults.json (`--out`), replacing the generated ones of the
 same sizes there.
