@@ -52,13 +52,27 @@ class Jitter:
 
     steps_share: float = 0.0   # share of step time in those steps
     wait_share: float = 0.0    # share of step time lost waiting in them
+    #: one rank late in nearly all of the steps with waiting, a minority of the steps
+    #: (consistency.intermittent): {"rank", "late_steps", "of_steps", "steps", "every",
+    #: "excess_ms"}
+    intermittent: dict | None = None
 
     def note(self, stragglers: list[int] | None = None) -> str:
         """One line on it ("" when it costs under 1% of step time). Beside named stragglers it
-        is the waiting of the other steps, said so (never "no consistent straggler" then)."""
+        is the waiting of the other steps, said so (never "no consistent straggler" then); with
+        an intermittently late rank, that rank and its steps."""
         d = self.to_dict()
         if d["wait_pct"] < 1:
             return ""
+        i = self.intermittent
+        if i:
+            late = i["late_steps"]
+            where = (f"every {i['every']} steps" if i["every"] else "steps " + ", ".join(
+                map(str, late[:6])) + (", ..." if len(late) > 6 else ""))
+            return (f"Intermittent straggler: {d['wait_pct']:.1f}% of step time is spent waiting "
+                    f"in steps with no steady late rank; in the {i['of_steps']} steps where the "
+                    f"waiting stands out, rank {i['rank']} arrived last in {len(late)} ({where}; "
+                    f"{i['steps']} steps analysed), {i['excess_ms']:.1f} ms late in each")
         if stragglers:
             who = ", ".join(map(str, stragglers))
             return (f"Rank jitter besides: {d['wait_pct']:.1f}% of step time is spent waiting in "
@@ -70,11 +84,12 @@ class Jitter:
 
     def to_dict(self) -> dict:
         return {"steps_time_pct": round(100 * self.steps_share, 2),
-                "wait_pct": round(100 * self.wait_share, 2)}
+                "wait_pct": round(100 * self.wait_share, 2),
+                "intermittent": self.intermittent}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Jitter":
-        return cls(d["steps_time_pct"] / 100, d["wait_pct"] / 100)
+        return cls(d["steps_time_pct"] / 100, d["wait_pct"] / 100, d.get("intermittent"))
 
 
 @dataclass(frozen=True)

@@ -216,3 +216,45 @@ def test_random_busy_noise_is_rarely_a_straggler(n_ranks):
     flagged = sum(bool(find_roles(_busy_frame(40 + rng.exponential(10.0, size=(n_ranks, 24))),
                                   min_share=0.10).late) for _ in range(300))
     assert flagged <= 8
+
+
+def _timed(late_ms: np.ndarray, step_ms: float = 80.0) -> pd.DataFrame:
+    """_frame with each row's step time (synchronous steps of `step_ms`)."""
+    return _frame(late_ms).assign(step_ns=int(step_ms * 1e6))
+
+
+def _steps(frame: pd.DataFrame, step_ms: float = 80.0) -> pd.DataFrame:
+    g = frame.groupby("step")["wait_ns"].max()
+    return pd.DataFrame({"step": g.index.to_numpy(), "step_ns": int(step_ms * 1e6),
+                         "wait_share": g.to_numpy() / (step_ms * 1e6)})
+
+
+def test_a_rank_late_in_one_step_of_five_is_intermittent_with_its_steps_and_excess():
+    from gpuscope.analyze.consistency import intermittent
+
+    rng = np.random.default_rng(5)
+    late = rng.exponential(3.0, size=(16, 40))  # jitter: the late rank moves
+    late[11, 2::5] += 30  # rank 11: 30 ms late in steps 2, 7, 12, ... (every 5th)
+    frame = _timed(late)
+    roles = find_roles(frame, 0.1)
+    assert not roles.late and roles.probable is None  # no steady straggler: 8 of 40 steps
+    found = intermittent(roles, _steps(frame), 0.1, set())
+    assert found["rank"] == 11 and found["every"] == 5
+    assert found["late_steps"] == list(range(2, 40, 5)) and found["of_steps"] == 8
+    assert found["excess_ms"] == pytest.approx(30, rel=0.2)
+    assert intermittent(roles, _steps(frame), 0.1, {11}) is None  # named already: said there
+    late[11, 2::5] -= 30  # without it: nothing stands out
+    frame = _timed(late)
+    assert intermittent(find_roles(frame, 0.1), _steps(frame), 0.1, set()) is None
+
+
+@pytest.mark.parametrize("n_ranks", [2, 8, 64])
+def test_random_lateness_is_rarely_intermittent(n_ranks):
+    from gpuscope.analyze.consistency import intermittent
+
+    rng = np.random.default_rng(11)
+    found = 0
+    for _ in range(200):  # heavy-tailed jitter: a few steps stand out, by different ranks
+        frame = _timed(rng.exponential(5.0, size=(n_ranks, 30)), 60.0)
+        found += intermittent(find_roles(frame, 0.1), _steps(frame, 60.0), 0.1, set()) is not None
+    assert found <= 4

@@ -163,8 +163,9 @@ def score(kind: str, t: dict, report: dict, control_step_ms: float | None) -> di
     elif kind == "intermittent":
         r = slowed[0]
         d = _detail(report, r)
-        ok = d is not None and (not named or named[0] == r) and (
-            d.get("last_in") is None or d["last_in"][0] < d["last_in"][1])
+        said = ((report.get("jitter") or {}).get("intermittent") or {}).get("rank")
+        ok = (not named and said == r) or (d is not None and (not named or named[0] == r) and (
+            d.get("last_in") is None or d["last_in"][0] < d["last_in"][1]))
         unsure = not ok and low and not named and probable in ([], [r])
     else:
         r = slowed[0]
@@ -174,7 +175,14 @@ def score(kind: str, t: dict, report: dict, control_step_ms: float | None) -> di
     out["straggler"] = ok
     out["unsure_said"] = unsure
     out["right"] = ok or unsure
-    if ok and slowed and kind not in ("rotating", "control"):
+    late = (report.get("jitter") or {}).get("intermittent") or {}
+    if ok and kind == "intermittent" and _detail(report, slowed[0]) is None:
+        # said as intermittent lateness: no cause given; its excess is per late step, against
+        # the injected time of a slowed step
+        got, want = late.get("excess_ms"), t.get("ms", 0.0)
+        out["cause"], out["excess_ms"] = None, [got, round(want, 3)]
+        out["excess"] = got is not None and want > 0 and abs(got - want) <= EXCESS_TOLERANCE * want
+    elif ok and slowed and kind not in ("rotating", "control"):
         r = slowed[0]
         d = _detail(report, r) or {}
         out["cause_got"] = [d.get("cause"), d.get("cause_detail")]

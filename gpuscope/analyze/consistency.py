@@ -319,3 +319,54 @@ def persistent_steps(roles: Roles, steps: np.ndarray) -> np.ndarray:
     for rank in roles.early:
         out |= known & present[:, col[rank]] & ~rows[:, col[rank]]
     return out
+
+
+#: a rank the others waited for in at least this share of the steps whose waiting stands out,
+#: in at least INTERMITTENT_MIN of them, while those steps are at most INTERMITTENT_MOST of all
+#: steps: its lateness is intermittent (a periodic checkpoint, GC or logging on one rank)
+INTERMITTENT_SHARE = 0.8
+INTERMITTENT_MIN = 3
+INTERMITTENT_MOST = 0.6
+
+
+def intermittent(roles: Roles, steps: pd.DataFrame, wait_share: float,
+                 named: set[int]) -> dict | None:
+    """The one rank the others waited for in nearly all of the steps whose longest wait stands
+    out (beyond the run's median longest wait by `wait_share` of the median step), when those
+    steps are a minority: a rank late in 10 of 48 steps, every 5th. {"rank", "late_steps",
+    "of_steps" (the steps that stand out), "steps" (all analysed), "every" (the late steps'
+    common spacing, else None), "excess_ms" (the median other rank's wait in its late steps,
+    the mean of those: how late it was)}. None where no rank is, or it is
+    already named (`named`: stragglers and probable ones)."""
+    if roles.slow is None or roles.waits is None or not roles.decided:
+        return None
+    w = roles.waits
+    top = w.max(axis=1)
+    step_ns = steps.set_index("step")["step_ns"].reindex(roles.steps).to_numpy(np.float64)
+    if not np.isfinite(step_ns).any():
+        return None
+    out = top - np.median(top) >= wait_share * np.nanmedian(step_ns)
+    m = int(out.sum())
+    if m < INTERMITTENT_MIN or m > INTERMITTENT_MOST * roles.steps.size:
+        return None
+    last = np.argmin(w[out], axis=1)  # in each, the rank that arrived last: it waited least
+    counts = np.bincount(last, minlength=w.shape[1])
+    j = int(np.argmax(counts))
+    rank = int(roles.ranks[j])
+    if counts[j] < max(INTERMITTENT_MIN, INTERMITTENT_SHARE * m) or rank in named:
+        return None
+    # chance alone: among n ranks equally likely to be last, the likeliest to be last so often
+    # (a binomial tail, times n for picking the most frequent), at the family-wise level
+    n, c = w.shape[1], int(counts[j])
+    if n * sum(math.comb(m, k) * (n - 1) ** (m - k) for k in range(c, m + 1)) / n ** m \
+            > FAMILY_ALPHA:
+        return None
+    late = last == j
+    at = roles.steps[out][late].astype(np.int64)
+    # how late it was: the median other rank's wait for it
+    excess = float(np.median(np.delete(w[out][late], j, axis=1), axis=1).mean())
+    gaps = np.unique(np.diff(at))
+    return {"rank": rank, "late_steps": [int(s) for s in at], "of_steps": m,
+            "steps": int(roles.steps.size),
+            "every": int(gaps[0]) if gaps.size == 1 and gaps[0] > 1 else None,
+            "excess_ms": round(excess / 1e6, 2)}

@@ -35,7 +35,7 @@ from ..thresholds import Thresholds
 from ..vocab import COMPUTE, LABELS, PIPELINE, UNEXPLAINED
 from .classify import classify_steps, jitter_cost, run_verdict, step_results
 from .confidence import Evidence, earn, share_of_time
-from .consistency import Roles, find_roles
+from .consistency import Roles, find_roles, intermittent
 from .bottlenecks.dataparallel import dataparallel
 from .bottlenecks.memory import memory_findings, report_section, used_fraction
 from .bottlenecks.mesh import by_dimension, heaviest, suggest_mesh
@@ -211,6 +211,12 @@ def suggest_all(a: Analysis) -> None:
     a.labels = {a.verdict.label} | {k for k, v in a.verdict.time_by_label.items() if v >= 0.2}
     a.labels |= secondary_labels(a.steps, 0.2)
     a.jitter = jitter_cost(a.steps)
+    if a.roles is not None and a.jitter.wait_share > 0:
+        named = {s.rank for s in a.stragglers} | ({a.roles.probable[0]} if a.roles.probable
+                                                  else set())
+        late = intermittent(a.roles, a.steps, a.th.wait, named)
+        if late is not None:
+            a.jitter = replace(a.jitter, intermittent=late)
     hit = analysed_rows(a.table.comm, a.frame, a.mapping)  # the collectives' analysed rows
     (exposed, a.by_kind), (g_exposed, g_comm) = comm_by_parts(
         a.table, a.frame, a.mapping, ("exposed_ns", "comm_ns"), hit=hit)
