@@ -173,7 +173,22 @@ def read(scenario: str, out: str) -> dict:
            "record_all_steps": summary(gpuscope.analyze(os.path.join(out, "record")))}
     got_clock = {"loop_ms": loop_clock(os.path.join(out, "timings.jsonl"))}
     return {"scenario": scenario, **judge(scenario, got, got_clock["loop_ms"]),
-            "steps": sorted(profiled), **got, **got_clock}
+            "steps": sorted(profiled), **got, **got_clock,
+            **in_flight(kin.table.frame, same.frame, record.ranks)}
+
+
+def in_flight(traced, recorded, ranks) -> dict:
+    """The communication the traces saw run behind compute (ms a step, mean over ranks and
+    steps) against what DDP's own logging had in flight over the record's backward (its
+    hidden_comm_share x backward), and their ratio: what whatif.IN_FLIGHT_RAN rests on. Empty
+    where DDP's logging gave no share."""
+    shares = [i.knobs.get("hidden_comm_share") for i in ranks.values()]
+    if not shares or not all(isinstance(x, float) for x in shares) or not len(recorded):
+        return {}
+    ran = float((traced["comm_ns"] - traced["comm_exposed_ns"]).mean()) / 1e6
+    flight = sum(shares) / len(shares) * float(recorded["backward_ns"].mean()) / 1e6
+    return {"hidden_ms": {"traced": round(ran, 3), "ddp_in_flight": round(flight, 3),
+                          "ratio": round(ran / flight, 3) if flight > 0 else None}}
 
 
 def right_reading(scenario: str, g: dict, loop_ms: dict) -> bool:
@@ -203,13 +218,23 @@ def judge(scenario: str, got: dict, loop_ms: dict | None = None) -> dict:
 
 
 def summarize(results: list, scenarios) -> dict:
+    import statistics
+
+    def ratios(s):
+        return sorted(r["hidden_ms"]["ratio"] for r in results if r["scenario"] == s
+                      and (r.get("hidden_ms") or {}).get("ratio") is not None)
+
     return {s: {"runs": sum(r["scenario"] == s for r in results),
                 "agree": sum(r["agree"] for r in results if r["scenario"] == s),
                 "close_calls": sum(r["close_call"] for r in results if r["scenario"] == s),
                 "same_fix": sum(r["same_fix"] for r in results if r["scenario"] == s),
                 "adjacent_fix": sum(r.get("adjacent_fix", False) for r in results
                                     if r["scenario"] == s),
-                "right": sum(r["right"] for r in results if r["scenario"] == s)}
+                "right": sum(r["right"] for r in results if r["scenario"] == s),
+                # the traced hidden communication over DDP's in-flight window (in_flight)
+                **({"hidden_ratio": {"min": ratios(s)[0], "median": statistics.median(ratios(s)),
+                                     "max": ratios(s)[-1], "runs": len(ratios(s))}}
+                   if ratios(s) else {})}
             for s in scenarios}
 
 

@@ -39,13 +39,20 @@ def test_a_rank_late_every_fifth_step_among_128_is_said_so(tmp_path, ms):
     assert f"rank {slowed} arrived last in 10" in note and "every 5 steps" in note
     jit = [s for s in rep.suggestions if s.knob == "rank_jitter"]
     assert jit and f"rank {slowed}" in jit[0].current and f"rank {slowed}" in jit[0].why
+    # its lateness per step on average goes: the step less 10 late steps' excess over 47
+    step_ms = rep.step_ns / 1e6
+    assert jit[0].estimated_step_ms == pytest.approx(step_ms - late["excess_ms"] * 10 / 47,
+                                                     abs=0.05)
+    lo, hi = jit[0].estimated_step_ms_range
+    assert lo < jit[0].estimated_step_ms < hi == pytest.approx(step_ms, abs=0.05)
     d = rep.to_dict()
     assert d["jitter"]["intermittent"]["rank"] == slowed
     assert Jitter.from_dict(json.loads(json.dumps(d["jitter"]))).intermittent == late
     truth = {"fault": "intermittent", "slowed": [slowed], "ms": ms, "world": 128,
              "added_ms": {slowed: ms / 5}, "local_ms": {}, "data_ms": {}}
-    got = score("intermittent", truth, d, None)
-    assert got["right"] and got["straggler"] and got["excess"]
+    clean = many.synchronous(t, many.added("control", 128, 48, [], 0), None)
+    got = score("intermittent", truth, d, float(clean["step"][0, 1:].mean()) / 1e6)
+    assert got["right"] and got["straggler"] and got["excess"] and got["estimate"]
 
 
 def test_steady_jitter_among_128_names_no_intermittent_rank(tmp_path):

@@ -127,11 +127,13 @@ def _detail(report: dict, rank: int) -> dict | None:
 
 def _estimate(report: dict) -> float | None:
     """The report's estimate of the step with the slowed rank fixed: its straggler suggestion,
-    else its top one."""
+    its advice for an intermittently late rank, else its top one."""
     sugg = report.get("suggestions") or []
-    for s in sugg:
-        if s.get("knob") == "straggler":
-            return s.get("estimated_step_ms")
+    for knob in ("straggler", "rank_jitter" if (report.get("jitter") or {}).get("intermittent")
+                 else None):
+        for s in sugg:
+            if knob and s.get("knob") == knob:
+                return s.get("estimated_step_ms")
     return sugg[0].get("estimated_step_ms") if sugg else None
 
 

@@ -48,6 +48,11 @@ def inner_ddp(model):
     return None
 
 
+#: what DDP's logging holds of its sampled iterations when the gradient order is first known
+FIRST_SAMPLE_KEYS = ("iteration", "avg_backward_compute_time",
+                     "avg_backward_compute_comm_overlap_time")
+
+
 class DDPTailTimer:
     """Times the end of one DDP model's backward: see the module's docstring."""
 
@@ -67,6 +72,7 @@ class DDPTailTimer:
         # (in DDP's own hook on the same accumulation, which runs after this one). A guess
         # first (the first parameter: backward reaches the first layer last), then what DDP's
         # logging says of the previous iteration's order
+        self.first_sample = None  # DDP's logging when the gradient order was first known
         self._params = _reducer_params(ddp)
         self._handle = None
         self._order_tries = 0
@@ -115,12 +121,16 @@ class DDPTailTimer:
         """Once DDP's logging holds the previous iteration's gradient order, watch its last."""
         self._order_tries += 1
         try:
-            order = self.ddp._get_ddp_logging_data().get("prev_iteration_grad_ready_order_indices")
+            data = self.ddp._get_ddp_logging_data()
+            order = data.get("prev_iteration_grad_ready_order_indices")
         except Exception:
             order = None
         if not isinstance(order, str) or not order.strip():
             return
         self._order_tries = -1  # known: not asked again
+        # DDP's figures so far: its first sampled iteration, before it rebuilt its buckets in
+        # the order gradients come (no overlap then), which the analysis sets apart
+        self.first_sample = {k: data.get(k) for k in FIRST_SAMPLE_KEYS}
         try:
             last = int(order.split(",")[-1])
         except ValueError:
@@ -185,12 +195,17 @@ def _reducer_params(ddp) -> list:
         return []
 
 
-def ddp_logging_summary(ddp) -> dict:
-    """What DDP measures itself (sampled iterations), in ns; empty if unavailable."""
+def ddp_logging_summary(ddp, first_sample: dict | None = None) -> dict:
+    """What DDP measures itself (sampled iterations), in ns, with the last iteration sampled
+    ("iteration") and DDPTailTimer.first_sample ("first_sample"); empty if unavailable."""
     try:
         data = ddp._get_ddp_logging_data()
     except Exception:
         return {}
     keys = ("avg_forward_compute_time", "avg_backward_compute_time", "avg_backward_comm_time",
-            "avg_backward_compute_comm_overlap_time", "comm_hook", "backend_name", "bucket_sizes")
-    return {k: data[k] for k in keys if k in data}
+            "avg_backward_compute_comm_overlap_time", "comm_hook", "backend_name", "bucket_sizes",
+            "iteration")
+    out = {k: data[k] for k in keys if k in data}
+    if out and first_sample:
+        out["first_sample"] = first_sample
+    return out

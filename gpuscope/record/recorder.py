@@ -376,7 +376,7 @@ class Recorder:
         if ddp is not None:
             from .ddp_timing import ddp_logging_summary
 
-            end["ddp_logging"] = ddp_logging_summary(ddp.ddp)
+            end["ddp_logging"] = ddp_logging_summary(ddp.ddp, ddp.first_sample)
             user = getattr(ddp.ddp, "_comm_hooks", None)  # DDP keeps the user's hooks here
             end["comm_hook"] = (getattr(user[-1][0], "__qualname__", repr(user[-1][0])) if user
                                 else "DDP's built-in all-reduce")

@@ -171,16 +171,20 @@ def suggest_jitter(t: TypicalStep, jitter: Jitter,
     if late:  # one rank, late only in some steps: that rank's work in those steps
         when = (f"every {late['every']} steps" if late["every"]
                 else f"{len(late['late_steps'])} of {late['steps']} steps")
+        # its lateness, per step on average, goes; the rest of the waiting may go too, or not
+        own = min(late["excess_ms"] * MS * len(late["late_steps"]) / max(late["steps"], 1),
+                  saved)
+        point = max(t.step - own, 0.0)
         return [Suggestion(
             "rank_jitter", f"rank {late['rank']} late {when}",
-            f"find what rank {late['rank']} does only in those steps", est / MS,
+            f"find what rank {late['rank']} does only in those steps", point / MS,
             f"ranks lose {wait_share:.1%} of step time waiting in steps with no steady late "
             f"rank; rank {late['rank']} arrived last in {len(late['late_steps'])} of the "
             f"{late['of_steps']} steps where the waiting stands out ({when}), "
             f"{late['excess_ms']:.1f} ms late in each: look for work that rank does only then "
             "(a checkpoint or log written by it, garbage collection, a slow batch or file); "
-            "assumes all the waiting goes (range: none of it)",
-            JITTER_BOUND, gain(t.step, est), (est / MS, t.step / MS))]
+            f"assumes its {own / MS:.1f} ms a step on average goes (range: all the waiting to "
+            "none of it)", JITTER_BOUND, gain(t.step, point), (est / MS, t.step / MS))]
     return [Suggestion(
         "rank_jitter", f"waiting moves between ranks ({jitter.steps_share:.0%} of step time)",
         "even out per-step work", est / MS,
