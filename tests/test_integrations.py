@@ -108,7 +108,10 @@ def test_fabric_module_records_without_recursion(trainer_run, accum):
         cycles = np.diff(marks)[accum - 1:].reshape(-1, accum).sum(axis=1)
         ours = frame.loc[frame["rank"] == r.rank, "step_ns"].to_numpy() / 1e6
         assert len(ours) == len(cycles), (len(ours), len(cycles))
-        assert abs(ours.mean() - cycles.mean()) <= 0.10 * cycles.mean(), \
+        # step by step: a rank descheduled between gpuscope's step boundary and the loop's mark
+        # moves a few ms from one step to the next in one source (3.6 ms in a 4 ms step, once,
+        # with 2 busy cores), which a mean over 7 steps does not absorb
+        assert np.median(np.abs(ours - cycles)) <= 0.10 * np.median(cycles), \
             (ours.round(1), cycles.round(1))
 
 

@@ -92,6 +92,9 @@ CONFIRMS = 1.10
 #: loading the workers hide: a slowed loader whose measured wait on that rank exceeds its
 #: peers' by less than this part of what was injected slowed no one (its workers hid it)
 HIDDEN_DATA = 0.5
+#: ... unless what is left of it is at least this part of the job's step (gpuscope's wait
+#: threshold): a loader hidden by half still 40 ms late a 100 ms step holds the others back
+MATERIAL = 0.10
 
 
 def clock_confirms(ranks: list, t: dict) -> bool:
@@ -106,14 +109,17 @@ def clock_confirms(ranks: list, t: dict) -> bool:
 
 def effective_kind(kind: str, t: dict) -> str:
     """The kind a row is scored as: a loader fault its workers hid (the slowed rank waited for
-    data less than HIDDEN_DATA of the injected time more than its peers, by the loop's clock)
-    slowed no one: a control."""
+    data less than HIDDEN_DATA of the injected time more than its peers, by the loop's clock,
+    and less than MATERIAL of the step) slowed no one: a control."""
     if kind in ("data", "data_workers"):
         r = t["slowed"][0]
         data = {int(k): v for k, v in t["data_ms"].items()}
         others = [v for k, v in data.items() if k != r]
         injected = _get(t["added_ms"], r, 0.0)
-        if others and data[r] - statistics.median(others) < HIDDEN_DATA * injected:
+        left = data[r] - statistics.median(others) if others else 0.0
+        # what the workers left of it still holds the others back by a material part of the
+        # step (the imbalance threshold): a straggler, however much of it they hid
+        if others and left < HIDDEN_DATA * injected and left < MATERIAL * t.get("step_ms", 0.0):
             return "control"
     return kind
 
