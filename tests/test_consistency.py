@@ -258,3 +258,20 @@ def test_random_lateness_is_rarely_intermittent(n_ranks):
         frame = _timed(rng.exponential(5.0, size=(n_ranks, 30)), 60.0)
         found += intermittent(find_roles(frame, 0.1), _steps(frame, 60.0), 0.1, set()) is not None
     assert found <= 4
+
+
+def test_two_ranks_one_late_every_fifth_step_is_intermittent_by_its_spacing():
+    # with 2 ranks, being last in 5 of 5 standing-out steps is a 1-in-16 chance on its own;
+    # that the 5 steps are evenly spaced among 23 is what rules chance out
+    from gpuscope.analyze.consistency import intermittent
+
+    rng = np.random.default_rng(2)
+    late = rng.exponential(2.0, size=(2, 23))
+    late[1, 1::5] += 60  # a whole step late in steps 1, 6, 11, 16, 21
+    frame = _timed(late, 60.0)
+    found = intermittent(find_roles(frame, 0.1), _steps(frame, 60.0), 0.1, set())
+    assert found["rank"] == 1 and found["every"] == 5 and found["late_steps"] == [1, 6, 11, 16, 21]
+    late[1, 11] -= 60  # five late steps, unevenly spaced (12 for 11): chance not ruled out
+    late[1, 12] += 60
+    frame = _timed(late, 60.0)
+    assert intermittent(find_roles(frame, 0.1), _steps(frame, 60.0), 0.1, set()) is None

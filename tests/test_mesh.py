@@ -554,5 +554,9 @@ def test_a_gather_that_waits_inside_its_call_counts_the_wait_not_the_concatenati
     rep = gpuscope.analyze(str(tmp_path / "run"))
     frame = rep.table.frame
     assert len(frame) == 5 and (frame["step_ns"] >= 20e6).all()
-    assert (frame["comm_exposed_ns"] < 10e6).all(), frame["comm_exposed_ns"].tolist()
+    # the 20 ms of concatenation is outside the exposed communication, however long the wait
+    # (13.5 ms in one step once, the gather descheduled on a busy machine)
+    assert (frame["step_ns"] - frame["comm_exposed_ns"] >= 20e6).all(), \
+        frame[["step_ns", "comm_exposed_ns"]].values.tolist()
+    assert (frame["comm_exposed_ns"] < 10e6).sum() >= 3, frame["comm_exposed_ns"].tolist()
     assert (frame["n_comm"] == 1).all() and set(rep.ranks[0].comm_by_kind) == {"all_gather"}

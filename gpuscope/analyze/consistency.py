@@ -355,18 +355,22 @@ def intermittent(roles: Roles, steps: pd.DataFrame, wait_share: float,
     rank = int(roles.ranks[j])
     if counts[j] < max(INTERMITTENT_MIN, INTERMITTENT_SHARE * m) or rank in named:
         return None
-    # chance alone: among n ranks equally likely to be last, the likeliest to be last so often
-    # (a binomial tail, times n for picking the most frequent), at the family-wise level
-    n, c = w.shape[1], int(counts[j])
-    if n * sum(math.comb(m, k) * (n - 1) ** (m - k) for k in range(c, m + 1)) / n ** m \
-            > FAMILY_ALPHA:
-        return None
     late = last == j
     at = roles.steps[out][late].astype(np.int64)
+    gaps = np.unique(np.diff(at))
+    every = int(gaps[0]) if gaps.size == 1 and gaps[0] > 1 else None
+    # chance alone: among n ranks equally likely to be last, the likeliest to be last so often
+    # (a binomial tail, times n for picking the most frequent); and where its late steps are
+    # evenly spaced, the chance that c of the S steps are (arithmetic progressions of c steps,
+    # spacing 2 or more, over all sets of c): at the family-wise level
+    n, c, S = w.shape[1], int(counts[j]), int(roles.steps.size)
+    chance = n * sum(math.comb(m, k) * (n - 1) ** (m - k) for k in range(c, m + 1)) / n ** m
+    if every is not None:
+        chance *= sum(max(S - (c - 1) * d, 0) for d in range(2, S)) / math.comb(S, c)
+    if chance > FAMILY_ALPHA:
+        return None
     # how late it was: the median other rank's wait for it
     excess = float(np.median(np.delete(w[out][late], j, axis=1), axis=1).mean())
-    gaps = np.unique(np.diff(at))
     return {"rank": rank, "late_steps": [int(s) for s in at], "of_steps": m,
-            "steps": int(roles.steps.size),
-            "every": int(gaps[0]) if gaps.size == 1 and gaps[0] > 1 else None,
+            "steps": int(roles.steps.size), "every": every,
             "excess_ms": round(excess / 1e6, 2)}
