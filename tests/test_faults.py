@@ -31,6 +31,9 @@ KNOWN_GAPS = {
                         "late has a tail as long as the ranks that wait for it",
     ("record", "intermittent"): "a rank late in one step of five is told as moving lateness "
                                 "(jitter) or named only probably, not as one rank's few bad steps",
+    # scored as a straggler since its workers leave 10% of the step or more (score.MATERIAL)
+    ("record", "data_workers"): "a loader its workers hide in most steps leaves its rank late in "
+                                "some steps only: told as jitter, or the rank named",
 }
 _BASE: dict = {}
 
