@@ -227,23 +227,6 @@ def test_a_c10d_call_is_the_collective_s_whole_its_own_copy_included(tmp_path):
     assert one.compute_ns == 3500 * US and one.other_ns == 0
 
 
-def test_ddp_s_copy_of_reduced_buckets_into_the_gradients_is_synchronization(tmp_path):
-    # DDP on gloo, a core busy: backward compute ends at 2,000 with the last bucket launched;
-    # the reducer then copies the first, reduced bucket into .grad (2,000-7,000, descheduled)
-    # while the last bucket's all-reduce runs (2,000-9,000) on gloo's thread, and waits for it.
-    # A backward without synchronization copies nothing: the copy is the sync's, as the
-    # recorder's DDP tail (the last gradient to backward's return) counts it, not compute
-    events = [X("ProfilerStep#1", 0, 10000), X("ProfilerStep#2", 10000, 100),
-              X("aten::mm", 0, 1900), X("c10d::allreduce_", 1900, 100),
-              X("torch.distributed.ddp.reducer::copy_bucket_to_grad", 2000, 5000),
-              X("aten::copy_", 2000, 5000), X("gloo:all_reduce", 2000, 7000, tid=2),
-              X("aten::add_", 9200, 800)]
-    one = _rows(_write(tmp_path, events))[1]
-    # the call, the copy, then waiting for the all-reduce (and resuming after it, RESUME_NS)
-    assert one.comm_exposed_ns == 7300 * US
-    assert one.compute_ns == 2700 * US and one.other_ns == 0
-
-
 def test_fsdp_waits_inside_its_ranges_only_while_a_collective_is_pending(tmp_path):
     # FSDP::post_backward_reduce 0-15,000: it issues the reduce-scatter (a c10d call 100-200,
     # gloo's range 200-1,000) and then runs no op until a copy at 14,000. Waiting: from the

@@ -33,10 +33,6 @@ NO_WAIT, WAITS, ANNOTATION = 0, 1, 2  # none; only waits on collectives; a recor
 #: it is the collective's, the ops it runs too (gloo's reduce-scatter copies its input first), as
 #: the recorder times a call from its start to its end
 CALL = 3
-#: DDP's reducer copying the reduced buckets into the gradients, after backward compute, while
-#: later buckets are still in flight: gradient synchronization's own work (a backward that does
-#: not synchronize does not do it), counted as a c10d call is; the recorder's DDP tail holds it
-REDUCER_CALLS = ("torch.distributed.ddp.reducer::copy_bucket_to_grad",)
 #: FSDP's ranges (FSDP::*, FullyShardedDataParallel.*): they wait on collectives and also work
 #: (copy in and out, Python); a stretch with no op running is waiting while a collective is
 #: pending, not after (the same RESUME_NS rule as for a thread idle after a collective)
@@ -252,8 +248,7 @@ def _classify(name: str, cat: str, on_stream: bool) -> tuple:
     if name.startswith(_COMM_HOST_PREFIX):
         return (_HOST, COMM_HOST, NONE, -1, ("", name), False, 0)
     if cat in _OP_CATS:
-        call = name.startswith("c10d::") or name in REDUCER_CALLS
-        wait = (CALL if call else WRAPS if name.startswith(
+        wait = (CALL if name.startswith("c10d::") else WRAPS if name.startswith(
             WRAP_RANGE_PREFIXES) else _funcol_kind(name) if name.startswith(FUNCOL_PREFIXES)
                 else WAITS if name.startswith(WAIT_RANGE_PREFIXES)
                 else ANNOTATION if cat == "user_annotation" else NO_WAIT)

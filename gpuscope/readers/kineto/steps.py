@@ -22,8 +22,7 @@ Each host step window [start, end) is a ProfilerStep#N range on the training thr
 2. CPU traces: comm = |union of collective ranges (gloo:*, nccl:*, ...)| on any thread;
    exposed = the part of it when the training thread was not working: outside its ops and
    DataLoader waits, inside a c10d collective call (c10d::..., the ops it runs too: the
-   recorder times a call whole) or DDP's copy of reduced buckets into the gradients (events.
-   REDUCER_CALLS: the recorder's DDP tail holds it), or inside a range that only waits on collectives
+   recorder times a call whole), or inside a range that only waits on collectives
    (FSDP::all_gather, FSDP::pre_forward, FSDP1's FullyShardedDataParallel.*) with no op of its
    own running, or a stretch of 0.5 ms or more inside a record_function range with no op running
    (a pipeline schedule's "Backward 0" waiting on a gradient); compute = |union of host ops on
