@@ -220,9 +220,12 @@ def judge(scenario: str, got: dict, loop_ms: dict | None = None) -> dict:
 def summarize(results: list, scenarios) -> dict:
     import statistics
 
-    def ratios(s):
-        return sorted(r["hidden_ms"]["ratio"] for r in results if r["scenario"] == s
-                      and (r.get("hidden_ms") or {}).get("ratio") is not None)
+    def hidden_ratio(s) -> dict:
+        """The traced hidden communication over DDP's in-flight window (in_flight), its range."""
+        xs = sorted(r["hidden_ms"]["ratio"] for r in results if r["scenario"] == s
+                    and (r.get("hidden_ms") or {}).get("ratio") is not None)
+        return {"hidden_ratio": {"min": xs[0], "median": statistics.median(xs), "max": xs[-1],
+                                 "runs": len(xs)}} if xs else {}
 
     return {s: {"runs": sum(r["scenario"] == s for r in results),
                 "agree": sum(r["agree"] for r in results if r["scenario"] == s),
@@ -231,10 +234,7 @@ def summarize(results: list, scenarios) -> dict:
                 "adjacent_fix": sum(r.get("adjacent_fix", False) for r in results
                                     if r["scenario"] == s),
                 "right": sum(r["right"] for r in results if r["scenario"] == s),
-                # the traced hidden communication over DDP's in-flight window (in_flight)
-                **({"hidden_ratio": {"min": ratios(s)[0], "median": statistics.median(ratios(s)),
-                                     "max": ratios(s)[-1], "runs": len(ratios(s))}}
-                   if ratios(s) else {})}
+                **hidden_ratio(s)}
             for s in scenarios}
 
 

@@ -135,10 +135,11 @@ def _estimate(report: dict) -> float | None:
     """The report's estimate of the step with the slowed rank fixed: its straggler suggestion,
     its advice for an intermittently late rank, else its top one."""
     sugg = report.get("suggestions") or []
-    for knob in ("straggler", "rank_jitter" if (report.get("jitter") or {}).get("intermittent")
-                 else None):
+    knobs = ["straggler"] + (["rank_jitter"] if (report.get("jitter") or {}).get("intermittent")
+                             else [])
+    for knob in knobs:
         for s in sugg:
-            if knob and s.get("knob") == knob:
+            if s.get("knob") == knob:
                 return s.get("estimated_step_ms")
     return sugg[0].get("estimated_step_ms") if sugg else None
 
