@@ -9,7 +9,7 @@ import os
 
 from scipy import stats
 
-LEVELS = [0.005, 0.0025, 0.001, 5e-4, 2.5e-4, 1e-4, 5e-5, 1e-5, 1e-6]
+LEVELS = [0.05, 0.025, 0.01, 0.005, 0.0025, 0.001, 5e-4, 2.5e-4, 1e-4, 5e-5, 1e-5, 1e-6]
 DOFS = list(range(1, 31)) + [40, 60, 120]
 OUT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "gpuscope",
                    "analyze", "t_table.py")

@@ -226,11 +226,13 @@ def test_real_pair_straggler_removed_and_the_gate(tmp_path):
     # 40 ms removed showed as only 18.7% faster in one suite run of five: the direction is pinned
     # over its 8 profiled steps on a busy core, a step where the other rank was later still can
     # leave the straggler short of significance: then the verdict is jitter, never confidently,
-    # with the rank that was last in most steps named as the lead
+    # with rank 1 named: a probable straggler (last in most steps: low), or one its steps cannot
+    # rule out (once in CI: rank 0 stalled past it in 3 of 8 steps, and the traces said jitter
+    # 81% "high" before that cap: medium)
     kb = gpuscope.analyze(str(tmp_path / "b" / "kineto")).verdict
     assert k["verdict"]["before"] == "imbalanced" or (
-        kb.label == "jitter-bound" and kb.confidence == "low"
-        and any("rank 1 arrived last" in e for e in kb.evidence)), kb
+        kb.label == "jitter-bound" and kb.confidence != "high"
+        and any("rank 1 arrived" in e for e in kb.evidence)), kb
     assert k["slower_pct"] < -5
 
 

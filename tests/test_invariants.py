@@ -373,3 +373,19 @@ def test_a_rank_last_in_most_steps_is_a_probable_straggler():
             dict(r, comm=31, comm_exposed=31) if (r["step"], r["rank"]) == (3, 0) else r
             for r in rows]
     assert analyze_table(table_from_rows(rows), TH0).straggler_ranks == [1]
+
+
+def test_a_jitter_verdict_that_cannot_rule_out_a_straggler_is_not_high():
+    clear = Verdict("jitter-bound", 0.8, "high", {"jitter-bound": 0.8, "comm-bound": 0.2})
+    ev = Evidence(steps=8, ranks=2, world=2, unruled=(1, 13.75e6, 38.0e6, 14.0e6))
+    v = earn(clear, ev, _steps("jitter-bound", wait_share=0.4), TH0)
+    assert v.confidence == "medium"
+    assert any("cannot rule out a straggler: rank 1 arrived 13.8 ms after" in e
+               and "up to 38.0 ms" in e for e in v.evidence)
+    # a probable straggler already says more (low); an imbalanced verdict has its straggler
+    leaning = Evidence(steps=8, ranks=2, world=2, unruled=(1, 13.75e6, 38.0e6, 14.0e6),
+                       leaning=(1, 6, 0.9), leaning_of=8)
+    said = earn(clear, leaning, _steps("jitter-bound", wait_share=0.4), TH0)
+    assert said.confidence == "low" and not any("rule out a straggler" in e for e in said.evidence)
+    imb = Verdict("imbalanced", 0.8, "high", {"imbalanced": 0.8, "comm-bound": 0.2})
+    assert earn(imb, ev, _steps("imbalanced", wait_share=0.4), TH0).confidence == "high"

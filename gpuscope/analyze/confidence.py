@@ -18,6 +18,10 @@
      of the steps or more, or caused three quarters of the waiting or more, and no test found it
      consistent (too few or too noisy steps): the waiting it caused is imbalance, said at low
      confidence with that evidence, whatever the verdict it gives or leaves;
+   - a straggler not ruled out (consistency.Roles.unruled): a jitter verdict whose steps leave
+     room, at a one-sided 5%, for one rank to be late by the imbalance threshold's share of the
+     step on average: medium (jitter is the claim that no rank is; few or noisy steps cannot
+     make it);
    - GPU runs whose collectives outside DDP hold the comm threshold's share of the step or more,
      timed on the host only (launch to completion; the GPU's waiting for them is not seen), when
      the verdict is not comm-bound: medium;
@@ -59,6 +63,9 @@ class Evidence:
     #: (rank, steps last, share of the waiting caused): late most of the time, not significant
     leaning: tuple[int, int, float] | None = None
     leaning_of: int = 0        # ... of this many steps
+    #: (rank, mean lateness ns, upper bound ns, material ns): a straggler these steps cannot
+    #: rule out (consistency.Roles.unruled)
+    unruled: tuple[int, float, float, float] | None = None
     #: on a GPU, the share of the step in collectives timed on the host only (launch to
     #: completion: how long the GPU waited for them is not seen); the largest over ranks
     host_comm_share: float = 0.0
@@ -142,6 +149,12 @@ def earn(verdict: Verdict, ev: Evidence, steps: pd.DataFrame, th: Thresholds) ->
         caps.append(("low", f"rank {rank} is probably a straggler: it arrived last in {n} of "
                             f"{ev.leaning_of} steps, causing {caused:.0%} of the waiting, but so "
                             "few steps cannot rule out chance: record more steps"))
+    if verdict.label == JITTER_BOUND and ev.unruled is not None and ev.leaning is None:
+        rank, late, upper, bound = ev.unruled
+        caps.append(("medium", f"{ev.steps} steps cannot rule out a straggler: rank {rank} "
+                               f"arrived {late / 1e6:.1f} ms after the others on average, and up "
+                               f"to {upper / 1e6:.1f} ms is within chance (a straggler from "
+                               f"{bound / 1e6:.1f} ms on is imbalance)"))
     moved = changes_without_one_step(steps, verdict.label) if ev.steps >= 3 else None
     if moved is not None:
         caps.append(("low", f"without step {moved[0]} the verdict would be {moved[1]}: one "

@@ -44,6 +44,8 @@ from .t_table import LEVELS, T, Z
 MIN_STEPS = 3  # fewer steps cannot tell a straggler from jitter
 
 FAMILY_ALPHA = 0.01  # the chance, per run, that random jitter names a rank
+#: the one-sided level at which a jitter verdict's steps must rule out a straggler (Roles.unruled)
+RULE_OUT_ALPHA = 0.05
 
 
 def rank_alpha(n_ranks: int) -> float:
@@ -82,6 +84,12 @@ class Roles:
     all_present: np.ndarray | None = None
     #: (steps, the busiest rank of each: most step time less waiting), every step recorded
     busiest: tuple | None = None
+    #: (rank, mean lateness ns, its upper bound ns, the material lateness ns) of the rank no test
+    #: found late whose lateness, step by step, could still be a material straggler's: the upper
+    #: end of a one-sided RULE_OUT_ALPHA interval around its mean reaches the material bound
+    #: (a 40 ms straggler whose host stalled rank 0 in 3 of 8 profiled steps: last in 5, 68% of
+    #: the waiting). A jitter verdict cannot be confident that no rank is a straggler then
+    unruled: tuple[int, float, float, float] | None = None
 
     @property
     def decided(self) -> bool:
@@ -235,7 +243,24 @@ def _tested(roles: Roles, w, ranks, slowest, min_share, max_wait, busy=None) -> 
         j = int(np.flatnonzero(ranks == lean[0])[0])
         if (material[j] or material_median[j]) and mean[j] < 0:
             roles.probable = lean
+    if not roles.late and min_share > 0:
+        roles.unruled = _unruled(mean, sd, n, ranks, min_share * typical)
     return roles
+
+
+def _unruled(mean, sd, n: int, ranks, bound: float) -> tuple[int, float, float, float] | None:
+    """The rank whose lateness these steps leave most room for, where that room reaches a
+    material straggler's (`bound`, ns of lateness against the other ranks' mean). A rank's
+    lateness in a step is its wait's offset below the step's mean, times n / (n - 1); its upper
+    bound adds the one-sided t quantile at RULE_OUT_ALPHA of its standard error."""
+    k = ranks.size / (ranks.size - 1)
+    late = -mean * k
+    upper = (-mean + t_critical(n - 1, RULE_OUT_ALPHA) * sd / math.sqrt(n)) * k
+    upper = np.where(np.isfinite(upper) & (late > 0), upper, -np.inf)
+    j = int(np.argmax(upper))
+    if late[j] <= 0 or upper[j] < bound:
+        return None
+    return int(ranks[j]), float(late[j]), float(upper[j]), float(bound)
 
 
 def _t(mean: float, se: float, tiny: float) -> float:

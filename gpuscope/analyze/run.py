@@ -320,6 +320,7 @@ def check(a: Analysis) -> None:
                         broken_rules=len(a.broken) + len(wrong),
                         leaning=a.roles.probable if a.roles is not None else None,
                         leaning_of=a.roles.n_steps if a.roles is not None else 0,
+                        unruled=a.roles.unruled if a.roles is not None else None,
                         host_comm_share=max((float(i.meta.get("host_comm_share") or 0.0)
                                              for i in t.ranks.values()), default=0.0))
     a.report.verdict = earn(a.verdict, evidence, a.steps, a.th)
