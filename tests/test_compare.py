@@ -228,7 +228,7 @@ def test_real_pair_straggler_removed_and_the_gate(tmp_path):
     # leave the straggler short of significance: then the verdict is jitter, never confidently,
     # with rank 1 named: a probable straggler (last in most steps: low), or one its steps cannot
     # rule out (once in CI: rank 0 stalled past it in 3 of 8 steps, and the traces said jitter
-    # 81% "high" before that cap: medium)
+    # 81% "high" before that cap: low)
     kb = gpuscope.analyze(str(tmp_path / "b" / "kineto")).verdict
     assert k["verdict"]["before"] == "imbalanced" or (
         kb.label == "jitter-bound" and kb.confidence != "high"

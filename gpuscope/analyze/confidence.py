@@ -20,8 +20,8 @@
      confidence with that evidence, whatever the verdict it gives or leaves;
    - a straggler not ruled out (consistency.Roles.unruled): a jitter verdict whose steps leave
      room, at a one-sided 5%, for one rank to be late by the imbalance threshold's share of the
-     step on average: medium (jitter is the claim that no rank is; few or noisy steps cannot
-     make it);
+     step on average: low (jitter is the claim that no rank is; where the steps fit a straggler
+     as well, either could be the verdict, as in a near tie);
    - GPU runs whose collectives outside DDP hold the comm threshold's share of the step or more,
      timed on the host only (launch to completion; the GPU's waiting for them is not seen), when
      the verdict is not comm-bound: medium;
@@ -151,7 +151,7 @@ def earn(verdict: Verdict, ev: Evidence, steps: pd.DataFrame, th: Thresholds) ->
                             "few steps cannot rule out chance: record more steps"))
     if verdict.label == JITTER_BOUND and ev.unruled is not None and ev.leaning is None:
         rank, late, upper, bound = ev.unruled
-        caps.append(("medium", f"{ev.steps} steps cannot rule out a straggler: rank {rank} "
+        caps.append(("low", f"{ev.steps} steps cannot rule out a straggler: rank {rank} "
                                f"arrived {late / 1e6:.1f} ms after the others on average, and up "
                                f"to {upper / 1e6:.1f} ms is within chance (a straggler from "
                                f"{bound / 1e6:.1f} ms on is imbalance)"))
