@@ -27,8 +27,6 @@ from score import score, truth  # noqa: E402
 
 #: (source, kind) a source does not yet get right, with why
 KNOWN_GAPS = {
-    ("record", "comm"): "DDP is timed by its backward's tail: a rank whose all-reduce launches "
-                        "late has a tail as long as the ranks that wait for it",
     ("record", "intermittent"): "a rank late in one step of five is told as moving lateness "
                                 "(jitter) or named only probably, not as one rank's few bad steps",
     # scored as a straggler since its workers leave 10% of the step or more (score.MATERIAL)

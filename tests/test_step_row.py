@@ -55,6 +55,23 @@ def test_ddp_step_backward_inferred_and_exposed_tail():
     assert r["by_key"] == {DDP_KEY: [30, 20, 2]}
 
 
+def test_a_comm_hook_s_time_before_its_launch_is_the_rank_s_own():
+    """A Python comm hook runs inside DDP's tail and launches its all-reduce through
+    torch.distributed: a hook that computes or waits 15 ms first (a slow link's rank, PowerSGD's
+    matmuls) is that rank's backward, not communication it waited for; the tail is exposed from
+    that launch on. Without a collective inside the tail, from the tail's start as before."""
+    kw = dict(phases=[("forward", 10, 30), ("backward", 30, 92), ("optimizer", 92, 95)],
+              ddp_tails=[(70, 90)], fwd_end=30)
+    hooked = row(colls=[("all_reduce:default", 85, 90)], **kw)
+    assert hooked["comm_exposed_ns"] == 5 + 2     # launch 85 -> done 90, on to backward's end
+    assert hooked["backward_ns"] == 62 - 7        # 30-92 less the exposed 85-92
+    plain = row(**kw)
+    assert plain["comm_exposed_ns"] == 22 and plain["backward_ns"] == 40
+    # a collective launched before the tail (an earlier bucket's, hidden) moves nothing
+    early = row(colls=[("all_reduce:default", 50, 60)], **kw)
+    assert early["comm_exposed_ns"] == 22
+
+
 def test_measured_backward_wins_over_the_inferred_one():
     # a micro-step that does not synchronize: no bucket, no optimizer, backward measured
     r = row(phases=[("forward", 10, 30), ("backward", 35, 80)], fwd_end=30, synced=0)

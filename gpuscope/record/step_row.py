@@ -53,12 +53,14 @@ def sum_step(r: Raw, start_unix: int) -> list:
     2. the optimizer's time excludes forward and backward run inside it (closures: LBFGS,
        Lightning); forward and backward exclude the time they were blocked on communication
        (FSDP's all-gather waits, DDP's tail);
-    3. exposed communication: DDP's tail from its start (the end of backward compute) to its
-       done, and on to the end of the measured backward, at most
-       RESUME_NS past that done (the training thread waits in DDP's reducer until the bucket's
-       future is complete, which can be after its callback ran: a busy core held the backend's
-       thread 3.5 ms there; what is later than that is the thread waiting for a core: other,
-       the trace reader's rule too), blocking collectives and waits on async ones;
+    3. exposed communication: DDP's tail from its start (the end of backward compute; or the
+       launch of the first collective through torch.distributed inside it, a Python comm hook's:
+       a hook that runs long before launching, or waits, is that rank's own time) to its done,
+       and on to the end of the measured backward, at most RESUME_NS past that done (the training
+       thread waits in DDP's reducer until the bucket's future is complete, which can be after
+       its callback ran: a busy core held the backend's thread 3.5 ms there; what is later
+       than that is the thread waiting for a core: other, the trace reader's rule too),
+       blocking collectives and waits on async ones;
     4. compute is the union of the compute phases minus what overlaps exposed communication;
        with no phase at all, everything that is not data or exposed comm counts as compute;
     5. other is what remains of the step; `between_ns`, the part of it before the step's first
@@ -86,6 +88,11 @@ def _general_step(r: Raw, start_unix: int) -> list:
     if tails:
         last_launch = max(a for a, _ in tails)
         last_done = max(b for _, b in tails)
+        # a Python comm hook's collective launched inside the tail: before it, the rank ran
+        # its own work (the hook, DDP's copy into the bucket), not waiting for the others
+        inside = [a for _, a, _ in r.colls if last_launch <= a < last_done]
+        if inside:
+            last_launch = min(inside)
         for a, b in measured_bwd:
             if a <= last_launch < b:
                 last_done = max(last_done, min(b, last_done + RESUME_NS))
