@@ -82,20 +82,40 @@ FIX_TOLERANCE = 0.15
 
 def fixes_adjacent(a: dict | None, b: dict | None) -> bool:
     """The same knob with estimates within FIX_TOLERANCE, its proposed values next to each other
-    on the knob's ladder (DataLoader workers: analyze/bottlenecks/data.WORKER_COUNTS): a rung
+    on the knob's ladder (DataLoader workers: analyze/bottlenecks/data.WORKER_COUNTS; the sync
+    interval: whatif.SYNC_MULTIPLES of the current one): a rung
     rounds a measured need up, and two measurements of one run can fall either side of a rung
     (a busy core: 1 run of 10, 4 against 6 workers, estimates 10.75 and 10.41 ms). Not counted
     as the same fix; the test accepts it, said."""
     from gpuscope.analyze.bottlenecks.data import WORKER_COUNTS
+    from gpuscope.analyze.whatif import SYNC_MULTIPLES
 
-    if a is None or b is None or a["knob"] != b["knob"] or a["knob"] != "num_workers":
+    if a is None or b is None or a["knob"] != b["knob"]:
         return False
     lo, hi = sorted((a["estimated_step_ms"], b["estimated_step_ms"]))
     try:
-        i, j = (WORKER_COUNTS.index(int(x["proposed"])) for x in (a, b))
-    except ValueError:
+        if a["knob"] == "num_workers":
+            i, j = (WORKER_COUNTS.index(int(x["proposed"])) for x in (a, b))
+        elif a["knob"] == "sync_frequency":  # "every K steps" / "accumulation K", per current
+            if a.get("current") != b.get("current"):
+                return False
+            cur = _first_int(a.get("current"))
+            i, j = (SYNC_MULTIPLES.index(_first_int(x["proposed"]) // cur) for x in (a, b))
+        else:
+            return False
+    except (ValueError, TypeError, ZeroDivisionError):
         return False
     return abs(i - j) == 1 and hi <= (1 + FIX_TOLERANCE) * lo
+
+
+def _first_int(text) -> int:
+    """The first whole number in a suggestion's value ("every 12 steps" -> 12)."""
+    import re
+
+    m = re.search(r"\d+", str(text))
+    if m is None:
+        raise ValueError(text)
+    return int(m.group())
 
 
 def fixes_agree(a: dict | None, b: dict | None) -> bool:
@@ -154,7 +174,8 @@ def read(scenario: str, out: str) -> dict:
                 "evidence": list(r.verdict.evidence),
                 "stragglers": r.straggler_ranks,
                 "probable_stragglers": r.probable_straggler_ranks,
-                "fix": ({"knob": top.knob, "proposed": str(top.proposed),
+                "fix": ({"knob": top.knob, "current": str(top.current),
+                         "proposed": str(top.proposed),
                          "estimated_step_ms": round(top.estimated_step_ms, 2)} if top else None),
                 "shares": {k: round(v, 3) for k, v in r.verdict.time_by_label.items()},
                 "wait_pct": [round(x.wait_pct, 1) for x in r.ranks],

@@ -279,12 +279,16 @@ def test_a_trace_without_the_facts_assumes_one_core_and_says_so_and_with_them_ag
 
 
 def test_sync_frequency_brings_exposed_comm_under_target():
+    from gpuscope.analyze.whatif import SYNC_MULTIPLES
+
     rows = balanced(5, 2, comm=40, comm_exposed=40, compute=60)
     rep = verdict(rows, knobs={"batch_size": 8})
     sync = next(s for s in rep.suggestions if s.knob == "sync_frequency")
     k = int(sync.proposed.split()[1])
     assert 40 / k <= 0.05 * (60 + 40 / k) + 1e-9
-    assert 40 / (k - 1) > 0.05 * (60 + 40 / (k - 1))  # the smallest such k
+    # the smallest such k on the ladder: the rung below it leaves more than 5%
+    below = max(m for m in SYNC_MULTIPLES if m < k)
+    assert k in SYNC_MULTIPLES and 40 / below > 0.05 * (60 + 40 / below)
     assert sync.estimated_step_ms == pytest.approx(60 + 40 / k)
 
 

@@ -48,3 +48,22 @@ def test_recorded_and_profiled_at_once_agree(scenario, tmp_path):
             said + f"; fixes {rec['fix']} / {kin['fix']}"
     if scenario == "data":
         assert rec["verdict"] == "data-bound"
+
+
+def test_a_rung_apart_on_the_knob_s_ladder_is_adjacent_not_the_same_fix():
+    sync = {"knob": "sync_frequency", "current": "every 1 step(s)", "proposed": "every 24 steps",
+            "estimated_step_ms": 10.0}
+    assert same_run.fixes_adjacent(sync, dict(sync, proposed="every 32 steps",
+                                              estimated_step_ms=10.5))
+    assert not same_run.fixes_agree(sync, dict(sync, proposed="every 32 steps"))
+    # two rungs apart, estimates too far apart, or another current interval: not adjacent
+    assert not same_run.fixes_adjacent(sync, dict(sync, proposed="every 12 steps"))
+    assert not same_run.fixes_adjacent(sync, dict(sync, proposed="every 32 steps",
+                                                  estimated_step_ms=12.0))
+    assert not same_run.fixes_adjacent(sync, dict(sync, current="accumulation 2 (sync every 2 "
+                                                  "micro-steps)", proposed="accumulation 48"))
+    acc = dict(sync, current="accumulation 2 (sync every 2 micro-steps)",
+               proposed="accumulation 32")
+    assert same_run.fixes_adjacent(acc, dict(acc, proposed="accumulation 48"))  # 16x, 24x
+    workers = {"knob": "num_workers", "proposed": "4", "estimated_step_ms": 10.0}
+    assert same_run.fixes_adjacent(workers, dict(workers, proposed="6"))

@@ -87,8 +87,16 @@ def test_unsynced_step_measured_when_the_run_accumulates():
 def test_sync_interval_and_cycle_estimate():
     # S = 51, N = 16: (S - N) / K <= 5% of ((K - 1) N + S) / K  ->  K >= 0.95 * 35 / 0.8 = 41.6
     assert whatif.choose_interval(51.0, 16.0, 0.05, 1) == 32  # capped at 32
-    assert whatif.choose_interval(51.0, 16.0, 0.20, 1) == 9   # 0.8 * 35 / 3.2 = 8.75
-    assert whatif.choose_interval(51.0, 16.0, 0.20, 4) == 12  # a multiple of the current 4
+    # 0.8 * 35 / 3.2 = 8.75: 9 needed, the next rung of the ladder 12
+    assert whatif.choose_interval(51.0, 16.0, 0.20, 1) == 12
+    assert whatif.choose_interval(51.0, 16.0, 0.20, 4) == 12  # 3 x the current 4
+    assert whatif.choose_interval(51.0, 16.0, 0.20, 2) == 12  # 5 needed: 6 x 2
+    # the ladder holds every need: each need gets the smallest rung at or above it
+    for need in range(1, 33):
+        extra = (need - 0.5) * 0.2 * 16.0 / 0.8  # `need` intervals needed (rounded up)
+        got = whatif.choose_interval(16.0 + extra, 16.0, 0.20, 1)
+        assert got in whatif.SYNC_MULTIPLES and got >= need
+        assert got == min(m for m in whatif.SYNC_MULTIPLES if m >= need)
     micro = whatif.micro_steps(table_from_rows(ddp_rows()).frame, 0)
     e = whatif.sync_estimate(micro, whatif.unsynced_step(micro, {"device": "cpu"}), 8, 1)
     assert e.ms == pytest.approx((7 * 16e6 + 51e6) / 8)

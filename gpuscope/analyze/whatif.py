@@ -222,13 +222,22 @@ def per_micro_cycle(sync: float, unsync: float, k: int) -> float:
     return ((k - 1) * unsync + sync) / k
 
 
+#: the multiples of the current interval a sync-frequency proposal takes: the 1-1.5-2 steps of
+#: batch sizes people use. The interval a measurement needs falls anywhere between them, and two
+#: measurements of one run (its record and its traces) fell either side of it (31 against 32
+#: steps in one of 10 busy runs): a rung rounds the need up, as the worker ladder does
+SYNC_MULTIPLES = (2, 3, 4, 6, 8, 12, 16, 24, 32)
+
+
 def choose_interval(sync: float, unsync: float, target: float, cur: int, cap: int = 32) -> int:
-    """The smallest interval K (a multiple of `cur`) whose synchronization costs at most `target`
-    of the mean micro-step: (S - N) / K <= target x ((K - 1) N + S) / K."""
+    """The smallest interval K (`cur` times a rung of SYNC_MULTIPLES, at most `cap`) whose
+    synchronization costs at most `target` of the mean micro-step:
+    (S - N) / K <= target x ((K - 1) N + S) / K."""
     extra = max(sync - unsync, 0.0)
     k = math.ceil((1 - target) * extra / (target * max(unsync, 1.0))) if extra > 0 else 1
-    mult = max(2, min(math.ceil(k / cur), cap))
-    return mult * cur
+    need = math.ceil(k / cur)
+    mult = next((m for m in SYNC_MULTIPLES if m >= need and m <= cap), None)
+    return (mult if mult is not None else max(2, min(need, cap))) * cur
 
 
 def sync_estimate(m: MicroSteps, n: Estimate, new_interval: int, cur: int) -> Estimate:

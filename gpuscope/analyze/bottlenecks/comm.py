@@ -75,7 +75,7 @@ def suggest_comm(t: TypicalStep, knobs: dict, th: Thresholds,
             k = new // cur
         else:  # no per-micro-step table (a saved report): exposed transfer only
             k = math.ceil((1 - th.comm_target) * grads / (th.comm_target * (rest + gather)))
-            k = max(2, min(k, 32))
+            k = next((m for m in whatif.SYNC_MULTIPLES if m >= k), whatif.SYNC_MULTIPLES[-1])
             est = rest + gather + grads / k
             e = whatif.Estimate(est, est * 0.85, est, "communication hidden behind backward is "
                                 "assumed free")
