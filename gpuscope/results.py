@@ -140,6 +140,9 @@ class Straggler:
     #: (N, M): it arrived last in N of the M steps every rank recorded: the one count of its
     #: lateness every view quotes (0, 0: not known, an older report)
     last_in: tuple = (0, 0)
+    #: where most of its lateness sits when that is a few steps (consistency.bursts): {"steps",
+    #: "of_steps", "share", "every", "excess_ms"}; empty when it is spread over the steps
+    bursts: dict = field(default_factory=dict)
 
     @property
     def part(self) -> str:
@@ -150,8 +153,15 @@ class Straggler:
         """The one statement of its lateness: "last in N of M steps" (the share of the
         imbalanced steps it was slow in, where an older report lacks the count)."""
         n, m = self.last_in
-        return (f"last in {n} of {m} steps" if m else
+        said = (f"last in {n} of {m} steps" if m else
                 f"slow in {100 * self.slow_steps_share:.0f}% of the imbalanced steps")
+        b = self.bursts
+        if b:
+            when = f"every {b['every']} steps" if b.get("every") else \
+                "steps " + ", ".join(str(x) for x in b["steps"])
+            said += (f", {100 * b['share']:.0f}% of the waiting in {len(b['steps'])} of them "
+                     f"({when}), {b['excess_ms']:.1f} ms late in each: intermittent")
+        return said
 
     def to_dict(self) -> dict:
         return {"rank": self.rank, "host": self.host,
@@ -162,6 +172,7 @@ class Straggler:
                 **({"probable": self.probable} if self.probable else {}),
                 **({"ops": [dict(o) for o in self.ops]} if self.ops else {}),
                 **({"last_in": list(self.last_in)} if self.last_in[1] else {}),
+                **({"bursts": dict(self.bursts)} if self.bursts else {}),
                 "lateness": self.lateness}
 
     @classmethod
@@ -170,7 +181,7 @@ class Straggler:
                    d.get("cause_detail", ""), host=d.get("host", ""),
                    telemetry=d.get("telemetry", ""), group=list(d.get("group", [])),
                    probable=d.get("probable", ""), ops=[dict(o) for o in d.get("ops", [])],
-                   last_in=tuple(d.get("last_in", (0, 0))))
+                   last_in=tuple(d.get("last_in", (0, 0))), bursts=dict(d.get("bursts", {})))
 
 
 @dataclass(frozen=True)

@@ -308,3 +308,41 @@ def test_many_steps_of_random_lateness_rule_out_a_straggler():
     late[2] += 30
     roles = find_roles(_timed_frame(late), 0.10)
     assert roles.late == {2} and roles.unruled is None
+
+
+def test_a_named_straggler_late_mostly_in_two_steps_comes_in_bursts():
+    """The busy-clone case: rank 1 last in every one of 8 profiled steps, 19 ms late in two of
+    them and ~3 ms in the rest (a busy core): named by the tests, and said to be late in
+    bursts."""
+    from gpuscope.analyze.consistency import bursts
+
+    late = np.zeros((2, 8))
+    late[1] = 3.0 + 0.1 * np.arange(8)
+    late[1, [2, 7]] = 19.0
+    frame = _timed_frame(late, base_ms=20.0)
+    roles = find_roles(frame, 0.10)
+    assert roles.late == {1}
+    b = bursts(roles, _steps(frame, 20.0).assign(step_ns=frame.groupby("step")["step_ns"]
+                                                 .max().to_numpy()), 0.10, 1)
+    assert b["steps"] == [2, 7] and b["every"] == 5 and b["of_steps"] == 8
+    assert b["share"] == pytest.approx(38 / 57.9, abs=1e-3)  # 2 x 19 of 57.9 ms caused
+    assert b["excess_ms"] == pytest.approx(19.0)
+    # late by the same amount every step: no bursts
+    steady = np.zeros((2, 8))
+    steady[1] = 5.0
+    frame = _timed_frame(steady, base_ms=20.0)
+    roles = find_roles(frame, 0.10)
+    assert roles.late == {1}
+    assert bursts(roles, frame.groupby("step", as_index=False)["step_ns"].max(), 0.10, 1) is None
+
+
+def test_a_straggler_s_bursts_are_in_its_one_statement_of_lateness_and_its_json():
+    from gpuscope.results import Straggler
+
+    b = {"steps": [2, 12], "of_steps": 8, "share": 0.656, "every": 10, "excess_ms": 19.0}
+    s = Straggler(1, 1.0, 5_000_000, "compute", "forward", last_in=(8, 8), bursts=b)
+    assert s.lateness == ("last in 8 of 8 steps, 66% of the waiting in 2 of them (every 10 "
+                          "steps), 19.0 ms late in each: intermittent")
+    assert Straggler.from_dict(s.to_dict()) == s
+    plain = Straggler(1, 1.0, 5_000_000, "compute", last_in=(8, 8))
+    assert plain.lateness == "last in 8 of 8 steps" and "bursts" not in plain.to_dict()

@@ -173,8 +173,11 @@ def score(kind: str, t: dict, report: dict, control_step_ms: float | None) -> di
         r = slowed[0]
         d = _detail(report, r)
         said = ((report.get("jitter") or {}).get("intermittent") or {}).get("rank")
+        # said as intermittent lateness; or the rank named, and said late in some steps only
+        # (not last in every one), or late mostly in a few (its bursts)
         ok = (not named and said == r) or (d is not None and (not named or named[0] == r) and (
-            d.get("last_in") is None or d["last_in"][0] < d["last_in"][1]))
+            d.get("last_in") is None or d["last_in"][0] < d["last_in"][1]
+            or bool(d.get("bursts"))))
         unsure = not ok and low and not named and probable in ([], [r])
     else:
         r = slowed[0]

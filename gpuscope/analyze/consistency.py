@@ -399,3 +399,49 @@ def intermittent(roles: Roles, steps: pd.DataFrame, wait_share: float,
     return {"rank": rank, "late_steps": [int(s) for s in at], "of_steps": m,
             "steps": int(roles.steps.size), "every": every,
             "excess_ms": round(excess / 1e6, 2)}
+
+
+#: a named straggler whose steps that stand out hold more than this share of the waiting it
+#: caused, while they are a minority of the steps: its lateness comes in bursts (Roles.bursts)
+BURST_SHARE = 0.5
+BURST_MIN = 2
+
+
+def bursts(roles: Roles, steps: pd.DataFrame, wait_share: float, rank: int) -> dict | None:
+    """Where a named straggler's lateness sits: in a few steps that stand out (the others'
+    longest wait beyond the run's median longest wait by `wait_share` of the median step, the
+    rule of `intermittent`), when it arrived last in them, they are at most INTERMITTENT_MOST
+    of the steps and at least BURST_MIN, and they hold more than BURST_SHARE of the waiting it
+    caused: a rank last in all 8 profiled steps, 19 ms late in 2 of them and 3 ms in the rest
+    (a checkpoint or a slow batch every few steps; on a busy machine, small delays elsewhere). {"steps" (the late ones), "of_steps" (all), "share" (of the
+    waiting it caused), "every" (their common spacing, else None), "excess_ms" (the median
+    other rank's wait in them, their mean)}; None otherwise."""
+    if roles.slow is None or roles.waits is None or not roles.decided or roles.ranks is None \
+            or "step_ns" not in steps:
+        return None
+    at = np.flatnonzero(roles.ranks == rank)
+    if not at.size:
+        return None
+    j = int(at[0])
+    w = roles.waits
+    step_ns = steps.set_index("step")["step_ns"].reindex(roles.steps).to_numpy(np.float64)
+    if not np.isfinite(step_ns).any():
+        return None
+    top = w.max(axis=1)
+    out = (top - np.median(top) >= wait_share * np.nanmedian(step_ns)) & roles.slow[:, j]
+    m, n = int(out.sum()), int(roles.steps.size)
+    if m < BURST_MIN or m > INTERMITTENT_MOST * n:
+        return None
+    # the waiting it caused: each step's waits where it arrived last, shared among the last
+    last = roles.slow[:, j] / np.maximum(roles.slow.sum(axis=1), 1)
+    caused = w.sum(axis=1) * last
+    total = float(caused.sum())
+    share = float(caused[out].sum()) / total if total > 0 else 0.0
+    if share <= BURST_SHARE:
+        return None
+    late = roles.steps[out].astype(np.int64)
+    gaps = np.unique(np.diff(late))
+    excess = float(np.median(np.delete(w[out], j, axis=1), axis=1).mean())
+    return {"steps": [int(x) for x in late], "of_steps": n, "share": round(share, 3),
+            "every": int(gaps[0]) if gaps.size == 1 and gaps[0] > 1 else None,
+            "excess_ms": round(excess / 1e6, 2)}

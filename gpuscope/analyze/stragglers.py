@@ -23,7 +23,7 @@ import pandas as pd
 from ..results import Straggler
 from ..thresholds import Thresholds
 from ..vocab import COMPUTE_PHASES, IMBALANCED
-from .consistency import Roles
+from .consistency import Roles, bursts
 from .layout import Layout
 from .rowgroups import PerRank
 
@@ -112,5 +112,6 @@ def find_stragglers(frame: pd.DataFrame, steps: pd.DataFrame, th: Thresholds, ro
                              int(diffs[cause]), (hosts or {}).get(int(rank), ""),
                              group=list(group[1]) if group else [],
                              probable=_probably(roles) if probable else "",
-                             peers=[int(r) for r in in_group], last_in=last_in))
+                             peers=[int(r) for r in in_group], last_in=last_in,
+                             bursts=bursts(roles, steps, th.wait, int(rank)) or {}))
     return out

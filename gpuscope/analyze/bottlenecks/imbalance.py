@@ -96,6 +96,10 @@ def suggest_imbalance(t: TypicalStep, stragglers: list[Straggler], knobs: dict,
                       "spread it over the ranks" if alone else
                       "look for why these take longer here (uneven inputs, other processes "
                       "on its device, clocks)") + f"; else {fix}")
+        if s.bursts:  # late mostly in a few steps: what it does only then
+            fix = ("most of its lateness comes in a few steps: look for work it does only then "
+                   "(a checkpoint or log written by it, garbage collection, a slow batch or "
+                   f"file); else {fix}")
         by_kind = exposed_by_kind or {}
         total = sum(by_kind.values())
         in_a2a = total > 0 and by_kind.get("all_to_all", 0) >= EXPERT_SHARE * total
