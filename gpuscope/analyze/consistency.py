@@ -363,14 +363,10 @@ def intermittent(roles: Roles, steps: pd.DataFrame, wait_share: float,
     common spacing, else None), "excess_ms" (the median other rank's wait in its late steps,
     the mean of those: how late it was)}. None where no rank is, or it is
     already named (`named`: stragglers and probable ones)."""
-    if roles.slow is None or roles.waits is None or not roles.decided:
+    out = _standing_out(roles, steps, wait_share)
+    if out is None:
         return None
     w = roles.waits
-    top = w.max(axis=1)
-    step_ns = steps.set_index("step")["step_ns"].reindex(roles.steps).to_numpy(np.float64)
-    if not np.isfinite(step_ns).any():
-        return None
-    out = top - np.median(top) >= wait_share * np.nanmedian(step_ns)
     m = int(out.sum())
     if m < INTERMITTENT_MIN or m > INTERMITTENT_MOST * roles.steps.size:
         return None
@@ -382,8 +378,7 @@ def intermittent(roles: Roles, steps: pd.DataFrame, wait_share: float,
         return None
     late = last == j
     at = roles.steps[out][late].astype(np.int64)
-    gaps = np.unique(np.diff(at))
-    every = int(gaps[0]) if gaps.size == 1 and gaps[0] > 1 else None
+    every = _spacing(at)
     # chance alone: among n ranks equally likely to be last, the likeliest to be last so often
     # (a binomial tail, times n for picking the most frequent); and where its late steps are
     # evenly spaced, the chance that c of the S steps are (arithmetic progressions of c steps,
@@ -394,8 +389,7 @@ def intermittent(roles: Roles, steps: pd.DataFrame, wait_share: float,
         chance *= sum(max(S - (c - 1) * d, 0) for d in range(2, S)) / math.comb(S, c)
     if chance > FAMILY_ALPHA:
         return None
-    # how late it was: the median other rank's wait for it
-    excess = float(np.median(np.delete(w[out][late], j, axis=1), axis=1).mean())
+    excess = _late_by(w[out][late], j)
     return {"rank": rank, "late_steps": [int(s) for s in at], "of_steps": m,
             "steps": int(roles.steps.size), "every": every,
             "excess_ms": round(excess / 1e6, 2)}
@@ -416,19 +410,15 @@ def bursts(roles: Roles, steps: pd.DataFrame, wait_share: float, rank: int) -> d
     (a checkpoint or a slow batch every few steps; on a busy machine, small delays elsewhere). {"steps" (the late ones), "of_steps" (all), "share" (of the
     waiting it caused), "every" (their common spacing, else None), "excess_ms" (the median
     other rank's wait in them, their mean)}; None otherwise."""
-    if roles.slow is None or roles.waits is None or not roles.decided or roles.ranks is None \
-            or "step_ns" not in steps:
+    stand = _standing_out(roles, steps, wait_share)
+    if stand is None:
         return None
     at = np.flatnonzero(roles.ranks == rank)
     if not at.size:
         return None
     j = int(at[0])
     w = roles.waits
-    step_ns = steps.set_index("step")["step_ns"].reindex(roles.steps).to_numpy(np.float64)
-    if not np.isfinite(step_ns).any():
-        return None
-    top = w.max(axis=1)
-    out = (top - np.median(top) >= wait_share * np.nanmedian(step_ns)) & roles.slow[:, j]
+    out = stand & roles.slow[:, j]
     m, n = int(out.sum()), int(roles.steps.size)
     if m < BURST_MIN or m > INTERMITTENT_MOST * n:
         return None
@@ -440,8 +430,30 @@ def bursts(roles: Roles, steps: pd.DataFrame, wait_share: float, rank: int) -> d
     if share <= BURST_SHARE:
         return None
     late = roles.steps[out].astype(np.int64)
-    gaps = np.unique(np.diff(late))
-    excess = float(np.median(np.delete(w[out], j, axis=1), axis=1).mean())
     return {"steps": [int(x) for x in late], "of_steps": n, "share": round(share, 3),
-            "every": int(gaps[0]) if gaps.size == 1 and gaps[0] > 1 else None,
-            "excess_ms": round(excess / 1e6, 2)}
+            "every": _spacing(late), "excess_ms": round(_late_by(w[out], j) / 1e6, 2)}
+
+
+def _standing_out(roles: Roles, steps: pd.DataFrame, wait_share: float) -> np.ndarray | None:
+    """Per step every rank recorded: its longest wait stands out, beyond the run's median
+    longest wait by `wait_share` of the median step. None where roles or step times lack."""
+    if roles.slow is None or roles.waits is None or not roles.decided or roles.ranks is None \
+            or "step_ns" not in steps:
+        return None
+    step_ns = steps.set_index("step")["step_ns"].reindex(roles.steps).to_numpy(np.float64)
+    if not np.isfinite(step_ns).any():
+        return None
+    top = roles.waits.max(axis=1)
+    return top - np.median(top) >= wait_share * np.nanmedian(step_ns)
+
+
+def _spacing(at: np.ndarray) -> int | None:
+    """The common spacing of these steps (2 or more), else None."""
+    gaps = np.unique(np.diff(at))
+    return int(gaps[0]) if gaps.size == 1 and gaps[0] > 1 else None
+
+
+def _late_by(w: np.ndarray, j: int) -> float:
+    """How late rank column j was in these steps (rows of waits): the median other rank's wait
+    for it, their mean (ns)."""
+    return float(np.median(np.delete(w, j, axis=1), axis=1).mean())
