@@ -213,6 +213,26 @@ def test_idle_long_after_the_collective_ended_is_exposed_only_up_to_resume(tmp_p
     assert one.other_ns == 1000 * US
 
 
+def test_ddp_writing_a_synced_bucket_back_is_the_synchronization_s(tmp_path):
+    # DDP on gloo, a busy core: the training thread issues the all-reduce (290-300), computes to
+    # 400, idles until gloo's range ends (300-500), then DDP's reducer copies the synced bucket
+    # into the gradients (500-2,000: 30 us of copy stretched by a core taken away), and the
+    # optimizer runs. Only a synchronizing step does that copy, and the recorder's DDP tail
+    # (to backward's return) holds it: exposed communication of that all-reduce (10 + 100 + 1,500
+    # us), in the row and in the per-collective table the wait split compares; not compute
+    events = [X("ProfilerStep#1", 0, 3000), X("ProfilerStep#2", 3000, 100),
+              X("aten::mm", 0, 290), X("c10d::allreduce_", 290, 10), X("aten::mm", 300, 100),
+              X("gloo:all_reduce", 300, 200, tid=2),
+              X("torch.distributed.ddp.reducer::copy_bucket_to_grad", 500, 1500),
+              X("aten::copy_", 500, 1500), X("aten::add_", 2000, 1000)]
+    path = _write(tmp_path, events)
+    one = _rows(path)[1]
+    assert one.comm_exposed_ns == 1610 * US
+    assert one.compute_ns == 1390 * US and one.other_ns == 0
+    comm = read_path(path).comm
+    assert comm.loc[comm["step"] == 1, "exposed_ns"].tolist() == [1610 * US]
+
+
 def test_a_c10d_call_is_the_collective_s_whole_its_own_copy_included(tmp_path):
     # FSDP2's reduce-scatter on gloo, a core busy: the blocking c10d call (1,000-7,000) spends
     # 5,900 us in gloo's copy of its input (descheduled), then the reduce runs on gloo's thread

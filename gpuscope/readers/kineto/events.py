@@ -43,6 +43,12 @@ WRAP_RANGE_PREFIXES = ("FSDP::", "FullyShardedDataParallel.")
 #: its wait_tensor is the waiting
 LAUNCH = 5
 FUNCOL_PREFIXES = ("_c10d_functional::", "c10d_functional::", "_c10d_functional_autograd::")
+#: DDP's reducer writing a synchronized bucket back into the gradients once its all-reduce is
+#: done (copy_bucket_to_grad, the ops it runs too): work that only a synchronizing step does, so
+#: part of the synchronization, as the recorder's DDP tail (which ends when backward returns,
+#: after it) counts it. A busy core can stretch it to tens of ms
+FINISH = 6
+FINISH_PREFIXES = ("torch.distributed.ddp.reducer::copy_bucket_to_grad",)
 # device event kinds
 COMPUTE, COMM, MEMORY = 0, 1, 2
 # what kind of op an OP range is (host_op): a torch op (cpu_op / Operator), a record_function
@@ -248,8 +254,9 @@ def _classify(name: str, cat: str, on_stream: bool) -> tuple:
     if name.startswith(_COMM_HOST_PREFIX):
         return (_HOST, COMM_HOST, NONE, -1, ("", name), False, 0)
     if cat in _OP_CATS:
-        wait = (CALL if name.startswith("c10d::") else WRAPS if name.startswith(
-            WRAP_RANGE_PREFIXES) else _funcol_kind(name) if name.startswith(FUNCOL_PREFIXES)
+        wait = (CALL if name.startswith("c10d::") else FINISH if name.startswith(
+            FINISH_PREFIXES) else WRAPS if name.startswith(WRAP_RANGE_PREFIXES)
+                else _funcol_kind(name) if name.startswith(FUNCOL_PREFIXES)
                 else WAITS if name.startswith(WAIT_RANGE_PREFIXES)
                 else ANNOTATION if cat == "user_annotation" else NO_WAIT)
         op = (ANNOTATION_OP if cat == "user_annotation" else PYTHON_OP

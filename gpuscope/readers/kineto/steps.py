@@ -40,8 +40,8 @@ import numpy as np
 
 from . import spans
 from ...vocab import RESUME_NS
-from .events import (ANNOTATION, BACKWARD, CALL, COMM, COMM_HOST, COMPUTE, DATA, FORWARD,
-                     LAUNCH, MICROBATCH, OP, OPTIMIZER, STEP, WAITS, WRAPS, RankEvents,
+from .events import (ANNOTATION, BACKWARD, CALL, COMM, COMM_HOST, COMPUTE, DATA, FINISH,
+                     FORWARD, LAUNCH, MICROBATCH, OP, OPTIMIZER, STEP, WAITS, WRAPS, RankEvents,
                      p2p_masks)
 
 #: in a record_function range (a schedule's "Backward 0"), a stretch this long with no op of
@@ -202,15 +202,19 @@ def rank_rows(ev: RankEvents, rank: int, drop: frozenset = frozenset()):
         calls = main & (ev.host_wait == CALL)
         calls &= ~inside(ev, calls, launches)
         strict = main & ((ev.host_wait == WAITS) | calls)
-        waits = strict | wraps
+        # DDP's reducer writing synced buckets back (events.FINISH): synchronization, whole
+        finish = main & (ev.host_wait == FINISH)
+        waits = strict | wraps | finish
         # the work inside wait ranges: ops with no op inside them, but not a wait range that
         # has no child (gloo's c10d::allreduce_ blocking 20 ms when its queue is full is
         # waiting, not work)
         leaf = leaves_main & ~waits
         annots = main & (ev.host_wait == ANNOTATION)
         ops_r, comm_r = Ranges(ev, OP, main), Ranges(ev, COMM_HOST)
-        wait_r, annot_r, leaf_r = Ranges(ev, OP, waits), Ranges(ev, OP, annots), Ranges(ev, OP, leaf)
+        wait_r, annot_r, leaf_r = (Ranges(ev, OP, waits & ~finish), Ranges(ev, OP, annots),
+                                   Ranges(ev, OP, leaf))
         call_r, strict_r, wrap_r = Ranges(ev, OP, calls), Ranges(ev, OP, strict), Ranges(ev, OP, wraps)
+        finish_r = Ranges(ev, OP, finish)
         issue_r = Ranges(ev, OP, strict | launches)  # where a collective is issued or waited on
         p2p_r = Ranges(ev, COMM_HOST, host_p2p)
     markers = bool((ev.host_kind == STEP).any())
@@ -267,9 +271,11 @@ def rank_rows(ev: RankEvents, rank: int, drop: frozenset = frozenset()):
             ops, _ = ops_r.window(lo, hi)
             comm, csel = comm_r.window(lo, hi)
             waiting, _ = wait_r.window(lo, hi)
+            finished = finish_r.window(lo, hi)[0]
             annot, _ = annot_r.window(lo, hi)
             blocked = spans.merge(np.zeros(0, np.int64), np.zeros(0, np.int64))
-            if waiting[0].size or annot[0].size:  # inside wait ranges only their ops work
+            if waiting[0].size or annot[0].size or finished[0].size:  # inside wait ranges only
+                # their ops work
                 leaves, _ = leaf_r.window(lo, hi)
                 # blocked in a collective: a c10d call whole, the ops it runs too; a functional
                 # collective's wait where no op of its own runs; FSDP's ranges where no op of
@@ -278,7 +284,7 @@ def rank_rows(ev: RankEvents, rank: int, drop: frozenset = frozenset()):
                 strict_w = strict_r.window(lo, hi)[0]
                 idle_in_wraps = spans.subtract(wrap_r.window(lo, hi)[0], leaves)
                 blocked = spans.union(
-                    spans.subtract(strict_w, leaves), call_r.window(lo, hi)[0],
+                    spans.subtract(strict_w, leaves), call_r.window(lo, hi)[0], finished,
                     spans.intersect(idle_in_wraps, pending(comm, issue_r.window(lo, hi)[0][0])))
                 idle = blocked
                 if annot[0].size:  # long stretches of a record_function range with no op
@@ -311,7 +317,8 @@ def rank_rows(ev: RankEvents, rank: int, drop: frozenset = frozenset()):
             host_ns = 0
             bubble_ns = spans.overlap(p2p_r.window(lo, hi)[0], exposed)
             add_collectives(colls, sid, insts, lambda u, x=exposed: spans.overlap(u, x),
-                            blocks=_blocks(waiting, blocked) + _blocks(gaps, gaps), grads=grads)
+                            blocks=_blocks(waiting, blocked) + _blocks(gaps, gaps), grads=grads,
+                            finished=finished)
         data_ns = min(data_ns, step_ns)
         data_len = spans.length(data_set)
         data_ops_ns = (int(spans.overlap(leaf_main.window(lo, hi)[0], data_set) * data_ns
@@ -420,7 +427,7 @@ def grad_span(bwd, opt, lo: int, hi: int):
 
 
 def add_collectives(colls: list, sid: int, insts: list, exposed_of, blocks=(),
-                    grads=None) -> None:
+                    grads=None, finished=None) -> None:
     """Append one step's collective instances (key, start, end) to `colls` as (step, key,
     dur_ns, end_ns, exposed_ns, grads_exposed_ns); `grads`: per instance, whether it
     synchronizes gradients (grad_span), whose exposed time, per key, is the last field. The time and the exposed time of a key are those of the union
@@ -430,7 +437,9 @@ def add_collectives(colls: list, sid: int, insts: list, exposed_of, blocks=(),
     was blocked in (CPU traces), each given to the key of the first instance that ends after
     the block begins: the one it overlaps, or the one it issued and waited to start (gloo's
     c10d::allreduce_ blocked 8 ms while the peer was still in its backward, its own range on
-    the backend's thread starting after the call returned)."""
+    the backend's thread starting after the call returned). `finished`: the spans of DDP's reducer
+    writing buckets back (events.FINISH), each given to the key of the last instance that ended
+    before it (the bucket it writes back)."""
     if not insts:
         return
     by_key: dict = {}
@@ -440,6 +449,13 @@ def add_collectives(colls: list, sid: int, insts: list, exposed_of, blocks=(),
         key = next((k for k, _, e_ in insts if e_ > a), None)
         if key is not None:
             by_key[key] += list(zip(part[0].tolist(), part[1].tolist()))
+    if finished is not None:  # DDP writing a bucket back: the key of the last instance
+        # ended by then (the bucket it writes back), else of the first that ends after
+        for a, b in zip(*(x.tolist() for x in finished)):
+            done = [(e_, k) for k, _, e_ in insts if e_ <= a]
+            key = max(done)[1] if done else next((k for k, _, e_ in insts if e_ > a), None)
+            if key is not None:
+                by_key[key].append((a, b))
     exposed, length, grad_exposed = {}, {}, {}
     for key, ab in by_key.items():
         arr = np.array(ab, dtype=np.int64)
