@@ -56,14 +56,16 @@ def _ends(text: str, n: int = 6000) -> str:
 
 
 def leaning_call(a: dict, b: dict) -> bool:
-    """One source names one straggler and the other names the same rank as probably one, at
-    low confidence: it arrived last in most steps but not enough of them for the tests
-    (Roles.probable): the two differ on one step's order of arrival (seen: the traces had rank 1
-    last in 8 of 8 profiled steps, the record in 7 of 8). The same rank and the same label from
-    both; one of them less sure, and saying so."""
+    """One source names one straggler and the other names the same rank as probably one: it
+    arrived last in most steps but not enough of them for the tests (Roles.probable), which its
+    straggler line says ("too few steps to rule out chance"): the two differ on one step's order
+    of arrival (seen: the traces had rank 1 last in 8 of 8 profiled steps, the record in 7 of 8).
+    The same rank and the same label from both; one of them less sure, and saying so. (Where
+    the straggler decides the label, imbalanced or jitter-bound, a probable one also makes the
+    verdict's confidence low; a comm-bound verdict does not rest on it, and stays as sure.)"""
     for named, other in ((a, b), (b, a)):
         if (len(named["stragglers"]) == 1 and named["verdict"] == other["verdict"]
-                and not other["stragglers"] and other["confidence"] == "low"
+                and not other["stragglers"]
                 and other.get("probable_stragglers") == named["stragglers"]):
             return True
     return False

@@ -67,3 +67,16 @@ def test_a_rung_apart_on_the_knob_s_ladder_is_adjacent_not_the_same_fix():
     assert same_run.fixes_adjacent(acc, dict(acc, proposed="accumulation 48"))  # 16x, 24x
     workers = {"knob": "num_workers", "proposed": "4", "estimated_step_ms": 10.0}
     assert same_run.fixes_adjacent(workers, dict(workers, proposed="6"))
+
+
+def test_a_rank_named_by_one_source_and_probable_in_the_other_is_one_story():
+    # seen at load 4: the same 8 steps, rank 0 last in 7 of them by both sources' waits; the
+    # traces named it, the record called it probably a straggler (one step's order differed);
+    # both comm-bound, confidently: the label does not rest on the straggler
+    named = {"verdict": "comm-bound", "confidence": "high", "stragglers": [0],
+             "probable_stragglers": []}
+    probable = dict(named, stragglers=[], probable_stragglers=[0])
+    assert same_run.leaning_call(named, probable) and same_run.leaning_call(probable, named)
+    assert not same_run.leaning_call(named, dict(probable, probable_stragglers=[1]))
+    assert not same_run.leaning_call(named, dict(probable, verdict="jitter-bound"))
+    assert not same_run.leaning_call(named, dict(probable, probable_stragglers=[]))
