@@ -233,6 +233,48 @@ def test_ddp_writing_a_synced_bucket_back_is_the_synchronization_s(tmp_path):
     assert comm.loc[comm["step"] == 1, "exposed_ns"].tolist() == [1610 * US]
 
 
+ACC = "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad"
+WRITE_BACK = "torch.distributed.ddp.reducer::copy_bucket_to_grad"
+
+
+def test_ddp_s_launches_before_its_last_are_backward_as_the_record_counts_them(tmp_path):
+    # DDP on gloo, a busy core (times in ms): the reducer launches bucket 1 inside a gradient's
+    # accumulation (c10d::allreduce_ 100-600: the core taken away for most of it), the backward
+    # goes on, bucket 2's launch (1,000-1,010) is the step's last; the thread idles until gloo's
+    # second range ends (1,500) and long after (back at 1,520: past RESUME_NS), takes the
+    # reducer's views (as_strided, 10 us), writes both buckets back (60 us) and runs the
+    # optimizer. The recorder's DDP tail starts at the last launch and ends at backward's
+    # return: the first launch is backward's host work, everything from the last launch to the
+    # write-back's end the synchronization's; the same steps give the same exposed time from
+    # both sources
+    ms = 1000
+    back = 1520 * ms  # the thread runs again
+    events = [X("ProfilerStep#1", 0, 2000 * ms), X("ProfilerStep#2", 2000 * ms, 100),
+              X("aten::mm", 0, 100 * ms),
+              X(ACC, 100 * ms, 500 * ms), X("c10d::allreduce_", 100 * ms, 500 * ms),
+              X("gloo:all_reduce", 600 * ms, 300 * ms, tid=2),
+              X("aten::mm", 600 * ms, 400 * ms),
+              X(ACC, 1000 * ms, 10 * ms), X("c10d::allreduce_", 1000 * ms, 10 * ms),
+              X("gloo:all_reduce", 1010 * ms, 490 * ms, tid=3),
+              X("aten::as_strided", back, 10),
+              X(WRITE_BACK, back + 10, 30), X("aten::copy_", back + 10, 30),
+              X(WRITE_BACK, back + 40, 30), X("aten::copy_", back + 40, 30),
+              X("aten::add_", back + 70, 2000 * ms - back - 70)]
+    path = _write(tmp_path, events)
+    one = _rows(path)[1]
+    # 10 ms in the last launch, 510 ms idle until the reducer resumed, 60 us writing back
+    assert one.comm_exposed_ns == (520 * ms + 60) * US
+    assert one.compute_ns == (2000 * ms - 520 * ms - 60) * US and one.other_ns == 0
+    comm = read_path(path).comm
+    assert comm.loc[comm["step"] == 1, "exposed_ns"].sum() == (520 * ms + 60) * US
+    # without DDP's write-back (no reducer in the trace), each c10d call is the collective's
+    # whole, and an idle stretch past RESUME_NS is the thread waiting for a core: other
+    plain = [e for e in events if e["name"] != WRITE_BACK]
+    one = _rows(_write(tmp_path, plain, "rank-0b.pt.trace.json"))[1]
+    assert one.comm_exposed_ns == (500 + 10 + 490 + 2) * ms * US
+    assert one.other_ns == 18 * ms * US  # 1,502-1,520
+
+
 def test_a_c10d_call_is_the_collective_s_whole_its_own_copy_included(tmp_path):
     # FSDP2's reduce-scatter on gloo, a core busy: the blocking c10d call (1,000-7,000) spends
     # 5,900 us in gloo's copy of its input (descheduled), then the reduce runs on gloo's thread

@@ -201,6 +201,8 @@ def rank_rows(ev: RankEvents, rank: int, drop: frozenset = frozenset()):
         # the recorder counts a functional collective from the end of its launch call
         calls = main & (ev.host_wait == CALL)
         calls &= ~inside(ev, calls, launches)
+        # DDP's reducer launching a bucket before its last in the step: backward's host work
+        calls &= ~ddp_early_launches(ev, calls, main & (ev.host_wait == FINISH), wraps, windows)
         strict = main & ((ev.host_wait == WAITS) | calls)
         # DDP's reducer writing synced buckets back (events.FINISH): synchronization, whole
         finish = main & (ev.host_wait == FINISH)
@@ -301,7 +303,7 @@ def rank_rows(ev: RankEvents, rank: int, drop: frozenset = frozenset()):
             grads = [grads_of(int(t)) for t in ev.host_start[csel].tolist()]
             gaps = pending_gaps((np.array([lo], np.int64), np.array([hi], np.int64)),
                                 spans.union(ops, data_set), insts,
-                                issue_r.window(lo, hi)[0][0])
+                                issue_r.window(lo, hi)[0][0], finished[0])
             blocked = spans.union(blocked, gaps)
             # a thread blocked in a collective call, or idle until a collective it issued ends
             # (DDP's reducer waiting for the last bucket, in no op of its own), is communicating
@@ -357,6 +359,43 @@ def rank_rows(ev: RankEvents, rank: int, drop: frozenset = frozenset()):
 
 
 
+#: DDP's reducer takes views of a bucket (aten::as_strided, 30 us seen) before writing it back:
+#: a write-back starting this soon after the thread resumes is what it resumed for
+WRITE_BACK_LEAD_NS = 500_000
+
+#: autograd accumulating a leaf's gradient: where DDP's reducer marks it ready and launches the
+#: all-reduce of a bucket it completes
+ACCUMULATE = "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad"
+
+
+def ddp_early_launches(ev: RankEvents, calls: np.ndarray, finish: np.ndarray,
+                       wraps: np.ndarray, windows: list) -> np.ndarray:
+    """Mask of the c10d calls that are DDP's reducer launching a bucket before the last one of
+    its step: inside autograd's AccumulateGrad (not inside an FSDP range), in a trace where
+    DDP's reducer writes buckets back (`finish`), all but the last of each step window. They are
+    host work of the backward, as the recorder counts them: its DDP tail starts at the last
+    launch (record/ddp_timing.py), and a launch that a busy core stretched (6-9 ms seen) is the
+    core taken away while the backward ran, not time that syncing less often gives back (the
+    two sources' estimates were 15-24% apart in 3 of 10 busy runs with the traces calling it
+    communication). The last launch stays the collective's, as in the record's tail."""
+    out = np.zeros(calls.size, dtype=bool)
+    if not finish.any() or not calls.any():
+        return out
+    ids = [i for i, n in enumerate(ev.names) if n.startswith(ACCUMULATE)]
+    if not ids or ev.host_name.size != calls.size:
+        return out
+    accum = (ev.host_kind == OP) & np.isin(ev.host_name, ids)
+    ddp = calls & inside(ev, calls, accum) & ~inside(ev, calls, wraps)
+    idx = np.flatnonzero(ddp)
+    idx = idx[np.argsort(ev.host_start[idx], kind="stable")]
+    starts = ev.host_start[idx]
+    for _, lo, hi in windows:
+        a, b = np.searchsorted(starts, [lo, hi], "left")
+        if b - a > 1:
+            out[idx[a:b - 1]] = True  # all but the step's last
+    return out
+
+
 def inside(ev: RankEvents, which: np.ndarray, within: np.ndarray) -> np.ndarray:
     """Mask of the ranges in `which` that start inside one of the ranges in `within`."""
     out = np.zeros(ev.host_kind.size, dtype=bool)
@@ -383,13 +422,17 @@ def pending(comm, issued) -> tuple[np.ndarray, np.ndarray]:
     return spans.merge(np.r_[cs, issued[ok]], np.r_[ce, ce[at[ok]]] + RESUME_NS)
 
 
-def pending_gaps(window, work, insts: list, issued):
+def pending_gaps(window, work, insts: list, issued, resumed=None):
     """The stretches of `window` where the training thread runs nothing (no op, no data wait:
     `work`) from after it issued a collective (a collective call starts before the stretch:
     `issued`, the starts of its wait ranges) until a collective ends, the thread running again
     within RESUME_NS of that end: it was waiting for the collective (CPU traces, where DDP's
     reducer waits for its buckets in no op of its own); of a longer stretch, up to RESUME_NS
-    past the end (the rest is the thread waiting for a core: other)."""
+    past the end (the rest is the thread waiting for a core: other), unless what the thread
+    runs next is DDP's reducer writing a bucket back (`resumed`: the starts of those ranges,
+    events.FINISH; the views it takes first may come before, WRITE_BACK_LEAD_NS): then all of
+    it was inside DDP's wait for its buckets, as the recorder's DDP tail (to backward's return)
+    counts it."""
     gs, ge = spans.subtract(window, work)
     ends = np.sort(np.array([b for _, _, b in insts], np.int64))
     if not gs.size or not ends.size or not np.size(issued):
@@ -399,7 +442,14 @@ def pending_gaps(window, work, insts: list, issued):
     at = np.searchsorted(ends, ge, "right") - 1
     last = np.where(at >= 0, ends[at.clip(min=0)], -1)
     keep = (gs >= first_issue) & (last > gs)
-    return gs[keep], np.minimum(ge[keep], last[keep] + RESUME_NS)
+    end = np.minimum(ge, last + RESUME_NS)
+    if resumed is not None and np.size(resumed):  # the next write-back starts soon after
+        resumed = np.sort(np.asarray(resumed, np.int64))
+        nxt = np.searchsorted(resumed, ge, "left")
+        soon = (nxt < resumed.size) & (
+            resumed[nxt.clip(max=resumed.size - 1)] - ge <= WRITE_BACK_LEAD_NS)
+        end = np.where(soon, ge, end)
+    return gs[keep], end[keep]
 
 
 def _blocks(waiting, blocked) -> list:
