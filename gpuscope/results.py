@@ -185,6 +185,48 @@ class Straggler:
 
 
 @dataclass(frozen=True)
+class MinorStraggler:
+    """A rank consistently late by less than the imbalance threshold (consistency.Roles.minor):
+    it decides no verdict and gets no suggestion, and is named so that its cause can be looked
+    at before it grows."""
+
+    rank: int
+    late_ns: int                # mean lateness at the collectives against the others' mean
+    late_share: float           # of the typical step
+    excess_ns: int              # mean busy time (step - wait) per step above the median rank's
+    cause: str                  # "data" | "compute" | "other"
+    cause_detail: str = ""
+    host: str = ""
+    last_in: tuple = (0, 0)     # arrived last in N of the M steps every rank recorded
+
+    @property
+    def part(self) -> str:
+        return f"{self.cause} ({self.cause_detail})" if self.cause_detail else self.cause
+
+    def line(self, threshold: float) -> str:
+        """What it is, in one line (terminal and HTML)."""
+        n, m = self.last_in
+        return (f"rank {self.rank}{' on ' + self.host if self.host else ''}: arrives "
+                f"{self.late_ns / MS:.1f} ms after the others on average ({100 * self.late_share:.0f}% "
+                f"of the step{f'; last in {n} of {m} steps' if m else ''}), consistently, "
+                f"{self.excess_ns / MS:.1f} ms busier per step than the median rank, mostly in "
+                f"{self.part}: under the {100 * threshold:.0f}% at which waiting for it "
+                "decides the verdict, so no suggestion; its cause is worth a look before it grows")
+
+    def to_dict(self) -> dict:
+        return {"rank": self.rank, "host": self.host, "late_ms": _r3(self.late_ns / MS),
+                "late_pct": round(100 * self.late_share, 1), "excess_ms": _r3(self.excess_ns / MS),
+                "cause": self.cause, "cause_detail": self.cause_detail,
+                **({"last_in": list(self.last_in)} if self.last_in[1] else {})}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "MinorStraggler":
+        return cls(d["rank"], _ns(d["late_ms"]), d["late_pct"] / 100, _ns(d["excess_ms"]),
+                   d["cause"], d.get("cause_detail", ""), d.get("host", ""),
+                   tuple(d.get("last_in", (0, 0))))
+
+
+@dataclass(frozen=True)
 class StageResult:
     """One pipeline stage (a rank with point-to-point communication), mean ns per step."""
 
@@ -453,6 +495,8 @@ class ReportData:
     #: per analysed rank and step, each mesh dimension's comm, exposed and wait ns
     #: (analyze/comm_groups.dim_steps); None when read from JSON or no group names a dimension
     comm_by_dim_steps: object = field(default=None, compare=False, repr=False)
+    #: ranks consistently late by less than the imbalance threshold (MinorStraggler)
+    minor_stragglers: list = field(default_factory=list)
 
     @property
     def step_ns(self) -> float:
@@ -465,6 +509,12 @@ class ReportData:
     def straggler_ranks(self) -> list[int]:
         """The stragglers the tests confirm (a probable one is listed apart)."""
         return [s.rank for s in self.stragglers if not s.probable]
+
+    @property
+    def late_ranks(self) -> list[int]:
+        """Every rank a statement of lateness names: stragglers (probable ones too), then minor
+        stragglers (the jitter note speaks of the waiting besides theirs)."""
+        return [s.rank for s in self.stragglers] + [m.rank for m in self.minor_stragglers]
 
     @property
     def probable_straggler_ranks(self) -> list[int]:
@@ -487,6 +537,7 @@ class ReportData:
             "stragglers": self.straggler_ranks,
             "probable_stragglers": self.probable_straggler_ranks,
             "straggler_details": [s.to_dict() for s in self.stragglers],
+            "minor_stragglers": [s.to_dict() for s in self.minor_stragglers],
             "jitter": self.jitter.to_dict(),
             "steps": [s.to_dict() for s in self.steps],
             "ranks": [r.to_dict() for r in self.ranks],
@@ -546,7 +597,9 @@ class ReportData:
                 energy=dict(d.get("energy", {})),
                 comm_by_group=[dict(g) for g in d.get("comm_by_group", [])],
                 routing=dict(d.get("routing", {})), ops=dict(d.get("ops", {})),
-                died=[dict(x) for x in d.get("died", [])])
+                died=[dict(x) for x in d.get("died", [])],
+                minor_stragglers=[MinorStraggler.from_dict(x)
+                                  for x in d.get("minor_stragglers", [])])
         except (KeyError, TypeError, ValueError) as exc:
             raise InputError(f"a {SCHEMA} report with a missing or malformed field ({exc!r})") \
                 from None

@@ -88,3 +88,21 @@ def test_each_kind_of_fault_is_found_from_both_sources(kind, tmp_path, tmp_path_
             assert s["cause"], f"{src}: cause {s.get('cause_got')}; {said}"
     if gaps:
         pytest.xfail("; ".join(gaps))
+
+
+def test_a_small_fault_named_a_minor_straggler_is_right_without_an_estimate():
+    """A rank slowed 2 ms a step in forward (5% of it): a report that names no straggler and
+    rank 1 first among its minor ones, in forward, 2.1 ms busier, scores right (cause and excess
+    checked), and its top suggestion is not taken for an estimate of the fault's fix; another
+    rank named minor is wrong."""
+    t = {"slowed": [1], "added_ms": {"1": 2.0}, "ms": 2.0, "kind": "forward"}
+    report = {"verdict": "compute-bound", "confidence": "high", "stragglers": [],
+              "probable_stragglers": [], "straggler_details": [],
+              "minor_stragglers": [{"rank": 1, "late_ms": 2.0, "late_pct": 5.0, "excess_ms": 2.1,
+                                    "cause": "compute", "cause_detail": "forward"}],
+              "suggestions": [{"knob": "sync_frequency", "estimated_step_ms": 30.0}]}
+    got = score("forward", t, report, 40.0)
+    assert got["right"] and got["minor"] and got["cause"] and got["excess"]
+    assert got["estimate"] is None
+    other = dict(report, minor_stragglers=[dict(report["minor_stragglers"][0], rank=0)])
+    assert not score("forward", t, other, 40.0)["right"]

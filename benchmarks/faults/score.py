@@ -2,7 +2,9 @@
 injected (benchmarks/faults/train.py's truth files) and the loop's own clock.
 
 A row is right from a source when the report
-- names the slowed rank first among its stragglers (both, for two slowed ranks; for a rank slowed
+- names the slowed rank first among its stragglers, or, naming none, first among its minor
+  stragglers (consistently late under the imbalance threshold: no estimate is scored then)
+  (both, for two slowed ranks; for a rank slowed
   in one step of five, names it or says its lateness is intermittent; for rotating slowness and
   controls, names no one);
 - gives the cause: the loader for `data`, compute in the slowed phase for forward / backward /
@@ -125,7 +127,8 @@ def effective_kind(kind: str, t: dict) -> str:
 
 
 def _detail(report: dict, rank: int) -> dict | None:
-    for s in report.get("straggler_details") or ():
+    """The rank's straggler entry, else its minor straggler entry (cause, excess_ms alike)."""
+    for s in (*(report.get("straggler_details") or ()), *(report.get("minor_stragglers") or ())):
         if s["rank"] == rank:
             return s
     return None
@@ -182,6 +185,11 @@ def score(kind: str, t: dict, report: dict, control_step_ms: float | None) -> di
     else:
         r = slowed[0]
         ok = bool(named) and named[0] == r
+        # or, named no straggler, the rank named first among the minor ones: consistently
+        # late under the imbalance threshold (a small fault); no estimate promised for it
+        minor = [m["rank"] for m in report.get("minor_stragglers") or ()]
+        out["minor"] = not ok and not named and minor[:1] == [r]
+        ok = ok or out["minor"]
         # not sure, and said so: the rank named probably, or no one (not another rank)
         unsure = not ok and low and not named and probable in ([], [r])
     out["straggler"] = ok
@@ -211,7 +219,8 @@ def score(kind: str, t: dict, report: dict, control_step_ms: float | None) -> di
     else:
         out["cause"] = out["excess"] = None
     est = _estimate(report)
-    if kind != "control" and control_step_ms and est is not None and ok:
+    if kind != "control" and control_step_ms and est is not None and ok \
+            and not out.get("minor"):
         out["estimate_ms"] = [round(est, 3), round(control_step_ms, 3)]
         out["estimate"] = abs(est - control_step_ms) <= ESTIMATE_TOLERANCE * control_step_ms
     else:

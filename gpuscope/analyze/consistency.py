@@ -46,6 +46,11 @@ MIN_STEPS = 3  # fewer steps cannot tell a straggler from jitter
 FAMILY_ALPHA = 0.01  # the chance, per run, that random jitter names a rank
 #: the one-sided level at which a jitter verdict's steps must rule out a straggler (Roles.unruled)
 RULE_OUT_ALPHA = 0.05
+#: the smallest steady lateness named as a minor straggler (Roles.minor), as a share of the
+#: typical step: a rank the tests find consistently late by less than the imbalance threshold
+#: decides no verdict, but is named apart (a 2 ms fault, 5% of the step, was "comm-bound,
+#: nobody named" in 2 rows of 3)
+MINOR_SHARE = 0.03
 
 
 def rank_alpha(n_ranks: int) -> float:
@@ -90,6 +95,12 @@ class Roles:
     #: (a 40 ms straggler whose host stalled rank 0 in 3 of 8 profiled steps: last in 5, 68% of
     #: the waiting). A jitter verdict cannot be confident that no rank is a straggler then
     unruled: tuple[int, float, float, float] | None = None
+    #: rank -> its mean lateness (ns, against the other ranks' mean arrival) for the ranks the
+    #: tests find consistently late by at least MINOR_SHARE of the typical step but less than
+    #: the material share (a minority of the ranks): minor stragglers, named apart
+    minor: dict = field(default_factory=dict)
+    #: the typical step the material and minor shares are of (ns; 0: not worked out)
+    typical_ns: float = 0.0
 
     @property
     def decided(self) -> bool:
@@ -210,6 +221,7 @@ def _tested(roles: Roles, w, ranks, slowest, min_share, max_wait, busy=None) -> 
     typical = 0.0
     if min_share > 0:  # the median over the steps of the slowest rank's step
         typical = float(np.median(slowest))
+        roles.typical_ns = typical
     n_ranks = x.shape[1]
     material = np.abs(mean) * n_ranks / (n_ranks - 1) >= min_share * typical
     z = rank_z(w)
@@ -238,6 +250,13 @@ def _tested(roles: Roles, w, ranks, slowest, min_share, max_wait, busy=None) -> 
             roles.late.add(int(rank))
         elif early:
             roles.early.add(int(rank))
+        elif min_share > 0 and mean[j] < 0 and (t <= -crit or ty <= -crit_y or z[j] <= -crit_z):
+            lateness = -float(mean[j]) * n_ranks / (n_ranks - 1)
+            if lateness >= MINOR_SHARE * typical:  # consistent, under the material share
+                roles.minor[int(rank)] = lateness
+    if len(roles.minor) > n_ranks / 2:  # not a minority: the others are the odd ones (as
+        # for stragglers: of two ranks, the late one)
+        roles.minor = {}
     lean = roles.leaning()
     if lean is not None:
         j = int(np.flatnonzero(ranks == lean[0])[0])

@@ -51,7 +51,7 @@ from .rank_summary import (analysed_rows, comm_by_kind, comm_by_parts, grad_sync
                            summarize_ranks)
 from .routing import routing_section
 from .rowgroups import PerRank
-from .stragglers import find_stragglers
+from .stragglers import find_minor, find_stragglers
 from .stopped import deaths
 from .suggestions import in_order, leading_labels, suggest, unaddressed
 from .findings import Findings, typical_step
@@ -87,6 +87,7 @@ class Analysis:
     verdict: object = None                       # classify, then check
     unseen: str = ""                             # classify: no communication on several ranks
     stragglers: list = field(default_factory=list)  # stragglers
+    minor: list = field(default_factory=list)       # stragglers: minor ones (under threshold)
     telemetry: dict = field(default_factory=dict)   # telemetry
     memory: dict = field(default_factory=dict)      # memory: the report's memory section
     throughput: dict = field(default_factory=dict)  # throughput: the report's section
@@ -140,6 +141,7 @@ def stragglers(a: Analysis) -> None:
     """frame, steps, roles, layout -> stragglers."""
     hosts = {r: info.host for r, info in a.table.ranks.items()}
     a.stragglers = find_stragglers(a.frame, a.steps, a.th, a.roles, hosts, a.layout, a.per_rank)
+    a.minor = find_minor(a.frame, a.roles, a.stragglers, hosts, a.layout, a.per_rank)
 
 
 def ops(a: Analysis) -> None:
@@ -217,6 +219,8 @@ def suggest_all(a: Analysis) -> None:
         late = intermittent(a.roles, a.steps, a.th.wait, named)
         if late is not None:
             a.jitter = replace(a.jitter, intermittent=late)
+            # one statement of a rank's lateness: its bursts, not also a minor straggler
+            a.minor = [m for m in a.minor if m.rank != late["rank"]]
     hit = analysed_rows(a.table.comm, a.frame, a.mapping)  # the collectives' analysed rows
     (exposed, a.by_kind), (g_exposed, g_comm) = comm_by_parts(
         a.table, a.frame, a.mapping, ("exposed_ns", "comm_ns"), hit=hit)
@@ -303,7 +307,8 @@ def report(a: Analysis) -> None:
         pipeline=a.pipeline, dataparallel=a.dp_section, stopped_ranks=a.stopped,
         missing_ranks=a.missing, memory=a.memory, throughput=a.throughput, energy=a.energy,
         comm_by_group=a.comm_groups, routing=a.routing, ops=a.ops, died=a.died, table=analysed,
-        comm_by_dim_steps=dim_steps(t, a.frame, a.mapping, a.key_waits))
+        comm_by_dim_steps=dim_steps(t, a.frame, a.mapping, a.key_waits),
+        minor_stragglers=a.minor)
 
 
 def check(a: Analysis) -> None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..results import Straggler
+from ..results import MinorStraggler, Straggler
 from ..thresholds import Thresholds
 from ..vocab import COMPUTE_PHASES, IMBALANCED
 from .consistency import Roles, bursts
@@ -74,27 +74,80 @@ def find_stragglers(frame: pd.DataFrame, steps: pd.DataFrame, th: Thresholds, ro
     cands = share[share >= th.straggler_steps]
     if cands.empty or len(cands) > n_ranks / 2:
         return []
-    per_rank = per_rank or PerRank(frame)
-    g = per_rank.groups
-    needed = ("step_ns", "wait_ns", "bubble_ns") + _CAUSES + _COMPUTE_PARTS
-    # each rank's mean per step (the report's one statistic), compared with the median rank's;
-    # the phases as the rank table shows them (both readers leave the exposed communication out
-    # of them already: taking it out again made a waiting rank's backward look short, and named
-    # a straggler's backward where the table showed its forward longer)
-    means = pd.DataFrame({c: per_rank.mean(c) for c in needed if c in frame},
-                         index=pd.Index(g.keys, name="rank"))
-    busy = means["step_ns"] - means["wait_ns"]
-    if "bubble_ns" in means:  # waiting on another pipeline stage is not being slow
-        busy = busy - means["bubble_ns"]
-    others = [r for r in means.index if r not in cands.index]
+    why = _Why(frame, per_rank, layout, set(cands.index))
     out = []
     for rank, s in cands.sort_values(ascending=False).items():
-        group = layout.peer_group(int(rank)) if layout is not None else None
-        in_group = [r for r in others if group and r in group[1]]
-        peers = in_group or others
-        ref = means.loc[peers].median()
-        ref_busy = float(busy.loc[peers].median())
-        row = means.loc[rank]
+        excess, cause, detail, cause_excess, group, in_group = why(int(rank))
+        probable = roles.probable is not None and roles.probable[0] == int(rank) \
+            and int(rank) not in roles.late
+        out.append(Straggler(int(rank), float(s), excess, cause, detail, cause_excess,
+                             (hosts or {}).get(int(rank), ""),
+                             group=list(group[1]) if group else [],
+                             probable=_probably(roles) if probable else "",
+                             peers=[int(r) for r in in_group], last_in=_last_in(roles, rank),
+                             bursts=bursts(roles, steps, th.wait, int(rank)) or {}))
+    return out
+
+
+def find_minor(frame: pd.DataFrame, roles: Roles, named: list[Straggler],
+               hosts: dict[int, str] | None = None, layout: Layout | None = None,
+               per_rank: PerRank | None = None) -> list[MinorStraggler]:
+    """The ranks consistently late by less than the imbalance threshold (Roles.minor) that are
+    not named stragglers already, with the part of their step that differs most from their
+    peers', latest first."""
+    if not roles.minor or roles.ranks is None:
+        return []
+    skip = {s.rank for s in named}
+    late = {r: v for r, v in roles.minor.items() if r not in skip}
+    if not late:
+        return []
+    why = _Why(frame, per_rank, layout, set(late))
+    typical = roles.typical_ns
+    out = []
+    for rank in sorted(late, key=late.get, reverse=True):
+        excess, cause, detail, _, _, _ = why(rank)
+        out.append(MinorStraggler(rank, int(late[rank]),
+                                  late[rank] / typical if typical > 0 else 0.0, excess, cause,
+                                  detail, (hosts or {}).get(rank, ""), _last_in(roles, rank)))
+    return out
+
+
+def _last_in(roles: Roles, rank) -> tuple[int, int]:
+    """(N, M): the rank arrived last in N of the M steps every rank recorded."""
+    j = int(np.flatnonzero(np.asarray(roles.ranks) == rank)[0])
+    return int(roles.slow[:, j].sum()), int(roles.n_steps)
+
+
+class _Why:
+    """Why a rank is late: its mean busy time per step against its peers' median (the ranks of
+    its peer group where the layout names one, else every rank not in `apart`), and the part of
+    the step that differs most (the phase of the compute where it carries most of it)."""
+
+    def __init__(self, frame: pd.DataFrame, per_rank: PerRank | None, layout: Layout | None,
+                 apart: set):
+        self.frame, self.layout = frame, layout
+        per_rank = per_rank or PerRank(frame)
+        needed = ("step_ns", "wait_ns", "bubble_ns") + _CAUSES + _COMPUTE_PARTS
+        # each rank's mean per step (the report's one statistic), compared with the median
+        # rank's; the phases as the rank table shows them (both readers leave the exposed
+        # communication out of them already: taking it out again made a waiting rank's
+        # backward look short, and named a straggler's backward where the table showed its
+        # forward longer)
+        self.means = pd.DataFrame({c: per_rank.mean(c) for c in needed if c in frame},
+                                  index=pd.Index(per_rank.groups.keys, name="rank"))
+        busy = self.means["step_ns"] - self.means["wait_ns"]
+        if "bubble_ns" in self.means:  # waiting on another pipeline stage is not being slow
+            busy = busy - self.means["bubble_ns"]
+        self.busy = busy
+        self.others = [r for r in self.means.index if r not in apart]
+
+    def __call__(self, rank: int):
+        """(excess busy ns, cause, detail, the cause's excess ns, peer group, peers in it)."""
+        group = self.layout.peer_group(rank) if self.layout is not None else None
+        in_group = [r for r in self.others if group and r in group[1]]
+        peers = in_group or self.others
+        ref = self.means.loc[peers].median()
+        row = self.means.loc[rank]
         diffs = {c[:-3]: float(row[c] - ref[c]) for c in _CAUSES if c in row}
         cause = max(diffs, key=diffs.get)
         detail = ""
@@ -102,16 +155,7 @@ def find_stragglers(frame: pd.DataFrame, steps: pd.DataFrame, th: Thresholds, ro
             parts = {c[:-3]: float(row[c] - ref[c]) for c in _COMPUTE_PARTS if c in row}
             if parts and max(parts.values()) >= 0.5 * diffs["compute"]:
                 detail = max(parts, key=parts.get)
-            elif device_timed(frame, int(rank)):
+            elif device_timed(self.frame, rank):
                 detail = DEVICE_COMPUTE
-        probable = roles.probable is not None and roles.probable[0] == int(rank) \
-            and int(rank) not in roles.late
-        j = int(np.flatnonzero(np.asarray(roles.ranks) == rank)[0])
-        last_in = (int(roles.slow[:, j].sum()), int(roles.n_steps))
-        out.append(Straggler(int(rank), float(s), int(busy.loc[rank] - ref_busy), cause, detail,
-                             int(diffs[cause]), (hosts or {}).get(int(rank), ""),
-                             group=list(group[1]) if group else [],
-                             probable=_probably(roles) if probable else "",
-                             peers=[int(r) for r in in_group], last_in=last_in,
-                             bursts=bursts(roles, steps, th.wait, int(rank)) or {}))
-    return out
+        excess = int(self.busy.loc[rank] - float(self.busy.loc[peers].median()))
+        return excess, cause, detail, int(diffs[cause]), group, in_group

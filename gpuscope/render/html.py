@@ -505,7 +505,11 @@ def _summary_html(report: ReportData) -> str:
             + (f"; {esc(excess_words(s.ops))}" if s.ops else "") + "</li>"
             for s in report.stragglers)
         out.append(f'<h2>Stragglers</h2><ul id="stragglers">{items}</ul>')
-    note = report.jitter.note([s.rank for s in report.stragglers])
+    if report.minor_stragglers:
+        items = "".join(f"<li>{esc(m.line(report.thresholds.wait))}</li>"
+                        for m in report.minor_stragglers)
+        out.append(f'<h3>Minor stragglers</h3><ul id="minor-stragglers">{items}</ul>')
+    note = report.jitter.note(report.late_ranks)
     if note:
         out.append(f'<p id="jitter">{esc(note)}</p>')
     layout = _layout_html(report)

@@ -405,7 +405,10 @@ def _stragglers(report: ReportData, console: Console) -> None:
         console.print("Stragglers: none named (too few steps to tell a straggler from jitter)")
     else:
         console.print("Stragglers: none")
-    note = report.jitter.note([s.rank for s in report.stragglers])
+    for m in report.minor_stragglers:
+        console.print(Text.assemble(("Minor straggler:", "yellow"),
+                                    " " + m.line(report.thresholds.wait)))
+    note = report.jitter.note(report.late_ranks)
     if note:
         console.print(Text(note, style="yellow"))
 

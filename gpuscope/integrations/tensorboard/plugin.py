@@ -215,7 +215,8 @@ def build_payload(path: str, run: str) -> dict:
     words = {"ops_lines": ops_text.lines(report.ops),
              "straggler_ops": {str(s.rank): excess_words(s.ops) for s in report.stragglers
                                if s.ops},
-             "jitter": report.jitter.note([s.rank for s in report.stragglers])}
+             "minor": [m.line(report.thresholds.wait) for m in report.minor_stragglers],
+             "jitter": report.jitter.note(report.late_ranks)}
     return {"run": run, "report": report.to_dict(), "figures": figs, "colors": LABEL_COLORS,
             "title": esc(f"{report.verdict.label}: {run}"), "words": words}
 

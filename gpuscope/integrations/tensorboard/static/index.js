@@ -92,6 +92,12 @@ function summary(report, colors, words) {
     }
     box.append(ul);
   }
+  if (words && words.minor && words.minor.length) {
+    box.append(el("h3", {}, "Minor stragglers"));
+    const ul = el("ul", {id: "minor-stragglers"});
+    for (const line of words.minor) ul.append(el("li", {}, line));
+    box.append(ul);
+  }
   if (words && words.jitter) box.append(el("p", {id: "jitter"}, words.jitter));
   const opsBox = opsSection(report, words);
   if (opsBox) box.append(opsBox);
