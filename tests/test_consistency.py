@@ -209,6 +209,33 @@ def test_a_rank_consistently_busier_is_late_whatever_the_jitter_around_it():
     assert found >= 18
 
 
+def test_two_ranks_of_four_slowed_alike_are_both_late():
+    """The fault table's "two" row: ranks 0 and 3 of 4 each 14 ms busier every step, 8 profiled
+    steps, a rank stalled now and then. Against the median of all four ranks each looked half as
+    slow (the median sits between the two pairs: under the material share), and the waits
+    split the lateness between the two late ranks: the traces named one of them. Against the
+    median of the other ranks, both are found in most runs."""
+    rng = np.random.default_rng(5)
+    both = 0
+    for _ in range(50):
+        busy = 50 + rng.normal(0, 3, size=(4, 8))
+        busy[[0, 3]] += 14
+        stall = rng.random((4, 8)) < 0.08
+        busy[stall] += rng.exponential(15, size=stall.sum())
+        both += find_roles(_busy_frame(busy, 10.0), min_share=0.10).late == {0, 3}
+    assert both >= 32  # 38 of these 50 (21 against the median of all four ranks)
+
+
+def test_the_median_of_the_other_ranks_skips_each_rank_s_own_value():
+    from gpuscope.analyze.consistency import others_median
+
+    rng = np.random.default_rng(2)
+    for n in (2, 3, 4, 7):
+        b = rng.normal(size=(6, n))
+        want = [[np.median(np.delete(b[i], j)) for j in range(n)] for i in range(6)]
+        assert np.allclose(others_median(b), want)
+
+
 @pytest.mark.parametrize("n_ranks", [2, 4, 8])
 def test_random_busy_noise_is_rarely_a_straggler(n_ranks):
     """No rank busier on average: the paired test keeps the family-wise level (~1%)."""

@@ -227,12 +227,14 @@ def _tested(roles: Roles, w, ranks, slowest, min_share, max_wait, busy=None) -> 
     z = rank_z(w)
     material_median = np.abs(np.median(x, axis=0)) * n_ranks / (n_ranks - 1) >= min_share * typical
     tiny = 1e-9 * (max_wait.max() + 1)
-    # the paired test: each rank's busy time against the median rank's in the same step; a
-    # rank consistently busier than its peers by a material amount is late whatever the
-    # jitter around it (the waits above move with who happened to arrive last)
+    # the paired test: each rank's busy time against the median of the other ranks' in the
+    # same step; a rank consistently busier than its peers by a material amount is late
+    # whatever the jitter around it (the waits above move with who happened to arrive last).
+    # Against the others, not all: of 4 ranks 2 slowed alike, the median of all sits halfway
+    # and each looked half as slow (the traces of such a fault row named one of the two)
     paired = np.zeros(x.shape[1], dtype=bool)
     if busy is not None and busy.shape == w.shape and n_ranks >= 2:
-        d = busy - np.median(busy, axis=1, keepdims=True)
+        d = busy - others_median(busy)
         dm, ds = d.mean(axis=0), d.std(axis=0, ddof=1)
         for j in range(n_ranks):
             tp = _t(dm[j], ds[j] / math.sqrt(n), tiny)
@@ -243,7 +245,8 @@ def _tested(roles: Roles, w, ranks, slowest, min_share, max_wait, busy=None) -> 
         roles.t[int(rank)] = float(t)
         late = (material[j] and (t <= -crit or ty <= -crit_y)) or (
             material_median[j] and z[j] <= -crit_z) or (
-            paired[j] and paired.sum() * 2 < n_ranks)  # a minority busier than the rest
+            paired[j] and paired.sum() * 2 <= n_ranks)  # at most half busier than the rest
+        # (as for stragglers: of two ranks, the busier)
         early = (material[j] and (t >= crit or ty >= crit_y)) or (
             material_median[j] and z[j] >= crit_z)
         if late:
@@ -265,6 +268,22 @@ def _tested(roles: Roles, w, ranks, slowest, min_share, max_wait, busy=None) -> 
     if not roles.late and min_share > 0:
         roles.unruled = _unruled(mean, sd, n, ranks, min_share * typical)
     return roles
+
+
+def others_median(b: np.ndarray) -> np.ndarray:
+    """Per (step, rank) of a steps x ranks table: the median of the other ranks' values in that
+    step (one sort per step, then each rank's own place skipped)."""
+    steps, n = b.shape
+    order = np.argsort(b, axis=1, kind="stable")
+    v = np.take_along_axis(b, order, axis=1)
+    pos = np.empty_like(order)
+    np.put_along_axis(pos, order, np.broadcast_to(np.arange(n), (steps, n)).copy(), axis=1)
+
+    def kth(k: int) -> np.ndarray:  # the k-th smallest of the others, per (step, rank)
+        idx = np.where(k < pos, k, k + 1)
+        return np.take_along_axis(v, idx, axis=1)
+    m = n - 1
+    return kth(m // 2) if m % 2 else 0.5 * (kth(m // 2 - 1) + kth(m // 2))
 
 
 def _unruled(mean, sd, n: int, ranks, bound: float) -> tuple[int, float, float, float] | None:
