@@ -1,13 +1,15 @@
 """Estimates bounded by everything the report knows: a suggestion's estimate is never below what
 another finding of the same report holds the step at, unless its change moves that finding too.
 
-- A straggler the tests confirm (a probable one is too uncertain to hold others to): until it
-  is fixed, every synchronous step waits for its own
-  work. A change that does not fix it can remove from that rank only what it removes from every
-  rank (syncing less: the exposed communication and the optimizer steps skipped; a data change:
+- A straggler: until it is fixed, every synchronous step waits for its own work. A change that
+  does not fix it can remove from that rank only what it removes from every rank (syncing less: the exposed communication and the optimizer steps skipped; a data change:
   the data wait; a communication change: the exposed communication), so the step keeps at least
   the straggler's busy time (step less its own waiting) less those parts. A larger batch moves
   the floor with the rest of the step (its estimate scales the work with the batch), said so.
+  A probable straggler (late in most steps, too few of them to confirm it) holds the point the
+  same way, and the range keeps the model's low end: what the change gives if its lateness was
+  chance (the record and the traces of one run named the same rank, one confirmed, one probable,
+  and their estimates of the same fix were 67% apart).
 - Loading that workers deliver too slowly (data-bound with num_workers > 0): the step is as long
   as the workers take for a batch, whatever else gets faster; a change elsewhere gains nothing
   until loading is fixed.
@@ -50,19 +52,19 @@ def floor_ms(parts: dict, sug) -> float:
 
 
 def floors(frame: pd.DataFrame, stragglers: list, typical: TypicalStep, knobs: dict,
-           labels: set) -> list[tuple[str, str, dict]]:
-    """(what, the label whose fix removes it, the parts it holds the step at) per finding."""
+           labels: set) -> list[tuple[str, str, dict, bool]]:
+    """(what, the label whose fix removes it, the parts it holds the step at, whether it is only
+    probable) per finding."""
     out = []
     for s in stragglers:
-        if s.probable:  # too few steps to confirm it: not a constraint to hold others to
-            continue
         m = rank_means(frame, s.rank)
         if m:
-            out.append((f"rank {s.rank}, the straggler", IMBALANCED, m))
+            out.append((f"rank {s.rank}, probably a straggler" if s.probable else
+                        f"rank {s.rank}, the straggler", IMBALANCED, m, bool(s.probable)))
     workers = knobs.get("num_workers")
     if DATA in labels and isinstance(workers, int) and workers > 0 and typical.data > 0:
         out.append((f"loading ({workers} workers deliver a batch every ~{typical.step / MS:.1f} "
-                    "ms)", DATA, {"step_ns": typical.step}))
+                    "ms)", DATA, {"step_ns": typical.step}, False))
     return out
 
 
@@ -76,7 +78,7 @@ def hold_to_findings(suggestions: list, frame: pd.DataFrame, stragglers: list,
         return suggestions, [], set()
     out, notes, held = [], [], set()
     for sug in suggestions:
-        for what, fixed_by, parts in found:
+        for what, fixed_by, parts, probable in found:
             if sug.addresses == fixed_by or (fixed_by == IMBALANCED and
                                             sug.addresses == JITTER_BOUND):
                 continue
@@ -88,12 +90,13 @@ def hold_to_findings(suggestions: list, frame: pd.DataFrame, stragglers: list,
             if sug.estimated_step_ms >= floor:
                 continue
             rng = sug.estimated_step_ms_range
-            if rng is not None:
-                rng = (max(rng[0], floor), max(rng[1], floor))
+            if rng is not None:  # a probable one may be chance: the model's low end stays
+                rng = (rng[0] if probable else max(rng[0], floor), max(rng[1], floor))
             gain = (typical.step / MS / max(floor, 1e-9) - 1) * 100
             note = (f"held at {floor:.1f} ms (the model gave {sug.estimated_step_ms:.1f}): "
                     f"{what} keeps the step there until it is fixed (estimated with it in place: "
-                    "fix it first)")
+                    "fix it first)" + ("; the range keeps the model's low end, for a lateness "
+                                       "that was chance" if probable else ""))
             notes.append(f"suggestion {sug.knob}: {note}")
             held.add(sug.knob)
             sug = replace(sug, estimated_step_ms=floor, estimated_step_ms_range=rng,

@@ -243,9 +243,7 @@ def below_floors(report: ReportData) -> list[str]:
     if frame is None or not report.stragglers:
         return []
     out = []
-    for st in report.stragglers:
-        if st.probable:
-            continue
+    for st in report.stragglers:  # probable ones hold the point too (floors.py)
         m = rank_means(frame, st.rank)
         for s in report.suggestions:
             if s.addresses in (IMBALANCED, JITTER_BOUND) or s.knob in MOVES_FLOOR:
