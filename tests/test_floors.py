@@ -91,13 +91,12 @@ def test_loading_that_workers_deliver_too_slowly_holds_a_comm_fix():
             assert s.estimated_step_ms >= 48 - 1e-6, (s.knob, s.estimated_step_ms)
 
 
-def test_a_probable_straggler_holds_the_point_and_the_range_keeps_the_model_s_low_end():
+def test_a_probable_straggler_makes_the_range_reach_its_floor_and_leaves_the_point():
     """Of 2 ranks, rank 1 30 ms late in 3 of 4 steps, rank 0 5 ms in the other (too few to
-    confirm: probably a straggler):
-    a sync fix
-    is held at what rank 1 keeps, as for a confirmed one (the record and the traces of one run,
-    one confirmed and one probable, gave 23.9 and 14.3 ms for the same fix), and its range
-    still reaches the model's estimate, for a lateness that was chance."""
+    confirm: probably a straggler): a sync fix keeps the model's point (its lateness may be
+    chance: holding the point to it flipped the estimate by 65% between the record and the
+    traces of one run, one calling the rank probable, the other naming none), and its range
+    reaches what rank 1 keeps the step at, said so."""
     rows = [r for r in _straggler_rows(n_ranks=2, extra=30) if r["step"] < 4]
     for r in rows:  # step 2: rank 1 on time, rank 0 5 ms late instead
         if r["step"] == 2:
@@ -109,8 +108,7 @@ def test_a_probable_straggler_holds_the_point_and_the_range_keeps_the_model_s_lo
         "batch_size": 32, "model": "DistributedDataParallel", "sync_interval": 1}), TH)
     assert rep.straggler_ranks == [] and rep.probable_straggler_ranks == [1]
     s = next(x for x in rep.suggestions if x.knob == "sync_frequency")
-    assert "held at" in s.why and "rank 1, probably a straggler" in s.why
+    assert "held at" not in s.why and "if rank 1, probably a straggler, is one" in s.why
     lo, hi = s.estimated_step_ms_range
-    assert lo < s.estimated_step_ms - 5 and hi >= s.estimated_step_ms
-    assert f"the model gave {lo:.1f}" in s.why  # its range's low end: the model's own point
+    assert f"up to {hi:.1f} ms" in s.why and hi > s.estimated_step_ms + 5
     assert violations(rep) == []

@@ -6,10 +6,10 @@ another finding of the same report holds the step at, unless its change moves th
   the data wait; a communication change: the exposed communication), so the step keeps at least
   the straggler's busy time (step less its own waiting) less those parts. A larger batch moves
   the floor with the rest of the step (its estimate scales the work with the batch), said so.
-  A probable straggler (late in most steps, too few of them to confirm it) holds the point the
-  same way, and the range keeps the model's low end: what the change gives if its lateness was
-  chance (the record and the traces of one run named the same rank, one confirmed, one probable,
-  and their estimates of the same fix were 67% apart).
+  A probable straggler (late in most steps, too few of them to confirm it) leaves the point to
+  the model (its lateness may be chance; holding the point to it flipped the estimate by 65%
+  between the record and the traces of one run, one calling a rank probable, the other naming
+  none) and makes the range reach its floor: "up to X ms if rank R ... is one".
 - Loading that workers deliver too slowly (data-bound with num_workers > 0): the step is as long
   as the workers take for a batch, whatever else gets faster; a change elsewhere gains nothing
   until loading is fixed.
@@ -90,13 +90,20 @@ def hold_to_findings(suggestions: list, frame: pd.DataFrame, stragglers: list,
             if sug.estimated_step_ms >= floor:
                 continue
             rng = sug.estimated_step_ms_range
-            if rng is not None:  # a probable one may be chance: the model's low end stays
-                rng = (rng[0] if probable else max(rng[0], floor), max(rng[1], floor))
+            if probable:  # it may be chance: the point stays, the range reaches its floor
+                lo, hi = rng if rng is not None else (sug.estimated_step_ms,) * 2
+                note = (f"up to {floor:.1f} ms if {what.replace(', probably a straggler', '')}, "
+                        "probably a straggler, is one: it keeps the step there until it is fixed")
+                notes.append(f"suggestion {sug.knob}: {note}")
+                sug = replace(sug, estimated_step_ms_range=(lo, max(hi, floor)),
+                              why=f"{sug.why}; {note}")
+                continue
+            if rng is not None:
+                rng = (max(rng[0], floor), max(rng[1], floor))
             gain = (typical.step / MS / max(floor, 1e-9) - 1) * 100
             note = (f"held at {floor:.1f} ms (the model gave {sug.estimated_step_ms:.1f}): "
                     f"{what} keeps the step there until it is fixed (estimated with it in place: "
-                    "fix it first)" + ("; the range keeps the model's low end, for a lateness "
-                                       "that was chance" if probable else ""))
+                    "fix it first)")
             notes.append(f"suggestion {sug.knob}: {note}")
             held.add(sug.knob)
             sug = replace(sug, estimated_step_ms=floor, estimated_step_ms_range=rng,

@@ -243,12 +243,19 @@ def below_floors(report: ReportData) -> list[str]:
     if frame is None or not report.stragglers:
         return []
     out = []
-    for st in report.stragglers:  # probable ones hold the point too (floors.py)
+    for st in report.stragglers:
         m = rank_means(frame, st.rank)
         for s in report.suggestions:
             if s.addresses in (IMBALANCED, JITTER_BOUND) or s.knob in MOVES_FLOOR:
                 continue
             floor = floor_ms(m, s)
+            if st.probable:  # it may be chance: the range reaches its floor (floors.py)
+                rng = s.estimated_step_ms_range
+                if rng is not None and rng[1] < floor - 0.01:
+                    out.append(f"suggestion {s.knob}: range up to {rng[1]:.2f} ms, below the "
+                               f"{floor:.2f} ms probable straggler rank {st.rank} holds the "
+                               "step at")
+                continue
             if s.estimated_step_ms < floor - 0.01:
                 out.append(f"suggestion {s.knob}: {s.estimated_step_ms:.2f} ms below the "
                            f"{floor:.2f} ms straggler rank {st.rank} holds the step at")
