@@ -160,7 +160,8 @@ def score(kind: str, t: dict, report: dict, control_step_ms: float | None) -> di
     low = report.get("confidence") == "low"
     slowed = list(t["slowed"])
     out: dict = {"verdict": report.get("verdict"), "confidence": report.get("confidence"),
-                 "named": named, "probable": probable}
+                 "named": named, "probable": probable,
+                 "minor_ranks": [m["rank"] for m in report.get("minor_stragglers") or ()]}
     unsure = False
     if kind in ("control", "rotating"):
         ok = not named

@@ -11,7 +11,8 @@ import os
 CHECKS = ("right", "cause", "excess", "estimate")
 #: what the results file keeps of a report: enough to score it again (run.py --rescore)
 KEPT = ("verdict", "confidence", "confidence_why", "time_by_label", "stragglers",
-        "probable_stragglers", "straggler_details", "jitter", "steps_analysed")
+        "probable_stragglers", "straggler_details", "minor_stragglers", "jitter",
+        "steps_analysed")
 
 
 def brief(rep: dict) -> dict:
@@ -72,7 +73,9 @@ def _misses(rows: list) -> list[str]:
             if s.get("right"):
                 continue
             said = s.get("error") or (f"{s.get('verdict')} ({s.get('confidence')}), stragglers "
-                                      f"{s.get('named')}, probable {s.get('probable')}")
+                                      f"{s.get('named')}, probable {s.get('probable')}"
+                                      + (f", minor {s['minor_ranks']}" if s.get("minor_ranks")
+                                         else ""))
             out.append(f"- {r['parallel']} x {r['world']}, {r['kind']} on rank(s) "
                        f"{r.get('ranks', [])} ({_share(r)}): {src} said {said}")
     return out
