@@ -182,9 +182,14 @@ def test_real_pair_straggler_removed_and_the_gate(tmp_path):
     # 43-46 in others, 12.5 once. Pinned: at least a quarter of the gap, never much more than it
     slow = next(s for s in gpuscope.analyze(before).stragglers if s.rank == 1)
     own = {r["rank"]: r["forward_s"] for r in map(json.loads, open(tmp_path / "b" / "timings.jsonl"))}
-    gap_ms = 1e3 * float(np.median(np.subtract(own[1], own[0])[1:]))  # after the warm-up step
+    gaps = np.subtract(own[1], own[0])[1:]  # after the warm-up step
+    gap_ms = 1e3 * float(np.median(gaps))
     assert gap_ms > 20, own  # the loop itself sees rank 1 slower by a material amount
-    assert 0.25 * gap_ms <= slow.excess_ns / 1e6 <= 1.25 * gap_ms + 3, (slow, gap_ms)
+    # the excess is a mean per step: where a busy core stalled rank 1's extra work in a few
+    # steps (a clean-clone CI run: 84 ms late in 8 of 21 steps, said as its bursts; the median
+    # gap 40.9 ms, the excess 54.3), the loop's mean gap is its yardstick from above
+    top_ms = max(gap_ms, 1e3 * float(np.mean(gaps)))
+    assert 0.25 * gap_ms <= slow.excess_ns / 1e6 <= 1.25 * top_ms + 3, (slow, gap_ms, top_ms)
     # the 40 ms straggler is gone from AFTER; two ranks sharing 2 cores with the test runner can
     # still make a real straggler of a few ms (rank 1 named again, with 8 ms, once in eight suite
     # runs), which the tool is right to name when the loop's own clock shows that rank computing
