@@ -63,12 +63,7 @@ def leaning_call(a: dict, b: dict) -> bool:
     The same rank and the same label from both; one of them less sure, and saying so. (Where
     the straggler decides the label, imbalanced or jitter-bound, a probable one also makes the
     verdict's confidence low; a comm-bound verdict does not rest on it, and stays as sure.)"""
-    for named, other in ((a, b), (b, a)):
-        if (len(named["stragglers"]) == 1 and named["verdict"] == other["verdict"]
-                and not other["stragglers"]
-                and other.get("probable_stragglers") == named["stragglers"]):
-            return True
-    return False
+    return _named_and_said(a, b, "probable_stragglers")
 
 
 def threshold_call(a: dict, b: dict) -> bool:
@@ -76,12 +71,15 @@ def threshold_call(a: dict, b: dict) -> bool:
     (consistently late, under the imbalance threshold): the same late rank, its lateness
     measured either side of the threshold (seen at load 4: rank 0 waiting 16% of the step by
     the record, 11.9% by the traces). The same label from both."""
-    for named, other in ((a, b), (b, a)):
-        if (len(named["stragglers"]) == 1 and named["verdict"] == other["verdict"]
-                and not other["stragglers"]
-                and other.get("minor_stragglers") == named["stragglers"]):
-            return True
-    return False
+    return _named_and_said(a, b, "minor_stragglers")
+
+
+def _named_and_said(a: dict, b: dict, said: str) -> bool:
+    """Either reading names one straggler, and the other, with the same label, names none but
+    lists that rank under `said` (probable or minor stragglers)."""
+    return any(len(named["stragglers"]) == 1 and named["verdict"] == other["verdict"]
+               and not other["stragglers"] and other.get(said) == named["stragglers"]
+               for named, other in ((a, b), (b, a)))
 
 
 def names(g: dict, ranks: list) -> bool:
