@@ -40,6 +40,36 @@ def _model():
     return DDP(nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4)))
 
 
+def test_synchronization_in_flight_from_the_first_bucket_s_launch(pg, tmp_path):
+    """Once DDP has rebuilt its buckets in the order gradients come (it says so in its logging,
+    after its second iteration), the first bucket's launch is timed: from there the row's
+    communication is in flight behind backward's compute (comm_ns), its exposed part still from
+    the last launch; before that, and with one bucket (the test above), comm is the tail."""
+    model = DDP(nn.Sequential(*[nn.Linear(256, 256) for _ in range(6)]), bucket_cap_mb=0.5)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with gpuscope.record(tmp_path, model=model) as rec:
+        for x in rec.data([torch.randn(8, 256) for _ in range(8)]):
+            opt.zero_grad()
+            model(x).sum().backward()
+            opt.step()
+            rec.step()
+    assert "," in model._get_ddp_logging_data()["rebuilt_per_bucket_param_indices"]
+    _, rows = _rows(tmp_path)
+    assert all(r["n_comm"] == 1 and r["comm_exposed_ns"] > 0 for r in rows)
+    assert rows[0]["comm_ns"] == rows[0]["comm_exposed_ns"]  # the buckets not rebuilt yet
+    later = rows[4:]
+    for r in later:  # two earlier buckets launched while backward computed
+        window = r["comm_ns"] - r["comm_exposed_ns"]
+        assert 0 < window < r["backward_ns"], r
+    # the analysis reads it as that window, not as time the all-reduces were seen to run
+    from gpuscope.analyze import whatif
+
+    report = gpuscope.analyze(tmp_path)
+    micro = whatif.micro_steps(report.table.frame[report.table.frame["step"] >= 4], 0)
+    point, least, most, why = whatif.hidden_comm(micro.synced, report.knobs)
+    assert "in flight behind backward" in why and least < point < most == micro.synced.hidden
+
+
 def test_the_backward_tail_is_timed_and_phases_found(pg, tmp_path):
     model = _model()
     with gpuscope.record(tmp_path, model=model) as rec:

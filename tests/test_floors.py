@@ -112,3 +112,35 @@ def test_a_probable_straggler_makes_the_range_reach_its_floor_and_leaves_the_poi
     lo, hi = s.estimated_step_ms_range
     assert f"up to {hi:.1f} ms" in s.why and hi > s.estimated_step_ms + 5
     assert violations(rep) == []
+
+
+def test_syncing_less_lowers_a_straggler_s_floor_by_what_its_hidden_communication_cost_it():
+    """A DDP record on CPU: rank 1 computes 10 ms longer, and every rank had its gradient
+    synchronization in flight behind backward for 20 ms (rows' comm less exposed: the window
+    from the first bucket's launch). Syncing less also takes off rank 1 what that cost its
+    backward (45% of the window, whatif.IN_FLIGHT_RAN): its floor is its busy time less the
+    exposed transfer, the optimizer and 9 ms. A rank busier only for that holds nothing (a
+    re-run of the comm demo took 12.7 ms where such a floor held the estimate at 17.2)."""
+    rnd = random.Random(5)
+    rows = []
+    for s in range(30):
+        for r in range(4):
+            j = rnd.choice((-1, -0.5, 0, 0.5, 1))
+            late = r == 1
+            c = 40 + (10 if late else 0) + j
+            exposed = 12 if late else 12 + 10 - j
+            rows.append({"rank": r, "step": s, "compute": c, "comm": exposed + 20,
+                         "comm_exposed": exposed, "optimizer": 1, "forward": 10,
+                         "backward": c - 11})
+    knobs = {"batch_size": 32, "model": "DistributedDataParallel", "sync_interval": 1,
+             "device": "cpu", "hidden_comm": "unmeasured"}
+    rep = analyze_table(table_from_rows(rows, knobs=knobs), TH)
+    assert rep.straggler_ranks == [1]
+    s = next(x for x in rep.suggestions if x.knob == "sync_frequency")
+    f = rep.table.frame
+    mine = f[f["rank"] == 1]
+    busy = float((mine["step_ns"] - mine["wait_ns"] - mine["comm_exposed_ns"]
+                  - mine["optimizer_ns"]).mean()) / 1e6
+    assert "held at" in s.why and "rank 1, the straggler" in s.why
+    assert s.estimated_step_ms == pytest.approx(busy - 0.45 * 20, abs=0.01)
+    assert violations(rep) == []

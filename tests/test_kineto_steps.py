@@ -265,12 +265,20 @@ def test_ddp_s_launches_before_its_last_are_backward_as_the_record_counts_them(t
     # 10 ms in the last launch, 510 ms idle until the reducer resumed, 60 us writing back
     assert one.comm_exposed_ns == (520 * ms + 60) * US
     assert one.compute_ns == (2000 * ms - 520 * ms - 60) * US and one.other_ns == 0
-    comm = read_path(path).comm
+    run = read_path(path)
+    comm = run.comm
     assert comm.loc[comm["step"] == 1, "exposed_ns"].sum() == (520 * ms + 60) * US
+    # the synchronization is in flight from the first launch (100 ms), as the record times it
+    # from its first bucket's launch: the 900 ms to the last launch are communication behind
+    # backward's compute, not exposed, and the analysis reads them as that window
+    assert one.comm_ns == (1420 * ms + 60) * US
+    assert run.ranks[0].knobs["hidden_comm"] == "in_flight"
     # without DDP's write-back (no reducer in the trace), each c10d call is the collective's
     # whole, and an idle stretch past RESUME_NS is the thread waiting for a core: other
     plain = [e for e in events if e["name"] != WRITE_BACK]
-    one = _rows(_write(tmp_path, plain, "rank-0b.pt.trace.json"))[1]
+    plain_path = _write(tmp_path, plain, "rank-0b.pt.trace.json")
+    one = _rows(plain_path)[1]
+    assert "hidden_comm" not in read_path(plain_path).ranks[0].knobs
     assert one.comm_exposed_ns == (500 + 10 + 490 + 2) * ms * US
     assert one.other_ns == 18 * ms * US  # 1,502-1,520
 

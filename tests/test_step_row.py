@@ -143,7 +143,8 @@ def test_ddp_tail_runs_to_the_end_of_the_measured_backward():
 def test_the_common_shape_s_row_straight_from_its_events_is_the_general_path_s():
     """plain_row against interpret + sum_step on random micro-steps as event lists: the three
     phases in order and near it (overlapping, empty, reversed, missing), 0-2 fetches, 0-1 DDP
-    tails inside and outside the step, a smaller batch, a sync flag or none."""
+    tails inside and outside the step (with their first bucket's launch or without), a smaller
+    batch, a sync flag or none."""
     import random
 
     rng = random.Random(24)
@@ -170,11 +171,14 @@ def test_the_common_shape_s_row_straight_from_its_events_is_the_general_path_s()
             # anywhere, or launched exactly as backward begins or ends (the boundaries)
             a = rng.choice([rng.randrange(start - 20, end + 20)] * 4 + [cuts[2], cuts[3]])
             tails = [(a, a + rng.randrange(-5, 3000))]
+            if rng.random() < 0.5:  # and the first bucket's launch, earlier (or not timed)
+                tails = [(a, b, rng.choice([a, a - rng.randrange(0, 400), cuts[2]]))
+                         for a, b in tails]
         rare = [(SAMPLES, 3)] if rng.random() < 0.05 else []
         scale = 1000 if rng.random() < 0.2 else 1  # tails longer than RESUME_NS
         item = ([(n, a * scale, b * scale) for n, a, b in phases],
                 [(a * scale, b * scale, c) for a, b, c in data],
-                [(a * scale, b * scale) for a, b in tails], rare, 7,
+                [tuple(x * scale for x in t) for t in tails], rare, 7,
                 # the recording's first micro-step has no start of its own: its first event
                 None if rng.random() < 0.03 else start * scale,
                 end * scale, rng.choice([None, True, False]))

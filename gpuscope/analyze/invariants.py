@@ -248,7 +248,7 @@ def below_floors(report: ReportData) -> list[str]:
         for s in report.suggestions:
             if s.addresses in (IMBALANCED, JITTER_BOUND) or s.knob in MOVES_FLOOR:
                 continue
-            floor = floor_ms(m, s)
+            floor = floor_ms(m, s, report.knobs)
             if st.probable:  # it may be chance: the range reaches its floor (floors.py)
                 rng = s.estimated_step_ms_range
                 if rng is not None and rng[1] < floor - 0.01:

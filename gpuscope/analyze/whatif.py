@@ -161,37 +161,59 @@ def device_kind(knobs: dict) -> str:
 
 
 #: the part of DDP's in-flight window (its first bucket's launch to the end of backward
-#: compute) that costs the step, by device. On a CPU (gloo) a bucket waits for gloo's thread,
-#: which runs one at a time: the traces of the same runs saw the all-reduces run in 0.73-1.03 of
-#: the window (26 runs of the comm demo, median 0.83 with 2 cores kept busy, 0.95 quiet;
-#: scripts/same_run.py keeps the ratio, "hidden_ms" per run and "hidden_ratio"). Calibrated on
-#: the two sources' estimates of the same runs: 0.78 centres the record's on the traces' (0.88
-#: put the record's 9% under the traces' on 10 quiet runs), the record also counting the
-#: earlier buckets' launch calls as backward. On CUDA not measured: all of it
-IN_FLIGHT_RAN = {"cpu": 0.78}
+#: compute) that costs the step, by device. On a CPU (gloo) what an all-reduce behind backward
+#: costs is the cores its thread takes, which neither a record nor a trace measures: a trace's
+#: spans of gloo's thread also hold its waits for the other ranks, and gloo runs one bucket at a
+#: time. Both sources measure the window the synchronization was in flight for (knobs
+#: "hidden_comm": "in_flight"); this part of it is the point. Calibrated on re-runs: the comm
+#: demo synchronizing every step, then every 32 (benchmarks/bench_whatif.py, 3 repeats each):
+#: the micro-steps without synchronization were shorter than the synchronized ones, less their
+#: exposed transfer and optimizer, by 0.44 and 0.50 of the window on a quiet machine and 0.42
+#: with 2 cores kept busy. On CUDA not measured: all of it
+IN_FLIGHT_RAN = {"cpu": 0.45}
+#: the least of the window taken to be in flight (at HIDDEN_COST's low end, 0.7x: a quarter of
+#: it costing the step; one re-run set, its window not timed, put the cost near 0.3 of it)
+IN_FLIGHT_LEAST = 0.35
 
 
 def hidden_comm(s: Micro, knobs: dict) -> tuple[float, float, float, str]:
     """(point, least, most) communication hidden behind a synchronized micro-step's backward,
-    and what it rests on. Measured in the rows, or not measured (a DDP record times only the
-    backward's exposed tail, knobs "hidden_comm": "unmeasured"): the share of backward DDP's own
-    sampled iterations had communication in flight for (knobs "hidden_comm_share"), else
-    anywhere from none of the backward to all of it, half of it as the point (even with one
-    gradient bucket, which starts when every gradient is ready, a synchronizing backward does
-    more: DDP copies the gradients into the bucket, and on a CPU the all-reduce takes cores
-    from the next step's work)."""
-    if s.hidden > 0 or knobs.get("hidden_comm") != "unmeasured":
+    and what it rests on:
+    - measured in the rows (what ran behind compute, a GPU's kernels; knobs without
+      "hidden_comm");
+    - the window DDP's synchronization was in flight for behind backward (knobs "hidden_comm":
+      "in_flight", a CPU trace; or "unmeasured" with rows that hold the window, a record that
+      timed its first bucket's launch): IN_FLIGHT_RAN of it as the point, IN_FLIGHT_LEAST of it
+      to all of it as the range;
+    - not measured (a DDP record that times only the backward's exposed tail, knobs
+      "hidden_comm": "unmeasured"): the share of backward DDP's own sampled iterations had
+      communication in flight for (knobs "hidden_comm_share"), else anywhere from none of the
+      backward to all of it, half of it as the point (even with one gradient bucket, which
+      starts when every gradient is ready, a synchronizing backward does more: DDP copies the
+      gradients into the bucket, and on a CPU the all-reduce takes cores from the next step's
+      work)."""
+    mode = knobs.get("hidden_comm")
+    if mode == "unmeasured" and s.hidden > 0:
+        mode = "in_flight"
+    if mode not in ("unmeasured", "in_flight"):
         return s.hidden, s.hidden, s.hidden, ""
+    ran = IN_FLIGHT_RAN.get(device_kind(knobs), 1.0)
+    taken = (f", {ran:.0%} of it taken to cost the step (what gloo's thread takes from backward "
+             "is not measured: calibrated on re-runs that synchronized less)" if ran < 1 else "")
+    if mode == "in_flight":
+        w = s.hidden
+        least = min(IN_FLIGHT_LEAST, ran)
+        return (ran * w, least * w, w,
+                f"; gradient synchronization was in flight behind backward for {w / 1e6:.1f} ms "
+                f"(from its first bucket's launch){taken}: that as the point, {least:.0%} of "
+                "the window to all of it as the range")
     bwd = max(s.backward, 0.0)
     share = knobs.get("hidden_comm_share")
     if isinstance(share, float) and 0 < share <= 1:
-        ran = IN_FLIGHT_RAN.get(device_kind(knobs), 1.0)
         return (ran * share * bwd, 0.5 * share * bwd, bwd,
                 f"; DDP's own timing of its sampled iterations had gradient communication in "
-                f"flight for the last {share:.0%} of backward"
-                + (f", {ran:.0%} of it taken to cost the step (gloo runs one bucket at a "
-                   "time; calibrated on traces of the same runs)" if ran < 1 else "")
-                + ": that as the point, half of the flight to all of backward as the range")
+                f"flight for the last {share:.0%} of backward{taken}"
+                ": that as the point, half of the flight to all of backward as the range")
     return (0.5 * bwd, 0.0, bwd, "; how much communication hid behind backward was not "
             "measured (DDP is timed by its backward's tail): from none of the backward to all "
             "of it, half as the point")

@@ -18,8 +18,17 @@ every gradient in every synchronized backward, so the watched one always comes, 
 its callback and a handle a step are saved.) It ends at backward's return, and is the step's one
 "bucket" (all_reduce:ddp). On CUDA, the same points get events (DeviceTimer.comm_launch /
 comm_done): after DDP's finalize the current stream waits for the all-reduce, so the second
-event completes when the gradients are in. Communication that backward hides is not seen;
-DDP's own runtime logging (sampled iterations) is written at the end of the run.
+event completes when the gradients are in.
+
+Communication that backward hides is not seen; when it began is: once DDP has rebuilt its
+buckets in the order gradients come (its logging names them, after its second iteration), a
+second post-accumulate hook on the parameter of its first bucket that is ready last times that
+bucket's launch. From there to backward's return, gradient synchronization is in flight (the
+row's comm_ns; its exposed part starts at the last launch): what part of that window the
+all-reduces ran, and took from backward, is the analysis's model (whatif.hidden_comm), the
+same one a CPU trace gets (readers/kineto/steps.py). On CUDA the launch is not timed: the host
+runs ahead of the device there. DDP's own runtime logging (sampled iterations) is written at the
+end of the run.
 """
 
 from __future__ import annotations
@@ -66,7 +75,7 @@ class DDPTailTimer:
         self.active = True
         self.device = None  # DeviceTimer on CUDA: the tail on the GPU's timeline too
         self._queue = torch.autograd.Variable._execution_engine.queue_callback
-        self._t_final = self._t_ready = None
+        self._t_final = self._t_ready = self._t_first = None
         self._dev_final = self._dev_ready = None
         # the parameter whose gradient is ready last: DDP launches its last bucket right after
         # (in DDP's own hook on the same accumulation, which runs after this one). A guess
@@ -74,7 +83,8 @@ class DDPTailTimer:
         # logging says of the previous iteration's order
         self.first_sample = None  # DDP's logging when the gradient order was first known
         self._params = _reducer_params(ddp)
-        self._handle = None
+        self._handle = self._first_handle = None
+        self._order = None  # the previous iteration's gradient order, once DDP's logging says
         self._order_tries = 0
         if self._params:
             self._watch(self._params[0])
@@ -91,6 +101,15 @@ class DDPTailTimer:
         except Exception:
             self._handle = None
 
+    def _watch_first(self, param) -> None:
+        try:
+            self._first_handle = param.register_post_accumulate_grad_hook(self._first_ready)
+        except Exception:
+            self._first_handle = None
+
+    def _first_ready(self, param) -> None:
+        self._t_first = self.clock()
+
     def _ready(self, param) -> None:
         self._t_ready = self.clock()
         device = self.device
@@ -101,9 +120,9 @@ class DDPTailTimer:
         """Before a backward: if it synchronizes gradients, hook the root of its graph."""
         if not self.active or not self.ddp.require_backward_grad_sync:
             return False
-        if 0 <= self._order_tries < 8:
+        if 0 <= self._order_tries < 12:
             self._learn_order()
-        self._t_final = self._t_ready = self._dev_ready = None
+        self._t_final = self._t_ready = self._t_first = self._dev_ready = None
         if not self._root_too:  # the watched gradient's hook alone: the graph is not looked at
             return True  # (no graph: finish() finds neither time and says so)
         root = tensors if hasattr(tensors, "grad_fn") else next(
@@ -118,25 +137,43 @@ class DDPTailTimer:
         return True
 
     def _learn_order(self) -> None:
-        """Once DDP's logging holds the previous iteration's gradient order, watch its last."""
+        """Once DDP's logging holds the previous iteration's gradient order, watch its last; once
+        it holds the rebuilt buckets too, the first bucket's last (asked before each of the
+        first 12 synchronizing backwards at most, then never again)."""
         self._order_tries += 1
         try:
             data = self.ddp._get_ddp_logging_data()
-            order = data.get("prev_iteration_grad_ready_order_indices")
         except Exception:
-            order = None
-        if not isinstance(order, str) or not order.strip():
+            return
+        if self._order is None:
+            order = data.get("prev_iteration_grad_ready_order_indices")
+            if not isinstance(order, str) or not order.strip():
+                return
+            try:
+                self._order = [int(x) for x in order.split(",")]
+            except ValueError:
+                self._order_tries = -1
+                return
+            # DDP's figures so far: its first sampled iteration, before it rebuilt its buckets
+            # in the order gradients come (no overlap then), which the analysis sets apart
+            self.first_sample = {k: data.get(k) for k in FIRST_SAMPLE_KEYS}
+            last = self._order[-1] if self._order else -1
+            if 0 <= last < len(self._params):
+                self._watch(self._params[last])
+        buckets = data.get("rebuilt_per_bucket_param_indices")
+        if not isinstance(buckets, str) or not buckets.strip():
             return
         self._order_tries = -1  # known: not asked again
-        # DDP's figures so far: its first sampled iteration, before it rebuilt its buckets in
-        # the order gradients come (no overlap then), which the analysis sets apart
-        self.first_sample = {k: data.get(k) for k in FIRST_SAMPLE_KEYS}
+        if self.device is not None or "," not in buckets:  # CUDA, or one bucket: no window
+            return
         try:
-            last = int(order.split(",")[-1])
+            first = {int(x) for x in buckets.split(",")[0].split()}
         except ValueError:
             return
-        if 0 <= last < len(self._params):
-            self._watch(self._params[last])
+        at = {p: i for i, p in enumerate(self._order)}
+        ready = [p for p in first if p in at and p < len(self._params)]
+        if ready:
+            self._watch_first(self._params[max(ready, key=at.__getitem__)])
 
     def _root(self, grad_outputs):
         self._queue(self._final)
@@ -147,17 +184,21 @@ class DDPTailTimer:
         if device is not None:
             self._dev_final = device.comm_launch()
 
-    def finish(self) -> tuple[int, int] | None:
-        """After the backward returned: the tail (launch, done), if the final callback ran, for
-        the step's one "bucket". It starts when the last gradient was ready (just before DDP
-        launched the last bucket: a launch that blocks, as gloo's does when a busy core preempts
-        it, is inside), or at the end of backward compute when that parameter's hook did not
-        run this time."""
+    def finish(self) -> tuple[int, int, int] | None:
+        """After the backward returned: the tail (launch, done, first), if the final callback
+        ran, for the step's one "bucket". It starts when the last gradient was ready (just
+        before DDP launched the last bucket: a launch that blocks, as gloo's does when a busy
+        core preempts it, is inside), or at the end of backward compute when that parameter's
+        hook did not run this time; `first`, when the first bucket was launched (the launch
+        when that was not timed)."""
         t_end = self.clock()
         t_final, t_ready = self._t_final, self._t_ready
+        t_first = self._t_first
+        if t_first is None or t_ready is None or t_first > t_ready:
+            t_first = t_ready  # no earlier launch timed: no window
         if t_final is None and t_ready is not None and self.device is None and self.active:
             self._t_ready = None  # the common case (no final callback, no CUDA events)
-            return (t_ready, t_end)
+            return (t_ready, t_end, t_first)
         self._t_final = self._t_ready = None
         ready = t_ready is not None and (t_final is None or t_ready <= t_final)
         if not ready and t_final is None:
@@ -172,17 +213,18 @@ class DDPTailTimer:
         self._dev_final = self._dev_ready = None
         if device is not None and ev is not None:
             device.comm_done(ev)
-        return (t_ready if ready else t_final, t_end)
+        return (t_ready, t_end, t_first) if ready else (t_final, t_end, t_final)
 
     def detach(self) -> None:
         self.active = False
         self.device = None
-        if self._handle is not None:
-            try:
-                self._handle.remove()
-            except Exception:
-                pass
-            self._handle = None
+        for handle in (self._handle, self._first_handle):
+            if handle is not None:
+                try:
+                    handle.remove()
+                except Exception:
+                    pass
+        self._handle = self._first_handle = None
 
 
 def _reducer_params(ddp) -> list:

@@ -14,7 +14,8 @@ The lists (times are the recorder's clock, integer ns), by how often a step has 
   phases  (name, t0, t1): a part of the step, ended: "forward" (the model's, by its wrapper or
           its forward hooks), "backward", "optimizer", and rec.phase(name)'s of compute
   data    (t0, t1, cpu_ns): a batch fetched (cpu_ns -1: not measured)
-  tails   (t0, t1): the end of a DDP backward that waited for its all-reduce
+  tails   (t0, t1, first): the end of a DDP backward that waited for its all-reduce, and when
+          its first bucket was launched (ddp_timing.py)
   rare    (kind, ...): everything else, in the order it happened:
           (WAIT, key, t0, t1)     the training thread blocked on communication: an async
                                   collective's wait, rec.phase(name) of communication

@@ -26,8 +26,9 @@ class Raw(NamedTuple):
     data_cpu_ns: int
     phases: list          # (name, t0, t1): forward, backward, optimizer and user phases
     exposed: list         # (t0, t1, key): blocking collectives, waits on async ones, comm phases
-    ddp_tails: list       # (start, done): the end of a DDP backward that waited for its
-    #                       all-reduce (ddp_timing.py): one per timed backward
+    ddp_tails: list       # (start, done[, first]): the end of a DDP backward that waited for
+    #                       its all-reduce, and when its first bucket was launched, where timed
+    #                       (ddp_timing.py): one per timed backward
     colls: list           # (key, launch, done): collectives through torch.distributed
     fwd_end: int | None
     synced: int           # gradients synchronized in this micro-step: 1, 0, or -1 unknown
@@ -53,7 +54,9 @@ def sum_step(r: Raw, start_unix: int) -> list:
     2. the optimizer's time excludes forward and backward run inside it (closures: LBFGS,
        Lightning); forward and backward exclude the time they were blocked on communication
        (FSDP's all-gather waits, DDP's tail);
-    3. exposed communication: DDP's tail from its start (the end of backward compute; or the
+    3. communication: DDP's from its first bucket's launch where that was timed (in flight
+       behind backward's compute: not exposed), the tail below, collectives through
+       torch.distributed; exposed communication: DDP's tail from its start (the end of backward compute; or the
        launch of the first collective through torch.distributed inside it, a Python comm hook's:
        a hook that runs long before launching, or waits, is that rank's own time) to its done,
        and on to the end of the measured backward, at most RESUME_NS past that done (the training
@@ -73,7 +76,10 @@ def _general_step(r: Raw, start_unix: int) -> list:
     """sum_step for any shape of micro-step."""
     start, end = r.start, r.end
     step_ns = end - start
-    tails = iv.clip(r.ddp_tails, start, end)
+    tails = iv.clip([t[:2] for t in r.ddp_tails], start, end)
+    # DDP's synchronization in flight from its first bucket's launch: communication, not exposed
+    flights = iv.clip([(t[2], t[0]) for t in r.ddp_tails if len(t) > 2 and t[2] < t[0]],
+                      start, end)
     phases = [(n, a, b) for n, a, b in r.phases if b > a]
     measured_bwd = [(a, b) for n, a, b in phases if n == "backward"]
     if r.fwd_end is not None and not any(n == "backward" for n, _, _ in phases):
@@ -108,7 +114,8 @@ def _general_step(r: Raw, start_unix: int) -> list:
             spans = iv.merge([(a, b) for n, a, b in phases if n == name])
             named[name] = iv.total(spans) - iv.overlap(spans, exposed_m)
     colls = [c for c in r.colls if c[2] > c[1]]
-    comm_ns = iv.length(iv.clip(tails + [(a, b) for _, a, b in colls] + exposed_m, start, end))
+    comm_ns = iv.length(iv.clip(tails + flights + [(a, b) for _, a, b in colls] + exposed_m,
+                                start, end))
     exposed_ns = min(iv.total(iv.clip(exposed_m, start, end)), step_ns)
 
     data_ns = min(r.data_ns, step_ns)
@@ -124,7 +131,7 @@ def _general_step(r: Raw, start_unix: int) -> list:
     row = [r.step, start_unix, step_ns, data_ns, compute_ns, comm_ns, exposed_ns,
            other_ns, *fixed, len(tails) + len(colls), r.data_cpu_ns, r.synced, between]
     if tails or colls or exposed:
-        by_key = _by_key(tails, colls, exposed)
+        by_key = _by_key(tails, colls, exposed, flights)
         if by_key != {DDP_KEY: row[5:7] + [row[11]]}:  # else implied (run_format: comm_key)
             named["_comm"] = by_key
     if r.samples >= 0:  # a smaller last batch: how compute grows with the batch (analyze/whatif)
@@ -164,8 +171,10 @@ def plain_row(item: tuple, shift: int) -> list | None:
     f, bk, o = f1 - f0, b1 - b0, o1 - o0
     o_blocked = exposed_ns = comm_ns = n_comm = 0
     if tails:
-        la, ld = tails[0]
-        if la < start or ld > end:
+        tail = tails[0]
+        la, ld = tail[0], tail[1]
+        lf = tail[2] if len(tail) > 2 else la  # the first bucket's launch: in flight from there
+        if la < start or ld > end or lf < start:
             return None
         n_comm = 1
         if b0 <= la < b1:  # the tail runs on to backward's end, if soon (sum_step, 3.)
@@ -174,9 +183,11 @@ def plain_row(item: tuple, shift: int) -> list | None:
                 x = b1
             if x > ld:
                 ld = x
+        if lf < la:  # in flight from the first bucket's launch, behind backward's compute
+            comm_ns = la - lf
         if ld > la:  # the tail: each phase less what it blocked of it
-            comm_ns = ld - la
-            exposed_ns = comm_ns if comm_ns < step_ns else step_ns
+            exposed_ns = ld - la if ld - la < step_ns else step_ns
+            comm_ns += ld - la
             if f1 > la and f0 < ld:
                 f -= (f1 if f1 < ld else ld) - (f0 if f0 > la else la)
             if b1 > la and b0 < ld:
@@ -199,9 +210,10 @@ def plain_row(item: tuple, shift: int) -> list | None:
             f, bk, o, n_comm, data_cpu_ns, synced, between if between > 0 else 0]
 
 
-def _by_key(tails: list, colls: list, exposed: list) -> dict:
+def _by_key(tails: list, colls: list, exposed: list, flights: list = ()) -> dict:
     """{"kind:group": [comm_ns, exposed_ns, count]} for the step. A key whose collectives all
-    blocked (their spans are their blocked spans) is summed once."""
+    blocked (their spans are their blocked spans) is summed once. DDP's synchronization counts
+    from its first bucket's launch (`flights`) where that was timed."""
     spans: dict[str, list] = {}
     if tails:
         spans[DDP_KEY] = list(tails)
@@ -221,10 +233,11 @@ def _by_key(tails: list, colls: list, exposed: list) -> dict:
     out = {}
     for k in spans.keys() | blocked.keys():
         mine, held = spans.get(k, ()), blocked.get(k)
+        more = flights if k == DDP_KEY else ()
         if held is None:
-            out[k] = [iv.length(mine), 0, len(mine)]
-        elif mine == held:
+            out[k] = [iv.length([*mine, *more]), 0, len(mine)]
+        elif mine == held and not more:
             out[k] = [iv.length(held)] * 2 + [len(mine)]
         else:
-            out[k] = [iv.length([*mine, *held]), iv.length(held), len(mine)]
+            out[k] = [iv.length([*mine, *more, *held]), iv.length(held), len(mine)]
     return out

@@ -166,6 +166,7 @@ def _table(path: str, parsed: list, warnings: list[str], facts: dict | None = No
             r_rows, r_colls, w = rank_rows(ev, rank, drop)
             hta = gpu_breakdown_of(files_hta)
         micro = [r.pop("microbatches") for r in r_rows]
+        in_flight = any([r.pop("in_flight_ns", 0) > 0 for r in r_rows])
         got = op_views(ev, drop)  # the op and kernel views (ops.py), over the steps kept
         views["ops"].append((rank, got["ops"]))
         views["messages"].append((rank, got["messages"]))
@@ -184,6 +185,8 @@ def _table(path: str, parsed: list, warnings: list[str], facts: dict | None = No
         if ids[rank].backend:
             knobs["backend"] = ids[rank].backend
         knobs["device"] = "cuda" if ev.dev_kind.size else "cpu"
+        if in_flight:  # its rows' hidden communication is DDP's window in flight (steps.py)
+            knobs["hidden_comm"] = "in_flight"
         # gpuscope.record beside the profiler: cores, loading
         told = dict(head_facts(items[0][0]) if facts is None else facts.get(items[0][0], {}))
         device = told.pop(DEVICE_KEY, "")

@@ -202,7 +202,9 @@ def rank_rows(ev: RankEvents, rank: int, drop: frozenset = frozenset()):
         calls = main & (ev.host_wait == CALL)
         calls &= ~inside(ev, calls, launches)
         # DDP's reducer launching a bucket before its last in the step: backward's host work
-        calls &= ~ddp_early_launches(ev, calls, main & (ev.host_wait == FINISH), wraps, windows)
+        early, flights = ddp_early_launches(ev, calls, main & (ev.host_wait == FINISH), wraps,
+                                            windows)
+        calls &= ~early
         strict = main & ((ev.host_wait == WAITS) | calls)
         # DDP's reducer writing synced buckets back (events.FINISH): synchronization, whole
         finish = main & (ev.host_wait == FINISH)
@@ -236,6 +238,7 @@ def rank_rows(ev: RankEvents, rank: int, drop: frozenset = frozenset()):
             compute_ns = spans.length(comp)
             comm_ns = spans.length(comm)
             exposed_ns = comm_ns - spans.overlap(comm, comp)
+            in_flight_ns = 0  # measured on the device: what ran, not what was in flight
             data_ns = spans.length(data_set) - spans.overlap(data_set, spans.window(busy_all, lo, hi))
             idle = spans.subtract((np.array([lo], np.int64), np.array([hi], np.int64)),
                                   spans.window(busy_all, lo, hi))
@@ -313,7 +316,11 @@ def rank_rows(ev: RankEvents, rank: int, drop: frozenset = frozenset()):
             comm = spans.union(comm, blocked)
             exposed = spans.subtract(comm, spans.union(busy, data_set))
             compute_ns = spans.length(spans.subtract(ops, spans.union(data_set, exposed)))
-            comm_ns = spans.length(comm)
+            # DDP's synchronization is in flight from its first bucket's launch, as the record
+            # counts it (record/ddp_timing.py): behind backward's compute, not exposed
+            flight = spans.window(flights, lo, hi)
+            in_flight_ns = spans.length(flight)
+            comm_ns = spans.length(spans.union(comm, flight))
             exposed_ns = spans.length(exposed)
             data_ns = spans.length(data_set)
             host_ns = 0
@@ -339,7 +346,8 @@ def rank_rows(ev: RankEvents, rank: int, drop: frozenset = frozenset()):
                      "n_comm": len(colls) - n_before,
                      "data_cpu_ns": -1,  # unknown: a trace does not say whether loading used CPU
                      "data_ops_ns": data_ops_ns,  # ... but its torch ops in it did
-                     "host_ns": host_ns, "bubble_ns": bubble_ns, "microbatches": micro})
+                     "host_ns": host_ns, "bubble_ns": bubble_ns, "microbatches": micro,
+                     "in_flight_ns": in_flight_ns})
     if startup_total:
         warnings.append(
             f"{startup_total / 1e6:,.1f} ms of one-off host work while the GPU idled (runtime "
@@ -369,31 +377,38 @@ ACCUMULATE = "autograd::engine::evaluate_function: torch::autograd::AccumulateGr
 
 
 def ddp_early_launches(ev: RankEvents, calls: np.ndarray, finish: np.ndarray,
-                       wraps: np.ndarray, windows: list) -> np.ndarray:
-    """Mask of the c10d calls that are DDP's reducer launching a bucket before the last one of
+                       wraps: np.ndarray, windows: list):
+    """(mask, flights): the mask of the c10d calls that are DDP's reducer launching a bucket
+    before the last one of
     its step: inside autograd's AccumulateGrad (not inside an FSDP range), in a trace where
     DDP's reducer writes buckets back (`finish`), all but the last of each step window. They are
     host work of the backward, as the recorder counts them: its DDP tail starts at the last
     launch (record/ddp_timing.py), and a launch that a busy core stretched (6-9 ms seen) is the
     core taken away while the backward ran, not time that syncing less often gives back (the
     two sources' estimates were 15-24% apart in 3 of 10 busy runs with the traces calling it
-    communication). The last launch stays the collective's, as in the record's tail."""
+    communication). The last launch stays the collective's, as in the record's tail. `flights`:
+    the spans from each step's first launch to its last (spans.merge's pair), where gradient
+    synchronization is in flight behind backward's compute."""
     out = np.zeros(calls.size, dtype=bool)
+    none = spans.merge(np.zeros(0, np.int64), np.zeros(0, np.int64))
     if not finish.any() or not calls.any():
-        return out
+        return out, none
     ids = [i for i, n in enumerate(ev.names) if n.startswith(ACCUMULATE)]
     if not ids or ev.host_name.size != calls.size:
-        return out
+        return out, none
     accum = (ev.host_kind == OP) & np.isin(ev.host_name, ids)
     ddp = calls & inside(ev, calls, accum) & ~inside(ev, calls, wraps)
     idx = np.flatnonzero(ddp)
     idx = idx[np.argsort(ev.host_start[idx], kind="stable")]
     starts = ev.host_start[idx]
+    fs, fe = [], []
     for _, lo, hi in windows:
         a, b = np.searchsorted(starts, [lo, hi], "left")
         if b - a > 1:
             out[idx[a:b - 1]] = True  # all but the step's last
-    return out
+            fs.append(int(starts[a]))
+            fe.append(int(starts[b - 1]))
+    return out, spans.merge(np.array(fs, np.int64), np.array(fe, np.int64))
 
 
 def inside(ev: RankEvents, which: np.ndarray, within: np.ndarray) -> np.ndarray:
