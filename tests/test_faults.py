@@ -106,3 +106,21 @@ def test_a_small_fault_named_a_minor_straggler_is_right_without_an_estimate():
     assert got["estimate"] is None
     other = dict(report, minor_stragglers=[dict(report["minor_stragglers"][0], rank=0)])
     assert not score("forward", t, other, 40.0)["right"]
+
+
+def test_a_rank_named_probably_late_is_unsure_said_whatever_the_verdict_s_confidence():
+    """A 3 ms fault in a data-bound run with gradient accumulation: the report is rightly sure
+    the run is data-bound, and names the slowed rank probably a straggler (late in most steps,
+    too few to confirm): it says the evidence cannot settle the rank, which counts as right,
+    apart as unsure. Another rank named probably is wrong; so is no one named at medium
+    confidence (the report claims more than it knows)."""
+    t = {"slowed": [0], "added_ms": {"0": 3.0}, "ms": 0.75, "kind": "forward"}
+    report = {"verdict": "data-bound", "confidence": "medium", "stragglers": [],
+              "probable_stragglers": [0], "straggler_details": [], "minor_stragglers": [],
+              "suggestions": []}
+    got = score("forward", t, report, 35.0)
+    assert got["right"] and got["unsure_said"] and not got["straggler"]
+    assert not score("forward", t, dict(report, probable_stragglers=[1]), 35.0)["right"]
+    assert not score("forward", t, dict(report, probable_stragglers=[]), 35.0)["right"]
+    assert score("forward", t, dict(report, probable_stragglers=[], confidence="low"),
+                 35.0)["unsure_said"]

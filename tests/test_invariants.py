@@ -389,3 +389,36 @@ def test_a_jitter_verdict_that_cannot_rule_out_a_straggler_is_not_high():
     assert said.confidence == "low" and not any("rule out a straggler" in e for e in said.evidence)
     imb = Verdict("imbalanced", 0.8, "high", {"imbalanced": 0.8, "comm-bound": 0.2})
     assert earn(imb, ev, _steps("imbalanced", wait_share=0.4), TH0).confidence == "high"
+
+
+def test_a_verdict_the_steps_cannot_settle_is_low():
+    """6 of 9 steps healthy: no single step moves compute's 67% (without one, 62.5% against
+    37.5%), but in 35% of resamples of these 9 steps jitter wins: low. 7 of 10 (14% of
+    resamples) and 12 of 16 (9%) stay as their share says; the draw is the same each time."""
+    from gpuscope.analyze.classify import changes_without_one_step, resampled_lead, run_verdict
+
+    def steps(labels):
+        n = len(labels)
+        return pd.DataFrame({
+            "step": range(1, n + 1), "label": labels, "step_ns": [100] * n,
+            "w:compute-bound": [float(x == "compute-bound") for x in labels],
+            "w:jitter-bound": [float(x == "jitter-bound") for x in labels],
+            "data_share": 0.0, "comm_share": 0.0, "wait_share": 0.0, "host_share": 0.0,
+            "bubble_share": 0.0, "compute_share": 0.9})
+
+    six = steps(["compute-bound"] * 6 + ["jitter-bound"] * 3)
+    v = run_verdict(six)
+    assert v.label == "compute-bound" and changes_without_one_step(six, v.label) is None
+    flip, other = resampled_lead(six, v.label)
+    assert 0.3 <= flip <= 0.4 and other == "jitter-bound"
+    got = earn(v, Evidence(steps=9, ranks=2, world=2), six, TH0)
+    assert got.confidence == "low"
+    assert any("jitter-bound wins in 3" in e and "of these 9 steps" in e for e in got.evidence)
+    assert resampled_lead(six, v.label) == (flip, other)  # the same steps, the same draw
+    for healthy, n, level in ((7, 10, "medium"), (12, 16, "high")):
+        more = steps(["compute-bound"] * healthy + ["jitter-bound"] * (n - healthy))
+        assert resampled_lead(more, "compute-bound")[0] < 0.2
+        assert earn(run_verdict(more), Evidence(steps=n, ranks=2, world=2), more,
+                    TH0).confidence == level
+    # steps that do not give the verdict are not resampled for it
+    assert resampled_lead(six, "jitter-bound") is None

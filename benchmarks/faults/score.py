@@ -13,7 +13,9 @@ A row is right from a source when the report
 - estimates the step without the fault within ESTIMATE_TOLERANCE of the run without it (the
   row's control, run in the same batch).
 Rows the evidence cannot settle count as right only where the report says so: it names the
-rank as probably late at low confidence, or names no one at low confidence.
+rank as probably late (a probable straggler: late in most steps, "record more steps"), whatever
+the verdict's confidence (a data-bound run with a small fault is rightly data-bound, and sure of
+it), or names no one at low confidence. Counted apart as unsure.
 """
 
 from __future__ import annotations
@@ -40,9 +42,10 @@ def _median(xs: list) -> float:
 def truth(run_dir: str) -> dict:
     """What was injected, by rank, and what the loop's own clock saw, per step (an optimizer
     step: a run that accumulates sums its micro-steps): each rank's mean added ms (after the
-    first step), its local work (data wait, forward, optimizer and between
-    steps: no communication inside; medians), its data wait, and the job's step (the profiler's
-    trace writing left out)."""
+    first step), its local work (data wait, forward, backward's compute to its last gradient,
+    the optimizer, between steps and gpuscope's rec.step(): no waiting for the other ranks
+    inside; medians; runs from before backward's compute was timed leave it out), its data wait,
+    and the job's step (the profiler's trace writing left out)."""
     ranks = {}
     for name in os.listdir(run_dir):
         if name.startswith("truth-rank") and name.endswith(".json"):
@@ -72,7 +75,8 @@ def truth(run_dir: str) -> dict:
     # ranks of each rank's mean step
     step_ms = 1e3 * statistics.fmean(statistics.fmean(step_s(d)) for d in ranks.values())
     local = {r: 1e3 * sum(_median(per_step(d["seconds"][p])) for p in
-                          ("data", "forward", "optimizer", "between"))
+                          ("data", "forward", "optimizer", "between", "backward_compute",
+                           "record") if d["seconds"].get(p))
              for r, d in ranks.items()}
     data = {r: 1e3 * statistics.fmean(per_step(d["seconds"]["data"])[1:]
                                       or per_step(d["seconds"]["data"]))
@@ -172,7 +176,7 @@ def score(kind: str, t: dict, report: dict, control_step_ms: float | None) -> di
                 (report.get("jitter") or {}).get("steps_time_pct"))
     elif kind == "two":
         ok = sorted(named) == sorted(slowed)
-        unsure = not ok and low and not named and set(probable) <= set(slowed)
+        unsure = not ok and not named and (set(probable) <= set(slowed) if probable else low)
     elif kind == "intermittent":
         r = slowed[0]
         d = _detail(report, r)
@@ -182,7 +186,7 @@ def score(kind: str, t: dict, report: dict, control_step_ms: float | None) -> di
         ok = (not named and said == r) or (d is not None and (not named or named[0] == r) and (
             d.get("last_in") is None or d["last_in"][0] < d["last_in"][1]
             or bool(d.get("bursts"))))
-        unsure = not ok and low and not named and probable in ([], [r])
+        unsure = not ok and not named and (probable == [r] if probable else low)
     else:
         r = slowed[0]
         ok = bool(named) and named[0] == r
@@ -192,7 +196,7 @@ def score(kind: str, t: dict, report: dict, control_step_ms: float | None) -> di
         out["minor"] = not ok and not named and minor[:1] == [r]
         ok = ok or out["minor"]
         # not sure, and said so: the rank named probably, or no one (not another rank)
-        unsure = not ok and low and not named and probable in ([], [r])
+        unsure = not ok and not named and (probable == [r] if probable else low)
     out["straggler"] = ok
     out["unsure_said"] = unsure
     out["right"] = ok or unsure

@@ -104,8 +104,9 @@ def section(path: str) -> list[str]:
         "(benchmarks/faults/score.py). *right*: the slowed rank named first (both, for two; "
         "said intermittent; nobody named in controls and rotating rows, unless the loop's own "
         "clock shows a rank computing 10% longer on the shared cores; a loader fault its "
-        "workers hid counts as a control), or the report saying it is not sure (low "
-        "confidence, the rank named probably or no one: counted apart as unsure); *cause*: "
+        "workers hid counts as a control), or the report saying it is not sure (the rank "
+        "named probably a straggler, or no one at low confidence: counted apart as unsure); "
+        "*cause*: "
         "the phase; *excess*: within 25% of the injected time; *estimate*: the step with the fault fixed within 15% of the same "
         "configuration's unslowed runs (two per configuration). A dash: the check does not "
         "apply (not named, or a kind without a cause gpuscope can name).", ""]

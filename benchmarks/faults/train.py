@@ -24,8 +24,10 @@ Faults (on ``--ranks``, ``--ms`` milliseconds a step; the other ranks run the sa
 
 Writes DIR/record (gpuscope), DIR/kineto (torch.profiler, two cycles of 5 active steps) and
 DIR/truth-rank<r>.json: what was injected on this rank at which steps, and the loop's own
-perf_counter around each step and each phase (data, forward, backward, optimizer, between, and
-the profiler's step call, which writes a trace at the end of each cycle).
+perf_counter around each step and each phase (data, forward, backward, optimizer, between,
+gpuscope's rec.step() and the profiler's step call, which writes a trace at the end of each
+cycle), and backward's compute: from its start to its last gradient's accumulation (a hook of
+its own on every parameter; DDP's all-reduce waits for the other ranks after that).
 """
 
 from __future__ import annotations
@@ -197,7 +199,16 @@ def main() -> None:
                                                                 use_gzip=True))
         prof.start()
     parts = {k: [] for k in ("step", "data", "forward", "backward", "optimizer", "between",
-                             "profiler")}
+                             "profiler", "backward_compute", "record")}
+    # the truth's own clock on backward's compute: when its last gradient was ready (DDP's
+    # all-reduce waits for the other ranks after that; FSDP2's parameters are not hooked)
+    grads_ready = [0.0]
+    if args.parallel != "fsdp2":
+        def ready(_):
+            grads_ready[0] = _now()
+
+        for p in model.parameters():
+            p.register_post_accumulate_grad_hook(ready)
     added: list[float] = []
     with gpuscope.record(os.path.join(args.out, "record"), model=wrapped) as rec:
         it = iter(rec.data(loader))
@@ -219,8 +230,10 @@ def main() -> None:
                 loss = F.cross_entropy(wrapped(x), y)
                 parts["forward"].append(_now() - t)
                 t = _now()
+                grads_ready[0] = t
                 loss.backward()
                 parts["backward"].append(_now() - t)
+                parts["backward_compute"].append(grads_ready[0] - t)
             t = _now()
             if last:
                 opt_ms[0] = ms if fault == "optimizer" else 0.0
@@ -232,7 +245,9 @@ def main() -> None:
                 time.sleep(ms / 1000)  # logging, a checkpoint: the host busy elsewhere
             parts["between"].append(_now() - t)
             added.append(ms if last or fault not in ("optimizer", "between") else 0.0)
+            t = _now()
             rec.step()
+            parts["record"].append(_now() - t)
             t = _now()
             if prof is not None and last:
                 prof.step()  # writes a trace at the end of each active cycle: not the step's

@@ -153,6 +153,35 @@ def decide(labels: np.ndarray, by: np.ndarray) -> np.ndarray:
     return best
 
 
+#: resamples of the steps that resampled_lead draws, and the most steps it resamples (past that
+#: a share's sampling spread is ~1 point, inside the near tie that confidence checks anyway)
+RESAMPLES, RESAMPLE_MAX_STEPS = 400, 4000
+
+
+def resampled_lead(steps: pd.DataFrame, label: str) -> tuple[float, str] | None:
+    """(share of bootstrap resamples of the steps in which another label than `label` wins, the
+    one that wins most often there) where the steps as they are give `label`; None where they do
+    not, or there are too few (under 3) or too many steps to resample (RESAMPLE_MAX_STEPS).
+    Deterministic: the same steps draw the same resamples."""
+    n = len(steps)
+    if n < 3 or n > RESAMPLE_MAX_STEPS:
+        return None
+    labels, held = label_times(steps)
+    total = held.sum()
+    if total <= 0 or str(labels[int(decide(labels, held.sum(axis=0) / total)[0])]) != label:
+        return None
+    rng = np.random.default_rng(0)
+    counts = rng.multinomial(n, np.full(n, 1.0 / n), size=RESAMPLES).astype(np.float64)
+    sums = counts @ held
+    by = sums / np.maximum(sums.sum(axis=1, keepdims=True), 1.0)
+    got = labels[decide(labels, by)].astype(str)
+    other = got[got != label]
+    if not other.size:
+        return 0.0, ""
+    names, k = np.unique(other, return_counts=True)
+    return other.size / RESAMPLES, str(names[int(k.argmax())])
+
+
 def run_verdict(steps: pd.DataFrame) -> Verdict:
     """The label holding the most step time (label_times, decide)."""
     total = float(steps["step_ns"].to_numpy(np.float64).sum())

@@ -28,6 +28,9 @@
    - one step decides it: without some single step the verdict would be another label
      (leave-one-out): low. Two sources of the same run measure a step near a threshold on either
      side of it now and then; a verdict that rests on such a step is a close call either way;
+   - the steps cannot settle it: in RESAMPLE_FLIP of bootstrap resamples of the analysed steps
+     or more, another label wins (classify.resampled_lead): low. 6 healthy steps of 9 are that
+     (jitter wins 35% of resamples), where no single step decides it; 7 of 10 (14%) are not;
 3. Each rule the report broke and had to clip (invariants.py) drops one level.
 """
 
@@ -41,11 +44,15 @@ import pandas as pd
 from ..results import Verdict
 from ..thresholds import Thresholds
 from ..vocab import COMM, COMPUTE, DATA, HOST, IMBALANCED, JITTER_BOUND, PIPELINE
-from .classify import NEAR_TIE, changes_without_one_step
+from .classify import NEAR_TIE, changes_without_one_step, resampled_lead
 
 LEVELS = ("low", "medium", "high")
 MARGIN = 0.2  # relative distance from the threshold under which one noisy step flips a label
 RUNNER_UP = NEAR_TIE  # the verdict's lead over the next label (share of time): a near tie
+#: the share of resamples of the steps in which another label wins that makes the verdict a
+#: close call (one in five: a lead that one resample in eight undoes, 7 of 9 steps, is still
+#: "likely", medium or high as its share says)
+RESAMPLE_FLIP = 0.2
 
 
 @dataclass(frozen=True)
@@ -159,6 +166,11 @@ def earn(verdict: Verdict, ev: Evidence, steps: pd.DataFrame, th: Thresholds) ->
     if moved is not None:
         caps.append(("low", f"without step {moved[0]} the verdict would be {moved[1]}: one "
                             "step decides it"))
+    else:
+        flip = resampled_lead(steps, verdict.label)
+        if flip is not None and flip[0] >= RESAMPLE_FLIP:
+            caps.append(("low", f"{flip[1]} wins in {flip[0]:.0%} of resamples of these "
+                                f"{len(steps)} steps: they cannot settle it"))
     if verdict.label != COMM and ev.host_comm_share >= th.comm:
         caps.append(("medium", f"collectives outside DDP took {ev.host_comm_share:.0%} of the "
                                "step on the GPU, timed on the host: how long the GPU waited for "

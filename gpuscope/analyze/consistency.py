@@ -156,6 +156,10 @@ def find_roles(frame: pd.DataFrame, min_share: float = 0.0) -> Roles:
     if "step_ns" in frame and not staged:  # (pipeline stages do different work: compared
         # within a stage's group by bottlenecks/pipeline.py, not against every rank here)
         busy_ns = frame["step_ns"].to_numpy(np.float64) - frame["wait_ns"].to_numpy(np.float64)
+    # ... and less its loading too: a rank steadily busier in its own work, which a loader's
+    # jitter around it hides from the test of the whole busy time (a minor straggler's test)
+    own_ns = busy_ns - frame["data_ns"].to_numpy(np.float64) \
+        if busy_ns is not None and "data_ns" in frame else None
     partial = None  # (steps, arrived last) over every step, where some lack a rank
     busiest = None  # (steps, the rank of the most busy time in each), every step
     width = repeated_run(step)
@@ -165,6 +169,7 @@ def find_roles(frame: pd.DataFrame, min_share: float = 0.0) -> Roles:
         steps, ranks = step[:width], rank[::width]
         w = np.ascontiguousarray(frame["wait_ns"].to_numpy(np.float64).reshape(-1, width).T)
         b = np.ascontiguousarray(busy_ns.reshape(-1, width).T) if busy_ns is not None else None
+        own = np.ascontiguousarray(own_ns.reshape(-1, width).T) if own_ns is not None else None
         if b is not None and ranks.size:
             busiest = (steps, ranks[np.argmax(b, axis=1)])
         slowest = step_ns.reshape(-1, width).max(axis=0) if step_ns is not None else None
@@ -173,10 +178,14 @@ def find_roles(frame: pd.DataFrame, min_share: float = 0.0) -> Roles:
         ranks, ri, _ = dense_unique(rank)
         w = np.full((steps.size, ranks.size), np.nan)
         w[si, ri] = frame["wait_ns"].to_numpy(np.float64)
-        b = None
+        b = own = None
         if busy_ns is not None:
             b = np.full((steps.size, ranks.size), np.nan)
             b[si, ri] = busy_ns
+        if own_ns is not None:
+            own = np.full((steps.size, ranks.size), np.nan)
+            own[si, ri] = own_ns
+        if b is not None:
             if ranks.size:
                 busiest = (steps, ranks[np.argmax(np.where(np.isnan(b), -np.inf, b), axis=1)])
         complete = ~np.isnan(w).any(axis=1)
@@ -186,6 +195,7 @@ def find_roles(frame: pd.DataFrame, min_share: float = 0.0) -> Roles:
                        ~np.isnan(w))
         w, steps = w[complete], steps[complete]
         b = b[complete] if b is not None else None
+        own = own[complete] if own is not None else None
         slowest = None
         if step_ns is not None:  # the slowest rank's step, per complete step
             slowest = np.zeros(si.max() + 1)
@@ -203,12 +213,15 @@ def find_roles(frame: pd.DataFrame, min_share: float = 0.0) -> Roles:
     roles.waits = w
     if not roles.decided:
         return roles
-    return _tested(roles, w, ranks, slowest, min_share, max_wait, b)
+    return _tested(roles, w, ranks, slowest, min_share, max_wait, b, own)
 
 
-def _tested(roles: Roles, w, ranks, slowest, min_share, max_wait, busy=None) -> Roles:
+def _tested(roles: Roles, w, ranks, slowest, min_share, max_wait, busy=None, own=None) -> Roles:
     """find_roles' tests: each rank consistently late or early, or neither; where neither, a
-    rank that is probably late (Roles.leaning) whose lateness is material."""
+    rank that is probably late (Roles.leaning) whose lateness is material, or a minor straggler
+    (consistently late by MINOR_SHARE of the step or more: its waits say so, or it is steadily
+    busier than its peers, in all its busy time or in its own work less its loading, `own`, and
+    late on average by that much)."""
     x = w - w.mean(axis=1, keepdims=True)            # > 0: waited more than the step's mean
     n = x.shape[0]
     mean = x.mean(axis=0)
@@ -233,12 +246,17 @@ def _tested(roles: Roles, w, ranks, slowest, min_share, max_wait, busy=None) -> 
     # Against the others, not all: of 4 ranks 2 slowed alike, the median of all sits halfway
     # and each looked half as slow (the traces of such a fault row named one of the two)
     paired = np.zeros(x.shape[1], dtype=bool)
-    if busy is not None and busy.shape == w.shape and n_ranks >= 2:
-        d = busy - others_median(busy)
+    steady = np.zeros(x.shape[1], dtype=bool)  # significantly busier, whatever the amount
+    for table in (busy, own):
+        if table is None or table.shape != w.shape or n_ranks < 2:
+            continue
+        d = table - others_median(table)
         dm, ds = d.mean(axis=0), d.std(axis=0, ddof=1)
         for j in range(n_ranks):
             tp = _t(dm[j], ds[j] / math.sqrt(n), tiny)
-            paired[j] = tp >= crit and dm[j] >= min_share * typical and dm[j] > 0
+            steady[j] |= tp >= crit and dm[j] > 0
+            if table is busy:
+                paired[j] = tp >= crit and dm[j] >= min_share * typical and dm[j] > 0
     for j, rank in enumerate(ranks):
         t = _t(mean[j], sd[j] / math.sqrt(n), tiny)
         ty = _t(tmean[j], se[j], tiny)
@@ -253,7 +271,8 @@ def _tested(roles: Roles, w, ranks, slowest, min_share, max_wait, busy=None) -> 
             roles.late.add(int(rank))
         elif early:
             roles.early.add(int(rank))
-        elif min_share > 0 and mean[j] < 0 and (t <= -crit or ty <= -crit_y or z[j] <= -crit_z):
+        elif min_share > 0 and mean[j] < 0 and (t <= -crit or ty <= -crit_y or z[j] <= -crit_z
+                                                or steady[j]):
             lateness = -float(mean[j]) * n_ranks / (n_ranks - 1)
             if lateness >= MINOR_SHARE * typical:  # consistent, under the material share
                 roles.minor[int(rank)] = lateness
