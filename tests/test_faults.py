@@ -124,3 +124,26 @@ def test_a_rank_named_probably_late_is_unsure_said_whatever_the_verdict_s_confid
     assert not score("forward", t, dict(report, probable_stragglers=[]), 35.0)["right"]
     assert score("forward", t, dict(report, probable_stragglers=[], confidence="low"),
                  35.0)["unsure_said"]
+
+
+def test_a_control_rank_slower_in_the_profiled_steps_alone_is_confirmed_there():
+    """A control run on a busy machine: rank 0's own work is 20% longer in optimizer steps 2-5
+    alone (its loader starved there), the same elsewhere. The traces (steps 2-5) name it: the
+    loop's clock over those steps confirms it; a record over all 12 steps naming it is not
+    confirmed (its median over them is its peers'). A record's step of 4 micro-steps is named
+    by its last micro-step (11: optimizer step 2)."""
+    from score import analysed_steps, clock_confirms
+
+    per = {0: [30.0] * 12, 1: [30.0] * 12}
+    for i in range(2, 6):
+        per[0][i] = 36.0
+    t = {"local_ms": {0: 30.0, 1: 30.0}, "local_steps_ms": per}
+    traces = {"steps": [{"step": i} for i in range(2, 6)]}
+    record = {"steps": [{"step": 4 * i + 3, "micro_steps": 4} for i in range(12)]}
+    assert analysed_steps(traces) == [2, 3, 4, 5]
+    assert analysed_steps(record) == list(range(12))
+    assert clock_confirms([0], t, analysed_steps(traces))
+    assert not clock_confirms([0], t, analysed_steps(record)) and not clock_confirms([0], t)
+    control = {"verdict": "data-bound", "confidence": "medium", "stragglers": [0]}
+    assert score("control", dict(t, slowed=[]), dict(control, **traces), None)["right"]
+    assert not score("control", dict(t, slowed=[]), dict(control, **record), None)["right"]
