@@ -140,17 +140,22 @@ def fixes_agree(a: dict | None, b: dict | None) -> bool:
     return (a["knob"], a["proposed"]) == (b["knob"], b["proposed"]) and hi <= (1 + FIX_TOLERANCE) * lo
 
 
-def loop_clock(path: str) -> dict:
+def loop_clock(path: str, steps=None) -> dict:
     """ms of local work per step by rank, on the training loop's own clock (the demo's
-    `--timings`: perf_counter around forward and around the optimizer step, no communication
-    inside), medians after the first step."""
+    `--timings`: perf_counter around forward, backward's compute to its last gradient and the
+    optimizer step, no communication inside), medians after the first step; over `steps` only
+    (the profiled ones, the steps the readings analysed) where given."""
     import statistics
 
     own = {}
     for line in open(path):
         d = json.loads(line)
-        own[d["rank"]] = round(1e3 * sum(statistics.median(xs[1:] or xs)
-                                         for xs in (d["forward_s"], d.get("optimizer_s") or [0.0])), 3)
+        parts = [d["forward_s"], d.get("backward_compute_s") or [], d.get("optimizer_s") or []]
+        if steps:
+            parts = [[x[i] for i in sorted(steps) if i < len(x)] for x in parts]
+        else:
+            parts = [x[1:] or x for x in parts]
+        own[d["rank"]] = round(1e3 * sum(statistics.median(xs) for xs in parts if xs), 3)
     return own
 
 
@@ -206,8 +211,10 @@ def read(scenario: str, out: str) -> dict:
                          if record.comm is not None else None))
     got = {"record": summary(analyze_table(same, skip=0)), "kineto": summary(kin),
            "record_all_steps": summary(gpuscope.analyze(os.path.join(out, "record")))}
-    got_clock = {"loop_ms": loop_clock(os.path.join(out, "timings.jsonl"))}
-    return {"scenario": scenario, **judge(scenario, got, got_clock["loop_ms"]),
+    timings = os.path.join(out, "timings.jsonl")
+    got_clock = {"loop_ms": loop_clock(timings, profiled), "loop_ms_all": loop_clock(timings)}
+    return {"scenario": scenario, **judge(scenario, got, got_clock["loop_ms"],
+                                          got_clock["loop_ms_all"]),
             "steps": sorted(profiled), **got, **got_clock,
             **in_flight(kin.table.frame, same.frame)}
 
@@ -237,8 +244,10 @@ def right_reading(scenario: str, g: dict, loop_ms: dict) -> bool:
             and clock_confirms(named, loop_ms))
 
 
-def judge(scenario: str, got: dict, loop_ms: dict | None = None) -> dict:
-    """agree, close_call, right and same_fix of one run's three readings."""
+def judge(scenario: str, got: dict, loop_ms: dict | None = None,
+          loop_ms_all: dict | None = None) -> dict:
+    """agree, close_call, right and same_fix of one run's three readings (the loop's clock over
+    the profiled steps, or over all steps for the record read whole, `loop_ms_all`)."""
     rec, k = got["record"], got["kineto"]
     agree = rec["verdict"] == k["verdict"] and rec["stragglers"] == k["stragglers"]
     # the verdicts differ, but each report says its verdict is a close call (low confidence:
@@ -246,7 +255,9 @@ def judge(scenario: str, got: dict, loop_ms: dict | None = None) -> dict:
     close = (not agree and rec["stragglers"] == k["stragglers"]
              and rec["confidence"] == k["confidence"] == "low") or leaning_call(rec, k) \
         or threshold_call(rec, k)
-    right = all(right_reading(scenario, g, loop_ms or {}) for g in got.values())
+    right = all(right_reading(scenario, g, (loop_ms_all if name == "record_all_steps"
+                                            and loop_ms_all else loop_ms) or {})
+                for name, g in got.items())
     return {"agree": agree, "close_call": close, "right": right,
             "same_fix": fixes_agree(rec["fix"], k["fix"]),
             "adjacent_fix": fixes_adjacent(rec["fix"], k["fix"])}
@@ -291,7 +302,7 @@ def main() -> None:
         for r in doc["results"]:
             r.update(judge(r["scenario"], {k: r[k] for k in ("record", "kineto",
                                                            "record_all_steps")},
-                           r.get("loop_ms")))
+                           r.get("loop_ms"), r.get("loop_ms_all")))
         doc["summary"] = summarize(doc["results"], doc["summary"])
         doc["judged_by"] = commit()
         with open(args.judge, "w") as fh:

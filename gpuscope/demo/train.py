@@ -184,6 +184,14 @@ def main(argv=None) -> None:
     micro = [0]
     forward_times: list[float] = []    # the loop's own clock (--timings): work with no
     optimizer_times: list[float] = []  # communication inside, to check a named straggler by
+    backward_times: list[float] = []   # ... and backward's compute, to its last gradient
+    grads_ready = [0.0]
+    if args.timings:
+        def ready(_):
+            grads_ready[0] = time.perf_counter()
+
+        for p in ddp.module.parameters():
+            p.register_post_accumulate_grad_hook(ready)
 
     def train_step(x, y):
         if cuda:
@@ -195,7 +203,9 @@ def main(argv=None) -> None:
             out = ddp(x)
             forward_times.append(time.perf_counter() - t0)
             loss = loss_fn(out, y)
+            grads_ready[0] = t0 = time.perf_counter()
             (loss / args.sync_every).backward()
+            backward_times.append(grads_ready[0] - t0)
         if sync:
             t0 = time.perf_counter()
             opt.step()
@@ -238,6 +248,7 @@ def main(argv=None) -> None:
                                  "live_every": args.live_every,
                                  "scenario": args.scenario, "step_s": step_times,
                                  "forward_s": forward_times,
+                                 "backward_compute_s": backward_times,
                                  "optimizer_s": optimizer_times}) + "\n")
     dist.barrier()
     dist.destroy_process_group()
