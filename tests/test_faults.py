@@ -147,3 +147,18 @@ def test_a_control_rank_slower_in_the_profiled_steps_alone_is_confirmed_there():
     control = {"verdict": "data-bound", "confidence": "medium", "stragglers": [0]}
     assert score("control", dict(t, slowed=[]), dict(control, **traces), None)["right"]
     assert not score("control", dict(t, slowed=[]), dict(control, **record), None)["right"]
+
+
+def test_two_small_faults_named_the_first_two_minor_stragglers_are_right():
+    """Two ranks slowed 4 ms a step (5%) of 128: no straggler, both first among the minor ones
+    (the generated row the table counted wrong); one of them and another rank is wrong."""
+    t = {"slowed": [35, 72], "added_ms": {"35": 4.0, "72": 4.0}, "ms": 4.0, "kind": "two"}
+    minor = [{"rank": 72, "excess_ms": 4.1, "cause": "compute", "cause_detail": "forward"},
+             {"rank": 35, "excess_ms": 3.9, "cause": "compute", "cause_detail": "forward"}]
+    report = {"verdict": "comm-bound", "confidence": "medium", "stragglers": [],
+              "probable_stragglers": [], "straggler_details": [], "minor_stragglers": minor,
+              "suggestions": []}
+    got = score("two", t, report, 80.0)
+    assert got["right"] and got["minor"] and got["estimate"] is None
+    wrong = dict(report, minor_stragglers=[minor[0], dict(minor[1], rank=9)])
+    assert not score("two", t, wrong, 80.0)["right"]

@@ -198,6 +198,10 @@ def score(kind: str, t: dict, report: dict, control_step_ms: float | None) -> di
                 (report.get("jitter") or {}).get("steps_time_pct"))
     elif kind == "two":
         ok = sorted(named) == sorted(slowed)
+        # or, naming no straggler, both first among the minor ones (small faults), as for one
+        minor = [m["rank"] for m in report.get("minor_stragglers") or ()]
+        out["minor"] = not ok and not named and sorted(minor[:len(slowed)]) == sorted(slowed)
+        ok = ok or out["minor"]
         unsure = not ok and not named and (set(probable) <= set(slowed) if probable else low)
     elif kind == "intermittent":
         r = slowed[0]

@@ -25,6 +25,9 @@ def brief(rep: dict) -> dict:
     out["suggestions"] = [{k: s.get(k) for k in ("knob", "proposed", "estimated_step_ms",
                                                  "estimated_step_ms_range", "addresses")}
                           for s in rep.get("suggestions") or []]
+    # the steps it analysed (score.analysed_steps: the loop's clock over those alone)
+    out["steps"] = [{k: s[k] for k in ("step", "micro_steps") if k in s}
+                    for s in rep.get("steps") or []]
     return out
 SOURCES = ("record", "kineto")
 
