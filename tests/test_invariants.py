@@ -273,23 +273,25 @@ def test_compute_bound_must_lead_all_lost_time_by_more_than_a_near_tie():
     assert run_verdict(lost).label == "comm-bound"
 
 
+def _labelled_steps(labels: list) -> pd.DataFrame:
+    """Steps of 100 ns, each wholly the label given (compute- or jitter-bound)."""
+    n = len(labels)
+    return pd.DataFrame({
+        "step": range(1, n + 1), "label": labels, "step_ns": [100] * n,
+        "w:compute-bound": [float(x == "compute-bound") for x in labels],
+        "w:jitter-bound": [float(x == "jitter-bound") for x in labels],
+        "data_share": 0.0, "comm_share": 0.0, "wait_share": 0.0, "host_share": 0.0,
+        "bubble_share": 0.0, "compute_share": 0.9})
+
+
 def test_a_verdict_one_step_decides_is_low():
     from gpuscope.analyze.classify import changes_without_one_step, run_verdict
-
-    def steps(labels):
-        n = len(labels)
-        return pd.DataFrame({
-            "step": range(1, n + 1), "label": labels, "step_ns": [100] * n,
-            "w:compute-bound": [float(x == "compute-bound") for x in labels],
-            "w:jitter-bound": [float(x == "jitter-bound") for x in labels],
-            "data_share": 0.0, "comm_share": 0.0, "wait_share": 0.0, "host_share": 0.0,
-            "bubble_share": 0.0, "compute_share": 0.9})
 
     ev = Evidence(steps=8, ranks=2, world=2)
     # 5 of 8 steps healthy: compute 62.5% leads the 37.5% lost by 25 points, but without one of
     # its steps (4 of 7: 57% against 43%) it would not: a busy-core run of the balanced
     # scenario, where the record and the trace put one step on either side of the threshold
-    close = steps(["compute-bound"] * 5 + ["jitter-bound"] * 3)
+    close = _labelled_steps(["compute-bound"] * 5 + ["jitter-bound"] * 3)
     v = run_verdict(close)
     assert v.label == "compute-bound"
     assert changes_without_one_step(close, v.label) == (1, "jitter-bound")
@@ -298,11 +300,11 @@ def test_a_verdict_one_step_decides_is_low():
     assert any("without step 1 the verdict would be jitter-bound" in e for e in got.evidence)
     # the jitter-bound side of the same line: without one jitter step, compute would lead
     # (5 of 9 healthy: compute 56% leads by 11 points; without a jitter step, 5 of 8 by 25)
-    other = steps(["compute-bound"] * 5 + ["jitter-bound"] * 4)
+    other = _labelled_steps(["compute-bound"] * 5 + ["jitter-bound"] * 4)
     assert run_verdict(other).label == "jitter-bound"
     assert changes_without_one_step(other, "jitter-bound") == (6, "compute-bound")
     # 7 of 8: no single step moves it
-    clear = steps(["compute-bound"] * 7 + ["jitter-bound"])
+    clear = _labelled_steps(["compute-bound"] * 7 + ["jitter-bound"])
     assert changes_without_one_step(clear, "compute-bound") is None
     assert earn(run_verdict(clear), ev, clear, TH0).confidence == "high"  # 88% of the time
 
@@ -397,16 +399,7 @@ def test_a_verdict_the_steps_cannot_settle_is_low():
     resamples) and 12 of 16 (9%) stay as their share says; the draw is the same each time."""
     from gpuscope.analyze.classify import changes_without_one_step, resampled_lead, run_verdict
 
-    def steps(labels):
-        n = len(labels)
-        return pd.DataFrame({
-            "step": range(1, n + 1), "label": labels, "step_ns": [100] * n,
-            "w:compute-bound": [float(x == "compute-bound") for x in labels],
-            "w:jitter-bound": [float(x == "jitter-bound") for x in labels],
-            "data_share": 0.0, "comm_share": 0.0, "wait_share": 0.0, "host_share": 0.0,
-            "bubble_share": 0.0, "compute_share": 0.9})
-
-    six = steps(["compute-bound"] * 6 + ["jitter-bound"] * 3)
+    six = _labelled_steps(["compute-bound"] * 6 + ["jitter-bound"] * 3)
     v = run_verdict(six)
     assert v.label == "compute-bound" and changes_without_one_step(six, v.label) is None
     flip, other = resampled_lead(six, v.label)
@@ -416,7 +409,7 @@ def test_a_verdict_the_steps_cannot_settle_is_low():
     assert any("jitter-bound wins in 3" in e and "of these 9 steps" in e for e in got.evidence)
     assert resampled_lead(six, v.label) == (flip, other)  # the same steps, the same draw
     for healthy, n, level in ((7, 10, "medium"), (12, 16, "high")):
-        more = steps(["compute-bound"] * healthy + ["jitter-bound"] * (n - healthy))
+        more = _labelled_steps(["compute-bound"] * healthy + ["jitter-bound"] * (n - healthy))
         assert resampled_lead(more, "compute-bound")[0] < 0.2
         assert earn(run_verdict(more), Evidence(steps=n, ranks=2, world=2), more,
                     TH0).confidence == level

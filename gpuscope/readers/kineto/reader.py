@@ -166,6 +166,7 @@ def _table(path: str, parsed: list, warnings: list[str], facts: dict | None = No
             r_rows, r_colls, w = rank_rows(ev, rank, drop)
             hta = gpu_breakdown_of(files_hta)
         micro = [r.pop("microbatches") for r in r_rows]
+        # (a list, not a generator: every row gives its key up, not only those before a hit)
         in_flight = any([r.pop("in_flight_ns", 0) > 0 for r in r_rows])
         got = op_views(ev, drop)  # the op and kernel views (ops.py), over the steps kept
         views["ops"].append((rank, got["ops"]))
