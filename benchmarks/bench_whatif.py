@@ -1,16 +1,21 @@
 """Do gpuscope's estimates hold? Apply each case's top suggestion, re-run, and compare.
 
-    python benchmarks/bench_whatif.py [--repeats 2] [--cases data,comm,...] [--keep DIR]
+    python benchmarks/bench_whatif.py [--pairs 3] [--cases data,comm,...] [--keep DIR] [--reuse]
 
 For every case (2 ranks, gloo, CPU): train BEFORE, analyse it, take the top suggestion (or the one a
-case names), translate its proposed value into the training's own flag, train AFTER, and read the
-predicted against the measured step time off `gpuscope compare BEFORE AFTER --json`. Each run is
-repeated: the spread between repeats of one setting is the noise the error sits next to.
+case names), translate its proposed value into the training's own flag, and train AFTER; BEFORE
+and AFTER alternate `--pairs` times, so the machine's drift falls on both. Each pair is scored on
+its own: the estimate BEFORE_i's report gives for the change against AFTER_i's step, on BEFORE's
+basis (its micro-steps per optimizer step, its batch). The measured step is the program's own
+clock where it has one (nanoGPT prints its time per iteration), else `gpuscope compare`'s.
 
-Cases: the demo's scenarios (gpuscope/demo/train.py) and, from tests/workloads/cases.py, an FSDP2
+Cases: the demo's scenarios (gpuscope/demo/train.py); from tests/workloads/cases.py, an FSDP2
 run; `comm-batch` applies the comm scenario's batch-size suggestion and `accum` the accumulation
-suggestion on a run that already accumulates 4 micro-steps.
-Results: benchmarks/results/whatif.json and the table printed (markdown, for the README).
+suggestion on a run that already accumulates 4 micro-steps; nanoGPT's train.py at a pinned
+commit, edited only to run on a CPU and to record (benchmarks/public_nanogpt.py).
+Scored per pair: the point within 15% of the re-run, the re-run inside the stated range, and the
+range useful (within +-25% of its point).
+Results: benchmarks/results/whatif.json and the table printed (markdown).
 """
 
 from __future__ import annotations
@@ -32,9 +37,17 @@ sys.path.insert(0, ROOT)
 
 import gpuscope  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import public_nanogpt as nanogpt  # noqa: E402
+
 ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
 DEMO = ("-m", "gpuscope.demo.train")
 CASES_PY = (os.path.join(ROOT, "tests", "workloads", "cases.py"),)
+
+NANOGPT = ("nanoGPT/train.py",)
+PROGRAMS = {DEMO: "gpuscope demo", CASES_PY: "tests/workloads", NANOGPT: "nanoGPT"}
+WORLD = 2
+NG = " ".join(nanogpt.BASE).split()
 
 #: name -> (program, BEFORE args, the suggestion's knob to apply or None for the top one)
 #: demo runs of 70 steps span two epochs of 32 full batches and a half one (its size tells how
@@ -46,6 +59,15 @@ CASES = {
     "imbalanced": (DEMO, ("--scenario", "imbalanced", "--steps", "70"), None),
     "accum": (DEMO, ("--scenario", "comm", "--steps", "140", "--sync-every", "4"), None),
     "fsdp": (CASES_PY, ("--case", "fsdp2", "--steps", "12"), None),
+    # nanoGPT (public_nanogpt.py): a micro-batch of 2 x 16 tokens, each rank synchronizing
+    # every micro-step (gradient_accumulation_steps counts over the 2 ranks)
+    "nanogpt-comm": (NANOGPT, (*NG, "--batch_size=2", "--block_size=16",
+                               "--gradient_accumulation_steps=2", "--max_iters=40"), None),
+    "nanogpt-batch": (NANOGPT, (*NG, "--batch_size=2", "--block_size=16",
+                                "--gradient_accumulation_steps=2", "--max_iters=40"),
+                      "batch_size"),
+    "nanogpt-accum": (NANOGPT, (*NG, "--batch_size=2", "--block_size=16",
+                                "--gradient_accumulation_steps=4", "--max_iters=30"), None),
 }
 
 
@@ -86,23 +108,33 @@ REUSE = False  # --reuse: keep run dirs that --keep already holds for the same c
 
 
 def train(prog: tuple, args: tuple, out: str) -> str:
-    """Run one training under torchrun; returns its run dir."""
-    stamp = os.path.join(out, "args.json")
-    if REUSE and os.path.exists(stamp) and json.load(open(stamp)) == list(prog + args):
-        return os.path.join(out, "record")
+    """Run one training under torchrun; returns its run dir (stdout kept in out/stdout.txt)."""
+    stamp, line = os.path.join(out, "args.json"), list(prog + args)
+    run_dir = os.path.join(out, "record")
+    if REUSE and os.path.exists(stamp) and json.load(open(stamp)) == line:
+        return run_dir
     shutil.rmtree(out, ignore_errors=True)
     os.makedirs(out)
+    env, cwd, extra = ENV, None, ()
     if prog == DEMO:
-        run_dir, extra = os.path.join(out, "record"), ("--run-dir", os.path.join(out, "record"))
+        extra = ("--run-dir", run_dir)
+    elif prog == NANOGPT:
+        cwd = os.path.join(os.path.dirname(out), "nanoGPT")
+        if not os.path.exists(os.path.join(cwd, "train.py")):
+            nanogpt.prepare(cwd)
+        env = dict(ENV, GPUSCOPE_RUN_DIR=run_dir)
+        prog = ("train.py",)
     else:
-        run_dir, extra = os.path.join(out, "record"), ("--out", out)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           *prog, *args, *extra]
-    proc = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=600)
+        extra = ("--out", out)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+           str(WORLD), *prog, *args, *extra]
+    proc = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=600)
     if proc.returncode:
         sys.exit(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
+    with open(os.path.join(out, "stdout.txt"), "w") as fh:
+        fh.write(proc.stdout)
     with open(stamp, "w") as fh:
-        json.dump(list(prog + args), fh)
+        json.dump(line, fh)
     return run_dir
 
 
@@ -122,75 +154,120 @@ def step_ms(run_dir: str, micro_per_row: float) -> float:
     return float(np.mean(t)) / 1e6 * micro_per_row
 
 
-def spread_pct(values: list[float]) -> float:
-    return 100 * (max(values) - min(values)) / np.mean(values) if len(values) > 1 else 0.0
+def nanogpt_after(args: tuple, sug) -> tuple | None:
+    """nanoGPT's flags for a suggestion: its gradient_accumulation_steps counts micro-steps over
+    all ranks (train.py divides it by the world size)."""
+    if sug.knob == "sync_frequency":
+        k = int(re.findall(r"\d+", str(sug.proposed))[-1])
+        gas = nanogpt.flag(args, "gradient_accumulation_steps")
+        per_rank = k * gas // WORLD // max(gas // WORLD, 1)
+        iters = max(nanogpt.WARMUP_ITERS + 6, 8 * 32 // max(per_rank, 1))
+        return nanogpt.set_flag(nanogpt.set_flag(args, "gradient_accumulation_steps",
+                                                 per_rank * WORLD), "max_iters", iters)
+    if sug.knob == "batch_size":
+        return nanogpt.set_flag(args, "batch_size", int(sug.proposed))
+    return None
 
 
-def run_case(name: str, repeats: int, tmp: str) -> dict:
+def pair_estimate(run_dir: str, knob: str, proposed: str):
+    """The estimate BEFORE's report gives for the change applied (the same knob and value)."""
+    rep = gpuscope.analyze(run_dir)
+    s = next((s for s in rep.suggestions if s.knob == knob and str(s.proposed) == proposed), None)
+    if s is None:
+        return None
+    lo, hi = s.estimated_step_ms_range or (s.estimated_step_ms, s.estimated_step_ms)
+    return s.estimated_step_ms, lo, hi
+
+
+def truth_ms(prog: tuple, before: tuple, after: tuple, out: str, micro_before: float) -> float | None:
+    """An independent clock where the program has one (nanoGPT's own per-iteration time), on
+    BEFORE's basis: the time of BEFORE's micro-steps per optimizer step and BEFORE's batch."""
+    if prog != NANOGPT:
+        return None
+    t = nanogpt.iteration_ms(open(os.path.join(out, "stdout.txt")).read())
+    if not t:
+        return None
+    micro_after = nanogpt.flag(after, "gradient_accumulation_steps") / WORLD
+    per_micro = float(np.mean(t)) / micro_after
+    ratio = nanogpt.flag(before, "batch_size") / nanogpt.flag(after, "batch_size")
+    return per_micro * ratio * micro_before
+
+
+def run_case(name: str, pairs: int, tmp: str) -> dict:
+    """BEFORE and AFTER alternated, `pairs` times (the machine's drift falls on both); each pair
+    scored on its own: the estimate BEFORE_i gives against AFTER_i."""
     prog, before, knob = CASES[name]
-    befores = [train(prog, before, os.path.join(tmp, f"{name}-before-{i}")) for i in range(repeats)]
-    rep = gpuscope.analyze(befores[0])
+    b0 = train(prog, before, os.path.join(tmp, f"{name}-before-0"))
+    rep = gpuscope.analyze(b0)
     sugs = [s for s in rep.suggestions if knob is None or s.knob == knob]
-    row = {"case": name, "verdict": rep.verdict.label, "before_args": " ".join(before)}
+    row = {"case": name, "program": PROGRAMS[prog], "verdict": rep.verdict.label,
+           "before_args": " ".join(before)}
     if not sugs:
         row["suggestion"] = None
         return row
     sug = sugs[0]
-    args = after_args(prog, before, sug)
-    row.update(knob=sug.knob, current=str(sug.current), proposed=str(sug.proposed),
-               estimated_ms=round(sug.estimated_step_ms, 2),
-               range_ms=[round(x, 2) for x in sug.estimated_step_ms_range or ()])
+    args = nanogpt_after(before, sug) if prog == NANOGPT else after_args(prog, before, sug)
+    row.update(knob=sug.knob, current=str(sug.current), proposed=str(sug.proposed))
     if args is None:
         row["applied"] = False
         return row
-    afters = [train(prog, args, os.path.join(tmp, f"{name}-after-{i}")) for i in range(repeats)]
     micro = float(np.median([s.micro_steps for s in rep.steps]))
-    cmps = [compare(befores[0], a) for a in afters]
-    preds = [next((p for p in c["predictions"] if p["knob"] == sug.knob), None) for c in cmps]
-    if any(p is None for p in preds):
-        row["applied"] = False
-        row["note"] = "compare did not see the knob change"
-        return row
-    measured = [p["measured_ms"] for p in preds]
-    before_ms = [step_ms(b, micro) for b in befores]
-    lo, hi = sug.estimated_step_ms_range or (sug.estimated_step_ms, sug.estimated_step_ms)
-    m = float(np.mean(measured))
-    row.update(applied=True, after_args=" ".join(args), before_ms=round(float(np.mean(before_ms)), 2),
-               measured_ms=round(m, 2), measured_each=[round(x, 2) for x in measured],
-               error_pct=round(100 * (sug.estimated_step_ms - m) / m, 1),
-               errors_each=[p["error_pct"] for p in preds],
-               in_range=all(lo <= x <= hi for x in measured),
-               range_pct=round(100 * (hi - lo) / 2 / ((hi + lo) / 2), 1),
-               noise_before_pct=round(spread_pct(before_ms), 1),
-               noise_after_pct=round(spread_pct(measured), 1))
-    row["holds"] = abs(row["error_pct"]) <= 15 or (row["in_range"] and row["range_pct"] <= 25)
+    row.update(applied=True, after_args=" ".join(args), pairs=[])
+    for i in range(pairs):
+        b = b0 if i == 0 else train(prog, before, os.path.join(tmp, f"{name}-before-{i}"))
+        out = os.path.join(tmp, f"{name}-after-{i}")
+        a = train(prog, args, out)
+        est = pair_estimate(b, sug.knob, str(sug.proposed))
+        pred = next((p for p in compare(b, a)["predictions"] if p["knob"] == sug.knob), None)
+        if est is None or pred is None:
+            row["pairs"].append({"estimate": None, "note": "BEFORE did not suggest it again"
+                                 if est is None else "compare did not see the change"})
+            continue
+        point, lo, hi = est
+        clock = truth_ms(prog, before, args, out, micro)
+        m = clock if clock is not None else pred["measured_ms"]
+        row["pairs"].append({
+            "before_ms": round(step_ms(b, micro), 2), "estimated_ms": round(point, 2),
+            "range_ms": [round(lo, 2), round(hi, 2)], "measured_ms": round(m, 2),
+            "measured_by": "program's clock" if clock is not None else "gpuscope compare",
+            "gpuscope_measured_ms": round(pred["measured_ms"], 2),
+            "error_pct": round(100 * (point - m) / m, 1), "in_range": lo <= m <= hi,
+            "useful": lo >= 0.75 * point and hi <= 1.25 * point})
+    done = [p for p in row["pairs"] if p.get("estimate", True) is not None]
+    if done:
+        row["within_15"] = sum(abs(p["error_pct"]) <= 15 for p in done)
+        row["in_range"] = sum(p["in_range"] for p in done)
+        row["useful"] = sum(p["useful"] for p in done)
+        row["scored"] = len(done)
     return row
 
 
 def table(rows: list[dict]) -> str:
-    out = ["| case | suggestion | before | estimated (range) | measured after | error | "
-           "in range | repeat noise | holds |",
-           "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    out = ["| case | program | suggestion | before | estimated (range) | measured after | error | "
+           "in range |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
         if not r.get("applied"):
             what = (f"{r['knob']} {r['current']} -> {r['proposed']}" if r.get("knob")
                     else "none")
-            out.append(f"| {r['case']} | {what} | | | not applied | | | | |")
+            out.append(f"| {r['case']} | {r['program']} | {what} | | | not applied | | |")
             continue
-        rng = r["range_ms"] or [r["estimated_ms"]] * 2
-        out.append(
-            f"| {r['case']} | {r['knob']}: {r['current']} -> {r['proposed']} | "
-            f"{r['before_ms']:.1f} ms | {r['estimated_ms']:.1f} ms ({rng[0]:.1f}-{rng[1]:.1f}) | "
-            f"{r['measured_ms']:.1f} ms ({', '.join(f'{x:.1f}' for x in r['measured_each'])}) | "
-            f"{r['error_pct']:+.1f}% | {'yes' if r['in_range'] else 'no'} | "
-            f"before {r['noise_before_pct']:.0f}%, after {r['noise_after_pct']:.0f}% | "
-            f"{'yes' if r['holds'] else 'NO'} |")
+        for p in r["pairs"]:
+            if p.get("estimate", True) is None:
+                out.append(f"| {r['case']} | {r['program']} | {r['knob']} | | | {p['note']} | | |")
+                continue
+            lo, hi = p["range_ms"]
+            out.append(
+                f"| {r['case']} | {r['program']} | {r['knob']}: {r['current']} -> {r['proposed']} | "
+                f"{p['before_ms']:.1f} ms | {p['estimated_ms']:.1f} ms ({lo:.1f}-{hi:.1f}) | "
+                f"{p['measured_ms']:.1f} ms | {p['error_pct']:+.1f}% | "
+                f"{'yes' if p['in_range'] else 'no'} |")
     return "\n".join(out)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--pairs", type=int, default=3,
+                    help="BEFORE and AFTER runs alternated this many times per case")
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--keep", metavar="DIR", help="keep the run dirs here")
     ap.add_argument("--reuse", action="store_true",
@@ -204,11 +281,11 @@ def main() -> None:
     t0 = time.time()
     for name in args.cases.split(","):
         print(f"{name} ...", file=sys.stderr, flush=True)
-        rows.append(run_case(name, args.repeats, tmp))
+        rows.append(run_case(name, args.pairs, tmp))
     print(table(rows))
     os.makedirs(os.path.dirname(args.json), exist_ok=True)
     with open(args.json, "w") as fh:
-        json.dump({"repeats": args.repeats, "seconds": round(time.time() - t0), "cpus": os.cpu_count(),
+        json.dump({"pairs": args.pairs, "seconds": round(time.time() - t0), "cpus": os.cpu_count(),
                    "torch": __import__("torch").__version__, "cases": rows}, fh, indent=2)
     if not args.keep:
         shutil.rmtree(tmp, ignore_errors=True)

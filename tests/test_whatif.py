@@ -50,6 +50,23 @@ def test_unsynced_step_derived_on_cpu_subtracts_exposed_optimizer_and_hidden_cos
     assert g.ms == pytest.approx(25e6) and "CUDA" in g.assumes  # alpha 0.1 on a GPU
 
 
+def test_untimed_work_between_optimizer_steps_runs_once_per_cycle():
+    """nanoGPT's loop logs, sets the learning rate and reads the loss once per optimizer step:
+    4-9 ms of a step's untimed time (other) that took 0.6 ms a micro-step re-run synchronizing
+    every 32 (benchmarks/bench_whatif.py, nanogpt-comm). A micro-step without synchronization
+    leaves it out; the range's top keeps it, in case it is per micro-step."""
+    rows = [dict(r, other=6) for r in ddp_rows()]
+    micro = whatif.micro_steps(table_from_rows(rows).frame, 0)
+    assert micro.synced.step == pytest.approx(57e6) and micro.synced.other == pytest.approx(6e6)
+    n = whatif.unsynced_step(micro, {"device": "cpu"})
+    # 57 - 20 exposed - 5 optimizer - 6 between - 1.0 x 10 hidden = 16, as without it
+    assert n.ms == pytest.approx(16e6)
+    assert n.lo == pytest.approx(15e6) and n.hi == pytest.approx(19e6 + 6e6)
+    assert "once per cycle" in n.assumes
+    e = whatif.sync_estimate(micro, n, 8, 1)
+    assert e.ms == pytest.approx((57e6 + 7 * 16e6) / 8)
+
+
 def test_hidden_comm_not_measured_widens_the_estimate_not_guesses_it():
     # a DDP record timed by its backward's tail: the rows' comm is the exposed 20 ms only, and
     # how much hid behind the 20 ms backward is unknown: the estimate spans none of it (51 - 20 -

@@ -3,11 +3,14 @@ another finding of the same report holds the step at, unless its change moves th
 
 - A straggler: until it is fixed, every synchronous step waits for its own work. A change that
   does not fix it can remove from that rank only what it removes from every rank (syncing less:
-  the exposed communication, the optimizer steps skipped, and what the communication hidden
+  the exposed communication, the optimizer steps skipped, the untimed work between optimizer
+  steps (logging: once per cycle), and what the communication hidden
   behind its backward cost it, as the estimate models it (whatif.hidden_comm: on a CPU the
   cores gloo's thread takes; a rank that computes longer only because of that is no floor to
   syncing less, as a re-run showed: a rank 3.9 ms busier in backward held the comm demo's
-  estimate at 17.2 ms and the re-run took 12.7); a data change:
+  estimate at 17.2 ms and the re-run took 12.7; nanoGPT's rank 0, 18 ms busier in a backward
+  17 ms of communication ran behind, held it at 50.2 ms and the re-run took 31.5: the floor's
+  range reaches down to the most that communication may cost); a data change:
   the data wait; a communication change: the exposed communication), so the step keeps at least
   the straggler's busy time (step less its own waiting) less those parts. A larger batch moves
   the floor with the rest of the step (its estimate scales the work with the batch), said so.
@@ -33,7 +36,7 @@ from ..vocab import COMM, DATA, IMBALANCED, JITTER_BOUND, MS
 from .findings import TypicalStep
 
 #: what a suggestion's change takes off a rank's step, by its knob or the label it addresses
-REMOVES = {"sync_frequency": ("comm_exposed_ns", "optimizer_ns"), DATA: ("data_ns",),
+REMOVES = {"sync_frequency": ("comm_exposed_ns", "optimizer_ns", "other_ns"), DATA: ("data_ns",),
            COMM: ("comm_exposed_ns",)}
 #: changes that move a straggler's floor themselves: said, not held
 MOVES_FLOOR = {"batch_size": "a larger batch spreads the straggler's per-step work over more "
@@ -44,13 +47,14 @@ MOVES_FLOOR = {"batch_size": "a larger batch spreads the straggler's per-step wo
 def rank_means(frame: pd.DataFrame, rank: int) -> dict[str, float]:
     rows = frame[frame["rank"].to_numpy() == rank]
     cols = ("step_ns", "wait_ns", "bubble_ns", "data_ns", "comm_exposed_ns", "optimizer_ns",
-            "comm_ns", "backward_ns")
+            "comm_ns", "backward_ns", "other_ns")
     return {c: float(rows[c].mean()) for c in cols if c in rows and len(rows)}
 
 
-def hidden_cost(parts: dict, knobs: dict) -> float:
+def hidden_cost(parts: dict, knobs: dict, most: bool = False) -> float:
     """ns the communication hidden behind a rank's backward costs it, as the sync estimate
-    models it (whatif.hidden_comm's point at HIDDEN_COST's)."""
+    models it (whatif.hidden_comm's point at HIDDEN_COST's; `most`: its most, at the top of
+    both ranges)."""
     from types import SimpleNamespace
 
     from .whatif import HIDDEN_COST, device_kind, hidden_comm
@@ -58,18 +62,21 @@ def hidden_cost(parts: dict, knobs: dict) -> float:
     rank = SimpleNamespace(hidden=max(parts.get("comm_ns", 0.0) - parts.get("comm_exposed_ns",
                                                                             0.0), 0.0),
                            backward=parts.get("backward_ns", 0.0))
-    return HIDDEN_COST[device_kind(knobs)][0] * hidden_comm(rank, knobs)[0]
+    point, _, hi = HIDDEN_COST[device_kind(knobs)]
+    h = hidden_comm(rank, knobs)
+    return hi * h[2] if most else point * h[0]
 
 
-def floor_ms(parts: dict, sug, knobs: dict | None = None) -> float:
+def floor_ms(parts: dict, sug, knobs: dict | None = None, most: bool = False) -> float:
     """The step (ms) a finding's `parts` hold suggestion `sug` at: that rank's busy time (step
     less its waiting) less what the suggestion's change takes off it (REMOVES; syncing less,
-    also what its hidden communication cost it)."""
+    also what its hidden communication cost it; `most`: the most the estimate's range lets it
+    cost, the floor's own low end)."""
     removes = REMOVES.get(sug.knob) or REMOVES.get(sug.addresses) or ()
     floor = parts.get("step_ns", 0.0) - parts.get("wait_ns", 0.0) - \
         parts.get("bubble_ns", 0.0) - sum(parts.get(c, 0.0) for c in removes)
     if sug.knob == "sync_frequency":
-        floor -= hidden_cost(parts, knobs or {})
+        floor -= hidden_cost(parts, knobs or {}, most)
     return max(floor, 0.0) / MS
 
 
@@ -121,7 +128,7 @@ def hold_to_findings(suggestions: list, frame: pd.DataFrame, stragglers: list,
                               why=f"{sug.why}; {note}")
                 continue
             if rng is not None:
-                rng = (max(rng[0], floor), max(rng[1], floor))
+                rng = (max(rng[0], floor_ms(parts, sug, knobs, most=True)), max(rng[1], floor))
             gain = (typical.step / MS / max(floor, 1e-9) - 1) * 100
             note = (f"held at {floor:.1f} ms (the model gave {sug.estimated_step_ms:.1f}): "
                     f"{what} keeps the step there until it is fixed (estimated with it in place: "

@@ -9,9 +9,11 @@ all-reduces, or reduce-scatters, gradients and, with accumulation, steps the opt
 the run accumulates, a micro-step that does not synchronize N. What a change does:
 
 - **sync every K micro-steps** (accumulation): a cycle is (K-1) N + S. Without N measured, N is
-  S minus the exposed gradient transfer, minus the optimizer (it runs once per cycle), minus what the
-  communication hidden behind backward cost backward: a shared CPU does the reduction on the cores
-  that compute (alpha ~ 1: measured 0.9-1.1 here), a GPU's collectives take a few SMs (alpha ~ 0.1).
+  S minus the exposed gradient transfer, minus the optimizer and the step's untimed work between
+  optimizer steps (logging, the learning rate; both run once per cycle: nanoGPT's 4-9 ms of it a
+  step took 0.6 ms a micro-step re-run with 32), minus what the communication hidden behind
+  backward cost backward: a shared CPU does the reduction on the cores that compute (alpha ~ 1:
+  measured 0.9-1.1 here), a GPU's collectives take a few SMs (alpha ~ 0.1).
 - **batch x m**: loading grows m-fold per step; forward and backward grow between 1x (fixed costs:
   weights read, kernel launches, Python) and m x (linear), the point estimate sqrt(m) x unless the
   run measured how its compute grows with the batch; the optimizer, gradient communication and its
@@ -229,14 +231,18 @@ def unsynced_step(m: MicroSteps, knobs: dict, grads_share: float = 1.0) -> Estim
         return Estimate(u.step, u.q1, u.q3, "the run's own micro-steps without synchronization")
     s = m.synced
     point, lo_a, hi_a = HIDDEN_COST[device_kind(knobs)]
-    base = s.step - grads_share * s.comm_exposed - s.optimizer
+    between = max(s.other, 0.0)
+    base = s.step - grads_share * s.comm_exposed - s.optimizer - between
     h_point, h_least, h_most, why = hidden_comm(s, knobs)
     bwd = max(s.backward, 0.0)
     at = lambda a, h: max(base - min(a * grads_share * h, 0.9 * bwd), 0.05 * s.step)  # noqa: E731
-    return Estimate(at(point, h_point), at(hi_a, h_most), at(lo_a, h_least),
+    return Estimate(at(point, h_point), at(hi_a, h_most), at(lo_a, h_least) + between,
                     f"no micro-step without synchronization was recorded: communication hidden "
                     f"behind backward is assumed to cost it {point:.0%} of its time on "
-                    f"{device_kind(knobs).upper()} (range {lo_a:.0%}-{hi_a:.0%}){why}")
+                    f"{device_kind(knobs).upper()} (range {lo_a:.0%}-{hi_a:.0%}){why}; the "
+                    f"step's untimed work ({between / 1e6:.1f} ms: logging, the learning rate, "
+                    "zero_grad between optimizer steps) taken to run once per cycle (the range "
+                    "keeps it in every micro-step)")
 
 
 def per_micro_cycle(sync: float, unsync: float, k: int) -> float:
