@@ -4,9 +4,10 @@
 
 For every case (2 ranks, gloo, CPU): train BEFORE, analyse it, take the top suggestion (or the one a
 case names), translate its proposed value into the training's own flag, and train AFTER; BEFORE
-and AFTER alternate `--pairs` times, so the machine's drift falls on both. Each pair is scored on
-its own: the estimate BEFORE_i's report gives for the change against AFTER_i's step, on BEFORE's
-basis (its micro-steps per optimizer step, its batch). The measured step is the program's own
+and AFTER alternate, BEFORE first and last (B0 A0 B1 A1 ... B_pairs), so the machine's drift falls
+on both. Each AFTER is scored on its own: the mean of the estimates its neighbours BEFORE_i and
+BEFORE_i+1 give for the change against AFTER_i's step, on BEFORE's basis (its micro-steps per
+optimizer step, its batch). The measured step is the program's own
 clock where it has one (nanoGPT prints its time per iteration), else `gpuscope compare`'s.
 
 Cases: the demo's scenarios (gpuscope/demo/train.py); from tests/workloads/cases.py, an FSDP2
@@ -194,8 +195,9 @@ def truth_ms(prog: tuple, before: tuple, after: tuple, out: str, micro_before: f
 
 
 def run_case(name: str, pairs: int, tmp: str) -> dict:
-    """BEFORE and AFTER alternated, `pairs` times (the machine's drift falls on both); each pair
-    scored on its own: the estimate BEFORE_i gives against AFTER_i."""
+    """BEFORE and AFTER alternated, BEFORE first and last (B0 A0 B1 A1 ... B_n): each AFTER_i is
+    scored against the mean of the estimates its two neighbours BEFORE_i and BEFORE_i+1 give, so
+    that a machine drifting across the pair falls on both sides."""
     prog, before, knob = CASES[name]
     b0 = train(prog, before, os.path.join(tmp, f"{name}-before-0"))
     rep = gpuscope.analyze(b0)
@@ -213,21 +215,26 @@ def run_case(name: str, pairs: int, tmp: str) -> dict:
         return row
     micro = float(np.median([s.micro_steps for s in rep.steps]))
     row.update(applied=True, after_args=" ".join(args), pairs=[])
+    befores, afters = [b0], []
     for i in range(pairs):
-        b = b0 if i == 0 else train(prog, before, os.path.join(tmp, f"{name}-before-{i}"))
         out = os.path.join(tmp, f"{name}-after-{i}")
-        a = train(prog, args, out)
-        est = pair_estimate(b, sug.knob, str(sug.proposed))
-        pred = next((p for p in compare(b, a)["predictions"] if p["knob"] == sug.knob), None)
-        if est is None or pred is None:
+        afters.append((train(prog, args, out), out))
+        befores.append(train(prog, before, os.path.join(tmp, f"{name}-before-{i + 1}")))
+    for i, (a, out) in enumerate(afters):
+        ests = [pair_estimate(b, sug.knob, str(sug.proposed)) for b in befores[i:i + 2]]
+        ests = [e for e in ests if e is not None]
+        pred = next((p for p in compare(befores[i], a)["predictions"]
+                     if p["knob"] == sug.knob), None)
+        if not ests or pred is None:
             row["pairs"].append({"estimate": None, "note": "BEFORE did not suggest it again"
-                                 if est is None else "compare did not see the change"})
+                                 if not ests else "compare did not see the change"})
             continue
-        point, lo, hi = est
+        point, lo, hi = (float(np.mean(x)) for x in zip(*ests))
         clock = truth_ms(prog, before, args, out, micro)
         m = clock if clock is not None else pred["measured_ms"]
         row["pairs"].append({
-            "before_ms": round(step_ms(b, micro), 2), "estimated_ms": round(point, 2),
+            "before_ms": round(float(np.mean([step_ms(b, micro) for b in befores[i:i + 2]])), 2),
+            "estimates": len(ests), "estimated_ms": round(point, 2),
             "range_ms": [round(lo, 2), round(hi, 2)], "measured_ms": round(m, 2),
             "measured_by": "program's clock" if clock is not None else "gpuscope compare",
             "gpuscope_measured_ms": round(pred["measured_ms"], 2),
@@ -285,7 +292,9 @@ def main() -> None:
     print(table(rows))
     os.makedirs(os.path.dirname(args.json), exist_ok=True)
     with open(args.json, "w") as fh:
-        json.dump({"pairs": args.pairs, "seconds": round(time.time() - t0), "cpus": os.cpu_count(),
+        commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
+                                capture_output=True, text=True).stdout.strip()
+        json.dump({"pairs": args.pairs, "commit": commit, "seconds": round(time.time() - t0), "cpus": os.cpu_count(),
                    "torch": __import__("torch").__version__, "cases": rows}, fh, indent=2)
     if not args.keep:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -52,12 +52,20 @@ BASE = ("--device=cpu", "--backend=gloo", "--compile=False", "--dtype=float32",
 WARMUP_ITERS = 3  # iterations nanoGPT's clock leaves out (the first holds the eval and start-up)
 
 
-def _source(name: str) -> str:
+def _git_dir() -> str:
+    """A clone of nanoGPT holding COMMIT: NANOGPT_GIT (a .git directory or a mirror), else one
+    cloned once into ~/.cache/gpuscope/nanoGPT."""
     if os.path.isdir(MIRROR):
-        return subprocess.run(["git", "--git-dir", MIRROR, "show", f"{COMMIT}:{name}"],
-                              check=True, capture_output=True, text=True).stdout
-    raise SystemExit(f"nanoGPT not found at {MIRROR}: `git clone {URL}` and set NANOGPT_GIT to "
-                     "its .git directory")
+        return MIRROR
+    cache = os.path.join(os.path.expanduser("~"), ".cache", "gpuscope", "nanoGPT")
+    if not os.path.isdir(cache):
+        subprocess.run(["git", "clone", "--bare", "--quiet", URL, cache], check=True)
+    return cache
+
+
+def _source(name: str) -> str:
+    return subprocess.run(["git", "--git-dir", _git_dir(), "show", f"{COMMIT}:{name}"],
+                          check=True, capture_output=True, text=True).stdout
 
 
 def prepare(workdir: str) -> str:

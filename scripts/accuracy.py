@@ -195,6 +195,12 @@ def write(rows: list[dict], path: str) -> None:
     faults = fault_section()
     if faults:
         lines += [""] + faults
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    from whatif_tables import section as applied_section
+
+    applied = applied_section(os.path.join(ROOT, "benchmarks", "results", "whatif.json"))
+    if applied:
+        lines += [""] + applied
     with open(path, "w") as fh:
         fh.write("\n".join(lines) + "\n")
 

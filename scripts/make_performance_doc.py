@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "benchmarks", "results")
@@ -403,24 +404,18 @@ def overhead_cases(d: dict, title: str) -> list[str]:
 
 
 def whatif(d: dict) -> list[str]:
-    out = ["## Do the estimates hold?", "",
-           f"`python benchmarks/bench_whatif.py` on {d['cpus']} cores (torch {d['torch']}): each "
-           "case trains 2 ranks (gloo, CPU), takes the top suggestion, applies it with the "
-           "training's own flag, trains again and reads predicted against measured step time off "
-           f"`gpuscope compare`; every run {d['repeats']} times.", "",
-           "| case | suggestion | before | estimated (range) | measured after | error | in range "
-           "| repeat noise |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for c in d["cases"]:
-        if not c.get("applied"):
-            out.append(f"| {c['case']} | {c.get('knob', '')} | not applied | | | | | |")
-            continue
-        lo, hi = c["range_ms"]
-        each = ", ".join(f"{x:.1f}" for x in c["measured_each"])
-        out.append(f"| {c['case']} | {c['knob']}: {c['current']} -> {c['proposed']} | "
-                   f"{c['before_ms']:.1f} ms | {c['estimated_ms']:.1f} ms ({lo:.1f}-{hi:.1f}) | "
-                   f"{c['measured_ms']:.1f} ms ({each}) | {c['error_pct']:+.1f}% | "
-                   f"{'yes' if c['in_range'] else 'no'} | {c['noise_after_pct']:.0f}% |")
-    return out + [""]
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    from whatif_tables import scored
+
+    rows = scored(d)
+    within = sum(abs(p["error_pct"]) <= 15 for _, p in rows)
+    inside = sum(p["in_range"] for _, p in rows)
+    return ["## Do the estimates hold?", "",
+            f"`python benchmarks/bench_whatif.py --pairs {d['pairs']}` on {d['cpus']} cores "
+            f"(torch {d['torch']}): the top suggestion applied and re-run, BEFORE and AFTER "
+            f"alternated: the point within 15% of the re-run in {within} of {len(rows)} pairs, "
+            f"the re-run inside the stated range in {inside}; each pair in "
+            "[docs/accuracy.md](accuracy.md#applied-fixes).", ""]
 
 
 def memory(d: dict) -> list[str]:
@@ -606,11 +601,15 @@ def budgets(docs: dict) -> list[str]:
                    + "; 10,000 x 10,000 " + huge_note(docs.get("scale_huge.json"))
                    + " ([past one thousand](docs/performance.md#many-ranks-past-one-thousand)).")
     w = docs.get("whatif.json")
-    if w:
-        ok = sum(bool(c.get("in_range")) for c in w["cases"])
-        out.append(f"- Estimates: the measured step after a suggestion lands in its range in {ok} "
-                   f"of {len(w['cases'])} cases ([do the estimates hold?](docs/performance.md"
-                   "#do-the-estimates-hold)).")
+    if w and "pairs" in w:
+        sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+        from whatif_tables import scored
+
+        rows = scored(w)
+        ok = sum(p["in_range"] for _, p in rows)
+        out.append(f"- Estimates: the re-run after a suggestion lands in its stated range in {ok} "
+                   f"of {len(rows)} applied pairs ([applied fixes](docs/accuracy.md"
+                   "#applied-fixes)).")
     r = docs.get("same_run.json")
     if r:
         agree = sum(v["agree"] for v in r["summary"].values())

@@ -231,3 +231,11 @@ def launch(ts, corr):
 def kernel(name, ts, dur, corr, stream=7, **args):
     """A kernel on a stream."""
     return X(name, ts, dur, cat="kernel", tid=stream, correlation=corr, stream=stream, **args)
+
+
+def rerun_band(rep) -> float:
+    """The share every suggestion's range of report `rep` was widened by for a re-run's noise
+    (gpuscope/analyze/rerun_noise.py)."""
+    from gpuscope.analyze.rerun_noise import band
+
+    return band([s.step_ns for s in rep.steps], rep.knobs)[0]

@@ -10,7 +10,7 @@ import pytest
 from gpuscope.analyze.invariants import violations
 from gpuscope.analyze.run import analyze_table
 from gpuscope.thresholds import Thresholds
-from helpers import table_from_rows
+from helpers import rerun_band, table_from_rows
 
 TH = Thresholds(warmup_steps=0)
 
@@ -48,7 +48,8 @@ def test_no_sync_estimate_below_the_stragglers_own_work(extra):
     if "sync_frequency" in by:
         s = by["sync_frequency"]
         assert s.estimated_step_ms >= floor - 1e-6
-        assert s.estimated_step_ms_range[0] >= floor - 1e-6
+        # its range's low end too, less a re-run's noise (rerun_noise.py)
+        assert s.estimated_step_ms_range[0] >= floor * (1 - rerun_band(rep)) - 1e-6
         if "held at" in s.why:
             assert "rank 1, the straggler" in s.why and "fix it first" in s.why
     # the straggler's fix comes first; the batch size says how it moves the floor
@@ -110,7 +111,8 @@ def test_a_probable_straggler_makes_the_range_reach_its_floor_and_leaves_the_poi
     s = next(x for x in rep.suggestions if x.knob == "sync_frequency")
     assert "held at" not in s.why and "if rank 1, probably a straggler, is one" in s.why
     lo, hi = s.estimated_step_ms_range
-    assert f"up to {hi:.1f} ms" in s.why and hi > s.estimated_step_ms + 5
+    top = hi / (1 + rerun_band(rep))  # the floor, before a re-run's noise widened the range
+    assert f"up to {top:.1f} ms" in s.why and top > s.estimated_step_ms + 5
     assert violations(rep) == []
 
 

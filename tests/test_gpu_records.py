@@ -12,6 +12,7 @@ from gpuscope.analyze.run import analyze_table
 from gpuscope.readers import read_path
 from gpuscope.render.terminal import render
 from gpuscope.thresholds import Thresholds
+from helpers import rerun_band
 
 H200 = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "gpu-h200")
 
@@ -106,7 +107,12 @@ def test_the_data_what_if_holds_the_re_run_with_the_workers_it_proposed():
     assert s.proposed == 8
     assert abs(s.estimated_step_ms - 4.02) <= 0.15 * 4.02, s.estimated_step_ms
     lo, hi = s.estimated_step_ms_range
-    assert lo <= 4.02 <= hi and hi <= 1.25 * s.estimated_step_ms and lo >= 0.75 * s.estimated_step_ms
+    assert lo <= 4.02 <= hi
+    # the model's own range within +-25% of its point; the stated one adds this run's drift
+    # (rerun_noise.py: on a GPU, twice the change of its median step between its halves)
+    w = rerun_band(rep)
+    assert 0 <= w < 0.05
+    assert hi / (1 + w) <= 1.25 * s.estimated_step_ms and lo / (1 - w) >= 0.75 * s.estimated_step_ms
     # the re-run's own record says the same of itself: the step it measured
     after = gpuscope.analyze(_run("data_workers8"))
     assert abs(after.ranks[0].step_ns / 1e6 - 4.02) < 0.05

@@ -56,6 +56,7 @@ from .stopped import deaths
 from .suggestions import in_order, leading_labels, suggest, unaddressed
 from .findings import Findings, typical_step
 from .floors import hold_to_findings
+from .rerun_noise import widen
 from .window import profiled_hint, windowed
 from .wait import UNSET, key_waits
 from .whatif import micro_steps
@@ -268,7 +269,8 @@ def bound(a: Analysis) -> None:
     ordered, notes, held = hold_to_findings(ordered, a.frame, a.stragglers, a.typical,
                                             a.knobs, a.labels)
     a.unbound += notes
-    a.suggestions = in_order(ordered, leading_labels(a.verdict), held)
+    a.suggestions = widen(in_order(ordered, leading_labels(a.verdict), held),
+                          a.steps["step_ns"].to_numpy() if len(a.steps) else [], a.knobs)
     label = a.verdict.label
     if label == PIPELINE and a.why_not_pipeline and not any(
             s.addresses == PIPELINE for s in a.suggestions):

@@ -15,9 +15,10 @@ the run accumulates, a micro-step that does not synchronize N. What a change doe
   backward cost backward: a shared CPU does the reduction on the cores that compute (alpha ~ 1:
   measured 0.9-1.1 here), a GPU's collectives take a few SMs (alpha ~ 0.1).
 - **batch x m**: loading grows m-fold per step; forward and backward grow between 1x (fixed costs:
-  weights read, kernel launches, Python) and m x (linear), the point estimate sqrt(m) x unless the
-  run measured how its compute grows with the batch; the optimizer, gradient communication and its
-  cost to backward do not change with the batch.
+  weights read, kernel launches, Python) and m x (linear), the point estimate from the rows a
+  micro-batch puts through each layer against the device's roofline knee (ROOFLINE_ROWS) unless
+  the run measured how its compute grows with the batch; the optimizer, gradient communication and
+  its cost to backward do not change with the batch.
 """
 
 from __future__ import annotations
@@ -276,10 +277,41 @@ def sync_estimate(m: MicroSteps, n: Estimate, new_interval: int, cur: int) -> Es
     return Estimate(f(n.ms), f(n.lo), f(n.hi), n.assumes)
 
 
+#: rows (samples, or tokens where the batch is token ids) a micro-batch puts through each dense
+#: layer at which its time turns from reading the weights (the same whatever the rows) to
+#: computing (linear in them): the device's FLOPs per byte of memory read, times a weight's
+#: bytes, over the 2 FLOPs a row costs it. A CPU core: ~50 GFLOP/s fp32 against ~15 GB/s, ~13
+#: rows; re-runs on this project's 2-core VM at twice or four times the batch
+#: (benchmarks/bench_whatif.py): an MLP fed 2 samples took the same time for 4 (0.83-0.91x), one
+#: fed 4 took 1.12-1.24x for 16, nanoGPT fed 32 tokens took 1.8-2.1x for 64: 14 fits all three.
+#: A GPU (H100/H200, bf16): ~990 TFLOP/s against 3.3-4.8 TB/s, ~250 rows (not re-run here)
+ROOFLINE_ROWS = {"cpu": 14, "cuda": 250}
+
+
+def roofline_growth(knobs: dict, mult: int) -> tuple[tuple[float, float, float], str] | None:
+    """How forward and backward grow for `mult` x the batch when the run did not measure it:
+    the larger of reading the weights and computing on the rows (ROOFLINE_ROWS), from the rows
+    a micro-batch holds; (point, 1, mult) and what it rests on, or None where the batch is not
+    known."""
+    batch = knobs.get("batch_size")
+    if not isinstance(batch, int) or batch <= 0:
+        return None
+    tokens = knobs.get("tokens_per_sample")
+    rows = batch * (tokens if isinstance(tokens, int) and tokens > 0 else 1)
+    knee = ROOFLINE_ROWS[device_kind(knobs)]
+    g = max(rows * mult, knee) / max(rows, knee)
+    what = f"{rows} {'tokens' if rows != batch else 'samples'}"
+    return ((g, 1.0, float(mult)),
+            f"assumed {g:.2f}x for {mult}x the batch: {what} a micro-batch, against the ~{knee} "
+            f"rows at which a dense layer on a {device_kind(knobs).upper()} turns from reading "
+            f"its weights to computing on the rows (range {1:.0f}x fixed cost to {mult}x linear)")
+
+
 def batch_estimate(m: MicroSteps, knobs: dict, mult: int, cur: int,
                    growth: tuple[float, float, float] | None = None) -> Estimate:
     """ns per current cycle with a `mult` x per-rank batch: loading grows mult-fold, forward and
-    backward by `growth` (point, lo, hi; default sqrt(mult), 1, mult), the rest stays."""
+    backward by `growth` (point, lo, hi; fitted on the run's own batches of other sizes, else
+    roofline_growth, else sqrt(mult), 1, mult), the rest stays."""
     s = m.synced
     n = unsynced_step(m, knobs, 1.0)
     point = HIDDEN_COST[device_kind(knobs)][0]
@@ -289,7 +321,8 @@ def batch_estimate(m: MicroSteps, knobs: dict, mult: int, cur: int,
         comp_n = m.unsynced.forward + m.unsynced.backward
     else:
         comp_n = comp_s
-    g = growth or (math.sqrt(mult), 1.0, float(mult))
+    roof = roofline_growth(knobs, mult) if growth is None else None
+    g = growth or (roof[0] if roof else (math.sqrt(mult), 1.0, float(mult)))
     data_s = s.data
     data_n = m.unsynced.data if m.unsynced is not None else data_s
 
@@ -298,7 +331,9 @@ def batch_estimate(m: MicroSteps, knobs: dict, mult: int, cur: int,
         unsync = n_step + data_n * (mult - 1) + comp_n * (gr - 1)
         return sync + (cur - 1) * unsync
 
-    assumes = ("how forward and backward grow with the batch was not measured: "
+    assumes = (f"how forward and backward grow with the batch was not measured: {roof[1]}"
+               if roof else
+               "how forward and backward grow with the batch was not measured: "
                f"assumed {g[0]:.2f}x for {mult}x the batch (range {g[1]:.0f}x fixed cost to "
                f"{g[2]:.0f}x linear)" if growth is None else
                f"forward and backward grow {g[0]:.2f}x for {mult}x the batch, fitted on the run's "

@@ -1,0 +1,58 @@
+"""What a re-run's own noise adds to every estimate's range.
+
+A suggestion's range holds what its model had to assume; the re-run it promises also lands where
+the machine's state puts it. Re-runs of unchanged settings on this project's shared 2-core VM
+(benchmarks/bench_whatif.py, BEFORE and AFTER alternated) fell outside their model's range by up to
+11% where the run itself had not drifted, and further where it had (a run 24% slower in its second
+half than its first missed by 16%). So each range is widened both ways by the larger of the
+device's RERUN_NOISE and twice the run's own drift: the change of its median step from the first
+half of its analysed steps to the second (with at least MIN_STEPS of them; fewer say nothing of
+it). A GPU's re-run noise is not measured here: there the run's own drift alone widens it."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+#: the least a re-run's noise moves its mean step, as a share of it, by device (re-runs of
+#: unchanged settings on a shared 2-core VM: up to 11% beyond their model's range)
+RERUN_NOISE = {"cpu": 0.10}
+#: the fewest analysed steps whose halves tell a drift
+MIN_STEPS = 8
+#: the most it is taken to move it: past this a range says little
+MOST = 0.5
+
+
+def drift(step_ns: list[int] | np.ndarray) -> float:
+    """|median of the second half - median of the first| / median, over the analysed steps in
+    order (medians: a few long steps are the run's spread, not its drift); 0 with fewer than
+    MIN_STEPS."""
+    s = np.asarray(step_ns, dtype=float)
+    if s.size < MIN_STEPS or np.median(s) <= 0:
+        return 0.0
+    h = s.size // 2
+    return float(abs(np.median(s[h:]) - np.median(s[:h])) / np.median(s))
+
+
+def band(step_ns, knobs: dict) -> tuple[float, str]:
+    """(the share a re-run may move the mean step either way, what sets it)."""
+    from .whatif import device_kind
+
+    least = RERUN_NOISE.get(device_kind(knobs), 0.0)
+    d = drift(step_ns)
+    if 2 * d > least:
+        return (min(2 * d, MOST),
+                f"twice this run's {d:.0%} drift from its first half to its second")
+    return least, ""
+
+
+def widen(suggestions: list, step_ns, knobs: dict) -> list:
+    """Each suggestion's range widened by the re-run noise band (said on it)."""
+    w, what = band(step_ns, knobs)
+    if w <= 0:
+        return suggestions
+    note = f"; the range also holds a re-run's noise, +-{w:.0%}" + (f" ({what})" if what else "")
+    return [replace(s, estimated_step_ms_range=(lo * (1 - w), hi * (1 + w)), why=s.why + note)
+            for s in suggestions
+            for lo, hi in [s.estimated_step_ms_range or (s.estimated_step_ms,) * 2]]
