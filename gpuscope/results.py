@@ -497,6 +497,10 @@ class ReportData:
     comm_by_dim_steps: object = field(default=None, compare=False, repr=False)
     #: ranks consistently late by less than the imbalance threshold (MinorStraggler)
     minor_stragglers: list = field(default_factory=list)
+    #: where no straggler is named: the rank these steps leave most room to be one ({"rank",
+    #: "late_ms": its mean lateness, "up_to_ms": the most within chance, "material_ms": the
+    #: imbalance threshold's share of the step, "steps"}; consistency.Roles.unruled), else {}
+    not_ruled_out: dict = field(default_factory=dict)
 
     @property
     def step_ns(self) -> float:
@@ -515,6 +519,17 @@ class ReportData:
         """Every rank a statement of lateness names: stragglers (probable ones too), then minor
         stragglers (the jitter note speaks of the waiting besides theirs)."""
         return [s.rank for s in self.stragglers] + [m.rank for m in self.minor_stragglers]
+
+    @property
+    def not_ruled_out_line(self) -> str:
+        """What the report says of a straggler its steps cannot rule out ("" where none)."""
+        u = self.not_ruled_out
+        if not u:
+            return ""
+        return (f"rank {u['rank']} is not ruled out: it arrived {u['late_ms']:.1f} ms after the "
+                f"others on average over {u['steps']} steps, and up to {u['up_to_ms']:.1f} ms is "
+                f"within chance (a straggler from {u['material_ms']:.1f} ms on is imbalance): "
+                "more steps would settle it")
 
     @property
     def probable_straggler_ranks(self) -> list[int]:
@@ -546,6 +561,8 @@ class ReportData:
             "thresholds": self.thresholds.to_dict(),
             "warnings": list(self.warnings),
         }
+        if self.not_ruled_out:
+            d["straggler_not_ruled_out"] = dict(self.not_ruled_out)
         if self.early_ranks:
             d["early_ranks"] = list(self.early_ranks)
         if self.layout:
@@ -599,7 +616,8 @@ class ReportData:
                 routing=dict(d.get("routing", {})), ops=dict(d.get("ops", {})),
                 died=[dict(x) for x in d.get("died", [])],
                 minor_stragglers=[MinorStraggler.from_dict(x)
-                                  for x in d.get("minor_stragglers", [])])
+                                  for x in d.get("minor_stragglers", [])],
+                not_ruled_out=dict(d.get("straggler_not_ruled_out", {})))
         except (KeyError, TypeError, ValueError) as exc:
             raise InputError(f"a {SCHEMA} report with a missing or malformed field ({exc!r})") \
                 from None

@@ -393,6 +393,20 @@ def test_a_jitter_verdict_that_cannot_rule_out_a_straggler_is_not_high():
     assert earn(imb, ev, _steps("imbalanced", wait_share=0.4), TH0).confidence == "high"
 
 
+def test_any_other_verdict_that_cannot_rule_out_a_straggler_is_at_most_medium():
+    """A data-bound accumulation run whose rank 0 computed 10% longer in backward: nobody named,
+    and "data-bound, high" said nothing of it. Its label may hold; that no rank is a straggler
+    is not shown: medium, the rank said. A named straggler or minor one says more."""
+    data = Verdict("data-bound", 0.8, "high", {"data-bound": 0.8, "comm-bound": 0.2})
+    ev = Evidence(steps=21, ranks=2, world=2, unruled=(0, 2.4e6, 4.1e6, 3.0e6))
+    v = earn(data, ev, _steps("data-bound", data_share=0.5), TH0)
+    assert v.confidence == "medium"
+    assert any("cannot rule out a straggler: rank 0 arrived 2.4 ms after" in e for e in v.evidence)
+    for named in (Evidence(steps=21, ranks=2, world=2, unruled=ev.unruled, stragglers=True),
+                  Evidence(steps=21, ranks=2, world=2, unruled=ev.unruled, minor=True)):
+        assert earn(data, named, _steps("data-bound", data_share=0.5), TH0).confidence == "high"
+
+
 def test_a_verdict_the_steps_cannot_settle_is_low():
     """6 of 9 steps healthy: no single step moves compute's 67% (without one, 62.5% against
     37.5%), but in 35% of resamples of these 9 steps jitter wins: low. 7 of 10 (14% of

@@ -15,7 +15,8 @@ A row is right from a source when the report
 Rows the evidence cannot settle count as right only where the report says so: it names the
 rank as probably late (a probable straggler: late in most steps, "record more steps"), whatever
 the verdict's confidence (a data-bound run with a small fault is rightly data-bound, and sure of
-it), or names no one at low confidence. Counted apart as unsure.
+it), or says its steps cannot rule the rank out as a straggler (`straggler_not_ruled_out`), or
+names no one at low confidence. Counted apart as unsure.
 """
 
 from __future__ import annotations
@@ -188,6 +189,8 @@ def score(kind: str, t: dict, report: dict, control_step_ms: float | None) -> di
                  "named": named, "probable": probable,
                  "minor_ranks": [m["rank"] for m in report.get("minor_stragglers") or ()]}
     unsure = False
+    unruled = (report.get("straggler_not_ruled_out") or {}).get("rank")
+    out["not_ruled_out"] = unruled
     if kind in ("control", "rotating"):
         ok = not named
         if named and clock_confirms(named, t, analysed_steps(report)):  # a rank really
@@ -202,7 +205,8 @@ def score(kind: str, t: dict, report: dict, control_step_ms: float | None) -> di
         minor = [m["rank"] for m in report.get("minor_stragglers") or ()]
         out["minor"] = not ok and not named and sorted(minor[:len(slowed)]) == sorted(slowed)
         ok = ok or out["minor"]
-        unsure = not ok and not named and (set(probable) <= set(slowed) if probable else low)
+        unsure = not ok and not named and (set(probable) <= set(slowed) if probable else
+                                           unruled in slowed or (low and unruled is None))
     elif kind == "intermittent":
         r = slowed[0]
         d = _detail(report, r)
@@ -212,7 +216,8 @@ def score(kind: str, t: dict, report: dict, control_step_ms: float | None) -> di
         ok = (not named and said == r) or (d is not None and (not named or named[0] == r) and (
             d.get("last_in") is None or d["last_in"][0] < d["last_in"][1]
             or bool(d.get("bursts"))))
-        unsure = not ok and not named and (probable == [r] if probable else low)
+        unsure = not ok and not named and (probable == [r] if probable else
+                                           unruled == r or (low and unruled is None))
     else:
         r = slowed[0]
         ok = bool(named) and named[0] == r
@@ -221,8 +226,10 @@ def score(kind: str, t: dict, report: dict, control_step_ms: float | None) -> di
         minor = [m["rank"] for m in report.get("minor_stragglers") or ()]
         out["minor"] = not ok and not named and minor[:1] == [r]
         ok = ok or out["minor"]
-        # not sure, and said so: the rank named probably, or no one (not another rank)
-        unsure = not ok and not named and (probable == [r] if probable else low)
+        # not sure, and said so: the rank named probably, or not ruled out, or no one at low
+        # confidence (not another rank)
+        unsure = not ok and not named and (probable == [r] if probable else
+                                           unruled == r or (low and unruled is None))
     out["straggler"] = ok
     out["unsure_said"] = unsure
     out["right"] = ok or unsure

@@ -18,10 +18,14 @@
      of the steps or more, or caused three quarters of the waiting or more, and no test found it
      consistent (too few or too noisy steps): the waiting it caused is imbalance, said at low
      confidence with that evidence, whatever the verdict it gives or leaves;
-   - a straggler not ruled out (consistency.Roles.unruled): a jitter verdict whose steps leave
-     room, at a one-sided 5%, for one rank to be late by the imbalance threshold's share of the
-     step on average: low (jitter is the claim that no rank is; where the steps fit a straggler
-     as well, either could be the verdict, as in a near tie);
+   - a straggler not ruled out (consistency.Roles.unruled): steps that leave room, at a
+     one-sided 5%, for one rank to be late by the imbalance threshold's share of the step on
+     average, where no rank is named late: a jitter verdict low (jitter is the claim that no
+     rank is; where the steps fit a straggler as well, either could be the verdict, as in a near
+     tie), any other but imbalanced (the claim that a rank is late) medium (its label may
+     hold, but "no straggler" is not shown: a backward
+     slowed 10% on one rank of a data-bound accumulation run was "data-bound, high", nobody
+     named);
    - GPU runs whose collectives outside DDP hold the comm threshold's share of the step or more,
      timed on the host only (launch to completion; the GPU's waiting for them is not seen), when
      the verdict is not comm-bound: medium;
@@ -66,6 +70,7 @@ class Evidence:
     comm_seen: bool = True     # some communication recognised (matters with 2+ ranks)
     clocks_aligned: bool = True  # ranks on several hosts placed on one clock (or one host)
     stragglers: bool = False   # a straggler is named
+    minor: bool = False        # a minor straggler is named
     broken_rules: int = 0      # invariant rules the analysis had to clip
     #: (rank, steps last, share of the waiting caused): late most of the time, not significant
     leaning: tuple[int, int, float] | None = None
@@ -156,12 +161,14 @@ def earn(verdict: Verdict, ev: Evidence, steps: pd.DataFrame, th: Thresholds) ->
         caps.append(("low", f"rank {rank} is probably a straggler: it arrived last in {n} of "
                             f"{ev.leaning_of} steps, causing {caused:.0%} of the waiting, but so "
                             "few steps cannot rule out chance: record more steps"))
-    if verdict.label == JITTER_BOUND and ev.unruled is not None and ev.leaning is None:
+    if ev.unruled is not None and ev.leaning is None and (verdict.label == JITTER_BOUND or (
+            verdict.label != IMBALANCED and not (ev.stragglers or ev.minor))):
         rank, late, upper, bound = ev.unruled
-        caps.append(("low", f"{ev.steps} steps cannot rule out a straggler: rank {rank} "
-                               f"arrived {late / 1e6:.1f} ms after the others on average, and up "
-                               f"to {upper / 1e6:.1f} ms is within chance (a straggler from "
-                               f"{bound / 1e6:.1f} ms on is imbalance)"))
+        caps.append(("low" if verdict.label == JITTER_BOUND else "medium",
+                     f"{ev.steps} steps cannot rule out a straggler: rank {rank} "
+                     f"arrived {late / 1e6:.1f} ms after the others on average, and up "
+                     f"to {upper / 1e6:.1f} ms is within chance (a straggler from "
+                     f"{bound / 1e6:.1f} ms on is imbalance)"))
     moved = changes_without_one_step(steps, verdict.label) if ev.steps >= 3 else None
     if moved is not None:
         caps.append(("low", f"without step {moved[0]} the verdict would be {moved[1]}: one "

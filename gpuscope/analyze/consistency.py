@@ -221,7 +221,8 @@ def _tested(roles: Roles, w, ranks, slowest, min_share, max_wait, busy=None, own
     rank that is probably late (Roles.leaning) whose lateness is material, or a minor straggler
     (consistently late by MINOR_SHARE of the step or more: its waits say so, or it is steadily
     busier than its peers, in all its busy time or in its own work less its loading, `own`, and
-    late on average by that much)."""
+    late on average by that much; or steadily busier in its own work by that much, whatever its
+    loading made of its arrival in these steps)."""
     x = w - w.mean(axis=1, keepdims=True)            # > 0: waited more than the step's mean
     n = x.shape[0]
     mean = x.mean(axis=0)
@@ -247,6 +248,7 @@ def _tested(roles: Roles, w, ranks, slowest, min_share, max_wait, busy=None, own
     # and each looked half as slow (the traces of such a fault row named one of the two)
     paired = np.zeros(x.shape[1], dtype=bool)
     steady = np.zeros(x.shape[1], dtype=bool)  # significantly busier, whatever the amount
+    own_excess = np.zeros(x.shape[1])  # where steadily busier in its own work: by how much
     for table in (busy, own):
         if table is None or table.shape != w.shape or n_ranks < 2:
             continue
@@ -257,6 +259,8 @@ def _tested(roles: Roles, w, ranks, slowest, min_share, max_wait, busy=None, own
             steady[j] |= tp >= crit and dm[j] > 0
             if table is busy:
                 paired[j] = tp >= crit and dm[j] >= min_share * typical and dm[j] > 0
+            elif tp >= crit and dm[j] > 0:
+                own_excess[j] = dm[j]
     for j, rank in enumerate(ranks):
         t = _t(mean[j], sd[j] / math.sqrt(n), tiny)
         ty = _t(tmean[j], se[j], tiny)
@@ -271,9 +275,15 @@ def _tested(roles: Roles, w, ranks, slowest, min_share, max_wait, busy=None, own
             roles.late.add(int(rank))
         elif early:
             roles.early.add(int(rank))
-        elif min_share > 0 and mean[j] < 0 and (t <= -crit or ty <= -crit_y or z[j] <= -crit_z
-                                                or steady[j]):
-            lateness = -float(mean[j]) * n_ranks / (n_ranks - 1)
+        elif min_share > 0:
+            lateness = 0.0
+            if mean[j] < 0 and (t <= -crit or ty <= -crit_y or z[j] <= -crit_z or steady[j]):
+                lateness = -float(mean[j]) * n_ranks / (n_ranks - 1)
+            # or steadily busier in its own work, step after step, where its loader's jitter
+            # (and its peers') left its arrival barely late, or early, in these steps: late by
+            # that much in expectation (a backward 9% longer on one rank of a data-bound run
+            # whose loading varied by 10 ms a batch: nobody named, "data-bound, high")
+            lateness = max(lateness, float(own_excess[j]))
             if lateness >= MINOR_SHARE * typical:  # consistent, under the material share
                 roles.minor[int(rank)] = lateness
     if len(roles.minor) > n_ranks / 2:  # not a minority: the others are the odd ones (as

@@ -310,7 +310,18 @@ def report(a: Analysis) -> None:
         missing_ranks=a.missing, memory=a.memory, throughput=a.throughput, energy=a.energy,
         comm_by_group=a.comm_groups, routing=a.routing, ops=a.ops, died=a.died, table=analysed,
         comm_by_dim_steps=dim_steps(t, a.frame, a.mapping, a.key_waits),
-        minor_stragglers=a.minor)
+        minor_stragglers=a.minor, not_ruled_out=not_ruled_out(a))
+
+
+def not_ruled_out(a: Analysis) -> dict:
+    """The rank these steps leave room to be a straggler though no test named one
+    (consistency.Roles.unruled), where nobody is named late at all; {} otherwise."""
+    u = a.roles.unruled if a.roles is not None else None
+    if u is None or a.stragglers or a.minor:
+        return {}
+    rank, late, upper, bound = u
+    return {"rank": rank, "late_ms": round(late / 1e6, 3), "up_to_ms": round(upper / 1e6, 3),
+            "material_ms": round(bound / 1e6, 3), "steps": int(a.roles.n_steps)}
 
 
 def check(a: Analysis) -> None:
@@ -323,7 +334,7 @@ def check(a: Analysis) -> None:
                         step_markers=all(i.meta.get("step_markers", True)
                                          for i in t.ranks.values()),
                         comm_seen=not a.unseen, clocks_aligned=clocks_aligned(t),
-                        stragglers=bool(a.stragglers),
+                        stragglers=bool(a.stragglers), minor=bool(a.minor),
                         broken_rules=len(a.broken) + len(wrong),
                         leaning=a.roles.probable if a.roles is not None else None,
                         leaning_of=a.roles.n_steps if a.roles is not None else 0,

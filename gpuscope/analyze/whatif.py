@@ -288,23 +288,34 @@ def sync_estimate(m: MicroSteps, n: Estimate, new_interval: int, cur: int) -> Es
 ROOFLINE_ROWS = {"cpu": 14, "cuda": 250}
 
 
+#: how far the knee may sit from ROOFLINE_ROWS either way (a factor): the range's ends
+KNEE_SPREAD = 2.0
+
+
 def roofline_growth(knobs: dict, mult: int) -> tuple[tuple[float, float, float], str] | None:
     """How forward and backward grow for `mult` x the batch when the run did not measure it:
     the larger of reading the weights and computing on the rows (ROOFLINE_ROWS), from the rows
-    a micro-batch holds; (point, 1, mult) and what it rests on, or None where the batch is not
-    known."""
+    a micro-batch holds; the range: the knee KNEE_SPREAD times further (less growth) or nearer
+    (more), the low end at most half the point's growth; (point, lo, hi) and what it rests on,
+    or None where the batch is not known."""
     batch = knobs.get("batch_size")
     if not isinstance(batch, int) or batch <= 0:
         return None
     tokens = knobs.get("tokens_per_sample")
     rows = batch * (tokens if isinstance(tokens, int) and tokens > 0 else 1)
     knee = ROOFLINE_ROWS[device_kind(knobs)]
-    g = max(rows * mult, knee) / max(rows, knee)
+    at = lambda k: max(rows * mult, k) / max(rows, k)  # noqa: E731
+    # the low end also leaves half the growth to fixed costs a roofline of dense layers leaves
+    # out (writing every gradient, DDP's bucket copies: nanoGPT's backward grew 1.3x for its
+    # forward's 2x)
+    g, hi = at(knee), at(knee / KNEE_SPREAD)
+    lo = min(at(knee * KNEE_SPREAD), 1 + (g - 1) / 2)
     what = f"{rows} {'tokens' if rows != batch else 'samples'}"
-    return ((g, 1.0, float(mult)),
+    return ((g, lo, hi),
             f"assumed {g:.2f}x for {mult}x the batch: {what} a micro-batch, against the ~{knee} "
             f"rows at which a dense layer on a {device_kind(knobs).upper()} turns from reading "
-            f"its weights to computing on the rows (range {1:.0f}x fixed cost to {mult}x linear)")
+            f"its weights to computing on the rows (range {lo:.2f}x-{hi:.2f}x: that knee "
+            f"{KNEE_SPREAD:.0f}x further or nearer, and half the growth left to fixed costs)")
 
 
 def batch_estimate(m: MicroSteps, knobs: dict, mult: int, cur: int,

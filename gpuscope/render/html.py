@@ -509,6 +509,8 @@ def _summary_html(report: ReportData) -> str:
         items = "".join(f"<li>{esc(m.line(report.thresholds.wait))}</li>"
                         for m in report.minor_stragglers)
         out.append(f'<h3>Minor stragglers</h3><ul id="minor-stragglers">{items}</ul>')
+    if report.not_ruled_out:
+        out.append(f'<p id="not-ruled-out">{esc(report.not_ruled_out_line)}</p>')
     note = report.jitter.note(report.late_ranks)
     if note:
         out.append(f'<p id="jitter">{esc(note)}</p>')

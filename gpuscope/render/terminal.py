@@ -408,6 +408,9 @@ def _stragglers(report: ReportData, console: Console) -> None:
     for m in report.minor_stragglers:
         console.print(Text.assemble(("Minor straggler:", "yellow"),
                                     " " + m.line(report.thresholds.wait)))
+    if report.not_ruled_out:
+        console.print(Text.assemble(("Not ruled out:", "yellow"),
+                                    " " + report.not_ruled_out_line))
     note = report.jitter.note(report.late_ranks)
     if note:
         console.print(Text(note, style="yellow"))

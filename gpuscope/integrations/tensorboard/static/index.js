@@ -98,6 +98,9 @@ function summary(report, colors, words) {
     for (const line of words.minor) ul.append(el("li", {}, line));
     box.append(ul);
   }
+  if (words && words.not_ruled_out) {
+    box.append(el("p", {id: "not-ruled-out"}, words.not_ruled_out));
+  }
   if (words && words.jitter) box.append(el("p", {id: "jitter"}, words.jitter));
   const opsBox = opsSection(report, words);
   if (opsBox) box.append(opsBox);
