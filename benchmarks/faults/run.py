@@ -43,7 +43,7 @@ from train import ACCUM  # noqa: E402
 KINDS = ("control", "data", "data_workers", "forward", "backward", "optimizer", "between",
          "comm", "intermittent", "two", "rotating")
 #: (parallelism, ranks) of the whole table; the quick subset is the first
-CONFIGS = (("ddp", 2), ("ddp", 4), ("accum", 2), ("fsdp2", 2), ("ddp", 8))
+CONFIGS = (("ddp", 2), ("ddp", 4), ("accum", 2), ("fsdp2", 2), ("ddp", 8), ("pipeline", 4))
 FRACTIONS = (0.05, 0.1, 0.25, 0.5, 1.0)
 STEPS = 24
 WORKERS = 2
@@ -51,7 +51,9 @@ WORKERS = 2
 
 def applies(kind: str, parallel: str, world: int) -> bool:
     if kind == "comm":
-        return parallel != "fsdp2"  # a DDP comm hook
+        return parallel not in ("fsdp2", "pipeline")  # a DDP comm hook
+    if kind == "two" and parallel == "pipeline":
+        return False  # both replicas of one stage slowed is a heavy stage, not two stragglers
     if kind == "two":
         return world >= 3  # two of two slowed is nobody slowed
     return True

@@ -86,10 +86,15 @@ def truth(run_dir: str) -> dict:
     data = {r: 1e3 * statistics.fmean(per_step(d["seconds"]["data"])[1:]
                                       or per_step(d["seconds"]["data"]))
             for r, d in ranks.items()}
+    # gpuscope's rec.step() on the training thread, per step (its hooks are not in it: they
+    # run inside forward and backward; bench_overhead.py measures the whole)
+    record = 1e3 * statistics.fmean(_median(per_step(d["seconds"]["record"]))
+                                    for d in ranks.values() if d["seconds"].get("record"))
     return {"fault": any_rank["fault"], "slowed": any_rank["slowed"], "ms": any_rank["ms"],
             "world": any_rank["world"], "parallel": any_rank["parallel"],
             "workers": any_rank["workers"], "added_ms": added, "step_ms": step_ms,
-            "local_ms": local, "local_steps_ms": local_steps, "data_ms": data}
+            "local_ms": local, "local_steps_ms": local_steps, "data_ms": data,
+            "record_ms": record}
 
 
 def _get(by_rank: dict, r: int, default=None):

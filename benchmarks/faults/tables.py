@@ -84,6 +84,28 @@ def _misses(rows: list) -> list[str]:
     return out
 
 
+def overhead(rows: list) -> list[str]:
+    """The recorder's cost on the same runs: gpuscope's rec.step() per step against the step,
+    by configuration (medians over the rows)."""
+    import statistics
+
+    by: dict = {}
+    for r in rows:
+        t = r.get("truth") or {}
+        if t.get("record_ms") is not None and t.get("step_ms"):
+            by.setdefault(f"{r['parallel']} x {r['world']}", []).append(
+                (t["record_ms"], t["step_ms"]))
+    if not by:
+        return []
+    cells = [f"{k}: {1e3 * statistics.median(x for x, _ in v):.0f} us "
+             f"({100 * statistics.median(x / s for x, s in v):.2f}% of the step)"
+             for k, v in by.items()]
+    return ["", "The recorder on the same runs: gpuscope's `rec.step()` per step, timed by the "
+            "loop's own clock (its hooks inside forward and backward are not in it: the whole "
+            "cost is measured apart, [recording overhead](performance.md#recording-overhead)): "
+            + "; ".join(cells) + "."]
+
+
 def section(path: str) -> list[str]:
     from run import CONFIGS, KINDS
 
@@ -134,6 +156,7 @@ def section(path: str) -> list[str]:
                      f"written by the recorder's writer, a synchronous job ({steps}) with the "
                      "fault in the drawn rank's timings, 2% of the step and above; record "
                      f"only): right in {sum(bool(r['scores']['record'].get('right')) for r in made)}.")
+    lines += overhead(trained)
     misses = _misses(rows)
     if misses:
         lines += ["", "Rows a source got wrong:", ""] + misses

@@ -5,7 +5,10 @@ amount, recorded by gpuscope and profiled by torch.profiler at once. Run it unde
         --out DIR --parallel ddp --fault forward --ranks 2 --ms 8 [--workers 2] [--steps 24]
 
 Parallelism: ``ddp``; ``accum`` (DDP, gradients synchronized every 4th micro-step with
-``no_sync()``); ``fsdp2`` (``fully_shard`` on each layer and the model).
+``no_sync()``); ``fsdp2`` (``fully_shard`` on each layer and the model); ``pipeline`` (4 ranks as
+2 data-parallel replicas x 2 pipeline stages: ranks 0, 1 are replica 0's stages, 2, 3 replica
+1's; a GPipe of 4 micro-batches written with dist.send / dist.recv, each stage's gradients
+all-reduced over its replicas; both stages of a replica read the same batch).
 
 Faults (on ``--ranks``, ``--ms`` milliseconds a step; the other ranks run the same code unslowed):
 
@@ -52,7 +55,8 @@ import gpuscope  # noqa: E402
 
 FAULTS = ("control", "data", "forward", "backward", "optimizer", "between", "comm",
           "intermittent", "rotating")
-PARALLEL = ("ddp", "accum", "fsdp2")
+PARALLEL = ("ddp", "accum", "fsdp2", "pipeline")
+STAGES, MICRO = 2, 4  # the pipeline runs' stages per replica and micro-batches per step
 ACCUM = 4  # micro-steps per optimizer step in the `accum` runs
 DIM, HIDDEN, DEPTH, BATCH = 128, 256, 4, 256
 _now = time.perf_counter
@@ -108,6 +112,65 @@ class Slowable(nn.Module):
         return out
 
 
+class Stage(nn.Module):
+    """One pipeline stage of the same MLP (stage 0: the input layer and half the hidden ones;
+    stage 1: the rest and the head), slowed as Slowable is, per micro-batch: a step's
+    `forward_ms` and `backward_ms` spread over its MICRO micro-batches."""
+
+    def __init__(self, stage: int):
+        super().__init__()
+        first = [nn.Linear(DIM, HIDDEN), nn.ReLU()] if stage == 0 else []
+        hidden = [m for _ in range(DEPTH // 2 - (1 if stage == 0 else 0))
+                  for m in (nn.Linear(HIDDEN, HIDDEN), nn.ReLU())]
+        last = [nn.Linear(HIDDEN, 10)] if stage == STAGES - 1 else []
+        self.layers = nn.Sequential(*first, *hidden, *last)
+        self.forward_ms = self.backward_ms = 0.0
+
+    def forward(self, x):
+        h = self.layers(x)
+        if self.backward_ms and h.requires_grad:
+            ms = self.backward_ms / MICRO
+            h.register_hook(lambda g: (busy(ms), g)[1])
+        busy(self.forward_ms / MICRO)
+        return h
+
+
+def pipeline_step(module: Stage, x, y, stage: int, rank: int) -> tuple[float, float]:
+    """One step of a GPipe written by hand: every micro-batch's forward, then every backward;
+    activations and gradients sent point to point within the replica. Returns the seconds of
+    local forward and backward compute (no sends or receives inside)."""
+    fwd = bwd = 0.0
+    xs, ys = x.chunk(MICRO), y.chunk(MICRO)
+    ins, outs = [], []
+    for i in range(MICRO):
+        if stage == 0:
+            a = xs[i]
+        else:
+            a = torch.empty(xs[i].shape[0], HIDDEN)
+            dist.recv(a, src=rank - 1)
+            a.requires_grad_(True)
+        t = _now()
+        out = module(a)
+        fwd += _now() - t
+        if stage < STAGES - 1:
+            dist.send(out.detach(), dst=rank + 1)
+        ins.append(a)
+        outs.append(out)
+    for i in range(MICRO):
+        if stage == STAGES - 1:
+            t = _now()
+            (F.cross_entropy(outs[i], ys[i]) / MICRO).backward()
+        else:
+            g = torch.empty_like(outs[i])
+            dist.recv(g, src=rank + 1)
+            t = _now()
+            outs[i].backward(g)
+        bwd += _now() - t
+        if stage > 0:
+            dist.send(ins[i].grad, dst=rank - 1)
+    return fwd, bwd
+
+
 def slow_link_hook(ms_now):
     """A DDP comm hook: before a step's first bucket, wait `ms_now()` ms (a slow link: its
     transfer starts late, its compute untouched); then DDP's own all-reduce of every bucket."""
@@ -156,8 +219,18 @@ def main() -> None:
         return args.ms
 
     torch.manual_seed(0)
-    model = Slowable()
-    if args.parallel == "fsdp2":
+    pipe = args.parallel == "pipeline"
+    if pipe:
+        if world % STAGES:
+            raise SystemExit(f"a pipeline of {STAGES} stages needs a multiple of {STAGES} ranks")
+        replica, stage = divmod(rank, STAGES)
+        dp_groups = [dist.new_group(list(range(s, world, STAGES))) for s in range(STAGES)]
+        model = wrapped = Stage(stage)
+    else:
+        model = Slowable()
+    if pipe:
+        pass
+    elif args.parallel == "fsdp2":
         from torch.distributed.fsdp import fully_shard
 
         for m in model.modules():
@@ -168,14 +241,17 @@ def main() -> None:
         wrapped = DDP(model)
     state = {"step": 0}
     if fault == "comm":
-        if args.parallel == "fsdp2":
+        if args.parallel in ("fsdp2", "pipeline"):
             raise SystemExit("the comm fault needs DDP (a comm hook)")
         wrapped.register_comm_hook(None, slow_link_hook(lambda: injected(state["step"])))
     # data: a batch of a slowed rank takes ms longer, spread over its samples
     per_sample = (args.ms / BATCH / 1000) if fault == "data" and rank in slowed else 0.0
     ds = Samples(BATCH * (micro_steps + 2) * world, per_sample)
-    loader = DataLoader(ds, batch_size=BATCH, num_workers=args.workers,
-                        sampler=DistributedSampler(ds, world, rank, shuffle=False),
+    # a pipeline's replica reads one stream of batches: its first stage the inputs, its last
+    # the targets
+    sampler = (DistributedSampler(ds, world // STAGES, rank // STAGES, shuffle=False) if pipe
+               else DistributedSampler(ds, world, rank, shuffle=False))
+    loader = DataLoader(ds, batch_size=BATCH, num_workers=args.workers, sampler=sampler,
                         persistent_workers=args.workers > 0, prefetch_factor=2 if args.workers else None)
     opt_ms = [0.0]
 
@@ -203,7 +279,7 @@ def main() -> None:
     # the truth's own clock on backward's compute: when its last gradient was ready (DDP's
     # all-reduce waits for the other ranks after that; FSDP2's parameters are not hooked)
     grads_ready = [0.0]
-    if args.parallel != "fsdp2":
+    if args.parallel not in ("fsdp2", "pipeline"):
         def ready(_):
             grads_ready[0] = _now()
 
@@ -223,17 +299,27 @@ def main() -> None:
             parts["data"].append(_now() - t)
             model.forward_ms = ms if fault in ("forward", "intermittent", "rotating") else 0.0
             model.backward_ms = ms if fault == "backward" else 0.0
-            sync = contextlib.nullcontext() if last else (
-                wrapped.no_sync() if hasattr(wrapped, "no_sync") else _fsdp_no_sync(wrapped))
-            with sync:
+            if pipe:
                 t = _now()
-                loss = F.cross_entropy(wrapped(x), y)
-                parts["forward"].append(_now() - t)
-                t = _now()
-                grads_ready[0] = t
-                loss.backward()
-                parts["backward"].append(_now() - t)
-                parts["backward_compute"].append(grads_ready[0] - t)
+                fwd, bwd = pipeline_step(model, x, y, stage, rank)
+                for p in model.parameters():  # data parallel over this stage's replicas
+                    dist.all_reduce(p.grad, group=dp_groups[stage])
+                    p.grad /= world // STAGES
+                parts["forward"].append(fwd)
+                parts["backward"].append(_now() - t - fwd)  # its waits for the other stage too
+                parts["backward_compute"].append(bwd)
+            else:
+                sync = contextlib.nullcontext() if last else (
+                    wrapped.no_sync() if hasattr(wrapped, "no_sync") else _fsdp_no_sync(wrapped))
+                with sync:
+                    t = _now()
+                    loss = F.cross_entropy(wrapped(x), y)
+                    parts["forward"].append(_now() - t)
+                    t = _now()
+                    grads_ready[0] = t
+                    loss.backward()
+                    parts["backward"].append(_now() - t)
+                    parts["backward_compute"].append(grads_ready[0] - t)
             t = _now()
             if last:
                 opt_ms[0] = ms if fault == "optimizer" else 0.0
