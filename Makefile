@@ -46,7 +46,7 @@ bench-whatif: install
 
 bench-faults: install   # injected faults at random ranks, scored; the tables of docs/accuracy.md
 	$(BIN)/python benchmarks/faults/run.py
-	$(BIN)/python benchmarks/faults/many.py --sizes 128,1024 --steps 48
+	$(BIN)/python benchmarks/faults/many.py --sizes 128,512,1024 --steps 48
 	$(BIN)/python benchmarks/faults/many.py --sizes 10000 --steps 24
 	$(BIN)/python scripts/accuracy.py
 

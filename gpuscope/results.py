@@ -501,6 +501,9 @@ class ReportData:
     #: "late_ms": its mean lateness, "up_to_ms": the most within chance, "material_ms": the
     #: imbalance threshold's share of the step, "steps"}; consistency.Roles.unruled), else {}
     not_ruled_out: dict = field(default_factory=dict)
+    #: where no rank is named late: what the steps can see ({"up_to_ms": the most a rank's mean
+    #: lateness could be and look like chance, "pct": of the typical step, "steps"}), else {}
+    straggler_floor: dict = field(default_factory=dict)
 
     @property
     def step_ns(self) -> float:
@@ -526,10 +529,20 @@ class ReportData:
         u = self.not_ruled_out
         if not u:
             return ""
-        return (f"rank {u['rank']} is not ruled out: it arrived {u['late_ms']:.1f} ms after the "
+        return (f"rank {u['rank']} is not ruled out as a straggler: it arrived {u['late_ms']:.1f} ms after the "
                 f"others on average over {u['steps']} steps, and up to {u['up_to_ms']:.1f} ms is "
                 f"within chance (a straggler from {u['material_ms']:.1f} ms on is imbalance): "
                 "more steps would settle it")
+
+    @property
+    def straggler_floor_line(self) -> str:
+        """What the steps can see of a straggler where none is named ("" where not said)."""
+        f = self.straggler_floor
+        if not f:
+            return ""
+        return (f"these {f['steps']} steps cannot tell a rank late by up to {f['up_to_ms']:.1f} ms "
+                f"a step on average ({f['pct']:.0f}% of it) from chance: a smaller straggler "
+                "would not be seen")
 
     @property
     def probable_straggler_ranks(self) -> list[int]:
@@ -563,6 +576,8 @@ class ReportData:
         }
         if self.not_ruled_out:
             d["straggler_not_ruled_out"] = dict(self.not_ruled_out)
+        if self.straggler_floor:
+            d["straggler_floor"] = dict(self.straggler_floor)
         if self.early_ranks:
             d["early_ranks"] = list(self.early_ranks)
         if self.layout:
@@ -617,7 +632,8 @@ class ReportData:
                 died=[dict(x) for x in d.get("died", [])],
                 minor_stragglers=[MinorStraggler.from_dict(x)
                                   for x in d.get("minor_stragglers", [])],
-                not_ruled_out=dict(d.get("straggler_not_ruled_out", {})))
+                not_ruled_out=dict(d.get("straggler_not_ruled_out", {})),
+                straggler_floor=dict(d.get("straggler_floor", {})))
         except (KeyError, TypeError, ValueError) as exc:
             raise InputError(f"a {SCHEMA} report with a missing or malformed field ({exc!r})") \
                 from None

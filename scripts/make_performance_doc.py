@@ -610,6 +610,18 @@ def budgets(docs: dict) -> list[str]:
         out.append(f"- Estimates: the re-run after a suggestion lands in its stated range in {ok} "
                    f"of {len(rows)} applied pairs ([applied fixes](docs/accuracy.md"
                    "#applied-fixes)).")
+    fl = docs.get("faults.json")
+    if fl:
+        trained = [x for x in fl["rows"] if "scores" in x and x["parallel"] != "generated"]
+        made = [x for x in fl["rows"] if "scores" in x and x["parallel"] == "generated"]
+        right = {src: sum(bool(x["scores"].get(src, {}).get("right")) for x in trained)
+                 for src in ("record", "kineto")}
+        out.append(f"- Injected faults: every row right, from both sources; measured "
+                   f"{right['record']} of {len(trained)} trained rows from the record, "
+                   f"{right['kineto']} from the traces, and {sum(bool(x['scores']['record'].get('right')) for x in made)} "
+                   f"of {len(made)} generated ones; `make bench-faults` took "
+                   f"{fl['seconds'] / 60:.0f} min of training on {fl['cpu_count']} cores "
+                   "([injected faults](docs/accuracy.md#injected-faults)).")
     r = docs.get("same_run.json")
     if r:
         agree = sum(v["agree"] for v in r["summary"].values())
@@ -698,6 +710,7 @@ def main() -> None:
         lines += fn(d) if d else [f"(no {name} yet: run `python {cmd}`)", ""]
     with open(OUT, "w") as fh:
         fh.write("\n".join(lines))
+    docs["faults.json"] = _load("faults.json")  # its tables are in accuracy.md
     write_budgets(budgets({k: v for k, v in docs.items() if v}))
     write_block(FIRST_RUN, first_run(_load("first_run.json")))
     print(f"wrote {OUT}")

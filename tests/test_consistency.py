@@ -493,8 +493,13 @@ def test_a_straggler_not_ruled_out_in_the_report_its_json_and_every_view():
     assert d["straggler_not_ruled_out"] == u
     assert ReportData.from_dict(d).not_ruled_out == u
     text = " ".join(terminal.render(report, width=200).split())
-    assert "Not ruled out: rank 1 is not ruled out: it arrived 13.8 ms after" in text
+    assert "Rank 1 is not ruled out as a straggler: it arrived 13.8 ms after" in text
     assert 'id="not-ruled-out"' in html.render(report, plotlyjs="cdn")
+    # and what the steps can see at all: no rank's lateness under that is told from chance
+    f = report.straggler_floor
+    assert f["steps"] == 8 and f["up_to_ms"] == pytest.approx(u["up_to_ms"], rel=0.01)
+    assert d["straggler_floor"] == f and ReportData.from_dict(d).straggler_floor == f
+    assert f"cannot tell a rank late by up to {f['up_to_ms']:.1f} ms a step" in text
     # a named rank says more: nothing "not ruled out" beside it
     late[1] += 30  # rank 1 late every step: named, and nothing "not ruled out" beside it
     named = analyze_table(table_from_rows(rows_for(late)), skip=0)

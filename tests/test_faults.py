@@ -126,6 +126,28 @@ def test_a_rank_named_probably_late_is_unsure_said_whatever_the_verdict_s_confid
                  35.0)["unsure_said"]
 
 
+def test_a_fault_the_steps_could_not_see_or_rule_out_is_unsure_when_said():
+    """A 0.4 ms fault a step (1% of it) in a data-bound run: nobody named. The report that says
+    its steps cannot tell a rank late by up to 2.5 ms from chance (straggler_floor) said it could
+    not see it: unsure, right; one whose floor is under the fault claimed to see it and missed.
+    A rank not ruled out as a straggler is unsure if it is the slowed one, wrong if another."""
+    t = {"slowed": [1], "added_ms": {"1": 0.4}, "ms": 0.4, "kind": "forward"}
+    report = {"verdict": "data-bound", "confidence": "high", "stragglers": [],
+              "probable_stragglers": [], "straggler_details": [], "minor_stragglers": [],
+              "suggestions": [], "straggler_floor": {"up_to_ms": 2.5, "pct": 6.0, "steps": 21}}
+    got = score("forward", t, report, 35.0)
+    assert got["right"] and got["unsure_said"] and got["below_floor"]
+    assert not score("forward", t, dict(report, straggler_floor={"up_to_ms": 0.3, "pct": 1,
+                                                                 "steps": 21}), 35.0)["right"]
+    bare = {k: v for k, v in report.items() if k != "straggler_floor"}
+    big = dict(t, added_ms={"1": 4.0})
+    said = dict(bare, straggler_not_ruled_out={"rank": 1, "late_ms": 2.0, "up_to_ms": 6.0,
+                                               "material_ms": 3.5, "steps": 21})
+    assert score("forward", big, said, 35.0)["unsure_said"]
+    other = dict(said, straggler_not_ruled_out=dict(said["straggler_not_ruled_out"], rank=0))
+    assert not score("forward", big, other, 35.0)["right"]
+
+
 def test_a_control_rank_slower_in_the_profiled_steps_alone_is_confirmed_there():
     """A control run on a busy machine: rank 0's own work is 20% longer in optimizer steps 2-5
     alone (its loader starved there), the same elsewhere. The traces (steps 2-5) name it: the

@@ -43,7 +43,8 @@ from train import ACCUM  # noqa: E402
 KINDS = ("control", "data", "data_workers", "forward", "backward", "optimizer", "between",
          "comm", "intermittent", "two", "rotating")
 #: (parallelism, ranks) of the whole table; the quick subset is the first
-CONFIGS = (("ddp", 2), ("ddp", 4), ("accum", 2), ("fsdp2", 2), ("ddp", 8), ("pipeline", 4))
+CONFIGS = (("ddp", 2), ("ddp", 4), ("accum", 2), ("fsdp2", 2), ("ddp", 8), ("pipeline", 4),
+           ("accum", 4), ("fsdp2", 4))
 FRACTIONS = (0.05, 0.1, 0.25, 0.5, 1.0)
 STEPS = 24
 WORKERS = 2

@@ -16,7 +16,9 @@ Rows the evidence cannot settle count as right only where the report says so: it
 rank as probably late (a probable straggler: late in most steps, "record more steps"), whatever
 the verdict's confidence (a data-bound run with a small fault is rightly data-bound, and sure of
 it), or says its steps cannot rule the rank out as a straggler (`straggler_not_ruled_out`), or
-names no one at low confidence. Counted apart as unsure.
+that they cannot see a straggler as small as the fault (`straggler_floor`: the injected ms a step
+under the most a rank's lateness could be and look like chance), or names no one at low
+confidence. Counted apart as unsure.
 """
 
 from __future__ import annotations
@@ -196,6 +198,11 @@ def score(kind: str, t: dict, report: dict, control_step_ms: float | None) -> di
     unsure = False
     unruled = (report.get("straggler_not_ruled_out") or {}).get("rank")
     out["not_ruled_out"] = unruled
+    # what the steps could see: a fault whose lateness a step is under it, said so, is unsure
+    seen_from = (report.get("straggler_floor") or {}).get("up_to_ms")
+    hidden = seen_from is not None and all(
+        _get(t["added_ms"], r, 0.0) <= seen_from for r in t["slowed"])
+    out["below_floor"] = hidden
     if kind in ("control", "rotating"):
         ok = not named
         if named and clock_confirms(named, t, analysed_steps(report)):  # a rank really
@@ -211,7 +218,8 @@ def score(kind: str, t: dict, report: dict, control_step_ms: float | None) -> di
         out["minor"] = not ok and not named and sorted(minor[:len(slowed)]) == sorted(slowed)
         ok = ok or out["minor"]
         unsure = not ok and not named and (set(probable) <= set(slowed) if probable else
-                                           unruled in slowed or (low and unruled is None))
+                                           unruled in slowed or hidden
+                                           or (low and unruled is None))
     elif kind == "intermittent":
         r = slowed[0]
         d = _detail(report, r)
@@ -222,7 +230,7 @@ def score(kind: str, t: dict, report: dict, control_step_ms: float | None) -> di
             d.get("last_in") is None or d["last_in"][0] < d["last_in"][1]
             or bool(d.get("bursts"))))
         unsure = not ok and not named and (probable == [r] if probable else
-                                           unruled == r or (low and unruled is None))
+                                           unruled == r or hidden or (low and unruled is None))
     else:
         r = slowed[0]
         ok = bool(named) and named[0] == r
@@ -234,7 +242,7 @@ def score(kind: str, t: dict, report: dict, control_step_ms: float | None) -> di
         # not sure, and said so: the rank named probably, or not ruled out, or no one at low
         # confidence (not another rank)
         unsure = not ok and not named and (probable == [r] if probable else
-                                           unruled == r or (low and unruled is None))
+                                           unruled == r or hidden or (low and unruled is None))
     out["straggler"] = ok
     out["unsure_said"] = unsure
     out["right"] = ok or unsure

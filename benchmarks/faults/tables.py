@@ -12,7 +12,7 @@ CHECKS = ("right", "cause", "excess", "estimate")
 #: what the results file keeps of a report: enough to score it again (run.py --rescore)
 KEPT = ("verdict", "confidence", "confidence_why", "time_by_label", "stragglers",
         "probable_stragglers", "straggler_details", "minor_stragglers", "jitter",
-        "steps_analysed", "straggler_not_ruled_out")
+        "steps_analysed", "straggler_not_ruled_out", "straggler_floor")
 
 
 def brief(rep: dict) -> dict:
@@ -130,8 +130,8 @@ def section(path: str) -> list[str]:
         "said intermittent; nobody named in controls and rotating rows, unless the loop's own "
         "clock shows a rank computing 10% longer on the shared cores; a loader fault its "
         "workers hid counts as a control), or the report saying it is not sure (the rank "
-        "named probably a straggler, or not ruled out as one, or no one at low confidence: "
-        "counted apart as unsure); "
+        "named probably a straggler, or not ruled out as one, or the fault under what the steps "
+        "could see, or no one at low confidence: counted apart as unsure); "
         "*cause*: "
         "the phase; *excess*: within 25% of the injected time; *estimate*: the step with the fault fixed within 15% of the same "
         "configuration's unslowed runs (two per configuration). A dash: the check does not "

@@ -101,6 +101,11 @@ class Roles:
     minor: dict = field(default_factory=dict)
     #: the typical step the material and minor shares are of (ns; 0: not worked out)
     typical_ns: float = 0.0
+    #: the most any rank's mean lateness could be and still look like chance in these steps
+    #: (ns: the largest upper end of a one-sided RULE_OUT_ALPHA interval over the ranks no test
+    #: found late): what the steps can see. A rank slowed by less hides in them (a rank 1%
+    #: slower, or late in 1 step of 5 by 2 ms), and the report says so; 0: not worked out
+    floor_ns: float = 0.0
 
     @property
     def decided(self) -> bool:
@@ -296,6 +301,12 @@ def _tested(roles: Roles, w, ranks, slowest, min_share, max_wait, busy=None, own
             roles.probable = lean
     if not roles.late and min_share > 0:
         roles.unruled = _unruled(mean, sd, n, ranks, min_share * typical)
+    if min_share > 0 and n >= MIN_STEPS:
+        k = n_ranks / (n_ranks - 1)
+        upper = (-mean + t_critical(n - 1, RULE_OUT_ALPHA) * sd / math.sqrt(n)) * k
+        free = np.array([int(r) not in roles.late for r in ranks]) & np.isfinite(upper)
+        if free.any():
+            roles.floor_ns = max(float(upper[free].max()), 0.0)
     return roles
 
 

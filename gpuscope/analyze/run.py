@@ -310,7 +310,8 @@ def report(a: Analysis) -> None:
         missing_ranks=a.missing, memory=a.memory, throughput=a.throughput, energy=a.energy,
         comm_by_group=a.comm_groups, routing=a.routing, ops=a.ops, died=a.died, table=analysed,
         comm_by_dim_steps=dim_steps(t, a.frame, a.mapping, a.key_waits),
-        minor_stragglers=a.minor, not_ruled_out=not_ruled_out(a))
+        minor_stragglers=a.minor, not_ruled_out=not_ruled_out(a),
+        straggler_floor=straggler_floor(a))
 
 
 def not_ruled_out(a: Analysis) -> dict:
@@ -322,6 +323,15 @@ def not_ruled_out(a: Analysis) -> dict:
     rank, late, upper, bound = u
     return {"rank": rank, "late_ms": round(late / 1e6, 3), "up_to_ms": round(upper / 1e6, 3),
             "material_ms": round(bound / 1e6, 3), "steps": int(a.roles.n_steps)}
+
+
+def straggler_floor(a: Analysis) -> dict:
+    """What the steps can see, where no rank is named late (consistency.Roles.floor_ns)."""
+    r = a.roles
+    if r is None or not r.floor_ns or a.stragglers or a.minor or not r.typical_ns:
+        return {}
+    return {"up_to_ms": round(r.floor_ns / 1e6, 3),
+            "pct": round(100 * r.floor_ns / r.typical_ns, 1), "steps": int(r.n_steps)}
 
 
 def check(a: Analysis) -> None:

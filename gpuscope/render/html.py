@@ -511,6 +511,9 @@ def _summary_html(report: ReportData) -> str:
         out.append(f'<h3>Minor stragglers</h3><ul id="minor-stragglers">{items}</ul>')
     if report.not_ruled_out:
         out.append(f'<p id="not-ruled-out">{esc(report.not_ruled_out_line)}</p>')
+    if report.straggler_floor and not report.stragglers:
+        out.append(f'<p id="straggler-floor">Stragglers: none; '
+                   f'{esc(report.straggler_floor_line)}</p>')
     note = report.jitter.note(report.late_ranks)
     if note:
         out.append(f'<p id="jitter">{esc(note)}</p>')

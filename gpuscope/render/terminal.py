@@ -404,13 +404,14 @@ def _stragglers(report: ReportData, console: Console) -> None:
     elif IMBALANCED in report.verdict.time_by_label:
         console.print("Stragglers: none named (too few steps to tell a straggler from jitter)")
     else:
-        console.print("Stragglers: none")
+        console.print("Stragglers: none" + (f" ({report.straggler_floor_line})"
+                                            if report.straggler_floor else ""))
     for m in report.minor_stragglers:
         console.print(Text.assemble(("Minor straggler:", "yellow"),
                                     " " + m.line(report.thresholds.wait)))
     if report.not_ruled_out:
-        console.print(Text.assemble(("Not ruled out:", "yellow"),
-                                    " " + report.not_ruled_out_line))
+        console.print(Text(report.not_ruled_out_line[0].upper() + report.not_ruled_out_line[1:],
+                           style="yellow"))
     note = report.jitter.note(report.late_ranks)
     if note:
         console.print(Text(note, style="yellow"))

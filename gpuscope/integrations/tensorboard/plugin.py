@@ -217,6 +217,7 @@ def build_payload(path: str, run: str) -> dict:
                                if s.ops},
              "minor": [m.line(report.thresholds.wait) for m in report.minor_stragglers],
              "not_ruled_out": report.not_ruled_out_line,
+             "straggler_floor": report.straggler_floor_line,
              "jitter": report.jitter.note(report.late_ranks)}
     return {"run": run, "report": report.to_dict(), "figures": figs, "colors": LABEL_COLORS,
             "title": esc(f"{report.verdict.label}: {run}"), "words": words}

@@ -98,6 +98,9 @@ function summary(report, colors, words) {
     for (const line of words.minor) ul.append(el("li", {}, line));
     box.append(ul);
   }
+  if (words && words.straggler_floor && !(report.straggler_details || []).length) {
+    box.append(el("p", {id: "straggler-floor"}, `Stragglers: none; ${words.straggler_floor}`));
+  }
   if (words && words.not_ruled_out) {
     box.append(el("p", {id: "not-ruled-out"}, words.not_ruled_out));
   }
