@@ -171,6 +171,26 @@ def test_a_control_rank_slower_in_the_profiled_steps_alone_is_confirmed_there():
     assert not score("control", dict(t, slowed=[]), dict(control, **record), None)["right"]
 
 
+def test_another_rank_the_loop_s_clock_shows_slower_where_the_fault_hid_is_right():
+    """A data_workers row: rank 1's loader slowed, its 2 workers hiding most of it; in the 8
+    profiled steps (2-9) rank 0's own work was 25% longer (the shared cores), rank 1's not. The
+    traces call rank 0 probably a straggler: right about the run, by the loop's clock. Were rank
+    1 slower there too, or rank 0 not, naming rank 0 is wrong."""
+    per = {0: [30.0] * 24, 1: [30.0] * 24, 2: [30.0] * 24}
+    for i in range(2, 10):
+        per[0][i] = 37.5
+    t = {"slowed": [1], "added_ms": {1: 3.0}, "local_ms": {0: 30.0, 1: 30.0, 2: 30.0},
+         "local_steps_ms": per, "data_ms": {0: 1.0, 1: 1.2, 2: 1.0}, "step_ms": 40.0}
+    traces = {"verdict": "imbalanced", "confidence": "low", "stragglers": [],
+              "probable_stragglers": [0], "steps": [{"step": i} for i in range(2, 10)]}
+    got = score("forward", t, traces, None)
+    assert got["right"] and got.get("real_straggler")
+    calm = dict(t, local_steps_ms={k: [30.0] * 24 for k in per})
+    assert not score("forward", calm, traces, None)["right"]
+    both = dict(t, local_steps_ms={**per, 1: per[0]})
+    assert not score("forward", both, traces, None)["right"]
+
+
 def test_two_small_faults_named_the_first_two_minor_stragglers_are_right():
     """Two ranks slowed 4 ms a step (5%) of 128: no straggler, both first among the minor ones
     (the generated row the table counted wrong); one of them and another rank is wrong."""

@@ -243,6 +243,15 @@ def score(kind: str, t: dict, report: dict, control_step_ms: float | None) -> di
         # confidence (not another rank)
         unsure = not ok and not named and (probable == [r] if probable else
                                            unruled == r or hidden or (low and unruled is None))
+        # another rank named (or probably), which the loop's own clock shows really slower
+        # in the steps the report analysed while the slowed one was not (its loader's workers
+        # hid the fault there, and the shared cores slowed the other): right about the run, as
+        # in a control (a data_workers row whose 8 profiled steps had rank 0 the slower)
+        blamed = named or probable
+        steps = analysed_steps(report)
+        if not (ok or unsure) and blamed and r not in blamed and "local_ms" in t and clock_confirms(
+                blamed, t, steps) and not clock_confirms([r], t, steps):
+            ok = out["real_straggler"] = True
     out["straggler"] = ok
     out["unsure_said"] = unsure
     out["right"] = ok or unsure
