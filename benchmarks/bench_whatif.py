@@ -40,6 +40,7 @@ import gpuscope  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import public_nanogpt as nanogpt  # noqa: E402
+from whatif_tables import rows_table  # noqa: E402
 
 ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
 DEMO = ("-m", "gpuscope.demo.train")
@@ -249,28 +250,6 @@ def run_case(name: str, pairs: int, tmp: str) -> dict:
     return row
 
 
-def table(rows: list[dict]) -> str:
-    out = ["| case | program | suggestion | before | estimated (range) | measured after | error | "
-           "in range |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for r in rows:
-        if not r.get("applied"):
-            what = (f"{r['knob']} {r['current']} -> {r['proposed']}" if r.get("knob")
-                    else "none")
-            out.append(f"| {r['case']} | {r['program']} | {what} | | | not applied | | |")
-            continue
-        for p in r["pairs"]:
-            if p.get("estimate", True) is None:
-                out.append(f"| {r['case']} | {r['program']} | {r['knob']} | | | {p['note']} | | |")
-                continue
-            lo, hi = p["range_ms"]
-            out.append(
-                f"| {r['case']} | {r['program']} | {r['knob']}: {r['current']} -> {r['proposed']} | "
-                f"{p['before_ms']:.1f} ms | {p['estimated_ms']:.1f} ms ({lo:.1f}-{hi:.1f}) | "
-                f"{p['measured_ms']:.1f} ms | {p['error_pct']:+.1f}% | "
-                f"{'yes' if p['in_range'] else 'no'} |")
-    return "\n".join(out)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pairs", type=int, default=3,
@@ -289,7 +268,7 @@ def main() -> None:
     for name in args.cases.split(","):
         print(f"{name} ...", file=sys.stderr, flush=True)
         rows.append(run_case(name, args.pairs, tmp))
-    print(table(rows))
+    print("\n".join(rows_table(rows)))
     os.makedirs(os.path.dirname(args.json), exist_ok=True)
     with open(args.json, "w") as fh:
         commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],

@@ -31,6 +31,30 @@ def scored(d: dict) -> list[tuple[dict, dict]]:
             if p.get("estimate", True) is not None]
 
 
+def rows_table(cases: list[dict]) -> list[str]:
+    """The markdown table of bench_whatif's cases, a row per pair (bench_whatif prints it too)."""
+    out = ["| case | program | suggestion | before | estimated (range) | measured after | error "
+           "| in range | range useful |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for c in cases:
+        if not c.get("applied"):
+            what = (f"{c['knob']}: {c['current']} -> {c['proposed']}" if c.get("knob")
+                    else "no suggestion")
+            out.append(f"| {c['case']} | {c['program']} | {what} | | | not applied | | | |")
+            continue
+        for p in c["pairs"]:
+            if p.get("estimate", True) is None:
+                out.append(f"| {c['case']} | {c['program']} | {c['knob']} | | | {p['note']} "
+                           "| | | |")
+                continue
+            lo, hi = p["range_ms"]
+            out.append(f"| {c['case']} | {c['program']} | {c['knob']}: {c['current']} -> "
+                       f"{c['proposed']} | {p['before_ms']:.1f} ms | {p['estimated_ms']:.1f} ms "
+                       f"({lo:.1f}-{hi:.1f}) | {p['measured_ms']:.1f} ms | "
+                       f"{p['error_pct']:+.1f}% | {'yes' if p['in_range'] else 'no'} | "
+                       f"{'yes' if p['useful'] else 'no'} |")
+    return out
+
+
 def section(path: str) -> list[str]:
     if not os.path.exists(path):
         return []
@@ -56,26 +80,7 @@ def section(path: str) -> list[str]:
            f"- the re-run inside the stated range: **{count['in_range']} of {n}** (the goal: "
            f"{GOALS['in_range']:.0%});",
            f"- the range useful, within +-25% of its point: **{count['useful']} of {n}** (the "
-           f"goal: {GOALS['useful']:.0%}).", "",
-           "| case | program | suggestion | before | estimated (range) | measured after | error "
-           "| in range | range useful |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for c in d["cases"]:
-        if not c.get("applied"):
-            what = (f"{c['knob']}: {c['current']} -> {c['proposed']}" if c.get("knob")
-                    else "no suggestion")
-            out.append(f"| {c['case']} | {c['program']} | {what} | | | not applied | | | |")
-            continue
-        for p in c["pairs"]:
-            if p.get("estimate", True) is None:
-                out.append(f"| {c['case']} | {c['program']} | {c['knob']} | | | {p['note']} "
-                           "| | | |")
-                continue
-            lo, hi = p["range_ms"]
-            out.append(f"| {c['case']} | {c['program']} | {c['knob']}: {c['current']} -> "
-                       f"{c['proposed']} | {p['before_ms']:.1f} ms | {p['estimated_ms']:.1f} ms "
-                       f"({lo:.1f}-{hi:.1f}) | {p['measured_ms']:.1f} ms | "
-                       f"{p['error_pct']:+.1f}% | {'yes' if p['in_range'] else 'no'} | "
-                       f"{'yes' if p['useful'] else 'no'} |")
+           f"goal: {GOALS['useful']:.0%}).", ""] + rows_table(d["cases"])
     missed = sorted({c["case"] for c, p in rows if not p["in_range"] or abs(p["error_pct"]) > 15},
                     key=[c["case"] for c in d["cases"]].index)
     if missed:

@@ -219,3 +219,23 @@ def test_straggler_estimate_waits_for_the_last_of_the_others():
     busy = [20, 30]
     import numpy as np
     assert top.estimated_step_ms > np.mean(busy)
+
+
+def test_a_re_run_s_noise_widens_every_range_by_the_device_s_least_or_the_run_s_drift():
+    """rerun_noise: a steady CPU run's ranges widen 10% either way; one whose median step moved
+    from 40 to 50 ms between its halves by twice that drift (22%, said); a GPU run by its drift
+    alone (none: unchanged); fewer than 8 steps tell no drift."""
+    from gpuscope.analyze.rerun_noise import band, drift, widen
+    from gpuscope.results import Suggestion
+
+    steady, moved = [40e6] * 20, [40e6] * 10 + [50e6] * 10
+    assert drift(steady) == 0 and drift(moved) == pytest.approx(10 / 45)
+    assert drift(moved[8:14]) == 0  # 6 steps: too few
+    assert band(steady, {"device": "cpu"}) == (0.10, "")
+    w, what = band(moved, {"device": "cpu"})
+    assert w == pytest.approx(20 / 45) and "22% drift" in what
+    s = Suggestion("batch_size", 2, 4, 30.0, "why", "comm-bound", 10.0, (25.0, 35.0))
+    (got,) = widen([s], steady, {"device": "cpu"})
+    assert got.estimated_step_ms_range == pytest.approx((22.5, 38.5))
+    assert got.estimated_step_ms == 30.0 and "re-run's noise, +-10%" in got.why
+    assert widen([s], steady, {"device": "cuda:0"}) == [s]

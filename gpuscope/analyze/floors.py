@@ -46,10 +46,15 @@ MOVES_FLOOR = {"batch_size": "a larger batch spreads the straggler's per-step wo
 
 
 def rank_means(frame: pd.DataFrame, rank: int) -> dict[str, float]:
+    """A rank's mean parts (ns) over `frame`, and its backward beyond what its forward predicts
+    (sync_surplus_ns); {} without rows."""
     rows = frame[frame["rank"].to_numpy() == rank]
     cols = ("step_ns", "wait_ns", "bubble_ns", "data_ns", "comm_exposed_ns", "optimizer_ns",
             "comm_ns", "backward_ns", "other_ns", "forward_ns")
-    return {c: float(rows[c].mean()) for c in cols if c in rows and len(rows)}
+    out = {c: float(rows[c].mean()) for c in cols if c in rows and len(rows)}
+    if out:
+        out["sync_surplus_ns"] = sync_surplus(frame, rank, out)
+    return out
 
 
 def hidden_cost(parts: dict, knobs: dict, most: bool = False) -> float:
@@ -113,7 +118,6 @@ def floors(frame: pd.DataFrame, stragglers: list, typical: TypicalStep, knobs: d
     for s in stragglers:
         m = rank_means(frame, s.rank)
         if m:
-            m["sync_surplus_ns"] = sync_surplus(frame, s.rank, m)
             out.append((f"rank {s.rank}, probably a straggler" if s.probable else
                         f"rank {s.rank}, the straggler", IMBALANCED, m, bool(s.probable)))
     workers = knobs.get("num_workers")

@@ -237,7 +237,7 @@ def violations(report: ReportData) -> list[str]:
 def below_floors(report: ReportData) -> list[str]:
     """Estimates below what a straggler of the same report holds the step at (floors.py), for
     suggestions that do not fix it and do not move it."""
-    from .floors import MOVES_FLOOR, floor_ms, rank_means, sync_surplus
+    from .floors import MOVES_FLOOR, floor_ms, rank_means
 
     frame = report.table.frame if report.table is not None else None
     if frame is None or not report.stragglers:
@@ -245,7 +245,6 @@ def below_floors(report: ReportData) -> list[str]:
     out = []
     for st in report.stragglers:
         m = rank_means(frame, st.rank)
-        m["sync_surplus_ns"] = sync_surplus(frame, st.rank, m)
         for s in report.suggestions:
             if s.addresses in (IMBALANCED, JITTER_BOUND) or s.knob in MOVES_FLOOR:
                 continue
