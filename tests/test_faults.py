@@ -204,3 +204,58 @@ def test_two_small_faults_named_the_first_two_minor_stragglers_are_right():
     assert got["right"] and got["minor"] and got["estimate"] is None
     wrong = dict(report, minor_stragglers=[minor[0], dict(minor[1], rank=9)])
     assert not score("two", t, wrong, 80.0)["right"]
+
+
+def test_a_hidden_loader_s_workers_lengthening_the_rank_s_compute_is_the_cause_by_the_clock():
+    """A data_workers row on a loaded machine: rank 1's 2 workers hid most of its slowed loader,
+    and their processes on its cores made its backward 6 ms longer (loop's clock). The traces
+    name rank 1 a minor straggler in backward, 5.5 ms: the cause is right by the clock, and the
+    excess is scored against the backward's growth. Were the rank's backward not longer by the
+    clock, the compute cause is wrong; a plain data row never takes a compute cause."""
+    phase = {0: {"data": 1.0, "forward": 10.0, "backward_compute": 20.0},
+             1: {"data": 2.0, "forward": 10.2, "backward_compute": 26.0},
+             2: {"data": 1.0, "forward": 10.0, "backward_compute": 20.0}}
+    t = {"slowed": [1], "added_ms": {1: 12.0}, "ms": 12.0, "kind": "data", "step_ms": 40.0,
+         "local_ms": {0: 31.0, 1: 38.2, 2: 31.0}, "data_ms": {0: 1.0, 1: 8.0, 2: 1.0},
+         "phase_ms": phase}
+    report = {"verdict": "comm-bound", "confidence": "medium", "stragglers": [],
+              "probable_stragglers": [], "straggler_details": [],
+              "minor_stragglers": [{"rank": 1, "excess_ms": 5.5, "cause": "compute",
+                                    "cause_detail": "backward"}], "suggestions": []}
+    got = score("data_workers", t, report, None)
+    assert got["right"] and got["cause"] and got.get("cause_by_clock")
+    assert got["excess_ms"] == [5.5, 6.0] and got["excess"]
+    calm = dict(t, phase_ms={**phase, 1: dict(phase[1], backward_compute=20.5)})
+    assert score("data_workers", calm, report, None)["cause"] is False
+    assert score("data", t, report, None)["cause"] is False
+
+
+def test_a_hidden_loader_below_the_floor_or_another_rank_not_ruled_out_is_scored_by_the_clock():
+    """The loaded CI row: rank 1's loader slowed 18.6 ms, its workers hid all but ~5 ms of it (the
+    loop's clock: local work 13.6 against 8.5 ms). The traces' 8 steps cannot see a straggler
+    under 11.2 ms (straggler_floor), and said so: unsure, right, as what was left of the fault is
+    under it; were 12 ms left, it claimed to see it and missed. The same report not ruling out rank
+    0, which the clock shows 60% busier in those 8 steps while rank 1 was not, is right about the
+    run; were rank 1 busier there too, it is wrong."""
+    steps = list(range(2, 10))
+    per = {0: [10.0] * 24, 1: [10.0] * 24}
+    for i in steps:
+        per[0][i] = 16.0
+    t = {"slowed": [1], "added_ms": {"1": 18.6, "0": 0.0}, "ms": 18.6, "kind": "data",
+         "step_ms": 26.0, "local_ms": {"0": 8.5, "1": 13.6}, "data_ms": {"0": 2.3, "1": 5.8},
+         "local_steps_ms": per}
+    report = {"verdict": "jitter-bound", "confidence": "low", "stragglers": [],
+              "probable_stragglers": [], "straggler_details": [], "minor_stragglers": [],
+              "suggestions": [], "steps": [{"step": i} for i in steps]}
+    floor = dict(report, straggler_floor={"up_to_ms": 11.2, "pct": 35.0, "steps": 8})
+    got = score("data_workers", t, floor, None)
+    assert got["right"] and got["below_floor"]
+    assert not score("data_workers", dict(t, local_ms={"0": 8.5, "1": 20.5}), floor,
+                     None)["below_floor"]
+    unruled = dict(report, straggler_not_ruled_out={"rank": 0, "late_ms": 0.3, "up_to_ms": 11.2})
+    got = score("data_workers", t, unruled, None)
+    assert got["right"] and got.get("real_straggler")
+    assert not score("data_workers", dict(t, local_steps_ms={0: per[0], 1: per[0]}), unruled,
+                     None)["right"]
+    # a forward fault is what was injected, whatever the clock: the floor does not cover it
+    assert not score("forward", t, floor, None)["below_floor"]

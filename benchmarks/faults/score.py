@@ -92,11 +92,14 @@ def truth(run_dir: str) -> dict:
     # run inside forward and backward; bench_overhead.py measures the whole)
     record = 1e3 * statistics.fmean(_median(per_step(d["seconds"]["record"]))
                                     for d in ranks.values() if d["seconds"].get("record"))
+    # each phase's median per step, by rank: where the loop's clock put a rank's extra time
+    phase_ms = {r: {p: round(1e3 * _median(per_step(d["seconds"][p])), 3) for p in phases
+                    if d["seconds"].get(p)} for r, d in ranks.items()}
     return {"fault": any_rank["fault"], "slowed": any_rank["slowed"], "ms": any_rank["ms"],
             "world": any_rank["world"], "parallel": any_rank["parallel"],
             "workers": any_rank["workers"], "added_ms": added, "step_ms": step_ms,
             "local_ms": local, "local_steps_ms": local_steps, "data_ms": data,
-            "record_ms": record}
+            "phase_ms": phase_ms, "record_ms": record}
 
 
 def _get(by_rank: dict, r: int, default=None):
@@ -142,6 +145,31 @@ def clock_confirms(ranks: list, t: dict, steps: list[int] | None = None) -> bool
     return bool(ranks)
 
 
+#: a straggler's cause phase, as the truth's phases name it
+PHASE_OF = {("compute", "forward"): "forward", ("compute", "backward"): "backward_compute",
+            ("compute", "optimizer"): "optimizer", ("data", None): "data",
+            ("other", None): "between"}
+
+
+def clock_puts_in(rank: int, cause: str | None, detail: str | None, excess_ms: float | None,
+                  t: dict) -> bool:
+    """The loop's own clock shows `rank` longer than its peers' median in the phase a report
+    named (cause, detail) by at least half the excess it gave (truth's phase_ms)."""
+    phase = PHASE_OF.get((cause, detail))
+    if phase is None or not excess_ms:
+        return False
+    grew = phase_excess(rank, phase, t)
+    return grew is not None and grew >= 0.5 * excess_ms
+
+
+def phase_excess(rank: int, phase: str, t: dict) -> float | None:
+    """How much longer `rank` spent in `phase` a step than its peers' median (loop's clock)."""
+    phases = {int(k): v for k, v in (t.get("phase_ms") or {}).items()}
+    others = [v[phase] for k, v in phases.items() if k != rank and phase in v]
+    mine = phases.get(rank, {}).get(phase)
+    return None if mine is None or not others else mine - statistics.median(others)
+
+
 def effective_kind(kind: str, t: dict) -> str:
     """The kind a row is scored as: a loader fault its workers hid (the slowed rank waited for
     data less than HIDDEN_DATA of the injected time more than its peers, by the loop's clock,
@@ -157,6 +185,20 @@ def effective_kind(kind: str, t: dict) -> str:
         if others and left < HIDDEN_DATA * injected and left < MATERIAL * t.get("step_ms", 0.0):
             return "control"
     return kind
+
+
+def left_of_fault(kind: str, rank: int, t: dict) -> float:
+    """The ms a step a fault made `rank` late by: what was injected; for a loader its workers
+    hide, what the loop's clock saw of it (the rank's local work over its peers' median),
+    at most what was injected."""
+    added = _get(t["added_ms"], rank, 0.0)
+    if kind != "data_workers" or "local_ms" not in t:
+        return added
+    local = {int(k): v for k, v in t["local_ms"].items()}
+    others = [v for k, v in local.items() if k != rank]
+    if rank not in local or not others:
+        return added
+    return min(added, max(0.0, local[rank] - statistics.median(others)))
 
 
 def _detail(report: dict, rank: int) -> dict | None:
@@ -201,7 +243,7 @@ def score(kind: str, t: dict, report: dict, control_step_ms: float | None) -> di
     # what the steps could see: a fault whose lateness a step is under it, said so, is unsure
     seen_from = (report.get("straggler_floor") or {}).get("up_to_ms")
     hidden = seen_from is not None and all(
-        _get(t["added_ms"], r, 0.0) <= seen_from for r in t["slowed"])
+        left_of_fault(kind, r, t) <= seen_from for r in t["slowed"])
     out["below_floor"] = hidden
     if kind in ("control", "rotating"):
         ok = not named
@@ -247,7 +289,8 @@ def score(kind: str, t: dict, report: dict, control_step_ms: float | None) -> di
         # in the steps the report analysed while the slowed one was not (its loader's workers
         # hid the fault there, and the shared cores slowed the other): right about the run, as
         # in a control (a data_workers row whose 8 profiled steps had rank 0 the slower)
-        blamed = named or probable
+        # (or the rank it could not rule out)
+        blamed = named or probable or ([unruled] if unruled is not None else [])
         steps = analysed_steps(report)
         if not (ok or unsure) and blamed and r not in blamed and "local_ms" in t and clock_confirms(
                 blamed, t, steps) and not clock_confirms([r], t, steps):
@@ -269,8 +312,15 @@ def score(kind: str, t: dict, report: dict, control_step_ms: float | None) -> di
         cause, detail = CAUSES.get(kind, (None, None))
         out["cause"] = None if cause is None else (
             d.get("cause") == cause and (detail is None or d.get("cause_detail") == detail))
+        if out["cause"] is False and kind == "data_workers" and clock_puts_in(
+                r, d.get("cause"), d.get("cause_detail"), d.get("excess_ms"), t):
+            # the workers hid the loader, and their processes, on the rank's cores, lengthened
+            # its compute in the phase named: the loop's clock puts the excess there
+            out["cause"] = out["cause_by_clock"] = True
         want = _get(t["added_ms"], r, 0.0)
-        if kind in ("data", "data_workers"):  # what the loader's wait grew by (loop's clock)
+        if out.get("cause_by_clock"):  # what that phase grew by (loop's clock)
+            want = phase_excess(r, PHASE_OF[d["cause"], d.get("cause_detail")], t)
+        elif kind in ("data", "data_workers"):  # what the loader's wait grew by (loop's clock)
             data = {int(k): v for k, v in t["data_ms"].items()}
             want = data[r] - statistics.median([v for k, v in data.items() if k != r])
         got = d.get("excess_ms")
