@@ -490,6 +490,9 @@ class ReportData:
     #: how the run died, the rank that died first first (analyze/stopped.deaths): each with
     #: its rank, the step it died in (from 0), its cause and what it says; [] when it did not
     died: list = field(default_factory=list)
+    #: a run whose steps stopped coming (analyze/stall.py): who waits where, who never came,
+    #: since when, whether it was late before; the pauses it came back from. {} when none
+    stall: dict = field(default_factory=dict)
     #: the analysed rank x step table (with wait and telemetry joined); None when read from JSON
     table: RunTable | None = field(default=None, compare=False, repr=False)
     #: per analysed rank and step, each mesh dimension's comm, exposed and wait ns
@@ -553,6 +556,7 @@ class ReportData:
         """The JSON report (DESIGN.md keys; times in ms, shares in %)."""
         d = {
             "schema": SCHEMA, "source": self.source, "path": self.path, "basis": BASIS,
+            **({"stall": _jsonable(self.stall)} if self.stall else {}),
             **({"died": [dict(x) for x in self.died]} if self.died else {}),
             "world_size": int(self.world_size),
             "ranks_analysed": len(self.ranks),
@@ -630,6 +634,7 @@ class ReportData:
                 comm_by_group=[dict(g) for g in d.get("comm_by_group", [])],
                 routing=dict(d.get("routing", {})), ops=dict(d.get("ops", {})),
                 died=[dict(x) for x in d.get("died", [])],
+                stall=dict(d.get("stall", {})),
                 minor_stragglers=[MinorStraggler.from_dict(x)
                                   for x in d.get("minor_stragglers", [])],
                 not_ruled_out=dict(d.get("straggler_not_ruled_out", {})),
@@ -647,3 +652,12 @@ class ReportData:
                 return cls.from_dict(msgspec.json.decode(fh.read()))
         except (OSError, msgspec.DecodeError) as exc:
             raise InputError(f"{path}: cannot read the report ({exc})") from None
+
+
+def _jsonable(x):
+    """A section with int keys (ranks) as JSON has them: string keys."""
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    return x

@@ -52,6 +52,7 @@ from .rank_summary import (analysed_rows, comm_by_kind, comm_by_parts, grad_sync
 from .routing import routing_section
 from .rowgroups import PerRank
 from .stragglers import find_minor, find_stragglers
+from .stall import late_before, section as stall_section
 from .stopped import deaths
 from .suggestions import in_order, leading_labels, suggest, unaddressed
 from .findings import Findings, typical_step
@@ -312,6 +313,14 @@ def report(a: Analysis) -> None:
         comm_by_dim_steps=dim_steps(t, a.frame, a.mapping, a.key_waits),
         minor_stragglers=a.minor, not_ruled_out=not_ruled_out(a),
         straggler_floor=straggler_floor(a))
+    a.report.stall = stall_section(t, a.report)
+    hung = {int(r) for r in a.report.stall.get("ranks") or ()}
+    killed = {d["rank"] for d in a.report.died if d["cause"] == "killed"}
+    if hung and hung <= killed and {d["rank"] for d in a.report.died} <= hung:
+        a.report.died = []  # the hung job killed at once: the stall says what happened
+    for d in a.report.died[:1]:  # the rank that died first: was it late before?
+        d["late_before"] = late_before(a.report, d["rank"], "died")
+        d["text"] += f"; {d['late_before']}"
 
 
 def not_ruled_out(a: Analysis) -> dict:

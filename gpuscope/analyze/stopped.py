@@ -93,6 +93,12 @@ def _flush_rows(info) -> int:
     return int(rows) if isinstance(rows, int) and rows > 0 else DEFAULT_FLUSH_ROWS
 
 
+def _flush_s(info) -> float:
+    flush = info.meta.get("flush")
+    s = flush.get("s") if isinstance(flush, dict) else None
+    return s if isinstance(s, (int, float)) and s > 0 else 1.0
+
+
 def stopped_warnings(stopped: list[dict]) -> list[str]:
     return [f"rank {s['rank']} stopped first: its last recorded step is {s['last_step']}; the "
             f"other ranks recorded up to step {s['others_reached']} ({s['reason']})"
@@ -125,6 +131,10 @@ def deaths(table: RunTable, stopped: list[dict], memory: dict, last: dict) -> li
     ooms = {f["ranks"][0]: f for f in (memory or {}).get("findings", [])
             if f.get("kind") == "out_of_memory"}
     first = {s["rank"] for s in stopped}
+    # where the ranks that failed on a lost peer were: the collective its death broke
+    broken = [_place(info.meta.get("end"), frame=True) for info in table.ranks.values()
+              if failed_on_a_peer(info.meta.get("end"))]
+    broken = next((b for b in broken if b), None)
     out = []
     for rank, info in sorted(table.ranks.items()):
         end = info.meta.get("end")
@@ -138,17 +148,48 @@ def deaths(table: RunTable, stopped: list[dict], memory: dict, last: dict) -> li
             cause, text = "out_of_memory", ooms[rank]["text"]
         elif killed:
             cause = "killed"
-            text = (f"rank {rank} was killed after its last recorded step {mine} (no end record: "
-                    "SIGKILL, the OOM killer or a lost node; its last rows may not have been "
-                    "written)")
+            when = (f"after its last recorded step {mine}" if mine is not None else
+                    "before any of its steps reached its file (rows are written every "
+                    f"{_flush_rows(info)} steps or {_flush_s(info)} s)")
+            peers = max((died_in(i.meta.get("end"), last.get(r)) or 0
+                         for r, i in table.ranks.items() if r != rank), default=None)
+            text = (f"rank {rank} was killed {when} (no end record: SIGKILL, the OOM killer or "
+                    "a lost node; its last rows may not have been written)"
+                    + (f"; the other ranks were in step {peers}, {broken}, when it went"
+                       if broken else ""))
         else:
             cause = "exception"
             err = str(end.get("error") or "").splitlines()
             text = (f"rank {rank}'s training raised in step {step}" + completed(step)
                     + (f": {err[0][:200]}" if err else ""))
+            place = _place(end, frame=True)
+            if place:
+                text += f" ({place})"
         out.append({"rank": int(rank), "step": step, "last_step": None if mine is None
                     else int(mine), "cause": cause, "first": rank in first or not stopped,
                     "text": text})
     out.sort(key=lambda d: (not d["first"], d["last_step"] if d["last_step"] is not None
                             else -1, d["rank"]))
     return out
+
+
+def _place(end, frame: bool = False) -> str:
+    """Where a rank's training was as it raised (its end record's error_where), or as the
+    launcher's SIGTERM came (terminated_where): "in all_reduce #46 (default group)", or "in
+    forward" with `frame`, ", at file:line (function)"."""
+    w = (end.get("error_where") or end.get("terminated_where")) if isinstance(end, dict) \
+        else None
+    if not isinstance(w, dict):
+        return ""
+    if w.get("in") == "collective":
+        text = f"in {w.get('kind')} #{w.get('seq')} ({w.get('group')} group)"
+    elif frame and w.get("in"):
+        text = w["in"] if str(w["in"]).startswith("after ") else f"in {w['in']}"
+    else:
+        return ""
+    if frame:
+        from .stall import _at
+
+        at = _at(w)
+        text += f", at {at}" if at else ""
+    return text

@@ -54,6 +54,8 @@ class RankFile:
     memory: list = field(default_factory=list)  # memory records (memory_records.py)
     routing: list = field(default_factory=list)  # all-to-all rows (routing_records.py)
     modules: list = field(default_factory=list)  # module forward times (module_records.py)
+    stalls: list = field(default_factory=list)  # the stall watcher's records (stall.py)
+    stall_ends: list = field(default_factory=list)  # ... and when steps resumed after each
     warnings: list[str] = field(default_factory=list)
     row_lines: list[int] = field(default_factory=list)  # line number of each row
     tally: Tally | None = None  # what was skipped while reading
@@ -167,6 +169,13 @@ def _end_ok(end) -> bool:
                     if end.get(k) is not None))
 
 
+def _stall_ok(x) -> bool:
+    """A stall record (or its end): a dict with the step and times the watcher writes."""
+    return isinstance(x, dict) and is_int(x.get("step"), 0, MAX_STEP) and all(
+        is_int(x[k], 0, MAX_UNIX_NS) for k in ("since_unix_ns", "noticed_unix_ns",
+                                                "resumed_unix_ns") if k in x)
+
+
 def _side_record(obj: dict, out: "RankFile", knobs: dict, tally: Tally, at: int) -> None:
     """A side record (knobs, end, device times, NVML samples, DataParallel totals)."""
     if "knobs" in obj:
@@ -202,6 +211,12 @@ def _side_record(obj: dict, out: "RankFile", knobs: dict, tally: Tally, at: int)
             out.modules.append(obj["modules"])
         else:
             tally.add("malformed module time record(s)", at)
+    for key, what in (("stall", "stalls"), ("stall_end", "stall_ends")):
+        if key in obj:
+            if _stall_ok(obj[key]):
+                getattr(out, what).append(obj[key])
+            else:
+                tally.add(f"malformed {key} record(s)", at)
     if "dataparallel" in obj:
         if _dataparallel_ok(obj["dataparallel"]):
             out.dataparallel = obj["dataparallel"]
@@ -991,7 +1006,9 @@ def read_run_dir(path: str, loaded: list | None = None) -> RunTable:
                                                            "run_id", "flush")}
                                | {"end": f.end, "file": os.path.basename(f.path),
                                   "capacity": capacity_of(header)}
-                               | ({"dataparallel": f.dataparallel} if f.dataparallel else {}))
+                               | ({"dataparallel": f.dataparallel} if f.dataparallel else {})
+                               | ({"stalls": f.stalls, "stall_ends": f.stall_ends}
+                                  if f.stalls or f.stall_ends else {}))
         tel = _telemetry(rank, f.nvml)
         if tel is not None:
             telemetry.append(tel)

@@ -60,6 +60,11 @@ class RecordOptions:
     live_log: bool = opt(True, "log the live line on rank 0")
     live_timeout_s: float = opt(60.0, "a rank that answers no live exchange for this long is "
                                       "given up on")
+    stall_watch: bool = opt(True, "a thread of the recorder's notices steps that stop coming: "
+                                  "writes the rows made so far, then, past stall_s, where the "
+                                  "training thread is (stall.py)")
+    stall_s: float | None = opt(None, "seconds without a step before a stall is written; None: "
+                                      "max(60, 20x the median step), 300 before the 2nd step")
     clock: Callable[[], int] = opt(time.perf_counter_ns, "the recorder's clock, integer ns; "
                                    "tests inject one", repr=False, compare=False)
 

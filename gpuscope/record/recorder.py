@@ -15,6 +15,7 @@ recording stops; it never reaches the training loop.
 from __future__ import annotations
 
 import atexit
+import collections
 import os
 import signal
 import sys
@@ -114,7 +115,12 @@ class Recorder:
         self._knobs: dict = {}
         self._batch_seen = False
         self._first_batch = None
-        self._raw: list = []     # micro-steps not flushed yet: rows_of()'s arguments
+        #: micro-steps not flushed yet: rows_of()'s arguments. A deque: the training thread
+        #: appends, a flush (the training thread's, or the stall watcher's once steps stop
+        #: coming) takes what it counted from the left, under _flush_lock
+        self._raw: collections.deque = collections.deque()
+        self._flush_lock = threading.Lock()
+        self._stall = None       # stall.StallWatch: notices steps that stop coming
         self._raw_since = 0      # when the oldest of them began
         self._micro = 0          # micro-steps since the last optimizer step
         self._live_every = int(live_every or 0)
@@ -179,8 +185,27 @@ class Recorder:
                 self._error = exc_type.__name__
             if self._mem is not None:  # what memory held as it raised (an OOM's post-mortem)
                 self._memory_at_error = self._mem.at_error()
+            self._error_where = self._where_raised(tb)
         self.stop(crashed=exc_type is not None)
         return False  # never swallow the training loop's own exception
+
+    def _where_raised(self, tb, frame=None) -> dict | None:
+        """Where training was when it raised (stall.where on the traceback's innermost frame),
+        or when a signal came (`frame`): a collective that failed on a lost peer names its kind,
+        group and number."""
+        try:
+            if (tb is None and frame is None) or not self._active:
+                return None
+            while tb is not None and tb.tb_next is not None:
+                tb = tb.tb_next
+            from .stall import where, wrapper_codes
+
+            out = where(self._log, tb.tb_frame if tb is not None else frame, wrapper_codes(),
+                        self._unix)
+            out["stack"] = out["stack"][:12]
+            return out
+        except Exception:
+            return None
 
     def _catch_sigterm(self) -> None:
         """A launcher stops the other ranks with SIGTERM when one dies (torchrun does), and by
@@ -204,18 +229,54 @@ class Recorder:
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 if os.getpid() == pid:
                     self._terminated = "SIGTERM"
+                    self._terminated_where = self._where_raised(None, frame)
                     self.stop()
                 os.kill(os.getpid(), signal.SIGTERM)
 
             signal.signal(signal.SIGTERM, on_sigterm)
             self._on_sigterm = on_sigterm
+            self._watch_signals()
         except (ValueError, OSError):
             pass
+
+    def _watch_signals(self) -> None:
+        """Python runs a signal's handler on the main thread only, between bytecodes: a training
+        thread blocked in native code (a collective that never completes) would hold off the
+        SIGTERM our handler took over, until the launcher's SIGKILL. A wakeup fd (where nobody
+        has one) tells the stall watcher the signal came, which then ends the process itself
+        (stall.StallWatch.sigterm)."""
+        r, w = os.pipe()
+        os.set_blocking(r, False)
+        os.set_blocking(w, False)
+        try:
+            old = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+        except (ValueError, OSError):
+            old = None
+        if old != -1:  # someone else's (an event loop's), or none could be set: left alone
+            if old is not None:
+                signal.set_wakeup_fd(old)
+            os.close(r)
+            os.close(w)
+            return
+        self._wakeup = (r, w)
 
     def _release_sigterm(self) -> None:
         handler, self._on_sigterm = getattr(self, "_on_sigterm", None), None
         if handler is None or threading.current_thread() is not threading.main_thread():
             return
+        wakeup, self._wakeup = getattr(self, "_wakeup", None), None
+        if wakeup is not None:
+            try:
+                now = signal.set_wakeup_fd(-1)
+                if now != wakeup[1]:  # replaced by someone since: theirs stays
+                    signal.set_wakeup_fd(now)
+            except (ValueError, OSError):
+                pass
+            for fd in wakeup:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
         try:
             if signal.getsignal(signal.SIGTERM) is handler:
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -310,6 +371,8 @@ class Recorder:
             "memory": capacity,
             # rows reach the file every `rows` steps or `s` seconds: what a kill can lose
             "flush": {"rows": self._flush_rows, "s": self._flush_ns / 1e9}})
+        if o.stall_watch:
+            self._start_stall_watch(p)
 
     def _open_precision_probe(self) -> None:
         """The dtype the model's maths runs in (autocast, TF32), read once inside its forward
@@ -358,11 +421,16 @@ class Recorder:
         if self._raw:
             self._flush_rows_now()
         self._flush_sinks(None, final=True)
+
         end: dict = {"steps": self.steps, "crashed": crashed, "end_unix_ns": self._unix(self._clock())}
         if getattr(self, "_terminated", None):
             end["terminated"] = self._terminated
+            if getattr(self, "_terminated_where", None):
+                end["terminated_where"] = self._terminated_where
         if crashed and getattr(self, "_error", None):
             end["error"] = self._error
+            if getattr(self, "_error_where", None):
+                end["error_where"] = self._error_where
         if crashed and self._memory_at_error:
             end["memory_at_error"] = self._memory_at_error
         if self._dev is not None:
@@ -399,7 +467,7 @@ class Recorder:
         opened first, the record file last of all (it takes the end record)."""
         self._active = self._log.active = False
         self._log.clear()
-        self._raw = []
+        self._raw.clear()
         try:
             atexit.unregister(self._at_exit)
         except Exception:
@@ -702,7 +770,7 @@ class Recorder:
         try:
             from . import profiler_facts
 
-            data, cpu = _loading(rows_of(self._raw, 0)[0])  # the steps not flushed yet
+            data, cpu = _loading(rows_of(list(self._raw), 0)[0])  # the steps not flushed yet
             profiler_facts.tell(profiler_facts.facts(self._knobs, self._data_ns + data,
                                                      self._data_cpu_ns + cpu))
         except Exception as exc:
@@ -744,7 +812,26 @@ class Recorder:
 
     def _flush_rows_now(self) -> None:
         self._note_groups()
-        pending, self._raw = self._raw, []
+        writer = self._writer
+        with self._flush_lock:
+            rows = self._drain()
+            if writer is not None:
+                if writer.error is not None:  # the disk is full, the file vanished...
+                    self._write_failed(writer.error)
+                    return
+                writer.add_rows(rows, wake=False)  # the sinks' lines follow: one wake-up
+        try:
+            self._flush_sinks(rows, wake=False)
+        finally:
+            if writer is not None:
+                writer.wake()
+
+    def _drain(self) -> list:
+        """The rows of the micro-steps not flushed yet, taken out (called holding _flush_lock):
+        as many as were there when it began, from the left, so a micro-step the training thread
+        appends meanwhile stays for the next flush."""
+        raw = self._raw
+        pending = [raw.popleft() for _ in range(len(raw))]
         rows, general = rows_of(pending, self._t0_unix - self._t0_perf)  # start: _unix(start)
         data, cpu = _loading(rows)  # what profiler_facts tells a trace
         self._data_ns += data
@@ -754,17 +841,7 @@ class Recorder:
                 self._routing.step_end(r.step, list(r.rows))
         # forward calls per step: one in each of the common shape's
         self._note_forwards([1] * (len(rows) - len(general)) + [r.forwards for r in general])
-        writer = self._writer
-        if writer is not None:
-            if writer.error is not None:  # the disk is full, the file vanished...
-                self._write_failed(writer.error)
-                return
-            writer.add_rows(rows, wake=False)  # the sinks' lines follow: one wake-up for all
-        try:
-            self._flush_sinks(rows, wake=False)
-        finally:
-            if writer is not None:
-                writer.wake()
+        return rows
 
     def _write_failed(self, error: str) -> None:
         """The record file cannot be written any more: stop recording, say so once, and leave
@@ -773,6 +850,27 @@ class Recorder:
                   "goes on", self.steps, error)
         self.warnings.append(f"recording stopped after step {self.steps}: {error}")
         self._teardown(None)
+
+    # ----------------------------------------------------------------- stalls
+    def _start_stall_watch(self, p) -> None:
+        """The stall watcher (stall.py): a thread that reads, never waits on, this recorder."""
+        from .stall import StallWatch, wrapper_codes
+
+        exchange = None
+        if self._live is not None and p.world_size > 1:
+            from .stall_exchange import Exchange
+
+            exchange = Exchange(p.rank, p.world_size, log=self._live_log and p.rank == 0)
+        watch = StallWatch(_Watched(self), self.options.stall_s, self._flush_ns / 1e9,
+                           wrapper_codes(), exchange)
+        self._stall = watch.start()
+
+        def close(watch, end):
+            watch.stop()
+            if watch.error:
+                self.warnings.append(watch.error)
+
+        self._closing("stall watcher", "_stall", close)
 
     # ----------------------------------------------------------------- live diagnosis
     def _start_live(self, p) -> None:
@@ -865,6 +963,89 @@ class Recorder:
         self.warnings.append(f"internal error in {where}: {exc!r}")
         self._teardown({"steps": self.steps, "crashed": False,
                         "recorder_error": f"{where}: {exc!r}", "warnings": self.warnings})
+
+
+class _Watched:
+    """What the stall watcher (stall.py) reads of a recorder, from its own thread."""
+
+    def __init__(self, rec: Recorder):
+        self._rec = rec
+        self.log = rec._log
+        self.clock = rec._clock
+        self.unix = rec._unix
+
+    @property
+    def active(self) -> bool:
+        return self._rec._active
+
+    @property
+    def steps(self) -> int:
+        return self._rec.steps
+
+    def last_step_end(self) -> int | None:
+        """When the last micro-step ended (the recording's start before the first)."""
+        start = self.log.start
+        return start if start is not None else getattr(self._rec, "_t0_perf", None)
+
+    def idle_flush(self) -> None:
+        """Steps stopped coming: the rows made so far go to the file (not the side channels:
+        they stay for the next flush, or the end)."""
+        rec = self._rec
+        writer = rec._writer
+        if not rec._raw or writer is None or writer.error is not None:
+            return
+        with rec._flush_lock:
+            if rec._raw and rec._active:
+                writer.add_rows(rec._drain())
+
+    def sigterm_came(self) -> bool:
+        """A SIGTERM reached the process since the last look (the wakeup fd's bytes)."""
+        wakeup = getattr(self._rec, "_wakeup", None)
+        if wakeup is None:
+            return False
+        try:
+            got = os.read(wakeup[0], 512)
+        except (BlockingIOError, OSError):
+            return False
+        return signal.SIGTERM in got
+
+    def sigterm_unhandled(self) -> bool:
+        """Our SIGTERM handler is in place and has not run (the recording is open)."""
+        rec = self._rec
+        return rec._active and not rec._stopping and getattr(rec, "_on_sigterm", None) is not None
+
+    def terminate(self, frame) -> None:
+        """The training thread cannot take the SIGTERM that came (blocked in native code): write
+        the rows and the end record from here, then end the process as SIGTERM's default action
+        would have (exit status 128 + 15)."""
+        rec = self._rec
+        try:
+            rec._terminated = "SIGTERM"
+            rec._terminated_where = rec._where_raised(None, frame)
+            writer = rec._writer
+            if writer is not None:
+                with rec._flush_lock:
+                    if rec._raw:
+                        writer.add_rows(rec._drain())
+                end = {"steps": rec.steps, "crashed": False, "end_unix_ns": self.unix(self.clock()),
+                       "terminated": "SIGTERM", "blocked": True}
+                if rec._terminated_where:
+                    end["terminated_where"] = rec._terminated_where
+                writer.close(end)
+        finally:
+            os._exit(128 + signal.SIGTERM)
+
+    def write_side(self, obj: dict) -> None:
+        writer = self._rec._writer
+        if writer is not None:
+            writer.add_meta(obj)
+
+    def dump_flight_recorder(self) -> dict | None:
+        """torch's Flight Recorder, where it records (TORCH_FR_BUFFER_SIZE), written beside the
+        record file: {"file", "entries"}; None where it records nothing."""
+        from .stall import dump_flight_recorder
+
+        return dump_flight_recorder(self._rec.path)
 
 
 def record(run_dir, model=None, options: RecordOptions | None = None, **kw) -> Recorder:

@@ -478,6 +478,20 @@ def _summary_html(report: ReportData) -> str:
     v = report.verdict
     color = LABEL_COLORS.get(v.label, "#333")
     out = [f'<h1>gpuscope <small>{esc(report.source)}: {esc(report.path)}</small></h1>']
+    stall = report.stall or {}
+    if stall.get("text"):  # a run that hung says so first, with the stacks of the ranks
+        out.append(f'<p class="died" id="stall">The run stalled: '
+                   f'{esc(stall["text"][len("stalled "):])}</p>')
+        for r in stall.get("never_reached", []):
+            frames = (stall.get("stacks") or {}).get(str(r)) or \
+                (stall.get("stacks") or {}).get(r) or []
+            if frames:
+                out.append(f'<details><summary>rank {r}: its stack as it stalled (innermost '
+                           'first)</summary><pre>' + esc("\n".join(
+                               f'{f["file"]}:{f["line"]} in {f["func"]}' for f in frames[:12]))
+                           + '</pre></details>')
+    out += [f'<p class="meta">Paused: rank {p["rank"]} made no step for {p["lasted_s"]:.0f} s at '
+            f'step {p["step"]} (in {esc(str(p["in"]))})</p>' for p in stall.get("pauses", [])[:3]]
     out += [('<p class="died">Also died: ' if i else '<p class="died" id="died">The run died: ')
             + f'{esc(d["text"])}</p>'
             for i, d in enumerate(report.died[:4])]  # a run that died says so first

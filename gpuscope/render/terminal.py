@@ -90,6 +90,15 @@ def _header(report: ReportData, console: Console) -> None:
     head.append("gpuscope ", style="bold")
     head.append(f"{report.source} ", style="dim")
     head.append(f"{report.path}\n", style="dim")
+    stall = report.stall or {}
+    if stall.get("text"):  # a run that hung says so first: who waits, who never came
+        head.append("THE RUN STALLED: ", style="bold red")
+        head.append(stall["text"][len("stalled "):] + "\n", style="red")
+    for p in stall.get("pauses", [])[:3]:
+        head.append("Paused: ", style="bold")
+        head.append(f"rank {p['rank']} made no step for {p['lasted_s']:.0f} s at step "
+                    f"{p['step']} (in {p['in']}" + (f", at {p['at']}" if p.get("at") else "")
+                    + ")\n")
     for i, d in enumerate(report.died[:4]):  # a run that died says so first
         head.append("THE RUN DIED: " if i == 0 else "also died: ", style="bold red")
         head.append(d["text"] + "\n", style="red" if i == 0 else "")
@@ -102,7 +111,9 @@ def _header(report: ReportData, console: Console) -> None:
                 f"{' on ' + hosts.pop() if len(hosts) == 1 else ''}, {steps}"
                 + (f" (first {skip} left out as warm-up)" if skip else
                    " (profiled steps)" if report.source == "kineto" else "") + "\n")
-    head.append("Verdict" + (" of the steps before it died" if report.died else "") + ": ",
+    head.append("Verdict" + (" of the steps before it died" if report.died else
+                             " of the steps before it stalled" if stall.get("text") else "")
+                + ": ",
                 style="bold")
     head.append(v.label.upper(), style=f"bold {LABEL_STYLES.get(v.label, 'white')}")
     head.append(f"  {_pct(v.share, 2):.0f}% of step time, confidence {v.confidence}")

@@ -1,0 +1,83 @@
+"""Live word of a stall (with live diagnosis on): each rank's stall watcher leaves what its
+training thread is in under a key of the job's store (torch.distributed's, which any thread may
+use); rank 0's reads them all and logs, once, who waits where and which ranks said nothing (a
+dead or frozen process). Nothing here runs on the training thread."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from .._log import logger
+
+#: how long rank 0 waits for its peers' word after its own watcher noticed (seconds)
+GATHER_S = 5.0
+PREFIX = "gpuscope/stall/"
+
+
+def _store():
+    from torch.distributed import distributed_c10d as c10d
+
+    return c10d._get_default_store()
+
+
+def brief(stall: dict) -> dict:
+    """What a rank tells of its stall: the step, where, since when, its innermost user frame."""
+    top = next((f for f in stall.get("stack") or () if f.get("user")), None)
+    return {k: stall[k] for k in ("step", "in", "kind", "group", "seq", "since_unix_ns")
+            if k in stall} | ({"at": f"{top['file']}:{top['line']}"} if top else {})
+
+
+class Exchange:
+    def __init__(self, rank: int, world_size: int, log: bool = True, store=None):
+        self.rank, self.world_size, self.log = rank, world_size, log
+        self._store = store
+        self._asked_at: float | None = None
+        self.line: str | None = None  # rank 0: the line it logged
+
+    def store(self):
+        if self._store is None:
+            self._store = _store()
+        return self._store
+
+    def said(self, stall: dict) -> None:
+        """This rank's watcher noticed a stall: its word goes to the store."""
+        try:
+            self.store().set(f"{PREFIX}{self.rank}", json.dumps(brief(stall)))
+        except Exception:
+            pass
+        self._asked_at = time.monotonic()
+
+    def resumed(self, stall: dict) -> None:
+        try:
+            self.store().delete_key(f"{PREFIX}{self.rank}")
+        except Exception:
+            pass
+        self._asked_at = None
+        self.line = None
+
+    def look(self, stall: dict) -> None:
+        """Rank 0, still stalled: once its peers had GATHER_S to answer, read and log."""
+        if self.rank != 0 or self.line is not None or self._asked_at is None:
+            return
+        if time.monotonic() - self._asked_at < GATHER_S:
+            return
+        words = {}
+        for r in range(self.world_size):
+            try:
+                key = f"{PREFIX}{r}"
+                if self.store().check([key]):
+                    words[r] = json.loads(self.store().get(key))
+            except Exception:
+                continue
+        self.line = live_line(words, self.world_size)
+        if self.log:
+            logger.warning("%s", self.line)
+
+
+def live_line(words: dict, world_size: int) -> str:
+    """One line from the ranks' words {rank: brief(stall)}."""
+    from ..analyze.stall import tell
+
+    return "gpuscope live: " + tell({r: dict(w) for r, w in words.items()}, world_size,
+                                    missing_word=True)
