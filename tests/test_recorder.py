@@ -186,7 +186,7 @@ def test_the_flush_timer_runs_on_the_injected_clock(tmp_path):
         assert len(rec._raw) == 5  # the oldest is 0.5 s old: kept
         now[0] += 1_000_000_000
         rec.step()  # now it is 1.5 s old: all six go
-        assert rec._raw == [] and rec.steps == 6
+        assert not rec._raw and rec.steps == 6
     rows = [line for line in (tmp_path / "run" / "rank-00000.gpuscope.jsonl").read_text()
             .splitlines() if line.startswith("[")]
     assert len(rows) == 6

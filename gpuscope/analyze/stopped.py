@@ -188,7 +188,7 @@ def _place(end, frame: bool = False) -> str:
     else:
         return ""
     if frame:
-        from .stall import _at
+        from ..stall_story import _at
 
         at = _at(w)
         text += f", at {at}" if at else ""

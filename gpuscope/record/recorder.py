@@ -200,7 +200,7 @@ class Recorder:
                 tb = tb.tb_next
             from .stall import where, wrapper_codes
 
-            out = where(self._log, tb.tb_frame if tb is not None else frame, wrapper_codes(),
+            out = where(self._log, tb.tb_frame if tb is not None else frame, wrapper_codes(Recorder.time_fetches.__code__),
                         self._unix)
             out["stack"] = out["stack"][:12]
             return out
@@ -862,7 +862,7 @@ class Recorder:
 
             exchange = Exchange(p.rank, p.world_size, log=self._live_log and p.rank == 0)
         watch = StallWatch(_Watched(self), self.options.stall_s, self._flush_ns / 1e9,
-                           wrapper_codes(), exchange)
+                           wrapper_codes(Recorder.time_fetches.__code__), exchange)
         self._stall = watch.start()
 
         def close(watch, end):

@@ -23,7 +23,6 @@ import statistics
 import sys
 import sysconfig
 import threading
-import time
 
 #: how often the watcher looks (seconds): a stall is noticed within bound + PERIOD_S
 PERIOD_S = 0.5
@@ -306,18 +305,17 @@ def _inner_code(fn, name: str):
     return None
 
 
-def wrapper_codes() -> dict:
+def wrapper_codes(data_code=None) -> dict:
     """{code object: what a frame of it on the training thread's stack means}: the recorder's
-    wrappers around collectives, their waits, the data iterator, the model's forward and
-    backward."""
+    wrappers around collectives, their waits, the data iterator (`data_code`, the recorder's),
+    the model's forward and backward."""
     from . import collectives
     from .events import StepLog
-    from .recorder import Recorder
 
     pairs = [(_inner_code(collectives._wrap, "timed_c10d"), "collective"),
              (_inner_code(collectives._wrap_funcol, "timed_funcol"), "collective"),
              (_inner_code(collectives._wrap_blocking, "blocking"), "wait"),
-             (Recorder.time_fetches.__code__, "data"),
+             (data_code, "data"),
              (_inner_code(StepLog.time_forward, "timed_forward"), "forward"),
              (StepLog.timed_backward.__code__, "backward")]
     return {c: what for c, what in pairs if c is not None}

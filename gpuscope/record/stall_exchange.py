@@ -77,7 +77,7 @@ class Exchange:
 
 def live_line(words: dict, world_size: int) -> str:
     """One line from the ranks' words {rank: brief(stall)}."""
-    from ..analyze.stall import tell
+    from ..stall_story import tell
 
     return "gpuscope live: " + tell({r: dict(w) for r, w in words.items()}, world_size,
                                     missing_word=True)

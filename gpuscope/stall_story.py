@@ -1,0 +1,179 @@
+"""How a stall is told, from the ranks' stall records (record/stall.py): who waits in which
+collective, who never reached it and where, mismatched collectives, who left no word. Shared by
+the analysis (analyze/stall.py) and the live line rank 0 logs (record/stall_exchange.py).
+
+A rank's place in the collective order is how many collectives it issued on a group (torch's
+sequence number, the Flight Recorder's collective_seq_id). The ranks that wait are those at the
+highest number on the group the stall is on; a rank at a lower one never reached that
+collective; ranks at the same number in collectives of another kind or size are mismatched,
+the smaller party the odd one out.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+#: the states in which a rank waits on its peers (a collective, or work that waits on one)
+WAITING = ("collective", "wait", "backward", "optimizer")
+
+
+def clock(ns: int | None) -> str:
+    return "?" if not ns else time.strftime("%H:%M:%S", time.gmtime(ns / 1e9)) + " UTC"
+
+
+def _at(stall: dict) -> str | None:
+    """The innermost frame of the user's code on the rank's stack: file:line (function)."""
+    if stall.get("at"):
+        return stall["at"]
+    for f in stall.get("stack") or ():
+        if f.get("user"):
+            return f"{os.path.basename(f['file'])}:{f['line']} ({f['func']})"
+    return None
+
+
+def _target(s: dict) -> tuple[str, int | None, str | None, object]:
+    """(group, sequence number, kind, sizes) of the collective a stalled rank is in or waits on;
+    (group, collectives issued, None, None) for one that is not in any."""
+    if s.get("in") == "collective" and s.get("seq") is not None:
+        return s.get("group") or "default", s["seq"], s.get("kind"), s.get("sizes")
+    w = s.get("waits_on")
+    if isinstance(w, dict) and w.get("seq") is not None:
+        return w.get("group") or "default", w["seq"], w.get("kind"), w.get("sizes")
+    groups = s.get("groups") or {}
+    g = "default" if "default" in groups else next(iter(groups), "default")
+    return g, groups.get(g), None, None
+
+
+def _issued(s: dict, group: str) -> int | None:
+    """How many collectives the rank issued on `group`."""
+    n = (s.get("groups") or {}).get(group)
+    if n is None:
+        g, seq, kind, _ = _target(s)
+        n = seq if g == group else None
+    return n
+
+
+def _ranks(rs) -> str:
+    rs = sorted(rs)
+    return ("rank " if len(rs) == 1 else "ranks ") + ", ".join(map(str, rs))
+
+
+def _where(s: dict, step: int) -> str:
+    where = s.get("in") or "?"
+    if where == "collective":
+        where = f"{s.get('kind')} #{s.get('seq')} ({s.get('group')} group)"
+    elif where == "between steps":
+        where = f"between steps {step - 1} and {step}"
+    elif where.startswith("after "):
+        where = f"step {s.get('step', step)} after its {where[len('after '):]}"
+    else:
+        where = {"data": "a data fetch", "wait": "a wait on communication"}.get(where, where)
+        where = f"{where} of step {s.get('step', step)}"
+    at = _at(s)
+    return f"in {where} since {clock(s.get('since_unix_ns'))}" + (f", at {at}" if at else "")
+
+
+def analyse(stalls: dict[int, dict], world_size: int, others: dict[int, str] | None = None,
+            parallel: str | None = None) -> dict:
+    """The stall from each stalled rank's record: {"step", "group", "seq", "kind", "waiting",
+    "never_reached", "mismatched", "silent", "text"}; `others`: {rank: what its end record says}
+    of ranks with no open stall (raised, killed)."""
+    others = dict(others or {})
+    step = max(s.get("step", 0) for s in stalls.values())
+    targets = {r: _target(s) for r, s in stalls.items()}
+    waiting = {r: t for r, t in targets.items() if stalls[r].get("in") in WAITING
+               and t[1] is not None}
+    out: dict = {"step": step}
+    parts = []
+    if waiting:
+        # the collective most ranks wait in: the highest number on its group
+        group = max(waiting.values(), key=lambda t: t[1])[0]
+        seq = max(t[1] for t in waiting.values() if t[0] == group)
+        at = {r: t for r, t in waiting.items() if t[0] == group and t[1] == seq}
+        kinds = {(t[2], str(t[3])) for t in at.values() if t[2] is not None}
+        kind = next(iter(kinds))[0] if len(kinds) == 1 else None
+        if len(kinds) > 1:  # the same collective number entered as different collectives
+            return _mismatched(stalls, targets, at, group, seq, world_size, others, out)
+        out.update(group=group, seq=seq, kind=kind, waiting=sorted(at))
+        since = min((stalls[r].get("since_unix_ns") or 0) for r in at) or None
+        how = {stalls[r]["in"] for r in at}
+        shapes = {_shape(t[3]) for t in at.values() if t[3]}
+        extra = ([shapes.pop()] if len(shapes) == 1 else []) + (
+            [] if how == {"collective"} else [f"from {'/'.join(sorted(how - {'collective'}))}"])
+        what = f"{kind or 'collective'} #{seq} ({', '.join([f'{group} group'] + extra)})"
+        parts.append(f"{_ranks(at)} waiting in {what} since {clock(since)}")
+        behind = sorted(r for r, s in stalls.items() if r not in at and (
+            _issued(s, group) is None or _issued(s, group) < seq))
+        out["never_reached"] = behind
+        told: dict = {}  # ranks in the same place told once
+        for r in behind:
+            told.setdefault(_where(stalls[r], step), []).append(r)
+        for text, rs in told.items():
+            parts.append(f"{_ranks(rs)} never reached it: {text}")
+        # the same collective number, entered as another kind or size
+        odd = sorted(r for r, s in stalls.items() if r not in at and r not in behind
+                     and targets[r][0] == group and targets[r][1] == seq)
+        if len(kinds) > 1 or odd:
+            desc = {}
+            for r in sorted(set(at) | set(odd)):
+                t = targets[r]
+                desc.setdefault(f"{t[2] or stalls[r].get('in')} {t[3] or ''}".strip(),
+                                []).append(r)
+            out["mismatched"] = {k: v for k, v in desc.items()}
+            parts.append(f"mismatched collectives at #{seq} on the {group} group: " + "; ".join(
+                f"{_ranks(v)} in {k}" for k, v in desc.items()))
+    else:
+        out["never_reached"] = []
+        parts.append("; ".join(f"rank {r} {_where(s, step)}" for r, s in sorted(stalls.items())))
+    silent = sorted(set(range(world_size)) - set(stalls))
+    out["silent"] = silent
+    for r in silent:
+        parts.append(f"rank {r} " + others.get(r, "left no word (no stall record: its process "
+                                                "dead, frozen, or not recorded)"))
+    out["text"] = f"stalled at step {step}: " + "; ".join(parts)
+    return out
+
+
+def _shape(sizes) -> str:
+    """[[4225]] -> "[4225]"; several tensors' shapes joined."""
+    if not sizes:
+        return ""
+    return ", ".join(str(list(x)) if isinstance(x, (list, tuple)) else str(x) for x in sizes)
+
+
+def _mismatched(stalls, targets, at, group, seq, world_size, others, out) -> dict:
+    """Ranks at the same collective number in different collectives (kind or sizes): the
+    smaller party is the odd one out (never named where the parties are even)."""
+    parties: dict = {}
+    for r in sorted(at):
+        t = targets[r]
+        parties.setdefault((t[2], _shape(t[3])), []).append(r)
+    ordered = sorted(parties.items(), key=lambda kv: (-len(kv[1]), kv[1]))
+    odd = [] if len(ordered) > 1 and len(ordered[0][1]) == len(ordered[1][1]) else \
+        sorted(r for _, rs in ordered[1:] for r in rs)
+    out.update(group=group, seq=seq, kind=None, waiting=sorted(at), never_reached=[],
+               mismatched={f"{k} {s}".strip(): v for (k, s), v in ordered}, odd_ones=odd)
+    since = min((stalls[r].get("since_unix_ns") or 0) for r in at) or None
+    text = (f"mismatched collectives at #{seq} on the {group} group since {clock(since)}: "
+            + "; ".join(f"{_ranks(v)} in {k}" + (f" of {s}" if s else "")
+                        for (k, s), v in ordered))
+    if odd:
+        frames = [(f"rank {r} " if len(odd) > 1 else "") + f"at {_at(stalls[r])}" for r in odd
+                  if _at(stalls[r])]
+        text += f" ({_ranks(odd)} the odd one{'s' if len(odd) > 1 else ''} out" + (
+            ", " + ", ".join(frames) if frames else "") + ")"
+    silent = sorted(set(range(world_size)) - set(stalls))
+    out["silent"] = silent
+    parts = [text] + [f"rank {r} " + (others or {}).get(r, "left no word") for r in silent]
+    out["text"] = f"stalled at step {max(s.get('step', 0) for s in stalls.values())}: " + \
+        "; ".join(parts)
+    return out
+
+
+def tell(stalls: dict[int, dict], world_size: int, missing_word: bool = False,
+         parallel: str | None = None) -> str:
+    """One line (the live log's): who waits where and who is missing."""
+    return analyse(stalls, world_size, parallel=parallel)["text"]
+
+
