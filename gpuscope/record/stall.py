@@ -205,10 +205,16 @@ class StallWatch:
         return self
 
     def stop(self) -> None:
+        """The recording ends: the thread goes; a stall the steps came back from says so."""
         self._stop.set()
         t = self._thread
         if t is not None and t is not threading.current_thread():
             t.join(2.0)
+        if self.stalled is not None and self.rec.steps > self.stalled["step"]:
+            try:
+                self._ended(self.rec.clock())
+            except Exception:
+                pass
 
     def bound_ns(self) -> int:
         if self.given_s is not None:

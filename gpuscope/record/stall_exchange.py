@@ -24,8 +24,8 @@ def _store():
 def brief(stall: dict) -> dict:
     """What a rank tells of its stall: the step, where, since when, its innermost user frame."""
     top = next((f for f in stall.get("stack") or () if f.get("user")), None)
-    return {k: stall[k] for k in ("step", "in", "kind", "group", "seq", "since_unix_ns")
-            if k in stall} | ({"at": f"{top['file']}:{top['line']}"} if top else {})
+    return {k: stall[k] for k in ("step", "in", "kind", "group", "seq", "sizes", "waits_on",
+                                  "groups", "since_unix_ns") if k in stall} | ({"at": f"{top['file']}:{top['line']}"} if top else {})
 
 
 class Exchange:

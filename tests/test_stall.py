@@ -1,0 +1,319 @@
+"""A run that hangs or dies (issue 54): the stall watcher (record/stall.py), how a stall is told
+(stall_story.py, analyze/stall.py), live word through the job's store (stall_exchange.py), and
+real 4-rank runs (gloo) in which rank 2 blocks in forward, calls a different collective, raises,
+or is SIGKILLed while it waits, the job ended from outside as a scheduler does."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import gpuscope
+from gpuscope.record.events import StepLog
+from gpuscope.record.stall import StallWatch, where
+from gpuscope.stall_story import analyse
+
+HERE = os.path.dirname(__file__)
+T0 = 1_796_000_000_000_000_000  # a unix time in ns
+
+
+def _stall(step, where_, seq=None, kind=None, group="default", sizes=None, issued=None,
+           at=None, since=T0):
+    s = {"step": step, "in": where_, "since_unix_ns": since, "noticed_unix_ns": since + 10**9,
+         "groups": {"default": issued if issued is not None else seq}}
+    if where_ == "collective":
+        s.update(kind=kind, group=group, seq=seq, sizes=sizes or [[1]])
+    elif seq is not None and kind is not None:
+        s["waits_on"] = {"kind": kind, "group": group, "seq": seq, "sizes": sizes}
+    if at:
+        s["stack"] = [{"file": "/x/lib/torch/nn/module.py", "line": 1, "func": "f",
+                       "user": False}, {"file": f"/home/u/{at[0]}", "line": at[1],
+                                        "func": at[2], "user": True}]
+    return s
+
+
+def test_ranks_waiting_in_a_collective_and_the_one_that_never_reached_it():
+    """Ranks 0, 1, 3 wait from backward on all_reduce #46 (the Flight Recorder's entry); rank 2
+    issued 45 and is in forward at train.py:54: it never reached #46. Had rank 2 issued 46 too,
+    nobody is behind."""
+    stalls = {r: _stall(20, "backward", 46, "all_reduce", sizes=[[4225]]) for r in (0, 1, 3)}
+    stalls[2] = _stall(20, "forward", issued=45, at=("train.py", 54, "stuck"))
+    got = analyse(stalls, 4)
+    assert got["waiting"] == [0, 1, 3] and got["never_reached"] == [2] and got["silent"] == []
+    assert got["kind"] == "all_reduce" and got["seq"] == 46
+    assert "ranks 0, 1, 3 waiting in all_reduce #46 (default group, [4225], from backward)" \
+        in got["text"]
+    assert "rank 2 never reached it: in forward of step 20" in got["text"]
+    assert "train.py:54 (stuck)" in got["text"]
+    stalls[2] = _stall(20, "backward", 46, "all_reduce", sizes=[[4225]])
+    assert analyse(stalls, 4)["never_reached"] == []
+
+
+def test_mismatched_collectives_name_the_odd_one_out_and_a_silent_rank():
+    """At #47 ranks 0 and 1 are in all_reduce of [1], rank 2 in all_gather: rank 2 is the odd
+    one out; rank 3 left no stall record (dead or frozen) and says what its end record says.
+    Two parties of the same size name no one."""
+    stalls = {r: _stall(20, "collective", 47, "all_reduce") for r in (0, 1)}
+    stalls[2] = _stall(20, "collective", 47, "all_gather", at=("train.py", 80, "<module>"))
+    got = analyse(stalls, 4, others={3: "stopped: no end record"})
+    assert got["odd_ones"] == [2] and got["silent"] == [3]
+    assert "mismatched collectives at #47 on the default group" in got["text"]
+    assert "ranks 0, 1 in all_reduce of [1]; rank 2 in all_gather of [1]" in got["text"]
+    assert "rank 2 the odd one out, at train.py:80" in got["text"]
+    assert "rank 3 stopped: no end record" in got["text"]
+    even = {0: stalls[0], 2: stalls[2]}
+    assert analyse(even, 2)["odd_ones"] == []
+
+
+def test_where_reads_a_blocked_collective_from_the_training_thread_s_frames():
+    """A thread blocked inside a function the codes call a collective: where() names its kind,
+    group, sizes and since (from the wrapper's locals); outside it, the log's flags say forward
+    (a forward begun at t=7) or, with a part of the step ended, after it."""
+    torch = pytest.importorskip("torch")
+    gate, inside = threading.Event(), threading.Event()
+
+    def timed_c10d(*args):
+        what, group, t0 = "all_reduce:default", None, 5  # noqa: F841 - read from the frame
+        inside.set()
+        gate.wait(10)
+
+    th = threading.Thread(target=timed_c10d, args=(torch.zeros(3, 2),))
+    th.start()
+    try:
+        assert inside.wait(10)
+        frame = sys._current_frames()[th.ident]
+        got = where(StepLog(), frame, {timed_c10d.__code__: "collective"}, lambda t: T0 + t)
+    finally:
+        gate.set()
+        th.join()
+    assert got["in"] == "collective" and got["kind"] == "all_reduce"
+    assert got["group"] == "default" and got["sizes"] == [[3, 2]]
+    assert got["since_unix_ns"] == T0 + 5
+    log = StepLog()
+    log.fwd_t0 = 7
+    assert where(log, sys._getframe(), {}, lambda t: T0 + t)["in"] == "forward"
+    log = StepLog()
+    log.phases.append(("optimizer", 1, 9))
+    got = where(log, sys._getframe(), {}, lambda t: T0 + t)
+    assert got["in"] == "after optimizer" and got["since_unix_ns"] == T0 + 9
+
+
+class _Host:
+    """What the watcher reads of a recorder, on a clock the test moves."""
+
+    def __init__(self):
+        self.now = 0
+        self.log = StepLog()
+        self.clock = lambda: self.now
+        self.unix = lambda t: T0 + t
+        self.active, self.steps, self.last = True, 0, 0
+        self.flushed, self.side = 0, []
+
+    def last_step_end(self):
+        return self.last
+
+    def idle_flush(self):
+        self.flushed += 1
+
+    def write_side(self, obj):
+        self.side.append(obj)
+
+    def dump_flight_recorder(self):
+        return None
+
+    def sigterm_came(self):
+        return False
+
+
+def test_the_watcher_flushes_idle_rows_then_writes_a_stall_and_its_end():
+    """Steps every 0.1 s, then none: rows flushed once the last step is flush_s old, the stall
+    written once past the bound (10 s given), once; steps resume: its end, with how long."""
+    h = _Host()
+    w = StallWatch(h, bound_s=10.0, flush_s=1.0, codes={})
+    w.ident = threading.get_ident()
+    for i in range(1, 6):
+        h.now += 100_000_000
+        h.steps, h.last = i, h.now
+        w.look()
+    assert h.flushed == 0 and h.side == []
+    h.now += 2 * 10**9
+    w.look()
+    assert h.flushed == 1 and h.side == []
+    h.now += 9 * 10**9  # 11 s without a step
+    w.look()
+    w.look()
+    assert [list(x) for x in h.side] == [["stall"]]
+    s = h.side[0]["stall"]
+    assert s["step"] == 5 and s["in"] == "between steps" and s["bound_s"] == 10.0
+    assert s["since_unix_ns"] == T0 + h.last and s["stack"]
+    h.now += 10**9
+    h.steps, h.last = 6, h.now
+    w.look()
+    assert list(h.side[1]) == ["stall_end"] and h.side[1]["stall_end"]["lasted_s"] == 12.0
+
+
+def test_the_default_bound_is_20_median_steps_but_at_least_a_minute():
+    h = _Host()
+    w = StallWatch(h, bound_s=None, flush_s=1.0, codes={})
+    assert w.bound_ns() == 300 * 10**9  # before the second step: warming up
+    for i in range(1, 20):
+        h.now += 5 * 10**9  # 5 s steps
+        h.steps, h.last = i, h.now
+        w.look()
+    assert w.bound_ns() == 100 * 10**9
+    w._rates = [10**8] * 10
+    assert w.bound_ns() == 60 * 10**9
+
+
+def test_rank_0_logs_who_waits_and_who_is_missing_through_the_store(monkeypatch):
+    """Live word: ranks 0, 1 and 3 leave their stall in a real store (torch's HashStore), rank 2
+    none; rank 0, after the gather time, logs one line naming rank 2; a resumed rank's word
+    goes."""
+    torch_dist = pytest.importorskip("torch.distributed")
+    from gpuscope.record import stall_exchange
+
+    monkeypatch.setattr(stall_exchange, "GATHER_S", 0.0)
+    store = torch_dist.HashStore()
+    ex = {r: stall_exchange.Exchange(r, 4, log=False, store=store) for r in (0, 1, 3)}
+    for r in (1, 3, 0):
+        ex[r].said(_stall(20, "backward", 46, "all_reduce"))
+    ex[0].look({})
+    line = ex[0].line
+    assert line.startswith("gpuscope live: stalled at step 20: ranks 0, 1, 3 waiting in "
+                           "all_reduce #46"), line
+    assert "rank 2 left no word" in line
+    ex[1].resumed({})
+    assert not store.check([f"{stall_exchange.PREFIX}1"])
+
+
+def test_a_recorded_pause_keeps_its_rows_and_is_told_with_where_it_was(tmp_path):
+    """One process, a real recorder: 3 steps, then a forward that sleeps 2.5 s (stall_s 0.5),
+    then a step. The rows of the first steps reach the file before the stall record, which
+    says forward; the stall's end says it lasted; the report lists the pause."""
+    torch = pytest.importorskip("torch")
+    nn = torch.nn
+
+    class Slow(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+            self.sleep = 0.0
+
+        def forward(self, x):
+            time.sleep(self.sleep)
+            return self.lin(x)
+
+    model = Slow()
+    with gpuscope.record(tmp_path / "run", model=model, stall_s=0.5, flush_s=0.2,
+                         telemetry=False) as rec:
+        for i in range(5):
+            model.sleep = 2.5 if i == 3 else 0.0
+            model(torch.randn(2, 4)).sum().backward()
+            rec.step()
+    lines = [json.loads(x) for x in open(tmp_path / "run" / "rank-00000.gpuscope.jsonl")]
+    kinds = ["row" if isinstance(x, list) else next(iter(x)) for x in lines[1:]]
+    assert "stall" in kinds and "stall_end" in kinds, kinds
+    assert kinds.index("stall") > kinds.index("row")  # rows before it were written first
+    stall = next(x["stall"] for x in lines[1:] if isinstance(x, dict) and "stall" in x)
+    assert stall["in"] == "forward" and stall["step"] == 3
+    assert any(f["func"] == "forward" and f["user"] for f in stall["stack"])
+    end = next(x["stall_end"] for x in lines[1:] if isinstance(x, dict) and "stall_end" in x)
+    assert end["lasted_s"] >= 0.5
+    d = gpuscope.analyze(tmp_path / "run").to_dict()
+    assert d["stall"]["pauses"][0]["in"] == "forward" and "text" not in d["stall"]
+
+
+# ------------------------------------------------------------------ real 4-rank runs
+def _files_with_stall(run) -> set:
+    out = set()
+    for name in os.listdir(run) if os.path.isdir(run) else ():
+        if name.endswith(".jsonl") and '"stall":' in open(os.path.join(run, name)).read():
+            out.add(name)
+    return out
+
+
+def _hang(tmp_path, how, wait_for=4, live=0):
+    """Run tests/workloads/hangs.py; once `wait_for` ranks wrote their stall (or the job ended
+    by itself), stop it as a scheduler's time limit does: SIGTERM to the launcher."""
+    run = str(tmp_path / "run")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+           "4", os.path.join(HERE, "workloads", "hangs.py"), "--run-dir", run, "--how", how,
+           "--late-ms", "10", "--stall-s", "3", "--live-every", str(live)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=dict(os.environ, OMP_NUM_THREADS="1"))
+    deadline = time.monotonic() + 150
+    while time.monotonic() < deadline and proc.poll() is None:
+        if wait_for and len(_files_with_stall(run)) >= wait_for:
+            time.sleep(1.0)
+            break
+        time.sleep(0.5)
+    ended_itself = proc.poll() is not None
+    t0 = time.monotonic()
+    if not ended_itself:
+        proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=120)
+    return run, out, ended_itself, time.monotonic() - t0
+
+
+def _ends(run):
+    ends = {}
+    for name in sorted(os.listdir(run)):
+        if name.endswith(".jsonl"):
+            for line in open(os.path.join(run, name)):
+                if line.startswith('{"end"'):
+                    ends[int(name[5:10])] = json.loads(line)["end"]
+    return ends
+
+
+@pytest.mark.slow
+def test_a_rank_blocked_in_forward_is_named_with_its_stack_and_rank_0_logs_it_live(tmp_path):
+    run, out, _, _ = _hang(tmp_path, "block", live=5)
+    d = gpuscope.analyze(run).to_dict()
+    s = d["stall"]
+    assert s["step"] == 20 and s["never_reached"] == [2] and s["waiting"] == [0, 1, 3], s["text"]
+    assert s["ranks"]["2"]["in"] == "forward" and "hangs.py" in s["ranks"]["2"]["at"]
+    assert any(f["func"] == "stuck" for f in s["stacks"]["2"])
+    assert "rank 2 was already the straggler" in s["text"] or "rank 2 was already probably" \
+        in s["text"], s["text"]
+    assert "gpuscope live: stalled at step 20" in out and "rank 2 never reached it" in out
+    # every step every rank made is there, and the ranks closed on the SIGTERM
+    assert all(e.get("terminated") == "SIGTERM" for e in _ends(run).values())
+    assert len(gpuscope.analyze(run).table.frame.query("rank == 2")) >= 15
+
+
+@pytest.mark.slow
+def test_a_rank_in_another_collective_is_the_odd_one_out_and_sigterm_still_ends_the_job(tmp_path):
+    run, out, _, took = _hang(tmp_path, "mismatch")
+    s = gpuscope.analyze(run).to_dict()["stall"]
+    assert s["odd_ones"] == [2] and s["seq"] is not None, s["text"]
+    assert "mismatched collectives" in s["text"] and "all_gather" in s["text"]
+    # blocked in gloo (native code), yet each rank closed its record on the SIGTERM (the
+    # watcher took it) rather than waiting for the launcher's SIGKILL
+    ends = _ends(run)
+    assert sorted(ends) == [0, 1, 2, 3] and all(e.get("terminated") == "SIGTERM"
+                                                for e in ends.values()), ends
+
+
+@pytest.mark.slow
+def test_a_rank_that_raises_is_named_with_the_step_and_where(tmp_path):
+    run, _, _, _ = _hang(tmp_path, "raise", wait_for=0)
+    d = gpuscope.analyze(run).to_dict()
+    first = d["died"][0]
+    assert first["rank"] == 2 and first["step"] == 20 and first["cause"] == "exception"
+    assert "hangs.py" in first["text"] and "before it died" in first["text"], first["text"]
+
+
+@pytest.mark.slow
+def test_a_rank_killed_while_it_waits_is_named_with_its_collective(tmp_path):
+    run, _, ended, _ = _hang(tmp_path, "kill", wait_for=0)
+    d = gpuscope.analyze(run).to_dict()
+    s = d["stall"]
+    assert s["ranks"]["2"]["in"] == "collective" and s["ranks"]["2"]["kind"] == "all_reduce"
+    assert s["waiting"] == [2] and s["never_reached"] == [0, 1, 3], s["text"]
+    assert [x["rank"] for x in d["died"]] == [2] and d["died"][0]["cause"] == "killed"
+    assert "the other ranks were in step 20" in d["died"][0]["text"]
