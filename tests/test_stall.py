@@ -249,7 +249,8 @@ def _hang(tmp_path, how, wait_for=4, live=0):
     deadline = time.monotonic() + 150
     while time.monotonic() < deadline and proc.poll() is None:
         if wait_for and len(_files_with_stall(run)) >= wait_for:
-            time.sleep(1.0)
+            # rank 0's live word comes GATHER_S after its own stall: time for it, with margin
+            time.sleep(1.0 + (3.0 if live else 0.0))
             break
         time.sleep(0.5)
     ended_itself = proc.poll() is not None

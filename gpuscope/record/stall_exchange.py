@@ -11,7 +11,7 @@ import time
 from .._log import logger
 
 #: how long rank 0 waits for its peers' word after its own watcher noticed (seconds)
-GATHER_S = 5.0
+GATHER_S = 2.0
 PREFIX = "gpuscope/stall/"
 
 
