@@ -318,3 +318,22 @@ def test_a_rank_killed_while_it_waits_is_named_with_its_collective(tmp_path):
     assert s["waiting"] == [2] and s["never_reached"] == [0, 1, 3], s["text"]
     assert [x["rank"] for x in d["died"]] == [2] and d["died"][0]["cause"] == "killed"
     assert "the other ranks were in step 20" in d["died"][0]["text"]
+
+
+def test_a_stalled_run_says_so_first_in_every_view(tmp_path):
+    """The recorded block run (tests/fixtures/stalled: rank 2 blocked in forward at step 20, the
+    others in DDP's all-reduce #46): the terminal's first line, the JSON and the dashboard say
+    the stall before the verdict, with rank 2's stack in the dashboard."""
+    from gpuscope.render.terminal import render
+
+    rep = gpuscope.analyze(os.path.join(HERE, "fixtures", "stalled"))
+    d = rep.to_dict()
+    assert d["stall"]["never_reached"] == [2] and d["stall"]["kind"] == "all_reduce"
+    assert d["stall"]["seq"] == 46 and d["stall"]["waiting"] == [0, 1, 3]
+    text = render(rep, width=100)
+    assert text.splitlines()[1].startswith("THE RUN STALLED: at step 20: ranks 0, 1, 3 waiting")
+    assert text.index("THE RUN STALLED") < text.index("Verdict of the steps before it stalled")
+    rep.write_html(str(tmp_path / "r.html"))
+    html = (tmp_path / "r.html").read_text()
+    assert 0 < html.index('id="stall"') < html.index('class="verdict"')
+    assert "hangs.py:" in html and "in stuck" in html  # its stack

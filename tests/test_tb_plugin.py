@@ -20,6 +20,8 @@ from gpuscope.vocab import LABELS
 SAMPLES = os.path.join(os.path.dirname(__file__), "..", "sample_traces")
 JITTER = os.path.join(os.path.dirname(__file__), "fixtures", "jitter", "kineto")
 EVIL_DIR = "<img src=x onerror=alert(1)>"
+#: a 4-rank run whose rank 2 blocked in forward at step 20 (tests/workloads/hangs.py --how block)
+STALLED = os.path.join(os.path.dirname(__file__), "fixtures", "stalled")
 
 
 
@@ -38,6 +40,7 @@ def server(tmp_path_factory):
     shutil.copytree(os.path.join(SAMPLES, "imbalanced", "record"), logdir / "exp1")
     shutil.copytree(JITTER, logdir / "nested" / "traces")
     shutil.copytree(os.path.join(SAMPLES, "parallel", "pipeline", "record"), logdir / "pipeline")
+    shutil.copytree(STALLED, logdir / "stalled")
     shutil.copytree(os.path.join(SAMPLES, "data", "record"), logdir / EVIL_DIR)
     (logdir.parent / "secret.json").write_text('{"traceEvents": []}')
     # traces named as HTA's test data and export_chrome_trace name them (the CLI reads them)
@@ -250,6 +253,11 @@ def test_tab_renders_in_chromium(server):
         frame.wait_for_selector("#panel-stages .main-svg", timeout=60000)
         p.page.wait_for_timeout(500)
         p.screenshot("tensorboard_tab_pipeline.png")
+        frame.select_option("#run-select", "stalled")  # a hung run says so first
+        frame.wait_for_selector("#stall", timeout=60000)
+        said = frame.locator("#stall").inner_text()
+        assert said.startswith("The run stalled: at step 20") and \
+            "rank 2 never reached it: in forward of step 20" in said, said
         frame.select_option("#run-select", "exp1")
         frame.wait_for_selector("#stragglers", timeout=60000)
         frame.wait_for_selector("#panel-ranks .main-svg", timeout=60000)

@@ -65,6 +65,15 @@ function opsSection(report, words) {
 
 function summary(report, colors, words) {
   const box = el("div", {id: "summary"});
+  const stall = report.stall || {};
+  if (stall.text) {  // a run that hung says so first: who waits, who never came
+    box.append(el("p", {class: "died", id: "stall"},
+                  "The run stalled: " + stall.text.slice("stalled ".length)));
+  }
+  (stall.pauses || []).slice(0, 3).forEach((p) => {
+    box.append(el("p", {class: "meta"}, `Paused: rank ${p.rank} made no step for ` +
+                  `${Math.round(p.lasted_s)} s at step ${p.step} (in ${p.in})`));
+  });
   (report.died || []).forEach((d, i) => {  // a run that died says so first
     box.append(el("p", {class: "died", id: i ? undefined : "died"},
                   (i ? "Also died: " : "The run died: ") + d.text));
