@@ -177,3 +177,38 @@ def tell(stalls: dict[int, dict], world_size: int, missing_word: bool = False,
     return analyse(stalls, world_size, parallel=parallel)["text"]
 
 
+def fr_group(entry: dict) -> str:
+    """A Flight Recorder entry's group, as the recorder names groups ("default" for torch's
+    default_pg)."""
+    pg = entry.get("process_group")
+    name = pg[1] if isinstance(pg, (list, tuple)) and len(pg) > 1 else str(pg or "")
+    return "default" if name in ("default_pg", "0", "") else name
+
+
+def fr_kind(entry: dict) -> str:
+    """`gloo:all_reduce`, `nccl:all_reduce`: the collective's kind."""
+    return str(entry.get("profiling_name") or "?").split(":")[-1]
+
+
+def tell_flight_recorder(s: dict) -> str:
+    """The dumps in a sentence: who entered which collective and did not complete it, who is
+    behind or has no dump."""
+    if not s:
+        return ""
+    parts = []
+    for group in sorted({g for r in s["ranks"].values() for g in r}):
+        at = {r: gs[group] for r, gs in s["ranks"].items() if group in gs}
+        top = max(v["entered"] for v in at.values())
+        stuck = sorted(r for r, v in at.items() if v["entered"] == top and v["completed"] < top)
+        behind = sorted(r for r, v in at.items() if v["entered"] < top)
+        if stuck:
+            kind = next((p for p in at[stuck[0]]["pending"] if p.endswith(f"#{top}")), f"#{top}")
+            parts.append(f"ranks {', '.join(map(str, stuck))} entered {kind} ({group} group) and "
+                         "did not complete it")
+        for r in behind:
+            parts.append(f"rank {r}'s last was #{at[r]['entered']}")
+    if s["missing"]:
+        parts.append(f"no dump from rank{'s' if len(s['missing']) > 1 else ''} "
+                     f"{', '.join(map(str, s['missing']))} (the likely culprit where the others "
+                     "wait)")
+    return "Flight Recorder: " + "; ".join(parts) if parts else ""

@@ -16,7 +16,7 @@ import pytest
 import gpuscope
 from gpuscope.record.events import StepLog
 from gpuscope.record.stall import StallWatch, where
-from gpuscope.stall_story import analyse
+from gpuscope.stall_story import analyse, tell_flight_recorder
 
 HERE = os.path.dirname(__file__)
 T0 = 1_796_000_000_000_000_000  # a unix time in ns
@@ -337,3 +337,33 @@ def test_a_stalled_run_says_so_first_in_every_view(tmp_path):
     html = (tmp_path / "r.html").read_text()
     assert 0 < html.index('id="stall"') < html.index('class="verdict"')
     assert "hangs.py:" in html and "in stuck" in html  # its stack
+
+
+def test_flight_recorder_dumps_beside_a_run_ours_and_torch_s_pickles(tmp_path):
+    """Rank 0's dump as the watcher writes it (JSON), rank 1's as torch writes one (a pickle
+    named nccl_trace_rank_1), rank 2's missing: ranks 0 and 1 entered all_reduce #46 and did
+    not complete it, rank 2 has no dump. A pickle that would run code is not read."""
+    import pickle
+    import shutil
+
+    from gpuscope.readers import flight_recorder
+
+    src = os.path.join(HERE, "fixtures", "stalled")
+    shutil.copy(os.path.join(src, "rank-00000.gpuscope.fr.json"), tmp_path)
+    with open(os.path.join(src, "rank-00001.gpuscope.fr.json")) as fh:
+        (tmp_path / "nccl_trace_rank_1").write_bytes(pickle.dumps(json.load(fh)))
+    got = flight_recorder.summary(str(tmp_path), 3)
+    assert got["missing"] == [2] and sorted(got["ranks"]) == [0, 1]
+    assert got["ranks"][1]["default"] == {"entered": 46, "completed": 45,
+                                          "pending": ["all_reduce #46"]}
+    said = tell_flight_recorder(got)
+    assert "ranks 0, 1 entered all_reduce #46 (default group) and did not complete it" in said
+    assert "no dump from rank 2" in said
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, ("echo pwned",))
+
+    (tmp_path / "nccl_trace_rank_2").write_bytes(pickle.dumps({"entries": [Evil()]}))
+    assert flight_recorder.load(str(tmp_path / "nccl_trace_rank_2")) is None
+    assert flight_recorder.summary(str(tmp_path), 3)["missing"] == [2]

@@ -6,7 +6,7 @@ was killed) and the slowness report of the steps before; told by stall_story.py.
 
 from __future__ import annotations
 
-from ..stall_story import _at, _ranks, analyse
+from ..stall_story import _at, _ranks, analyse, tell_flight_recorder
 
 def open_stalls(table) -> dict[int, dict]:
     """{rank: its last stall record} of the ranks whose steps had not resumed when the record
@@ -86,6 +86,10 @@ def section(table, report) -> dict:
         others[r] = "has no record"
     found = analyse(stalls, table.world_size, others,
                     parallel=(report.knobs or {}).get("parallel"))
+    fr = getattr(table, "flight_recorder", None)
+    if fr:  # the Flight Recorder's dumps beside the records
+        found["flight_recorder"] = fr
+        found["flight_recorder_text"] = tell_flight_recorder(fr)
     found["late_before"] = {r: late_before(report, r) for r in culprits(found)}
     plain = [r for r, t in found["late_before"].items() if t.endswith("was not late before it "
                                                                         "stalled")]

@@ -1060,7 +1060,12 @@ def read_run_dir(path: str, loaded: list | None = None) -> RunTable:
     comm_frame = _comm_frame(comm, spill) if comm else None
     if comm_frame is not None:
         frame = with_bubble(frame, comm_frame)
-    return RunTable(frame, "record", path, ranks, world or len(ranks), warnings, telemetry=tel,
-                    comm=comm_frame, memory=memory_frame(memory),
-                    routing=routing_frame(routing), int_block=int_block,
-                    ops=modules_frame(modules))
+    table = RunTable(frame, "record", path, ranks, world or len(ranks), warnings, telemetry=tel,
+                     comm=comm_frame, memory=memory_frame(memory),
+                     routing=routing_frame(routing), int_block=int_block,
+                     ops=modules_frame(modules))
+    if any(info.meta.get("stalls") for info in ranks.values()) and os.path.isdir(path):
+        from .flight_recorder import summary  # a stalled run's dumps, beside its records
+
+        table.flight_recorder = summary(path, table.world_size)
+    return table

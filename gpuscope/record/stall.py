@@ -327,6 +327,9 @@ def wrapper_codes(data_code=None) -> dict:
     return {c: what for c, what in pairs if c is not None}
 
 
+from ..stall_story import fr_group, fr_kind  # noqa: E402 - beside their one use
+
+
 def dump_flight_recorder(record_path: str | None) -> dict | None:
     """torch's Flight Recorder (it keeps its entries where TORCH_FR_BUFFER_SIZE, or
     TORCH_NCCL_TRACE_BUFFER_SIZE, is set, and for gloo by default in recent torch), as JSON
@@ -350,19 +353,6 @@ def dump_flight_recorder(record_path: str | None) -> dict | None:
                 "pending": pending_entries(entries)}
     except Exception:
         return None
-
-
-def fr_group(entry: dict) -> str:
-    """A Flight Recorder entry's group, as the recorder names groups ("default" for torch's
-    default_pg)."""
-    pg = entry.get("process_group")
-    name = pg[1] if isinstance(pg, (list, tuple)) and len(pg) > 1 else str(pg or "")
-    return "default" if name in ("default_pg", "0", "") else name
-
-
-def fr_kind(entry: dict) -> str:
-    """`gloo:all_reduce`, `nccl:all_reduce`: the collective's kind."""
-    return str(entry.get("profiling_name") or "?").split(":")[-1]
 
 
 def pending_entries(entries: list, most: int = 8) -> list[dict]:

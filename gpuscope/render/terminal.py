@@ -94,6 +94,8 @@ def _header(report: ReportData, console: Console) -> None:
     if stall.get("text"):  # a run that hung says so first: who waits, who never came
         head.append("THE RUN STALLED: ", style="bold red")
         head.append(stall["text"][len("stalled "):] + "\n", style="red")
+        if stall.get("flight_recorder_text"):
+            head.append(stall["flight_recorder_text"] + "\n")
     for p in stall.get("pauses", [])[:3]:
         head.append("Paused: ", style="bold")
         head.append(f"rank {p['rank']} made no step for {p['lasted_s']:.0f} s at step "
