@@ -5,12 +5,13 @@ finds a regression."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from contextlib import contextmanager
 
 from .demo import SCENARIOS
-from .errors import GpuscopeError, need
+from .errors import GpuscopeError, InputError, need
 
 
 def _need_plotly() -> None:
@@ -54,7 +55,48 @@ def _analyze(args, ahead):
                          steps=steps)
 
 
+def _flight_recorder_alone(args) -> int | None:
+    """A folder of Flight Recorder dumps and nothing else gpuscope reads: what they say (who
+    entered which collective and did not complete it, who is behind, whose dump is missing);
+    None where the folder holds none."""
+    from .readers import flight_recorder
+    from .stall_story import tell_flight_recorder
+
+    if not os.path.isdir(args.path) or not flight_recorder.find(args.path):
+        return None
+    found = flight_recorder.summary(args.path, 0)
+    if not found:
+        return None
+    world = flight_recorder.world_size(args.path) or (max(found["ranks"]) + 1)
+    found = flight_recorder.summary(args.path, world)
+    doc = {"schema": "gpuscope.flight_recorder/1", "path": args.path, "world_size": world,
+           "flight_recorder": {"ranks": {str(r): g for r, g in found["ranks"].items()},
+                               "missing": found["missing"]},
+           "text": tell_flight_recorder(found)}
+    if args.json:
+        text = json.dumps(doc, indent=1)
+        if args.json == "-":
+            sys.stdout.write(text + "\n")
+            return 0
+        with open(args.json, "w") as fh:
+            fh.write(text)
+    if not args.quiet:
+        print(f"gpuscope flight recorder {args.path}\n{len(found['ranks'])} of {world} ranks "
+              f"left a dump\n{doc['text']}")
+    return 0
+
+
 def cmd_analyze(args) -> int:
+    try:
+        return _cmd_analyze(args)
+    except InputError:
+        alone = _flight_recorder_alone(args)
+        if alone is None:
+            raise
+        return alone
+
+
+def _cmd_analyze(args) -> int:
     if args.engine == "ray":  # the files are read by Ray tasks: nothing parsed here first
         if args.html:
             _need_plotly()

@@ -367,3 +367,24 @@ def test_flight_recorder_dumps_beside_a_run_ours_and_torch_s_pickles(tmp_path):
     (tmp_path / "nccl_trace_rank_2").write_bytes(pickle.dumps({"entries": [Evil()]}))
     assert flight_recorder.load(str(tmp_path / "nccl_trace_rank_2")) is None
     assert flight_recorder.summary(str(tmp_path), 3)["missing"] == [2]
+
+
+def test_analyze_of_a_folder_of_flight_recorder_dumps_alone(tmp_path):
+    """Three of four ranks' dumps and nothing else: `gpuscope analyze` joins them (the
+    world size from their pg_config) and names rank 2, whose dump is missing, as the likely
+    culprit; --json - gives the same as JSON."""
+    import shutil
+
+    for r in (0, 1, 3):
+        shutil.copy(os.path.join(HERE, "fixtures", "stalled", f"rank-0000{r}.gpuscope.fr.json"),
+                    tmp_path)
+    out = subprocess.run([sys.executable, "-m", "gpuscope", "analyze", str(tmp_path)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "3 of 4 ranks left a dump" in out.stdout
+    assert "ranks 0, 1, 3 entered all_reduce #46" in out.stdout
+    assert "no dump from rank 2 (the likely culprit" in out.stdout
+    js = subprocess.run([sys.executable, "-m", "gpuscope", "analyze", str(tmp_path), "--json",
+                         "-"], capture_output=True, text=True, timeout=120)
+    d = json.loads(js.stdout)
+    assert d["world_size"] == 4 and d["flight_recorder"]["missing"] == [2]

@@ -91,3 +91,19 @@ def summary(folder: str, world_size: int) -> dict:
     if not ranks:
         return {}
     return {"ranks": ranks, "missing": sorted(set(range(world_size)) - set(ranks))}
+
+
+def world_size(folder: str) -> int | None:
+    """The default group's size, as a dump's pg_config says it ({"ranks": "[0, 1, 2, 3]"})."""
+    for path in find(folder).values():
+        d = load(path)
+        for g in ((d or {}).get("pg_config") or {}).values():
+            ranks = g.get("ranks") if isinstance(g, dict) else None
+            try:
+                ranks = json.loads(ranks) if isinstance(ranks, str) else ranks
+            except ValueError:
+                continue
+            if isinstance(ranks, list) and ranks and (g.get("name") in ("", "0", "default_pg")
+                                                       or g.get("desc") in ("", "default_pg")):
+                return len(ranks)
+    return None
