@@ -82,8 +82,8 @@ def analyse(stalls: dict[int, dict], world_size: int, others: dict[int, str] | N
     others = dict(others or {})
     step = max(s.get("step", 0) for s in stalls.values())
     targets = {r: _target(s) for r, s in stalls.items()}
-    waiting = {r: t for r, t in targets.items() if stalls[r].get("in") in WAITING
-               and t[1] is not None}
+    waiting = {r: t for r, t in targets.items() if t[1] is not None and (
+        stalls[r].get("in") in WAITING or isinstance(stalls[r].get("waits_on"), dict))}
     out: dict = {"step": step}
     parts = []
     if waiting:

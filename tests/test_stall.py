@@ -388,3 +388,25 @@ def test_analyze_of_a_folder_of_flight_recorder_dumps_alone(tmp_path):
                          "-"], capture_output=True, text=True, timeout=120)
     d = json.loads(js.stdout)
     assert d["world_size"] == 4 and d["flight_recorder"]["missing"] == [2]
+
+
+def test_a_forked_child_s_sigterm_is_not_taken_for_the_parent_s(tmp_path):
+    """A DataLoader worker is a fork of the training process: when it is sent SIGTERM, the wakeup
+    fd it inherited must not tell the parent's watcher a SIGTERM came (it would end the parent).
+    The child lets go of it at the fork; the parent records on, then closes as usual."""
+    rec = gpuscope.record(tmp_path / "run", telemetry=False).start()
+    try:
+        assert getattr(rec, "_wakeup", None) is not None  # the wakeup fd is ours here
+        pid = os.fork()
+        if pid == 0:  # the child: as a worker the parent terminates
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+            os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM
+        time.sleep(2.5)  # past the watcher's grace and a look or two
+        assert rec.active
+    finally:
+        rec.stop()
+    lines = [json.loads(x) for x in open(tmp_path / "run" / "rank-00000.gpuscope.jsonl")]
+    assert "terminated" not in lines[-1]["end"]

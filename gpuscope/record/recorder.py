@@ -56,6 +56,35 @@ COMM_PHASES = {"comm", "communication", "allreduce", "all_reduce", "all_gather",
 
 _NEW, _RUNNING, _STOPPED = "new", "running", "stopped"
 
+#: the wakeup fds a recording set (Recorder._watch_signals); a forked child (a DataLoader
+#: worker) lets go of them at once: a SIGTERM to the child must not read as the parent's
+_OUR_WAKEUP_FDS: set = set()
+_forks_watched = False
+
+
+def _watch_forks() -> None:
+    global _forks_watched
+    if not _forks_watched:
+        _forks_watched = True
+        os.register_at_fork(after_in_child=_forget_wakeup_in_child)
+
+
+def _forget_wakeup_in_child() -> None:
+    if not _OUR_WAKEUP_FDS:
+        return
+    try:
+        old = signal.set_wakeup_fd(-1)
+        if old not in _OUR_WAKEUP_FDS | {-1}:
+            signal.set_wakeup_fd(old)  # not ours: put back
+    except (ValueError, OSError):
+        pass
+    for fd in list(_OUR_WAKEUP_FDS):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _OUR_WAKEUP_FDS.clear()
+
 
 class Recorder:
     """Returned by :func:`record`: a context manager, or ``start()`` / ``stop()``. See DESIGN.md."""
@@ -259,6 +288,8 @@ class Recorder:
             os.close(w)
             return
         self._wakeup = (r, w)
+        _watch_forks()
+        _OUR_WAKEUP_FDS.update((r, w))
 
     def _release_sigterm(self) -> None:
         handler, self._on_sigterm = getattr(self, "_on_sigterm", None), None
@@ -273,6 +304,7 @@ class Recorder:
             except (ValueError, OSError):
                 pass
             for fd in wakeup:
+                _OUR_WAKEUP_FDS.discard(fd)
                 try:
                     os.close(fd)
                 except OSError:

@@ -283,10 +283,10 @@ class StallWatch:
         if fr:
             stall["flight_recorder"] = fr
             last = (fr.get("pending") or [None])[-1]
-            if last is not None and "kind" not in stall and state["in"] in (
-                    "backward", "wait", "optimizer"):
+            if last is not None and "kind" not in stall:
                 # the collective it waits on was issued where the recorder does not wrap
-                # (DDP's reducer, FSDP's hooks): the Flight Recorder knows it
+                # (DDP's reducer, FSDP's hooks, NCCL's stream that a host sync waits on): the
+                # Flight Recorder knows it
                 stall.update(waits_on={k: last[k] for k in ("kind", "group", "seq", "sizes")})
         self.stalled = stall
         self.stalls += 1
