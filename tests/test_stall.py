@@ -293,6 +293,7 @@ def test_a_rank_in_another_collective_is_the_odd_one_out_and_sigterm_still_ends_
     s = gpuscope.analyze(run).to_dict()["stall"]
     assert s["odd_ones"] == [2] and s["seq"] is not None, s["text"]
     assert "mismatched collectives" in s["text"] and "all_gather" in s["text"]
+    assert "rank 2 was already" in s["text"], s["text"]  # late by 10 ms a step before
     # blocked in gloo (native code), yet each rank closed its record on the SIGTERM (the
     # watcher took it) rather than waiting for the launcher's SIGKILL
     ends = _ends(run)
@@ -318,6 +319,7 @@ def test_a_rank_killed_while_it_waits_is_named_with_its_collective(tmp_path):
     assert s["waiting"] == [2] and s["never_reached"] == [0, 1, 3], s["text"]
     assert [x["rank"] for x in d["died"]] == [2] and d["died"][0]["cause"] == "killed"
     assert "the other ranks were in step 20" in d["died"][0]["text"]
+    assert "rank 2 was already" in d["died"][0]["late_before"], d["died"][0]
 
 
 def test_a_stalled_run_says_so_first_in_every_view(tmp_path):
