@@ -412,3 +412,31 @@ def test_a_forked_child_s_sigterm_is_not_taken_for_the_parent_s(tmp_path):
         rec.stop()
     lines = [json.loads(x) for x in open(tmp_path / "run" / "rank-00000.gpuscope.jsonl")]
     assert "terminated" not in lines[-1]["end"]
+
+
+def test_a_recording_closed_after_a_long_evaluation_paused_it_did_not_hang(tmp_path):
+    """The loop ends, an evaluation runs past stall_s with the recorder still open, then the
+    program closes it: a pause until the end, not THE RUN STALLED; the same stall with the
+    rank terminated by a signal (a scheduler's time limit) is a stall."""
+    import shutil
+
+    from gpuscope.readers import read_path
+    from gpuscope.analyze.stall import open_stalls, pauses
+
+    run = tmp_path / "run"
+    with gpuscope.record(run, stall_s=0.3, flush_s=0.1, telemetry=False) as rec:
+        for _ in range(4):
+            rec.step()
+        time.sleep(1.5)  # an evaluation, no steps
+    table = read_path(str(run))
+    assert table.ranks[0].meta.get("stalls"), "the watcher wrote no stall"
+    assert open_stalls(table) == {}
+    p = pauses(table)
+    assert p and p[0]["until_end"] and p[0]["lasted_s"] >= 0.3
+    cut = tmp_path / "cut"
+    shutil.copytree(run, cut)
+    f = cut / "rank-00000.gpuscope.jsonl"
+    text = f.read_text().replace('"crashed":false', '"crashed":false,"terminated":"SIGTERM"')
+    f.write_text(text)
+    (cut / "rank-00000.gpuscope.cols").unlink(missing_ok=True)
+    assert list(open_stalls(read_path(str(cut)))) == [0]

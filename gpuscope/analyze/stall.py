@@ -8,25 +8,42 @@ from __future__ import annotations
 
 from ..stall_story import _at, _ranks, analyse, tell_flight_recorder
 
+def _unresumed(info) -> dict | None:
+    """The rank's last stall record when its steps had not resumed as the record ends (no
+    stall_end at or after the stall's step)."""
+    stalls = info.meta.get("stalls") or []
+    if not stalls:
+        return None
+    last = stalls[-1]
+    ends = info.meta.get("stall_ends") or []
+    if any(e.get("step", -1) >= last["step"] and e.get("resumed_unix_ns", 0)
+           >= last.get("noticed_unix_ns", 0) for e in ends):
+        return None
+    return last
+
+
+def _closed_cleanly(end) -> bool:
+    """The recording was stopped by the program (the loop ended, an evaluation after it): not
+    a crash, a signal or a kill."""
+    return isinstance(end, dict) and bool(end) and not end.get("crashed") and \
+        not end.get("terminated") and not end.get("recorder_error")
+
+
 def open_stalls(table) -> dict[int, dict]:
     """{rank: its last stall record} of the ranks whose steps had not resumed when the record
-    ends (no stall_end at or after the stall's step)."""
+    ends and whose recording did not close cleanly: a recording the program closed after a
+    long time without steps (an evaluation after the loop) paused, it did not hang."""
     out = {}
     for r, info in table.ranks.items():
-        stalls = info.meta.get("stalls") or []
-        if not stalls:
-            continue
-        last = stalls[-1]
-        ends = info.meta.get("stall_ends") or []
-        if any(e.get("step", -1) >= last["step"] and e.get("resumed_unix_ns", 0)
-               >= last.get("noticed_unix_ns", 0) for e in ends):
-            continue
-        out[int(r)] = last
+        last = _unresumed(info)
+        if last is not None and not _closed_cleanly(info.meta.get("end")):
+            out[int(r)] = last
     return out
 
 
 def pauses(table) -> list[dict]:
-    """Stalls the run came back from: rank, step, how long, what the rank was in."""
+    """Stalls the run came back from (or the program closed the recording in): rank, step, how
+    long, what the rank was in, where."""
     out = []
     for r, info in sorted(table.ranks.items()):
         stalls = {s["step"]: s for s in info.meta.get("stalls") or []}
@@ -35,6 +52,11 @@ def pauses(table) -> list[dict]:
             if s is not None:
                 out.append({"rank": int(r), "step": int(e["step"]), "lasted_s": e.get("lasted_s"),
                             "in": s.get("in"), "at": _at(s)})
+        last, end = _unresumed(info), info.meta.get("end")
+        if last is not None and _closed_cleanly(end) and end.get("end_unix_ns"):
+            out.append({"rank": int(r), "step": int(last["step"]), "in": last.get("in"),
+                        "at": _at(last), "until_end": True,
+                        "lasted_s": round((end["end_unix_ns"] - last["since_unix_ns"]) / 1e9, 3)})
     return out
 
 
