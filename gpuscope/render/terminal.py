@@ -99,8 +99,8 @@ def _header(report: ReportData, console: Console) -> None:
     for p in stall.get("pauses", [])[:3]:
         head.append("Paused: ", style="bold")
         head.append(f"rank {p['rank']} made no step for {p['lasted_s']:.0f} s at step "
-                    f"{p['step']} (in {p['in']}" + (f", at {p['at']}" if p.get("at") else "")
-                    + ")\n")
+                    f"{p['step']}" + (" until the recording closed" if p.get("until_end") else "")
+                    + f" (in {p['in']}" + (f", at {p['at']}" if p.get("at") else "") + ")\n")
     for i, d in enumerate(report.died[:4]):  # a run that died says so first
         head.append("THE RUN DIED: " if i == 0 else "also died: ", style="bold red")
         head.append(d["text"] + "\n", style="red" if i == 0 else "")
