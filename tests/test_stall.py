@@ -396,6 +396,9 @@ def test_a_forked_child_s_sigterm_is_not_taken_for_the_parent_s(tmp_path):
     """A DataLoader worker is a fork of the training process: when it is sent SIGTERM, the wakeup
     fd it inherited must not tell the parent's watcher a SIGTERM came (it would end the parent).
     The child lets go of it at the fork; the parent records on, then closes as usual."""
+    # as in a training process: SIGTERM's default action, no wakeup fd (earlier tests in this
+    # process may have left theirs: an event loop's, a handler)
+    handler, theirs = signal.signal(signal.SIGTERM, signal.SIG_DFL), signal.set_wakeup_fd(-1)
     rec = gpuscope.record(tmp_path / "run", telemetry=False).start()
     try:
         assert getattr(rec, "_wakeup", None) is not None  # the wakeup fd is ours here
@@ -410,6 +413,8 @@ def test_a_forked_child_s_sigterm_is_not_taken_for_the_parent_s(tmp_path):
         assert rec.active
     finally:
         rec.stop()
+        signal.set_wakeup_fd(theirs)
+        signal.signal(signal.SIGTERM, handler)
     lines = [json.loads(x) for x in open(tmp_path / "run" / "rank-00000.gpuscope.jsonl")]
     assert "terminated" not in lines[-1]["end"]
 
