@@ -87,17 +87,17 @@ def test_where_reads_a_blocked_collective_from_the_training_thread_s_frames():
     try:
         assert inside.wait(10)
         frame = sys._current_frames()[th.ident]
-        got = where(StepLog(), frame, {timed_c10d.__code__: "collective"}, lambda t: T0 + t)
+        got = where(StepLog(lambda: 0), frame, {timed_c10d.__code__: "collective"}, lambda t: T0 + t)
     finally:
         gate.set()
         th.join()
     assert got["in"] == "collective" and got["kind"] == "all_reduce"
     assert got["group"] == "default" and got["sizes"] == [[3, 2]]
     assert got["since_unix_ns"] == T0 + 5
-    log = StepLog()
+    log = StepLog(lambda: 0)
     log.fwd_t0 = 7
     assert where(log, sys._getframe(), {}, lambda t: T0 + t)["in"] == "forward"
-    log = StepLog()
+    log = StepLog(lambda: 0)
     log.phases.append(("optimizer", 1, 9))
     got = where(log, sys._getframe(), {}, lambda t: T0 + t)
     assert got["in"] == "after optimizer" and got["since_unix_ns"] == T0 + 9
@@ -108,8 +108,8 @@ class _Host:
 
     def __init__(self):
         self.now = 0
-        self.log = StepLog()
         self.clock = lambda: self.now
+        self.log = StepLog(self.clock)
         self.unix = lambda t: T0 + t
         self.active, self.steps, self.last = True, 0, 0
         self.flushed, self.side = 0, []

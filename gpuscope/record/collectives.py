@@ -38,16 +38,9 @@ from __future__ import annotations
 import inspect
 import sys
 import threading
-import time
 
 # group_name and members are this module's too: the recorder and knobs.py read them here
 from .groups import forget, funcol_group_name, group_name, members, registered_name  # noqa: F401
-
-
-def _now() -> int:
-    """The newest attached timer's clock (the recorder's: one clock for every timestamp it
-    takes), perf_counter_ns when none is attached."""
-    return _timers[-1].now() if _timers else time.perf_counter_ns()
 
 
 #: torch.distributed function -> kind of collective
@@ -248,11 +241,12 @@ def _wrap_blocking(fn, report: str, name: str):
             inner = getattr(_tls, "waits", None)
             if inner is None or timer is not None:
                 return fn(first, *args, **kwargs)
-            t0 = _now()  # a wait inside a functional collective's call: handed to its wrapper
+            now = _tls.clock  # a wait inside a functional collective's call: handed to its
+            t0 = now()  # wrapper, on its timer's clock
             try:
                 return fn(first, *args, **kwargs)
             finally:
-                inner.append((t0, _now()))
+                inner.append((t0, now()))
         t0 = timer.now()
         try:
             return fn(first, *args, **kwargs)
@@ -289,15 +283,15 @@ def _wrap_funcol(funcol, name: str, fn, kind: str):
         key = f"{kind}:{funcol_group_name(funcol, group, tag)}"
         # a gather on a dimension other than 0 waits inside the call, then concatenates the
         # chunks: the waits made inside are collected, to tell them from the call's host work
-        outer, waits = getattr(_tls, "waits", None), []
+        outer, waits, clock = getattr(_tls, "waits", None), [], getattr(_tls, "clock", None)
         t0 = timer.now()
         _tls.depth = getattr(_tls, "depth", 0) + 1
-        _tls.waits = waits
+        _tls.waits, _tls.clock = waits, timer.now
         try:
             out = fn(*args, **kwargs)
         finally:
             _tls.depth -= 1
-            _tls.waits = outer
+            _tls.waits, _tls.clock = outer, clock
         timer.launched(key, t0, timer.now(), out, waits)
         _time_backward(timer, key, out)
         if a2a:
@@ -504,11 +498,11 @@ class CollectiveTimer:
     to this rank to `on_rows(rows)`, from the moment it is attached until detach(); times are
     `now()`'s, the recorder's clock."""
 
-    def __init__(self, on_collective, on_wait, on_rows=None, now=None):
+    def __init__(self, on_collective, on_wait, on_rows=None, *, now):
         self.on_collective = on_collective
         self.on_wait = on_wait
         #: the recorder's clock (integer ns): every time this timer takes is read from it
-        self.now = now if now is not None else time.perf_counter_ns
+        self.now = now
         #: rows an all_to_all_single delivered to this rank (an expert layer's tokens)
         self.on_rows = on_rows
         self.active = False

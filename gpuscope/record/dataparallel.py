@@ -17,7 +17,6 @@ in (no GPU here), as for cuda_timing.
 from __future__ import annotations
 
 import threading
-import time
 
 
 
@@ -66,9 +65,9 @@ def device_ids(dp) -> list[int]:
 class DataParallelTimer:
     """Per-device forward times and DataParallel's own scatter / replicate / gather."""
 
-    def __init__(self, dp, backend=None, now=None):
+    def __init__(self, dp, backend=None, *, now):
         self.dp = dp
-        self.now = now if now is not None else time.perf_counter_ns  # the recorder's clock
+        self.now = now  # the recorder's clock
         self.devices = device_ids(dp)
         self.backend = backend
         self.active = False

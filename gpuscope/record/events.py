@@ -29,7 +29,6 @@ The lists (times are the recorder's clock, integer ns), by how often a step has 
 
 from __future__ import annotations
 
-import time
 
 from .step_row import Raw, plain_row, sum_steps
 
@@ -40,8 +39,8 @@ _NEVER = 1 << 62  # no time yet
 class StepLog:
     """One micro-step's events, appended by the hooks while `active`."""
 
-    def __init__(self, clock=None):
-        self.now = clock if clock is not None else time.perf_counter_ns
+    def __init__(self, clock):
+        self.now = clock  # the recorder's clock (RecordOptions.clock), integer ns
         self.active = False
         self.phases: list = []
         self.data: list = []

@@ -175,7 +175,7 @@ class Hooks:
             from .collectives import CollectiveTimer
 
             self.collectives = CollectiveTimer(state.collective, state.waited, state.routed,
-                                               state.now)
+                                               now=state.now)
             if not self.collectives.attach():
                 if self.collectives.reason:
                     self.warnings.append(self.collectives.reason)
