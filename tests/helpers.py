@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import os
+import time
 
 import pandas as pd
 
@@ -239,3 +241,30 @@ def rerun_band(rep) -> float:
     from gpuscope.analyze.rerun_noise import band
 
     return band([s.step_ns for s in rep.steps], rep.knobs)[0]
+
+
+class FakeTime:
+    """A clock (integer ns, as RecordOptions.clock) that only a sleep moves: time.sleep patched
+    to advance it by exactly what it is asked, at once (fake_time())."""
+
+    def __init__(self, start_ns: int = 10**9):
+        self.ns = int(start_ns)
+
+    def __call__(self) -> int:
+        return self.ns
+
+    def sleep(self, seconds: float) -> None:
+        self.ns += int(round(seconds * 1e9))
+
+
+@contextlib.contextmanager
+def fake_time(start_ns: int = 10**9):
+    """`with fake_time() as clock: gpuscope.record(..., clock=clock)`: every time.sleep in the
+    block (any thread's) advances `clock` and returns at once, so timings are exact."""
+    clock = FakeTime(start_ns)
+    real = time.sleep
+    time.sleep = clock.sleep
+    try:
+        yield clock
+    finally:
+        time.sleep = real
