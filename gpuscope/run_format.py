@@ -100,6 +100,64 @@ THROTTLE_BITS = {0x1: "gpu_idle", 0x2: "app_clocks", 0x4: "sw_power_cap", 0x8: "
                  0x80: "hw_power_brake", 0x100: "display_clocks"}
 
 
+#: the side records a rank file holds beside its step rows: one JSON object a line, whose key is
+#: one of these (a knob update also has "at_step"); the reader (readers/rundir.py) has one
+#: handler for each, and tests/test_vocabulary.py checks that both, and what the recorder
+#: writes, agree
+SIDE_RECORDS = {
+    "knobs": "settings that changed since the header (merged into its knobs)",
+    "end": "how the recording ended: steps, crashed, terminated, error and where, warnings",
+    "device": "CUDA-event times of steps (device_timing)",
+    "nvml": "NVML samples, rows of NVML_FIELDS",
+    "memory": "the resident set and the allocator's peaks, per window of steps",
+    "routing": "rows each all_to_all_single delivered",
+    "modules": "forward times of the chosen modules",
+    "dataparallel": "nn.DataParallel's totals (the latest replaces the earlier)",
+    "stall": "the stall watcher's record: where the training thread was, since when",
+    "stall_end": "steps resumed after a stall: how long it lasted",
+}
+
+#: every knob (a setting the suggestions are about, in the header's "knobs" or a knob update),
+#: with the type a reader accepts (readers/validate.py checks it):
+#:   count: an integer >= 0; flag: a bool; text: a string; number: a finite number >= 0;
+#:   fraction: 0 to 1; scalar: any JSON scalar (a value passed through as given);
+#:   layers: [[name, params], ...]; process_groups: {name: [ranks]}; mesh_dims: {group: dim};
+#:   windows: [[first, last], ...] of steps; steps: [step, ...]; flops_by_dtype: {dtype: FLOPs};
+#:   texts: [string, ...]
+#: A knob not declared here (another tool's, a user's note_knobs) is kept when it is a scalar.
+KNOBS = {
+    # the process and its machine
+    "world_size": "count", "local_world_size": "count", "cpu_count": "count",
+    "cpus_available": "count", "torch_threads": "count", "cuda_available": "flag",
+    "torch": "text", "python": "text", "backend": "text",
+    # the model and how it is split
+    "model": "text", "wrapper": "text", "device": "text", "param_dtype": "text",
+    "params": "count", "param_bytes": "count", "layers": "layers", "parallel": "text",
+    "dp_devices": "texts", "pipeline_stage": "count", "pipeline_stages": "count", "p2p": "flag",
+    "forwards_per_step": "count", "process_groups": "process_groups", "mesh_dims": "mesh_dims",
+    # DDP's settings
+    "bucket_cap_bytes": "count", "find_unused_parameters": "flag",
+    "gradient_as_bucket_view": "flag", "static_graph": "flag", "broadcast_buffers": "flag",
+    "comm_hook": "text",
+    # loading
+    "dataloader": "flag", "loader": "text", "batch_size": "count", "batches_per_epoch": "count",
+    "batch_bytes": "count", "tokens_per_sample": "count", "num_workers": "count",
+    "prefetch_factor": "count", "persistent_workers": "flag", "pin_memory": "flag",
+    "drop_last": "flag",
+    # accumulation (a Trainer's settings as it says them)
+    "sync_interval": "count", "gradient_accumulation_steps": "count",
+    "accumulate_grad_batches": "scalar", "trainer": "text",
+    # precision, FLOPs, price
+    "autocast_dtype": "text", "float32_matmul_precision": "text", "compute_dtype": "text",
+    "flops_per_step": "number", "flops_source": "text", "flops_counted_step": "count",
+    "flops_by_dtype": "flops_by_dtype", "peak_flops": "number", "price_per_gpu_hour": "number",
+    # profiling beside the recording
+    "profiled_steps": "windows", "profiler_trace_steps": "steps",
+    # set by the analysis from what it read (never in a file written by the recorder)
+    "memory_used_fraction": "fraction",
+}
+
+
 def comm_kind(key: str) -> str:
     """The kind of a collective's key "kind:group" (point-to-point: "recv_prev:3" = from rank 3,
     the previous in rank order)."""

@@ -176,52 +176,66 @@ def _stall_ok(x) -> bool:
                                                 "resumed_unix_ns") if k in x)
 
 
+def _knobs_record(value, out: "RankFile", knobs: dict, tally: Tally, at: int) -> None:
+    clean, bad = clean_knobs(value)
+    knobs.update(clean)
+    if bad:
+        tally.add("knob value(s) of the wrong type", at, bad)
+
+
+def _end_record(value, out: "RankFile", knobs: dict, tally: Tally, at: int) -> None:
+    if _end_ok(value):
+        out.end = value
+    else:
+        tally.add("malformed end record(s)", at)
+
+
+def _samples(attr: str, ok, what: str):
+    """A record holding a list of samples: the good ones join `attr`, the rest are counted."""
+    def handle(value, out, knobs, tally, at):
+        items = value if isinstance(value, list) else [None]
+        good = [x for x in items if ok(x)]
+        getattr(out, attr).extend(good)
+        if len(good) < len(items):
+            tally.add(what, at, len(items) - len(good))
+    return handle
+
+
+def _one(attr: str, ok, what: str, replaces: bool = False):
+    """A record that is one item: appended to `attr` (or replacing it), else counted."""
+    def handle(value, out, knobs, tally, at):
+        if not ok(value):
+            tally.add(what, at)
+        elif replaces:
+            setattr(out, attr, value)
+        else:
+            getattr(out, attr).append(value)
+    return handle
+
+
+#: one handler for each of run_format.SIDE_RECORDS (tests/test_vocabulary.py checks they agree)
+SIDE_HANDLERS = {
+    "knobs": _knobs_record,
+    "end": _end_record,
+    "device": _samples("device", _device_ok, "malformed device time(s)"),
+    "nvml": _samples("nvml", _nvml_ok, "malformed NVML sample(s)"),
+    "memory": _one("memory", memory_ok, "malformed memory record(s)"),
+    "routing": _one("routing", routing_ok, "malformed all-to-all row record(s)"),
+    "modules": _one("modules", modules_ok, "malformed module time record(s)"),
+    "dataparallel": _one("dataparallel", _dataparallel_ok, "malformed DataParallel record(s)",
+                         replaces=True),
+    "stall": _one("stalls", _stall_ok, "malformed stall record(s)"),
+    "stall_end": _one("stall_ends", _stall_ok, "malformed stall_end record(s)"),
+}
+
+
 def _side_record(obj: dict, out: "RankFile", knobs: dict, tally: Tally, at: int) -> None:
-    """A side record (knobs, end, device times, NVML samples, DataParallel totals)."""
-    if "knobs" in obj:
-        clean, bad = clean_knobs(obj["knobs"])
-        knobs.update(clean)
-        if bad:
-            tally.add("knob value(s) of the wrong type", at, bad)
-    if "end" in obj:
-        if _end_ok(obj["end"]):
-            out.end = obj["end"]
-        else:
-            tally.add("malformed end record(s)", at)
-    for key, ok, what in (("device", _device_ok, "malformed device time(s)"),
-                          ("nvml", _nvml_ok, "malformed NVML sample(s)")):
-        if key in obj:
-            items = obj[key] if isinstance(obj[key], list) else [None]
-            good = [x for x in items if ok(x)]
-            getattr(out, key).extend(good)
-            if len(good) < len(items):
-                tally.add(what, at, len(items) - len(good))
-    if "memory" in obj:
-        if memory_ok(obj["memory"]):
-            out.memory.append(obj["memory"])
-        else:
-            tally.add("malformed memory record(s)", at)
-    if "routing" in obj:
-        if routing_ok(obj["routing"]):
-            out.routing.append(obj["routing"])
-        else:
-            tally.add("malformed all-to-all row record(s)", at)
-    if "modules" in obj:
-        if modules_ok(obj["modules"]):
-            out.modules.append(obj["modules"])
-        else:
-            tally.add("malformed module time record(s)", at)
-    for key, what in (("stall", "stalls"), ("stall_end", "stall_ends")):
-        if key in obj:
-            if _stall_ok(obj[key]):
-                getattr(out, what).append(obj[key])
-            else:
-                tally.add(f"malformed {key} record(s)", at)
-    if "dataparallel" in obj:
-        if _dataparallel_ok(obj["dataparallel"]):
-            out.dataparallel = obj["dataparallel"]
-        else:
-            tally.add("malformed DataParallel record(s)", at)
+    """A side record (run_format.SIDE_RECORDS): its handler; keys it does not know are
+    left (a newer recorder's)."""
+    for key, value in obj.items():
+        handle = SIDE_HANDLERS.get(key)
+        if handle is not None:
+            handle(value, out, knobs, tally, at)
 
 
 _BAD = object()  # a line that is not JSON

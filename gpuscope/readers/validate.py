@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import math
 
+from ..run_format import KNOBS
+
 #: largest duration or count accepted, in ns (~13 days per step): larger is corruption, and the
 #: bound keeps sums over a million steps inside int64
 MAX_NS = 1 << 50
@@ -29,16 +31,6 @@ def column_bounds(col: str) -> tuple[int, int]:
     return lo, hi
 
 
-_INT_KNOBS = ("batch_size", "batches_per_epoch", "batch_bytes", "num_workers", "prefetch_factor",
-              "cpu_count", "cpus_available", "local_world_size", "world_size", "params",
-              "param_bytes", "torch_threads", "pipeline_stage", "pipeline_stages",
-              "forwards_per_step", "sync_interval", "gradient_accumulation_steps",
-              "flops_counted_step")
-_BOOL_KNOBS = ("persistent_workers", "pin_memory", "dataloader", "cuda_available", "p2p")
-_STR_KNOBS = ("device", "param_dtype", "model", "loader", "parallel", "backend", "comm_hook",
-              "torch", "python", "autocast_dtype", "float32_matmul_precision", "compute_dtype")
-
-
 def is_int(v, lo: int = 0, hi: int = MAX_NS) -> bool:
     return type(v) is int and lo <= v <= hi
 
@@ -48,41 +40,47 @@ def is_num(v, lo: float = 0.0, hi: float = float(MAX_NS)) -> bool:
             and lo <= v <= hi)
 
 
-def _knob_ok(key: str, v) -> bool:
-    if v is None:
-        return True
-    if key in _INT_KNOBS:
-        return is_int(v, 0, 1 << 53)
-    if key in _BOOL_KNOBS:
-        return isinstance(v, bool)
-    if key in _STR_KNOBS:
-        return isinstance(v, str)
-    if key == "memory_used_fraction":
-        return is_num(v, 0.0, 1.0)
-    if key == "layers":
-        return isinstance(v, list) and all(
-            isinstance(x, list) and len(x) == 2 and isinstance(x[0], str) and is_int(x[1], 0, 1 << 53)
-            for x in v)
-    if key == "process_groups":
-        return isinstance(v, dict) and all(
-            isinstance(r, list) and all(is_int(x, 0, 1 << 31) for x in r) for r in v.values())
-    if key == "mesh_dims":
-        return isinstance(v, dict) and len(v) <= 4096 and all(
-            isinstance(k, str) and isinstance(x, str) for k, x in v.items())
-    if key == "profiled_steps":
-        return isinstance(v, list) and len(v) <= 64 and all(
-            isinstance(w, list) and len(w) == 2 and all(is_int(x, 0, 1 << 53) for x in w)
-            and w[0] <= w[1] for w in v)
-    if key == "profiler_trace_steps":
-        return isinstance(v, list) and len(v) <= 64 and all(is_int(x, 0, 1 << 53) for x in v)
-    if key == "flops_by_dtype":
-        return isinstance(v, dict) and 0 < len(v) <= 16 and all(
-            isinstance(k, str) and is_int(x, 0, 1 << 62) for k, x in v.items())
-    if key == "dp_devices":
-        return isinstance(v, list) and all(isinstance(x, str) for x in v)
-    # knobs no analysis reads (shown as they are): any JSON scalar, or a short list of them
+def _count(v) -> bool:
+    return is_int(v, 0, 1 << 53)
+
+
+def _scalar(v) -> bool:
     return isinstance(v, (str, int, float, bool)) and not (isinstance(v, float)
                                                           and not math.isfinite(v))
+
+
+#: a checker for each knob type of run_format.KNOBS
+KNOB_TYPES = {
+    "count": _count,
+    "flag": lambda v: isinstance(v, bool),
+    "text": lambda v: isinstance(v, str),
+    "number": lambda v: is_num(v, 0.0, 1e30),
+    "fraction": lambda v: is_num(v, 0.0, 1.0),
+    "scalar": _scalar,
+    "layers": lambda v: isinstance(v, list) and all(
+        isinstance(x, list) and len(x) == 2 and isinstance(x[0], str) and _count(x[1])
+        for x in v),
+    "process_groups": lambda v: isinstance(v, dict) and all(
+        isinstance(r, list) and all(is_int(x, 0, 1 << 31) for x in r) for r in v.values()),
+    "mesh_dims": lambda v: isinstance(v, dict) and len(v) <= 4096 and all(
+        isinstance(k, str) and isinstance(x, str) for k, x in v.items()),
+    "windows": lambda v: isinstance(v, list) and len(v) <= 64 and all(
+        isinstance(w, list) and len(w) == 2 and all(_count(x) for x in w) and w[0] <= w[1]
+        for w in v),
+    "steps": lambda v: isinstance(v, list) and len(v) <= 64 and all(_count(x) for x in v),
+    "flops_by_dtype": lambda v: isinstance(v, dict) and 0 < len(v) <= 16 and all(
+        isinstance(k, str) and is_int(x, 0, 1 << 62) for k, x in v.items()),
+    "texts": lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
+}
+
+
+def _knob_ok(key: str, v) -> bool:
+    """A knob's value has its declared type (run_format.KNOBS; None: not known); one not
+    declared is kept when it is a JSON scalar (shown as it is, read by no analysis)."""
+    if v is None:
+        return True
+    kind = KNOBS.get(key)
+    return KNOB_TYPES[kind](v) if kind is not None else _scalar(v)
 
 
 def clean_knobs(knobs) -> tuple[dict, int]:
