@@ -392,6 +392,12 @@ class Recorder:
         if self._tensorboard:
             name = os.path.basename(self.path or "rank").split(".", 1)[0]
             self._add_sink(TensorBoardScalars(self.run_dir, name))
+        self._write_header(p, gpu, capacity)
+        if o.stall_watch:
+            self._start_stall_watch(p)
+
+    def _write_header(self, p, gpu: dict, capacity: dict) -> None:
+        """The rank file's first line: who, where, the clock, the columns, the knobs so far."""
         self._writer.write_header({
             "schema": SCHEMA, "rank": p.rank, "local_rank": p.local_rank,
             "world_size": p.world_size, "host": p.host, "pid": os.getpid(),
@@ -403,8 +409,6 @@ class Recorder:
             "memory": capacity,
             # rows reach the file every `rows` steps or `s` seconds: what a kill can lose
             "flush": {"rows": self._flush_rows, "s": self._flush_ns / 1e9}})
-        if o.stall_watch:
-            self._start_stall_watch(p)
 
     def _open_precision_probe(self) -> None:
         """The dtype the model's maths runs in (autocast, TF32), read once inside its forward

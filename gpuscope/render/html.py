@@ -474,15 +474,14 @@ def mesh_bars(report: ReportData):
     return fig
 
 
-def _summary_html(report: ReportData) -> str:
-    v = report.verdict
-    color = LABEL_COLORS.get(v.label, "#333")
-    out = [f'<h1>gpuscope <small>{esc(report.source)}: {esc(report.path)}</small></h1>']
-    stall = report.stall or {}
+def _stall_html(stall: dict) -> list[str]:
+    """The stall (analyze/stall.py), with the stacks of the ranks it points at, and the pauses
+    the run came back from."""
+    out: list[str] = []
     if stall.get("text"):  # a run that hung says so first, with the stacks of the ranks
         out.append(f'<p class="died" id="stall">The run stalled: '
                    f'{esc(stall["text"][len("stalled "):])}</p>')
-        for r in stall.get("never_reached", []):
+        for r in stall.get("never_reached", []) + stall.get("odd_ones", []):
             frames = (stall.get("stacks") or {}).get(str(r)) or \
                 (stall.get("stacks") or {}).get(r) or []
             if frames:
@@ -492,6 +491,14 @@ def _summary_html(report: ReportData) -> str:
                            + '</pre></details>')
     out += [f'<p class="meta">Paused: rank {p["rank"]} made no step for {p["lasted_s"]:.0f} s at '
             f'step {p["step"]} (in {esc(str(p["in"]))})</p>' for p in stall.get("pauses", [])[:3]]
+    return out
+
+
+def _summary_html(report: ReportData) -> str:
+    v = report.verdict
+    color = LABEL_COLORS.get(v.label, "#333")
+    out = [f'<h1>gpuscope <small>{esc(report.source)}: {esc(report.path)}</small></h1>']
+    out += _stall_html(report.stall or {})  # a run that hung says so first
     out += [('<p class="died">Also died: ' if i else '<p class="died" id="died">The run died: ')
             + f'{esc(d["text"])}</p>'
             for i, d in enumerate(report.died[:4])]  # a run that died says so first
