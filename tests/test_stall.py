@@ -445,3 +445,27 @@ def test_a_recording_closed_after_a_long_evaluation_paused_it_did_not_hang(tmp_p
     f.write_text(text)
     (cut / "rank-00000.gpuscope.cols").unlink(missing_ok=True)
     assert list(open_stalls(read_path(str(cut)))) == [0]
+
+
+def test_whether_the_rank_was_late_before_from_the_report_s_stragglers():
+    """The straggler, a minor straggler (late under the threshold), not late, or no steps of it
+    (a rank killed before its rows were written)."""
+    from types import SimpleNamespace
+
+    from gpuscope.analyze.stall import late_before
+    from gpuscope.results import MinorStraggler, Straggler
+
+    ranks = [SimpleNamespace(rank=r) for r in range(4)]
+    big = Straggler(rank=2, slow_steps_share=0.9, excess_ns=3_100_000, cause="compute",
+                    last_in=(17, 19))
+    small = MinorStraggler(rank=1, late_ns=1_200_000, late_share=0.03, excess_ns=1_000_000,
+                           cause="compute")
+    rep = SimpleNamespace(stragglers=[big], minor_stragglers=[small], steps=[1, 2], ranks=ranks)
+    assert late_before(rep, 2) == ("rank 2 was already the straggler before it stalled (3.1 ms a "
+                                   "step busier than the median rank, last to arrive in 17 of "
+                                   "19 steps)")
+    assert late_before(rep, 1, "died").startswith("rank 1 was already slightly late before it "
+                                                  "died (1.2 ms a step")
+    assert late_before(rep, 3) == "rank 3 was not late before it stalled"
+    rep.ranks = ranks[:3]
+    assert late_before(rep, 3).startswith("no steps of rank 3")

@@ -78,7 +78,7 @@ def late_before(report, rank: int, verb: str = "stalled") -> str:
     for m in report.minor_stragglers or ():
         if m.rank == rank:
             return (f"rank {rank} was already slightly late before it {verb} "
-                    f"({m.late_ms:.1f} ms a step, under the imbalance threshold)")
+                    f"({m.late_ns / 1e6:.1f} ms a step, under the imbalance threshold)")
     if not report.steps or all(r.rank != rank for r in report.ranks):
         return f"no steps of rank {rank} to tell whether it was late before it {verb}"
     return f"rank {rank} was not late before it {verb}"
