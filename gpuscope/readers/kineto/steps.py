@@ -151,11 +151,169 @@ class Ranges:
         return spans.clip(spans.merge(s[keep], e[keep]), lo, hi), self.index[a:b][keep]
 
 
+def _device_view(ev: RankEvents, windows: list, host_p2p, dev_p2p) -> dict:
+    """What every step of a trace with device events is cut from, indexed once: the device
+    windows, the merged spans of compute, communication, p2p, queued gaps and one-off host
+    stalls, and the host collectives that run on the CPU."""
+    launched, found = launch_times(ev)
+    kind_all = ev.dev_kind
+    p2p_dev = dev_p2p & (kind_all == COMM)
+    # host collectives that run on the CPU even in a GPU trace (gloo, MPI); NCCL's host ranges
+    # only enqueue its kernels, which are counted on the device
+    cpu_coll = np.array([c is not None and not c[1].startswith("nccl:") for c in ev.host_coll],
+                        dtype=bool)
+    dev_order = np.argsort(launched, kind="stable")
+    return {"launched": launched, "dev": device_windows(ev, windows, launched, found),
+            "busy_all": spans.merge(ev.dev_start, ev.dev_end),
+            "comp_all": spans.merge(ev.dev_start[kind_all == COMPUTE],
+                                    ev.dev_end[kind_all == COMPUTE]),
+            "comm_all": spans.merge(ev.dev_start[kind_all == COMM], ev.dev_end[kind_all == COMM]),
+            "p2p_all": spans.merge(ev.dev_start[p2p_dev], ev.dev_end[p2p_dev]),
+            "queued_all": queued_gaps(ev.dev_start, ev.dev_end, launched),
+            "stalls_all": spans.merge(ev.stall_start, ev.stall_end),  # one-off host work
+            "comm_r": Ranges(ev, COMM_HOST, cpu_coll),
+            "p2p_r": Ranges(ev, COMM_HOST, cpu_coll & host_p2p),
+            "dev_order": dev_order, "launched_sorted": launched[dev_order]}
+
+
+def _device_step(v: dict, ev: RankEvents, lo: int, hi: int, host_lo: int, host_hi: int,
+                 data_set, grads_of, sid, colls: list, dev_p2p, host_p2p) -> dict:
+    """One step's parts on a device: everything the device did inside its device window
+    [lo, hi); its collectives (launched in the host window) join `colls`."""
+    comp = spans.window(v["comp_all"], lo, hi)
+    host_comm, _ = v["comm_r"].window(lo, hi)
+    comm = spans.union(spans.window(v["comm_all"], lo, hi), host_comm)
+    comm_ns = spans.length(comm)
+    busy = spans.window(v["busy_all"], lo, hi)
+    data_ns = spans.length(data_set) - spans.overlap(data_set, busy)
+    idle = spans.subtract((np.array([lo], np.int64), np.array([hi], np.int64)), busy)
+    known = spans.union(spans.window(v["queued_all"], lo, hi), data_set, comm)
+    stalls = spans.window(v["stalls_all"], lo, hi)
+    # the GPU idle while the host was in one-off work: startup, not launch overhead
+    startup_ns = spans.length(spans.subtract(spans.intersect(idle, stalls), known))
+    host_ns = spans.length(spans.subtract(idle, spans.union(known, stalls)))
+    p2p = spans.union(spans.window(v["p2p_all"], lo, hi), v["p2p_r"].window(lo, hi)[0])
+    # the collectives the step launched (host window), with the part of each that no compute
+    # kernel hides: the wait split compares it across ranks
+    order, at = v["dev_order"], v["launched_sorted"]
+    sel = order[np.searchsorted(at, host_lo, "left"):np.searchsorted(at, host_hi, "left")]
+    sel = np.sort(sel)  # in trace order, as a mask would give them
+    sel = sel[(ev.dev_kind[sel] == COMM) & ~dev_p2p[sel]]
+    insts = [(ev.dev_coll[j], int(ev.dev_start[j]), int(ev.dev_end[j])) for j in sel.tolist()]
+    grads = [grads_of(int(t)) for t in v["launched"][sel].tolist()]
+    _, hsel = v["comm_r"].window(host_lo, host_hi)
+    hsel = hsel[ev.host_start[hsel] >= host_lo]  # each in the step it started in
+    hsel = np.sort(hsel[~host_p2p[hsel]])
+    insts += [(ev.host_coll[j], int(ev.host_start[j]), int(ev.host_end[j]))
+              for j in hsel.tolist()]
+    grads += [grads_of(int(t)) for t in ev.host_start[hsel].tolist()]
+    comp_all = v["comp_all"]
+    add_collectives(colls, sid, insts,
+                    lambda u: spans.length(spans.subtract(
+                        u, spans.window(comp_all, int(u[0][0]), int(u[1][-1])))),
+                    grads=grads)
+    return {"compute_ns": spans.length(comp), "comm_ns": comm_ns,
+            "exposed_ns": comm_ns - spans.overlap(comm, comp),
+            "in_flight_ns": 0,  # measured on the device: what ran, not what was in flight
+            "data_ns": data_ns, "host_ns": host_ns, "startup_ns": startup_ns,
+            "bubble_ns": spans.length(spans.subtract(p2p, comp))}
+
+
+def _host_view(ev: RankEvents, main, leaves_main, windows: list, host_p2p) -> dict:
+    """What every step of a host-only trace is cut from, indexed once: the training thread's
+    ops, its waits (c10d calls, functional collectives' waits, FSDP's wrapping ranges, DDP's
+    write-back of synced buckets), the ops inside them, and DDP's buckets in flight."""
+    launches = main & (ev.host_wait == LAUNCH)
+    wraps = main & (ev.host_wait == WRAPS)
+    # a c10d call a functional collective makes is part of that one's launch: host work, as
+    # the recorder counts a functional collective from the end of its launch call
+    calls = main & (ev.host_wait == CALL)
+    calls &= ~inside(ev, calls, launches)
+    # DDP's reducer launching a bucket before its last in the step: backward's host work
+    early, flights = ddp_early_launches(ev, calls, main & (ev.host_wait == FINISH), wraps,
+                                        windows)
+    calls &= ~early
+    strict = main & ((ev.host_wait == WAITS) | calls)
+    # DDP's reducer writing synced buckets back (events.FINISH): synchronization, whole
+    finish = main & (ev.host_wait == FINISH)
+    waits = strict | wraps | finish
+    # the work inside wait ranges: ops with no op inside them, but not a wait range that has
+    # no child (gloo's c10d::allreduce_ blocking 20 ms when its queue is full is waiting, not
+    # work)
+    leaf = leaves_main & ~waits
+    annots = main & (ev.host_wait == ANNOTATION)
+    return {"flights": flights, "ops_r": Ranges(ev, OP, main), "comm_r": Ranges(ev, COMM_HOST),
+            "wait_r": Ranges(ev, OP, waits & ~finish), "annot_r": Ranges(ev, OP, annots),
+            "leaf_r": Ranges(ev, OP, leaf), "call_r": Ranges(ev, OP, calls),
+            "strict_r": Ranges(ev, OP, strict), "wrap_r": Ranges(ev, OP, wraps),
+            "finish_r": Ranges(ev, OP, finish),
+            # where a collective is issued or waited on
+            "issue_r": Ranges(ev, OP, strict | launches),
+            "p2p_r": Ranges(ev, COMM_HOST, host_p2p)}
+
+
+def _host_step(v: dict, ev: RankEvents, lo: int, hi: int, data_set, grads_of, sid,
+               colls: list, host_p2p) -> dict:
+    """One step's parts on the host: the training thread's ops, less the time it was blocked
+    on communication; its collectives join `colls`."""
+    ops, _ = v["ops_r"].window(lo, hi)
+    comm, csel = v["comm_r"].window(lo, hi)
+    waiting, _ = v["wait_r"].window(lo, hi)
+    finished = v["finish_r"].window(lo, hi)[0]
+    annot, _ = v["annot_r"].window(lo, hi)
+    blocked = spans.merge(np.zeros(0, np.int64), np.zeros(0, np.int64))
+    if waiting[0].size or annot[0].size or finished[0].size:  # inside wait ranges only
+        # their ops work
+        leaves, _ = v["leaf_r"].window(lo, hi)
+        # blocked in a collective: a c10d call whole, the ops it runs too; a functional
+        # collective's wait where no op of its own runs; FSDP's ranges where no op of their
+        # own runs while a collective is pending (they also copy in and out and run Python
+        # after the collective ended, which is work)
+        strict_w = v["strict_r"].window(lo, hi)[0]
+        idle_in_wraps = spans.subtract(v["wrap_r"].window(lo, hi)[0], leaves)
+        blocked = spans.union(
+            spans.subtract(strict_w, leaves), v["call_r"].window(lo, hi)[0], finished,
+            spans.intersect(idle_in_wraps, pending(comm, v["issue_r"].window(lo, hi)[0][0])))
+        idle = blocked
+        if annot[0].size:  # long stretches of a record_function range with no op
+            gap_s, gap_e = spans.subtract(annot, leaves)
+            long = gap_e - gap_s >= ANNOTATION_GAP_NS
+            idle = spans.union(idle, (gap_s[long], gap_e[long]))
+        busy = spans.subtract(ops, idle)
+    else:
+        busy = ops
+    csel = csel[ev.host_start[csel] >= lo]  # each collective in the step it started in
+    csel = np.sort(csel[~host_p2p[csel]])
+    insts = [(ev.host_coll[j], int(ev.host_start[j]), int(ev.host_end[j]))
+             for j in csel.tolist()]
+    grads = [grads_of(int(t)) for t in ev.host_start[csel].tolist()]
+    gaps = pending_gaps((np.array([lo], np.int64), np.array([hi], np.int64)),
+                        spans.union(ops, data_set), insts,
+                        v["issue_r"].window(lo, hi)[0][0], finished[0])
+    blocked = spans.union(blocked, gaps)
+    # a thread blocked in a collective call, or idle until a collective it issued ends (DDP's
+    # reducer waiting for the last bucket, in no op of its own), is communicating whether or
+    # not the collective's own range (on its backend's thread) has started: gloo runs a DDP
+    # bucket only when the one before it is done, and its thread may wait for a core
+    comm = spans.union(comm, blocked)
+    exposed = spans.subtract(comm, spans.union(busy, data_set))
+    # DDP's synchronization is in flight from its first bucket's launch, as the record counts
+    # it (record/ddp_timing.py): behind backward's compute, not exposed
+    flight = spans.window(v["flights"], lo, hi)
+    add_collectives(colls, sid, insts, lambda u, x=exposed: spans.overlap(u, x),
+                    blocks=_blocks(waiting, blocked) + _blocks(gaps, gaps), grads=grads,
+                    finished=finished)
+    return {"compute_ns": spans.length(spans.subtract(ops, spans.union(data_set, exposed))),
+            "comm_ns": spans.length(spans.union(comm, flight)),
+            "exposed_ns": spans.length(exposed), "in_flight_ns": spans.length(flight),
+            "data_ns": spans.length(data_set), "host_ns": 0, "startup_ns": 0,
+            "bubble_ns": spans.overlap(v["p2p_r"].window(lo, hi)[0], exposed)}
+
+
 def rank_rows(ev: RankEvents, rank: int, drop: frozenset = frozenset()):
     """RunTable rows and collective instances (step, key, dur_ns, end_ns, exposed_ns) of one
-    rank; the steps
-    in `drop` (last_step of each of its files) are left out. Each row also holds
-    "microbatches", the pipeline schedule's forward ranges in the step (not a column)."""
+    rank; the steps in `drop` (last_step of each of its files) are left out. Each row also
+    holds "microbatches", the pipeline schedule's forward ranges in the step (not a column)."""
     windows, warnings = step_windows(ev)
     gpu = ev.dev_kind.size > 0
     main = ev.host_tid == ev.step_thread
@@ -176,186 +334,63 @@ def rank_rows(ev: RankEvents, rank: int, drop: frozenset = frozenset()):
     # use (its Python, a decoder's, is not in a trace: a lower bound)
     leaves_main = leaf_ops(ev, main)
     leaf_main = Ranges(ev, OP, leaves_main)
-    if gpu:
-        launched, found = launch_times(ev)
-        dev = device_windows(ev, windows, launched, found)
-        kind_all = ev.dev_kind
-        busy_all = spans.merge(ev.dev_start, ev.dev_end)
-        comp_all = spans.merge(ev.dev_start[kind_all == COMPUTE], ev.dev_end[kind_all == COMPUTE])
-        comm_all = spans.merge(ev.dev_start[kind_all == COMM], ev.dev_end[kind_all == COMM])
-        p2p_dev = dev_p2p & (kind_all == COMM)
-        p2p_all = spans.merge(ev.dev_start[p2p_dev], ev.dev_end[p2p_dev])
-        queued_all = queued_gaps(ev.dev_start, ev.dev_end, launched)
-        stalls_all = spans.merge(ev.stall_start, ev.stall_end)  # one-off host work (startup)
-        # host collectives that run on the CPU even in a GPU trace (gloo, MPI); NCCL's host
-        # ranges only enqueue its kernels, which are counted on the device
-        cpu_coll = np.array([c is not None and not c[1].startswith("nccl:")
-                             for c in ev.host_coll], dtype=bool)
-        comm_r, p2p_r = Ranges(ev, COMM_HOST, cpu_coll), Ranges(ev, COMM_HOST, cpu_coll & host_p2p)
-        dev_order = np.argsort(launched, kind="stable")
-        launched_sorted = launched[dev_order]
-    else:
-        launches = main & (ev.host_wait == LAUNCH)
-        wraps = main & (ev.host_wait == WRAPS)
-        # a c10d call a functional collective makes is part of that one's launch: host work, as
-        # the recorder counts a functional collective from the end of its launch call
-        calls = main & (ev.host_wait == CALL)
-        calls &= ~inside(ev, calls, launches)
-        # DDP's reducer launching a bucket before its last in the step: backward's host work
-        early, flights = ddp_early_launches(ev, calls, main & (ev.host_wait == FINISH), wraps,
-                                            windows)
-        calls &= ~early
-        strict = main & ((ev.host_wait == WAITS) | calls)
-        # DDP's reducer writing synced buckets back (events.FINISH): synchronization, whole
-        finish = main & (ev.host_wait == FINISH)
-        waits = strict | wraps | finish
-        # the work inside wait ranges: ops with no op inside them, but not a wait range that
-        # has no child (gloo's c10d::allreduce_ blocking 20 ms when its queue is full is
-        # waiting, not work)
-        leaf = leaves_main & ~waits
-        annots = main & (ev.host_wait == ANNOTATION)
-        ops_r, comm_r = Ranges(ev, OP, main), Ranges(ev, COMM_HOST)
-        wait_r, annot_r, leaf_r = (Ranges(ev, OP, waits & ~finish), Ranges(ev, OP, annots),
-                                   Ranges(ev, OP, leaf))
-        call_r, strict_r, wrap_r = Ranges(ev, OP, calls), Ranges(ev, OP, strict), Ranges(ev, OP, wraps)
-        finish_r = Ranges(ev, OP, finish)
-        issue_r = Ranges(ev, OP, strict | launches)  # where a collective is issued or waited on
-        p2p_r = Ranges(ev, COMM_HOST, host_p2p)
+    view = (_device_view(ev, windows, host_p2p, dev_p2p) if gpu else
+            _host_view(ev, main, leaves_main, windows, host_p2p))
     markers = bool((ev.host_kind == STEP).any())
     rows, colls, startup_total = [], [], 0
     for i, (sid, host_lo, host_hi) in enumerate(windows):
         if sid in drop:  # its device work may be cut off where the profiler stopped (as HTA)
             continue
         n_before = len(colls)
-        lo, hi = dev[i] if gpu else (host_lo, host_hi)
+        lo, hi = view["dev"][i] if gpu else (host_lo, host_hi)
         grads_of = grad_span(bwd_any, opt_any, host_lo, host_hi)
         step_ns = hi - lo
         data_set, _ = data_r.window(lo, hi)
-        if gpu:  # everything the device did inside the step's device window
-            comp = spans.window(comp_all, lo, hi)
-            host_comm, _ = comm_r.window(lo, hi)
-            comm = spans.union(spans.window(comm_all, lo, hi), host_comm)
-            compute_ns = spans.length(comp)
-            comm_ns = spans.length(comm)
-            exposed_ns = comm_ns - spans.overlap(comm, comp)
-            in_flight_ns = 0  # measured on the device: what ran, not what was in flight
-            data_ns = spans.length(data_set) - spans.overlap(data_set, spans.window(busy_all, lo, hi))
-            idle = spans.subtract((np.array([lo], np.int64), np.array([hi], np.int64)),
-                                  spans.window(busy_all, lo, hi))
-            known = spans.union(spans.window(queued_all, lo, hi), data_set, comm)
-            # the GPU idle while the host was in one-off work: startup, not launch overhead
-            startup_ns = spans.length(spans.subtract(
-                spans.intersect(idle, spans.window(stalls_all, lo, hi)), known))
-            host_ns = spans.length(spans.subtract(idle, spans.union(
-                known, spans.window(stalls_all, lo, hi))))
+        if gpu:
+            p = _device_step(view, ev, lo, hi, host_lo, host_hi, data_set, grads_of, sid,
+                             colls, dev_p2p, host_p2p)
             if not markers:  # the whole trace as one step: its startup is not part of it
-                step_ns -= startup_ns
-            startup_total += startup_ns
-            p2p = spans.union(spans.window(p2p_all, lo, hi), p2p_r.window(lo, hi)[0])
-            bubble_ns = spans.length(spans.subtract(p2p, comp))
-            # the collectives the step launched (host window), with the part of each that no
-            # compute kernel hides: the wait split compares it across ranks
-            sel = dev_order[np.searchsorted(launched_sorted, host_lo, "left"):
-                            np.searchsorted(launched_sorted, host_hi, "left")]
-            sel = np.sort(sel)  # in trace order, as a mask would give them
-            sel = sel[(ev.dev_kind[sel] == COMM) & ~dev_p2p[sel]]
-            insts = [(ev.dev_coll[j], int(ev.dev_start[j]), int(ev.dev_end[j]))
-                     for j in sel.tolist()]
-            grads = [grads_of(int(t)) for t in launched[sel].tolist()]
-            _, hsel = comm_r.window(host_lo, host_hi)
-            hsel = hsel[ev.host_start[hsel] >= host_lo]  # each in the step it started in
-            hsel = np.sort(hsel[~host_p2p[hsel]])
-            insts += [(ev.host_coll[j], int(ev.host_start[j]), int(ev.host_end[j]))
-                      for j in hsel.tolist()]
-            grads += [grads_of(int(t)) for t in ev.host_start[hsel].tolist()]
-            add_collectives(colls, sid, insts,
-                            lambda u: spans.length(spans.subtract(
-                                u, spans.window(comp_all, int(u[0][0]), int(u[1][-1])))),
-                            grads=grads)
+                step_ns -= p["startup_ns"]
+            startup_total += p["startup_ns"]
         else:
-            ops, _ = ops_r.window(lo, hi)
-            comm, csel = comm_r.window(lo, hi)
-            waiting, _ = wait_r.window(lo, hi)
-            finished = finish_r.window(lo, hi)[0]
-            annot, _ = annot_r.window(lo, hi)
-            blocked = spans.merge(np.zeros(0, np.int64), np.zeros(0, np.int64))
-            if waiting[0].size or annot[0].size or finished[0].size:  # inside wait ranges only
-                # their ops work
-                leaves, _ = leaf_r.window(lo, hi)
-                # blocked in a collective: a c10d call whole, the ops it runs too; a functional
-                # collective's wait where no op of its own runs; FSDP's ranges where no op of
-                # their own runs while a collective is pending (they also copy in and out and
-                # run Python after the collective ended, which is work)
-                strict_w = strict_r.window(lo, hi)[0]
-                idle_in_wraps = spans.subtract(wrap_r.window(lo, hi)[0], leaves)
-                blocked = spans.union(
-                    spans.subtract(strict_w, leaves), call_r.window(lo, hi)[0], finished,
-                    spans.intersect(idle_in_wraps, pending(comm, issue_r.window(lo, hi)[0][0])))
-                idle = blocked
-                if annot[0].size:  # long stretches of a record_function range with no op
-                    gap_s, gap_e = spans.subtract(annot, leaves)
-                    long = gap_e - gap_s >= ANNOTATION_GAP_NS
-                    idle = spans.union(idle, (gap_s[long], gap_e[long]))
-                busy = spans.subtract(ops, idle)
-            else:
-                busy = ops
-            csel = csel[ev.host_start[csel] >= lo]  # each collective in the step it started in
-            csel = np.sort(csel[~host_p2p[csel]])
-            insts = [(ev.host_coll[j], int(ev.host_start[j]), int(ev.host_end[j]))
-                     for j in csel.tolist()]
-            grads = [grads_of(int(t)) for t in ev.host_start[csel].tolist()]
-            gaps = pending_gaps((np.array([lo], np.int64), np.array([hi], np.int64)),
-                                spans.union(ops, data_set), insts,
-                                issue_r.window(lo, hi)[0][0], finished[0])
-            blocked = spans.union(blocked, gaps)
-            # a thread blocked in a collective call, or idle until a collective it issued ends
-            # (DDP's reducer waiting for the last bucket, in no op of its own), is communicating
-            # whether or not the collective's own range (on its backend's thread) has started:
-            # gloo runs a DDP bucket only when the one before it is done, and its thread may
-            # wait for a core
-            comm = spans.union(comm, blocked)
-            exposed = spans.subtract(comm, spans.union(busy, data_set))
-            compute_ns = spans.length(spans.subtract(ops, spans.union(data_set, exposed)))
-            # DDP's synchronization is in flight from its first bucket's launch, as the record
-            # counts it (record/ddp_timing.py): behind backward's compute, not exposed
-            flight = spans.window(flights, lo, hi)
-            in_flight_ns = spans.length(flight)
-            comm_ns = spans.length(spans.union(comm, flight))
-            exposed_ns = spans.length(exposed)
-            data_ns = spans.length(data_set)
-            host_ns = 0
-            bubble_ns = spans.overlap(p2p_r.window(lo, hi)[0], exposed)
-            add_collectives(colls, sid, insts, lambda u, x=exposed: spans.overlap(u, x),
-                            blocks=_blocks(waiting, blocked) + _blocks(gaps, gaps), grads=grads,
-                            finished=finished)
-        data_ns = min(data_ns, step_ns)
+            p = _host_step(view, ev, lo, hi, data_set, grads_of, sid, colls, host_p2p)
+        data_ns = min(p["data_ns"], step_ns)
         data_len = spans.length(data_set)
         data_ops_ns = (int(spans.overlap(leaf_main.window(lo, hi)[0], data_set) * data_ns
                            / data_len) if data_len > 0 else 0)  # over data_ns, as its share
-        exposed_ns = max(0, min(exposed_ns, step_ns - data_ns))
-        compute_ns = max(0, min(compute_ns, step_ns - data_ns - exposed_ns))
-        host_ns = max(0, min(host_ns, step_ns - data_ns - exposed_ns - compute_ns))
-        bubble_ns = max(0, min(bubble_ns, exposed_ns))
+        exposed_ns = max(0, min(p["exposed_ns"], step_ns - data_ns))
+        compute_ns = max(0, min(p["compute_ns"], step_ns - data_ns - exposed_ns))
+        host_ns = max(0, min(p["host_ns"], step_ns - data_ns - exposed_ns - compute_ns))
+        bubble_ns = max(0, min(p["bubble_ns"], exposed_ns))
         parts = {name: spans.length(r.window(host_lo, host_hi)[0])
                  for name, r in phase_r.items()}
         micro = int(micro_r.window(host_lo, host_hi)[1].size)
         rows.append({"rank": rank, "step": sid, "start_ns": lo, "step_ns": step_ns,
-                     "data_ns": data_ns, "compute_ns": compute_ns, "comm_ns": comm_ns,
+                     "data_ns": data_ns, "compute_ns": compute_ns, "comm_ns": p["comm_ns"],
                      "comm_exposed_ns": exposed_ns, "wait_ns": 0,
                      "other_ns": step_ns - data_ns - compute_ns - exposed_ns, **parts,
                      "n_comm": len(colls) - n_before,
                      "data_cpu_ns": -1,  # unknown: a trace does not say whether loading used CPU
                      "data_ops_ns": data_ops_ns,  # ... but its torch ops in it did
                      "host_ns": host_ns, "bubble_ns": bubble_ns, "microbatches": micro,
-                     "in_flight_ns": in_flight_ns})
+                     "in_flight_ns": p["in_flight_ns"]})
+    warnings += _trace_warnings(ev, gpu, markers, startup_total, rows)
+    return rows, colls, warnings
+
+
+def _trace_warnings(ev: RankEvents, gpu: bool, markers: bool, startup_total: int,
+                    rows: list) -> list[str]:
+    """What the trace's rows leave out: one-off startup work, a GPU whose activity was not
+    recorded (its rows' host compute then counted as other)."""
+    out = []
     if startup_total:
-        warnings.append(
+        out.append(
             f"{startup_total / 1e6:,.1f} ms of one-off host work while the GPU idled (runtime "
             "calls of 10 ms or more: a library's first load inside its first launch, cudaFree, "
             "cudaMalloc, context or stream creation) is startup, not per-step launch overhead: "
             + ("left out of the trace's one step" if not markers else "not counted as host-bound"))
     if not gpu and ev.n_runtime >= 10:
-        warnings.append(
+        out.append(
             f"{ev.n_runtime} CUDA runtime calls (kernel launches, copies) but no GPU event: the "
             "GPU's activity was not recorded (profile with activities=[ProfilerActivity.CPU, "
             "ProfilerActivity.CUDA]); the host's ops are not the GPU's compute: counted as "
@@ -363,7 +398,7 @@ def rank_rows(ev: RankEvents, rank: int, drop: frozenset = frozenset()):
         for r in rows:  # what the host ran is not what the GPU computed: unknown, not compute
             r["other_ns"] += r["compute_ns"]
             r["compute_ns"] = 0
-    return rows, colls, warnings
+    return out
 
 
 
