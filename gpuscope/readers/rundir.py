@@ -959,16 +959,15 @@ def hidden_share(logging: dict) -> float | None:
     return round(min(overlap / compute, 1.0), 4)
 
 
-def read_run_dir(path: str, loaded: list | None = None) -> RunTable:
-    """A run dir (its newest recording), or one rank file (the recording it belongs to).
-    `loaded`: (name, RankFile or TraceFormatError) per record file, read elsewhere (the Ray
-    engine's tasks); else they are read here."""
+def _chosen_files(path: str, loaded: list | None, warnings: list) -> tuple:
+    """(the run dir, the rank files of the recording read, where their rows were placed): every
+    record file read (or `loaded`'s), those that cannot be skipped, the newest recording (or
+    the one a rank file given as `path` belongs to)."""
     want = None
     url = "://" in path
     if is_record_file(path):
         want = path if url else os.path.abspath(path)
         path = os.path.dirname(want)
-    warnings: list[str] = []
     if loaded is None:
         names = sorted(glob.glob(os.path.join(path, FILE_GLOB)))
         if not names:
@@ -992,7 +991,43 @@ def read_run_dir(path: str, loaded: list | None = None) -> RunTable:
     if want is not None and not url:
         for f in files:
             f.path = os.path.abspath(f.path)
-    chosen = _pick_recording(path, files, want, warnings)
+    return path, _pick_recording(path, files, want, warnings), placed
+
+
+def _rank_info(f: "RankFile") -> RankInfo:
+    """A rank file's RankInfo: its knobs (with what its end record adds: the comm hook, what
+    DDP's logging says backward hid) and what else the analysis reads of it (meta)."""
+    header = f.header
+    knobs = header["knobs"]
+    if isinstance(f.end, dict) and isinstance(f.end.get("comm_hook"), str):
+        knobs = {**knobs, "comm_hook": f.end["comm_hook"]}  # known when the run ends
+    if "ddp_tail" in str(header.get("comm_timing", "")).split("+"):
+        # DDP timed by its backward's tail: what backward hid is not in the rows; DDP's own
+        # logging (its sampled iterations) may say
+        knobs = {**knobs, "hidden_comm": "unmeasured"}
+        overlap = ((f.end or {}).get("ddp_logging") or {}).get(
+            "avg_backward_compute_comm_overlap_time") if isinstance(f.end, dict) else None
+        if isinstance(overlap, int) and 0 < overlap < 1 << 50:
+            knobs["hidden_comm_ns"] = overlap
+            share = hidden_share(f.end["ddp_logging"])
+            if share is not None:
+                knobs["hidden_comm_share"] = share
+    meta = {k: header.get(k) for k in ("pid", "comm_timing", "start_unix_ns", "placement_source",
+                                       "local_rank", "gpu", "run_id", "flush")}
+    meta |= {"end": f.end, "file": os.path.basename(f.path), "capacity": capacity_of(header)}
+    if f.dataparallel:
+        meta["dataparallel"] = f.dataparallel
+    if f.stalls or f.stall_ends:
+        meta |= {"stalls": f.stalls, "stall_ends": f.stall_ends}
+    return RankInfo(f.rank, header.get("host", ""), knobs, meta)
+
+
+def read_run_dir(path: str, loaded: list | None = None) -> RunTable:
+    """A run dir (its newest recording), or one rank file (the recording it belongs to).
+    `loaded`: (name, RankFile or TraceFormatError) per record file, read elsewhere (the Ray
+    engine's tasks); else they are read here."""
+    warnings: list[str] = []
+    path, chosen, placed = _chosen_files(path, loaded, warnings)
     frames, blocks, ranks, world, telemetry, comm = [], [], {}, 0, [], []  # comm: (rank, columns)
     memory, routing, modules = [], [], []  # (rank, its memory / all-to-all / module records)
     host_timed: list[int] = []  # CUDA ranks with collectives the device did not time
@@ -1000,29 +1035,7 @@ def read_run_dir(path: str, loaded: list | None = None) -> RunTable:
         warnings += f.warnings
         header, rank = f.header, f.rank
         world = max(world, int(header.get("world_size") or 1))
-        knobs = header["knobs"]
-        if isinstance(f.end, dict) and isinstance(f.end.get("comm_hook"), str):
-            knobs = {**knobs, "comm_hook": f.end["comm_hook"]}  # known when the run ends
-        if "ddp_tail" in str(header.get("comm_timing", "")).split("+"):
-            # DDP timed by its backward's tail: what backward hid is not in the rows; DDP's own
-            # logging (its sampled iterations) may say
-            knobs = {**knobs, "hidden_comm": "unmeasured"}
-            overlap = ((f.end or {}).get("ddp_logging") or {}).get(
-                "avg_backward_compute_comm_overlap_time") if isinstance(f.end, dict) else None
-            if isinstance(overlap, int) and 0 < overlap < 1 << 50:
-                knobs["hidden_comm_ns"] = overlap
-                share = hidden_share(f.end["ddp_logging"])
-                if share is not None:
-                    knobs["hidden_comm_share"] = share
-        ranks[rank] = RankInfo(rank, header.get("host", ""), knobs,
-                               {k: header.get(k) for k in ("pid", "comm_timing", "start_unix_ns",
-                                                           "placement_source", "local_rank", "gpu",
-                                                           "run_id", "flush")}
-                               | {"end": f.end, "file": os.path.basename(f.path),
-                                  "capacity": capacity_of(header)}
-                               | ({"dataparallel": f.dataparallel} if f.dataparallel else {})
-                               | ({"stalls": f.stalls, "stall_ends": f.stall_ends}
-                                  if f.stalls or f.stall_ends else {}))
+        ranks[rank] = _rank_info(f)
         tel = _telemetry(rank, f.nvml)
         if tel is not None:
             telemetry.append(tel)
