@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import numpy as np
 
-import math
 
 from ...results import Suggestion
 from ...thresholds import Thresholds
@@ -237,6 +236,13 @@ def suggest_data(t: TypicalStep, knobs: dict, th: Thresholds) -> tuple[list[Sugg
            + "; assumes: " + "; ".join(assumes))
     out.append(Suggestion("num_workers", cur, proposed, est / MS, why, DATA, gain(t.step, est),
                           (lo / MS, hi / MS)))
+    return out + _loader_settings(t, knobs, cur, proposed), ""
+
+
+def _loader_settings(t: TypicalStep, knobs: dict, cur: int, proposed: int) -> list[Suggestion]:
+    """The loader's other settings beside its workers: pinned memory on a GPU, workers kept
+    across epochs, more batches in flight per worker when more workers are not proposed."""
+    out: list[Suggestion] = []
     if knobs.get("device", "cpu").startswith("cuda") and not knobs.get("pin_memory"):
         est = t.step - 0.1 * t.data
         out.append(Suggestion("pin_memory", False, True, est / MS,
@@ -255,4 +261,4 @@ def suggest_data(t: TypicalStep, knobs: dict, th: Thresholds) -> tuple[list[Sugg
                               "more batches in flight per worker absorb uneven load times; the "
                               "typical step stays, the slow ones shrink (range: up to the data "
                               "wait saved)", DATA, 0.0, ((t.step - t.data) / MS, t.step / MS)))
-    return out, ""
+    return out
