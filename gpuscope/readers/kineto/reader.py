@@ -96,17 +96,20 @@ def _parse_or_skip(path: str, files: list[str], jobs: int | None,
     return [got[f] for f in files if f in got], bad
 
 
-def _table(path: str, parsed: list, warnings: list[str], facts: dict | None = None) -> RunTable:
-    """The RunTable of the parsed files."""
+def _ranks_of_files(parsed: list, warnings: list[str], facts: dict | None) -> tuple:
+    """({rank: [(file, events)]}, {rank: RankId}, {file: what was worked out beside its parse})
+    of the parsed files: each file's rank from its trace (or file name), several files of one
+    rank kept to one run, files with no rank numbered after the known ones (joined to their
+    process's or profiling session's rank where one is known)."""
     by_rank: dict[int, list] = {}
     ids: dict[int, RankId] = {}
     worlds_of: dict[str, int | None] = {}
     unknown = []
     ready = {item[0]: item[3] for item in parsed if len(item) > 3 and item[3] is not None}
     for f, info, ev, *_ in parsed:
-        warnings += file_warnings(f, ev)
+        warnings.extend(file_warnings(f, ev))
         rid, w = identify(f, info)
-        warnings += w
+        warnings.extend(w)
         if rid.rank is None:
             unknown.append((f, rid, ev))
             continue
@@ -116,7 +119,7 @@ def _table(path: str, parsed: list, warnings: list[str], facts: dict | None = No
     for rank in list(by_rank):
         if len(by_rank[rank]) > 1:
             by_rank[rank], said = one_run(rank, by_rank[rank], worlds_of, facts)
-            warnings += said
+            warnings.extend(said)
     procs: dict[str, set] = {}  # {host}_{pid} of tensorboard_trace_handler's names -> ranks
     for rank, items in by_rank.items():
         for f, _ in items:
@@ -145,7 +148,41 @@ def _table(path: str, parsed: list, warnings: list[str], facts: dict | None = No
         ids[next_free] = rid
         warnings.append(f"{os.path.basename(f)}: analysed as rank {next_free}")
         next_free += 1
+    return by_rank, ids, ready
 
+
+def _trace_knobs(ev, rid, first: str, facts: dict | None, in_flight: bool,
+                 micro: list) -> tuple[dict, str]:
+    """(A rank's knobs, the device its trace says it ran on) from its traces (`first`: its first file): the loader, the backend and
+    the device, DDP's window in flight, the facts gpuscope.record told the profiler (cores,
+    loading), its process groups, p2p, a pipeline's micro-batches."""
+    knobs: dict = {}
+    if ev.loader == "single-process":
+        knobs["num_workers"] = 0
+    if rid.backend:
+        knobs["backend"] = rid.backend
+    knobs["device"] = "cuda" if ev.dev_kind.size else "cpu"
+    if in_flight:  # its rows' hidden communication is DDP's window in flight (steps.py)
+        knobs["hidden_comm"] = "in_flight"
+    # gpuscope.record beside the profiler: cores, loading
+    told = dict(head_facts(first) if facts is None else facts.get(first, {}))
+    device = told.pop(DEVICE_KEY, "")
+    for k, v in told.items():
+        knobs.setdefault(k, v)
+    if rid.groups:
+        knobs["process_groups"] = rid.groups
+    if rid.mesh_dims:
+        knobs["mesh_dims"] = rid.mesh_dims
+    if any(m.any() for m in p2p_masks(ev)):
+        knobs["p2p"] = True
+    if micro and int(np.median(micro)) > 1:  # a pipeline schedule's micro-batches
+        knobs["forwards_per_step"] = int(np.median(micro))
+    return knobs, device
+
+
+def _table(path: str, parsed: list, warnings: list[str], facts: dict | None = None) -> RunTable:
+    """The RunTable of the parsed files."""
+    by_rank, ids, ready = _ranks_of_files(parsed, warnings, facts)
     rows, colls, ranks, breakdown, memory = [], {}, {}, {}, []
     views: dict = {"ops": [], "messages": [], "kernels": []}
     kernel_types: dict = {}
@@ -180,27 +217,7 @@ def _table(path: str, parsed: list, warnings: list[str], facts: dict | None = No
         colls[rank] = r_colls
         if hta:
             breakdown[rank] = hta
-        knobs = {}
-        if ev.loader == "single-process":
-            knobs["num_workers"] = 0
-        if ids[rank].backend:
-            knobs["backend"] = ids[rank].backend
-        knobs["device"] = "cuda" if ev.dev_kind.size else "cpu"
-        if in_flight:  # its rows' hidden communication is DDP's window in flight (steps.py)
-            knobs["hidden_comm"] = "in_flight"
-        # gpuscope.record beside the profiler: cores, loading
-        told = dict(head_facts(items[0][0]) if facts is None else facts.get(items[0][0], {}))
-        device = told.pop(DEVICE_KEY, "")
-        for k, v in told.items():
-            knobs.setdefault(k, v)
-        if ids[rank].groups:
-            knobs["process_groups"] = ids[rank].groups
-        if ids[rank].mesh_dims:
-            knobs["mesh_dims"] = ids[rank].mesh_dims
-        if any(m.any() for m in p2p_masks(ev)):
-            knobs["p2p"] = True
-        if micro and int(np.median(micro)) > 1:  # a pipeline schedule's micro-batches
-            knobs["forwards_per_step"] = int(np.median(micro))
+        knobs, device = _trace_knobs(ev, ids[rank], items[0][0], facts, in_flight, micro)
         ranks[rank] = RankInfo(rank, host_of(items[0][0]), knobs,
                                {"files": [os.path.basename(f) for f, _ in items],
                                 "rank_source": ids[rank].source,
