@@ -102,6 +102,15 @@ def suggest_comm(t: TypicalStep, knobs: dict, th: Thresholds,
             f"synchronization that compute does not hide; {what}{others}{batch} (scale the learning "
             f"rate or steps accordingly); assumes: {e.assumes}", COMM, gain(t.step, e.ms),
             ms_range(e)))
+    out += _reshard(t, gather)
+    out += _bigger_batch(t, knobs, T, rest, cur, micro, growth, on_step)
+    return out + _fewer_bytes(t, knobs, T, gather)
+
+
+def _reshard(t: TypicalStep, gather: float) -> list[Suggestion]:
+    """FSDP's exposed all-gathers (`gather` ns a step): keep the gathered parameters from
+    forward to backward, prefetch the next modules'."""
+    out: list[Suggestion] = []
     if gather > 0:
         est = t.step - gather / 2
         out.append(Suggestion(
@@ -114,6 +123,15 @@ def suggest_comm(t: TypicalStep, knobs: dict, th: Thresholds,
             "forward_prefetch=True, backward_prefetch=BACKWARD_PRE); "
             "assumes the all-gathers are bandwidth-bound (range: a quarter to all of them)",
             COMM, gain(t.step, est), ((t.step - gather) / MS, (t.step - gather / 4) / MS)))
+    return out
+
+
+def _bigger_batch(t: TypicalStep, knobs: dict, T: float, rest: float, cur: int, micro,
+                  growth: dict | None, on_step) -> list[Suggestion]:
+    """A bigger per-rank micro-batch spreads the same collectives (T ns a step) over more
+    samples, where memory allows: estimated on today's global batch."""
+    out: list[Suggestion] = []
+    bs = knobs.get("batch_size")
     used = knobs.get("memory_used_fraction")
     headroom = int(0.9 / used) if used else None  # how many times the batch fits in memory
     if isinstance(bs, int) and bs > 0 and (headroom is None or headroom >= 2):
@@ -139,7 +157,7 @@ def suggest_comm(t: TypicalStep, knobs: dict, th: Thresholds,
             f"~{per.ms / MS:.1f} ms per today's batch); the optimizer and the gradient "
             f"communication do not grow with the batch; assumes: {e.assumes}",
             COMM, gain(t.step, per.ms), ms_range(per)))
-    return out + _fewer_bytes(t, knobs, T, gather)
+    return out
 
 
 def _fewer_bytes(t: TypicalStep, knobs: dict, T: float, gather: float) -> list[Suggestion]:
