@@ -129,6 +129,46 @@ def _edge(need: float, proposed: int, step_with, cores) -> str:
             f"{other}: ~{step_with(other, cores) / MS:.1f} ms/step)")
 
 
+def _worker_assumes(knobs: dict, *, load: float, warm: float, busy: float, spare: bool,
+                    cost: float, worker: float, cores, cores_how: str, f, f_how: str, cur: int,
+                    proposed: int) -> tuple[list[str], float]:
+    """(What the workers' estimate assumes, in words; the ns a step that restarting the workers
+    every epoch adds to its upper end)."""
+    assumes = [f"a batch keeps loading in ~{load / MS:.1f} ms in a worker"]
+    if warm < busy:
+        assumes.append(f"with the load out of the training thread, the rest of the step runs as "
+                       f"in today's fastest tenth of steps, ~{warm / MS:.1f} ms against "
+                       f"{busy / MS:.1f} ms on average (a thread that leaves its work for the load "
+                       "finds its caches cold; range: as far again below, to the average)")
+    if spare:
+        assumes.append(f"the training thread takes a ready batch in ~{cost / MS:.1f} ms "
+                       f"({cores} cores a rank leave two to spare beside {proposed} workers; "
+                       f"the range's upper end: {worker / MS:.1f} ms, what a worker costs the "
+                       "loop on 2 cores, with the rest of the step as it is)")
+    if f is not None:
+        assumes.append(f"loading uses the CPU {f:.0%} of its time ({f_how})")
+    if cores is not None:
+        assumes.append(f"{cores} CPU core(s) per rank ({cores_how})")
+    else:
+        assumes.append("CPU cores per rank are not in the trace: one per rank (the least a rank "
+                       "has; the range's low end: as many as the workers need)")
+    if f is None and cur == 0:
+        assumes.append("how much of loading uses the CPU is not known: the workers are taken "
+                       "to have the cores they need")
+    restart = 0.0
+    epoch = knobs.get("batches_per_epoch")
+    persistent = knobs.get("persistent_workers")
+    if not persistent:  # workers start again every epoch: its first batches wait for them
+        if isinstance(epoch, int) and epoch > 0:
+            restart = (load + proposed * WORKER_START_NS) / epoch
+            assumes.append(f"persistent_workers=True (else they restart every epoch of {epoch} "
+                           f"batches: ~{restart / MS:.2f} ms more per step, the range's upper "
+                           "end)")
+        else:
+            assumes.append("persistent_workers=True (else they restart every epoch)")
+    return assumes, restart
+
+
 def suggest_data(t: TypicalStep, knobs: dict, th: Thresholds) -> tuple[list[Suggestion], str]:
     """More DataLoader workers, as many as hide the data wait, with an estimate that accounts
     for the CPU their loading takes from the rank's cores; else why not.
@@ -183,38 +223,11 @@ def suggest_data(t: TypicalStep, knobs: dict, th: Thresholds) -> tuple[list[Sugg
     # does); the high end: the rest as it is, a batch handed over at the 2-core cost
     lo = step_with(proposed, None, warm_least, deliver=0.0 if spare else load)
     hi = max(est, step_with(proposed, point_cores, busy, worker))
-    assumes = [f"a batch keeps loading in ~{load / MS:.1f} ms in a worker"]
-    if warm < busy:
-        assumes.append(f"with the load out of the training thread, the rest of the step runs as "
-                       f"in today's fastest tenth of steps, ~{warm / MS:.1f} ms against "
-                       f"{busy / MS:.1f} ms on average (a thread that leaves its work for the load "
-                       "finds its caches cold; range: as far again below, to the average)")
-    if spare:
-        assumes.append(f"the training thread takes a ready batch in ~{cost / MS:.1f} ms "
-                       f"({cores} cores a rank leave two to spare beside {proposed} workers; "
-                       f"the range's upper end: {worker / MS:.1f} ms, what a worker costs the "
-                       "loop on 2 cores, with the rest of the step as it is)")
-    if f is not None:
-        assumes.append(f"loading uses the CPU {f:.0%} of its time ({f_how})")
-    if cores is not None:
-        assumes.append(f"{cores} CPU core(s) per rank ({cores_how})")
-    else:
-        assumes.append("CPU cores per rank are not in the trace: one per rank (the least a rank "
-                       "has; the range's low end: as many as the workers need)")
-    if f is None and cur == 0:
-        assumes.append("how much of loading uses the CPU is not known: the workers are taken "
-                       "to have the cores they need")
-    epoch = knobs.get("batches_per_epoch")
-    persistent = knobs.get("persistent_workers")
-    if not persistent:  # workers start again every epoch: its first batches wait for them
-        if isinstance(epoch, int) and epoch > 0:
-            restart = (load + proposed * WORKER_START_NS) / epoch
-            hi = hi + restart
-            assumes.append(f"persistent_workers=True (else they restart every epoch of {epoch} "
-                           f"batches: ~{restart / MS:.2f} ms more per step, the range's upper "
-                           "end)")
-        else:
-            assumes.append("persistent_workers=True (else they restart every epoch)")
+    assumes, restart = _worker_assumes(knobs, load=load, warm=warm, busy=busy, spare=spare,
+                                       cost=cost, worker=worker, cores=cores,
+                                       cores_how=cores_how, f=f, f_how=f_how, cur=cur,
+                                       proposed=proposed)
+    hi += restart  # workers restarted every epoch: their first batches wait
     if est >= t.step - max(0.05 * t.step, 2 * cost):
         if f is not None and cores is not None and (busy + f * load + cost) / cores >= est - 1:
             return out, (f"loading uses the CPU {f:.0%} of its time and there is "
