@@ -494,6 +494,26 @@ def _stall_html(stall: dict) -> list[str]:
     return out
 
 
+def _suggestions_html(report: ReportData) -> str:
+    """The suggestions, in the report's order, each with its estimate and range; or why none."""
+    if report.suggestions:
+        items = "".join(
+            f'<li><b>{esc(s.knob)}</b>: {esc(s.current)} &rarr; {esc(s.proposed)} '
+            f'<span class="gain">~{s.estimated_step_ms:.1f}'
+            + (f' ({s.estimated_step_ms_range[0]:.1f}-{s.estimated_step_ms_range[1]:.1f})'
+               if s.estimated_step_ms_range else '')
+            + f' ms/step, {s.gain_pct:+.0f}% '
+            f'throughput</span><br><span class="why">{esc(s.why)}</span></li>'
+            for s in report.suggestions)
+        return ('<h2>Suggestions</h2><p class="why">What fixes the verdict first, then by '
+                "estimated gain; each estimate is the mean time per step of today's global "
+                f'batch.</p><ol id="suggestions">{items}</ol>')
+    return ('<h2>Suggestions</h2><p id="suggestions">'
+            + ("No suggestion: the run is compute-bound, the healthy state."
+               if report.verdict.label == "compute-bound"
+               else "No suggestion: the warnings below say why.") + "</p>")
+
+
 def _summary_html(report: ReportData) -> str:
     v = report.verdict
     color = LABEL_COLORS.get(v.label, "#333")
@@ -545,23 +565,7 @@ def _summary_html(report: ReportData) -> str:
     out.append(_routing_html(report))
     out.append(_memory_html(report))
     out.append(ops_html.section(report.ops))
-    if report.suggestions:
-        items = "".join(
-            f'<li><b>{esc(s.knob)}</b>: {esc(s.current)} &rarr; {esc(s.proposed)} '
-            f'<span class="gain">~{s.estimated_step_ms:.1f}'
-            + (f' ({s.estimated_step_ms_range[0]:.1f}-{s.estimated_step_ms_range[1]:.1f})'
-               if s.estimated_step_ms_range else '')
-            + f' ms/step, {s.gain_pct:+.0f}% '
-            f'throughput</span><br><span class="why">{esc(s.why)}</span></li>'
-            for s in report.suggestions)
-        out.append('<h2>Suggestions</h2><p class="why">What fixes the verdict first, then by '
-                   "estimated gain; each estimate is the mean time per step of today's global "
-                   f'batch.</p><ol id="suggestions">{items}</ol>')
-    else:
-        out.append('<h2>Suggestions</h2><p id="suggestions">'
-                   + ("No suggestion: the run is compute-bound, the healthy state."
-                      if report.verdict.label == "compute-bound"
-                      else "No suggestion: the warnings below say why.") + "</p>")
+    out.append(_suggestions_html(report))
     if report.warnings:
         items = "".join(f"<li>{esc(w)}</li>" for w in report.warnings)
         out.append(f'<details id="warnings"><summary>{len(report.warnings)} warning(s)</summary>'
