@@ -129,6 +129,33 @@ def _data_ranks(layout, ranks: list[int]) -> tuple[list[int], str]:
     return ranks, "each rank trains its own samples (data parallel)"
 
 
+def _add_mfu(out: dict, rows: list, assumes: list, knobs: dict, fps, peak, peak_what) -> None:
+    """FLOP/s and MFU in the section and its rows, where the FLOPs of a step are known; an MFU
+    over 100% (an input is wrong) is said, not given."""
+    if fps:
+        out.update(flops_per_step=fps, flops_source=knobs.get("flops_source", "given"),
+                   flop_per_s=round(float(np.mean([r["flop_per_s"] for r in rows])), 1))
+        out["peak_flops"] = peak
+        out["peak_source"] = peak_what
+        if peak:
+            mfus = [r["mfu_pct"] for r in rows]
+            out["mfu_pct"] = round(float(np.mean(mfus)), 2)
+            if max(mfus) > 100:  # impossible: an input is wrong, and MFU is not given
+                out["mfu_pct"] = None
+                for r in rows:
+                    r.pop("mfu_pct", None)
+                    r.pop("busy_mfu_pct", None)
+                out["mfu_impossible"] = impossible_mfu(max(mfus), peak_what, knobs)
+                assumes.append(out["mfu_impossible"])
+        else:
+            out["mfu_pct"] = None
+            assumes.append(f"MFU unknown: {peak_what}")
+        for r in rows:
+            r["flop_per_s"] = round(r["flop_per_s"], 1)
+    else:
+        assumes.append("FLOPs not known: record(flops_per_step=...) or count_flops=True")
+
+
 def throughput_section(micro: pd.DataFrame, firsts: dict, knobs: dict, table,
                        layout=None) -> dict:
     """The report's `throughput` section from the micro-step table (each rank's rows from its
@@ -186,28 +213,7 @@ def throughput_section(micro: pd.DataFrame, firsts: dict, knobs: dict, table,
     if tokens:
         assumes.append(f"{tokens} tokens per sample (the batch's integer id tensor, padding "
                        "included)")
-    if fps:
-        out.update(flops_per_step=fps, flops_source=knobs.get("flops_source", "given"),
-                   flop_per_s=round(float(np.mean([r["flop_per_s"] for r in rows])), 1))
-        out["peak_flops"] = peak
-        out["peak_source"] = peak_what
-        if peak:
-            mfus = [r["mfu_pct"] for r in rows]
-            out["mfu_pct"] = round(float(np.mean(mfus)), 2)
-            if max(mfus) > 100:  # impossible: an input is wrong, and MFU is not given
-                out["mfu_pct"] = None
-                for r in rows:
-                    r.pop("mfu_pct", None)
-                    r.pop("busy_mfu_pct", None)
-                out["mfu_impossible"] = impossible_mfu(max(mfus), peak_what, knobs)
-                assumes.append(out["mfu_impossible"])
-        else:
-            out["mfu_pct"] = None
-            assumes.append(f"MFU unknown: {peak_what}")
-        for r in rows:
-            r["flop_per_s"] = round(r["flop_per_s"], 1)
-    else:
-        assumes.append("FLOPs not known: record(flops_per_step=...) or count_flops=True")
+    _add_mfu(out, rows, assumes, knobs, fps, peak, peak_what)
     out["assumes"] = assumes
     return out
 
