@@ -45,6 +45,48 @@ def shares(steps: pd.DataFrame, waits: np.ndarray, jitter: np.ndarray):
 EXPERT_SHARE = 0.5
 
 
+def _straggler_fix(s: Straggler, knobs: dict, exposed_by_kind: dict | None,
+                   routing: dict | None) -> str:
+    """What to look at for a straggler: by the part its excess is in, the profiler's ops that
+    hold it, a few late steps, or uneven expert routing."""
+    fixes = {
+        "data": "its data loading is slower: check its storage/decoder, its DataLoader workers "
+                "and whether its shard holds larger samples",
+        "compute": "it computes longer: check for uneven inputs (sort or bucket by length), "
+                   "extra work on that rank (logging, metrics, eval), other processes on its "
+                   "device, GPU clocks and temperature"
+                   + ("; with DataParallel, switch to DDP"
+                      if knobs.get("parallel") == "DataParallel" else ""),
+        "other": "it spends longer outside data and compute: host overhead, Python work or "
+                 "synchronization specific to that rank",
+    }
+    fix = fixes[s.cause]
+    if s.ops:  # the profiler's ops say where the excess is
+        alone = [o["name"] for o in s.ops if o.get("only_here")]
+        fix = (f"by the profiler's ops, {excess_words(s.ops)}; "
+               + (f"{alone[0]} runs on this rank alone: remove it from the step or "
+                  "spread it over the ranks" if alone else
+                  "look for why these take longer here (uneven inputs, other processes "
+                  "on its device, clocks)") + f"; else {fix}")
+    if s.bursts:  # late mostly in a few steps: what it does only then
+        fix = ("most of its lateness comes in a few steps: look for work it does only then "
+               "(a checkpoint or log written by it, garbage collection, a slow batch or "
+               f"file); else {fix}")
+    by_kind = exposed_by_kind or {}
+    total = sum(by_kind.values())
+    in_a2a = total > 0 and by_kind.get("all_to_all", 0) >= EXPERT_SHARE * total
+    routed = routing_note(routing) if (routing or {}).get("busiest_rank") == s.rank else ""
+    if s.cause == "compute" and (in_a2a or routed):  # expert parallel: routing is uneven
+        seen = [f"the waiting is in all-to-all ({by_kind['all_to_all'] / total:.0%} of the "
+                "exposed communication)"] if in_a2a else []
+        seen += [routed] if routed else []
+        fix = ("; ".join(seen) + ": with experts, the router sends rank "
+               f"{s.rank}'s expert(s) more tokens than the others; balance them (a capacity "
+               "factor, an auxiliary load-balancing loss, expert placement), or check for "
+               "uneven inputs")
+    return fix
+
+
 def suggest_imbalance(t: TypicalStep, stragglers: list[Straggler], knobs: dict,
                       early: set[int] | None = None,
                       frame: pd.DataFrame | None = None,
@@ -76,42 +118,8 @@ def suggest_imbalance(t: TypicalStep, stragglers: list[Straggler], knobs: dict,
             rng = (max(min(fixed[1], fixed[0]), floor) / MS, max(min(fixed[2], t.step), est) / MS)
         where = f" on host {s.host}" if s.host else ""
         part = f"{s.cause} ({s.cause_detail})" if s.cause_detail else s.cause
-        fixes = {
-            "data": "its data loading is slower: check its storage/decoder, its DataLoader workers "
-                    "and whether its shard holds larger samples",
-            "compute": "it computes longer: check for uneven inputs (sort or bucket by length), "
-                       "extra work on that rank (logging, metrics, eval), other processes on its "
-                       "device, GPU clocks and temperature"
-                       + ("; with DataParallel, switch to DDP"
-                          if knobs.get("parallel") == "DataParallel" else ""),
-            "other": "it spends longer outside data and compute: host overhead, Python work or "
-                     "synchronization specific to that rank",
-        }
+        fix = _straggler_fix(s, knobs, exposed_by_kind, routing)
         evidence = s.telemetry
-        fix = fixes[s.cause]
-        if s.ops:  # the profiler's ops say where the excess is
-            alone = [o["name"] for o in s.ops if o.get("only_here")]
-            fix = (f"by the profiler's ops, {excess_words(s.ops)}; "
-                   + (f"{alone[0]} runs on this rank alone: remove it from the step or "
-                      "spread it over the ranks" if alone else
-                      "look for why these take longer here (uneven inputs, other processes "
-                      "on its device, clocks)") + f"; else {fix}")
-        if s.bursts:  # late mostly in a few steps: what it does only then
-            fix = ("most of its lateness comes in a few steps: look for work it does only then "
-                   "(a checkpoint or log written by it, garbage collection, a slow batch or "
-                   f"file); else {fix}")
-        by_kind = exposed_by_kind or {}
-        total = sum(by_kind.values())
-        in_a2a = total > 0 and by_kind.get("all_to_all", 0) >= EXPERT_SHARE * total
-        routed = routing_note(routing) if (routing or {}).get("busiest_rank") == s.rank else ""
-        if s.cause == "compute" and (in_a2a or routed):  # expert parallel: routing is uneven
-            seen = [f"the waiting is in all-to-all ({by_kind['all_to_all'] / total:.0%} of the "
-                    "exposed communication)"] if in_a2a else []
-            seen += [routed] if routed else []
-            fix = ("; ".join(seen) + ": with experts, the router sends rank "
-                   f"{s.rank}'s expert(s) more tokens than the others; balance them (a capacity "
-                   "factor, an auxiliary load-balancing loss, expert placement), or check for "
-                   "uneven inputs")
         # against the ranks of its own group where the layout names them (another pipeline
         # stage does other work)
         ref = ("the median rank" if not s.peers else f"rank {s.peers[0]} (its group)"
