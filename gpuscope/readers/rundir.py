@@ -397,6 +397,24 @@ CHILD_SHARE = 0.45  # of the bytes: it also copies what it read into the shared 
 ARENA_PER_BYTE = 4  # bytes of columns per byte of file, at most (see _load_all)
 
 
+def _row_block(n_rows: int, spill, warnings: list[str]):
+    """One block for every file's step rows: in a file under `spill` where the plan spills
+    (held in memory instead when that file cannot be made, and said), else in memory; None
+    when it cannot be mapped at all (each file then its own arrays)."""
+    from .rowblock import RowBlock
+
+    for where in (spill, None) if spill is not None else (None,):
+        try:
+            return RowBlock(n_rows, where)
+        except OSError as exc:
+            if where is not None:  # a full disk: the table stays in memory, and that is said
+                warnings.append(f"the step table could not be kept in a file under {where} "
+                                f"({exc.strerror or exc}): it is held in memory")
+        except (ValueError, OverflowError):  # no room to map it: each file its own arrays
+            return None
+    return None
+
+
 def _load_all(names: list[str], warnings: list[str]) -> tuple[list, tuple | None]:
     """(name, RankFile or the TraceFormatError) per file, and (the RowBlock their columns were
     written into, its regions) or None; a big run dir is read by two processes (the child takes
@@ -416,7 +434,7 @@ def _load_all(names: list[str], warnings: list[str]) -> tuple[list, tuple | None
         return out[::-1] if down else out
 
     from .fork import SharedArena, _in_child
-    from .rowblock import Region, RowBlock, memory_plan, rows_bound, side_rows_bound
+    from .rowblock import Region, memory_plan, rows_bound, side_rows_bound
 
     big = len(names) >= PARALLEL_MIN_FILES or (
         len(names) >= 2 and sum(file_size(n) for n in names) >= PARALLEL_MIN_BYTES)
@@ -447,17 +465,7 @@ def _load_all(names: list[str], warnings: list[str]) -> tuple[list, tuple | None
     except (OSError, ValueError, OverflowError):  # no room to map it: pickled through the pipe
         arena = SharedArena(0)
     bounds = [b if b is not None else rows_bound(n) for n, b in zip(names, sides)]
-    rows = None
-    for where in (spill, None) if spill is not None else (None,):
-        try:
-            rows = RowBlock(sum(bounds), where)
-            break
-        except OSError as exc:
-            if where is not None:  # a full disk: the table stays in memory, and that is said
-                warnings.append(f"the step table could not be kept in a file under {where} "
-                                f"({exc.strerror or exc}): it is held in memory")
-        except (ValueError, OverflowError):  # no room to map it: each file its own arrays
-            break
+    rows = _row_block(sum(bounds), spill, warnings)
     # the child's region fills leftwards from the parent's: they meet with no gap to close
     regions = ([Region(rows, 0, sum(bounds[:cut]), downward=True),
                 Region(rows, sum(bounds[:cut]), sum(bounds[cut:]))]
