@@ -221,6 +221,35 @@ def find_roles(frame: pd.DataFrame, min_share: float = 0.0) -> Roles:
     return _tested(roles, w, ranks, slowest, min_share, max_wait, b, own)
 
 
+def _busier(w, busy, own, crit: float, tiny: float, material_ns: float) -> tuple:
+    """(late by being busier by a material amount, steadily busier whatever the amount, how
+    much busier in its own work where steadily so) per rank, from its busy time (`busy`) and its
+    own work less its loading (`own`) against the median of the other ranks' in the same step
+    (the tables shaped as the waits `w`, steps x ranks)."""
+    # the paired test: each rank's busy time against the median of the other ranks' in the
+    # same step; a rank consistently busier than its peers by a material amount is late
+    # whatever the jitter around it (the waits above move with who happened to arrive last).
+    # Against the others, not all: of 4 ranks 2 slowed alike, the median of all sits halfway
+    # and each looked half as slow (the traces of such a fault row named one of the two)
+    n, n_ranks = w.shape
+    paired = np.zeros(n_ranks, dtype=bool)
+    steady = np.zeros(n_ranks, dtype=bool)  # significantly busier, whatever the amount
+    own_excess = np.zeros(n_ranks)  # where steadily busier in its own work: by how much
+    for table in (busy, own):
+        if table is None or table.shape != w.shape or n_ranks < 2:
+            continue
+        d = table - others_median(table)
+        dm, ds = d.mean(axis=0), d.std(axis=0, ddof=1)
+        for j in range(n_ranks):
+            tp = _t(dm[j], ds[j] / math.sqrt(n), tiny)
+            steady[j] |= tp >= crit and dm[j] > 0
+            if table is busy:
+                paired[j] = tp >= crit and dm[j] >= material_ns and dm[j] > 0
+            elif tp >= crit and dm[j] > 0:
+                own_excess[j] = dm[j]
+    return paired, steady, own_excess
+
+
 def _tested(roles: Roles, w, ranks, slowest, min_share, max_wait, busy=None, own=None) -> Roles:
     """find_roles' tests: each rank consistently late or early, or neither; where neither, a
     rank that is probably late (Roles.leaning) whose lateness is material, or a minor straggler
@@ -246,26 +275,7 @@ def _tested(roles: Roles, w, ranks, slowest, min_share, max_wait, busy=None, own
     z = rank_z(w)
     material_median = np.abs(np.median(x, axis=0)) * n_ranks / (n_ranks - 1) >= min_share * typical
     tiny = 1e-9 * (max_wait.max() + 1)
-    # the paired test: each rank's busy time against the median of the other ranks' in the
-    # same step; a rank consistently busier than its peers by a material amount is late
-    # whatever the jitter around it (the waits above move with who happened to arrive last).
-    # Against the others, not all: of 4 ranks 2 slowed alike, the median of all sits halfway
-    # and each looked half as slow (the traces of such a fault row named one of the two)
-    paired = np.zeros(x.shape[1], dtype=bool)
-    steady = np.zeros(x.shape[1], dtype=bool)  # significantly busier, whatever the amount
-    own_excess = np.zeros(x.shape[1])  # where steadily busier in its own work: by how much
-    for table in (busy, own):
-        if table is None or table.shape != w.shape or n_ranks < 2:
-            continue
-        d = table - others_median(table)
-        dm, ds = d.mean(axis=0), d.std(axis=0, ddof=1)
-        for j in range(n_ranks):
-            tp = _t(dm[j], ds[j] / math.sqrt(n), tiny)
-            steady[j] |= tp >= crit and dm[j] > 0
-            if table is busy:
-                paired[j] = tp >= crit and dm[j] >= min_share * typical and dm[j] > 0
-            elif tp >= crit and dm[j] > 0:
-                own_excess[j] = dm[j]
+    paired, steady, own_excess = _busier(w, busy, own, crit, tiny, min_share * typical)
     for j, rank in enumerate(ranks):
         t = _t(mean[j], sd[j] / math.sqrt(n), tiny)
         ty = _t(tmean[j], se[j], tiny)
