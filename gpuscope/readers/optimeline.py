@@ -233,6 +233,26 @@ def union_ns(start: np.ndarray, end: np.ndarray, group: np.ndarray, n: int) -> n
     return np.bincount(g, weights=add, minlength=n).astype(np.int64)
 
 
+def _comm_keys(df: pd.DataFrame, kind: np.ndarray, comm_m: np.ndarray, stage_of: dict,
+               dp_of: dict, where: dict) -> np.ndarray:
+    """Each row's collective key ("" for a row that is not communication)."""
+    # the collectives table: a key per collective kind and group, and per pipeline side (a send
+    # and a receive with one neighbour often run as one call: Megatron's
+    # send_forward_recv_backward, so they are one key, "sendrecv_next:<peer>")
+    kinds = kind.astype(str)
+    side = np.char.startswith(kinds, "send") | np.char.startswith(kinds, "recv")
+    kinds = np.where(side, np.char.add("sendrecv_", np.char.rpartition(kinds, "_")[:, 2]), kinds)
+    opname = np.where(side, "p2p", df["optype"].to_numpy().astype(str))
+    rows_rank = df["rank"].to_numpy(np.int64)
+    pairs = pd.DataFrame({"op": opname[comm_m], "kind": kinds[comm_m],
+                          "rank": rows_rank[comm_m]}).drop_duplicates()
+    key_of = {(o, k, r): _key(o, k, int(r), stage_of, dp_of, where)
+              for o, k, r in pairs.itertuples(index=False)}
+    comm_key = np.array([key_of.get((o, k, r), "") for o, k, r in
+                         zip(opname, kinds, rows_rank)], dtype=object)
+    return comm_key
+
+
 def _steps(df: pd.DataFrame):
     """The rank x step frame, the collectives table (with point-to-point peers) and per-rank
     knobs. Every figure is a union of intervals per rank and step (lengths of A minus B as
@@ -290,20 +310,7 @@ def _steps(df: pd.DataFrame):
         "forward_ns": u(is_["forward"]), "backward_ns": u(is_["backward"]),
         "optimizer_ns": u(is_["optimizer"]), "n_comm": n_comm, "data_cpu_ns": 0,
         "bubble_ns": bubble})
-    # the collectives table: a key per collective kind and group, and per pipeline side (a send
-    # and a receive with one neighbour often run as one call: Megatron's
-    # send_forward_recv_backward, so they are one key, "sendrecv_next:<peer>")
-    kinds = kind.astype(str)
-    side = np.char.startswith(kinds, "send") | np.char.startswith(kinds, "recv")
-    kinds = np.where(side, np.char.add("sendrecv_", np.char.rpartition(kinds, "_")[:, 2]), kinds)
-    opname = np.where(side, "p2p", df["optype"].to_numpy().astype(str))
-    rows_rank = df["rank"].to_numpy(np.int64)
-    pairs = pd.DataFrame({"op": opname[comm_m], "kind": kinds[comm_m],
-                          "rank": rows_rank[comm_m]}).drop_duplicates()
-    key_of = {(o, k, r): _key(o, k, int(r), stage_of, dp_of, where)
-              for o, k, r in pairs.itertuples(index=False)}
-    comm_key = np.array([key_of.get((o, k, r), "") for o, k, r in
-                         zip(opname, kinds, rows_rank)], dtype=object)
+    comm_key = _comm_keys(df, kind, comm_m, stage_of, dp_of, where)
     comm = _comm_table(comm_key, comm_m, compute_m, start, end, gid, ranks, steps)
     sync_rows = pd.DataFrame({"rank": ranks, "step": steps, "key": SYNC_KEY, "comm_ns": sync,
                               "exposed_ns": sync, "count": 1})
