@@ -169,6 +169,20 @@ def _worker_assumes(knobs: dict, *, load: float, warm: float, busy: float, spare
     return assumes, restart
 
 
+def _workers_would_not_help(knobs: dict, f, cores, cores_how: str, busy: float, load: float,
+                            cost: float, est: float) -> str:
+    """Why more workers are not proposed: the rank's cores are busy, or a worker costs the loop
+    more than the load it takes over."""
+    if f is not None and cores is not None and (busy + f * load + cost) / cores >= est - 1:
+        return (f"loading uses the CPU {f:.0%} of its time and there is {cores} CPU core per "
+                f"rank ({cores_how}): worker processes would take their CPU time from training; "
+                "make loading cheaper (pre-process once, cache decoded samples) or give each "
+                "rank more cores")
+    return (f"a batch loads in {load / MS:.2f} ms; a worker process costs the loop about "
+            f"{worker_cost_ns(knobs) / MS:.1f} ms per batch (benchmarks/bench_workers.py) "
+            "and the rank's CPU, so workers would not make the step faster")
+
+
 def suggest_data(t: TypicalStep, knobs: dict, th: Thresholds) -> tuple[list[Suggestion], str]:
     """More DataLoader workers, as many as hide the data wait, with an estimate that accounts
     for the CPU their loading takes from the rank's cores; else why not.
@@ -229,14 +243,7 @@ def suggest_data(t: TypicalStep, knobs: dict, th: Thresholds) -> tuple[list[Sugg
                                        proposed=proposed)
     hi += restart  # workers restarted every epoch: their first batches wait
     if est >= t.step - max(0.05 * t.step, 2 * cost):
-        if f is not None and cores is not None and (busy + f * load + cost) / cores >= est - 1:
-            return out, (f"loading uses the CPU {f:.0%} of its time and there is "
-                         f"{cores} CPU core per rank ({cores_how}): worker processes would take "
-                         "their CPU time from training; make loading cheaper (pre-process once, "
-                         "cache decoded samples) or give each rank more cores")
-        return out, (f"a batch loads in {load / MS:.2f} ms; a worker process costs the loop about "
-                     f"{worker_cost_ns(knobs) / MS:.1f} ms per batch (benchmarks/bench_workers.py) "
-                     "and the rank's CPU, so workers would not make the step faster")
+        return out, _workers_would_not_help(knobs, f, cores, cores_how, busy, load, cost, est)
     why = (f"each step waits {t.data / MS:.1f} ms for data against {busy / MS:.1f} ms of other "
            f"work: {need:.1f} workers' worth of loading (a batch takes ~{load / MS:.1f} ms), so "
            f"{proposed} hide it" + (f" (to within {HIDE_SLACK:.0%} of the step)"
