@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import sys
@@ -111,7 +112,7 @@ class Slowed(nn.Module):
         return out
 
 
-def main(argv=None) -> None:
+def _parse(argv) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scenario", choices=SCENARIOS, default="data")
     ap.add_argument("--steps", type=int, default=30)
@@ -132,8 +133,72 @@ def main(argv=None) -> None:
     ap.add_argument("--comm-hook", choices=("bf16", "fp16"), help="DDP gradient compression")
     ap.add_argument("--live-every", type=int, default=0, metavar="N",
                     help="live diagnosis every N steps (rank 0 logs a line)")
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
 
+
+def _loader(ds, sampler, batch: int, workers: int) -> DataLoader:
+    """The rank's DataLoader: whole batches sliced from an in-memory dataset (no per-sample
+    collate), else per sample; workers kept across epochs, as the num_workers suggestion's
+    estimate takes them."""
+    if isinstance(ds, TensorDataset):  # in memory: slice whole batches, no per-sample collate
+        return DataLoader(ds, sampler=BatchSampler(sampler, batch, drop_last=False),
+                          batch_size=None, num_workers=workers, persistent_workers=workers > 0)
+    return DataLoader(ds, batch_size=batch, sampler=sampler, num_workers=workers,
+                      persistent_workers=workers > 0)
+
+
+class _LoopClock:
+    """The loop's own clock (--timings): work with no communication inside, to check a named
+    straggler by: forward, backward's compute to its last gradient, the optimizer step."""
+
+    def __init__(self, model, on: bool):
+        self.forward: list[float] = []
+        self.backward: list[float] = []
+        self.optimizer: list[float] = []
+        self.grads_ready = 0.0
+        if on:
+            for p in model.parameters():
+                p.register_post_accumulate_grad_hook(self._ready)
+
+    def _ready(self, _) -> None:
+        self.grads_ready = time.perf_counter()
+
+
+def _ddp(model, cuda: bool):
+    """(device, the model in DDP): one GPU per local rank (several ranks may share one GPU with
+    gloo), else the CPU."""
+    if not cuda:
+        return torch.device("cpu"), DDP(model)
+    local = int(os.environ.get("LOCAL_RANK", 0)) % torch.cuda.device_count()
+    device = torch.device("cuda", local)
+    torch.cuda.set_device(device)
+    return device, DDP(model.to(device), device_ids=[local])
+
+
+def _compress(ddp, hook: str | None) -> None:
+    """DDP's gradient compression (--comm-hook bf16 / fp16)."""
+    if hook:
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+        ddp.register_comm_hook(None, getattr(default_hooks, f"{hook}_compress_hook"))
+
+
+def _profiler(out_dir: str | None, cuda: bool):
+    """torch.profiler, started, when traces are asked for (--profile DIR): two cycles of 5
+    active steps, one gzip trace file per rank and cycle; else None."""
+    if not out_dir:
+        return None
+    from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+
+    prof = profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else []),
+                   schedule=schedule(wait=1, warmup=1, active=5, repeat=2),
+                   on_trace_ready=tensorboard_trace_handler(out_dir, use_gzip=True))
+    prof.start()
+    return prof
+
+
+def main(argv=None) -> None:
+    args = _parse(argv)
     torch.set_num_threads(1)
     torch.manual_seed(0)
     cuda = args.device.startswith("cuda")
@@ -142,56 +207,17 @@ def main(argv=None) -> None:
     model, ds, batch = build(args.scenario, args.steps, world, args.batch_size)
     slow = args.scenario == "imbalanced" and rank == args.slow_rank
     model = Slowed(model, args.extra_ms if slow else 0.0)
-    if cuda:  # one GPU per local rank; several ranks may share one GPU with gloo
-        local = int(os.environ.get("LOCAL_RANK", 0)) % torch.cuda.device_count()
-        device = torch.device("cuda", local)
-        torch.cuda.set_device(device)
-        model = model.to(device)
-        ddp = DDP(model, device_ids=[local])
-    else:
-        device = torch.device("cpu")
-        ddp = DDP(model)
-
-    def compress() -> None:  # after record() starts, so that gpuscope times the hook's buckets
-        if args.comm_hook:
-            from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-
-            hook = getattr(default_hooks, f"{args.comm_hook}_compress_hook")
-            ddp.register_comm_hook(None, hook)
-
+    device, ddp = _ddp(model, cuda)
+    # after record() starts, so that gpuscope times the hook's buckets
+    compress = functools.partial(_compress, ddp, args.comm_hook)
     sampler = DistributedSampler(ds, num_replicas=world, rank=rank, shuffle=False)
-    if isinstance(ds, TensorDataset):  # in memory: slice whole batches, no per-sample collate
-        loader = DataLoader(ds, sampler=BatchSampler(sampler, batch, drop_last=False),
-                            batch_size=None, num_workers=args.num_workers,
-                            persistent_workers=args.num_workers > 0)
-    else:
-        # workers kept across epochs, as the num_workers suggestion's estimate takes them
-        loader = DataLoader(ds, batch_size=batch, sampler=sampler, num_workers=args.num_workers,
-                            persistent_workers=args.num_workers > 0)
+    loader = _loader(ds, sampler, batch, args.num_workers)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
     loss_fn = nn.CrossEntropyLoss()
 
-    prof = None
-    if args.profile:
-        from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
-
-        # two profiler cycles of 5 active steps: one gzip trace file per rank and cycle
-        prof = profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else []),
-                       schedule=schedule(wait=1, warmup=1, active=5, repeat=2),
-                       on_trace_ready=tensorboard_trace_handler(args.profile, use_gzip=True))
-        prof.start()
-
+    prof = _profiler(args.profile, cuda)
     micro = [0]
-    forward_times: list[float] = []    # the loop's own clock (--timings): work with no
-    optimizer_times: list[float] = []  # communication inside, to check a named straggler by
-    backward_times: list[float] = []   # ... and backward's compute, to its last gradient
-    grads_ready = [0.0]
-    if args.timings:
-        def ready(_):
-            grads_ready[0] = time.perf_counter()
-
-        for p in ddp.module.parameters():
-            p.register_post_accumulate_grad_hook(ready)
+    clock = _LoopClock(ddp.module, bool(args.timings))
 
     def train_step(x, y):
         if cuda:
@@ -201,15 +227,15 @@ def main(argv=None) -> None:
         with contextlib.nullcontext() if sync else ddp.no_sync():
             t0 = time.perf_counter()
             out = ddp(x)
-            forward_times.append(time.perf_counter() - t0)
+            clock.forward.append(time.perf_counter() - t0)
             loss = loss_fn(out, y)
-            grads_ready[0] = t0 = time.perf_counter()
+            clock.grads_ready = t0 = time.perf_counter()
             (loss / args.sync_every).backward()
-            backward_times.append(grads_ready[0] - t0)
+            clock.backward.append(clock.grads_ready - t0)
         if sync:
             t0 = time.perf_counter()
             opt.step()
-            optimizer_times.append(time.perf_counter() - t0)
+            clock.optimizer.append(time.perf_counter() - t0)
             opt.zero_grad(set_to_none=True)
 
     step_times: list[float] = []
@@ -245,11 +271,10 @@ def main(argv=None) -> None:
     if args.timings:
         with open(args.timings, "a") as fh:
             fh.write(json.dumps({"rank": rank, "record": not args.no_record,
-                                 "live_every": args.live_every,
-                                 "scenario": args.scenario, "step_s": step_times,
-                                 "forward_s": forward_times,
-                                 "backward_compute_s": backward_times,
-                                 "optimizer_s": optimizer_times}) + "\n")
+                                 "live_every": args.live_every, "scenario": args.scenario,
+                                 "step_s": step_times, "forward_s": clock.forward,
+                                 "backward_compute_s": clock.backward,
+                                 "optimizer_s": clock.optimizer}) + "\n")
     dist.barrier()
     dist.destroy_process_group()
 
