@@ -397,6 +397,18 @@ CHILD_SHARE = 0.45  # of the bytes: it also copies what it read into the shared 
 ARENA_PER_BYTE = 4  # bytes of columns per byte of file, at most (see _load_all)
 
 
+def _child_cut(sizes: list[int]) -> int:
+    """How many of the files (their sizes, in order) the child process reads: the first ones,
+    up to CHILD_SHARE of the bytes (it also copies its collectives into the shared arena, so it
+    takes a little less)."""
+    total, acc = sum(sizes), 0
+    for i, size in enumerate(sizes):
+        acc += size
+        if acc >= CHILD_SHARE * total:
+            return i + 1
+    return len(sizes)
+
+
 def _row_block(n_rows: int, spill, warnings: list[str]):
     """One block for every file's step rows: in a file under `spill` where the plan spills
     (held in memory instead when that file cannot be made, and said), else in memory; None
@@ -448,16 +460,10 @@ def _load_all(names: list[str], warnings: list[str]) -> tuple[list, tuple | None
         warnings.append(too_big)
     if not forks():
         return load(names), None
-    # the child also copies its collectives into the shared arena, so it takes a little less
     sizes = [file_size(n) for n in names]
-    cut, total, acc = len(names), sum(sizes), 0
-    for i, size in enumerate(sizes):
-        acc += size
-        if acc >= CHILD_SHARE * total:
-            cut = i + 1
-            break
+    cut = _child_cut(sizes)
     theirs, mine = names[:cut], names[cut:]
-    share = sum(sizes[cut:]) / max(total, 1)
+    share = sum(sizes[cut:]) / max(sum(sizes), 1)
     # the child's collectives come back through shared memory: a row of the file takes at
     # least 32 bytes, a collective at least 12 and gives 40
     try:
