@@ -49,7 +49,7 @@ def _issued(s: dict, group: str) -> int | None:
     """How many collectives the rank issued on `group`."""
     n = (s.get("groups") or {}).get(group)
     if n is None:
-        g, seq, kind, _ = _target(s)
+        g, seq, _, _ = _target(s)
         n = seq if g == group else None
     return n
 
@@ -74,8 +74,8 @@ def _where(s: dict, step: int) -> str:
     return f"in {where} since {clock(s.get('since_unix_ns'))}" + (f", at {at}" if at else "")
 
 
-def analyse(stalls: dict[int, dict], world_size: int, others: dict[int, str] | None = None,
-            parallel: str | None = None) -> dict:
+def analyse(stalls: dict[int, dict], world_size: int,
+            others: dict[int, str] | None = None) -> dict:
     """The stall from each stalled rank's record: {"step", "group", "seq", "kind", "waiting",
     "never_reached", "mismatched", "silent", "text"}; `others`: {rank: what its end record says}
     of ranks with no open stall (raised, killed)."""
@@ -93,8 +93,13 @@ def analyse(stalls: dict[int, dict], world_size: int, others: dict[int, str] | N
         at = {r: t for r, t in waiting.items() if t[0] == group and t[1] == seq}
         kinds = {(t[2], str(t[3])) for t in at.values() if t[2] is not None}
         kind = next(iter(kinds))[0] if len(kinds) == 1 else None
-        if len(kinds) > 1:  # the same collective number entered as different collectives
-            return _mismatched(stalls, targets, at, group, seq, world_size, others, out)
+        # the same collective number entered as different collectives, or by a rank that is not
+        # waiting in it
+        odd = [r for r in stalls if r not in at and targets[r][0] == group
+               and targets[r][1] == seq]
+        if len(kinds) > 1 or odd:
+            return _mismatched(stalls, targets, set(at) | set(odd), group, seq, world_size,
+                               others, out)
         out.update(group=group, seq=seq, kind=kind, waiting=sorted(at))
         since = min((stalls[r].get("since_unix_ns") or 0) for r in at) or None
         how = {stalls[r]["in"] for r in at}
@@ -111,18 +116,6 @@ def analyse(stalls: dict[int, dict], world_size: int, others: dict[int, str] | N
             told.setdefault(_where(stalls[r], step), []).append(r)
         for text, rs in told.items():
             parts.append(f"{_ranks(rs)} never reached it: {text}")
-        # the same collective number, entered as another kind or size
-        odd = sorted(r for r, s in stalls.items() if r not in at and r not in behind
-                     and targets[r][0] == group and targets[r][1] == seq)
-        if len(kinds) > 1 or odd:
-            desc = {}
-            for r in sorted(set(at) | set(odd)):
-                t = targets[r]
-                desc.setdefault(f"{t[2] or stalls[r].get('in')} {t[3] or ''}".strip(),
-                                []).append(r)
-            out["mismatched"] = {k: v for k, v in desc.items()}
-            parts.append(f"mismatched collectives at #{seq} on the {group} group: " + "; ".join(
-                f"{_ranks(v)} in {k}" for k, v in desc.items()))
     else:
         out["never_reached"] = []
         parts.append("; ".join(f"rank {r} {_where(s, step)}" for r, s in sorted(stalls.items())))
@@ -148,7 +141,7 @@ def _mismatched(stalls, targets, at, group, seq, world_size, others, out) -> dic
     parties: dict = {}
     for r in sorted(at):
         t = targets[r]
-        parties.setdefault((t[2], _shape(t[3])), []).append(r)
+        parties.setdefault((t[2] or stalls[r].get("in"), _shape(t[3])), []).append(r)
     ordered = sorted(parties.items(), key=lambda kv: (-len(kv[1]), kv[1]))
     odd = [] if len(ordered) > 1 and len(ordered[0][1]) == len(ordered[1][1]) else \
         sorted(r for _, rs in ordered[1:] for r in rs)
@@ -171,10 +164,9 @@ def _mismatched(stalls, targets, at, group, seq, world_size, others, out) -> dic
     return out
 
 
-def tell(stalls: dict[int, dict], world_size: int, missing_word: bool = False,
-         parallel: str | None = None) -> str:
+def tell(stalls: dict[int, dict], world_size: int) -> str:
     """One line (the live log's): who waits where and who is missing."""
-    return analyse(stalls, world_size, parallel=parallel)["text"]
+    return analyse(stalls, world_size)["text"]
 
 
 def fr_group(entry: dict) -> str:

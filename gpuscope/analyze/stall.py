@@ -106,8 +106,7 @@ def section(table, report) -> dict:
         others[int(r)] = (f"stopped: {why}" if why else "ended") + (f", at {at}" if at else "")
     for r in sorted(set(range(table.world_size)) - set(table.ranks)):
         others[r] = "has no record"
-    found = analyse(stalls, table.world_size, others,
-                    parallel=(report.knobs or {}).get("parallel"))
+    found = analyse(stalls, table.world_size, others)
     fr = getattr(table, "flight_recorder", None)
     if fr:  # the Flight Recorder's dumps beside the records
         found["flight_recorder"] = fr

@@ -79,5 +79,4 @@ def live_line(words: dict, world_size: int) -> str:
     """One line from the ranks' words {rank: brief(stall)}."""
     from ..stall_story import tell
 
-    return "gpuscope live: " + tell({r: dict(w) for r, w in words.items()}, world_size,
-                                    missing_word=True)
+    return "gpuscope live: " + tell({r: dict(w) for r, w in words.items()}, world_size)
