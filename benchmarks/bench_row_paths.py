@@ -1,7 +1,7 @@
 """The two ways a recorded micro-step becomes its row, side by side on the same micro-steps:
-step_row.plain_row (the common shape straight from its events) against the general path
-(events.interpret pairs the events into intervals, step_row.sum_steps sums them), which every
-other shape takes. The micro-steps are a real recording's: bench_overhead's tiny DDP model
+rows.build's FAST path (plain_row: the common shape straight from its events) against its GENERAL
+path (interpret pairs the events into intervals, sum_steps sums them), which every other shape
+takes. The micro-steps are a real recording's: bench_overhead's tiny DDP model
 (Linear(8, 8), SGD, gloo, one rank), 640 micro-steps captured at the recorder's flushes.
 
 Each path makes the rows of all of them, 20 times a round, 7 rounds; the figure is each path's
@@ -42,13 +42,13 @@ def captured(n: int) -> list:
     model = nn.parallel.DistributedDataParallel(nn.Linear(8, 8))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     x = torch.randn(4, 8)
-    batches, rows_of = [], recorder.rows_of
+    batches, build = [], recorder.build
 
     def keep(pending, shift):
         batches.append(copy.deepcopy(pending))
-        return rows_of(pending, shift)
+        return build(pending, shift)
 
-    recorder.rows_of = keep
+    recorder.build = keep
     try:
         with gpuscope.record(os.path.join(d, "run"), model=model) as rec:
             for b in rec.data([x] * n):
@@ -57,7 +57,7 @@ def captured(n: int) -> list:
                 opt.step()
                 rec.step()
     finally:
-        recorder.rows_of = rows_of
+        recorder.build = build
         dist.destroy_process_group()
     return [item for batch in batches for item in batch]
 
@@ -68,13 +68,13 @@ def main() -> None:
     ap.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results",
                                                   "row_paths.json"))
     args = ap.parse_args()
-    from gpuscope.record import events, step_row
+    from gpuscope.record.rows import FAST, GENERAL, build, plain_row
 
     items = captured(args.steps)
-    plain = sum(step_row.plain_row(it, 0) is not None for it in items)
-    fast = lambda: events.rows_of(items, 0)  # noqa: E731
-    general = lambda: step_row.sum_steps(events.interpret(items), 0)  # noqa: E731
-    assert fast()[0] == general(), "the two paths disagree"
+    plain = sum(plain_row(it, 0) is not None for it in items)
+    fast = lambda: build(items, 0, FAST)  # noqa: E731
+    general = lambda: build(items, 0, GENERAL)  # noqa: E731
+    assert fast().rows == general().rows, "the two paths disagree"
     per = {name: min(timeit.repeat(fn, number=20, repeat=7)) / 20 / len(items) * 1e6
            for name, fn in (("plain_row", fast), ("general", general))}
     result = {"commit": commit(), "python": sys.version.split()[0], "micro_steps": len(items),

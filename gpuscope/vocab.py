@@ -15,7 +15,7 @@ STACK_COLORS = {"data": "#e0a100", "compute": "#2e9d5b", "transfer": "#9b59b6", 
 COMPUTE_PHASES = ("forward", "backward", "optimizer")
 #: a thread that runs again within this long (ns) of the end of a collective it issued and then
 #: sat idle for was waiting for that collective (exposed communication); later, it was waiting
-#: for a core (other). One rule for the recorder (step_row.py) and traces (kineto/steps.py)
+#: for a core (other). One rule for the recorder (record/rows.py) and traces (kineto/steps.py)
 RESUME_NS = 2_000_000
 
 # step labels

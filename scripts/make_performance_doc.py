@@ -346,15 +346,16 @@ def row_paths(d: dict) -> list[str]:
             "recorded micro-step becomes its row at the flush, off the step's path but on the "
             "training thread. The common shape (forward, backward, optimizer in order, at most "
             "one fetch and one DDP tail) goes straight from its events to its row "
-            "(`step_row.plain_row`); every other shape is paired into intervals and summed (the "
-            f"general path). On {d['micro_steps']} micro-steps of a real recording "
+            "(`rows.plain_row`, the fast path of `rows.build`); every other shape is paired into "
+            f"intervals and summed (the general path). On {d['micro_steps']} micro-steps of a real recording "
             f"({d['plain_shape']} of the common shape), both paths' rows equal:", "",
             "| path | per micro-step |", "| --- | --- |",
             f"| `plain_row` | {us['plain_row']:.2f} us |",
             f"| general (`interpret`, `sum_steps`) | {us['general']:.2f} us |", "",
             f"The short path saves {d['saved_us_per_micro_step']:.1f} us a micro-step: the reason "
-            "a second implementation of the row is kept; `tests/test_step_row.py` gives both the "
-            "same random micro-steps.", ""]
+            "a second implementation of the row is kept; `tests/test_rows.py` runs every row "
+            "rule on both paths and gives both the same random micro-steps, and "
+            "`tests/test_golden_cases.py` the micro-steps of real runs.", ""]
 
 
 def overhead_gpu(d: dict) -> list[str]:

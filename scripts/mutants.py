@@ -49,7 +49,7 @@ MUTANTS = [
      "exposed = spans.subtract(comm, spans.union(busy, data_set))", "exposed = comm",
      ["tests/test_kineto_steps.py"]),
     ("flush on the timer", "gpuscope/record/recorder.py",
-     " or now - self._raw[0].start >= self._flush_ns", "",
+     " or now >= self._flush_at", "",
      ["tests/test_recorder.py", "-k", "flush_s or injected_clock"]),
     ("doctor result forced ok", "gpuscope/doctor.py", 'fh.write(f"{int(ok)} {ms:.1f}")',
      'fh.write(f"{int(True)} {ms:.1f}")', ["tests/test_doctor.py", "-k", "wrong"]),

@@ -6,6 +6,7 @@ import contextlib
 import glob
 import json
 import os
+import threading
 import time
 
 import pandas as pd
@@ -245,16 +246,55 @@ def rerun_band(rep) -> float:
 
 class FakeTime:
     """A clock (integer ns, as RecordOptions.clock) that only a sleep moves: time.sleep patched
-    to advance it by exactly what it is asked, at once (fake_time())."""
+    to advance it by exactly what it is asked, at once (fake_time()).
+
+    A thread that waits on it (`wait(due, stop)`: the NVML sampler's) runs as in a discrete-event
+    simulation: a sleep that moves the clock past a waiter's due time stops the clock there,
+    wakes it, and goes on only once it waits again (its work done at exactly that time) or has
+    left; so what it reads of the clock is exact."""
 
     def __init__(self, start_ns: int = 10**9):
         self.ns = int(start_ns)
+        self._cv = threading.Condition()
+        self._due: dict = {}  # a waiting thread's stop Event -> its due time; kept while it works
 
     def __call__(self) -> int:
         return self.ns
 
     def sleep(self, seconds: float) -> None:
-        self.ns += int(round(seconds * 1e9))
+        target = self.ns + int(round(seconds * 1e9))
+        with self._cv:
+            while True:
+                due = min(self._due.values(), default=None)
+                if due is None or due > target:
+                    break
+                self.ns = max(self.ns, due)
+                self._cv.notify_all()
+                # until every waiter woken has done its work and waits again (or left)
+                if not self._cv.wait_for(lambda: all(d > self.ns for d in self._due.values()),
+                                         timeout=10):
+                    raise TimeoutError("a thread waiting on the fake clock never came back")
+            self.ns = max(self.ns, target)
+
+    def join(self, stop) -> None:
+        """A thread that will wait on the clock, counted in before it starts (keyed by its stop
+        Event): the clock does not move until it waits."""
+        with self._cv:
+            self._due[stop] = -1
+
+    def wait(self, due: int, stop) -> bool:
+        """Block until the clock reaches `due`; True (and counted out) once `stop`, an Event,
+        is set."""
+        with self._cv:
+            self._due[stop] = due
+            self._cv.notify_all()
+            while self.ns < due and not stop.is_set():
+                self._cv.wait(timeout=0.02)  # stop is an Event: looked at every 20 ms
+            if stop.is_set():
+                del self._due[stop]
+                self._cv.notify_all()
+                return True
+            return False  # its entry stays (due <= now) until it waits again: the sleeper waits
 
 
 @contextlib.contextmanager

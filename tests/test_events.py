@@ -1,9 +1,8 @@
 """The recorder's event log (record/events.py) and the pure function that makes a micro-step's
 intervals of it, on hand-written event lists: no torch, no clock, no recorder."""
 
-from gpuscope.record.events import (BEGAN, COLL, LOOP_FORWARD, ROWS, SAMPLES, WAIT, StepLog,
-                                    interpret)
-from gpuscope.record.step_row import plain_row, sum_step
+from gpuscope.record.events import BEGAN, COLL, LOOP_FORWARD, ROWS, SAMPLES, WAIT, StepLog
+from gpuscope.record.rows import interpret, plain_row, sum_steps
 
 
 def step(phases=(), data=(), tails=(), rare=(), start=0, end=100, sync=None, n=0):
@@ -18,7 +17,7 @@ def test_a_plain_step():
     assert r.phases == [("forward", 140, 200), ("backward", 210, 300), ("optimizer", 330, 360)]
     assert (r.data_ns, r.data_cpu_ns, r.forwards, r.fwd_end) == (30, 20, 1, 200)
     assert r.ddp_tails == [(280, 320)] and r.synced == 1 and r.samples == -1
-    row = sum_step(r, 1_000)
+    row = sum_steps([r], 1_000 - r.start)[0]
     assert row[:3] == [7, 1_000, 310]  # step, start (unix), step_ns
     # the same row straight from the events (the recorder's path for this shape)
     item = ([("forward", 140, 200), ("backward", 210, 300), ("optimizer", 330, 360)],

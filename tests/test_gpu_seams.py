@@ -21,7 +21,7 @@ from gpuscope.record import cuda_timing, memory, nvml
 from gpuscope.analyze.run import analyze_table
 from gpuscope.readers import read_path as load_table
 from gpuscope.thresholds import Thresholds
-from helpers import FakeCuda, table_from_rows
+from helpers import FakeCuda, fake_time, table_from_rows
 
 GiB = 1 << 30
 
@@ -323,50 +323,52 @@ def test_device_memory_per_flush_through_the_allocator_seam(tmp_path, monkeypatc
     assert rep.knobs["memory_used_fraction"] == pytest.approx(76 / 80)
 
 
-class FakeNvmlEnergy(FakeNvml):
-    """FakeNvml with the total energy counter: a GPU drawing a steady 300 W (mJ since load)."""
+def nvml_drawing(watts: int, clock):
+    """FakeNvml with the total energy counter (mJ since the driver loaded) of a GPU drawing a
+    steady `watts`, on `clock` (the recorder's: a sample at time t reads the counter at t)."""
 
-    def sample(self, h):
-        t = time.time_ns()
-        return (*super().sample(h)[:-1], self.throttle, 5_000_000_000 + (t - self.t0) * 300 // 10**6)
+    class FakeNvmlEnergy(FakeNvml):
+        t0 = clock()
 
-    def __init__(self):
-        super().__init__()
-        self.t0 = time.time_ns()
+        def sample(self, h):
+            mj = 5_000_000_000 + (clock() - self.t0) * watts // 10**6
+            return (*super().sample(h)[:-1], self.throttle, mj)
+
+    return FakeNvmlEnergy
 
 
 def test_energy_per_step_from_the_counter_and_the_cost_of_waiting(tmp_path, monkeypatch):
-    """A steady 300 W GPU (faked NVML), 40 ms steps of which 10 ms wait for data: each step
-    takes ~12 J, a quarter of it while waiting for data; at 2.00 per GPU hour 1,000 steps cost
-    ~0.022, a quarter of it the data wait."""
-    monkeypatch.setattr(nvml, "api_factory", FakeNvmlEnergy)
+    """A steady 300 W GPU (faked NVML) sampled at 10 Hz of the recorder's clock, which only the
+    loop's sleeps move (helpers.fake_time: each sample taken at exactly its time): 40 ms steps
+    of which 10 ms wait for data take 12 J each, a quarter of it while waiting for data; at 2.00
+    per GPU hour 1,000 steps cost 0.0222, a quarter of it the data wait. Exact, not tolerances."""
 
     def loader():
         for i in range(40):
             time.sleep(0.010)
             yield i
 
-    with gpuscope.record(tmp_path, telemetry_hz=10, price_per_gpu_hour=2.0) as rec:
-        for _ in rec.data(loader()):
-            time.sleep(0.030)
-            rec.step()
+    with fake_time() as clock:
+        monkeypatch.setattr(nvml, "api_factory", nvml_drawing(300, clock))
+        with gpuscope.record(tmp_path, telemetry_hz=10, price_per_gpu_hour=2.0,
+                             clock=clock) as rec:
+            for _ in rec.data(loader()):
+                time.sleep(0.030)
+                rec.step()
     table = load_table(tmp_path)
+    assert len(table.telemetry) == 16  # the first fetch and 40 steps: 1.61 s, one every 0.1 s
     assert table.telemetry["energy_mj"].notna().all()
     rep = analyze_table(table)
     e = rep.energy
     assert e["source"] == "NVML energy counter"
     (r,) = e["per_rank"]
-    # the same statistic as the report's (the mean step): on a loaded machine a few long steps
-    # pull the mean from the median (15.4 J against 300 W x the median step, 12.1 J, once), and
-    # the counter, linear at 300 W, gives each step exactly its own length's joules
+    assert (rep.table.frame["step_ns"] == 40_000_000).all()
     step_s = float(rep.table.frame["step_ns"].mean()) / 1e9
-    assert r["joules_per_step"] == pytest.approx(300 * step_s, rel=0.05)
-    assert r["watts"] == pytest.approx(300, rel=0.05)
-    data_share = float((rep.table.frame["data_ns"] / rep.table.frame["step_ns"]).mean())
-    assert e["waiting_pct"]["data"] == pytest.approx(100 * data_share, abs=3)
+    assert r["joules_per_step"] == pytest.approx(12.0) and r["watts"] == pytest.approx(300)
+    assert e["waiting_pct"]["data"] == pytest.approx(25.0)
     c = e["cost"]
-    assert c["per_1000_steps"] == pytest.approx(step_s * 1000 / 3600 * 2.0, rel=0.05)
-    assert c["data"] == pytest.approx(c["per_1000_steps"] * data_share, rel=0.05)
+    per_1000 = step_s * 1000 / 3600 * 2.0  # the report rounds money to 4 places
+    assert (c["per_1000_steps"], c["data"]) == (round(per_1000, 4), round(per_1000 / 4, 4))
     from gpuscope.render.terminal import render
 
     assert "J/step" in render(rep, width=200) and "per 1,000 steps" in render(rep, width=200)

@@ -194,3 +194,30 @@ def test_record_and_analyze_stay_functions_after_their_packages_load():
             "print(callable(gpuscope.record), callable(gpuscope.analyze),\n"
             "      gpuscope.Report.__name__, gpuscope.Thresholds.__name__)")
     assert _run(code) == "True True Report Thresholds"
+
+
+#: the longest a function in gpuscope/ may be, in lines (docstring included)
+LONGEST_FUNCTION = 80
+
+
+def long_functions(root: str = ROOT) -> list:
+    """(path, function, lines) of every function in `root` longer than LONGEST_FUNCTION."""
+    out = []
+    for dirpath, _, files in os.walk(root):
+        for name in files:
+            if name.endswith(".py"):
+                path = os.path.join(dirpath, name)
+                with open(path) as fh:
+                    tree = ast.parse(fh.read())
+                out += [(os.path.relpath(path, root), n.name, n.end_lineno - n.lineno + 1)
+                        for n in ast.walk(tree)
+                        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                        and n.end_lineno - n.lineno + 1 > LONGEST_FUNCTION]
+    return out
+
+
+def test_no_function_is_longer_than_80_lines(tmp_path):
+    assert long_functions() == []
+    # the check sees one: a function of 81 lines
+    (tmp_path / "long.py").write_text("def f():\n" + "    x = 1\n" * 79 + "    return x\n")
+    assert long_functions(str(tmp_path)) == [("long.py", "f", 81)]

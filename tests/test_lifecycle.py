@@ -75,7 +75,7 @@ def test_internal_error_mid_run_removes_every_hook_and_keeps_nothing(tmp_path, m
     def broken(*args, **kwargs):
         raise ValueError("bug in row summing (injected)")
 
-    monkeypatch.setattr(recorder_mod, "rows_of", broken)
+    monkeypatch.setattr(recorder_mod, "build", broken)
     model = nn.Linear(16, 4)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     before = global_optimizer_hooks()
@@ -397,7 +397,8 @@ def test_the_forward_wrapper_and_the_forward_hooks_give_the_same_intervals():
     """StepLog.time_forward (the wrapper in a model's forward: one event) and the hook pair (two,
     paired by interpret) give the same micro-step for the same clock and probe, a forward that
     raises included."""
-    from gpuscope.record.events import StepLog, interpret
+    from gpuscope.record.events import StepLog
+    from gpuscope.record.rows import interpret
 
     def run(wrapper: bool, raises: bool = False):
         log = StepLog(clock=iter(range(100, 10_000, 7)).__next__)

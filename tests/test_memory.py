@@ -16,6 +16,7 @@ from gpuscope.analyze.bottlenecks import memory as mem
 from gpuscope.readers import read_path
 from gpuscope.readers.memory_records import MEMORY_COLUMNS, memory_frame, memory_ok
 from gpuscope.record.memory import Memory, host_capacity
+from gpuscope.record.rows import Built
 from gpuscope.runtable import RankInfo
 
 MiB, GiB = 1 << 20, 1 << 30
@@ -136,10 +137,10 @@ def test_the_sink_samples_once_per_flush_and_the_reader_tables_it():
     """Each flush's rows tell the sink the window; it samples the resident set once, as of the
     window's last step; a flush with no new rows samples nothing."""
     sink = Memory(FakeRss([100, 200, 300]))
-    sink.rows([[0], [1], [2]])
+    sink.rows(Built([[0], [1], [2]], [], []))
     first = sink.meta(final=False)
-    sink.rows([[3], [4]])
-    sink.rows([[5]])
+    sink.rows(Built([[3], [4]], [], []))
+    sink.rows(Built([[5]], [], []))
     second = sink.meta(final=True)
     assert first == {"memory": {"steps": [2], "rss_bytes": [100]}}
     assert second == {"memory": {"steps": [5], "rss_bytes": [200]}}
@@ -178,12 +179,12 @@ def test_the_sink_samples_each_young_step_then_once_per_flush():
     for step in range(6):
         sink.step_end(step)
     assert sink.young == 0
-    sink.rows([[s] for s in range(9)])
+    sink.rows(Built([[s] for s in range(9)], [], []))
     first = sink.meta(final=False)
     assert first["memory"]["steps"] == [0, 1, 2, 3, 4, 5, 8]
     assert first["memory"]["rss_bytes"] == [100, 101, 102, 103, 104, 105, 106]
     assert [w[:3] for w in first["memory"]["device"]] == [[0, 3, 11], [4, 5, 12], [6, 8, 13]]
-    sink.rows([[9], [10]])
+    sink.rows(Built([[9], [10]], [], []))
     second = sink.meta(final=True)
     assert second["memory"]["steps"] == [10] and second["memory"]["device"][0][:2] == [9, 10]
     assert memory_ok(first["memory"]) and memory_ok(second["memory"])

@@ -390,12 +390,13 @@ def test_routing_names_the_rank_the_most_uneven_all_to_all_favours():
 def test_all_to_all_rows_are_read_back_and_malformed_ones_said():
     from gpuscope.readers.routing_records import routing_frame, routing_ok
     from gpuscope.record.collectives import _a2a_rows_c10d, _a2a_rows_funcol
+    from gpuscope.record.rows import Built
     from gpuscope.record.sinks import Routing
 
     sink = Routing()
     assert sink.meta(False) is None
-    sink.step_end(3, [2, 640, -1])
-    sink.step_end(4, [2, 650, 512])
+    sink.rows(Built([[3], [4]], [(3, [2, 640, -1])], [1, 1]))
+    sink.rows(Built([[5]], [(4, [2, 650, 512])], [1]))
     meta = sink.meta(False)
     assert meta == {"routing": {"steps": [3, 4], "rows": [[2, 640, -1], [2, 650, 512]]}}
     assert sink.meta(True) is None  # handed over once

@@ -196,35 +196,39 @@ def test_the_flush_timer_runs_on_the_injected_clock(tmp_path):
 
 
 def test_teardown_closes_every_side_channel_in_one_loop_even_when_one_fails(tmp_path, caplog):
-    """Side channels register their closer when they open; teardown runs them last-opened
-    first, the record file last, and one that raises neither stops the others nor training."""
+    """Side channels are sinks in one list: teardown closes them last-opened first, then the
+    hooks, the record file last; one that raises neither stops the others nor training."""
+    from gpuscope.record.sinks import Closing
+
     order = []
     rec = gpuscope.record(tmp_path / "run", telemetry=False).start()
-    rec._a, rec._b = object(), object()
-    rec._closing("first channel", "_a", lambda ch, end: order.append("a"))
+    opened = len(rec._sinks)
+    rec._add_sink(Closing("first channel", lambda: order.append("a")))
 
-    def broken(ch, end):
+    def broken():
         order.append("b")
         raise RuntimeError("cannot close")
 
-    rec._closing("second channel", "_b", broken)
+    rec._add_sink(Closing("second channel", broken))
     rec.step()
     rec.step()
     with caplog.at_level(logging.WARNING, logger="gpuscope"):
         rec.stop()  # never raises
-    assert order == ["b", "a"] and rec._a is None and rec._b is None
+    assert order == ["b", "a"] and rec._sinks == [] and opened > 0  # the recorder's own too
     assert any("second channel" in r.getMessage() for r in caplog.records)
-    # the record file, closed last, holds the end record
-    last = (tmp_path / "run" / "rank-00000.gpuscope.jsonl").read_text().splitlines()[-1]
-    assert json.loads(last)["end"]["steps"] == 1
+    # the record file, closed last, holds the end record, which names the one that failed
+    last = json.loads((tmp_path / "run" / "rank-00000.gpuscope.jsonl").read_text()
+                      .splitlines()[-1])["end"]
+    assert last["steps"] == 1 and any("second channel off" in w for w in last["warnings"])
     rec.stop()  # again: nothing left to close
     assert order == ["b", "a"]
 
 
 def test_a_sink_that_raises_goes_alone_and_the_others_and_training_go_on(tmp_path, caplog):
     """Side channels are sinks in one list: each flush hands them the rows and writes their
-    meta; one that raises is switched off alone (its channel attribute cleared, one warning,
-    named in the end record), the other keeps every row, and training is never touched."""
+    meta and, to those that listen, each step's end; one that raises is switched off alone (no
+    more calls, one warning, named in the end record), the other keeps every row, and training
+    is never touched."""
     from gpuscope.record.sinks import Sink
 
     class Counting(Sink):
@@ -233,8 +237,8 @@ def test_a_sink_that_raises_goes_alone_and_the_others_and_training_go_on(tmp_pat
         def __init__(self):
             self.seen, self.closed = [], 0
 
-        def rows(self, rows):
-            self.seen += [r[0] for r in rows]
+        def rows(self, built):
+            self.seen += [r[0] for r in built.rows]
 
         def meta(self, final):
             return {"counting": len(self.seen)} if final else None
@@ -243,24 +247,29 @@ def test_a_sink_that_raises_goes_alone_and_the_others_and_training_go_on(tmp_pat
             self.closed += 1
 
     class Breaking(Counting):
-        name, off, attr = "breaking sink", "breaking off", "_breaking_channel"
+        name, off, listens = "breaking sink", "breaking off", True
+        ends: list = []
 
-        def rows(self, rows):
-            super().rows(rows)
+        def step_end(self, step):
+            self.ends.append(step)
+
+        def rows(self, built):
+            super().rows(built)
             if len(self.seen) > 4:
                 raise RuntimeError("broke at a flush")
 
     good, bad = Counting(), Breaking()
     rec = gpuscope.record(tmp_path / "run", telemetry=False, flush_rows=4).start()
     rec._add_sink(good)
-    rec._add_sink(bad, channel=object())
-    assert rec._breaking_channel is not None
+    rec._add_sink(bad)
+    assert bad in rec._listeners and good not in rec._listeners
     with caplog.at_level(logging.WARNING, logger="gpuscope"):
         for _ in rec.data(range(12)):
             rec.step()
         rec.stop()
     assert rec.steps == 12 and good.seen == list(range(12)) and good.closed == 1
-    assert bad.seen == list(range(8)) and bad.closed == 1 and rec._breaking_channel is None
+    assert bad.seen == list(range(8)) and bad.closed == 1 and bad not in rec._listeners
+    assert bad.ends == list(range(8))  # called at each step's end until it went
     assert sum("breaking off" in r.getMessage() for r in caplog.records) == 1
     lines = [json.loads(x) for x in (tmp_path / "run" / "rank-00000.gpuscope.jsonl").read_text()
              .splitlines() if x.startswith("{")]

@@ -5,10 +5,8 @@ wrapper and phases) call one method of `StepLog` each, which appends to the micr
 and keeps nothing else, apart from the live flags a hook itself must read (a backward being
 timed, a forward or optimizer step begun by one hook and ended by another, the model's sync
 probe and its last answer, DDP's tail timer, whether the optimizer ran). `take()` hands the
-lists over at rec.step(); `interpret()`, a pure function run at the flush (off the per-step
-path), turns them into the micro-step's intervals (step_row.Raw), which step_row sums into its
-row; `rows_of()` makes a flush's rows, the common shape straight from its events
-(step_row.plain_row). Nothing outside this module writes a StepLog's fields.
+lists over at rec.step(); rows.py makes the rows of them at the flush, off the per-step path.
+Nothing outside this module writes a StepLog's fields.
 
 The lists (times are the recorder's clock, integer ns), by how often a step has their events:
   phases  (name, t0, t1): a part of the step, ended: "forward" (the model's, by its wrapper or
@@ -21,7 +19,7 @@ The lists (times are the recorder's clock, integer ns), by how often a step has 
                                   collective's wait, rec.phase(name) of communication
           (COLL, key, launch, done, blocked)  a collective through torch.distributed
           (SAMPLES, n)            the batch's size differs from the first batch's
-          (ROWS, n)               rows an all_to_all_single delivered (sinks.Routing)
+          (ROWS, n)               rows an all_to_all_single delivered (rows.Built.routed)
           (BEGAN, t)              a forward or optimizer step that began at t and never ended
           (LOOP_FORWARD, t1)      the phase ending at t1 named "forward" is the loop's
                                   rec.phase, not the model's forward
@@ -29,11 +27,7 @@ The lists (times are the recorder's clock, integer ns), by how often a step has 
 
 from __future__ import annotations
 
-
-from .step_row import Raw, plain_row, sum_steps
-
 WAIT, COLL, SAMPLES, ROWS, BEGAN, LOOP_FORWARD = range(6)
-_NEVER = 1 << 62  # no time yet
 
 
 class StepLog:
@@ -184,7 +178,7 @@ class StepLog:
             self.opt_t0 is not None
 
     def take(self, step: int, now: int) -> tuple | None:
-        """The micro-step `step` that ends now, as interpret's arguments (phases, data, tails,
+        """The micro-step `step` that ends now, as rows.build's items (phases, data, tails,
         rare, step, start, end, sync flag); None when nothing of it began (the first one, before
         anything ran: what other threads delivered is kept for the next). The next one begins
         now; read `opt_ran` before."""
@@ -217,91 +211,3 @@ def _begins(taken: tuple) -> bool:
     phases, data, _, rare = taken[:4]
     return bool(phases or data) or any(
         e[0] in (WAIT, BEGAN) or (e[0] == COLL and e[4]) for e in rare)
-
-
-_new = tuple.__new__
-
-
-def interpret(taken: list) -> list:
-    """The intervals (step_row.Raw) of each micro-step in `taken` (what take() handed over, a
-    flush's batch; one call for all: this runs for every micro-step). For each: `first`, the
-    earliest time anything of it began; its start, that first when it had none (the first
-    after the recording started); `fwd_end`, the end of the model's last forward. A micro-step
-    in which nothing began is left out."""
-    out = []
-    for phases, data, tails, rare, step, start, end, sync_flag in taken:
-        first = _NEVER
-        fwd_end = None
-        forwards = 0
-        for name, t0, t1 in phases:
-            if t0 < first:
-                first = t0
-            if name == "forward":
-                forwards += 1
-                fwd_end = t1
-        data_ns = data_cpu_ns = 0
-        for t0, t1, cpu in data:
-            data_ns += t1 - t0
-            # a fetch whose CPU was not measured (-1) leaves the step's unknown
-            data_cpu_ns = data_cpu_ns + cpu if cpu >= 0 and data_cpu_ns >= 0 else -1
-            if t0 < first:
-                first = t0
-        exposed = colls = rows = ()  # what most steps have of them
-        samples = -1
-        if rare:
-            exposed, colls, rows, loop_ends = [], [], [], []
-            for e in rare:
-                kind = e[0]
-                if kind == COLL:
-                    colls.append(e[1:4])
-                    if e[4]:  # issued by the training thread, which waited for it: began then
-                        exposed.append((e[2], e[3], e[1]))
-                        if e[2] < first:
-                            first = e[2]
-                elif kind == WAIT:
-                    exposed.append((e[2], e[3], e[1]))
-                    if e[2] < first:
-                        first = e[2]
-                elif kind == SAMPLES:
-                    samples = e[1]
-                elif kind == ROWS:
-                    rows.append(e[1])
-                elif kind == BEGAN:
-                    if e[1] < first:
-                        first = e[1]
-                elif kind == LOOP_FORWARD:
-                    loop_ends.append(e[1])
-            rows = tuple(rows)
-            if loop_ends:  # the model's last forward: the last "forward" not the loop's
-                fwd_end = next((t1 for name, _, t1 in reversed(phases)
-                                if name == "forward" and t1 not in loop_ends), None)
-        if first == _NEVER:
-            first = None
-        if start is None:
-            start = first
-            if start is None:
-                continue
-        if sync_flag is not None:
-            synced = 1 if sync_flag else 0
-        else:
-            synced = 1 if tails or colls else -1
-        # a tuple made in one C call (Raw's own constructor is a Python function)
-        out.append(_new(Raw, (step, start, end, first, data_ns, data_cpu_ns, phases, exposed,
-                              tails, colls, fwd_end, synced, samples, forwards, rows)))
-    return out
-
-
-def rows_of(taken: list, shift: int) -> tuple[list, list]:
-    """A flush's rows, in order (start_unix = start + `shift`), and the intervals of the
-    micro-steps that took the general path (what else the recorder reads of them: all-to-all
-    rows, forward counts). The common shape's row comes straight from its events
-    (step_row.plain_row); any other's is paired into intervals (interpret) and summed."""
-    rows = [plain_row(item, shift) for item in taken]
-    if all(row is not None for row in rows):
-        return rows, []
-    raws = interpret([item for item, row in zip(taken, rows) if row is None])
-    general = dict(zip((r.step for r in raws), sum_steps(raws, shift)))
-    # a micro-step in which nothing began has no row (interpret leaves it out)
-    return [row if row is not None else general.get(item[4])
-            for item, row in zip(taken, rows)
-            if row is not None or item[4] in general], raws

@@ -160,12 +160,13 @@ class Memory(Sink):
     """The memory sink: `step_end` samples each of the run's young steps, the flushed rows tell
     it the steps since, and `meta()` samples the last of them and hands over what it holds."""
 
-    name, off, attr = "memory probe", "memory sampling off", "_mem"
+    name, off = "memory probe", "memory sampling off"
 
     def __init__(self, rss: HostRss | None, device: CudaMemory | None = None,
                  young: int = YOUNG_STEPS):
         self.rss, self.device = rss, device
         self.young = young           # steps still to be sampled one by one
+        self.listens = young > 0     # step_end is called while the run is young
         self._sampled = -1           # the last step sampled
         self._dev_sampled = -1       # ... of the device's allocator
         self._young_seen = 0
@@ -174,12 +175,13 @@ class Memory(Sink):
         self._rss: list = []
         self._dev: list = []
 
-    def step_end(self, step: int) -> None:
+    def step_end(self, step: int) -> bool:
         """Step `step` closed while the run is young: sample it (the device in one of
-        YOUNG_DEVICE_EVERY, and the last young step)."""
+        YOUNG_DEVICE_EVERY, and the last young step); True once the run is young no more."""
         self.young -= 1
         self._young_seen += 1
         self._sample(step, self._young_seen % YOUNG_DEVICE_EVERY == 0 or self.young <= 0)
+        return self.young <= 0
 
     def _sample(self, step: int, device: bool = True) -> None:
         if self.rss is not None:
@@ -189,9 +191,9 @@ class Memory(Sink):
             self._sample_device(step)
         self._sampled = step
 
-    def rows(self, rows: list) -> None:
-        if rows:
-            self._last = max(self._last, rows[-1][0])  # STEP_COLUMNS[0]: the step
+    def rows(self, built) -> None:
+        if built.rows:
+            self._last = max(self._last, built.rows[-1][0])  # STEP_COLUMNS[0]: the step
 
     def meta(self, final: bool) -> dict | None:
         if self._last > self._sampled:

@@ -115,12 +115,19 @@ api_factory = NvmlApi
 
 
 class Sampler:
-    """Samples one GPU every 1/hz seconds on a daemon thread; `drain()` hands the samples over."""
+    """Samples one GPU every 1/hz seconds of `clock` on a daemon thread; `drain()` hands the
+    samples over.
 
-    def __init__(self, local_rank: int = 0, hz: float = 5.0, api_factory=None, now=None):
+    `clock` is the recorder's (integer ns); the thread waits for each sample's time on it: on
+    the real clock through its stop event, on a clock that keeps its own time (a test's
+    simulated one) through the clock's `wait(due_ns, stop_event)`, which returns True once
+    stopped (such a clock's `join(stop_event)` counts the thread in before it starts). `now` maps a time of that clock to unix ns (as the rows' times are); None: the time
+    NVML's sample says."""
+
+    def __init__(self, local_rank: int = 0, hz: float = 5.0, api_factory=None, now=None,
+                 clock=None):
         self.hz = min(10.0, max(1.0, hz))
-        #: unix ns on the recorder's clock (its perf counter, mapped as its rows' times are):
-        #: each sample's time; None: the time NVML's sample says
+        self.clock = clock
         self.now = now
         self.samples: list[tuple] = []
         self.device: dict = {}
@@ -144,13 +151,27 @@ class Sampler:
 
     def start(self) -> "Sampler":
         if self.active:
+            join = getattr(self.clock, "join", None)
+            if join is not None:
+                join(self._stop)
             self._thread = threading.Thread(target=self._run, name="gpuscope-nvml", daemon=True)
             self._thread.start()
         return self
 
+    def _wait(self, due: int | None, period: float) -> bool:
+        """Until `due` on the clock (or `period` seconds where there is none); True: stopped."""
+        if due is None:
+            return self._stop.wait(period)
+        wait = getattr(self.clock, "wait", None)
+        if wait is not None:
+            return wait(due, self._stop)
+        return self._stop.wait(max(0.0, (due - self.clock()) / 1e9))
+
     def _run(self) -> None:
         period = 1.0 / self.hz
-        while not self._stop.wait(period):
+        step = int(period * 1e9)
+        due = self.clock() + step if self.clock is not None else None
+        while not self._wait(due, period):
             try:
                 sample = self.api.sample(self.handle)
                 if self.now is not None:
@@ -160,6 +181,11 @@ class Sampler:
                 warn_once("nvml-sample", "gpuscope: NVML sampling stopped: %r", exc)
                 self.active = False
                 return
+            if due is not None:  # the next on the grid; one missed (a slow read) is skipped
+                due += step
+                late = self.clock() - due
+                if late > 0:
+                    due += (late // step + 1) * step
 
     def drain(self) -> list[tuple]:
         out, self.samples = self.samples, []

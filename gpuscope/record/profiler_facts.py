@@ -13,7 +13,9 @@ from __future__ import annotations
 import json
 import sys
 
+from ..run_format import STEP_COLUMNS
 from .knobs import process_knobs
+from .sinks import Sink
 
 KEY = "gpuscope"
 #: the knobs a trace's suggestions need and cannot read from the trace itself (batch_bytes: what
@@ -21,6 +23,64 @@ KEY = "gpuscope"
 KNOBS = ("cpu_count", "cpus_available", "local_world_size", "num_workers", "pin_memory",
          "prefetch_factor", "persistent_workers", "batches_per_epoch", "batch_size",
          "batch_bytes", "dataloader")
+
+
+_DATA, _DATA_CPU = STEP_COLUMNS.index("data_ns"), STEP_COLUMNS.index("data_cpu_ns")
+
+
+def loading(rows: list) -> tuple[int, int]:
+    """(data wait, the training thread's CPU in it) summed over the rows whose CPU was read."""
+    known = [row for row in rows if row[_DATA_CPU] >= 0]
+    return sum(row[_DATA] for row in known), sum(row[_DATA_CPU] for row in known)
+
+
+class ProfilerWatch(Sink):
+    """Listens at each step's end while the recording runs: while a torch.profiler records, its
+    trace is told the facts it cannot hold (`tell`), and the record keeps the windows of steps
+    the traces hold (knob profiled_steps); the step after a recording stopped is the one the
+    profiler wrote its trace in (knob profiler_trace_steps), so the analysis leaves out what the
+    profiler cost, not the training. `pending()`: the rows of the steps not flushed yet."""
+
+    name, off, listens = "profiler watch", "facts not added to the profiler's trace", True
+
+    def __init__(self, probe, knobs: dict, note, pending):
+        self.probe, self.knobs, self.note, self.pending = probe, knobs, note, pending
+        self.was = False           # a profiler recorded as the previous step closed
+        self.trace_steps: list = []  # steps in which a profiler wrote its trace
+        self.windows: list = []    # [first, last] windows of steps a profiler recorded
+        self.data_ns = self.data_cpu_ns = 0  # the flushed steps' data wait, its CPU (read)
+
+    def rows(self, built) -> None:
+        data, cpu = loading(built.rows)
+        self.data_ns += data
+        self.data_cpu_ns += cpu
+
+    def step_end(self, step: int) -> None:
+        on = self.probe()
+        if on:
+            data, cpu = loading(self.pending())
+            tell(facts(self.knobs, self.data_ns + data, self.data_cpu_ns + cpu))
+            self._profiled(step)
+        elif self.was:
+            if self.windows:  # the window as it closed
+                self.note({"profiled_steps": [list(w) for w in self.windows]})
+            self.trace_steps.append(step)
+            self.note({"profiler_trace_steps": list(self.trace_steps[-64:])})
+        self.was = on
+
+    def _profiled(self, step: int) -> None:
+        """Step `step` closed while a profiler recorded: both sources can then be read over the
+        same steps (`gpuscope analyze RUN --steps A-B`); a knob line when a window opens or
+        closes, not every step."""
+        wins = self.windows
+        if wins and wins[-1][1] == step - 1:
+            wins[-1][1] = step
+            if step % 16:  # the window grows: said again at most every 16 steps
+                return
+        else:
+            wins.append([step, step])
+            del wins[:-64]
+        self.note({"profiled_steps": [list(w) for w in wins]})
 
 
 def profiling_probe():

@@ -6,10 +6,16 @@ summed every few steps and go to an append-only file. No device synchronization,
 Lifecycle: ``start()`` (or entering the ``with`` block) opens the file and installs the hooks;
 ``stop()`` (or leaving it) writes what is left and tears everything down. Every way out - a clean
 stop, an exception in training, an error inside gpuscope, the interpreter exiting without
-``stop()`` - goes through the one teardown: sinks closed (sinks.py: device times, NVML, DataParallel,
-live diagnosis, TensorBoard), hooks removed, comm timer detached, file closed. Per-step state is kept only while recording is active,
-so a disabled or failed recorder holds nothing. Any error inside gpuscope is logged once and
-recording stops; it never reaches the training loop.
+``stop()`` - goes through the one teardown: the sinks closed in one loop, last opened first
+(sinks.py: device times, NVML, DataParallel, memory, live diagnosis, TensorBoard, the profiler
+watch, the FLOP counter, the precision probe, the stall watcher), then the hooks removed, then
+the file closed. Per-step state is kept only while recording is active, so a disabled or failed
+recorder holds nothing. Any error inside gpuscope is logged once and recording stops; it never
+reaches the training loop.
+
+The recorder is a container: the hooks append events to its StepLog, step() takes them and calls
+the sinks that listen, a flush makes the rows (rows.build) and hands them to every sink, and the
+options are read from its one frozen RecordOptions.
 """
 
 from __future__ import annotations
@@ -26,29 +32,22 @@ from dataclasses import replace
 
 from .._log import warn_once
 from ..run_format import COMM_KEY, SCHEMA, STEP_COLUMNS
+from .events import StepLog
 from .hooks import Hooks
 from .knobs import batch_knobs, batch_size_of, loader_knobs, model_knobs, process_knobs
 from .options import RecordOptions, options_help
 from .placement import detect_placement, job_id
-from .sinks import (DataParallelTimes, DeviceTimes, LiveDiagnosis, ModuleTimes, Routing, Sink,
-                    Telemetry,
-                    TensorBoardScalars)
-from .events import StepLog, rows_of
+from .rows import build
+from .sinks import (Closing, DataParallelTimes, DeviceTimes, FlopCounting, LiveDiagnosis,
+                    ModuleTimes, Routing, Sink, Telemetry, TensorBoardScalars)
 from .writer import RecordWriter
 
 _cpu = time.thread_time_ns
-_DATA, _DATA_CPU = STEP_COLUMNS.index("data_ns"), STEP_COLUMNS.index("data_cpu_ns")
 #: the training thread's CPU time in a fetch is read (two system calls, ~1 us each on a VM, where
 #: the clock is ~70 ns) on the first fetch, on each after one that waited this long, and on one in
 #: CPU_SAMPLE_EVERY of the rest: how much of a fast fetch was CPU work decides nothing
 CPU_TIMED_WAIT_NS = 20_000
 CPU_SAMPLE_EVERY = 16
-
-
-def _loading(rows: list) -> tuple[int, int]:
-    """(data wait, the training thread's CPU in it) summed over the rows whose CPU was read."""
-    known = [row for row in rows if row[_DATA_CPU] >= 0]
-    return sum(row[_DATA] for row in known), sum(row[_DATA_CPU] for row in known)
 
 #: phase names that count as communication (blocking, host-visible) when used with rec.phase()
 COMM_PHASES = {"comm", "communication", "allreduce", "all_reduce", "all_gather", "reduce_scatter",
@@ -94,69 +93,37 @@ class Recorder:
         o = RecordOptions(**kw) if options is None else (replace(options, **kw) if kw
                                                           else options)
         self.options = o
-        enabled = o.resolved_enabled()
-        flush_rows, flush_s, time_optimizer = o.flush_rows, o.flush_s, o.time_optimizer
-        tensorboard, telemetry, telemetry_hz = o.tensorboard, o.telemetry, o.telemetry_hz
-        device_timing, live_every, on_diagnosis = o.device_timing, o.live_every, o.on_diagnosis
-        live_log, live_timeout_s = o.live_log, o.live_timeout_s
-        self._clock = o.clock
         self.run_dir = os.fspath(run_dir)
         self.model = model
-        self.enabled = bool(enabled)
+        self.enabled = o.resolved_enabled()
         self.path: str | None = None  # this recording's rank file, once started
         self.placement = None
         self.steps = 0
         self.warnings: list[str] = []
-        self._flush_rows = flush_rows
-        self._flush_ns = int(flush_s * 1e9)
-        self._time_optimizer = time_optimizer
-        self._tensorboard = tensorboard
-        self._telemetry = telemetry
-        self._telemetry_hz = telemetry_hz
-        self._device_timing = device_timing
         self._status = _NEW
         self._active = False     # per-step state is kept only while this is True
         self._writer: RecordWriter | None = None
-        #: the side channels (sinks.py), in the order opened; flushed and closed in one loop each
+        self._hooks: Hooks | None = None
+        #: the side channels (sinks.py), in the order opened: flushed, called at each step's end
+        #: (those that listen) and closed in one loop each
         self._sinks: list[Sink] = []
-        # what the step path calls directly, held by a sink (cleared when it goes)
-        self._sampler = None     # nvml.Sampler
-        self._dev = None         # cuda_timing.DeviceTimer when the model trains on a CUDA device
-        self._dp = None          # dataparallel.DataParallelTimer for nn.DataParallel on 2+ GPUs
-        self._mem = None         # memory.Memory: the resident set (and device peaks) it samples
-        self._mem_young = False  # the memory sink samples every step (the run's first steps)
-        self._profiling = None   # torch's "a profiler records now" (profiler_facts.py)
-        self._was_profiling = False  # ... as the previous step closed
-        self._trace_steps: list[int] = []  # steps in which a profiler wrote its trace
-        self._profiled: list[list[int]] = []  # [first, last] windows of steps a profiler recorded
-        self._data_ns = self._data_cpu_ns = 0  # the flushed micro-steps' data wait, its CPU
-        #                                        (of those whose CPU was measured)
-        self._routing = None     # sinks.Routing: rows each all-to-all delivered, per step
-        self._modules = None     # modules.ModuleTimer: record(modules=...)'s forward times
+        # made of the sinks by _rewire whenever one comes or goes, never set elsewhere:
+        self._listeners: tuple = ()  # the sinks step() calls (Sink.listens)
+        self._dev = None         # the DeviceTimer: the data wrapper marks fetches on it
+        self._live = None        # live.Live: step() starts its exchange every live_every steps
         self._mesh_checked = False  # the model's DeviceMesh dimensions looked for (once)
         self._memory_at_error: dict = {}
-        self._flops = None       # flops.FlopCount while micro-step 2's FLOPs are to be counted
-        self._precision = None   # precision.PrecisionProbe until the model's forward is read
-        self._hooks: Hooks | None = None
         self._log = StepLog(o.clock)  # the micro-step being recorded: its events
-        #: what teardown closes, in reverse order of opening, in one loop (_teardown)
-        self._closers: list[tuple[str, object]] = []
         self._knobs: dict = {}
         self._batch_seen = False
         self._first_batch = None
-        #: micro-steps not flushed yet: rows_of()'s arguments. A deque: the training thread
+        #: micro-steps not flushed yet: rows.build's items. A deque: the training thread
         #: appends, a flush (the training thread's, or the stall watcher's once steps stop
         #: coming) takes what it counted from the left, under _flush_lock
         self._raw: collections.deque = collections.deque()
         self._flush_lock = threading.Lock()
-        self._stall = None       # stall.StallWatch: notices steps that stop coming
-        self._raw_since = 0      # when the oldest of them began
+        self._flush_at = 0       # when the oldest of them is flush_s old (clock ns)
         self._micro = 0          # micro-steps since the last optimizer step
-        self._live_every = int(live_every or 0)
-        self._on_diagnosis = on_diagnosis
-        self._live_log = live_log
-        self._live_timeout_s = live_timeout_s
-        self._live = None        # live.Live while live diagnosis is on
         self.live_summaries: list[dict] = []  # rank 0: the live diagnoses, in order
         self._stopping = False        # stop() is closing the recording
         self._sigterm_pending = False  # a SIGTERM came in meanwhile: taken once closed
@@ -212,8 +179,11 @@ class Recorder:
                 self._error = f"{exc_type.__name__}: {exc}"[:400]
             except Exception:
                 self._error = exc_type.__name__
-            if self._mem is not None:  # what memory held as it raised (an OOM's post-mortem)
-                self._memory_at_error = self._mem.at_error()
+            for sink in self._sinks:  # what memory held as it raised (an OOM's post-mortem)
+                try:
+                    self._memory_at_error.update(sink.at_error() or {})
+                except Exception:
+                    pass
             self._error_where = self._where_raised(tb)
         self.stop(crashed=exc_type is not None)
         return False  # never swallow the training loop's own exception
@@ -229,8 +199,8 @@ class Recorder:
                 tb = tb.tb_next
             from .stall import where, wrapper_codes
 
-            out = where(self._log, tb.tb_frame if tb is not None else frame, wrapper_codes(Recorder.time_fetches.__code__),
-                        self._unix)
+            out = where(self._log, tb.tb_frame if tb is not None else frame,
+                        wrapper_codes(Recorder.time_fetches.__code__), self._unix)
             out["stack"] = out["stack"][:12]
             return out
         except Exception:
@@ -321,67 +291,48 @@ class Recorder:
 
     def _open(self) -> None:
         self.placement = p = detect_placement()
+        o = self.options
         # the file first: nothing is hooked into training unless the recording can be written
         self._writer = RecordWriter(self.run_dir, p.rank)
-        self._closing("record file", "_writer", self._close_writer)
         self.path = self._writer.path
-        self._t0_perf = self._clock()
+        self._t0_perf = o.clock()
         self._t0_unix = time.time_ns()
         self._knobs = {"world_size": p.world_size, **process_knobs(p.local_world_size)}
         if self.model is not None:
             self._knobs.update(model_knobs(self.model))
-        o = self.options
         if o.flops_per_step:
             self._knobs.update(flops_per_step=float(o.flops_per_step), flops_source="given")
         if o.peak_flops:
             self._knobs["peak_flops"] = float(o.peak_flops)
         if o.price_per_gpu_hour:
             self._knobs["price_per_gpu_hour"] = float(o.price_per_gpu_hour)
-        self._hooks = Hooks(self._log, self.model, self._time_optimizer)
-        self._closing("hooks", "_hooks", lambda hooks, end: hooks.remove())
+        self._hooks = Hooks(self._log, self.model, o.time_optimizer)
         self._hooks.install()
-        self._open_precision_probe()
-        from .profiler_facts import profiling_probe
-
-        self._profiling = profiling_probe()
         self.warnings += self._hooks.warnings
+        self._open_precision_probe()
+        from .profiler_facts import ProfilerWatch, profiling_probe
+
+        probe = profiling_probe()
+        if probe is not None:
+            self._add_sink(ProfilerWatch(probe, self._knobs, self._note_knobs,
+                                         lambda: build(list(self._raw), 0).rows))
         if self._hooks.collectives is not None:
-            routing = Routing()
-            self._add_sink(routing, routing)
-        gpu: dict = {}
-        if self._knobs.get("parallel") == "DataParallel":
-            from .dataparallel import DataParallelTimer
-
-            dp = DataParallelTimer(self.model, now=self._clock)
-            if dp.install():
-                self._add_sink(DataParallelTimes(dp), dp)
-        if self._wants_device_timing():
-            from . import cuda_timing
-
-            # events for the steps between two resolves (a flush): five a step, and a few more
-            dev = cuda_timing.DeviceTimer(cuda_timing.backend_factory(),
-                                          pool_size=5 * min(self._flush_rows, 256) + 8)
-            self._add_sink(DeviceTimes(dev), dev)
-            if self._hooks.ddp is not None:
-                self._hooks.ddp.device = dev
-            gpu["device_timing"] = "cuda_events"
-        if o.modules and self.model is not None:
-            self._open_modules(o.modules)
-        capacity = self._open_memory() if self.options.memory else {}
-        if self._telemetry:
+            self._add_sink(Routing())
+        gpu = self._open_device_channels()
+        capacity = self._open_memory() if o.memory else {}
+        if o.telemetry:
             from .nvml import Sampler
 
-            sampler = Sampler(p.local_rank, self._telemetry_hz,
-                              now=lambda: self._unix(self._clock())).start()
-            self._add_sink(Telemetry(sampler), sampler)
+            sampler = Sampler(p.local_rank, o.telemetry_hz, now=lambda: self._unix(o.clock()),
+                              clock=o.clock).start()
+            self._add_sink(Telemetry(sampler))
             gpu.update(sampler.device or {"telemetry": f"off: {sampler.reason}"})
-        if self._live_every > 0:
+        if (o.live_every or 0) > 0:
             self._start_live(p)
         if o.count_flops and not o.flops_per_step:
             from .flops import FlopCount
 
-            self._flops = FlopCount(at=2)
-            self._closing("FLOP counter", "_flops", lambda counter, end: counter.stop())
+            self._add_sink(FlopCounting(FlopCount(at=2), self._note_knobs))
         if gpu.get("device_timing") and "name" not in gpu:
             try:
                 import torch
@@ -389,15 +340,40 @@ class Recorder:
                 gpu["name"] = torch.cuda.get_device_name(self._cuda_index())
             except Exception:
                 pass
-        if self._tensorboard:
+        if o.tensorboard:
             name = os.path.basename(self.path or "rank").split(".", 1)[0]
             self._add_sink(TensorBoardScalars(self.run_dir, name))
         self._write_header(p, gpu, capacity)
         if o.stall_watch:
             self._start_stall_watch(p)
 
+    def _open_device_channels(self) -> dict:
+        """DataParallel's replicas, the device's own times and the chosen modules' forwards:
+        what the header's "gpu" says of them."""
+        gpu: dict = {}
+        if self._knobs.get("parallel") == "DataParallel":
+            from .dataparallel import DataParallelTimer
+
+            dp = DataParallelTimer(self.model, now=self.options.clock)
+            if dp.install():
+                self._add_sink(DataParallelTimes(dp))
+        if self._wants_device_timing():
+            from . import cuda_timing
+
+            # events for the steps between two resolves (a flush): five a step, and a few more
+            dev = cuda_timing.DeviceTimer(cuda_timing.backend_factory(),
+                                          pool_size=5 * min(self.options.flush_rows, 256) + 8)
+            self._add_sink(DeviceTimes(dev))
+            if self._hooks.ddp is not None:
+                self._hooks.ddp.device = dev
+            gpu["device_timing"] = "cuda_events"
+        if self.options.modules and self.model is not None:
+            self._open_modules(self.options.modules)
+        return gpu
+
     def _write_header(self, p, gpu: dict, capacity: dict) -> None:
         """The rank file's first line: who, where, the clock, the columns, the knobs so far."""
+        o = self.options
         self._writer.write_header({
             "schema": SCHEMA, "rank": p.rank, "local_rank": p.local_rank,
             "world_size": p.world_size, "host": p.host, "pid": os.getpid(),
@@ -408,7 +384,7 @@ class Recorder:
             "knobs": self._knobs, "gpu": gpu,
             "memory": capacity,
             # rows reach the file every `rows` steps or `s` seconds: what a kill can lose
-            "flush": {"rows": self._flush_rows, "s": self._flush_ns / 1e9}})
+            "flush": {"rows": o.flush_rows, "s": float(o.flush_s)}})
 
     def _open_precision_probe(self) -> None:
         """The dtype the model's maths runs in (autocast, TF32), read once inside its forward
@@ -421,8 +397,8 @@ class Recorder:
         from .precision import PrecisionProbe
 
         device = str(self._knobs.get("device", "cpu")).split(":", 1)[0]
-        self._precision = PrecisionProbe(module, device, self._note_knobs)
-        self._closing("precision probe", "_precision", lambda probe, end: probe.remove())
+        probe = PrecisionProbe(module, device, self._note_knobs)
+        self._add_sink(Closing("precision probe", probe.remove))
 
     def _open_memory(self) -> dict:
         """The memory sink (memory.py) and what this machine can hold, for the header."""
@@ -443,9 +419,7 @@ class Recorder:
                 device = None
         rss = host_rss()
         if rss is not None or device is not None:
-            sink = Memory(rss, device)
-            self._add_sink(sink, sink)  # held for an error's post-mortem (at_error)
-            self._mem_young = sink.young > 0
+            self._add_sink(Memory(rss, device))
         return capacity
 
     def _cuda_index(self):
@@ -458,7 +432,8 @@ class Recorder:
             self._flush_rows_now()
         self._flush_sinks(None, final=True)
 
-        end: dict = {"steps": self.steps, "crashed": crashed, "end_unix_ns": self._unix(self._clock())}
+        end: dict = {"steps": self.steps, "crashed": crashed,
+                     "end_unix_ns": self._unix(self.options.clock())}
         if getattr(self, "_terminated", None):
             end["terminated"] = self._terminated
             if getattr(self, "_terminated_where", None):
@@ -476,6 +451,18 @@ class Recorder:
                 end["max_memory_allocated_bytes"] = int(torch.cuda.max_memory_allocated())
             except Exception:
                 pass
+        self._end_of_hooks(end)
+        self._close_sinks()  # before the end record: what failed to close is in its warnings
+        if self._writer is not None and self._writer.dropped:
+            self.warnings.append(f"{self._writer.dropped} line(s) dropped while writes to the "
+                                 "run dir stalled")
+        if self.warnings:
+            end["warnings"] = self.warnings
+        return end
+
+    def _end_of_hooks(self, end: dict) -> None:
+        """What the hooks learnt for the end record: DDP's own logging and comm hook, the
+        collectives launched on a stream gpuscope could not time."""
         ddp = self._hooks.ddp if self._hooks is not None else None
         if ddp is not None:
             from .ddp_timing import ddp_logging_summary
@@ -489,18 +476,11 @@ class Recorder:
             from .collectives import untimed_on_stream
 
             self.warnings.append(untimed_on_stream(timer.on_stream, self.steps))
-        self._close_sinks()  # before the end record: what failed to close is in its warnings
-        if self._writer is not None and self._writer.dropped:
-            self.warnings.append(f"{self._writer.dropped} line(s) dropped while writes to the "
-                                 "run dir stalled")
-        if self.warnings:
-            end["warnings"] = self.warnings
-        return end
 
     def _teardown(self, end: dict | None = None) -> None:
-        """The one way out, run on every exit path; idempotent, never raises. Every side channel
-        registered its closer when it opened (_closing); they run here in one loop, the last
-        opened first, the record file last of all (it takes the end record)."""
+        """The one way out, run on every exit path; idempotent, never raises: the sinks in one
+        loop, the last opened first, then the hooks, the record file last of all (it takes the
+        end record)."""
         self._active = self._log.active = False
         self._log.clear()
         self._raw.clear()
@@ -508,26 +488,23 @@ class Recorder:
             atexit.unregister(self._at_exit)
         except Exception:
             pass
-        closers, self._closers = self._closers, []
-        for name, close in reversed(closers):
+        for sink in reversed(list(self._sinks)):
             try:
-                close(end)
+                self._drop_sink(sink)
             except Exception as exc:
-                warn_once(f"recorder-close-{name}", "gpuscope: could not close the %s: %r",
-                          name, exc)
+                warn_once(f"recorder-close-{sink.name}", "gpuscope: could not close the %s: %r",
+                          sink.name, exc)
+        hooks, self._hooks = self._hooks, None
+        if hooks is not None:
+            try:
+                hooks.remove()
+            except Exception as exc:
+                warn_once("recorder-close-hooks", "gpuscope: could not close the hooks: %r", exc)
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            self._close_writer(writer, end)
         # last: a SIGTERM during the close above still waits for the end record
         self._release_sigterm()
-
-    def _closing(self, name: str, attr: str, close) -> None:
-        """Register the side channel held in `attr`: teardown takes it (the attribute is None
-        from then on) and calls `close(channel, end)`, unless it was dropped meanwhile."""
-        def closer(end):
-            channel = getattr(self, attr)
-            setattr(self, attr, None)
-            if channel is not None:
-                close(channel, end)
-
-        self._closers.append((name, closer))
 
     def _close_writer(self, writer: RecordWriter, end: dict | None) -> None:
         try:
@@ -550,42 +527,53 @@ class Recorder:
             from . import cuda_timing
 
             events = cuda_timing.backend_factory()
-        timer = ModuleTimer(names, mods, self._clock, events)
+        timer = ModuleTimer(names, mods, self.options.clock, events)
         if timer.install():
-            self._add_sink(ModuleTimes(timer), timer)
+            self._add_sink(ModuleTimes(timer))
 
     def _wants_device_timing(self) -> bool:
-        if self._device_timing is not None:
-            return bool(self._device_timing)
+        if self.options.device_timing is not None:
+            return bool(self.options.device_timing)
         return str(self._knobs.get("device", "")).startswith("cuda")
 
     # ----------------------------------------------------------------- sinks
-    def _add_sink(self, sink: Sink, channel=None) -> None:
-        """Open a side channel: flushed from now on, closed at stop() or teardown; `channel`
-        is what the step path calls directly (held in sink.attr until the sink goes)."""
+    def _add_sink(self, sink: Sink) -> None:
+        """Open a side channel: flushed from now on, called at each step's end if it listens,
+        closed at stop() or teardown."""
         self._sinks.append(sink)
-        if sink.attr is not None:
-            setattr(self, sink.attr, channel)
-        self._closers.append((sink.name, lambda end: self._drop_sink(sink)))
+        self._rewire()
+
+    def _rewire(self) -> None:
+        """What the step path reads of the sinks, made again from their list: the listeners,
+        and the two channels it calls directly (the device timer at each fetch,
+        and the live exchange every live_every steps)."""
+        sinks = self._sinks
+        self._listeners = tuple(s for s in sinks if s.listens)
+        self._dev = next((s.timer for s in sinks if isinstance(s, DeviceTimes)), None)
+        self._live = next((s.live for s in sinks if isinstance(s, LiveDiagnosis)), None)
+
+    def _unlisten(self, sink: Sink) -> None:
+        """A listener said it wants no more step ends (the memory sink past the young steps)."""
+        sink.listens = False
+        self._rewire()
 
     def _drop_sink(self, sink: Sink) -> bool:
         """Take a sink out (once): False when it was gone already."""
         if sink not in self._sinks:
             return False
         self._sinks.remove(sink)
-        if sink.attr is not None:
-            setattr(self, sink.attr, None)
-        sink.close()  # teardown's loop warns if this raises
+        self._rewire()
+        sink.close()  # the callers warn if this raises
         return True
 
-    def _flush_sinks(self, rows: list | None, final: bool = False, wake: bool = True) -> None:
-        """Hand every sink the rows just written, write what each measured beside them, and
-        show every sink what the others measured (TensorBoard plots the memory)."""
+    def _flush_sinks(self, built, final: bool = False, wake: bool = True) -> None:
+        """Hand every sink the rows just made (rows.Built), write what each measured beside
+        them, and show every sink what the others measured (TensorBoard plots the memory)."""
         metas = []
         for sink in list(self._sinks):
             try:
-                if rows is not None:
-                    sink.rows(rows)
+                if built is not None:
+                    sink.rows(built)
                 meta = sink.meta(final)
                 if meta:
                     metas.append(meta)
@@ -604,8 +592,7 @@ class Recorder:
         """One sink raised: it alone goes (warned once, noted for the end record)."""
         if sink in self._sinks:
             self._sinks.remove(sink)
-        if sink.attr is not None:
-            setattr(self, sink.attr, None)
+            self._rewire()
         self.warnings.append(f"{sink.off}: {exc!r}"[:400])
         sink.abandon(exc)
 
@@ -649,7 +636,7 @@ class Recorder:
     def time_fetches(self, iterator):
         """Yield from an iterator, timing each next() as the wait for a batch, and the training
         thread's CPU time in it where that tells something (CPU_TIMED_WAIT_NS; -1 elsewhere)."""
-        clock, fetched = self._clock, self._log.fetched
+        clock, fetched = self._log.now, self._log.fetched
         timed, n = True, 0
         while True:
             if self._dev is not None:
@@ -722,162 +709,75 @@ class Recorder:
         if not self._active:
             yield self
             return
-        t0 = self._clock()
+        log = self._log
+        t0 = log.now()
         try:
             yield self
         finally:
             if self._active:
                 if kind is None:
                     kind = "comm" if name.lower() in COMM_PHASES else "compute"
-                self._log.phase(name, t0, self._clock(), kind == "comm")
+                log.phase(name, t0, log.now(), kind == "comm")
 
     def step(self) -> None:
         """Close the current step and start the next one."""
         if not self._active:
             return
-        if self._flops is not None:
-            self._count_flops()
-        now = self._clock()
+        log = self._log
+        now = log.now()
         try:
-            log = self._log
             opt_ran = log.opt_ran
             taken = log.take(self.steps, now)  # and the next micro-step starts now
             if taken is not None:
-                if self._dev is not None:
-                    self._dev.step_end(self.steps)
-                if self._modules is not None:
-                    self._modules.step_end(self.steps)
-                if self._dp is not None:
-                    self._dp.step_end()
-                # its events only: they are paired and summed in batches, off the per-step path
+                for sink in self._listeners:
+                    try:
+                        if sink.step_end(self.steps):
+                            self._unlisten(sink)
+                    except Exception as exc:
+                        self._sink_failed(sink, exc)
+                # its events only: they are made into rows in batches, off the per-step path
                 if not self._raw:
-                    self._raw_since = taken[5] if taken[5] is not None else now
+                    since = taken[5] if taken[5] is not None else now
+                    self._flush_at = since + int(self.options.flush_s * 1e9)
                 self._raw.append(taken)
-                if self._mem_young:
-                    self._sample_young()
-                if self._profiling is not None:
-                    self._watch_profiler()
                 self.steps += 1
                 self._micro += 1
                 if opt_ran:
                     if self._knobs.get("sync_interval") != self._micro:
                         self._note_knobs({"sync_interval": self._micro})
                     self._micro = 0
-                if len(self._raw) >= self._flush_rows or now - self._raw_since >= self._flush_ns:
+                if len(self._raw) >= self.options.flush_rows or now >= self._flush_at:
                     self._flush_rows_now()
-                if self._live is not None and self.steps % self._live_every == 0:
+                if self._live is not None and self.steps % self.options.live_every == 0:
                     self._live_exchange()
         except Exception as exc:
             self._fail("step", exc)
-
-    def _watch_profiler(self) -> None:
-        """While a torch.profiler records, tell its trace the facts it cannot hold; the step
-        after its recording stopped is the one it wrote (exported) its trace in: noted as a
-        knob, so that the analysis leaves out what the profiler cost, not the training."""
-        on = self._profiling()
-        if on:
-            self._tell_profiler()
-            self._note_profiled(self.steps)
-        elif self._was_profiling:
-            if self._profiled:  # the window as it closed
-                self._note_knobs({"profiled_steps": [list(w) for w in self._profiled]})
-            self._trace_steps.append(self.steps)
-            self._note_knobs({"profiler_trace_steps": list(self._trace_steps[-64:])})
-        self._was_profiling = on
-
-    def _note_profiled(self, step: int) -> None:
-        """Step `step` closed while a torch.profiler recorded: the record keeps the windows of
-        steps its traces hold (knob profiled_steps), so that both sources can be read over the
-        same steps (`gpuscope analyze RUN --steps A-B`); a knob line when a window opens or
-        closes, not every step."""
-        wins = self._profiled
-        if wins and wins[-1][1] == step - 1:
-            wins[-1][1] = step
-            if step % 16:  # the window grows: said again at most every 16 steps
-                return
-        else:
-            wins.append([step, step])
-            del wins[:-64]
-        self._note_knobs({"profiled_steps": [list(w) for w in wins]})
-
-    def _tell_profiler(self) -> None:
-        """A torch.profiler records this step: its trace gets what it cannot hold itself
-        (cores, loading's CPU share, the loader's settings: profiler_facts.py)."""
-        try:
-            from . import profiler_facts
-
-            data, cpu = _loading(rows_of(list(self._raw), 0)[0])  # the steps not flushed yet
-            profiler_facts.tell(profiler_facts.facts(self._knobs, self._data_ns + data,
-                                                     self._data_cpu_ns + cpu))
-        except Exception as exc:
-            self._profiling = None
-            self.warnings.append(f"facts not added to the profiler's trace: {exc!r}"[:300])
-
-    def _sample_young(self) -> None:
-        """One of the run's first steps closed: memory samples it (memory.YOUNG_STEPS)."""
-        mem = self._mem
-        if mem is None:
-            self._mem_young = False
-            return
-        try:
-            mem.step_end(self.steps)
-            self._mem_young = mem.young > 0
-        except Exception as exc:
-            self._mem_young = False
-            self._sink_failed(mem, exc)
-
-    def _count_flops(self) -> None:
-        """Stop counting as the counted micro-step closes, or start as micro-step `at` begins
-        (called at the top of step(): the step that is closing is number self.steps)."""
-        counter = self._flops
-        try:
-            if counter.counting:
-                self._flops = None
-                n = counter.stop()
-                if n:  # the step it slowed is left out of the analysis (prepare.py)
-                    self._note_knobs({"flops_per_step": n, "flops_counted_step": counter.at,
-                                      "flops_source": f"FlopCounterMode, micro-step {counter.at}",
-                                      **({"flops_by_dtype": counter.by_dtype}
-                                         if counter.by_dtype else {})})
-            elif self.steps + 1 == counter.at:
-                counter.start()
-        except Exception as exc:
-            self._flops = None
-            counter.stop()
-            self.warnings.append(f"FLOPs not counted: {exc!r}"[:300])
 
     def _flush_rows_now(self) -> None:
         self._note_groups()
         writer = self._writer
         with self._flush_lock:
-            rows = self._drain()
+            built = self._drain()
             if writer is not None:
                 if writer.error is not None:  # the disk is full, the file vanished...
                     self._write_failed(writer.error)
                     return
-                writer.add_rows(rows, wake=False)  # the sinks' lines follow: one wake-up
+                writer.add_rows(built.rows, wake=False)  # the sinks' lines follow: one wake-up
         try:
-            self._flush_sinks(rows, wake=False)
+            self._flush_sinks(built, wake=False)
         finally:
             if writer is not None:
                 writer.wake()
 
-    def _drain(self) -> list:
-        """The rows of the micro-steps not flushed yet, taken out (called holding _flush_lock):
-        as many as were there when it began, from the left, so a micro-step the training thread
-        appends meanwhile stays for the next flush."""
+    def _drain(self):
+        """The rows of the micro-steps not flushed yet (rows.Built), taken out (called holding
+        _flush_lock): as many as were there when it began, from the left, so a micro-step the
+        training thread appends meanwhile stays for the next flush."""
         raw = self._raw
         pending = [raw.popleft() for _ in range(len(raw))]
-        rows, general = rows_of(pending, self._t0_unix - self._t0_perf)  # start: _unix(start)
-        data, cpu = _loading(rows)  # what profiler_facts tells a trace
-        self._data_ns += data
-        self._data_cpu_ns += cpu
-        for r in general:
-            if r.rows and self._routing is not None:  # an all-to-all ran: its rows
-                self._routing.step_end(r.step, list(r.rows))
-        # forward calls per step: one in each of the common shape's
-        self._note_forwards([1] * (len(rows) - len(general)) + [r.forwards for r in general])
-        return rows
+        built = build(pending, self._t0_unix - self._t0_perf)  # start: _unix(start)
+        self._note_forwards(built.forwards)
+        return built
 
     def _write_failed(self, error: str) -> None:
         """The record file cannot be written any more: stop recording, say so once, and leave
@@ -896,27 +796,27 @@ class Recorder:
         if self._live is not None and p.world_size > 1:
             from .stall_exchange import Exchange
 
-            exchange = Exchange(p.rank, p.world_size, log=self._live_log and p.rank == 0)
-        watch = StallWatch(_Watched(self), self.options.stall_s, self._flush_ns / 1e9,
+            exchange = Exchange(p.rank, p.world_size, log=self.options.live_log and p.rank == 0)
+        watch = StallWatch(_Watched(self), self.options.stall_s, self.options.flush_s,
                            wrapper_codes(Recorder.time_fetches.__code__), exchange)
-        self._stall = watch.start()
+        watch.start()
 
-        def close(watch, end):
+        def close():
             watch.stop()
             if watch.error:
                 self.warnings.append(watch.error)
 
-        self._closing("stall watcher", "_stall", close)
+        self._add_sink(Closing("stall watcher", close))
 
     # ----------------------------------------------------------------- live diagnosis
     def _start_live(self, p) -> None:
         """The live exchange (live.py); its group is made now when torch.distributed is up."""
         from .live import Live
 
-        live = Live(self._live_every, self._on_diagnosis, rank=p.rank,
-                    world_size=p.world_size, knobs=self._knobs,
-                    timeout_s=self._live_timeout_s, log=self._live_log and p.rank == 0)
-        self._add_sink(LiveDiagnosis(live), live)
+        o = self.options
+        live = Live(o.live_every, o.on_diagnosis, rank=p.rank, world_size=p.world_size,
+                    knobs=self._knobs, timeout_s=o.live_timeout_s, log=o.live_log and p.rank == 0)
+        self._add_sink(LiveDiagnosis(live))
         self.live_summaries = live.summaries
         try:
             dist = sys.modules.get("torch.distributed")
@@ -1007,7 +907,7 @@ class _Watched:
     def __init__(self, rec: Recorder):
         self._rec = rec
         self.log = rec._log
-        self.clock = rec._clock
+        self.clock = rec.options.clock
         self.unix = rec._unix
 
     @property

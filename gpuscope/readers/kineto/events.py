@@ -314,142 +314,176 @@ def _memory_columns(mem: list, base: int) -> dict:
             "mem_dev": a[:, 3].astype(np.int8)}
 
 
-def sort_events(batches) -> RankEvents:
-    """Turn batches of decoded events into integer-ns columns, keeping numbers only.
+class _Collector:
+    """Step 1 of sort_events: each batch's complete events as number columns (names, categories
+    and threads interned as ids), the batch's objects dropped as it goes."""
 
-    1. per batch: keep complete events with a timestamp, intern names and categories as ids,
-       and keep ts, dur, stream, correlation, thread; then the batch's objects are dropped;
-    2. classify each distinct (name, category, on a stream) once and map it back by id;
-    3. convert µs floats to absolute ns integers (a whole-µs base is subtracted first, so the
-       sub-µs digits of float timestamps survive).
-    """
-    name_ids: dict = {}
-    cat_ids: dict = {}
-    tid_ids: dict = {}
-    parts: list = []
-    coll_args: dict = {}  # row -> (process group, collective) where the args carry them
-    n_events = n = 0
-    bad_time = bad_id = bad_json = 0
-    mem: list = []  # (ts µs, allocated, reserved, device type) of "[memory]" instants
-    for batch in batches:
-        n_events += len(batch)
-        bad_json += getattr(batch, "damaged", 0)
+    def __init__(self):
+        self.name_ids: dict = {}
+        self.cat_ids: dict = {}
+        self.tid_ids: dict = {}
+        self.parts: list = []
+        self.coll_args: dict = {}  # row -> (process group, collective, sizes) where args say
+        self.n_events = self.n = 0
+        self.bad_time = self.bad_id = self.bad_json = 0
+        self.mem: list = []  # (ts µs, allocated, reserved, device type) of "[memory]" instants
+
+    def add(self, batch) -> None:
+        self.n_events += len(batch)
+        self.bad_json += getattr(batch, "damaged", 0)
         keep = [e for e in batch if type(e) is Event and e.ts is not None]
         if len(keep) < len(batch):  # other phases: the allocator's instants among them?
-            mem += [(e.ts, e.args.allocated, e.args.reserved, e.args.device_type) for e in batch
-                    if type(e) is Instant and e.name == MEMORY_EVENT and e.ts is not None
-                    and e.args is not None]
+            self.mem += [(e.ts, e.args.allocated, e.args.reserved, e.args.device_type)
+                         for e in batch if type(e) is Instant and e.name == MEMORY_EVENT
+                         and e.ts is not None and e.args is not None]
         del batch
         if not keep:
-            continue
+            return
         ts = np.array([e.ts for e in keep], dtype=np.float64)
         dur = np.array([e.dur for e in keep], dtype=np.float64)
         ok = (ts >= 0) & (ts < MAX_TS_US) & (dur >= 0) & (dur < MAX_DUR_US)  # NaN fails too
         if not ok.all():  # out of range: dropped (counted, reported by the reader)
-            bad_time += int((~ok).sum())
+            self.bad_time += int((~ok).sum())
             keep = [e for e, k in zip(keep, ok.tolist()) if k]
             ts, dur = ts[ok], dur[ok]
             if not keep:
-                continue
+                return
+        nid = _intern([e.name for e in keep], self.name_ids)
+        cid = _intern([e.cat for e in keep], self.cat_ids)
+        stream, corr = self._args([e.args for e in keep])
+        tids = [e.tid for e in keep]
         m = len(keep)
-        nid = _intern([e.name for e in keep], name_ids)
-        cid = _intern([e.cat for e in keep], cat_ids)
-        args = [e.args for e in keep]
+        del keep
+        plain = set(map(type, tids)) == {int} and -(1 << 62) < min(tids) and max(tids) < 1 << 62
+        tid_arr = np.array(tids, dtype=np.int64) if plain else _intern(tids, self.tid_ids,
+                                                                       _thread_id)
+        self.parts.append((nid, cid, stream, corr, ts, dur, tid_arr))
+        self.n += m
+
+    def _args(self, args: list) -> tuple:
+        """The events' stream and correlation columns (-1: none), and the collectives' process
+        group, name and sizes kept by row."""
+        m = len(args)
         every = None not in args  # the usual case: each event has its args (no mask, no copy)
         has = slice(None) if every else np.array([a is not None for a in args], dtype=bool)
         present = args if every else [a for a in args if a is not None]
         stream = np.full(m, -1, dtype=np.int64)
         corr = np.full(m, -1, dtype=np.int64)
-        if present:
-            try:
-                stream[has] = [a.stream for a in present]
-                corr[has] = [a.correlation for a in present]
-            except OverflowError:  # an id past int64: unknown
-                bad_id += 1
-                stream[has] = [_id64(a.stream) for a in present]
-                corr[has] = [_id64(a.correlation) for a in present]
-            named = [i for i, a in enumerate(present)
-                     if a.collective is not None or a.pg_name is not None
-                     or a.in_nelems is not None]
-            for i in (named if every else np.flatnonzero(has)[named].tolist()):
-                a = args[i]
-                coll_args[n + i] = (a.pg_name, a.collective,
-                                    (a.in_nelems, a.out_nelems, a.group_size, a.dtype))
-        tids = [e.tid for e in keep]
-        del keep, args, present
-        plain = set(map(type, tids)) == {int} and -(1 << 62) < min(tids) and max(tids) < 1 << 62
-        tid_arr = np.array(tids, dtype=np.int64) if plain else _intern(tids, tid_ids, _thread_id)
-        parts.append((nid, cid, stream, corr, ts, dur, tid_arr))
-        n += m
-    if parts:
-        nid, cid, streams, corr, ts, dur, tids = (np.concatenate(c) for c in zip(*parts))
-    else:
-        nid = cid = streams = corr = tids = np.zeros(0, np.int64)
-        ts = dur = np.zeros(0, np.float64)
-    del parts
-    uniq_names = list(name_ids)
-    uniq_cats = list(cat_ids)
-    ncat = len(uniq_cats) + 1
+        if not present:
+            return stream, corr
+        try:
+            stream[has] = [a.stream for a in present]
+            corr[has] = [a.correlation for a in present]
+        except OverflowError:  # an id past int64: unknown
+            self.bad_id += 1
+            stream[has] = [_id64(a.stream) for a in present]
+            corr[has] = [_id64(a.correlation) for a in present]
+        named = [i for i, a in enumerate(present)
+                 if a.collective is not None or a.pg_name is not None or a.in_nelems is not None]
+        for i in (named if every else np.flatnonzero(has)[named].tolist()):
+            a = args[i]
+            self.coll_args[self.n + i] = (a.pg_name, a.collective,
+                                          (a.in_nelems, a.out_nelems, a.group_size, a.dtype))
+        return stream, corr
+
+    def columns(self) -> tuple:
+        """(name id, category id, stream, correlation, ts µs, dur µs, thread) of all batches."""
+        if not self.parts:
+            z = np.zeros(0, np.int64)
+            return z, z, z, z, np.zeros(0, np.float64), np.zeros(0, np.float64), z
+        out = tuple(np.concatenate(c) for c in zip(*self.parts))
+        self.parts = []
+        return out
+
+
+def sort_events(batches) -> RankEvents:
+    """Turn batches of decoded events into integer-ns columns, keeping numbers only.
+
+    1. per batch: keep complete events with a timestamp, intern names and categories as ids,
+       and keep ts, dur, stream, correlation, thread; then the batch's objects are dropped
+       (_Collector);
+    2. classify each distinct (name, category, on a stream) once and map it back by id;
+    3. convert µs floats to absolute ns integers (a whole-µs base is subtracted first, so the
+       sub-µs digits of float timestamps survive).
+    """
+    c = _Collector()
+    for batch in batches:
+        c.add(batch)
+        del batch  # not held while the next one is decoded
+    nid, cid, streams, corr, ts, dur, tids = c.columns()
+    names = list(c.name_ids)
+    ncat = len(c.cat_ids) + 1
     key = (nid * ncat + cid) * 2 + (streams >= 0)
     uniq_key, inv = np.unique(key, return_inverse=True)
-    table = [_classify(uniq_names[k // 2 // ncat], uniq_cats[k // 2 % ncat], bool(k % 2))
+    cats = list(c.cat_ids)
+    table = [_classify(names[k // 2 // ncat], cats[k // 2 % ncat], bool(k % 2))
              for k in uniq_key.tolist()]
-    col = lambda i, dt: np.array([c[i] for c in table], dtype=dt)[inv]  # noqa: E731
+    col = lambda i, dt: np.array([t[i] for t in table], dtype=dt)[inv]  # noqa: E731
     what, kind = col(0, np.int8), col(1, np.int8)
-
-    base = math.floor(ts.min()) if n else 0
+    base = math.floor(ts.min()) if c.n else 0
     start = np.rint((ts - base) * 1000.0).astype(np.int64) + base * 1000
     end = start + np.rint(dur * 1000.0).astype(np.int64)
-    memory = _memory_columns(mem, base)
-    float_ts = bool(n) and bool(np.any(ts != np.floor(ts)))
-
+    table_names = [names[k // 2 // ncat] for k in uniq_key.tolist()]
     dev = np.flatnonzero(what == _DEVICE)
     host = np.flatnonzero(what == _HOST)
     launch = np.flatnonzero((what == _LAUNCH) & (corr >= 0))
     runtime = np.flatnonzero(what == _LAUNCH)
     long_ = runtime[(end[runtime] - start[runtime] >= STALL_NS)]
-    long_ = long_[[not _is_wait_call(uniq_names[nid[i]]) for i in long_.tolist()]]
+    long_ = long_[[not _is_wait_call(names[nid[i]]) for i in long_.tolist()]]
+    return RankEvents(
+        **_host_view(host, table, inv[host], kind[host], tids[host], start, end, nid),
+        **_device_view(dev, kind, nid, names, c.coll_args, start, end, corr, streams),
+        launch_corr=corr[launch], launch_ts=start[launch], launch_tid=tids[launch],
+        float_ts=bool(c.n) and bool(np.any(ts != np.floor(ts))),
+        loader=_loader_kind(table, table_names),
+        stall_start=start[long_], stall_end=end[long_], n_runtime=int(runtime.size),
+        counts={"events": c.n_events, "bad_time": c.bad_time, "bad_id": c.bad_id,
+                "bad_json": c.bad_json},
+        odd_comm=tuple(dict.fromkeys(
+            n for n, t in zip(table_names, table)
+            if t[0] == _DEVICE and t[1] == COMM and looks_like_comm(n))),
+        **_memory_columns(c.mem, base), names=names)
+
+
+def _host_view(host, table: list, host_inv, host_kind, host_tid, start, end, nid) -> dict:
+    """RankEvents' host columns, and the training thread: the one with the most ProfilerSteps
+    (without any, the busiest thread stands in for it)."""
+    step_rows = host_kind == STEP
+    values, counts = np.unique(host_tid[step_rows] if step_rows.any() else host_tid,
+                               return_counts=True)
+    coll_u = [t[4] for t in table]
+    return dict(
+        host_kind=host_kind, host_start=start[host], host_end=end[host], host_tid=host_tid,
+        step_id=np.array([t[3] for t in table], dtype=np.int64)[host_inv],
+        host_sub=np.array([t[2] for t in table], dtype=np.int8)[host_inv],
+        host_wait=np.array([t[5] for t in table], dtype=np.int8)[host_inv],
+        host_coll=[coll_u[i] for i in host_inv.tolist()],
+        host_op=np.array([t[6] for t in table], dtype=np.int8)[host_inv],
+        host_name=nid[host].astype(np.int32),
+        step_thread=int(values[counts.argmax()]) if values.size else -1)
+
+
+def _device_view(dev, kind, nid, names: list, coll_args: dict, start, end, corr,
+                 streams) -> dict:
+    """RankEvents' device columns: each communication kernel's collective key (its process
+    group and collective from its args where they say) and message sizes."""
     dev_coll: list = [None] * dev.size
     dev_msg: list = [None] * dev.size
     for p in np.flatnonzero(kind[dev] == COMM).tolist():
         row = int(dev[p])
         group, coll, msg = coll_args.get(row, (None, None, None))
-        dev_coll[p] = collective_key(uniq_names[nid[row]], group, coll)
+        dev_coll[p] = collective_key(names[nid[row]], group, coll)
         if msg is not None and any(x is not None for x in msg):
             dev_msg[p] = msg
-    host_inv = inv[host]
-    coll_u = [c[4] for c in table]
-    host_kind = kind[host]
-    host_tid = tids[host]
-    step_rows = host_kind == STEP
-    if step_rows.any():
-        values, counts = np.unique(host_tid[step_rows], return_counts=True)
-        step_thread = int(values[counts.argmax()])
-    else:  # no ProfilerStep: the busiest thread stands in for the training thread
-        values, counts = np.unique(host_tid, return_counts=True)
-        step_thread = int(values[counts.argmax()]) if values.size else -1
-    odd = tuple(dict.fromkeys(
-        uniq_names[k // 2 // ncat] for k, c in zip(uniq_key.tolist(), table)
-        if c[0] == _DEVICE and c[1] == COMM and looks_like_comm(uniq_names[k // 2 // ncat])))
-    data_names = [uniq_names[k // 2 // ncat] for k, c in zip(uniq_key.tolist(), table)
-                  if c[0] == _HOST and c[1] == DATA]
-    loader = ""
-    if data_names:
-        loader = ("single-process" if any("SingleProcess" in x for x in data_names)
-                  else "multi-process")
-    return RankEvents(
-        host_kind=host_kind, host_start=start[host], host_end=end[host], host_tid=host_tid,
-        step_id=np.array([c[3] for c in table], dtype=np.int64)[host_inv],
-        host_sub=np.array([c[2] for c in table], dtype=np.int8)[host_inv],
-        host_wait=np.array([c[5] for c in table], dtype=np.int8)[host_inv],
-        host_coll=[coll_u[i] for i in host_inv.tolist()],
-        dev_kind=kind[dev], dev_start=start[dev], dev_end=end[dev], dev_corr=corr[dev],
-        dev_stream=streams[dev], dev_coll=dev_coll, launch_corr=corr[launch],
-        launch_ts=start[launch], step_thread=step_thread, float_ts=float_ts, loader=loader,
-        stall_start=start[long_], stall_end=end[long_], n_runtime=int(runtime.size),
-        counts={"events": n_events, "bad_time": bad_time, "bad_id": bad_id,
-                "bad_json": bad_json}, odd_comm=odd, **memory,
-        names=uniq_names, host_name=nid[host].astype(np.int32),
-        dev_name=nid[dev].astype(np.int32),
-        host_op=np.array([c[6] for c in table], dtype=np.int8)[host_inv],
-        launch_tid=tids[launch], dev_msg=dev_msg)
+    return dict(dev_kind=kind[dev], dev_start=start[dev], dev_end=end[dev], dev_corr=corr[dev],
+                dev_stream=streams[dev], dev_coll=dev_coll, dev_name=nid[dev].astype(np.int32),
+                dev_msg=dev_msg)
+
+
+def _loader_kind(table: list, table_names: list) -> str:
+    """"single-process" or "multi-process" from the DataLoader's own ops; "" without them."""
+    data_names = [n for n, t in zip(table_names, table) if t[0] == _HOST and t[1] == DATA]
+    if not data_names:
+        return ""
+    return "single-process" if any("SingleProcess" in x for x in data_names) else "multi-process"
+

@@ -1,4 +1,18 @@
-"""Turns the intervals one training micro-step recorded into one row of the record file."""
+"""A flush's rows from its micro-steps' events (what `StepLog.take` handed over): every row rule
+lives here, behind one switch between two paths that give the same row.
+
+- general (`interpret`, then `sum_steps`): any micro-step's events are paired into intervals
+  (`Raw`) and summed by the rules in `_general_step`'s docstring;
+- fast (`plain_row`): the common shape (forward, backward, optimizer once each in order, at most
+  one fetch and one DDP tail, nothing else) straight from its events, with no intervals made
+  first; any other shape falls back to the general path. It exists for its cost (1.5 us a
+  micro-step against 24: benchmarks/bench_row_paths.py).
+
+`build(taken, shift, path)` is the switch: the recorder uses the fast path, the tests run every
+row rule on both (tests/test_rows.py, tests/test_golden_cases.py). Its result holds everything
+else the recorder reads of the flush (each step's all-to-all rows, forward calls per step), so
+the recorder knows nothing of either path's shape.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +21,11 @@ from typing import NamedTuple
 from ..run_format import COMM_KEY
 from ..vocab import COMPUTE_PHASES, RESUME_NS
 from . import intervals as iv
+from .events import BEGAN, COLL, LOOP_FORWARD, ROWS, SAMPLES, WAIT
+
+FAST, GENERAL = "fast", "general"
+PATHS = (FAST, GENERAL)
+_NEVER = 1 << 62  # no time yet
 
 #: DDP's gradient buckets, in the per-collective breakdown, and the record header's comm_key: a
 #: row whose "_comm" would be {DDP_KEY: [comm_ns, exposed_ns, n_comm]} of its own columns leaves
@@ -16,7 +35,7 @@ DDP_KEY = COMM_KEY
 
 class Raw(NamedTuple):
     """What one micro-step recorded, host perf_counter ns: its events paired into intervals
-    (events.interpret)."""
+    (interpret)."""
 
     step: int
     start: int
@@ -37,17 +56,117 @@ class Raw(NamedTuple):
     rows: tuple = ()      # rows each all_to_all_single delivered, in issue order
 
 
+class Built(NamedTuple):
+    """A flush's rows and what else the recorder reads of its micro-steps."""
+
+    rows: list      # one per micro-step in which something began, in order (STEP_COLUMNS...)
+    routed: list    # (step, rows each all_to_all_single delivered) where one ran
+    forwards: list  # forward calls of each micro-step with a row
+
+
+def build(taken: list, shift: int, path: str = FAST) -> Built:
+    """A flush's rows, in order (start_unix = start + `shift`): `path` FAST makes the common
+    shape's row straight from its events and pairs any other into intervals; GENERAL pairs all.
+    A micro-step in which nothing began has no row."""
+    if path == FAST:
+        rows = [plain_row(item, shift) for item in taken]
+        if all(row is not None for row in rows):
+            return Built(rows, [], [1] * len(rows))  # the common shape: one forward each
+    elif path == GENERAL:
+        rows = [None] * len(taken)
+    else:
+        raise ValueError(f"path {path!r}: one of {PATHS}")
+    raws = interpret([item for item, row in zip(taken, rows) if row is None])
+    general = dict(zip((r.step for r in raws), zip(sum_steps(raws, shift), raws)))
+    out, forwards = [], []
+    for item, row in zip(taken, rows):
+        if row is not None:
+            out.append(row)
+            forwards.append(1)
+        elif item[4] in general:
+            row, raw = general[item[4]]
+            out.append(row)
+            forwards.append(raw.forwards)
+    return Built(out, [(r.step, list(r.rows)) for r in raws if r.rows], forwards)
+
+
+_new = tuple.__new__
+
+
+def interpret(taken: list) -> list:
+    """The intervals (Raw) of each micro-step in `taken` (what take() handed over, a
+    flush's batch; one call for all: this runs for every micro-step). For each: `first`, the
+    earliest time anything of it began; its start, that first when it had none (the first
+    after the recording started); `fwd_end`, the end of the model's last forward. A micro-step
+    in which nothing began is left out."""
+    out = []
+    for phases, data, tails, rare, step, start, end, sync_flag in taken:
+        first = _NEVER
+        fwd_end = None
+        forwards = 0
+        for name, t0, t1 in phases:
+            if t0 < first:
+                first = t0
+            if name == "forward":
+                forwards += 1
+                fwd_end = t1
+        data_ns = data_cpu_ns = 0
+        for t0, t1, cpu in data:
+            data_ns += t1 - t0
+            # a fetch whose CPU was not measured (-1) leaves the step's unknown
+            data_cpu_ns = data_cpu_ns + cpu if cpu >= 0 and data_cpu_ns >= 0 else -1
+            if t0 < first:
+                first = t0
+        exposed = colls = rows = ()  # what most steps have of them
+        samples = -1
+        if rare:
+            exposed, colls, rows, loop_ends = [], [], [], []
+            for e in rare:
+                kind = e[0]
+                if kind == COLL:
+                    colls.append(e[1:4])
+                    if e[4]:  # issued by the training thread, which waited for it: began then
+                        exposed.append((e[2], e[3], e[1]))
+                        if e[2] < first:
+                            first = e[2]
+                elif kind == WAIT:
+                    exposed.append((e[2], e[3], e[1]))
+                    if e[2] < first:
+                        first = e[2]
+                elif kind == SAMPLES:
+                    samples = e[1]
+                elif kind == ROWS:
+                    rows.append(e[1])
+                elif kind == BEGAN:
+                    if e[1] < first:
+                        first = e[1]
+                elif kind == LOOP_FORWARD:
+                    loop_ends.append(e[1])
+            rows = tuple(rows)
+            if loop_ends:  # the model's last forward: the last "forward" not the loop's
+                fwd_end = next((t1 for name, _, t1 in reversed(phases)
+                                if name == "forward" and t1 not in loop_ends), None)
+        if first == _NEVER:
+            first = None
+        if start is None:
+            start = first
+            if start is None:
+                continue
+        if sync_flag is not None:
+            synced = 1 if sync_flag else 0
+        else:
+            synced = 1 if tails or colls else -1
+        # a tuple made in one C call (Raw's own constructor is a Python function)
+        out.append(_new(Raw, (step, start, end, first, data_ns, data_cpu_ns, phases, exposed,
+                              tails, colls, fwd_end, synced, samples, forwards, rows)))
+    return out
+
+
 def sum_steps(raws: list, shift: int) -> list:
-    """The rows of a batch of micro-steps' intervals, each as sum_step gives it with
-    start_unix = its start + `shift`."""
-    return [_general_step(r, r.start + shift) for r in raws]
-
-
-def sum_step(r: Raw, start_unix: int) -> list:
-    """Sum one micro-step's intervals into a row of STEP_COLUMNS, plus a trailing object with
-    phases that are not fixed columns and, under "_comm", {"kind:group": [comm_ns, exposed_ns,
-    count]} (left out when it would only say that all of the row's communication was DDP's:
-    the header's comm_key, run_format.py).
+    """Each micro-step's intervals (`raws`) summed into a row of STEP_COLUMNS (start_unix: its
+    start + `shift`), plus a trailing object with phases that are not fixed columns and, under
+    "_comm", {"kind:group": [comm_ns, exposed_ns, count]} (left out when it would only say that
+    all of the row's communication was DDP's: the header's comm_key, run_format.py).
 
     1. backward is the time inside torch.autograd.backward; without it, it runs from the end of
        forward to the optimizer (or to the DDP tail's end when no optimizer step ran);
@@ -56,11 +175,11 @@ def sum_step(r: Raw, start_unix: int) -> list:
        (FSDP's all-gather waits, DDP's tail);
     3. communication: DDP's from its first bucket's launch where that was timed (in flight
        behind backward's compute: not exposed), the tail below, collectives through
-       torch.distributed; exposed communication: DDP's tail from its start (the end of backward compute; or the
-       launch of the first collective through torch.distributed inside it, a Python comm hook's:
-       a hook that runs long before launching, or waits, is that rank's own time) to its done,
-       and on to the end of the measured backward, at most RESUME_NS past that done (the training
-       thread waits in DDP's reducer until the bucket's future is complete, which can be after
+       torch.distributed; exposed communication: DDP's tail from its start (the end of backward
+       compute; or the launch of the first collective through torch.distributed inside it, a
+       Python comm hook's: a hook that runs long before launching, or waits, is that rank's own
+       time) to its done, and on to the end of the measured backward, at most RESUME_NS past
+       that done (the training thread waits in DDP's reducer until the bucket's future is complete, which can be after
        its callback ran: a busy core held the backend's thread 3.5 ms there; what is later
        than that is the thread waiting for a core: other, the trace reader's rule too),
        blocking collectives and waits on async ones;
@@ -69,11 +188,11 @@ def sum_step(r: Raw, start_unix: int) -> list:
     5. other is what remains of the step; `between_ns`, the part of it before the step's first
        event (what the loop did after the previous rec.step()).
     """
-    return sum_steps([r], start_unix - r.start)[0]
+    return [_general_step(r, r.start + shift) for r in raws]
 
 
 def _general_step(r: Raw, start_unix: int) -> list:
-    """sum_step for any shape of micro-step."""
+    """One micro-step's row by the rules of sum_steps."""
     start, end = r.start, r.end
     step_ns = end - start
     tails = iv.clip([t[:2] for t in r.ddp_tails], start, end)
@@ -142,11 +261,11 @@ def _general_step(r: Raw, start_unix: int) -> list:
 
 
 def plain_row(item: tuple, shift: int) -> list | None:
-    """The row of a micro-step of the common shape straight from its events (events.take's
+    """The row of a micro-step of the common shape straight from its events (StepLog.take's
     tuple), with no intervals made first: forward, backward and optimizer once each, in that
     order inside the step, at most one batch fetched and one DDP tail, nothing else; its start
     in unix ns is its start + `shift`. None for any other shape, which takes the general path
-    (events.interpret, then sum_step), which gives the same row: tests/test_step_row.py gives
+    (interpret, then sum_steps), which gives the same row: tests/test_rows.py gives
     both the same random micro-steps. It exists for its cost: 1.5 us a micro-step against the
     general path's 24 (benchmarks/bench_row_paths.py, docs/performance.md "Making the rows")."""
     phases, data, tails, rare, step, start, end, sync_flag = item
@@ -177,7 +296,7 @@ def plain_row(item: tuple, shift: int) -> list | None:
         if la < start or ld > end or lf < start:
             return None
         n_comm = 1
-        if b0 <= la < b1:  # the tail runs on to backward's end, if soon (sum_step, 3.)
+        if b0 <= la < b1:  # the tail runs on to backward's end, if soon (_general_step, 3.)
             x = ld + RESUME_NS
             if b1 < x:
                 x = b1
