@@ -78,3 +78,67 @@ def test_the_check_pass_costs_confidence_when_a_rule_is_broken():
     assert broken.verdict.confidence == "medium"
     assert sum("did not add up" in w for w in broken.warnings) == 2
     assert broken.verdict.evidence == ("2 rule(s) of the report did not add up and were clipped",)
+
+
+def test_the_passes_order_holds_what_each_declares_it_reads():
+    from gpuscope.analyze.passes import out_of_order
+
+    assert out_of_order(run.PASSES) == []
+    # the check sees a pass moved before what it reads: ops needs the stragglers
+    moved = (run.prepare, run.add_up, run.classify, run.ops, run.stragglers) + run.PASSES[5:]
+    assert out_of_order(moved) == ["ops reads stragglers before any pass writes it"]
+    # every field of the shared state is an input or some pass's
+    import dataclasses
+
+    from gpuscope.analyze.passes import INPUTS
+
+    written = set(INPUTS).union(*(p.writes for p in run.PASSES))
+    assert {f.name for f in dataclasses.fields(run.Analysis)} - written == set()
+
+
+def _touched(table) -> dict:
+    """{pass name: (fields read, fields set)} of one analysis of `table`, watched field by field."""
+    import dataclasses
+
+    fields = {f.name for f in dataclasses.fields(run.Analysis)}
+    log: dict = {}
+
+    class Watched(run.Analysis):
+        def __getattribute__(self, k):
+            now = object.__getattribute__(self, "__dict__").get("_pass")
+            if now and k in fields:
+                log.setdefault(now, (set(), set()))[0].add(k)
+            return object.__getattribute__(self, k)
+
+        def __setattr__(self, k, v):
+            now = self.__dict__.get("_pass")
+            if now and k in fields:
+                log.setdefault(now, (set(), set()))[1].add(k)
+            object.__setattr__(self, k, v)
+
+    a = Watched(table, TH0.for_source(table.source), list(table.warnings))
+    for p in run.PASSES:
+        object.__setattr__(a, "_pass", p.__name__)
+        p(a)
+    return log
+
+
+@pytest.mark.parametrize("case", ["balanced", "data", "comm", "stalled", "kineto", "modules"])
+def test_each_pass_reads_and_writes_only_what_it_declares(case):
+    """The declarations are true: on inputs of every kind (a recorded run with collectives and
+    memory, a stalled one, profiler traces with ops, CUDA module timings), each pass touches
+    only the fields it declares (reading what it wrote itself is its own business)."""
+    import os
+
+    from gpuscope.readers import read_path
+
+    fixtures = os.path.join(os.path.dirname(__file__), "fixtures")
+    paths = {"data": "old_recorder/data/record", "comm": "old_recorder/comm/record",
+             "stalled": "stalled", "kineto": "jitter/kineto", "modules": "cuda_modules/record"}
+    table = (table_from_rows(balanced(6, 2, data=30, compute=10)) if case == "balanced"
+             else read_path(os.path.join(fixtures, paths[case])))
+    log = _touched(table)
+    for p in run.PASSES:
+        read, wrote = log.get(p.__name__, (set(), set()))
+        assert wrote <= p.writes, (p.__name__, wrote - p.writes)
+        assert read <= p.reads | p.writes, (p.__name__, read - p.reads - p.writes)

@@ -21,6 +21,7 @@ from .cycles import cycle_ends, group_cycles, sync_interval
 from .rowgroups import dense_unique, rank_position
 from .stopped import stopped_ranks, stopped_warnings
 from .wait import estimate_wait, wait_cells
+from .passes import declares
 from .whatif import batch_growth, micro_steps
 
 
@@ -100,6 +101,8 @@ def without_empty_steps(table: RunTable, warnings: list[str]) -> RunTable:
     return replace(table, frame=frame)
 
 
+@declares("table th own warnings",
+          "table frame knobs stopped missing mapping micro growth last_steps wait_cells warnings")
 def prepare(a) -> None:
     """The pass (run.Analysis -> its table, frame, knobs, stopped ranks, cycle map, micro-step
     statistics and batch growth)."""

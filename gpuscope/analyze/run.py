@@ -17,8 +17,9 @@ adds its own; warnings go to `Analysis.warnings` only.
     report         per-rank summaries; the Report
     check          the report checked against its own arithmetic; confidence earned
 
-A pass may be left out or one added without touching the others: each names the fields it
-reads in its docstring.
+A pass may be left out or one added without touching the others: each declares the fields it
+reads and writes (passes.declares), and the order is checked against that (passes.out_of_order;
+tests/test_run_passes.py also checks that the declarations are true).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from .bottlenecks.pipeline import suggest_pipeline, summarize_pipeline
 from .invariants import bound_suggestions, enforce_parts, violations
 from .layout import Layout, find_layout, split_bubble
 from .ops import ops_section
+from .passes import declares
 from .prepare import prepare
 from .rank_summary import (analysed_rows, comm_by_kind, comm_by_parts, grad_sync_share,
                            summarize_ranks)
@@ -113,6 +115,8 @@ class Analysis:
     report: Report | None = None                    # report
 
 
+@declares("table frame micro",
+          "layout frame broken per_rank micro warnings")
 def add_up(a: Analysis) -> None:
     """frame -> bubbles split out, rows made to add up; layout, per_rank, broken (and the
     micro-step statistics, where prepare left them: they share the per-rank medians)."""
@@ -125,6 +129,8 @@ def add_up(a: Analysis) -> None:
         a.micro = micro_steps(before, 0, a.per_rank if a.frame is before else None)
 
 
+@declares("frame th table",
+          "roles steps verdict unseen warnings")
 def classify(a: Analysis) -> None:
     """frame -> roles, steps, verdict; a warning when too few steps tell roles, or when no
     communication was seen on several ranks."""
@@ -139,6 +145,8 @@ def classify(a: Analysis) -> None:
         a.warnings.append(a.unseen)
 
 
+@declares("table frame steps th roles layout per_rank",
+          "stragglers minor")
 def stragglers(a: Analysis) -> None:
     """frame, steps, roles, layout -> stragglers."""
     hosts = {r: info.host for r, info in a.table.ranks.items()}
@@ -146,12 +154,16 @@ def stragglers(a: Analysis) -> None:
     a.minor = find_minor(a.frame, a.roles, a.stragglers, hosts, a.layout, a.per_rank)
 
 
+@declares("table frame stragglers mapping",
+          "ops stragglers")
 def ops(a: Analysis) -> None:
     """table.ops / messages / kernel_breakdown, frame, stragglers -> the ops section; each
     straggler's excess down to the op and kernel."""
     a.ops = ops_section(a.table, a.frame, a.stragglers, a.mapping)
 
 
+@declares("table stragglers knobs frame",
+          "telemetry frame knobs stragglers")
 def telemetry(a: Analysis) -> None:
     """The table's NVML samples -> telemetry per rank, joined to the frame; each straggler's
     telemetry evidence; knobs["memory_used_fraction"]."""
@@ -168,6 +180,8 @@ def telemetry(a: Analysis) -> None:
         a.knobs["memory_used_fraction"] = used
 
 
+@declares("table frame last_steps stopped knobs",
+          "memory died knobs")
 def memory(a: Analysis) -> None:
     """table.memory, the ranks' capacity and end records, frame (the analysed steps) -> the
     memory section (series per rank, findings); knobs["memory_used_fraction"] raised to
@@ -187,6 +201,8 @@ def memory(a: Analysis) -> None:
         a.knobs["memory_used_fraction"] = used
 
 
+@declares("frame table mapping knobs layout stragglers",
+          "throughput warnings")
 def throughput(a: Analysis) -> None:
     """frame (or, with accumulation, the table's micro-steps from the first analysed one),
     knobs, layout, stragglers -> the throughput section; each straggler's MFU gap."""
@@ -203,11 +219,17 @@ def throughput(a: Analysis) -> None:
         a.throughput["straggler_mfu_gap_pct"] = {str(k): v for k, v in gaps.items()}
 
 
+@declares("frame table knobs",
+          "energy")
 def energy(a: Analysis) -> None:
     """frame (the analysed steps, wait split), table.telemetry, knobs -> the energy section."""
     a.energy = energy_section(a.frame, a.table.telemetry, a.knobs)
 
 
+@declares(("verdict steps roles stragglers minor th table frame mapping wait_cells layout "
+           "knobs micro growth"),
+          ("labels jitter minor by_kind routing key_waits wait_cells comm_groups findings "
+           "typical suggestions pipeline dp_section why_not why_not_pipeline warnings"))
 def suggest_all(a: Analysis) -> None:
     """Suggestions for the verdict and for every label holding a material share of the time,
     each from its bottleneck's module (bottlenecks/: data, comm, host, imbalance through
@@ -261,6 +283,9 @@ def suggest_all(a: Analysis) -> None:
         a.why_not[UNEXPLAINED] = unexplained_why(a.table, a.frame, a.steps)
 
 
+@declares(("suggestions typical frame knobs stragglers labels verdict steps why_not "
+           "why_not_pipeline table warnings"),
+          "suggestions unbound warnings")
 def bound(a: Analysis) -> None:
     """suggestions -> held to what each can recover (a warning for those that could not be),
     the verdict's fix first (or the fixes of the labels in a near tie with it) and then by gain
@@ -287,6 +312,11 @@ def bound(a: Analysis) -> None:
                           "from transfer, so imbalance is not detected")
 
 
+@declares(("table frame telemetry by_kind per_rank layout comm_groups typical th verdict "
+           "steps stragglers suggestions jitter knobs warnings roles pipeline dp_section "
+           "stopped missing memory throughput energy routing ops died mapping key_waits "
+           "minor"),
+          "report")
 def report(a: Analysis) -> None:
     """Everything found -> the Report (per-rank summaries over the analysed rows)."""
     t = a.table
@@ -343,6 +373,8 @@ def straggler_floor(a: Analysis) -> dict:
             "pct": round(100 * r.floor_ns / r.typical_ns, 1), "steps": int(r.n_steps)}
 
 
+@declares("report table steps unseen broken stragglers minor roles verdict th warnings",
+          "warnings report")
 def check(a: Analysis) -> None:
     """The report against its own arithmetic (a bug if anything fails: said, and it costs
     confidence), then the verdict's confidence earned by the evidence."""

@@ -1,0 +1,121 @@
+"""The report's structured sections as typed records (msgspec structs): the analysis builds them,
+the renderers read their fields, and a JSON report read back is checked against them on load (a
+malformed section is one clear InputError, not a KeyError in a renderer).
+
+Their JSON form is their fields (`to_dict`), an optional field that is None left out, as the
+report always wrote them (DESIGN.md keys). Where a section's parts vary by what the input holds
+(a memory finding, an op table's rows), the part stays a dict and its module says its keys.
+
+Adding a section: a struct here; the field on results.ReportData with its key in
+`ReportData.to_dict` / `from_dict` (through `dump` / `load`); the pass that builds it in
+analyze/run.py with what it reads and writes declared (`PASSES`); its renderer in
+render/terminal.py and render/html.py reading its fields; and a golden report case whose input
+has it (tests/fixtures/golden/reports/, scripts/golden_cases.py).
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from .errors import InputError
+
+
+class Section(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A report section: its JSON form is its fields, an optional one left out when None."""
+
+    def to_dict(self) -> dict:
+        return msgspec.to_builtins(self)
+
+
+class CommGroup(Section):
+    """Communication of one process group, mean ms per step over its ranks (analyze/comm_groups)."""
+
+    group: str
+    dim: str | None             # the DeviceMesh dimension the group stands for; None: not one
+    ranks: list[int]
+    comm_ms: float
+    exposed_ms: float
+    kinds: list[str]            # the collectives run in it
+    wait_ms: float | None = None      # of the exposed time, waiting for a late rank ...
+    transfer_ms: float | None = None  # ... and the rest (None: not split)
+
+
+class Routing(Section):
+    """The most uneven all-to-all instance: rows each rank received (analyze/routing.py)."""
+
+    instance: int
+    instances: int
+    steps: int
+    rows_by_rank: dict[str, float]
+    busiest_rank: int
+    busiest_share: float
+    max_over_mean: float
+    uneven: bool
+
+
+class DataParallel(Section):
+    """nn.DataParallel per device (analyze/bottlenecks/dataparallel.py); only `devices` where
+    the replicas were not timed (on CPU, or one device)."""
+
+    devices: list[str]
+    forward_ms: dict[str, float] | None = None
+    scatter_ms: float | None = None
+    replicate_ms: float | None = None
+    gather_ms: float | None = None
+    device0_forward_excess_pct: float | None = None
+    peak_memory_gb: dict[str, float] | None = None
+    device0_memory_excess_pct: float | None = None
+
+
+class MemorySeries(Section):
+    """One rank's host or device memory over the run (bytes)."""
+
+    rank: int
+    memory: str                 # "host" | "device"
+    points: int
+    first_bytes: int
+    last_bytes: int
+    peak_bytes: int
+    rate_bytes_per_step: float | None
+    growing: bool
+
+
+class Memory(Section):
+    """Memory per rank and what it tells (analyze/bottlenecks/memory.py): findings are dicts
+    with "kind" (growth, near_capacity, alloc_retries, out_of_memory, ...), "ranks", "text"."""
+
+    series: list[MemorySeries]
+    findings: list[dict]
+
+    def of_kind(self, kind: str) -> list[dict]:
+        return [f for f in self.findings if f.get("kind") == kind]
+
+
+class Ops(Section):
+    """Ops, ranges, modules and kernels per rank and step, collectives with their messages,
+    HTA's kernel breakdown (analyze/ops.py; the tables' rows are dicts, its docstrings say
+    their keys)."""
+
+    basis: str
+    ranks: list[dict]
+    run: dict
+    slow_step: dict | None = None
+    collectives: list[dict] | None = None
+    kernel_breakdown: dict | None = None
+
+
+def load(kind: type, value, key: str):
+    """A section read back from a JSON report, checked against its type (None where absent)."""
+    if value is None or value == {}:
+        return None
+    try:
+        return msgspec.convert(value, kind)
+    except msgspec.ValidationError as exc:
+        raise InputError(f"the report's {key!r} section is malformed: {exc}") from None
+
+
+def load_list(kind: type, values, key: str) -> list:
+    """A list of sections read back (comm_by_group), each checked."""
+    if not isinstance(values, list):
+        raise InputError(f"the report's {key!r} section is not a list")
+    return [load(kind, v, key) for v in values]
