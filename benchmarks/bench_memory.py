@@ -53,7 +53,7 @@ def leak(tmp: str) -> dict:
     if proc.returncode:
         raise SystemExit(proc.stderr[-2000:])
     rep = gpuscope.analyze(out)
-    growth = [f for f in rep.memory.get("findings", []) if f["kind"] == "growth"]
+    growth = [f for f in (rep.memory.findings if rep.memory else []) if f["kind"] == "growth"]
     loop = json.load(open(os.path.join(out, "loop-rank1.json")))
     steps, rss = np.array(loop["steps"]), np.array(loop["vmrss_bytes"], float)
     later = steps >= rep.thresholds.warmup_steps  # end to end over the same steps
@@ -73,7 +73,7 @@ def oom(tmp: str) -> dict:
     out = os.path.join(tmp, "oom")
     _torchrun("memory.py", "--run-dir", out, "--oom-rank", "1", "--oom-at", "12", "--steps", "40")
     rep = gpuscope.analyze(out)
-    found = [f for f in rep.memory.get("findings", []) if f["kind"] == "out_of_memory"]
+    found = [f for f in (rep.memory.findings if rep.memory else []) if f["kind"] == "out_of_memory"]
     f = found[0] if found else {}
     return {"ranks": f.get("ranks"), "step": f.get("step"), "asked_bytes": f.get("asked_bytes"),
             "stopped_waiting": f.get("stopped_waiting"), "text": f.get("text", "")}

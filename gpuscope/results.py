@@ -20,6 +20,7 @@ from .vocab import COMPUTE_PHASES, JITTER, MS, PARTS
 
 if TYPE_CHECKING:  # the table needs pandas; a Report read from JSON has none
     from .runtable import RunTable
+    from .sections import CommGroup, DataParallel, Memory, Ops, Routing
 
 SCHEMA = "gpuscope.report/1"
 #: the one statistic of every figure of a quantity in a report (ms per step, shares, estimates,
@@ -470,23 +471,24 @@ class ReportData:
     early_ranks: list[int] = field(default_factory=list)  # ranks that wait for all others
     layout: dict = field(default_factory=dict)  # process groups and pipelines (layout.Layout)
     pipeline: PipelineResult | None = None
-    dataparallel: dict = field(default_factory=dict)  # nn.DataParallel per device (ms, GB)
+    #: the structured sections are typed (sections.py), None (or []) where the input has none
+    dataparallel: DataParallel | None = None  # nn.DataParallel per device (ms, GB)
     #: ranks that stopped before the others (analyze/stopped.py), and ranks with no data
     stopped_ranks: list[dict] = field(default_factory=list)
     missing_ranks: list[int] = field(default_factory=list)
     #: memory per rank (series) and what it tells (findings): analyze/bottlenecks/memory.py
-    memory: dict = field(default_factory=dict)
+    memory: Memory | None = None
     #: steps/s, samples/s, tokens/s, FLOP/s and MFU per rank and globally: analyze/throughput.py
     throughput: dict = field(default_factory=dict)
     #: joules per step and sample, the share spent waiting, cost per 1,000 steps: analyze/energy.py
     energy: dict = field(default_factory=dict)
     #: communication per process group, named by its mesh dimension where known
-    comm_by_group: list = field(default_factory=list)
+    comm_by_group: list[CommGroup] = field(default_factory=list)
     #: how unevenly all-to-alls deliver rows (an expert layer's tokens): analyze/routing.py
-    routing: dict = field(default_factory=dict)
+    routing: Routing | None = None
     #: ops, ranges and kernels per rank and step, collectives with their message and bandwidth,
     #: HTA's kernel breakdown (profiler traces): analyze/ops.py
-    ops: dict = field(default_factory=dict)
+    ops: Ops | None = None
     #: how the run died, the rank that died first first (analyze/stopped.deaths): each with
     #: its rank, the step it died in (from 0), its cause and what it says; [] when it did not
     died: list = field(default_factory=list)
@@ -588,24 +590,24 @@ class ReportData:
             d["layout"] = self.layout
         if self.pipeline is not None:
             d["pipeline"] = self.pipeline.to_dict()
-        if self.dataparallel:
-            d["dataparallel"] = self.dataparallel
+        if self.dataparallel is not None:
+            d["dataparallel"] = self.dataparallel.to_dict()
         if self.stopped_ranks:
             d["stopped_ranks"] = [dict(s) for s in self.stopped_ranks]
         if self.missing_ranks:
             d["missing_ranks"] = list(self.missing_ranks)
-        if self.memory:
-            d["memory"] = self.memory
+        if self.memory is not None:
+            d["memory"] = self.memory.to_dict()
         if self.throughput:
             d["throughput"] = self.throughput
         if self.energy:
             d["energy"] = self.energy
         if self.comm_by_group:
-            d["comm_by_group"] = [dict(g) for g in self.comm_by_group]
-        if self.routing:
-            d["routing"] = dict(self.routing)
-        if self.ops:
-            d["ops"] = dict(self.ops)
+            d["comm_by_group"] = [g.to_dict() for g in self.comm_by_group]
+        if self.routing is not None:
+            d["routing"] = self.routing.to_dict()
+        if self.ops is not None:
+            d["ops"] = self.ops.to_dict()
         return d
 
     @classmethod
@@ -614,6 +616,8 @@ class ReportData:
         if not isinstance(d, dict) or d.get("schema") != SCHEMA:
             got = d.get("schema") if isinstance(d, dict) else type(d).__name__
             raise InputError(f"not a {SCHEMA} JSON report (schema {got!r})")
+        from .sections import CommGroup, DataParallel, Memory, Ops, Routing, load, load_list
+
         try:
             verdict = Verdict(d["verdict"], d["verdict_share"], d["confidence"],
                               dict(d["time_by_label"]), tuple(d.get("confidence_why", ())))
@@ -627,12 +631,13 @@ class ReportData:
                 dict(d["knobs"]), list(d["warnings"]), list(d.get("early_ranks", [])),
                 dict(d.get("layout", {})),
                 PipelineResult.from_dict(d["pipeline"]) if d.get("pipeline") else None,
-                dict(d.get("dataparallel", {})),
+                load(DataParallel, d.get("dataparallel"), "dataparallel"),
                 [dict(s) for s in d.get("stopped_ranks", [])], list(d.get("missing_ranks", [])),
-                memory=dict(d.get("memory", {})), throughput=dict(d.get("throughput", {})),
-                energy=dict(d.get("energy", {})),
-                comm_by_group=[dict(g) for g in d.get("comm_by_group", [])],
-                routing=dict(d.get("routing", {})), ops=dict(d.get("ops", {})),
+                memory=load(Memory, d.get("memory"), "memory"),
+                throughput=dict(d.get("throughput", {})), energy=dict(d.get("energy", {})),
+                comm_by_group=load_list(CommGroup, d.get("comm_by_group", []), "comm_by_group"),
+                routing=load(Routing, d.get("routing"), "routing"),
+                ops=load(Ops, d.get("ops"), "ops"),
                 died=[dict(x) for x in d.get("died", [])],
                 stall=dict(d.get("stall", {})),
                 minor_stragglers=[MinorStraggler.from_dict(x)

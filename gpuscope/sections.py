@@ -71,13 +71,13 @@ class MemorySeries(Section):
     """One rank's host or device memory over the run (bytes)."""
 
     rank: int
-    memory: str                 # "host" | "device"
+    memory: str                 # "host" | "device" | "host_alloc"
     points: int
     first_bytes: int
     last_bytes: int
     peak_bytes: int
     rate_bytes_per_step: float | None
-    growing: bool
+    growing: bool | None        # None: too few points to tell
 
 
 class Memory(Section):

@@ -407,7 +407,7 @@ def case_oom(out: str, device: str, check) -> None:
           and d.get("cause") == "out_of_memory" and "fills" not in text,
           died_in=died_in, said_step=d.get("step"), allowed_gib=round(allowed / 2**30, 2),
           first_line=first[:300], capacity=[f.get("capacity_bytes") for f in
-                                            rep.memory.get("findings", [])])
+                                            (rep.memory.findings if rep.memory else [])])
 
 
 # ----------------------------------------------------------------- data what-if

@@ -78,7 +78,7 @@ def main() -> None:
             got[src] = {"verdict": rep.verdict.label, "stragglers": rep.straggler_ranks,
                         "slowest_rank": rep.pipeline.slowest_rank if rep.pipeline else None}
             if rep.comm_by_group:
-                got[src]["dims"] = sorted({g["dim"] for g in rep.comm_by_group if g["dim"]})
+                got[src]["dims"] = sorted({g.dim for g in rep.comm_by_group if g.dim})
                 got[src]["holds_back"] = (rep.layout.get("mesh") or {}).get("holds_back")
         sizes = [os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(base) for f in fs]
         summary[name] = {**{k: spec[k] for k in ("expected", "stragglers", "slowest_rank",

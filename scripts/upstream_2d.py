@@ -129,8 +129,8 @@ def one_run(script: str, out: str, iterations: int) -> dict:
         own = [loop[r.rank][s] for s in analysed if s < len(loop[r.rank])]
         step_pairs.append({"rank": r.rank, "gpuscope_ms": round(r.step_ns / 1e6, 2),
                            "loop_ms": round(1e3 * sum(own) / len(own), 2)})
-    groups = [{k: g[k] for k in ("group", "dim", "ranks", "kinds", "comm_ms", "exposed_ms")}
-              for g in r_rep.comm_by_group]
+    groups = [{k: getattr(g, k) for k in ("group", "dim", "ranks", "kinds", "comm_ms",
+                                          "exposed_ms")} for g in r_rep.comm_by_group]
     return {"wall_s": round(wall, 1), "profiled_rows": [len(rec), len(kin)],
             "record_comm_ms": round(ours, 1), "trace_comm_ms": round(theirs, 1),
             "record_over_trace": round(ours / theirs, 4) if theirs else None,

@@ -155,10 +155,10 @@ def test_dataparallel_estimate_from_the_devices_totals_on_a_hand_built_table():
         "peak_bytes": {"0": 6 * GiB, "1": 4 * GiB}}
     section, (s,), warnings = dataparallel(t, lambda: 40_000_000, "imbalanced")
     assert warnings == []
-    assert section["forward_ms"] == {"0": 6.0, "1": 2.0}
-    assert (section["scatter_ms"], section["replicate_ms"], section["gather_ms"]) == (1, 2, 0.5)
-    assert section["device0_forward_excess_pct"] == 200.0
-    assert section["device0_memory_excess_pct"] == 50.0
+    assert section.forward_ms == {"0": 6.0, "1": 2.0}
+    assert (section.scatter_ms, section.replicate_ms, section.gather_ms) == (1, 2, 0.5)
+    assert section.device0_forward_excess_pct == 200.0
+    assert section.device0_memory_excess_pct == 50.0
     assert s.knob == "parallel" and s.addresses == "imbalanced"
     assert s.estimated_step_ms == pytest.approx(24.5)
     assert s.estimated_step_ms_range == pytest.approx((24.5, 24.5 * 1.3))
@@ -174,7 +174,7 @@ def test_dataparallel_estimate_from_the_devices_totals_on_a_hand_built_table():
     assert made == [] and "on CPU" in why and "DistributedDataParallel" in why
     # not DataParallel at all: nothing
     t.ranks[0].knobs["parallel"] = "DDP"
-    assert dataparallel(t, lambda: 40_000_000, "compute-bound") == ({}, [], [])
+    assert dataparallel(t, lambda: 40_000_000, "compute-bound") == (None, [], [])
 
 
 @pytest.mark.parametrize("load_ms, proposed", [(81, 8), (84, 8), (85, 12), (62, 6), (64, 8)])

@@ -161,36 +161,36 @@ def test_dataparallel_devices_timed_and_ddp_suggested(tmp_path, monkeypatch, no_
     assert "scatter" not in model.__dict__  # the instance's methods are put back
     rep = gpuscope.analyze(tmp_path / "run")
     dp = rep.dataparallel
-    assert dp["devices"] == ["0", "1"]
+    assert dp.devices == ["0", "1"]
     # each device's forward per step, as the replica timed itself (a busy core stretches the
     # sleeps: a 2 ms one took 4.1 ms); the section is the mean over the recorded steps
     for dev, slept in (("0", 6.0), ("1", 2.0)):
         own = 1e3 * float(np.mean(Slow0.took[int(dev)]))
         assert own >= slept
-        assert dp["forward_ms"][dev] == pytest.approx(own, rel=0.15, abs=0.5), (dev, own)
+        assert dp.forward_ms[dev] == pytest.approx(own, rel=0.15, abs=0.5), (dev, own)
     # device 0 sleeps 6 ms to the others' 2: ~100% over the median when the machine is idle;
     # on a busy one the sleeps overshoot (15% seen with two suites and a spinner on 2 cores):
     # the excess is the one the replicas' own timings give
     own = {d: float(np.mean(v)) for d, v in Slow0.took.items()}
     own_excess = 100 * max(own[0] - own[1], 0) / own[1]
-    assert dp["device0_forward_excess_pct"] == pytest.approx(own_excess, abs=10)
+    assert dp.device0_forward_excess_pct == pytest.approx(own_excess, abs=10)
     for part in ("scatter", "replicate", "gather"):
         own = 1e3 * float(np.mean(DataParallel.took[part]))
         assert own >= 1.0
-        assert dp[f"{part}_ms"] == pytest.approx(own, rel=0.15, abs=0.5), (part, own)
-    assert dp["peak_memory_gb"] == {"0": 6.0, "1": 4.0} and dp["device0_memory_excess_pct"] == 50
+        assert getattr(dp, f"{part}_ms") == pytest.approx(own, rel=0.15, abs=0.5), (part, own)
+    assert dp.peak_memory_gb == {"0": 6.0, "1": 4.0} and dp.device0_memory_excess_pct == 50
     s = next(x for x in rep.suggestions if x.knob == "parallel")
     assert s.proposed.startswith("DistributedDataParallel")
     # one rank: the typical step is the mean analysed step; step ~ 3 + 6 + 12 + 8 ms, and the
     # estimate ~ 29 - 3 - 3 x 4 ms
     step = float(np.mean([x.step_ns for x in rep.steps])) / 1e6
-    overhead = dp["scatter_ms"] + dp["replicate_ms"] + dp["gather_ms"]
-    excess = dp["forward_ms"]["0"] - dp["forward_ms"]["1"]
+    overhead = dp.scatter_ms + dp.replicate_ms + dp.gather_ms
+    excess = dp.forward_ms["0"] - dp.forward_ms["1"]
     expected = max(step - overhead - 3 * excess, 0.3 * step)  # floored at 30% of the step
     assert s.estimated_step_ms == pytest.approx(expected, rel=0.02, abs=0.05)
     assert "device 0" in s.why and "GB" in s.why
     out = rep.to_dict()
-    assert out["dataparallel"] == dp
+    assert out["dataparallel"] == dp.to_dict()
     assert gpuscope.Report.from_dict(out).dataparallel == dp
     text = gpuscope.analyze(tmp_path / "run")
     buf = __import__("io").StringIO()

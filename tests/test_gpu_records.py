@@ -81,12 +81,12 @@ def test_a_run_that_died_of_oom_says_so_first_against_what_it_could_use():
     assert "in step 10" in text and "(steps 0-9 completed)" in text
     # no forecast of a run that already ran out, nor of the whole device's memory
     assert "fills" not in text and "139.8 GiB) in" not in text
-    assert not any(f["kind"] == "near_capacity" for f in rep.memory["findings"])
-    growth = next(f for f in rep.memory["findings"] if f["kind"] == "growth")
+    assert not any(f["kind"] == "near_capacity" for f in rep.memory.findings)
+    growth = next(f for f in rep.memory.findings if f["kind"] == "growth")
     assert growth["forecast_steps"] is None and growth["capacity_bytes"] < 6 * 2**30
     assert rep.to_dict()["died"][0]["step"] == 10
     # the post-mortem's capacity is the device's allowed share, not the host's memory
-    oom = next(f for f in rep.memory["findings"] if f["kind"] == "out_of_memory")
+    oom = next(f for f in rep.memory.findings if f["kind"] == "out_of_memory")
     assert 5.5 * 2**30 < oom["capacity_bytes"] < 5.7 * 2**30
 
 

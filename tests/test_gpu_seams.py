@@ -314,10 +314,10 @@ def test_device_memory_per_flush_through_the_allocator_seam(tmp_path, monkeypatc
     # 2 steps here), a window of 2 steps each
     assert len(dev) == 10 and (dev["step"] - dev["device_first_step"] == 1).all()
     rep = analyze_table(table, Thresholds(warmup_steps=0))
-    kinds = {f["kind"] for f in rep.memory["findings"]}
+    kinds = {f["kind"] for f in rep.memory.findings}
     # its peak near capacity is in the out-of-memory post-mortem, not said beside it as a risk
     assert {"alloc_retries", "out_of_memory"} <= kinds and "near_capacity" not in kinds
-    oom = next(f for f in rep.memory["findings"] if f["kind"] == "out_of_memory")
+    oom = next(f for f in rep.memory.findings if f["kind"] == "out_of_memory")
     assert oom["asked_bytes"] == 3 * GiB and oom["memory_at_error"]["device_peak_reserved_bytes"]
     assert "of the device's memory (80.0 GiB)" in oom["text"]
     assert rep.knobs["memory_used_fraction"] == pytest.approx(76 / 80)

@@ -215,8 +215,8 @@ def test_too_few_samples_tell_no_growth_either_way():
     (s,) = found.series
     assert s.growing is None and s.rate_bytes_per_step is None
     section = mem.report_section(found)
-    assert section["series"][0]["growing"] is None
-    assert section["series"][0]["rate_bytes_per_step"] is None
+    assert section.series[0].growing is None
+    assert section.series[0].rate_bytes_per_step is None
     assert not any(f["kind"] == "growth" for f in found.findings)
 
 
@@ -253,7 +253,7 @@ def test_a_recording_that_keeps_memory_alive_is_told_by_the_report(tmp_path):
             vmrss.append(rss_now())
             rec.step()
     rep = gpuscope.analyze(str(tmp_path))
-    (g,) = [f for f in rep.memory["findings"] if f["kind"] == "growth"]
+    (g,) = [f for f in rep.memory.findings if f["kind"] == "growth"]
     theirs = float(np.median(np.diff(vmrss[1:])))  # steps 1..29: the analysed ones
     assert g["rate_bytes_per_step"] == pytest.approx(theirs, rel=0.1)
     assert g["rate_bytes_per_step"] == pytest.approx(8 * MiB, rel=0.1)  # what the loop kept
@@ -300,8 +300,8 @@ def test_real_two_rank_leak_is_named_with_its_rate(tmp_path):
     out, proc = _run(tmp_path, "--leak-rank", "1", "--leak-mb", "8", "--steps", "40")
     assert proc.returncode == 0, proc.stderr[-3000:]
     rep = gpuscope.analyze(str(out))
-    growth = [f for f in rep.memory["findings"] if f["kind"] == "growth"]
-    assert [f["ranks"] for f in growth] == [[1]], rep.memory["findings"]
+    growth = [f for f in rep.memory.findings if f["kind"] == "growth"]
+    assert [f["ranks"] for f in growth] == [[1]], rep.memory.findings
     loop = json.loads((out / "loop-rank1.json").read_text())
     steps, rss = np.array(loop["steps"]), np.array(loop["vmrss_bytes"], float)
     later = steps >= 2  # the loop's own growth over the same steps: its median per step
@@ -321,7 +321,7 @@ def test_real_out_of_memory_on_one_rank_gets_its_post_mortem(tmp_path):
     out, proc = _run(tmp_path, "--oom-rank", "1", "--oom-at", "12", "--steps", "40")
     assert proc.returncode != 0  # the training failed, as it would
     rep = gpuscope.analyze(str(out))
-    (oom,) = [f for f in rep.memory["findings"] if f["kind"] == "out_of_memory"]
+    (oom,) = [f for f in rep.memory.findings if f["kind"] == "out_of_memory"]
     assert oom["ranks"] == [1] and oom["asked_bytes"] == 2**50
     assert oom["step"] == 12 and oom["memory_at_error"]["rss_bytes"] > 0  # died in step 12
     assert oom["stopped_waiting"] == [0]  # its all-reduce failed on the lost peer
@@ -349,7 +349,7 @@ def test_a_profiled_leak_is_found_from_the_allocators_memory_events(tmp_path):
     assert table.memory is not None and table.memory["host_alloc_bytes"].notna().sum() >= 10
     assert table.memory["device_peak_bytes"].isna().all()  # a CPU run: no device allocator
     rep = gpuscope.analyze(str(tmp_path))
-    (g,) = [f for f in rep.memory["findings"] if f["kind"] == "growth"]
+    (g,) = [f for f in rep.memory.findings if f["kind"] == "growth"]
     assert g["memory"] == "host_alloc" and g["ranks"] == [0]
     assert g["rate_bytes_per_step"] == pytest.approx(2 * MiB, rel=0.05)
     assert g["capacity_bytes"] is None  # a trace does not say what the host holds

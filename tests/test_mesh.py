@@ -29,10 +29,10 @@ def test_groups_are_named_by_their_mesh_dimension_and_ordered_by_exposed_time():
     kinds = {"1": {"all_gather"}, "2": {"all_gather"}, "3": {"all_reduce"}, "4": {"all_reduce"}}
     layout = Layout([0, 1, 2, 3], {"1": [0, 2], "2": [1, 3], "3": [0, 1], "4": [2, 3]})
     out = groups_section(t, comm, exposed, kinds, layout)
-    assert [(g["group"], g["dim"]) for g in out] == [("1", "dp"), ("2", "dp"), ("3", "tp"),
-                                                     ("4", "tp")]
-    assert out[0]["comm_ms"] == pytest.approx(30) and out[0]["exposed_ms"] == pytest.approx(15)
-    assert out[0]["ranks"] == [0, 2] and out[2]["kinds"] == ["all_reduce"]
+    assert [(g.group, g.dim) for g in out] == [("1", "dp"), ("2", "dp"), ("3", "tp"),
+                                               ("4", "tp")]
+    assert out[0].comm_ms == pytest.approx(30) and out[0].exposed_ms == pytest.approx(15)
+    assert out[0].ranks == [0, 2] and out[2].kinds == ["all_reduce"]
     assert groups_section(t, {0: {"": 1e6}}, {}, {}, layout) == []  # no group named: nothing
 
 
@@ -70,7 +70,7 @@ def _comm_agrees(out, bound: float = 0.2) -> None:
 def _kinds_by_dim(rep) -> dict:
     dims: dict = {}
     for g in rep.comm_by_group:
-        dims.setdefault(g["dim"], set()).update(g["kinds"])
+        dims.setdefault(g.dim, set()).update(g.kinds)
     return dims
 
 
@@ -85,13 +85,13 @@ def test_real_2d_run_fsdp_over_dp_and_tensor_parallel_over_tp(tmp_path):
     rec = gpuscope.analyze(str(tmp_path / "record"))
     assert _kinds_by_dim(rec) == {"dp": {"all_gather", "reduce_scatter"}, "tp": {"all_reduce"}}, \
         rec.comm_by_group
-    by_dim = {g["dim"]: g for g in rec.comm_by_group}
+    by_dim = {g.dim: g for g in rec.comm_by_group}
     mesh = rec.layout["mesh"]
     assert set(mesh["by_dim"]) == {"dp", "tp"}
     top = max(mesh["by_dim"], key=lambda k: mesh["by_dim"][k]["exposed_ms"])
     assert mesh["holds_back"] in (top, None)  # named when it holds 15% of the step or more
-    assert sorted(len(g["ranks"]) for g in rec.comm_by_group) == [2, 2, 2, 2]
-    assert by_dim["tp"]["comm_ms"] > 0 and by_dim["dp"]["comm_ms"] > 0
+    assert sorted(len(g.ranks) for g in rec.comm_by_group) == [2, 2, 2, 2]
+    assert by_dim["tp"].comm_ms > 0 and by_dim["dp"].comm_ms > 0
     kin = gpuscope.analyze(str(tmp_path / "kineto"))
     _comm_agrees(tmp_path)
     assert set(kin.knobs["mesh_dims"].values()) == {"dp", "tp"}
@@ -120,31 +120,36 @@ def test_real_sequence_parallel_run_sees_its_gathers_and_scatters(tmp_path):
 def test_exposed_tensor_parallel_communication_gets_its_suggestion():
     from gpuscope.analyze.bottlenecks.mesh import heaviest, suggest_mesh
 
-    groups = [{"group": "3", "dim": "tp", "ranks": [0, 1], "comm_ms": 30.0, "exposed_ms": 25.0,
-               "kinds": ["all_reduce"]},
-              {"group": "1", "dim": "dp", "ranks": [0, 2], "comm_ms": 20.0, "exposed_ms": 5.0,
-               "kinds": ["all_gather"]}]
+    from msgspec.structs import replace
+
+    from gpuscope.sections import CommGroup
+
+    groups = [CommGroup(group="3", dim="tp", ranks=[0, 1], comm_ms=30.0, exposed_ms=25.0,
+                        kinds=["all_reduce"]),
+              CommGroup(group="1", dim="dp", ranks=[0, 2], comm_ms=20.0, exposed_ms=5.0,
+                        kinds=["all_gather"])]
     assert heaviest(groups, 100.0)[0] == "tp"
     (s,) = suggest_mesh(groups, 100e6)
     assert s.knob == "tensor_parallel" and s.estimated_step_ms == pytest.approx(87.5)
     assert s.estimated_step_ms_range == pytest.approx((75.0, 100.0))
     assert "sequence parallel" in s.why and "NVLink" in s.why
-    groups[0]["wait_ms"] = 15.0  # most of it waits for a slow member: only the transfer is
-    (s,) = suggest_mesh(groups, 100e6)  # the links' to recover
+    groups[0] = replace(groups[0], wait_ms=15.0)  # most of it waits for a slow member: only
+    (s,) = suggest_mesh(groups, 100e6)  # the transfer is the links' to recover
     assert s.estimated_step_ms == pytest.approx(95.0)
     assert s.estimated_step_ms_range == pytest.approx((90.0, 100.0))
     assert "15.0 ms of it waiting for the group's slowest member" in s.why
-    groups[0]["wait_ms"] = 24.0  # all but 1 ms waiting: nothing for faster links to do
+    groups[0] = replace(groups[0], wait_ms=24.0)  # all but 1 ms waiting: nothing for the links
     assert suggest_mesh(groups, 100e6) == []
-    del groups[0]["wait_ms"]
-    cp = [dict(groups[0], dim="cp", kinds=["send", "recv"])]
+    groups[0] = replace(groups[0], wait_ms=None)
+    cp = [replace(groups[0], dim="cp", kinds=["send", "recv"])]
     (c,) = suggest_mesh(cp, 100e6)
     assert c.knob == "context_parallel" and "ring" in c.why
-    ep = [dict(groups[0], dim="ep", kinds=["all_to_all"])]
+    ep = [replace(groups[0], dim="ep", kinds=["all_to_all"])]
     assert suggest_mesh(ep, 100e6)[0].knob == "expert_parallel"
-    groups[0]["exposed_ms"] = 10.0  # 10% of the step: under the comm threshold
+    groups[0] = replace(groups[0], exposed_ms=10.0)  # 10% of the step: under the comm threshold
     assert heaviest(groups, 100.0) is None and suggest_mesh(groups, 100e6) == []
-    groups[0]["exposed_ms"], groups[1]["exposed_ms"] = 5.0, 40.0  # dp holds it: comm's suggestions
+    # dp holds it: comm's suggestions
+    groups = [replace(groups[0], exposed_ms=5.0), replace(groups[1], exposed_ms=40.0)]
     assert heaviest(groups, 100.0)[0] == "dp" and suggest_mesh(groups, 100e6) == []
 
 
@@ -162,9 +167,9 @@ def test_real_expert_parallel_run_names_the_rank_whose_expert_gets_most_tokens(t
     rec = gpuscope.analyze(str(tmp_path / "record"))
     # the recorder's rows of the dispatch all-to-all are the loop's own token counts (the same
     # every step), and the busiest rank is named with its share
-    assert rec.routing["rows_by_rank"] == {"0": tokens[0], "1": tokens[1]}, rec.routing
-    assert rec.routing["busiest_rank"] == 1 and rec.routing["uneven"]
-    assert rec.routing["busiest_share"] == pytest.approx(tokens[1] / sum(tokens), abs=1e-4)
+    assert rec.routing.rows_by_rank == {"0": tokens[0], "1": tokens[1]}, rec.routing
+    assert rec.routing.busiest_rank == 1 and rec.routing.uneven
+    assert rec.routing.busiest_share == pytest.approx(tokens[1] / sum(tokens), abs=1e-4)
     assert "rank 1 receives 80% of the rows" in rec.suggestions[0].why
     for src in ("record", "kineto"):
         rep = gpuscope.analyze(str(tmp_path / src))
@@ -189,9 +194,9 @@ def test_2d_sample_splits_each_dimension_into_wait_and_transfer():
     assert rep.verdict.label == MESH2D_WANT["record"]["verdict"]
     kinds = {}
     for g in rep.comm_by_group:
-        kinds.setdefault(g["dim"], set()).update(g["kinds"])
-        assert 0 <= g["wait_ms"] <= g["exposed_ms"] <= g["comm_ms"] + 1e-3, g
-        assert g["wait_ms"] + g["transfer_ms"] == pytest.approx(g["exposed_ms"], abs=2e-3)
+        kinds.setdefault(g.dim, set()).update(g.kinds)
+        assert 0 <= g.wait_ms <= g.exposed_ms <= g.comm_ms + 1e-3, g
+        assert g.wait_ms + g.transfer_ms == pytest.approx(g.exposed_ms, abs=2e-3)
     assert kinds["dp"] == {"all_gather", "reduce_scatter"}
     assert {"all_gather", "reduce_scatter"} <= kinds["tp"]  # sequence parallel's pair
     mesh = rep.layout["mesh"]
@@ -375,16 +380,16 @@ def test_routing_names_the_rank_the_most_uneven_all_to_all_favours():
     frame = pd.DataFrame({"rank": [r for s in range(4) for r in range(3)],
                           "step": [s for s in range(4) for _ in range(3)]})
     sec = routing_section(routing, frame, None)
-    assert sec["instance"] == 1 and sec["instances"] == 3 and sec["steps"] == 4
-    assert sec["rows_by_rank"] == {"0": 150.0, "1": 150.0, "2": 700.0}
-    assert sec["busiest_rank"] == 2 and sec["busiest_share"] == pytest.approx(0.7)
-    assert sec["max_over_mean"] == pytest.approx(2.1) and sec["uneven"]
+    assert sec.instance == 1 and sec.instances == 3 and sec.steps == 4
+    assert sec.rows_by_rank == {"0": 150.0, "1": 150.0, "2": 700.0}
+    assert sec.busiest_rank == 2 and sec.busiest_share == pytest.approx(0.7)
+    assert sec.max_over_mean == pytest.approx(2.1) and sec.uneven
     assert "rank 2 receives 70% of the rows" in routing_note(sec)
     even = routing.assign(rows=100)
-    assert routing_section(even, frame, None)["uneven"] is False and routing_note(
+    assert routing_section(even, frame, None).uneven is False and routing_note(
         routing_section(even, frame, None)) == ""
-    assert routing_section(routing[routing["rank"] == 0], frame, None) == {}
-    assert routing_section(None, frame, None) == {}
+    assert routing_section(routing[routing["rank"] == 0], frame, None) is None
+    assert routing_section(None, frame, None) is None
 
 
 def test_all_to_all_rows_are_read_back_and_malformed_ones_said():
@@ -463,12 +468,12 @@ def test_gpu_traces_split_each_dimension_by_its_kernels_groups(tmp_path):
 
     _gpu_mesh_traces(tmp_path, slow_tp_rank=1)
     rep = gpuscope.analyze(str(tmp_path))
-    by = {g["group"]: g for g in rep.comm_by_group}
-    assert {g: by[g]["dim"] for g in by} == {"1": "dp", "2": "dp", "3": "tp", "4": "tp"}
-    assert by["1"]["comm_ms"] == pytest.approx(0.1) and by["3"]["kinds"] == ["all_reduce"]
+    by = {g.group: g for g in rep.comm_by_group}
+    assert {g: by[g].dim for g in by} == {"1": "dp", "2": "dp", "3": "tp", "4": "tp"}
+    assert by["1"].comm_ms == pytest.approx(0.1) and by["3"].kinds == ["all_reduce"]
     # tp group 3: rank 0's all-reduce 200 us (100 of it waiting for rank 1), rank 1's 100 us
-    assert by["3"]["comm_ms"] == pytest.approx(0.15)
-    assert by["3"]["wait_ms"] == pytest.approx(0.05) and by["4"]["wait_ms"] == pytest.approx(0)
+    assert by["3"].comm_ms == pytest.approx(0.15)
+    assert by["3"].wait_ms == pytest.approx(0.05) and by["4"].wait_ms == pytest.approx(0)
     assert rep.layout["mesh"]["by_dim"]["tp"]["wait_ms"] == pytest.approx(0.025)
     out = tmp_path / "t.json"
     assert main(["export", str(tmp_path), "--perfetto", str(out)]) == 0

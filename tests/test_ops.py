@@ -80,8 +80,8 @@ def _row(rows, name):
 def test_time_per_step_by_op_range_and_kernel(tmp_path):
     rep = gpuscope.analyze(write_run(tmp_path / "run", 1))
     ops = rep.ops
-    assert [r["rank"] for r in ops["ranks"]] == [0, 1]
-    r1 = ops["ranks"][1]
+    assert [r["rank"] for r in ops.ranks] == [0, 1]
+    r1 = ops.ranks[1]
     # top-level ops only (aten::addmm is inside aten::linear), charged the device time of the
     # kernels each launched: this rank ran a GPU
     assert {o["name"] for o in r1["ops"]} == {"aten::linear", "aten::linalg_svd",
@@ -99,9 +99,9 @@ def test_time_per_step_by_op_range_and_kernel(tmp_path):
     assert kernels[ALLREDUCE]["per_step_ms"] == 2.0
     assert kernels[ALLREDUCE]["type"] == "communication"
     assert r1["kernels_total_ms"] == 8.0  # what the ops launched, every kernel accounted for
-    assert _row(ops["ranks"][0]["kernels"], ALLREDUCE)["per_step_ms"] == 5.0
+    assert _row(ops.ranks[0]["kernels"], ALLREDUCE)["per_step_ms"] == 5.0
     # across ranks: the mean of the ranks (a rank without the op counts zero)
-    run = _row(ops["run"]["ops"], "aten::linalg_svd")
+    run = _row(ops.run["ops"], "aten::linalg_svd")
     assert (run["per_step_ms"], run["ranks"]) == (2.0, 1)
 
 
@@ -127,7 +127,7 @@ def test_a_straggler_s_excess_is_named_down_to_the_op(tmp_path):
 
 def test_collective_size_and_bus_bandwidth(tmp_path):
     rep = gpuscope.analyze(write_run(tmp_path / "run", 1))
-    (c,) = rep.ops["collectives"]
+    (c,) = rep.ops.collectives
     assert (c["collective"], c["bytes"], c["group_size"], c["dtype"]) == \
         ("all_reduce", 4_000_000, 2, "Float")
     # the shortest of the two ranks' durations: 2 ms (the other waited 3 ms of its 5)
@@ -223,7 +223,7 @@ def test_collective_sizes_are_the_trace_s_own_args(folder):
     got = sorted(zip(m["bytes"].tolist(), m["group_size"].tolist(), m["dur_ns"].tolist()))
     assert got == want
     rep = gpuscope.analyze(path)
-    for c in rep.ops["collectives"]:
+    for c in rep.ops.collectives:
         mine = m[(m["bytes"] == c["bytes"]) & (m["collective"].astype(str) == c["collective"])
                  & (m["group"].astype(str) == c["group"])]
         assert c["instances"] == len(mine)
@@ -261,12 +261,12 @@ def test_a_real_run_s_extra_op_is_named_with_its_time_and_compare_finds_it(tmp_p
     with open(os.path.join(with_op, "extra-rank1.json")) as fh:
         own_ms = 1e3 * float(np.mean(json.load(fh)["extra_s"]))  # as per_step_ms: a mean
     # the profiler times the op on rank 1 alone, as perf_counter does around the same call
-    r1 = next(r for r in rep.ops["ranks"] if r["rank"] == 1)
+    r1 = next(r for r in rep.ops.ranks if r["rank"] == 1)
     svd = _row(r1["ops"], "aten::linalg_svd")
     assert svd["count_per_step"] == 1.0
     assert abs(svd["per_step_ms"] - own_ms) <= max(0.25 * own_ms, 1.0), (svd, own_ms)
     assert not any(o["name"] == "aten::linalg_svd"
-                   for o in next(r for r in rep.ops["ranks"] if r["rank"] == 0).get("ops", []))
+                   for o in next(r for r in rep.ops.ranks if r["rank"] == 0).get("ops", []))
     # the others wait for it: rank 1 is the straggler (or the probable one, with few steps),
     # and its excess is that op
     s = next(s for s in rep.stragglers if s.rank == 1)
@@ -300,7 +300,7 @@ def test_a_recorded_straggler_is_traced_to_its_module(tmp_path):
     rep = gpuscope.analyze(os.path.join(out, "record"))
     with open(os.path.join(out, "extra-rank1.json")) as fh:
         own_ms = 1e3 * float(np.mean(json.load(fh)["extra_s"]))  # as per_step_ms: a mean
-    mods = {m["name"]: m for m in next(r for r in rep.ops["ranks"] if r["rank"] == 1)["modules"]}
+    mods = {m["name"]: m for m in next(r for r in rep.ops.ranks if r["rank"] == 1)["modules"]}
     assert set(mods) == {"body", "extra", "head"}
     # the module's forward is the op and its hooks: at least the op, a little more
     assert own_ms * 0.9 <= mods["extra"]["per_step_ms"] <= own_ms * 1.5 + 1.0
@@ -387,7 +387,7 @@ def test_module_times_from_cuda_events_on_a_real_gpu_are_device_time():
     rep = gpuscope.analyze(os.path.join(fix, "record"))
     with open(os.path.join(fix, "extra-rank1.json")) as fh:
         own_ms = 1e3 * float(np.mean(json.load(fh)["extra_s"]))
-    mods = {m["name"]: m for m in next(r for r in rep.ops["ranks"] if r["rank"] == 1)["modules"]}
+    mods = {m["name"]: m for m in next(r for r in rep.ops.ranks if r["rank"] == 1)["modules"]}
     assert set(mods) == {"body", "extra", "head"}
     assert all("gpu_ms" in m and "host_ms" not in m for m in mods.values()), mods
     assert own_ms * 0.9 <= mods["extra"]["gpu_ms"] <= own_ms * 1.1, (mods["extra"], own_ms)

@@ -17,14 +17,15 @@ import numpy as np
 import pandas as pd
 
 from ..runtable import key_parts, present_keys
+from ..sections import CommGroup
 from ..vocab import MS
 from .rowgroups import in_analysed
 
 
 def groups_section(table, comm: dict, exposed: dict, kinds: dict, layout,
-                   wait: dict | None = None) -> list[dict]:
-    """[{group, dim, ranks, comm_ms, exposed_ms, wait_ms, transfer_ms, kinds}] by exposed time,
-    largest first; [] when no collective names a group. `comm` / `exposed` / `wait`: per rank
+                   wait: dict | None = None) -> list[CommGroup]:
+    """[CommGroup (sections.py)] by exposed time, largest first; [] when no collective names a
+    group. `comm` / `exposed` / `wait`: per rank
     {group: mean ns per step} (wait None: not split, wait_ms and transfer_ms left out);
     `kinds`: {group: set of kinds}."""
     dims = table.mesh_dims()
@@ -44,7 +45,7 @@ def groups_section(table, comm: dict, exposed: dict, kinds: dict, layout,
             row["wait_ms"], row["transfer_ms"] = round(w, 3), round(e - w, 3)
         row["kinds"] = sorted(kinds.get(g, ()))
         out.append(row)
-    return sorted(out, key=lambda d: -d["exposed_ms"])
+    return [CommGroup(**d) for d in sorted(out, key=lambda d: -d["exposed_ms"])]
 
 
 def kinds_by_group(table) -> dict[str, set]:

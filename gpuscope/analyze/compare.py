@@ -299,8 +299,8 @@ RATES = (("samples_per_s", ("throughput", "samples_per_s")),
 
 def _memory_stat(rep: Report, key: str):
     """The largest over ranks of a host series' `key` (peak or rate), None without memory."""
-    ss = [s[key] for s in (rep.memory or {}).get("series", [])
-          if s["memory"] == "host" and s.get(key) is not None]
+    ss = [getattr(s, key) for s in (rep.memory.series if rep.memory is not None else [])
+          if s.memory == "host" and getattr(s, key) is not None]
     return max(ss) if ss else None
 
 

@@ -30,7 +30,7 @@ class Findings:
     exposed_by_kind: dict = field(default_factory=dict)  # kind -> mean exposed ns per step
     micro: whatif.MicroSteps | None = None  # per micro-step means, synchronized or not
     growth: dict = field(default_factory=dict)  # {m: (point, lo, hi)} forward's growth, measured
-    routing: dict = field(default_factory=dict)  # all-to-all rows by rank (routing.py)
+    routing: object = None  # sections.Routing: all-to-all rows by rank (routing.py), or None
     #: the share of exposed communication that synchronized gradients (None: not known)
     grad_share: float | None = None
 

@@ -26,6 +26,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from ..sections import Ops
 from ..vocab import MS
 from .rowgroups import in_analysed
 
@@ -305,13 +306,12 @@ CHANGES = 8
 CHANGE_MIN_MS = 0.02
 
 
-def op_changes(before: dict, after: dict, per_before: float = 1.0,
-               per_after: float = 1.0) -> list[dict]:
+def op_changes(before, after, per_before: float = 1.0, per_after: float = 1.0) -> list[dict]:
     """The ops, ranges and kernels whose time per micro-step changed most between two reports'
-    ops sections (their `run` tables; ms per step divided by micro-steps per step), with those
-    that appeared or vanished; largest change first."""
+    ops sections (sections.Ops or None; their `run` tables; ms per step divided by micro-steps
+    per step), with those that appeared or vanished; largest change first."""
     out = []
-    rb, ra = (before or {}).get("run", {}), (after or {}).get("run", {})
+    rb, ra = (before.run if before else {}), (after.run if after else {})
     for kind, key in KINDS:
         if key not in rb and key not in ra:
             continue
@@ -337,15 +337,15 @@ def _device(table) -> str:
     return next(iter(names)) if len(names) == 1 else ""
 
 
-def ops_section(table, frame: pd.DataFrame, stragglers: list, mapping=None) -> dict:
-    """The report's `ops` section ({} without op views); each straggler's `ops` excess set.
+def ops_section(table, frame: pd.DataFrame, stragglers: list, mapping=None) -> Ops | None:
+    """The report's `ops` section (None without op views); each straggler's `ops` excess set.
     `mapping`: micro-step -> optimizer step, with accumulation (cycles.py)."""
     if table.ops is None or table.ops.empty:
-        return {}
+        return None
     gpu = _device_ranks(table)
     per = per_step(table.ops, frame, gpu, mapping)
     if per.empty:
-        return {}
+        return None
     kb = table.kernel_breakdown
     types = dict(zip(kb["name"].astype(str), kb["type"].astype(str))) if kb is not None else {}
     ranks = sorted(per["rank"].unique().tolist())
@@ -366,7 +366,7 @@ def ops_section(table, frame: pd.DataFrame, stragglers: list, mapping=None) -> d
         out["collectives"] = coll
     if kb is not None and not kb.empty:
         out["kernel_breakdown"] = hta_breakdown(kb, table.kernel_types)
-    return out
+    return Ops(**out)
 
 
 def hta_breakdown(kb: pd.DataFrame, types: dict) -> dict:

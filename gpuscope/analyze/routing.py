@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..sections import Routing
 from .rowgroups import in_analysed
 
 #: below this max / mean ratio the rows are taken as even (no rank named)
@@ -27,14 +28,15 @@ def analysed_rows(routing: pd.DataFrame, frame: pd.DataFrame, mapping) -> pd.Dat
     return routing[hit]
 
 
-def routing_section(routing: pd.DataFrame | None, frame: pd.DataFrame, mapping) -> dict:
-    """{} when nothing was recorded or fewer than two ranks sent rows; else {instance,
-    instances, steps, rows_by_rank, busiest_rank, busiest_share, max_over_mean, uneven}."""
+def routing_section(routing: pd.DataFrame | None, frame: pd.DataFrame,
+                    mapping) -> Routing | None:
+    """None when nothing was recorded or fewer than two ranks sent rows; else the most uneven
+    instance (sections.Routing)."""
     if routing is None or routing.empty:
-        return {}
+        return None
     rows = analysed_rows(routing, frame, mapping)
     if rows.empty:
-        return {}
+        return None
     per = rows.groupby(["instance", "rank"], sort=True)["rows"].mean()
     best = None
     for inst, by_rank in per.groupby(level=0, sort=True):
@@ -45,23 +47,21 @@ def routing_section(routing: pd.DataFrame | None, frame: pd.DataFrame, mapping) 
         if best is None or ratio > best[0] + 1e-9:
             best = (ratio, int(inst), by_rank)
     if best is None:
-        return {}
+        return None
     ratio, inst, by_rank = best
     top = int(by_rank.idxmax())
-    return {"instance": inst, "instances": int(rows["instance"].max()) + 1,
-            "steps": int(rows["step"].nunique()),
-            "rows_by_rank": {str(int(r)): round(float(v), 1) for r, v in by_rank.items()},
-            "busiest_rank": top, "busiest_share": round(float(by_rank[top] / by_rank.sum()), 4),
-            "max_over_mean": round(ratio, 3), "uneven": ratio >= UNEVEN}
+    return Routing(instance=inst, instances=int(rows["instance"].max()) + 1,
+                   steps=int(rows["step"].nunique()),
+                   rows_by_rank={str(int(r)): round(float(v), 1) for r, v in by_rank.items()},
+                   busiest_rank=top, busiest_share=round(float(by_rank[top] / by_rank.sum()), 4),
+                   max_over_mean=round(ratio, 3), uneven=bool(ratio >= UNEVEN))
 
 
-def routing_note(section: dict) -> str:
+def routing_note(section: Routing | None) -> str:
     """One line for the report and the straggler's suggestion; "" when even or unknown."""
-    if not section or not section.get("uneven"):
+    if section is None or not section.uneven:
         return ""
-    r = section["busiest_rank"]
-    n = len(section["rows_by_rank"])
-    return (f"rank {r} receives {section['busiest_share']:.0%} of the rows of the most uneven "
-            f"all-to-all ({section['max_over_mean']:.1f}x the mean of {n} ranks; call "
-            f"{section['instance'] + 1} of {section['instances']} per step, an expert "
-            "layer's dispatch)")
+    return (f"rank {section.busiest_rank} receives {section.busiest_share:.0%} of the rows of "
+            f"the most uneven all-to-all ({section.max_over_mean:.1f}x the mean of "
+            f"{len(section.rows_by_rank)} ranks; call {section.instance + 1} of "
+            f"{section.instances} per step, an expert layer's dispatch)")

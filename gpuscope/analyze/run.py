@@ -93,21 +93,21 @@ class Analysis:
     stragglers: list = field(default_factory=list)  # stragglers
     minor: list = field(default_factory=list)       # stragglers: minor ones (under threshold)
     telemetry: dict = field(default_factory=dict)   # telemetry
-    memory: dict = field(default_factory=dict)      # memory: the report's memory section
+    memory: object = None                           # memory: sections.Memory, or None
     throughput: dict = field(default_factory=dict)  # throughput: the report's section
     energy: dict = field(default_factory=dict)      # energy: the report's section
-    comm_groups: list = field(default_factory=list)  # suggest: comm by group / mesh dimension
+    comm_groups: list = field(default_factory=list)  # suggest: [sections.CommGroup]
     wait_cells: object = UNSET                       # prepare: wait.wait_cells (let go in suggest)
     key_waits: object = None                         # suggest: wait per collective key (wait.py)
-    routing: dict = field(default_factory=dict)      # suggest: all-to-all rows by rank
-    ops: dict = field(default_factory=dict)          # ops: the report's ops section
+    routing: object = None                           # suggest: sections.Routing, or None
+    ops: object = None                               # ops: sections.Ops, or None
     labels: set = field(default_factory=set)        # suggest: labels holding material time
     jitter: object = None                           # suggest
     by_kind: dict = field(default_factory=dict)     # suggest: comm per rank and kind
     findings: Findings | None = None                # suggest
     suggestions: list = field(default_factory=list)  # suggest, bound
     pipeline: object = None                         # suggest: pipeline stages
-    dp_section: dict = field(default_factory=dict)  # suggest: nn.DataParallel
+    dp_section: object = None                       # suggest: sections.DataParallel, or None
     why_not: dict = field(default_factory=dict)     # suggest: label -> why no suggestion
     why_not_pipeline: str = ""                      # suggest
     typical: object = None                          # suggest: the report's typical step
@@ -256,7 +256,7 @@ def suggest_all(a: Analysis) -> None:
     a.comm_groups = groups_section(a.table, g_comm, g_exposed, kinds_by_group(a.table),
                                    a.layout, g_wait)
     dims = a.table.mesh_dims()
-    if dims and not any(g.get("dim") for g in a.comm_groups) and a.frame["comm_ns"].any():
+    if dims and not any(g.dim for g in a.comm_groups) and a.frame["comm_ns"].any():
         a.warnings.append(
             f"the run names mesh dimensions ({', '.join(sorted(set(dims.values())))}) but its "
             "collectives carry no process group (CPU / gloo traces do not name one): "

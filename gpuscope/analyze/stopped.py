@@ -119,7 +119,7 @@ def completed(step: int | None) -> str:
     return f" (steps 0-{step - 1} completed)" if step else ""
 
 
-def deaths(table: RunTable, stopped: list[dict], memory: dict, last: dict) -> list[dict]:
+def deaths(table: RunTable, stopped: list[dict], memory, last: dict) -> list[dict]:
     """How the run died, where it did: the ranks whose training ended by their own error or a
     kill (not by waiting on a lost peer), each with the step it died in (numbered from 0, as
     every step in a report: died_in), first the one that died first; `last`: each rank's last
@@ -128,8 +128,7 @@ def deaths(table: RunTable, stopped: list[dict], memory: dict, last: dict) -> li
     stopped by a launcher at once (a time limit: nobody died first)."""
     if table.source != "record":
         return []
-    ooms = {f["ranks"][0]: f for f in (memory or {}).get("findings", [])
-            if f.get("kind") == "out_of_memory"}
+    ooms = {f["ranks"][0]: f for f in (memory.of_kind("out_of_memory") if memory else [])}
     first = {s["rank"] for s in stopped}
     # where the ranks that failed on a lost peer were: the collective its death broke
     broken = [_place(info.meta.get("end"), frame=True) for info in table.ranks.values()

@@ -357,7 +357,7 @@ def _throughput_html(report: ReportData) -> str:
 
 
 def _memory_html(report: ReportData) -> str:
-    found = report.memory.get("findings", []) if report.memory else []
+    found = report.memory.findings if report.memory is not None else []
     if not found:
         return ""
     items = "".join(f"<li>{esc(f['text'])}</li>" for f in found)
@@ -389,12 +389,12 @@ def _layout_html(report: ReportData) -> str:
         items.append(f"<li>{p.n_stages} stages{micro}: bubble {p.bubble_share:.0%} of step "
                      f"time{ideal}; slowest {esc(where)}, {p.imbalance:.2f}x the mean stage</li>")
     dp = report.dataparallel
-    if dp.get("forward_ms"):
-        fwd = ", ".join(f"{esc(d)}: {v:.1f}" for d, v in dp["forward_ms"].items())
-        mem = dp.get("peak_memory_gb") or {}
-        items.append(f"<li>nn.DataParallel over {len(dp['devices'])} GPUs: forward ms per step "
-                     f"by device {fwd}; scatter {dp['scatter_ms']:.1f}, replicate "
-                     f"{dp['replicate_ms']:.1f}, gather {dp['gather_ms']:.1f} ms per step"
+    if dp is not None and dp.forward_ms:
+        fwd = ", ".join(f"{esc(d)}: {v:.1f}" for d, v in dp.forward_ms.items())
+        mem = dp.peak_memory_gb or {}
+        items.append(f"<li>nn.DataParallel over {len(dp.devices)} GPUs: forward ms per step "
+                     f"by device {fwd}; scatter {dp.scatter_ms:.1f}, replicate "
+                     f"{dp.replicate_ms:.1f}, gather {dp.gather_ms:.1f} ms per step"
                      + (f"; peak GB by device "
                         f"{', '.join(f'{esc(d)}: {v:.2f}' for d, v in mem.items())}"
                         if mem else "") + "</li>")
@@ -404,17 +404,17 @@ def _layout_html(report: ReportData) -> str:
 def _mesh_html(report: ReportData) -> str:
     """Communication by process group, named by its mesh dimension (analyze/comm_groups.py)."""
     groups = report.comm_by_group
-    if not groups or (len(groups) == 1 and not groups[0].get("dim")):
+    if not groups or (len(groups) == 1 and not groups[0].dim):
         return ""
-    split = all("wait_ms" in g for g in groups)
+    split = all(g.wait_ms is not None for g in groups)
     head = ("<tr><th>dimension</th><th>group</th><th>ranks</th><th>collectives</th>"
             "<th>comm ms</th><th>exposed ms</th>"
             + ("<th>wait ms</th><th>transfer ms</th>" if split else "") + "</tr>")
     rows = "".join(
-        f"<tr><td>{esc(g['dim'] or '-')}</td><td>{esc(g['group'])}</td>"
-        f"<td>{esc(', '.join(map(str, g['ranks'])))}</td><td>{esc(', '.join(g['kinds']))}</td>"
-        f"<td>{g['comm_ms']:.1f}</td><td>{g['exposed_ms']:.1f}</td>"
-        + (f"<td>{g['wait_ms']:.1f}</td><td>{g['transfer_ms']:.1f}</td>" if split else "")
+        f"<tr><td>{esc(g.dim or '-')}</td><td>{esc(g.group)}</td>"
+        f"<td>{esc(', '.join(map(str, g.ranks)))}</td><td>{esc(', '.join(g.kinds))}</td>"
+        f"<td>{g.comm_ms:.1f}</td><td>{g.exposed_ms:.1f}</td>"
+        + (f"<td>{g.wait_ms:.1f}</td><td>{g.transfer_ms:.1f}</td>" if split else "")
         + "</tr>" for g in groups)
     mesh = report.layout.get("mesh") or {}
     held = mesh.get("holds_back")
@@ -428,13 +428,13 @@ def _mesh_html(report: ReportData) -> str:
 
 def _routing_html(report: ReportData) -> str:
     r = report.routing
-    if not r:
+    if r is None:
         return ""
-    rows = ", ".join(f"rank {esc(k)}: {v:,.0f}" for k, v in r["rows_by_rank"].items())
-    verdict = (f"; <b>rank {r['busiest_rank']} gets {r['busiest_share']:.0%}, "
-               f"{r['max_over_mean']:.1f}x the mean</b>" if r["uneven"] else "; even")
-    return (f'<p id="routing">All-to-all rows per step (call {r["instance"] + 1} of '
-            f'{r["instances"]}, the most uneven: an expert layer\'s dispatch): {rows}{verdict}'
+    rows = ", ".join(f"rank {esc(k)}: {v:,.0f}" for k, v in r.rows_by_rank.items())
+    verdict = (f"; <b>rank {r.busiest_rank} gets {r.busiest_share:.0%}, "
+               f"{r.max_over_mean:.1f}x the mean</b>" if r.uneven else "; even")
+    return (f'<p id="routing">All-to-all rows per step (call {r.instance + 1} of '
+            f'{r.instances}, the most uneven: an expert layer\'s dispatch): {rows}{verdict}'
             "</p>")
 
 

@@ -52,27 +52,27 @@ def _collectives(coll: list) -> str:
     return f'<h3>Collectives by message</h3><table id="ops-collectives">{head}{body}</table>{note}'
 
 
-def section(ops: dict) -> str:
-    """The dashboard's "Ops and kernels" section ("" without op views)."""
-    if not ops or not ops.get("ranks"):
+def section(ops) -> str:
+    """The dashboard's "Ops and kernels" section (sections.Ops; "" without op views)."""
+    if ops is None or not ops.ranks:
         return ""
-    run, n = ops.get("run", {}), len(ops["ranks"])
+    run, n = ops.run, len(ops.ranks)
     out = ["<h2>Ops and kernels</h2>",
-           f'<p class="dim">{_esc(ops.get("basis", ""))}; mean over {n} rank(s), a rank without '
+           f'<p class="dim">{_esc(ops.basis)}; mean over {n} rank(s), a rank without '
            "an op counting zero</p>"]
     for key, title in (("ops", "Top-level ops"), ("ranges", "record_function ranges"),
                        ("modules", "Modules (forward)"), ("kernels", "Kernels")):
         if run.get(key):
             out.append(f"<h3>{title}</h3>" + _table(f"ops-run-{key}", run[key], n))
-    slow = ops.get("slow_step")
+    slow = ops.slow_step
     if slow and slow.get("ops"):
         out.append(f'<p id="ops-slow-step">Slowest step: {slow["step"]} on rank {slow["rank"]}, '
                    f'{slow["step_ms"]:,.1f} ms against its median {slow["median_ms"]:,.1f} ms: '
                    + ", ".join(f"{_name(o['name'])} +{o['excess_ms']:,.1f} ms" for o in
                                slow["ops"][:4]) + "</p>")
-    if ops.get("collectives"):
-        out.append(_collectives(ops["collectives"]))
-    for r in ops["ranks"][:64]:
+    if ops.collectives:
+        out.append(_collectives(ops.collectives))
+    for r in ops.ranks[:64]:
         tables = "".join(f"<h4>{title}</h4>" + _table(f"ops-rank{r['rank']}-{key}", r[key], None)
                          for key, title in (("ops", "ops"), ("ranges", "ranges"),
                                             ("modules", "modules"), ("kernels", "kernels"))

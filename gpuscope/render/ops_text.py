@@ -38,13 +38,14 @@ def collective_line(c: dict) -> str:
             f"{link}{lower}")
 
 
-def lines(ops: dict) -> list[str]:
-    """What the terminal says of the ops section: top ops and kernels per step across ranks,
-    the slowest step's ops, the collectives with their size and bandwidth."""
-    if not ops:
+def lines(ops) -> list[str]:
+    """What the terminal says of the ops section (sections.Ops, or None): top ops and kernels
+    per step across ranks, the slowest step's ops, the collectives with their size and
+    bandwidth."""
+    if ops is None:
         return []
-    run, out = ops.get("run", {}), []
-    n = len(ops.get("ranks", [])) or 1
+    run, out = ops.run, []
+    n = len(ops.ranks) or 1
     if run.get("ops"):
         out.append(f"Top ops, ms per step (mean over {n} rank{'s' if n > 1 else ''}; an op's "
                    "kernels on a GPU): " + _top(run["ops"], n))
@@ -53,14 +54,14 @@ def lines(ops: dict) -> list[str]:
     if run.get("modules"):
         out.append(f"Modules, forward ms per step (mean over {n} rank{'s' if n > 1 else ''}): "
                    + _top(run["modules"], n))
-    slow = ops.get("slow_step")
+    slow = ops.slow_step
     if slow and slow.get("ops"):
         out.append(f"Slowest step: {slow['step']} on rank {slow['rank']}, {slow['step_ms']:,.1f} "
                    f"ms against its median {slow['median_ms']:,.1f} ms: " + ", ".join(
                        f"{short(o['name'])} +{o['excess_ms']:,.1f} ms"
                        + (" (only in this step)" if o.get("only_here") else "")
                        for o in slow["ops"][:3]))
-    coll = ops.get("collectives") or []
+    coll = ops.collectives or []
     if coll:
         out.append("Collectives by message: " + "; ".join(collective_line(c) for c in coll[:3]))
     return out

@@ -314,13 +314,13 @@ def _gpu_tables(report: ReportData, console: Console) -> None:
 def _comm_groups(report: ReportData, console: Console) -> None:
     """Communication per process group, named by its mesh dimension where known."""
     groups = report.comm_by_group
-    if not groups or (len(groups) == 1 and not groups[0].get("dim")):
+    if not groups or (len(groups) == 1 and not groups[0].dim):
         return
-    cells = [f"{g['dim'] or g['group']} (ranks {','.join(map(str, g['ranks'][:8]))}"
-             + ("..." if len(g["ranks"]) > 8 else "") + f"; {', '.join(g['kinds'])}): comm "
-             f"{g['comm_ms']:.1f}, exposed {g['exposed_ms']:.1f}"
-             + (f" (wait {g['wait_ms']:.1f}, transfer {g['transfer_ms']:.1f})"
-                if "wait_ms" in g else "") for g in groups[:8]]
+    cells = [f"{g.dim or g.group} (ranks {','.join(map(str, g.ranks[:8]))}"
+             + ("..." if len(g.ranks) > 8 else "") + f"; {', '.join(g.kinds)}): comm "
+             f"{g.comm_ms:.1f}, exposed {g.exposed_ms:.1f}"
+             + (f" (wait {g.wait_ms:.1f}, transfer {g.transfer_ms:.1f})"
+                if g.wait_ms is not None else "") for g in groups[:8]]
     console.print(Text("Communication by mesh dimension / group, mean ms per step: "
                        + "; ".join(cells)))
     mesh = report.layout.get("mesh") or {}
@@ -334,14 +334,14 @@ def _comm_groups(report: ReportData, console: Console) -> None:
 def _routing(report: ReportData, console: Console) -> None:
     """All-to-all rows by rank (analyze/routing.py): an expert layer's tokens."""
     r = report.routing
-    if not r:
+    if r is None:
         return
-    rows = ", ".join(f"rank {k}: {v:,.0f}" for k, v in list(r["rows_by_rank"].items())[:16])
-    console.print(Text(f"All-to-all rows per step (call {r['instance'] + 1} of "
-                       f"{r['instances']}, the most uneven): {rows}"
-                       + (f"; rank {r['busiest_rank']} gets {r['busiest_share']:.0%}, "
-                          f"{r['max_over_mean']:.1f}x the mean" if r["uneven"] else "; even"),
-                       style="bold" if r["uneven"] else ""))
+    rows = ", ".join(f"rank {k}: {v:,.0f}" for k, v in list(r.rows_by_rank.items())[:16])
+    console.print(Text(f"All-to-all rows per step (call {r.instance + 1} of {r.instances}, "
+                       f"the most uneven): {rows}"
+                       + (f"; rank {r.busiest_rank} gets {r.busiest_share:.0%}, "
+                          f"{r.max_over_mean:.1f}x the mean" if r.uneven else "; even"),
+                       style="bold" if r.uneven else ""))
 
 
 def _layout(report: ReportData, console: Console) -> None:
@@ -360,14 +360,14 @@ def _layout(report: ReportData, console: Console) -> None:
 
 def _dataparallel(report: ReportData, console: Console) -> None:
     dp = report.dataparallel
-    if not dp.get("forward_ms"):
+    if dp is None or not dp.forward_ms:
         return
-    fwd = ", ".join(f"{d}: {v:.1f}" for d, v in dp["forward_ms"].items())
-    mem = dp.get("peak_memory_gb")
+    fwd = ", ".join(f"{d}: {v:.1f}" for d, v in dp.forward_ms.items())
+    mem = dp.peak_memory_gb
     console.print(Text(
-        f"DataParallel over {len(dp['devices'])} GPUs: forward ms per step by device {fwd}; "
-        f"scatter {dp['scatter_ms']:.1f}, replicate {dp['replicate_ms']:.1f}, gather "
-        f"{dp['gather_ms']:.1f} ms per step"
+        f"DataParallel over {len(dp.devices)} GPUs: forward ms per step by device {fwd}; "
+        f"scatter {dp.scatter_ms:.1f}, replicate {dp.replicate_ms:.1f}, gather "
+        f"{dp.gather_ms:.1f} ms per step"
         + (f"; peak GB by device {', '.join(f'{d}: {v:.2f}' for d, v in mem.items())}"
            if mem else "")))
 
@@ -443,20 +443,20 @@ def _mib(n: float) -> str:
 def _memory(report: ReportData, console: Console) -> None:
     """One line per kind of memory measured (first -> last, rate), then each finding."""
     mem = report.memory
-    if not mem:
+    if mem is None:
         return
     for kind, what in (("host", "resident"), ("device", "device, peak allocated"),
                        ("host_alloc", "CPU allocator")):
-        ss = [s for s in mem.get("series", []) if s["memory"] == kind]
+        ss = [s for s in mem.series if s.memory == kind]
         if not ss:
             continue
-        cells = "; ".join(f"rank {s['rank']} {_mib(s['first_bytes'])} -> {_mib(s['last_bytes'])}"
-                          + (f" ({s['rate_bytes_per_step'] / 2**20:+.1f} MiB/step)"
-                             if s["growing"] else f" (growth unknown: {s['points']} sample(s))"
-                             if s["growing"] is None else "") for s in ss[:8])
+        cells = "; ".join(f"rank {s.rank} {_mib(s.first_bytes)} -> {_mib(s.last_bytes)}"
+                          + (f" ({s.rate_bytes_per_step / 2**20:+.1f} MiB/step)"
+                             if s.growing else f" (growth unknown: {s.points} sample(s))"
+                             if s.growing is None else "") for s in ss[:8])
         more = f"; {len(ss) - 8} more rank(s)" if len(ss) > 8 else ""
         console.print(Text(f"\nMemory ({what}, analysed steps): {cells}{more}"))
-    for f in mem.get("findings", []):
+    for f in mem.findings:
         style = "red" if f["kind"] in ("out_of_memory", "near_capacity", "growth") else "yellow"
         console.print(Text.assemble(("memory:", style), f" {f['text']}"))
 

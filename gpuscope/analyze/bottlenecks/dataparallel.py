@@ -16,6 +16,7 @@ import numpy as np
 
 from ...results import Suggestion
 from ...runtable import RunTable
+from ...sections import DataParallel
 from ...vocab import MS
 
 WHY_SLOW = ("nn.DataParallel drives every GPU from one process: each step it scatters the batch "
@@ -35,12 +36,13 @@ def _meta(table: RunTable) -> dict:
 
 
 def dataparallel(table: RunTable, typical_step_ns, label: str
-                 ) -> tuple[dict, list[Suggestion], list[str]]:
-    """(report section, suggestions, warnings) for a DataParallel model; empty otherwise.
+                 ) -> tuple[DataParallel | None, list[Suggestion], list[str]]:
+    """(report section, suggestions, warnings) for a DataParallel model; None, [], []
+    otherwise.
     `typical_step_ns()`: the typical step, worked out only for such a model."""
     knobs = table.knobs()
     if knobs.get("parallel") != "DataParallel":
-        return {}, [], []
+        return None, [], []
     meta = _meta(table)
     devices = [str(d) for d in meta.get("devices", [])]
     steps = int(meta.get("steps") or 0)
@@ -48,7 +50,7 @@ def dataparallel(table: RunTable, typical_step_ns, label: str
     if len(devices) < 2 or steps < 1 or not all(fwd_n.get(d) for d in devices):
         where = ("on CPU" if str(knobs.get("device", "cpu")).startswith("cpu")
                  else f"over {len(devices) or 1} device")
-        return ({"devices": devices}, [],
+        return (DataParallel(devices=devices), [],
                 [f"the model is nn.DataParallel ({where} it only runs the module): {WHY_SLOW}"])
     step_ns = typical_step_ns()
     fwd = {d: meta["forward_ns"].get(d, 0) / steps for d in devices}  # per step
@@ -77,7 +79,7 @@ def dataparallel(table: RunTable, typical_step_ns, label: str
            f"{med_fwd / MS:.1f} ms on the median other device{mem_note}. {WHY_SLOW}; the "
            "estimate removes the scatter, replicate and gather and device 0's excess (backward "
            "taken as 2x forward), and does not count the GIL contention DDP also removes")
-    return section, [Suggestion("parallel", f"nn.DataParallel over {len(devices)} GPUs",
+    return DataParallel(**section), [Suggestion("parallel", f"nn.DataParallel over {len(devices)} GPUs",
                                 "DistributedDataParallel, one process per GPU (torchrun)",
                                 est / MS, why, label, (step_ns / max(est, 1.0) - 1) * 100,
                                 (est / MS, min(step_ns, est * 1.3) / MS))], []

@@ -75,7 +75,8 @@ def _straggler_fix(s: Straggler, knobs: dict, exposed_by_kind: dict | None,
     by_kind = exposed_by_kind or {}
     total = sum(by_kind.values())
     in_a2a = total > 0 and by_kind.get("all_to_all", 0) >= EXPERT_SHARE * total
-    routed = routing_note(routing) if (routing or {}).get("busiest_rank") == s.rank else ""
+    routed = routing_note(routing) if routing is not None and routing.busiest_rank == s.rank \
+        else ""
     if s.cause == "compute" and (in_a2a or routed):  # expert parallel: routing is uneven
         seen = [f"the waiting is in all-to-all ({by_kind['all_to_all'] / total:.0%} of the "
                 "exposed communication)"] if in_a2a else []

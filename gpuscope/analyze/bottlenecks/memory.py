@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from ...sections import Memory, MemorySeries
 from ..stopped import completed, died_in, failed_on_a_peer
 
 GROWTH_MIN_BYTES = 16 << 20   # growth smaller than this over the run is not reported
@@ -358,17 +359,17 @@ def memory_findings(mem: pd.DataFrame | None, ranks: dict, firsts=None,
     return found
 
 
-def report_section(found: MemoryFindings) -> dict:
-    """The report's `memory` section (bytes; {} when nothing was measured)."""
+def report_section(found: MemoryFindings) -> Memory | None:
+    """The report's `memory` section (bytes; None when nothing was measured)."""
     if not found.series and not found.findings:
-        return {}
-    return {"series": [{"rank": s.rank, "memory": s.kind, "points": s.points,
-                        "first_bytes": int(s.first_bytes), "last_bytes": int(s.last_bytes),
-                        "peak_bytes": int(s.peak_bytes),
-                        "rate_bytes_per_step": (None if s.rate_bytes_per_step is None
-                                                else round(s.rate_bytes_per_step, 1)),
-                        "growing": s.growing} for s in found.series],
-            "findings": found.findings}
+        return None
+    return Memory(series=[MemorySeries(
+        rank=int(s.rank), memory=s.kind, points=int(s.points), first_bytes=int(s.first_bytes),
+        last_bytes=int(s.last_bytes), peak_bytes=int(s.peak_bytes),
+        rate_bytes_per_step=(None if s.rate_bytes_per_step is None
+                             else round(float(s.rate_bytes_per_step), 1)),
+        growing=None if s.growing is None else bool(s.growing)) for s in found.series],
+        findings=found.findings)
 
 
 def used_fraction(mem: pd.DataFrame | None, ranks: dict) -> float | None:

@@ -38,26 +38,26 @@ TP_WORDS = ("tp", "tensor", "sp", "seq", "sequence")
 DP_WORDS = ("dp", "fsdp", "hsdp", "dp_shard", "dp_replicate", "data")
 
 
-def by_dimension(groups: list[dict]) -> dict[str, dict]:
+def by_dimension(groups: list) -> dict[str, dict]:
     """{dimension: {exposed_ms, comm_ms, [wait_ms, transfer_ms,] kinds}}: the mean over its
     groups (each rank is in one group of each dimension); wait and transfer where every group
     of the dimension has them split."""
     fields = ("exposed_ms", "comm_ms", "wait_ms", "transfer_ms")
     out: dict[str, dict] = {}
-    for g in groups:
-        if not g.get("dim"):
+    for g in groups:  # sections.CommGroup
+        if not g.dim:
             continue
-        d = out.setdefault(g["dim"], {"kinds": set(), **{f: [] for f in fields}})
+        d = out.setdefault(g.dim, {"kinds": set(), **{f: [] for f in fields}})
         for f in fields:
-            if f in g:
-                d[f].append(g[f])
-        d["kinds"] |= set(g["kinds"])
+            if getattr(g, f) is not None:
+                d[f].append(getattr(g, f))
+        d["kinds"] |= set(g.kinds)
         d["n"] = d.get("n", 0) + 1
     return {k: {**{f: sum(v[f]) / len(v[f]) for f in fields if v[f] and len(v[f]) == v["n"]},
                 "kinds": sorted(v["kinds"])} for k, v in out.items()}
 
 
-def heaviest(groups: list[dict], step_ms: float, share: float = COMM_SHARE):
+def heaviest(groups: list, step_ms: float, share: float = COMM_SHARE):
     """(dimension, its numbers) with the most exposed communication when that is at least
     `share` of the step; None otherwise."""
     dims = by_dimension(groups)
@@ -89,7 +89,7 @@ FIXES = (
 )
 
 
-def suggest_mesh(groups: list[dict], step_ns: float, share: float = COMM_SHARE) -> list:
+def suggest_mesh(groups: list, step_ns: float, share: float = COMM_SHARE) -> list:
     """A suggestion for the dimension that holds the step back, where it is tensor / sequence,
     context or expert parallel (the data-parallel ones are the comm module's), else []. What it
     can recover is the dimension's transfer: its waiting for the group's slowest member is not

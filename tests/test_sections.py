@@ -1,0 +1,68 @@
+"""The report's structured sections are typed (gpuscope/sections.py): built as structs by the
+analysis, read by field in the renderers, written as the JSON they always were, and checked
+when a saved report is read back."""
+
+import json
+import os
+
+import pytest
+
+import gpuscope
+from gpuscope.errors import InputError
+from gpuscope.sections import CommGroup, DataParallel, Memory, MemorySeries, Ops, Routing
+
+GOLDEN = os.path.join(os.path.dirname(__file__), "fixtures", "golden", "reports")
+
+
+def _saved(case: str) -> dict:
+    with open(os.path.join(GOLDEN, case, "expected.json")) as fh:
+        return {**json.load(fh), "path": case}
+
+
+@pytest.mark.parametrize("case", ["comm", "stalled", "jitter_kineto", "cuda_modules"])
+def test_a_saved_report_s_sections_read_back_typed_and_write_the_same(case):
+    d = _saved(case)
+    rep = gpuscope.Report.from_dict(d)
+    assert all(isinstance(g, CommGroup) for g in rep.comm_by_group)
+    assert rep.memory is None or isinstance(rep.memory, Memory)
+    assert rep.ops is None or isinstance(rep.ops, Ops)
+    assert json.loads(json.dumps(rep.to_dict())) == d
+
+
+def test_the_cases_hold_the_sections():
+    """The golden cases above do hold what the round trip checks (not a vacuous pass)."""
+    assert _saved("comm")["comm_by_group"] and _saved("jitter_kineto")["ops"]["ranks"]
+    assert _saved("cuda_modules")["memory"]["series"]
+
+
+@pytest.mark.parametrize("key, bad, says", [
+    ("comm_by_group", [{"group": "ddp", "dim": None, "ranks": [0, 1], "kinds": []}],
+     "missing required field `comm_ms`"),
+    ("comm_by_group", {"group": "ddp"}, "not a list"),
+    ("routing", {"instance": 0, "instances": 1, "steps": 4, "rows_by_rank": {"0": 1.0},
+                 "busiest_rank": "one", "busiest_share": 0.5, "max_over_mean": 1.0,
+                 "uneven": False}, "busiest_rank"),
+    ("dataparallel", {"forward_ms": {"0": 1.0}}, "devices"),
+    ("memory", {"series": [{"rank": 0}], "findings": []}, "$.series[0]"),
+    ("ops", {"basis": "x", "ranks": "all", "run": {}}, "ranks"),
+])
+def test_a_malformed_section_is_one_clear_error_on_load(key, bad, says):
+    d = {**_saved("comm"), key: bad}
+    with pytest.raises(InputError, match=f"{key}") as err:
+        gpuscope.Report.from_dict(d)
+    assert says in str(err.value)
+
+
+def test_each_section_writes_its_optional_fields_only_when_known():
+    g = CommGroup(group="1", dim=None, ranks=[0, 2], comm_ms=2.0, exposed_ms=1.0,
+                  kinds=["all_reduce"])
+    assert g.to_dict() == {"group": "1", "dim": None, "ranks": [0, 2], "comm_ms": 2.0,
+                           "exposed_ms": 1.0, "kinds": ["all_reduce"]}  # not split: no wait
+    assert DataParallel(devices=["cpu"]).to_dict() == {"devices": ["cpu"]}
+    s = MemorySeries(rank=0, memory="host", points=1, first_bytes=1, last_bytes=1, peak_bytes=1,
+                     rate_bytes_per_step=None, growing=None)
+    assert s.to_dict()["growing"] is None  # unknown growth is said, not left out
+    r = Routing(instance=0, instances=2, steps=4, rows_by_rank={"0": 3.0, "1": 1.0},
+                busiest_rank=0, busiest_share=0.75, max_over_mean=1.5, uneven=True)
+    rep = gpuscope.Report.from_dict({**_saved("comm"), "routing": r.to_dict()})
+    assert rep.routing == r
