@@ -184,3 +184,31 @@ def test_syncing_less_lowers_a_straggler_s_floor_by_what_its_hidden_communicatio
     lo, hi = s.estimated_step_ms_range
     assert lo <= busy - 1.1 * 20 + 0.01 and hi >= s.estimated_step_ms
     assert violations(rep) == []
+
+
+def test_two_stragglers_taking_turns_are_both_named_and_each_fix_is_held_by_the_other():
+    """Rank 1 computes 5 ms longer every step; rank 2 waits 40 ms for its batch every other
+    step (a generated 128-rank run's pattern, benchmarks/big_traces.py). Each arrives last in
+    about half the steps: together they are the straggler's share, each its part, so both are
+    named (before, rank 2, last in 9 of 19 steps and the costlier, went unnamed). Fixing one
+    leaves the other: rank 2's fix is held at rank 1's pace, rank 1's at rank 2's."""
+    rows = []
+    for s in range(19):  # rank 2 last in the 9 odd steps, rank 1 in the other 10
+        busy = {r: (25.0 if r == 1 else 20.0) + (40.0 if r == 2 and s % 2 else 0.0)
+                for r in range(4)}
+        step = max(busy.values()) + 2.0  # the all-reduce: 2 ms of transfer after the last
+        for r in range(4):
+            data = 40.0 if r == 2 and s % 2 else 0.5
+            rows.append({"rank": r, "step": s, "data": data, "compute": busy[r] - data,
+                         "comm": step - busy[r], "comm_exposed": step - busy[r],
+                         "step_ms": step})
+    rep = analyze_table(table_from_rows(rows), Thresholds(warmup_steps=0))
+    assert sorted(rep.straggler_ranks) == [1, 2]
+    by = {s.rank: s for s in rep.stragglers}
+    assert by[2].cause == "data" and by[2].bursts.get("every") == 2
+    fix = {int(s.current.split()[1]): s for s in rep.suggestions if s.knob == "straggler"}
+    assert 25.0 <= fix[2].estimated_step_ms <= 28.0  # rank 1 still 25 ms busy every step
+    assert 40.0 <= fix[1].estimated_step_ms <= 44.0  # rank 2 still stalls every other step
+    assert "rank 1, the straggler keeps the step there" in fix[2].why
+    assert rep.suggestions[0] is fix[2]  # the larger gain first
+    assert not any("did not add up" in w for w in rep.warnings)

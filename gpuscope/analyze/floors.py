@@ -29,6 +29,7 @@ The verdict's fix comes first; each other suggestion is estimated with that cons
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 import pandas as pd
@@ -39,6 +40,7 @@ from .findings import TypicalStep
 #: what a suggestion's change takes off a rank's step, by its knob or the label it addresses
 REMOVES = {"sync_frequency": ("comm_exposed_ns", "optimizer_ns", "other_ns"), DATA: ("data_ns",),
            COMM: ("comm_exposed_ns",)}
+_RANK = re.compile(r"rank (\d+)\b")
 #: changes that move a straggler's floor themselves: said, not held
 MOVES_FLOOR = {"batch_size": "a larger batch spreads the straggler's per-step work over more "
                              "samples only as far as that work grows with the batch like the "
@@ -111,20 +113,38 @@ def sync_surplus(frame: pd.DataFrame, rank: int, parts: dict) -> float:
 
 
 def floors(frame: pd.DataFrame, stragglers: list, typical: TypicalStep, knobs: dict,
-           labels: set) -> list[tuple[str, str, dict, bool]]:
+           labels: set) -> list[tuple[str, str, dict, bool, int | None]]:
     """(what, the label whose fix removes it, the parts it holds the step at, whether it is only
-    probable) per finding."""
+    probable, the straggler's rank or None) per finding."""
     out = []
     for s in stragglers:
         m = rank_means(frame, s.rank)
         if m:
             out.append((f"rank {s.rank}, probably a straggler" if s.probable else
-                        f"rank {s.rank}, the straggler", IMBALANCED, m, bool(s.probable)))
+                        f"rank {s.rank}, the straggler", IMBALANCED, m, bool(s.probable),
+                        s.rank))
     workers = knobs.get("num_workers")
     if DATA in labels and isinstance(workers, int) and workers > 0 and typical.data > 0:
         out.append((f"loading ({workers} workers deliver a batch every ~{typical.step / MS:.1f} "
-                    "ms)", DATA, {"step_ns": typical.step}, False))
+                    "ms)", DATA, {"step_ns": typical.step}, False, None))
     return out
+
+
+def _straggler_of(sug) -> int | None:
+    """The rank a straggler suggestion is about ("rank 3 on host ..."), else None."""
+    m = _RANK.match(str(sug.current)) if sug.knob == "straggler" else None
+    return int(m.group(1)) if m else None
+
+
+def fixes(sug, fixed_by: str, rank: int | None) -> bool:
+    """Whether the suggestion's change removes this finding: its label's fix does, except that
+    fixing one straggler leaves another (a rank that computes longer every step, another that
+    waits for its data every other step: each keeps the step at its own pace until fixed)."""
+    if fixed_by == IMBALANCED and rank is not None:
+        mine = _straggler_of(sug)
+        if mine is not None:
+            return mine == rank
+    return sug.addresses == fixed_by or (fixed_by == IMBALANCED and sug.addresses == JITTER_BOUND)
 
 
 def hold_to_findings(suggestions: list, frame: pd.DataFrame, stragglers: list,
@@ -137,9 +157,8 @@ def hold_to_findings(suggestions: list, frame: pd.DataFrame, stragglers: list,
         return suggestions, [], set()
     out, notes, held = [], [], set()
     for sug in suggestions:
-        for what, fixed_by, parts, probable in found:
-            if sug.addresses == fixed_by or (fixed_by == IMBALANCED and
-                                            sug.addresses == JITTER_BOUND):
+        for what, fixed_by, parts, probable, rank in found:
+            if fixes(sug, fixed_by, rank):
                 continue
             if sug.knob in MOVES_FLOOR and fixed_by == IMBALANCED:
                 sug = replace(sug, why=f"{sug.why}; with {what} still late: "

@@ -236,8 +236,8 @@ def violations(report: ReportData) -> list[str]:
 
 def below_floors(report: ReportData) -> list[str]:
     """Estimates below what a straggler of the same report holds the step at (floors.py), for
-    suggestions that do not fix it and do not move it."""
-    from .floors import MOVES_FLOOR, floor_ms, rank_means
+    suggestions that do not fix it (another straggler's fix included) and do not move it."""
+    from .floors import MOVES_FLOOR, fixes, floor_ms, rank_means
 
     frame = report.table.frame if report.table is not None else None
     if frame is None or not report.stragglers:
@@ -246,7 +246,7 @@ def below_floors(report: ReportData) -> list[str]:
     for st in report.stragglers:
         m = rank_means(frame, st.rank)
         for s in report.suggestions:
-            if s.addresses in (IMBALANCED, JITTER_BOUND) or s.knob in MOVES_FLOOR:
+            if fixes(s, IMBALANCED, st.rank) or s.knob in MOVES_FLOOR:
                 continue
             floor = floor_ms(m, s, report.knobs)
             if st.probable:  # it may be chance: the range reaches its floor (floors.py)

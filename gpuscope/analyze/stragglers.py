@@ -67,11 +67,17 @@ def find_stragglers(frame: pd.DataFrame, steps: pd.DataFrame, th: Thresholds, ro
         return []
     in_imb = np.isin(roles.steps, imb)
     slow = pd.Series(roles.slow[in_imb].sum(axis=0), index=roles.ranks)  # steps arrived last
+    need = th.straggler_steps
     if roles.decided:
         share = slow[slow.index.isin(roles.late_ranks)] / max(int(in_imb.sum()), 1)
+        # several ranks the tests find late, taking turns (one slower every step, another
+        # stalled every other step): together last in the share a straggler needs, each in
+        # its part of it (else the one late in 9 of 19 steps, 40 ms each time, went unnamed)
+        if len(share) > 1 and float(share.sum()) >= need:
+            need /= len(share)
     else:
         share = slow / steps.shape[0]
-    cands = share[share >= th.straggler_steps]
+    cands = share[share >= need]
     if cands.empty or len(cands) > n_ranks / 2:
         return []
     why = _Why(frame, per_rank, layout, set(cands.index))
