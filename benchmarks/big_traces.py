@@ -11,8 +11,9 @@ dtype, process group); the fused AdamW step; distributedInfo and devicePropertie
 
 The ranks share one simulated clock: each bucket's all-reduce ends when the last rank to reach it
 has reached it and the transfer is done, so the others' NCCL kernels wait for the late one. The
-straggler's compute kernels run `slow` times longer; the data-stalled rank waits `stall_ms` for
-its batch every other step (the others then wait for it at the first bucket).
+straggler's compute kernels run `slow` times longer (1.25); the data-stalled rank waits
+`stall_ms` for its batch every other step (default: 60% of a step's compute), and the others
+then wait for it at the first bucket.
 
     python benchmarks/big_traces.py OUT_DIR --ranks 8 --mb 150 [--gz] [--jobs 2]
 """
@@ -78,11 +79,15 @@ class Run:
     """The simulated job: who is slow, and every step's common timeline."""
 
     def __init__(self, world: int, layers: int, steps: int, straggler: int | None = None,
-                 slow: float = 1.25, stall_rank: int | None = None, stall_ms: float = 40.0,
-                 seed: int = 0):
+                 slow: float = 1.25, stall_rank: int | None = None,
+                 stall_ms: float | None = None, seed: int = 0):
         self.world, self.layers, self.steps = world, layers, steps
         self.straggler, self.slow = straggler, slow
-        self.stall_rank, self.stall_ms = stall_rank, stall_ms
+        compute_ms = layers * sum(k for _, _, k in FORWARD + BACKWARD) / 1000.0
+        # the stall: 60% of a step's compute (the straggler's excess is 25% of it), so that
+        # the stalled rank is the late one in its steps whatever the model's size
+        self.stall_ms = round(0.6 * compute_ms, 1) if stall_ms is None else stall_ms
+        self.stall_rank = stall_rank
         self.seed = seed
         self.buckets = max(1, layers // BUCKET_LAYERS)
         self.nelems = 25_000_000 // self.buckets

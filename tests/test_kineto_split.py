@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from gpuscope.readers.kineto import parse, reader
+from gpuscope.readers.kineto import parse, summary
 
 HTA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "traces", "hta")
 FIELDS = ("host_kind", "host_start", "host_end", "host_tid", "step_id", "dev_kind", "dev_start",
@@ -75,9 +75,8 @@ def test_two_processes_work_out_the_rows_of_their_own_files(tmp_path, monkeypatc
     real = parse.prepared
     monkeypatch.setattr(parse, "prepared", lambda item: calls.append(1) or real(item))
     used = []
-    real_rows = parse.rank_rows
-    for module in (parse, reader):  # beside the parse, and in the table when not done there
-        monkeypatch.setattr(module, "rank_rows", lambda *a: used.append(a[1]) or real_rows(*a))
+    real_rows = summary.rank_rows  # beside the parse, or in the table when not done there
+    monkeypatch.setattr(summary, "rank_rows", lambda *a: used.append(a[1]) or real_rows(*a))
     two = read_path(str(tmp_path))
     assert len(calls) == 1  # the parent's file here; the child's in the child
     assert len(used) == 1  # the parent's file, beside the child; none left for the table

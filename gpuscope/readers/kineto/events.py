@@ -139,12 +139,19 @@ class RankEvents:
         return cls(**arrays, host_coll=[x for p in parts for x in p.host_coll],
                    dev_coll=[x for p in parts for x in p.dev_coll], names=list(names),
                    dev_msg=[x for p in parts for x in p.dev_msg],
-                   step_thread=parts[0].step_thread, float_ts=any(p.float_ts for p in parts),
+                   step_thread=_step_thread(parts), float_ts=any(p.float_ts for p in parts),
                    loader=next((p.loader for p in parts if p.loader), ""),
                    odd_comm=tuple(dict.fromkeys(n for p in parts for n in p.odd_comm)),
                    n_runtime=sum(p.n_runtime for p in parts),
                    counts={k: sum(p.counts.get(k, 0) for p in parts)
                            for k in ("events", "bad_time", "bad_id", "bad_json")})
+
+
+def _step_thread(parts: list) -> int:
+    """The training thread of joined parts (pieces of one file, profiler cycles): the one of
+    the part with the most ProfilerSteps (a piece without any guessed the busiest thread)."""
+    steps = [int((p.host_kind == STEP).sum()) for p in parts]
+    return parts[steps.index(max(steps))].step_thread
 
 
 def device_kind(name: str, cat: str) -> int:

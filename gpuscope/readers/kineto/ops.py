@@ -179,8 +179,8 @@ def kernel_breakdown(files: list[tuple[RankEvents, bool]]) -> dict:
         start, end = ev.dev_start[keep], ev.dev_end[keep]
         if ev.float_ts:
             start, end = _hta_rounded(start, end)
-        parts.append(_kernel_stats(np.array(ev.names, dtype=object)[ev.dev_name[keep]],
-                                   _hta_kinds(ev)[keep], np.maximum(end - start, 0)))
+        parts.append(_kernel_stats(ev.dev_name[keep], ev.names, _hta_kinds(ev)[keep],
+                                   np.maximum(end - start, 0)))
     if not parts:
         return _empty_kernels()
     if len(parts) == 1:
@@ -225,22 +225,27 @@ def _hta_rounded(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.nda
     return lo, hi
 
 
-def _kernel_stats(names: np.ndarray, kinds: np.ndarray, dur: np.ndarray) -> dict:
-    """Per distinct name: type, count, sum, min, max of `dur`."""
-    if not names.size:
+def _kernel_stats(ids: np.ndarray, names: list, kinds: np.ndarray, dur: np.ndarray) -> dict:
+    """Per distinct name (events by their name's id in `names`, interned one id a name): type,
+    count, sum, min, max of `dur`, in the names' order. Grouped by id: the names as a numpy
+    string array took each event the longest name's width (a 150 MB trace's kernels: 0.6 GB)."""
+    if not ids.size:
         return _empty_kernels()
-    uniq, inv, count = np.unique(names.astype(str), return_inverse=True, return_counts=True)
-    total = np.zeros(uniq.size, np.int64)
+    uid, inv, count = np.unique(ids, return_inverse=True, return_counts=True)
+    total = np.zeros(uid.size, np.int64)
     np.add.at(total, inv, dur)
-    lo = np.full(uniq.size, np.iinfo(np.int64).max, np.int64)
-    hi = np.zeros(uniq.size, np.int64)
+    lo = np.full(uid.size, np.iinfo(np.int64).max, np.int64)
+    hi = np.zeros(uid.size, np.int64)
     np.minimum.at(lo, inv, dur)
     np.maximum.at(hi, inv, dur)
-    kind = np.zeros(uniq.size, np.int8)
+    kind = np.zeros(uid.size, np.int8)
     kind[inv] = kinds
-    return {"name": uniq.astype(object),
-            "type": np.array([TYPES.get(int(k), "compute") for k in kind], dtype=object),
-            "count": count.astype(np.int64), "sum_ns": total, "min_ns": lo, "max_ns": hi}
+    named = [str(names[int(i)]) for i in uid]
+    order = sorted(range(uid.size), key=named.__getitem__)
+    return {"name": np.array([named[i] for i in order], dtype=object),
+            "type": np.array([TYPES.get(int(kind[i]), "compute") for i in order], dtype=object),
+            "count": count[order].astype(np.int64), "sum_ns": total[order], "min_ns": lo[order],
+            "max_ns": hi[order]}
 
 
 def _number(v) -> int | None:

@@ -1,5 +1,5 @@
-"""Trace files -> events (and, beside the parse, each file's step rows), with numpy and msgspec
-only: no pandas, so that the command line can start this work in forked processes before it
+"""Trace files -> events (and, beside the parse, what the reader keeps of each file that is its
+rank's only one: summary.py), with numpy and msgspec only: no pandas, so that the command line can start this work in forked processes before it
 imports the analysis stack (prefetch.py)."""
 
 from __future__ import annotations
@@ -15,54 +15,66 @@ import gpuscope.progress as progress
 from ...trace_files import file_size
 from ..speed import forks
 from ..fork import _in_child
-from .decode import (BATCH, Salvaged, batches, decode_trace, events_of, read_bytes,
-                     split_events)
+from .decode import Salvaged, batches, decode_trace, events_of, read_bytes, split_events
 from .events import RankEvents, sort_events
-from .hta import gpu_breakdown
+
 from .rank import identify
-from .steps import last_step, rank_rows
+from .summary import summarize
 
 PARALLEL_MIN_BYTES = 4 << 20  # a process pool pays for itself above this (more than 2 cores)
 
 
-SPLIT_MIN_EVENTS = 4 * BATCH  # a file this big is sorted by two processes when allowed
-SPLIT_TEXT_BYTES = 16 << 20   # JSON text from which the text itself is cut in two
+SPLIT_TEXT_BYTES = 16 << 20   # JSON text from which a second process takes half of a file
+SEGMENT_BYTES = 16 << 20      # the text is decoded in pieces of about this size
 
 
 def parse_file(path: str, split: bool = False) -> tuple[str, object, RankEvents]:
-    """Decode and sort one file. With `split`, a big file's text is cut in two at an event
-    boundary and each half is decoded and sorted by its own process (fork); the halves are
-    joined like two profiler cycles. Anything unexpected falls back to one process."""
-    blob = None
-    if split and forks() and file_size(path) >= SPLIT_TEXT_BYTES // 64:
-        blob = read_bytes(path)
-        cut = split_events(blob) if len(blob) >= SPLIT_TEXT_BYTES else None
-        if cut is not None:
-            info, first, second = cut
-            with _in_child(lambda: sort_events(batches(events_of(second)))) as collect:
-                try:
-                    mine = sort_events(batches(events_of(first)))
-                except msgspec.DecodeError:
-                    mine = None
-                status, theirs = collect()
-            if mine is not None and status == "ok":
-                return path, info, RankEvents.concat([mine, theirs])
-            # the cut was refused: decode the file in one piece, from a fresh read (the cut
-            # patched two bytes of this text)
-            cut = first = second = blob = None
-    raws, info = decode_trace(path, blob)
+    """Decode and sort one file. Its text is cut at event boundaries into pieces of about
+    SEGMENT_BYTES, decoded and sorted one after the other: the raw slices of one piece at a
+    time, beside the text and the columns (the memory of a file is ~1.3x its text). With
+    `split`, a second process (fork) takes the second half of the pieces; the parts are joined
+    like profiler cycles. Anything unexpected falls back to one piece in one process."""
+    blob = read_bytes(path)
+    n = -(-len(blob) // SEGMENT_BYTES)
+    two = split and forks() and len(blob) >= SPLIT_TEXT_BYTES
+    cut = split_events(blob, max(n, 2 if two else 1)) if n > 1 or two else None
+    if cut is not None:
+        info, pieces = cut
+        half = len(pieces) // 2 if two and len(pieces) > 1 else len(pieces)
+        theirs = pieces[half:]
+        ev = None
+        try:
+            if theirs:
+                with _in_child(lambda: _sorted(theirs)) as collect:
+                    mine = _sorted(pieces[:half])
+                    status, other = collect()
+                if status == "ok":
+                    ev = RankEvents.concat([mine, other])
+            else:
+                ev = _sorted(pieces)
+        except msgspec.DecodeError:
+            ev = None
+        del pieces, theirs
+        if ev is not None:
+            return path, info, _checked(path, ev, -1)
+        blob = None  # the cut was refused: decode the file in one piece, from a fresh read
+    raws, info = decode_trace(path, blob)  # (the cuts patched bytes of this text)
     blob = None
     damaged = raws.damaged if isinstance(raws, Salvaged) else -1
-    if not (split and len(raws) >= SPLIT_MIN_EVENTS and forks()):
-        ev = sort_events(batches(raws))
-    else:
-        mid = (len(raws) // 2) // BATCH * BATCH
-        with _in_child(lambda: sort_events(batches(raws[mid:]))) as collect:
-            first = sort_events(batches(raws[:mid]))
-            status, second = collect()
-        if status != "ok":
-            second = sort_events(batches(raws[mid:]))
-        ev = RankEvents.concat([first, second])
+    return path, info, _checked(path, sort_events(batches(raws)), damaged)
+
+
+def _sorted(pieces: list) -> RankEvents:
+    """The events of some pieces of a file's text (JSON arrays), decoded one piece at a time."""
+    parts = []
+    for piece in pieces:
+        parts.append(sort_events(batches(events_of(piece))))
+    return RankEvents.concat(parts)
+
+
+def _checked(path: str, ev: RankEvents, damaged: int) -> RankEvents:
+    """A file's events, with the damage counted (`damaged` >= 0: read event by event), or an
+    error where it holds no event torch.profiler writes."""
     if damaged >= 0:  # read event by event: the file as a whole is not JSON
         ev.counts["bad_json"] = ev.counts.get("bad_json", 0) + damaged
         ev.counts["salvaged"] = 1
@@ -71,7 +83,7 @@ def parse_file(path: str, split: bool = False) -> tuple[str, object, RankEvents]
         from .what import looks_like
 
         raise TraceFormatError(looks_like(path))
-    return path, info, ev
+    return ev
 
 
 def has_profiler_events(ev: RankEvents) -> bool:
@@ -86,22 +98,26 @@ def _parse_all(files: list[str], jobs: int | None) -> list:
     in two groups by size, or one big file in two halves); a pool when there are more."""
     jobs = jobs if jobs is not None else min(max(len(files), 2), os.cpu_count() or 1)
 
-    def parse(f, **kw):
-        out = parse_file(f, **kw)
-        progress.advance(file_size(f))
-        return out
+    # each file that is its process's only trace is summed up where it is parsed (prepared):
+    # its events do not travel or stay, whatever the number of ranks
+    alone = alone_files(files)
+
+    def parse(i, **kw):
+        out = parse_file(files[i], **kw)
+        progress.advance(file_size(files[i]))
+        return prepared(out) if alone[i] else out
 
     if jobs <= 1 or not forks():
-        return [parse(f) for f in files]
+        return [parse(i) for i in range(len(files))]
     if len(files) == 1:
-        return [parse(files[0], split=True)]
+        return [parse(0, split=True)]
     sizes = [file_size(f) for f in files]
     if jobs > 2 and len(files) > 2 and sum(sizes) >= PARALLEL_MIN_BYTES:
         import multiprocessing as mp
 
         with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("fork")) as pool:
             out = []
-            for f, got in zip(files, pool.map(parse_file, files)):
+            for f, got in zip(files, pool.map(parse_alone, files, alone)):
                 out.append(got)
                 progress.advance(file_size(f))
             return out
@@ -112,36 +128,39 @@ def _parse_all(files: list[str], jobs: int | None) -> list:
         groups[g].append(i)
         load[g] += sizes[i]
     mine, theirs = groups
-    # each process also works out the step rows of its files that are their rank's only one
-    # (a profiler cycle of its own process: tensorboard_trace_handler's names tell), meanwhile
-    per_process = Counter(map(process_of, files))
-    alone = [not process_of(f) or per_process[process_of(f)] == 1 for f in files]
-
-    def rows_too(i, item):
-        return prepared(item) if alone[i] else item
-
-    with _in_child(lambda: [rows_too(i, parse_file(files[i])) for i in theirs]) as collect:
-        done = {i: rows_too(i, parse(files[i])) for i in mine}
+    with _in_child(lambda: [parse_alone(files[i], alone[i]) for i in theirs]) as collect:
+        done = {i: parse(i) for i in mine}
         status, value = collect()
     if status == "ok":
         done.update(zip(theirs, value))
         progress.advance(load[1])
     else:  # e.g. a bad file in the child's group: redo here, where the error is raised
-        done.update({i: parse(files[i]) for i in theirs})
+        done.update({i: parse(i) for i in theirs})
     return [done[i] for i in range(len(files))]
 
 
 def prepared(item: tuple) -> tuple:
-    """(path, info, events, (rank, rank_rows' result, GPU breakdown)): the rows of the file's
-    rank as if it were that rank's only file. _table uses them when it turns out so, and works
-    them out itself otherwise."""
+    """(path, info, None, RankSummary) of a file that is its rank's only one: what the reader
+    keeps of it, worked out here, its events let go (summary.py); (path, info, events, None)
+    when the file does not say its rank (the reader places it among the others)."""
     f, info, ev = item[:3]
     rid, _ = identify(f, info)
     if rid.rank is None:
         return f, info, ev, None
-    last = last_step(ev)
-    drop = frozenset() if last is None else frozenset({last})
-    return f, info, ev, (rid.rank, rank_rows(ev, rid.rank, drop), gpu_breakdown(ev, last is not None))
+    return f, info, None, summarize(rid.rank, [(f, ev)])
+
+
+def parse_alone(path: str, alone: bool) -> tuple:
+    """parse_file, then `prepared` where the file is its process's only one."""
+    item = parse_file(path)
+    return prepared(item) if alone else item
+
+
+def alone_files(files: list[str]) -> list[bool]:
+    """Per file: whether it is its process's only trace (tensorboard_trace_handler's names
+    tell; a name of another form: taken as alone)."""
+    per_process = Counter(map(process_of, files))
+    return [not process_of(f) or per_process[process_of(f)] == 1 for f in files]
 
 
 #: a host name as RFC 1123 allows it: labels of letters, digits and hyphens, not starting or

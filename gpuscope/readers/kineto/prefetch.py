@@ -17,13 +17,12 @@ import mmap
 import os
 import signal
 import struct
-from collections import Counter
 from contextlib import ExitStack, contextmanager
 
 import gpuscope.progress as progress
 from ..speed import forks
 from ..fork import _in_child
-from .parse import parse_file, prepared, process_of
+from .parse import alone_files, parse_file, prepared
 
 def _stamp(path: str):
     try:
@@ -55,8 +54,7 @@ class Prefetch:
     def __init__(self, files: list[str], stack: ExitStack, cores: int):
         self.files = list(files)
         self.stamps = [_stamp(f) for f in self.files]
-        per_process = Counter(map(process_of, self.files))
-        alone = [not process_of(f) or per_process[process_of(f)] == 1 for f in self.files]
+        alone = alone_files(self.files)
         split = len(self.files) == 1  # one file: its text is cut in two (parse.parse_file)
         groups = _groups(self.files, cores)
         # bytes parsed so far by each process, for the progress bar while the reader waits

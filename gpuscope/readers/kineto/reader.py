@@ -20,36 +20,10 @@ from ...runtable import RankInfo, RunTable, empty_frame
 from ...trace_files import file_size
 from .collectives import comm_table, sync_points
 from .decode import DEVICE_KEY, head_facts
-from .events import STEP, RankEvents, p2p_masks
 from ..memory_records import MEMORY_COLUMNS
-from .hta import gpu_breakdown_of
-from .memory_steps import memory_rows
-from .ops import kernel_breakdown, kernel_type_time, op_views
 from .parse import _parse_all, host_of, parse_file, process_of
-from .rank import RankId, identify
-from .steps import last_step, rank_rows
-
-
-def file_warnings(path: str, ev: RankEvents) -> list[str]:
-    """One warning per kind of damage found in a file's events."""
-    name, c, out = os.path.basename(path), ev.counts, []
-    if c.get("salvaged"):
-        out.append(f"{name}: not valid JSON as a whole (cut mid-write or damaged): read event "
-                   f"by event, {c.get('events', 0)} read")
-    if c.get("bad_json"):
-        out.append(f"{name}: {c['bad_json']} damaged event(s) that do not parse skipped")
-    if c.get("bad_time"):
-        out.append(f"{name}: {c['bad_time']} event(s) with a negative, huge or non-numeric time "
-                   "or duration skipped")
-    if ev.odd_comm:
-        shown = ", ".join(n.split("(", 1)[0][:80] for n in ev.odd_comm[:3])
-        more = f" and {len(ev.odd_comm) - 3} more" if len(ev.odd_comm) > 3 else ""
-        out.append(f"{name}: kernel(s) {shown}{more} look like communication but match no known "
-                   "family (docs/rules.md): counted as communication")
-    if c.get("bad_id"):
-        out.append(f"{name}: stream or correlation ids past 64 bits in {c['bad_id']} batch(es) "
-                   "of events read as unknown")
-    return out
+from .rank import identify
+from .summary import RankSummary, file_warnings, span, summarize
 
 
 def read_kineto(path: str, files: list[str], jobs: int | None = None, parsed_ahead=None) -> RunTable:
@@ -96,25 +70,24 @@ def _parse_or_skip(path: str, files: list[str], jobs: int | None,
     return [got[f] for f in files if f in got], bad
 
 
-def _ranks_of_files(parsed: list, warnings: list[str], facts: dict | None) -> tuple:
-    """({rank: [(file, events)]}, {rank: RankId}, {file: what was worked out beside its parse})
-    of the parsed files: each file's rank from its trace (or file name), several files of one
-    rank kept to one run, files with no rank numbered after the known ones (joined to their
-    process's or profiling session's rank where one is known)."""
+def _ranks_of_files(parsed: list, warnings: list[str], facts: dict | None) -> dict:
+    """{rank: [(file, events or None, RankSummary or None)]} of the parsed files: each file's
+    rank from its trace (or file name), several files of one rank kept to one run, files with
+    no rank numbered after the known ones (joined to their process's or profiling session's
+    rank where one is known). A file summed up where it was parsed (parse.prepared) comes
+    without its events."""
     by_rank: dict[int, list] = {}
-    ids: dict[int, RankId] = {}
     worlds_of: dict[str, int | None] = {}
     unknown = []
-    ready = {item[0]: item[3] for item in parsed if len(item) > 3 and item[3] is not None}
-    for f, info, ev, *_ in parsed:
-        warnings.extend(file_warnings(f, ev))
+    for f, info, ev, *rest in parsed:
+        summary = rest[0] if rest else None
+        warnings.extend(summary.warnings if summary is not None else file_warnings(f, ev))
         rid, w = identify(f, info)
         warnings.extend(w)
         if rid.rank is None:
             unknown.append((f, rid, ev))
             continue
-        by_rank.setdefault(rid.rank, []).append((f, ev))
-        ids.setdefault(rid.rank, rid)
+        by_rank.setdefault(rid.rank, []).append((f, ev, summary, rid))
         worlds_of[f] = rid.world_size
     for rank in list(by_rank):
         if len(by_rank[rank]) > 1:
@@ -122,7 +95,7 @@ def _ranks_of_files(parsed: list, warnings: list[str], facts: dict | None) -> tu
             warnings.extend(said)
     procs: dict[str, set] = {}  # {host}_{pid} of tensorboard_trace_handler's names -> ranks
     for rank, items in by_rank.items():
-        for f, _ in items:
+        for f, *_ in items:
             if process_of(f):
                 procs.setdefault(process_of(f), set()).add(rank)
     next_free = max(by_rank, default=-1) + 1
@@ -131,37 +104,46 @@ def _ranks_of_files(parsed: list, warnings: list[str], facts: dict | None) -> tu
         same = procs.get(process_of(f)) or set()
         if len(same) == 1:  # another profiler cycle of the same process names its rank
             rank = next(iter(same))
-            by_rank[rank].append((f, ev))
+            by_rank[rank].append((f, ev, None, rid))
             warnings.append(f"{os.path.basename(f)}: analysed as rank {rank}, the rank of the "
                             "same process's other trace(s)")
             continue
         session = (os.path.basename(f).split(".", 1)[0], ev.step_thread)
         if session in sessions:  # one process profiled again: the same name, the same thread
             rank = sessions[session]
-            by_rank[rank].append((f, ev))
+            by_rank[rank].append((f, ev, None, rid))
             warnings.append(f"{os.path.basename(f)}: analysed as rank {rank}: another profiling "
                             f"session of the same process (file prefix {session[0]!r}, "
                             f"training thread {session[1]})")
             continue
         sessions[session] = next_free
-        by_rank[next_free] = [(f, ev)]
-        ids[next_free] = rid
+        by_rank[next_free] = [(f, ev, None, rid)]
         warnings.append(f"{os.path.basename(f)}: analysed as rank {next_free}")
         next_free += 1
-    return by_rank, ids, ready
+    return by_rank
 
 
-def _trace_knobs(ev, rid, first: str, facts: dict | None, in_flight: bool,
+def _summary(rank: int, items: list) -> RankSummary:
+    """The rank's summary: the one its only file came with, else made of its files' events
+    (a file summed up where it was parsed, now joined to others, is parsed again here)."""
+    if len(items) == 1 and items[0][2] is not None and items[0][2].rank == rank:
+        return items[0][2]
+    files = [(f, ev if ev is not None else parse_file(f)[2]) for f, ev, *_ in items]
+    return summarize(rank, files)
+
+
+def _trace_knobs(got: RankSummary, rid, first: str, facts: dict | None, in_flight: bool,
                  micro: list) -> tuple[dict, str]:
-    """(A rank's knobs, the device its trace says it ran on) from its traces (`first`: its first file): the loader, the backend and
-    the device, DDP's window in flight, the facts gpuscope.record told the profiler (cores,
-    loading), its process groups, p2p, a pipeline's micro-batches."""
+    """(A rank's knobs, the device its trace says it ran on) from its traces (`first`: its
+    first file): the loader, the backend and the device, DDP's window in flight, the facts
+    gpuscope.record told the profiler (cores, loading), its process groups, p2p, a pipeline's
+    micro-batches."""
     knobs: dict = {}
-    if ev.loader == "single-process":
+    if got.loader == "single-process":
         knobs["num_workers"] = 0
     if rid.backend:
         knobs["backend"] = rid.backend
-    knobs["device"] = "cuda" if ev.dev_kind.size else "cpu"
+    knobs["device"] = "cuda" if got.has_device else "cpu"
     if in_flight:  # its rows' hidden communication is DDP's window in flight (steps.py)
         knobs["hidden_comm"] = "in_flight"
     # gpuscope.record beside the profiler: cores, loading
@@ -173,7 +155,7 @@ def _trace_knobs(ev, rid, first: str, facts: dict | None, in_flight: bool,
         knobs["process_groups"] = rid.groups
     if rid.mesh_dims:
         knobs["mesh_dims"] = rid.mesh_dims
-    if any(m.any() for m in p2p_masks(ev)):
+    if got.p2p:
         knobs["p2p"] = True
     if micro and int(np.median(micro)) > 1:  # a pipeline schedule's micro-batches
         knobs["forwards_per_step"] = int(np.median(micro))
@@ -181,53 +163,47 @@ def _trace_knobs(ev, rid, first: str, facts: dict | None, in_flight: bool,
 
 
 def _table(path: str, parsed: list, warnings: list[str], facts: dict | None = None) -> RunTable:
-    """The RunTable of the parsed files."""
-    by_rank, ids, ready = _ranks_of_files(parsed, warnings, facts)
+    """The RunTable of the parsed files, rank by rank from their summaries (summary.py): a
+    rank's events, where they came at all, are let go once it is summed up."""
+    by_rank = _ranks_of_files(parsed, warnings, facts)
+    del parsed[:]  # the caller's list: the events it held go with their rank below
     rows, colls, ranks, breakdown, memory = [], {}, {}, {}, []
     views: dict = {"ops": [], "messages": [], "kernels": []}
     kernel_types: dict = {}
+    ids = {rank: items[0][3] for rank, items in by_rank.items()}
     for rank in sorted(by_rank):
-        items = by_rank[rank]
-        ev = RankEvents.concat([e for _, e in items])
-        if len(items) > 1:
-            warnings.append(f"rank {rank}: {len(items)} trace files (repeated profiler cycles) "
+        items = by_rank.pop(rank)
+        got = _summary(rank, items)
+        first = items[0][0]
+        names = [os.path.basename(f) for f, *_ in items]
+        del items
+        if len(names) > 1:
+            warnings.append(f"rank {rank}: {len(names)} trace files (repeated profiler cycles) "
                             "merged")
-        # each file's last step left out (HTA's default: its work may be cut off)
-        lasts = [last_step(e) for _, e in items]
-        drop = frozenset(x for x in lasts if x is not None)
-        files_hta = [(e, x is not None) for (_, e), x in zip(items, lasts)]
-        pre = ready.get(items[0][0]) if len(items) == 1 else None
-        if pre is not None and pre[0] == rank:  # worked out beside the parse
-            (r_rows, r_colls, w), hta = pre[1], pre[2]
-        else:
-            r_rows, r_colls, w = rank_rows(ev, rank, drop)
-            hta = gpu_breakdown_of(files_hta)
+        r_rows = got.rows
         micro = [r.pop("microbatches") for r in r_rows]
         # (a list, not a generator: every row gives its key up, not only those before a hit)
         in_flight = any([r.pop("in_flight_ns", 0) > 0 for r in r_rows])
-        got = op_views(ev, drop)  # the op and kernel views (ops.py), over the steps kept
-        views["ops"].append((rank, got["ops"]))
-        views["messages"].append((rank, got["messages"]))
-        views["kernels"].append((rank, kernel_breakdown(files_hta)))
-        if ev.dev_kind.size:
-            kernel_types[rank] = kernel_type_time(files_hta)
-        memory += memory_rows(ev, rank, r_rows)
-        warnings += [f"rank {rank}: {x}" for x in w]
+        views["ops"].append((rank, got.ops))
+        views["messages"].append((rank, got.messages))
+        views["kernels"].append((rank, got.kernels))
+        if got.kernel_types is not None:
+            kernel_types[rank] = got.kernel_types
+        memory += got.memory
+        warnings += [f"rank {rank}: {x}" for x in got.row_warnings]
         rows += r_rows
-        colls[rank] = r_colls
-        if hta:
-            breakdown[rank] = hta
-        knobs, device = _trace_knobs(ev, ids[rank], items[0][0], facts, in_flight, micro)
-        ranks[rank] = RankInfo(rank, host_of(items[0][0]), knobs,
-                               {"files": [os.path.basename(f) for f, _ in items],
-                                "rank_source": ids[rank].source,
-                                "step_markers": bool((ev.host_kind == STEP).any()),
+        colls[rank] = got.colls
+        if got.hta:
+            breakdown[rank] = got.hta
+        knobs, device = _trace_knobs(got, ids[rank], first, facts, in_flight, micro)
+        ranks[rank] = RankInfo(rank, host_of(first), knobs,
+                               {"files": names, "rank_source": ids[rank].source,
+                                "step_markers": got.step_markers,
                                 # launches but no device event: the GPU was not profiled
-                                "gpu_not_recorded": bool(ev.n_runtime >= 10
-                                                         and not ev.dev_kind.size),
-                                "events": ev.counts.get("events", 0),
+                                "gpu_not_recorded": got.gpu_not_recorded,
+                                "events": got.events,
                                 # the device the trace says it ran on (deviceProperties)
-                                **({"gpu": {"name": device}} if device and ev.dev_kind.size
+                                **({"gpu": {"name": device}} if device and got.has_device
                                    else {})})
     frame = pd.DataFrame(rows) if rows else empty_frame()
     if not frame.empty:
@@ -254,44 +230,40 @@ def _table(path: str, parsed: list, warnings: list[str], facts: dict | None = No
                     kernel_breakdown=_long(views["kernels"]), kernel_types=kernel_types)
 
 
-def _span(ev: RankEvents) -> tuple[int, int]:
-    """(first, last) ns of a file's events (0, 0 without any)."""
-    starts = [a.min() for a in (ev.host_start, ev.dev_start) if a.size]
-    ends = [a.max() for a in (ev.host_end, ev.dev_end) if a.size]
-    return (int(min(starts)), int(max(ends))) if starts else (0, 0)
-
-
 def one_run(rank: int, items: list, worlds: dict, facts: dict | None) -> tuple[list, list[str]]:
     """A rank's files, less those that cannot be the same process profiled again: another
     device (deviceProperties), another world size (distributedInfo), another process
     (tensorboard_trace_handler's {host}_{pid}). Several kinds: the largest group is kept (the
     newest among equals); the others are named in a warning, to be analysed apart. Files of
-    one process are merged as its profiler cycles, as before."""
+    one process are merged as its profiler cycles, as before. `items`: (file, events or None,
+    summary or None, rank id)."""
     def key(f):
         told = head_facts(f) if facts is None else facts.get(f, {})
         return (told.get(DEVICE_KEY, ""), worlds.get(f), process_of(f))
 
-    keys = {f: key(f) for f, _ in items}
+    def last(item):
+        _, ev, summary, _ = item
+        return summary.span[1] if summary is not None else span(ev)[1]
+
     groups: dict = {}
-    for f, ev in items:
-        k = keys[f]
+    for item in items:
+        k = key(item[0])
         # an unknown part (no device written, no name of the handler's form) joins any group
         home = next((g for g in groups if all(a == b or not a or not b for a, b in zip(g, k))),
                     k)
-        groups.setdefault(home, []).append((f, ev))
+        groups.setdefault(home, []).append(item)
     if len(groups) == 1:
         return items, []
-    kept_key = max(groups, key=lambda g: (len(groups[g]),
-                                          max(_span(ev)[1] for _, ev in groups[g])))
+    kept_key = max(groups, key=lambda g: (len(groups[g]), max(last(i) for i in groups[g])))
     kept = groups[kept_key]
-    left = [f for g, fs in groups.items() if g != kept_key for f, _ in fs]
+    left = [i[0] for g, fs in groups.items() if g != kept_key for i in fs]
     what = []
     for i, name in ((0, "devices"), (1, "world sizes"), (2, "processes")):
         seen = sorted({str(g[i]) for g in groups if g[i]})
         if len(seen) > 1:
             what.append(f"{name} {', '.join(seen)}")
     return kept, [f"rank {rank}: {len(items)} trace files that cannot be one run ("
-                  + "; ".join(what) + f"): analysed {', '.join(os.path.basename(f) for f, _ in kept)}"
+                  + "; ".join(what) + f"): analysed {', '.join(os.path.basename(i[0]) for i in kept)}"
                   f"; left out {', '.join(os.path.basename(f) for f in left)} (analyse them apart)"]
 
 
