@@ -243,7 +243,7 @@ def test_tab_renders_in_chromium(server):
         assert f"{expected['wait_pct']:.1f}% of step time" in frame.locator("#jitter").inner_text()
         # the ops section: the run's top op first, as the report has it
         frame.wait_for_selector("#ops-run-ops", timeout=60000)
-        top = gpuscope.analyze(JITTER).ops["run"]["ops"][0]
+        top = gpuscope.analyze(JITTER).ops.run["ops"][0]
         cells = frame.locator("#ops-run-ops tr").nth(1).inner_text()
         assert top["name"][:77] in cells and f"{top['per_step_ms']:.3f}" in cells
         frame.wait_for_selector("#panel-ranks .main-svg", timeout=60000)
