@@ -469,3 +469,30 @@ def test_whether_the_rank_was_late_before_from_the_report_s_stragglers():
     assert late_before(rep, 3) == "rank 3 was not late before it stalled"
     rep.ranks = ranks[:3]
     assert late_before(rep, 3).startswith("no steps of rank 3")
+
+
+def test_the_idle_flush_of_a_real_recorder_writes_its_rows_once(tmp_path):
+    """The watcher's view of a real recorder (_Watched): its idle flush hands the writer the
+    rows made so far, as rows (a flush's build was handed over whole once, and the rows of a
+    rank killed mid-run were lost), and the close does not write them again."""
+    import gpuscope
+    from gpuscope.readers import read_path
+    from gpuscope.record.recorder import _Watched
+
+    now = [0]
+    rec = gpuscope.record(tmp_path / "run", flush_rows=1000, flush_s=1000.0, telemetry=False,
+                          stall_watch=False, clock=lambda: now[0])
+    path = tmp_path / "run" / "rank-00000.gpuscope.jsonl"
+    with rec:
+        for _ in range(6):
+            now[0] += 10_000_000
+            rec.step()
+        assert len(rec._raw) == 5
+        _Watched(rec).idle_flush()
+        assert not rec._raw
+        for _ in range(100):  # the writer thread's turn
+            if sum(line.startswith("[") for line in path.read_text().splitlines()) == 5:
+                break
+            time.sleep(0.02)
+        assert sum(line.startswith("[") for line in path.read_text().splitlines()) == 5
+    assert read_path(str(tmp_path / "run")).frame["step"].tolist() == [0, 1, 2, 3, 4]

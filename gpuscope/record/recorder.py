@@ -932,7 +932,7 @@ class _Watched:
             return
         with rec._flush_lock:
             if rec._raw and rec._active:
-                writer.add_rows(rec._drain())
+                writer.add_rows(rec._drain().rows)
 
     def sigterm_came(self) -> bool:
         """A SIGTERM reached the process since the last look (the wakeup fd's bytes)."""
@@ -962,7 +962,7 @@ class _Watched:
             if writer is not None:
                 with rec._flush_lock:
                     if rec._raw:
-                        writer.add_rows(rec._drain())
+                        writer.add_rows(rec._drain().rows)
                 end = {"steps": rec.steps, "crashed": False, "end_unix_ns": self.unix(self.clock()),
                        "terminated": "SIGTERM", "blocked": True}
                 if rec._terminated_where:
