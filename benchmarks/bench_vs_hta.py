@@ -59,7 +59,8 @@ sys.stdin.readline()  # the sampler took its baseline
 t0 = time.perf_counter()
 {work}
 wall = time.perf_counter() - t0
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+# this image's peak (VmHWM): ru_maxrss would keep the forking parent's size across exec
+peak = next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("VmHWM"))
 kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
 print(json.dumps({{"wall_s": wall, "peak_over_base": peak - base, "child_peak": kids}}))
 """

@@ -31,6 +31,7 @@ OUT = os.path.join(ROOT, "docs", "performance.md")
 README = os.path.join(ROOT, "README.md")
 BEGIN, END = "<!-- budgets:begin -->", "<!-- budgets:end -->"
 FIRST_RUN = ("<!-- firstrun:begin -->", "<!-- firstrun:end -->")
+EVERY_RANK = ("<!-- everyrank:begin -->", "<!-- everyrank:end -->")
 
 
 def _load(name: str):
@@ -66,6 +67,66 @@ def vs_hta(d: dict) -> list[str]:
             f"{r['hta_tree_peak_mb']:.1f} MB | {r['gpuscope_cli_s']:.2f} s / {r['hta_cli_s']:.2f} s "
             f"({r['cli_speedup']:.1f}x) | {r['gpuscope_cli_peak_mb']:.0f} MB / "
             f"{r['hta_cli_peak_mb']:.0f} MB |")
+    return out + [""]
+
+
+def big_traces(d: dict) -> list[str]:
+    """Every rank's profiler trace at size (big_traces.json, bench_big_traces.py)."""
+    out = ["## Every rank's profiler trace, at size", "",
+           f"`python benchmarks/bench_big_traces.py` ({d['commit']}, {d['cores']} cores, "
+           f"{d['mb_per_rank']:.0f} MB of JSON per rank in the generated runs: "
+           "`benchmarks/big_traces.py`, a transformer's steps with NCCL buckets, a straggler and "
+           "a data stall on known ranks). Time and memory: the whole analysis in a fresh "
+           "process after its imports; memory is the peak of its process tree's summed PSS over "
+           "the post-import baseline (the forked readers included); the command is "
+           "`gpuscope analyze DIR -q --json F`, start-up included. MB/s per core: the JSON "
+           "read over the analysis time and the cores; HTA's load of the same files in the "
+           "same run, where it fits.", "",
+           "| input | ranks / files | JSON | gpuscope | MB/s per core | events/s | peak over "
+           "imports (x largest file) | command | HTA load: time, memory | named |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in d["generated"] + d["public"]:
+        x = (f" ({r['peak_over_largest_file']:.2f}x)" if "peak_over_largest_file" in r else "")
+        hta = (f"{r['hta_s']:.2f} s, {r['hta_peak_over_imports_mb']:,.0f} MB "
+               f"(gpuscope {r['gpuscope_over_hta_time']:.2f}x its time)" if "hta_s" in r
+               else "not run" if "hta" in r else "-")
+        said = ""
+        if "straggler_named" in r:
+            said = ("straggler " + ("yes" if r["straggler_named"] else "NO") + ", stall "
+                    + ("yes" if r.get("stall_named") else "NO"))
+        out.append(f"| {r['input']} | {r['files']} | {r['raw_json_mb']:,.0f} MB | "
+                   f"{r['gpuscope_s']:.2f} s | {r['mb_per_s_per_core']:.0f} | "
+                   f"{r['events_per_s']:,} | {r['gpuscope_peak_over_imports_mb']:,.0f} MB{x} | "
+                   f"{r['command_s']:.2f} s, {r['command_peak_mb']:,.0f} MB | {hta} | {said} |")
+    out.append("")
+    for r in d["generated"]:
+        if "hta" in r and "hta_s" not in r:
+            out.append(f"HTA at {r['ranks']} ranks: {r['hta']}.")
+    fl = next((r["floor"] for r in d["generated"] if "floor" in r), None)
+    if fl:
+        out += ["", f"The floor, one core each on the {fl['file_mb']:.0f} MB file: a typed "
+                "msgspec decode of it into the same columns (names and categories interned, ts, "
+                f"dur, stream, correlation, thread) takes {fl['floor_s']:.2f} s "
+                f"({fl['floor_mb_per_s']:.0f} MB/s); gpuscope's parse into its columns "
+                f"{fl['gpuscope_s']:.2f} s ({fl['parse_over_floor']:.2f}x), its whole read of "
+                f"the file (steps, collectives, op and kernel views too) "
+                f"{fl['gpuscope_read_s']:.2f} s ({fl['read_over_floor']:.2f}x, two processes)."]
+    st = d.get("start")
+    if st:
+        out += ["", f"The command's start: `import gpuscope.cli` (all that runs before the "
+                f"readers' processes are forked) takes {st['import_cli_s']:.3f} s over a bare "
+                f"interpreter ({st['python_s']:.3f} s); `gpuscope analyze` of HTA's smallest test "
+                f"trace {st['analyze_small_trace_s']:.2f} s over it, end to end."]
+    ray = next((r["ray"] for r in d["generated"] if "ray" in r), None)
+    if ray:
+        big = next(r for r in d["generated"] if "ray" in r)
+        out += ["", f"`--engine ray` on a local cluster of {ray['nodes']} nodes (two `ray start` "
+                "on 127.0.0.1, one CPU and their own memory budget each), the "
+                f"{big['ranks']}-rank run: {ray['ray_s']:.1f} s against the local engine's "
+                f"{ray['local_s']:.1f} s ({ray['speedup']:.2f}x: the same two cores; Ray "
+                "spreads the files over machines that a real cluster has more of); straggler "
+                + ("named" if ray.get("straggler_named") else "NOT named") + ", stall "
+                + ("named" if ray.get("stall_named") else "NOT named") + "."]
     return out + [""]
 
 
@@ -657,6 +718,22 @@ def first_run(d: dict | None) -> list[str]:
             "`benchmarks/bench_first_run.py`)."]
 
 
+def every_rank(d: dict | None) -> list[str]:
+    """The README's figures for profiling every rank (big_traces.json)."""
+    if not d or not d.get("generated"):
+        return ["(not measured yet: `python benchmarks/bench_big_traces.py`)"]
+    big = max(d["generated"], key=lambda r: r["ranks"])
+    one = min(d["generated"], key=lambda r: r["ranks"])
+    both = big.get("straggler_named") and big.get("stall_named")
+    return [f"Measured here ({d['cores']} cores): {big['ranks']} ranks x "
+            f"{d['mb_per_rank']:.0f} MB of JSON ({big['raw_json_mb'] / 1e3:.1f} GB) analysed in "
+            f"{big['command_s'] / 60:.1f} min end to end, peak {big['command_peak_mb'] / 1e3:.1f} "
+            f"GB for the whole command" + (", the straggler and the data stall named" if both
+                                          else "") + f"; one rank's file in "
+            f"{one['gpuscope_s']:.1f} s, at {one.get('peak_over_largest_file', 0):.2f}x its JSON "
+            "over the imports ([figures](docs/performance.md#every-ranks-profiler-trace-at-size))."]
+
+
 def write_block(marks: tuple[str, str], lines: list[str]) -> None:
     """Rewrite the README's lines between the two markers, if it has them."""
     if not os.path.exists(README):
@@ -695,6 +772,7 @@ def main() -> None:
              "--nproc 1"),
             ("whatif.json", whatif, "benchmarks/bench_whatif.py"),
             ("vs_hta.json", vs_hta, "benchmarks/bench_vs_hta.py"),
+            ("big_traces.json", big_traces, "benchmarks/bench_big_traces.py"),
             ("scale.json", scale, "benchmarks/bench_scale.py"),
             ("scale_large.json", scale_large,
              "benchmarks/bench_scale.py --sizes 2048x1000,4096x1000,10000x1000 --repeat 1 "
@@ -714,6 +792,7 @@ def main() -> None:
     docs["faults.json"] = _load("faults.json")  # its tables are in accuracy.md
     write_budgets(budgets({k: v for k, v in docs.items() if v}))
     write_block(FIRST_RUN, first_run(_load("first_run.json")))
+    write_block(EVERY_RANK, every_rank(_load("big_traces.json")))
     print(f"wrote {OUT}")
 
 

@@ -24,13 +24,18 @@ def big_traces():
 
 #: one worker (no fork): its peak resident set over its imports, the run analysed
 _PEAK = r"""
-import json, os, resource, sys
+import json, os, sys
 import gpuscope, gpuscope.analyze.run, gpuscope.readers.kineto.reader, numpy, pandas, msgspec
 from gpuscope.readers.kineto import parse
 parse.forks = lambda: False  # one process reads every file: the bound is per worker
-base = int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+def status(key):  # kB fields of /proc/self/status: VmRSS now, VmHWM its peak in this image
+    # (not ru_maxrss: across exec it keeps the forking parent's size, pytest's late in a run)
+    for line in open("/proc/self/status"):
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) * 1024
+base = status("VmRSS")
 rep = gpuscope.analyze(sys.argv[1])
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+peak = status("VmHWM")
 print(json.dumps({"over": peak - base, "stragglers": {s.rank: [s.cause, s.bursts.get("every")]
                   for s in rep.stragglers}}))
 """

@@ -2,8 +2,8 @@
 
 What one machine cannot read in its time or memory (a job's profiler traces are 50-500 MB per
 rank) runs on Ray (`pip install 'gpuscope[ray]'`): every file is a task that decodes it where it
-runs and works out its rank's per-step rows and collectives there (readers/kineto/parse.py
-`prepared`, readers/rundir.py `load_rank_file`); only those come back. The gathered table is
+runs and works out there what the reader keeps of its rank (readers/kineto/summary.py, through
+parse.py `prepared`; readers/rundir.py `load_rank_file`); only that comes back. The gathered table is
 analysed as the local engine's is, so the report is the same.
 
 - The cluster: the one at `RAY_ADDRESS` (Ray's own convention), else a local one started for the
@@ -71,15 +71,19 @@ def _local_copy(name: str, tmp: str) -> str:
     return dest
 
 
-def read_trace_file(name: str) -> tuple:
-    """A task: ("ok", (path, info, events, per-step rows), facts) or ("bad", the error)."""
+def read_trace_file(name: str, alone: bool = True) -> tuple:
+    """A task: ("ok", (path, info, events or None, RankSummary or None), facts) or ("bad", the
+    error). A file that is its process's only trace (`alone`) comes back summed up, its events
+    left in the task (kineto/summary.py); another (a profiler cycle of a process with several)
+    with its events, which the driver joins to its rank's others."""
     from .kineto.decode import head_facts
     from .kineto.parse import parse_file, prepared
 
     with tempfile.TemporaryDirectory() as tmp:
         local = _local_copy(name, tmp) if is_url(name) else name
         try:
-            item = prepared(parse_file(local))
+            item = parse_file(local)
+            item = prepared(item) if alone else item
         except TraceFormatError as exc:
             return "bad", str(exc).replace(local, name)
         return "ok", (name, *item[1:]), head_facts(local)
@@ -105,8 +109,8 @@ def read_record_file(name: str) -> tuple:
         return "ok", got
 
 
-def _map(fn, names: list[str]) -> list:
-    """fn(name) for every name as Ray tasks, results in the names' order."""
+def _map(fn, names: list[str], *more: list) -> list:
+    """fn(name, *more's) for every name as Ray tasks, results in the names' order."""
     import ray
 
     started = not ray.is_initialized()
@@ -120,7 +124,7 @@ def _map(fn, names: list[str]) -> list:
             ray.init(include_dashboard=False, **quiet)
     try:
         task = ray.remote(fn)
-        return ray.get([task.remote(n) for n in names])
+        return ray.get([task.remote(n, *(m[i] for m in more)) for i, n in enumerate(names)])
     finally:
         if started:
             ray.shutdown()
@@ -147,7 +151,9 @@ def read_on_ray(path: str):
         return read_run_dir(path, loaded=[(n, g[1]) for n, g in zip(names, got)])
     from .kineto.reader import table_of
 
-    got = _map(read_trace_file, names)
+    from .kineto.parse import alone_files
+
+    got = _map(read_trace_file, names, alone_files(names))
     parsed = [g[1] for g in got if g[0] == "ok"]
     bad = [g[1] for g in got if g[0] == "bad"]
     if len(names) == 1 and bad:

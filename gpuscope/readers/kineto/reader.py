@@ -21,7 +21,7 @@ from ...trace_files import file_size
 from .collectives import comm_table, sync_points
 from .decode import DEVICE_KEY, head_facts
 from ..memory_records import MEMORY_COLUMNS
-from .parse import _parse_all, host_of, parse_file, process_of
+from .parse import _parse_all, alone_files, host_of, parse_alone, parse_file, process_of
 from .rank import identify
 from .summary import RankSummary, file_warnings, span, summarize
 
@@ -29,8 +29,6 @@ from .summary import RankSummary, file_warnings, span, summarize
 def read_kineto(path: str, files: list[str], jobs: int | None = None, parsed_ahead=None) -> RunTable:
     """`parsed_ahead`: a prefetch.Prefetch whose processes parsed some of `files` already (the
     command line's), or None."""
-    warnings: list[str] = []
-    parsed, bad = [], []
     with progress.reading(sum(file_size(f) for f in files), len(files), path):
         parsed, bad = _parse_or_skip(path, files, jobs, parsed_ahead)
     return table_of(path, parsed, bad)
@@ -59,9 +57,10 @@ def _parse_or_skip(path: str, files: list[str], jobs: int | None,
             raise
         bad.append(str(exc))  # one bad file among many: parse the rest one by one
         parsed = []
+        alone = dict(zip(todo, alone_files(todo)))
         for f in todo if len(todo) > 1 else []:  # one left to parse: exc is its error
             try:
-                parsed.append(parse_file(f))
+                parsed.append(parse_alone(f, alone[f]))
             except TraceFormatError as err:
                 if str(err) not in bad:
                     bad.append(str(err))
