@@ -47,20 +47,21 @@ CORES = os.cpu_count() or 1
 
 
 def generated(work: str, ranks: int, mb: float, gz: bool = False) -> str:
-    """The run of `ranks` x `mb` MB under `work`, made once (known.json says what is in it)."""
+    """The run of `ranks` x `mb` MB under `work`, made once (FOLDER.known.json beside it says
+    what is in it: not inside, where HTA would take it for a trace)."""
     folder = os.path.join(work, f"r{ranks}x{int(mb)}" + ("gz" if gz else ""))
-    if not os.path.exists(os.path.join(folder, "known.json")):
+    if not os.path.exists(folder + ".known.json"):
         shutil.rmtree(folder, ignore_errors=True)
         t = time.perf_counter()
         made = big_traces.generate(folder, ranks, mb, gz=gz, jobs=CORES)
         made["generate_s"] = round(time.perf_counter() - t, 1)
-        with open(os.path.join(folder, "known.json"), "w") as fh:
+        with open(folder + ".known.json", "w") as fh:
             json.dump({k: v for k, v in made.items() if k != "files"}, fh)
     return folder
 
 
 def known(folder: str) -> dict:
-    with open(os.path.join(folder, "known.json")) as fh:
+    with open(folder + ".known.json") as fh:
         return json.load(fh)
 
 
@@ -104,20 +105,19 @@ def events_in(folder: str) -> int:
 def row_for(folder: str, name: str, hta: str | None, repeat: int = 1) -> dict:
     """gpuscope (and HTA where `hta` is its python) on one folder."""
     size = raw_size(folder)
-    files = [f for f in os.listdir(folder) if f != "known.json" and f.endswith((".json", ".gz"))]
+    files = [f for f in os.listdir(folder) if f.endswith((".json", ".gz"))]
     row = {"input": name, "files": len(files), "raw_json_mb": round(size / 1e6, 1)}
     runs = [measure(sys.executable, "gpuscope", folder) for _ in range(repeat)]
     row["gpuscope_s"] = round(statistics.median(r["wall_s"] for r in runs), 2)
     row["gpuscope_peak_over_imports_mb"] = round(max(r["tree_pss_peak_over_base"]
                                                      for r in runs) / 1e6, 1)
-    largest = max(os.path.getsize(p) for p in glob.glob(os.path.join(folder, "*"))
-                  if not p.endswith("known.json"))
+    largest = max(os.path.getsize(p) for p in glob.glob(os.path.join(folder, "*")))
     if all(not p.endswith(".gz") for p in glob.glob(os.path.join(folder, "*"))):
         row["largest_file_mb"] = round(largest / 1e6, 1)
         row["peak_over_largest_file"] = round(row["gpuscope_peak_over_imports_mb"] * 1e6
                                               / largest, 2)
     row["mb_per_s_per_core"] = round(size / 1e6 / row["gpuscope_s"] / CORES, 1)
-    gen = os.path.exists(os.path.join(folder, "known.json"))
+    gen = os.path.exists(folder + ".known.json")
     # a generated run's ranks hold the same events: one rank's, times the ranks
     row["events"] = (events_in(os.path.join(folder, sorted(files)[0])) * len(files) if gen
                      else events_in(folder))
@@ -126,10 +126,14 @@ def row_for(folder: str, name: str, hta: str | None, repeat: int = 1) -> dict:
     row["command_s"] = round(wall, 2)
     row["command_peak_mb"] = round(end_to_end_peak([sys.executable, "-m", "gpuscope", "analyze",
                                                     folder, "-q"]) / 1e6, 1)
-    if os.path.exists(os.path.join(folder, "known.json")):
+    if gen:
         row.update(named(rep, known(folder)))
     if hta is not None:
-        h = measure(hta, "hta", folder)
+        try:
+            h = measure(hta, "hta", folder)
+        except subprocess.CalledProcessError as exc:  # e.g. killed for memory
+            row["hta"] = f"failed: exit {exc.returncode}: {(exc.stderr or '')[-300:]}"
+            return row
         row["hta_s"] = round(h["wall_s"], 2)
         row["hta_peak_over_imports_mb"] = round(h["tree_pss_peak_over_base"] / 1e6, 1)
         row["gpuscope_over_hta_time"] = round(row["gpuscope_s"] / row["hta_s"], 3)
@@ -299,6 +303,7 @@ def main() -> None:
             json.dump(result, fh, indent=1)
         if not args.keep and ranks != 1:
             shutil.rmtree(folder, ignore_errors=True)
+            os.remove(folder + ".known.json")
     with open(args.out, "w") as fh:
         json.dump(result, fh, indent=1)
 

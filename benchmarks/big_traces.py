@@ -16,6 +16,7 @@ straggler's compute kernels run `slow` times longer (1.25); the data-stalled ran
 then wait for it at the first bucket.
 
     python benchmarks/big_traces.py OUT_DIR --ranks 8 --mb 150 [--gz] [--jobs 2]
+        (what was made and is known: OUT_DIR.known.json)
 """
 
 from __future__ import annotations
@@ -294,7 +295,9 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     args = ap.parse_args()
     made = generate(args.out, args.ranks, args.mb, args.steps, args.gz, jobs=args.jobs)
-    with open(os.path.join(args.out, "known.json"), "w") as fh:
+    # beside the folder, not in it: a tool that reads every JSON file there (HTA) would take
+    # it for a trace
+    with open(os.path.normpath(args.out) + ".known.json", "w") as fh:
         json.dump({k: v for k, v in made.items() if k != "files"}, fh, indent=1)
     print(json.dumps({k: v for k, v in made.items() if k != "files"}))
     sys.stdout.flush()
