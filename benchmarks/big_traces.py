@@ -74,6 +74,9 @@ BACKWARD = (("autograd::engine::evaluate_function: AddmmBackward0", GEMM, 240.0)
 LAYER_BYTES = 18_400
 BUCKET_LAYERS = 4  # layers per DDP gradient bucket
 LAUNCH_US, OP_US, DATA_US = 6.0, 14.0, 300.0
+#: from the end of a rank's batch to its first kernel's start: the host's step (10) and the
+#: launch (4 + LAUNCH_US)
+FIRST_KERNEL_US = 10.0 + 4.0 + LAUNCH_US
 
 
 class Run:
@@ -101,20 +104,32 @@ class Run:
         stalled = rank == self.stall_rank and step % 2 == 1
         return DATA_US + (1000.0 * self.stall_ms if stalled else 0.0)
 
+    def kernels_us(self, rank: int, step: int) -> np.ndarray:
+        """Each kernel's duration (us) of a rank's step, in launch order (forward's layers, then
+        backward's): the one source of both the common timeline and the rank's events."""
+        rng = np.random.default_rng((self.seed, rank, step))
+        base = np.array([us for _, _, us in FORWARD] * self.layers
+                        + [us for _, _, us in BACKWARD] * self.layers)
+        return base * self.factor(rank) * rng.normal(1.0, 0.02, size=base.size)
+
     def _timeline(self) -> None:
-        """Each step's start (us, common to all ranks) and each bucket's all-reduce end."""
-        fwd = sum(k for _, _, k in FORWARD) * self.layers
-        bwd_layer = sum(k for _, _, k in BACKWARD)
+        """Each step's start (us, common to all ranks) and each bucket's all-reduce end: a
+        rank's gradients of bucket b are ready when its compute stream has run the kernels up
+        to the bucket's last backward op (kernels run back to back from its first launch, the
+        host running ahead), the all-reduce ends when the last rank's are and the one before
+        is done, plus the transfer."""
         transfer = 2.0 * self.nelems * 2 / 200e3  # bytes over ~200 GB/s, in us (ring: 2x)
         self.start = np.zeros(self.steps + 1)
         self.bucket_end = np.zeros((self.steps, self.buckets))
+        n_fwd = len(FORWARD) * self.layers
+        last = np.array([n_fwd + len(BACKWARD) * BUCKET_LAYERS * (b + 1) - 1
+                         for b in range(self.buckets)])
         t = 1.7e12  # us since the epoch
         for s in range(self.steps):
             self.start[s] = t
-            # a rank's compute for bucket b is done at: its data, host lead, forward, backward
-            ready = np.array([[t + self.data_us(r, s) + 50.0
-                               + self.factor(r) * (fwd + bwd_layer * BUCKET_LAYERS * (b + 1))
-                               for b in range(self.buckets)] for r in range(self.world)])
+            ready = np.array([t + self.data_us(r, s) + FIRST_KERNEL_US
+                              + np.cumsum(self.kernels_us(r, s))[last]
+                              for r in range(self.world)])
             end = 0.0
             for b in range(self.buckets):
                 end = max(end, ready[:, b].max()) + transfer
@@ -129,10 +144,8 @@ def _fmt(x: float) -> str:
 
 def rank_events(run: Run, rank: int, out) -> None:
     """Write rank `rank`'s trace events (comma-separated JSON objects) to `out`."""
-    rng = np.random.default_rng(run.seed * 100_003 + rank)
     pid, tid, dev_pid = 1000 + rank, 1000 + rank, 0
     corr = ext = 1
-    f = run.factor(rank)
     w = out.write
     first = True
 
@@ -157,12 +170,12 @@ def rank_events(run: Run, rank: int, out) -> None:
         ext += 1
         host = t0 + data + 10.0
         gpu = nccl_free = host
-        jitter = rng.normal(1.0, 0.02, size=run.layers * (len(FORWARD) + len(BACKWARD)) + 8)
+        durations = run.kernels_us(rank, s).tolist()
         j = 0
         for phase in (FORWARD, BACKWARD):
             for layer in range(run.layers):
                 for i, (op, kernel, us) in enumerate(phase):
-                    k_us = us * f * jitter[j]
+                    k_us = durations[j]
                     j += 1
                     ev('{"ph":"X","cat":"cpu_op","name":"%s","pid":%d,"tid":%d,"ts":%s,"dur":%s,'
                        '"args":{"External id":%d,"Record function id":0,"Sequence number":%d,'

@@ -76,9 +76,10 @@ def big_traces(d: dict) -> list[str]:
            f"`python benchmarks/bench_big_traces.py` ({d['commit']}, {d['cores']} cores, "
            f"{d['mb_per_rank']:.0f} MB of JSON per rank in the generated runs: "
            "`benchmarks/big_traces.py`, a transformer's steps with NCCL buckets, a straggler and "
-           "a data stall on known ranks). Time and memory: the whole analysis in a fresh "
-           "process after its imports; memory is the peak of its process tree's summed PSS over "
-           "the post-import baseline (the forked readers included); the command is "
+           "a data stall on known ranks). Time: the whole analysis in a fresh process after "
+           "its imports, a run nothing samples; memory, from one more run: the peak of its "
+           "process tree's summed PSS over the post-import baseline (the forked readers "
+           "included), sampled every 10 ms; the command is "
            "`gpuscope analyze DIR -q --json F`, start-up included. MB/s per core: the JSON "
            "read over the analysis time and the cores; HTA's load of the same files in the "
            "same run, where it fits.", "",
