@@ -111,7 +111,7 @@ def big_traces(d: dict) -> list[str]:
                 f"({fl['floor_mb_per_s']:.0f} MB/s); gpuscope's parse into its columns "
                 f"{fl['gpuscope_s']:.2f} s ({fl['parse_over_floor']:.2f}x), its whole read of "
                 f"the file (steps, collectives, op and kernel views too) "
-                f"{fl['gpuscope_read_s']:.2f} s ({fl['read_over_floor']:.2f}x, two processes)."]
+                f"{fl['gpuscope_read_s']:.2f} s ({fl['read_over_floor']:.2f}x, one core too)."]
     st = d.get("start")
     if st:
         out += ["", f"The command's start: `import gpuscope.cli` (all that runs before the "
