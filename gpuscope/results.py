@@ -304,9 +304,13 @@ class Suggestion:
     gain_pct: float = 0.0     # throughput gain (samples/s) the estimate implies
     #: (lo, hi) ms: where the step time should land given what the estimate had to assume
     estimated_step_ms_range: tuple[float, float] | None = None
+    #: the straggler a straggler suggestion is about (its `current` says it in words): which
+    #: finding its change removes (floors.fixes); not in the JSON form
+    rank: int | None = field(default=None, compare=False)
 
     def to_dict(self) -> dict:
         d = asdict(self)
+        d.pop("rank")
         d["estimated_step_ms"] = _r3(self.estimated_step_ms)
         rng = self.estimated_step_ms_range
         d["estimated_step_ms_range"] = None if rng is None else [_r3(rng[0]), _r3(rng[1])]

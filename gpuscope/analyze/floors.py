@@ -29,7 +29,6 @@ The verdict's fix comes first; each other suggestion is estimated with that cons
 
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 
 import pandas as pd
@@ -40,7 +39,6 @@ from .findings import TypicalStep
 #: what a suggestion's change takes off a rank's step, by its knob or the label it addresses
 REMOVES = {"sync_frequency": ("comm_exposed_ns", "optimizer_ns", "other_ns"), DATA: ("data_ns",),
            COMM: ("comm_exposed_ns",)}
-_RANK = re.compile(r"rank (\d+)\b")
 #: changes that move a straggler's floor themselves: said, not held
 MOVES_FLOOR = {"batch_size": "a larger batch spreads the straggler's per-step work over more "
                              "samples only as far as that work grows with the batch like the "
@@ -130,20 +128,12 @@ def floors(frame: pd.DataFrame, stragglers: list, typical: TypicalStep, knobs: d
     return out
 
 
-def _straggler_of(sug) -> int | None:
-    """The rank a straggler suggestion is about ("rank 3 on host ..."), else None."""
-    m = _RANK.match(str(sug.current)) if sug.knob == "straggler" else None
-    return int(m.group(1)) if m else None
-
-
 def fixes(sug, fixed_by: str, rank: int | None) -> bool:
     """Whether the suggestion's change removes this finding: its label's fix does, except that
     fixing one straggler leaves another (a rank that computes longer every step, another that
     waits for its data every other step: each keeps the step at its own pace until fixed)."""
-    if fixed_by == IMBALANCED and rank is not None:
-        mine = _straggler_of(sug)
-        if mine is not None:
-            return mine == rank
+    if fixed_by == IMBALANCED and rank is not None and sug.rank is not None:
+        return sug.rank == rank
     return sug.addresses == fixed_by or (fixed_by == IMBALANCED and sug.addresses == JITTER_BOUND)
 
 

@@ -488,12 +488,7 @@ class Recorder:
             atexit.unregister(self._at_exit)
         except Exception:
             pass
-        for sink in reversed(list(self._sinks)):
-            try:
-                self._drop_sink(sink)
-            except Exception as exc:
-                warn_once(f"recorder-close-{sink.name}", "gpuscope: could not close the %s: %r",
-                          sink.name, exc)
+        self._close_sinks()  # (what stop() left open: after an error, or the file failing)
         hooks, self._hooks = self._hooks, None
         if hooks is not None:
             try:
@@ -597,7 +592,8 @@ class Recorder:
         sink.abandon(exc)
 
     def _close_sinks(self) -> None:
-        """At stop(): close every sink, last opened first; a failure goes into the warnings."""
+        """Close every sink, last opened first; a failure is warned once and goes into the
+        warnings (the end record's, when it is still to be written)."""
         for sink in reversed(list(self._sinks)):
             try:
                 self._drop_sink(sink)

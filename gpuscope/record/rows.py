@@ -329,26 +329,20 @@ def plain_row(item: tuple, shift: int) -> list | None:
             f, bk, o, n_comm, data_cpu_ns, synced, between if between > 0 else 0]
 
 
+def _spans_by_key(items) -> dict[str, list]:
+    """{key: [(a, b), ...]} of (key, a, b) items, in their order."""
+    out: dict[str, list] = {}
+    for k, a, b in items:
+        out.setdefault(k, []).append((a, b))
+    return out
+
+
 def _by_key(tails: list, colls: list, exposed: list, flights: list = ()) -> dict:
     """{"kind:group": [comm_ns, exposed_ns, count]} for the step. A key whose collectives all
     blocked (their spans are their blocked spans) is summed once. DDP's synchronization counts
     from its first bucket's launch (`flights`) where that was timed."""
-    spans: dict[str, list] = {}
-    if tails:
-        spans[DDP_KEY] = list(tails)
-    for k, a, b in colls:
-        s = spans.get(k)
-        if s is None:
-            spans[k] = [(a, b)]
-        else:
-            s.append((a, b))
-    blocked: dict[str, list] = {}
-    for a, b, k in exposed:
-        s = blocked.get(k)
-        if s is None:
-            blocked[k] = [(a, b)]
-        else:
-            s.append((a, b))
+    spans = _spans_by_key([(DDP_KEY, a, b) for a, b in tails] + list(colls))
+    blocked = _spans_by_key((k, a, b) for a, b, k in exposed)
     out = {}
     for k in spans.keys() | blocked.keys():
         mine, held = spans.get(k, ()), blocked.get(k)

@@ -134,7 +134,7 @@ def suggest_imbalance(t: TypicalStep, stragglers: list[Straggler], knobs: dict,
             f"mostly in {part}, and the others wait for it ({s.lateness})"
             + (f"; {evidence}" if evidence else "") + f": {fix}; assumes the other "
             "ranks keep their pace and their own step-to-step variation (the step then waits "
-            "for the last of them)", IMBALANCED, gain(t.step, est), rng))
+            "for the last of them)", IMBALANCED, gain(t.step, est), rng, rank=s.rank))
     return out
 
 
