@@ -56,23 +56,20 @@ def _analyze(args, ahead):
 
 
 def _flight_recorder_alone(args) -> int | None:
-    """A folder of Flight Recorder dumps and nothing else gpuscope reads: what they say (who
-    entered which collective and did not complete it, who is behind, whose dump is missing);
-    None where the folder holds none."""
+    """A folder of Flight Recorder dumps and nothing else gpuscope reads (or one dump): who
+    stopped the job, where the others wait (analyze/hang_report.py); None where it holds none."""
+    from .analyze.hang_report import tell
     from .readers import flight_recorder
-    from .stall_story import tell_flight_recorder
+    from .render.flight_recorder import render
 
-    if not os.path.isdir(args.path) or not flight_recorder.find(args.path):
+    if os.path.isdir(args.path):
+        dumps, bad = flight_recorder.find(args.path)
+    else:
+        got = flight_recorder.load(args.path)
+        dumps, bad = ({got.rank: got}, []) if not isinstance(got, str) else ({}, [])
+    if not dumps:
         return None
-    found = flight_recorder.summary(args.path, 0)
-    if not found:
-        return None
-    world = flight_recorder.world_size(args.path) or (max(found["ranks"]) + 1)
-    found = flight_recorder.summary(args.path, world)
-    doc = {"schema": "gpuscope.flight_recorder/1", "path": args.path, "world_size": world,
-           "flight_recorder": {"ranks": {str(r): g for r, g in found["ranks"].items()},
-                               "missing": found["missing"]},
-           "text": tell_flight_recorder(found)}
+    doc = {"path": args.path, **tell(dumps, bad)}
     if args.json:
         text = json.dumps(doc, indent=1)
         if args.json == "-":
@@ -81,8 +78,7 @@ def _flight_recorder_alone(args) -> int | None:
         with open(args.json, "w") as fh:
             fh.write(text)
     if not args.quiet:
-        print(f"gpuscope flight recorder {args.path}\n{len(found['ranks'])} of {world} ranks "
-              f"left a dump\n{doc['text']}")
+        print(render(doc, args.path))
     return 0
 
 

@@ -67,9 +67,9 @@ class RunTable:
     #: max_ns), and its kernel-type time per rank ({rank: {"COMPUTATION": ns, ...}})
     kernel_breakdown: pd.DataFrame | None = None
     kernel_types: dict = field(default_factory=dict)
-    #: torch's Flight Recorder dumps beside a recorded run (readers/flight_recorder.summary):
-    #: each rank's last collective entered and completed per group, the ranks with no dump
-    flight_recorder: dict = field(default_factory=dict)
+    #: torch's Flight Recorder dumps beside a recorded run (readers/flight_recorder.find):
+    #: ({rank: RankDump}, [(file, why it is not one)]), or None where there are none
+    flight_recorder: tuple | None = None
     #: (2-D int64 array, its column names): the frame's int columns as the reader wrote them,
     #: writable, where it made them as one block; the owner of the table may reuse that memory
     #: (analyze/prepare.py leaves the warm-up out in place) and the frame is then not the same

@@ -54,9 +54,27 @@ def _issued(s: dict, group: str) -> int | None:
     return n
 
 
+def rank_list(rs, most: int = 12) -> str:
+    """"0, 1, 4-9, 12": runs of four or more as a span; past `most` items, "... (N ranks)"."""
+    rs = sorted(set(rs))
+    items, i = [], 0
+    while i < len(rs):
+        j = i
+        while j + 1 < len(rs) and rs[j + 1] == rs[j] + 1:
+            j += 1
+        if j - i >= 3:
+            items.append(f"{rs[i]}-{rs[j]}")
+        else:
+            items.extend(map(str, rs[i:j + 1]))
+        i = j + 1
+    if len(items) > most:
+        return ", ".join(items[:most]) + f", ... ({len(rs)} ranks)"
+    return ", ".join(items)
+
+
 def _ranks(rs) -> str:
-    rs = sorted(rs)
-    return ("rank " if len(rs) == 1 else "ranks ") + ", ".join(map(str, rs))
+    rs = sorted(set(rs))
+    return ("rank " if len(rs) == 1 else "ranks ") + rank_list(rs)
 
 
 def _where(s: dict, step: int) -> str:
@@ -170,37 +188,15 @@ def tell(stalls: dict[int, dict], world_size: int) -> str:
 
 
 def fr_group(entry: dict) -> str:
-    """A Flight Recorder entry's group, as the recorder names groups ("default" for torch's
-    default_pg)."""
+    """A Flight Recorder entry's group, as the recorder names groups: by the group's name, never
+    its description, which every group of a kind shares ("default" for torch's default_pg)."""
     pg = entry.get("process_group")
-    name = pg[1] if isinstance(pg, (list, tuple)) and len(pg) > 1 else str(pg or "")
-    return "default" if name in ("default_pg", "0", "") else name
+    if not isinstance(pg, (list, tuple)) or not pg:
+        return str(pg or "default")
+    name, desc = str(pg[0]), str(pg[1]) if len(pg) > 1 else ""
+    return "default" if desc == "default_pg" or name in ("0", "") else name
 
 
 def fr_kind(entry: dict) -> str:
     """`gloo:all_reduce`, `nccl:all_reduce`: the collective's kind."""
     return str(entry.get("profiling_name") or "?").split(":")[-1]
-
-
-def tell_flight_recorder(s: dict) -> str:
-    """The dumps in a sentence: who entered which collective and did not complete it, who is
-    behind or has no dump."""
-    if not s:
-        return ""
-    parts = []
-    for group in sorted({g for r in s["ranks"].values() for g in r}):
-        at = {r: gs[group] for r, gs in s["ranks"].items() if group in gs}
-        top = max(v["entered"] for v in at.values())
-        stuck = sorted(r for r, v in at.items() if v["entered"] == top and v["completed"] < top)
-        behind = sorted(r for r, v in at.items() if v["entered"] < top)
-        if stuck:
-            kind = next((p for p in at[stuck[0]]["pending"] if p.endswith(f"#{top}")), f"#{top}")
-            parts.append(f"ranks {', '.join(map(str, stuck))} entered {kind} ({group} group) and "
-                         "did not complete it")
-        for r in behind:
-            parts.append(f"rank {r}'s last was #{at[r]['entered']}")
-    if s["missing"]:
-        parts.append(f"no dump from rank{'s' if len(s['missing']) > 1 else ''} "
-                     f"{', '.join(map(str, s['missing']))} (the likely culprit where the others "
-                     "wait)")
-    return "Flight Recorder: " + "; ".join(parts) if parts else ""

@@ -16,7 +16,7 @@ import pytest
 import gpuscope
 from gpuscope.record.events import StepLog
 from gpuscope.record.stall import StallWatch, where
-from gpuscope.stall_story import analyse, tell_flight_recorder
+from gpuscope.stall_story import analyse
 
 HERE = os.path.dirname(__file__)
 T0 = 1_796_000_000_000_000_000  # a unix time in ns
@@ -343,38 +343,42 @@ def test_a_stalled_run_says_so_first_in_every_view(tmp_path):
 
 def test_flight_recorder_dumps_beside_a_run_ours_and_torch_s_pickles(tmp_path):
     """Rank 0's dump as the watcher writes it (JSON), rank 1's as torch writes one (a pickle
-    named nccl_trace_rank_1), rank 2's missing: ranks 0 and 1 entered all_reduce #46 and did
-    not complete it, rank 2 has no dump. A pickle that would run code is not read."""
+    named nccl_trace_rank_1), rank 3's as JSON under another prefix, rank 2's missing: ranks 0,
+    1 and 3 wait in all_reduce #46 of the default group; rank 2 left no dump and stopped the job.
+    A pickle that would run code is not read, and says why."""
     import pickle
     import shutil
 
+    from gpuscope.analyze.hang_report import tell
     from gpuscope.readers import flight_recorder
 
     src = os.path.join(HERE, "fixtures", "stalled")
     shutil.copy(os.path.join(src, "rank-00000.gpuscope.fr.json"), tmp_path)
     with open(os.path.join(src, "rank-00001.gpuscope.fr.json")) as fh:
         (tmp_path / "nccl_trace_rank_1").write_bytes(pickle.dumps(json.load(fh)))
-    got = flight_recorder.summary(str(tmp_path), 3)
-    assert got["missing"] == [2] and sorted(got["ranks"]) == [0, 1]
-    assert got["ranks"][1]["default"] == {"entered": 46, "completed": 45,
-                                          "pending": ["all_reduce #46"]}
-    said = tell_flight_recorder(got)
-    assert "ranks 0, 1 entered all_reduce #46 (default group) and did not complete it" in said
-    assert "no dump from rank 2" in said
+    shutil.copy(os.path.join(src, "rank-00003.gpuscope.fr.json"), tmp_path / "_dump_3")
+    dumps, bad = flight_recorder.find(str(tmp_path))
+    assert sorted(dumps) == [0, 1, 3] and not bad
+    got = tell(dumps, bad, 4)
+    assert got["missing"] == [2] and got["blamed"] == [2], got["text"]
+    assert "ranks 0, 1, 3 wait in all_reduce of [[4225]] #46" in got["text"], got["text"]
+    assert "rank 2 left no dump" in got["text"]
 
     class Evil:
         def __reduce__(self):
             return (os.system, ("echo pwned",))
 
     (tmp_path / "nccl_trace_rank_2").write_bytes(pickle.dumps({"entries": [Evil()]}))
-    assert flight_recorder.load(str(tmp_path / "nccl_trace_rank_2")) is None
-    assert flight_recorder.summary(str(tmp_path), 3)["missing"] == [2]
+    why = flight_recorder.load(str(tmp_path / "nccl_trace_rank_2"))
+    assert isinstance(why, str) and "not plain data" in why
+    dumps, bad = flight_recorder.find(str(tmp_path))
+    assert sorted(dumps) == [0, 1, 3] and bad[0][0] == "nccl_trace_rank_2"
 
 
 def test_analyze_of_a_folder_of_flight_recorder_dumps_alone(tmp_path):
-    """Three of four ranks' dumps and nothing else: `gpuscope analyze` joins them (the
-    world size from their pg_config) and names rank 2, whose dump is missing, as the likely
-    culprit; --json - gives the same as JSON."""
+    """Three of four ranks' dumps and nothing else: `gpuscope analyze` joins them (the world
+    size from their groups' members) and names rank 2, whose dump is missing, as the rank that
+    stopped the job; --json - gives the same as JSON."""
     import shutil
 
     for r in (0, 1, 3):
@@ -384,12 +388,13 @@ def test_analyze_of_a_folder_of_flight_recorder_dumps_alone(tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "3 of 4 ranks left a dump" in out.stdout
-    assert "ranks 0, 1, 3 entered all_reduce #46" in out.stdout
-    assert "no dump from rank 2 (the likely culprit" in out.stdout
+    assert "THE JOB HUNG: rank 2 stopped it; it left no dump" in out.stdout, out.stdout
+    assert "ranks 0, 1, 3 wait in all_reduce of [[4225]] #46" in out.stdout
     js = subprocess.run([sys.executable, "-m", "gpuscope", "analyze", str(tmp_path), "--json",
                          "-"], capture_output=True, text=True, timeout=120)
     d = json.loads(js.stdout)
-    assert d["world_size"] == 4 and d["flight_recorder"]["missing"] == [2]
+    assert d["world_size"] == 4 and d["missing"] == [2] and d["blamed"] == [2]
+    assert d["schema"] == "gpuscope.flight_recorder/2"
 
 
 def test_a_forked_child_s_sigterm_is_not_taken_for_the_parent_s(tmp_path):

@@ -6,7 +6,7 @@ was killed) and the slowness report of the steps before; told by stall_story.py.
 
 from __future__ import annotations
 
-from ..stall_story import _at, _ranks, analyse, tell_flight_recorder
+from ..stall_story import _at, _ranks, analyse
 
 def _unresumed(info) -> dict | None:
     """The rank's last stall record when its steps had not resumed as the record ends (no
@@ -84,14 +84,39 @@ def late_before(report, rank: int, verb: str = "stalled") -> str:
     return f"rank {rank} was not late before it {verb}"
 
 
+def _dumps(table) -> dict | None:
+    """The Flight Recorder's dumps beside the records, told (analyze/hang_report.py)."""
+    if not table.flight_recorder:
+        return None
+    from .hang_report import tell
+
+    dumps, bad = table.flight_recorder
+    return tell(dumps, bad, table.world_size)
+
+
+def _from_dumps(fr: dict, report, back) -> dict:
+    """A stall the recorder did not see (the job ended before `stall_s`) but the dumps show."""
+    out = {"text": "stalled (its Flight Recorder dumps): " + fr["text"].splitlines()[0],
+           "blamed": fr["blamed"], "flight_recorder": fr,
+           "flight_recorder_text": "\n".join(fr["text"].splitlines()[1:])}
+    out["late_before"] = {r: late_before(report, r) for r in fr["blamed"]}
+    if back:
+        out["pauses"] = back
+    return out
+
+
 def section(table, report) -> dict:
     """The report's `stall` section ({} when no rank stalled): analyse()'s fields, with whether
-    each rank the stall points at was late before, and the pauses the run came back from."""
+    each rank the stall points at was late before, the pauses the run came back from, and what
+    the Flight Recorder's dumps beside the records say (`flight_recorder`)."""
     if table.source != "record":
         return {}
     stalls = open_stalls(table)
     back = pauses(table)
+    fr = _dumps(table)
     if not stalls:
+        if fr and fr["hung"]:
+            return _from_dumps(fr, report, back)
         return {"pauses": back} if back else {}
     from .stopped import _why
 
@@ -107,10 +132,10 @@ def section(table, report) -> dict:
     for r in sorted(set(range(table.world_size)) - set(table.ranks)):
         others[r] = "has no record"
     found = analyse(stalls, table.world_size, others)
-    fr = getattr(table, "flight_recorder", None)
-    if fr:  # the Flight Recorder's dumps beside the records
+    found["blamed"] = culprits(found)
+    if fr and fr["hung"]:  # the Flight Recorder's dumps beside the records
         found["flight_recorder"] = fr
-        found["flight_recorder_text"] = tell_flight_recorder(fr)
+        found["flight_recorder_text"] = "Flight Recorder: " + fr["text"]
     found["late_before"] = {r: late_before(report, r) for r in culprits(found)}
     plain = [r for r, t in found["late_before"].items() if t.endswith("was not late before it "
                                                                         "stalled")]

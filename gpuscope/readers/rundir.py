@@ -1105,8 +1105,9 @@ def read_run_dir(path: str, loaded: list | None = None) -> RunTable:
                      comm=comm_frame, memory=memory_frame(memory),
                      routing=routing_frame(routing), int_block=int_block,
                      ops=modules_frame(modules))
-    if any(info.meta.get("stalls") for info in ranks.values()) and os.path.isdir(path):
-        from .flight_recorder import summary  # a stalled run's dumps, beside its records
+    if os.path.isdir(path):
+        from .flight_recorder import find  # torch's and the stall watcher's, beside the records
 
-        table.flight_recorder = summary(path, table.world_size)
+        dumps, bad = find(path, quiet=True)
+        table.flight_recorder = (dumps, bad) if dumps else None
     return table

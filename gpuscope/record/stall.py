@@ -333,8 +333,10 @@ from ..stall_story import fr_group, fr_kind  # noqa: E402 - beside their one use
 def dump_flight_recorder(record_path: str | None) -> dict | None:
     """torch's Flight Recorder (it keeps its entries where TORCH_FR_BUFFER_SIZE, or
     TORCH_NCCL_TRACE_BUFFER_SIZE, is set, and for gloo by default in recent torch), as JSON
-    beside the record file (rank-N.gpuscope.fr.json): {"file", "entries", "pending": the
-    collectives it entered and has not retired}; None where it holds nothing or cannot be had."""
+    beside the record file (rank-N.gpuscope.fr.json), with what torch's dump leaves out under
+    `gpuscope`: this process's rank and the members of each of its groups (gloo's pg_config has
+    none): {"file", "entries", "pending": the collectives it entered and has not retired};
+    None where it holds nothing or cannot be had."""
     if record_path is None or "torch.distributed" not in sys.modules:
         return None
     try:
@@ -342,17 +344,33 @@ def dump_flight_recorder(record_path: str | None) -> dict | None:
 
         from torch._C._distributed_c10d import _dump_fr_trace_json
 
-        blob = _dump_fr_trace_json()
-        entries = json.loads(blob).get("entries") or []
-        if not entries:
+        doc = json.loads(_dump_fr_trace_json())
+        entries = doc.get("entries") or []
+        if not entries and not doc.get("pg_status"):
             return None
+        doc["gpuscope"] = _whoami()
         path = record_path.rsplit(".jsonl", 1)[0] + ".fr.json"
-        with open(path, "wb") as fh:
-            fh.write(blob)
+        with open(path, "w") as fh:
+            json.dump(doc, fh)
         return {"file": os.path.basename(path), "entries": len(entries),
                 "pending": pending_entries(entries)}
     except Exception:
         return None
+
+
+def _whoami() -> dict:
+    """{"rank", "groups": {name: {"desc", "ranks"}}} of this process, from torch.distributed."""
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d as c10d
+
+    groups = {}
+    for pg, name in list(c10d._world.pg_names.items()):
+        try:
+            groups[str(name)] = {"desc": str(getattr(pg, "group_desc", "") or ""),
+                                 "ranks": [int(r) for r in dist.get_process_group_ranks(pg)]}
+        except Exception:
+            continue
+    return {"rank": dist.get_rank(), "groups": groups}
 
 
 def pending_entries(entries: list, most: int = 8) -> list[dict]:
