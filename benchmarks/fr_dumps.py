@@ -79,11 +79,11 @@ def _program(lay: Layout, layers: int = 2) -> list[tuple[str, str, list]]:
     """One step's collectives: (group kind, kind of call, input sizes)."""
     ops = []
     for _ in range(layers):
-        ops += [("tp", "all_reduce", [[4096, 1024]]), ("cp", "_allgather_base", [[2048, 1024]]),
+        ops += [("tp", "all_reduce", [[4096, 1024]]), ("cp", "_all_gather_base", [[2048, 1024]]),
                 ("ep", "all_to_all", [[8192, 1024]]), ("ep", "all_to_all", [[8192, 1024]]),
                 ("tp", "all_reduce", [[4096, 1024]])]
     ops += [("pp", "recv", [[4096, 1024]]), ("pp", "send", [[4096, 1024]]),
-            ("dp", "_reduce_scatter_base", [[65536]]), ("dp", "_allgather_base", [[8192]])]
+            ("dp", "_reduce_scatter_base", [[65536]]), ("dp", "_all_gather_base", [[8192]])]
     return ops
 
 
@@ -251,7 +251,8 @@ def _dump(job: _Job, r: int, issued: int, done: int, names, ring: int, empty: bo
             "p2p_seq_id": p2p if kind == "pp" else 0, "op_id": i + 1,
             "profiling_name": f"nccl:{_p2p_name(job, r, i, call)}", "time_created_ns": created,
             "duration_ms": 1.5 if complete else None,
-            "input_sizes": sizes, "input_dtypes": ["BFloat16"], "output_sizes": sizes,
+            "input_sizes": sizes, "input_dtypes": ["BFloat16"],
+            "output_sizes": _out_sizes(call, sizes, len(job.groups[g][1])),
             "output_dtypes": ["BFloat16"],
             "state": "completed" if complete else "started" if i == done else "scheduled",
             "time_discovered_started_ns": created + 1000 if i <= done else None,
@@ -265,6 +266,15 @@ def _dump(job: _Job, r: int, issued: int, done: int, names, ring: int, empty: bo
                                    "last_completed_collective": s[2]}
                           for u, s in sorted(status.items())},
             **({} if empty else {"entries": entries})}
+
+
+def _out_sizes(call: str, sizes: list, n: int) -> list:
+    """What a collective gives back: an all-gather n times its input, a reduce-scatter 1/n."""
+    if call == "_all_gather_base":
+        return [[sizes[0][0] * n, *sizes[0][1:]]]
+    if call == "_reduce_scatter_base":
+        return [[sizes[0][0] // n, *sizes[0][1:]]]
+    return sizes
 
 
 def _p2p_name(job: _Job, r: int, i: int, call: str) -> str:

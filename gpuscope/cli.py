@@ -55,20 +55,24 @@ def _analyze(args, ahead):
                          steps=steps)
 
 
-def _flight_recorder_alone(args) -> int | None:
+def _flight_recorder_alone(args) -> int | tuple | None:
     """A folder of Flight Recorder dumps and nothing else gpuscope reads (or one dump): who
-    stopped the job, where the others wait (analyze/hang_report.py); None where it holds none."""
+    stopped the job, where the others wait (analyze/hang_report.py); where it holds none, the
+    first file that is not one with why (file, why), or None."""
     from .analyze.hang_report import tell
     from .readers import flight_recorder
     from .render.flight_recorder import render
 
     if os.path.isdir(args.path):
         dumps, bad = flight_recorder.find(args.path)
-    else:
+    elif os.path.isfile(args.path):
         got = flight_recorder.load(args.path)
-        dumps, bad = ({got.rank: got}, []) if not isinstance(got, str) else ({}, [])
-    if not dumps:
+        dumps, bad = ({got.rank: got}, []) if not isinstance(got, str) else \
+            ({}, [(os.path.basename(args.path), got)])
+    else:
         return None
+    if not dumps:
+        return bad[0] if bad else None
     doc = {"path": args.path, **tell(dumps, bad)}
     if args.json:
         text = json.dumps(doc, indent=1)
@@ -85,10 +89,12 @@ def _flight_recorder_alone(args) -> int | None:
 def cmd_analyze(args) -> int:
     try:
         return _cmd_analyze(args)
-    except InputError:
+    except InputError as e:
         alone = _flight_recorder_alone(args)
         if alone is None:
             raise
+        if isinstance(alone, tuple):  # no dump either: why the first candidate is not one
+            raise InputError(f"{e}; {alone[0]}: {alone[1]}") from None
         return alone
 
 

@@ -10,7 +10,7 @@ overhead_cases.json and overhead_cases_gpu.json (benchmarks/bench_overhead_cases
 overhead_gpu.json (bench_overhead.py --device cuda),
 whatif.json (benchmarks/bench_whatif.py), vs_hta.json (benchmarks/bench_vs_hta.py), scale.json
 (benchmarks/bench_scale.py), same_run.json (scripts/same_run.py), fuzz.json (scripts/fuzz.py),
-soak.json (scripts/soak.py), upstream_2d.json (scripts/upstream_2d.py), scale_large.json
+soak.json (scripts/soak.py), fr.json (benchmarks/bench_fr.py), upstream_2d.json (scripts/upstream_2d.py), scale_large.json
 and scale_huge.json (benchmarks/bench_scale.py --out ...: past 1,024 ranks, and more
 rank-steps than memory); a missing file leaves
 its section out with the command that makes it. The README's lines between
@@ -700,6 +700,8 @@ def budgets(docs: dict) -> list[str]:
         out.append(f"- Both sources agree: the same run recorded and profiled gets the same "
                    f"verdict and stragglers in {agree} of {runs} runs{fix}, {cores} kept busy "
                    "([same run](docs/performance.md#the-same-run-from-both-sources)).")
+    if docs.get("fr.json"):
+        out.append(fr_budget(docs["fr.json"]))
     f = docs.get("fuzz.json")
     if f:
         out.append(f"- Damaged input never crashes the reader: {f['failures']} failures in "
@@ -735,18 +737,53 @@ def every_rank(d: dict | None) -> list[str]:
             "over the imports ([figures](docs/performance.md#every-ranks-profiler-trace-at-size))."]
 
 
-def write_block(marks: tuple[str, str], lines: list[str]) -> None:
-    """Rewrite the README's lines between the two markers, if it has them."""
-    if not os.path.exists(README):
+def write_block(marks: tuple[str, str], lines: list[str], path: str = README) -> None:
+    """Rewrite the lines between the two markers of `path` (the README), if it has them."""
+    if not os.path.exists(path):
         return
-    with open(README) as fh:
+    with open(path) as fh:
         text = fh.read()
     if marks[0] not in text or marks[1] not in text:
         return
     head, rest = text.split(marks[0], 1)
     _, tail = rest.split(marks[1], 1)
-    with open(README, "w") as fh:
+    with open(path, "w") as fh:
         fh.write(head + marks[0] + "\n" + "\n".join(lines) + "\n" + marks[1] + tail)
+
+
+def flight_recorder(d: dict) -> list[str]:
+    """Flight Recorder dumps at scale (fr.json): gpuscope beside the floor and torch's tool."""
+    out = ["## Hangs: Flight Recorder dumps at scale", "",
+           f"`benchmarks/bench_fr.py` ({d['commit']}, {d['cpu_count']} cores, median of "
+           f"{d['repeat']}, each in a fresh process): a Megatron-style job in five kinds of "
+           "group hung by one rank that stops before its expert-parallel all-to-all, every "
+           "rank's ring of 2,000 entries pickled as torch writes it (benchmarks/fr_dumps.py). "
+           "The floor is `pickle.load` of every dump in one process; gpuscope is the command, "
+           "start-up included (it reads half the files in a forked process); torch's is "
+           "`python -m torch.distributed.flight_recorder.fr_trace DIR --prefix _dump_`.", "",
+           "| ranks | dumps | floor | gpuscope | over the floor | peak | blamed (truth) "
+           "| report | torch's fr_trace | its missing ranks | its lines |",
+           "| ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | --- | ---: |"]
+    for r in d["rows"]:
+        out.append(f"| {r['ranks']:,} | {r['dumps_mb']:.0f} MB | {r['floor_pickle_load_s']:.2f} s "
+                   f"| {r['gpuscope_cli_s']:.2f} s | {r['gpuscope_over_floor']:.2f}x "
+                   f"| {r['gpuscope_peak_mb']} MB | {r['gpuscope_blamed']} "
+                   f"({r['truth']['culprit']}) | {r['gpuscope_report_lines']} lines "
+                   f"| {r['torch_fr_trace_s']:.1f} s "
+                   f"| {r['torch_fr_trace_missing_ranks'] or 'none'} "
+                   f"| {r['torch_fr_trace_lines']:,} |")
+    return out + [""]
+
+
+def fr_budget(d: dict) -> str:
+    big = max(d["rows"], key=lambda r: r["ranks"])
+    right = big["gpuscope_blamed"] == [big["truth"]["culprit"]]
+    return (f"- Hangs from dumps: 1,024 ranks' Flight Recorder dumps read in seconds, matched by "
+            f"process group; measured {big['ranks']:,} ranks ({big['dumps_mb']:.0f} MB) in "
+            f"{big['gpuscope_cli_s']:.1f} s end to end, {big['gpuscope_over_floor']:.2f}x the "
+            f"floor of unpickling them, the rank that stopped the job "
+            f"{'named' if right else 'NOT named'} in a {big['gpuscope_report_lines']}-line report "
+            "([hangs](docs/performance.md#hangs-flight-recorder-dumps-at-scale)).")
 
 
 def write_budgets(lines: list[str]) -> None:
@@ -785,7 +822,8 @@ def main() -> None:
             ("memory.json", memory, "benchmarks/bench_memory.py"),
             ("upstream_2d.json", upstream_2d, "scripts/upstream_2d.py --examples PATH"),
             ("fuzz.json", fuzz, "scripts/fuzz.py"),
-            ("soak.json", soak, "scripts/soak.py")):
+            ("soak.json", soak, "scripts/soak.py"),
+            ("fr.json", flight_recorder, "benchmarks/bench_fr.py")):
         d = docs[name] = _load(name)
         lines += fn(d) if d else [f"(no {name} yet: run `python {cmd}`)", ""]
     with open(OUT, "w") as fh:
@@ -794,6 +832,10 @@ def main() -> None:
     write_budgets(budgets({k: v for k, v in docs.items() if v}))
     write_block(FIRST_RUN, first_run(_load("first_run.json")))
     write_block(EVERY_RANK, every_rank(_load("big_traces.json")))
+    if docs.get("fr.json"):
+        write_block(("<!-- fr:begin -->", "<!-- fr:end -->"),
+                    flight_recorder(docs["fr.json"])[2:],
+                    os.path.join(ROOT, "docs", "hangs.md"))
     print(f"wrote {OUT}")
 
 

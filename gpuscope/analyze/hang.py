@@ -172,6 +172,9 @@ class Hang:
     waits: dict[int, Stuck]
     #: places that wait on each other in a circle (collectives called in another order)
     circle: list[Stuck]
+    #: places held only by ranks with no (readable) dump while ranks with one stopped the job:
+    #: those ranks may well wait on the blamed ones; they are not blamed
+    unread: list[Stuck] = field(default_factory=list)
 
 
 def find_hang(gs: Groups, dumps: dict[int, RankDump]) -> Hang:
@@ -187,17 +190,24 @@ def find_hang(gs: Groups, dumps: dict[int, RankDump]) -> Hang:
                 waits.setdefault(r, s)
     blamed: set[int] = set()
     roots: list[Stuck] = []
+    free = {id(s): [b for b in s.blockers() if b not in waits or waits[b] is s] for s in stuck}
+    # a rank with no dump is blamed only where no rank with one explains the hang
+    seen = any(b in dumped for s in stuck for b in free[id(s)])
+    unread = []
     for s in stuck:
-        free = [b for b in s.blockers() if b not in waits or waits[b] is s]
-        if free or not s.blockers():
+        mine = [b for b in free[id(s)] if b in dumped or not seen]
+        if mine or not s.blockers():
             roots.append(s)
-            blamed |= set(free)
+            blamed |= set(mine)
+        elif free[id(s)]:
+            unread.append(s)
     circle = []
     if not roots and stuck:  # every holder waits elsewhere: a circle
         circle = _circle(stuck, waits)
         blamed = {b for s in circle for b in s.blockers()}
     roots.sort(key=lambda s: (s.p2p, not s.blockers(), -len(s.waiting), s.seq))
-    return Hang(stuck=stuck, roots=roots, blamed=sorted(blamed), waits=waits, circle=circle)
+    return Hang(stuck=stuck, roots=roots, blamed=sorted(blamed), waits=waits, circle=circle,
+                unread=unread)
 
 
 def _circle(stuck: list[Stuck], waits: dict[int, Stuck]) -> list[Stuck]:

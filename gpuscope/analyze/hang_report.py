@@ -209,6 +209,13 @@ def tell(dumps: dict[int, RankDump], bad: list[tuple[str, str]] | None = None,
         lines.append("No rank waits in a collective in these dumps: every collective they "
                      "entered completed (taken before a hang, or the job stopped outside "
                      "collectives)")
+    if h.unread:
+        ranks = sorted({b for st in h.unread for b in st.blockers() if b not in dumps})
+        lines.append(f"{_ranks(ranks)} left no readable dump; "
+                     f"{_ranks(sorted({r for st in h.unread for r in st.waiting}))} wait on "
+                     f"{'it' if len(ranks) == 1 else 'them'} in {len(h.unread)} group"
+                     f"{'s' if len(h.unread) > 1 else ''} (through "
+                     f"{'it' if len(ranks) == 1 else 'them'}, on the ranks above, most likely)")
     victims = sorted(r for r, s in h.waits.items() if s not in h.roots)
     if victims:
         groups = {id(h.waits[r].group): h.waits[r].group for r in victims}

@@ -96,7 +96,7 @@ def _dumps(table) -> dict | None:
 
 def _from_dumps(fr: dict, report, back) -> dict:
     """A stall the recorder did not see (the job ended before `stall_s`) but the dumps show."""
-    out = {"text": "stalled (its Flight Recorder dumps): " + fr["text"].splitlines()[0],
+    out = {"text": "stalled (Flight Recorder) " + fr["text"].splitlines()[0],
            "blamed": fr["blamed"], "flight_recorder": fr,
            "flight_recorder_text": "\n".join(fr["text"].splitlines()[1:])}
     out["late_before"] = {r: late_before(report, r) for r in fr["blamed"]}

@@ -65,5 +65,6 @@ def _read_path(path, parsed=None) -> RunTable:
     if files:
         return read_kineto(path, files, parsed_ahead=parsed)
     raise InputError(f"{path}: neither a gpuscope run dir (rank-*.gpuscope.jsonl), torch.profiler "
-                     "traces (*.pt.trace.json[.gz] / *.json[.gz]) nor an op timeline "
-                     "(.parquet / .csv: rank, step, optype, start_ts, duration)")
+                     "traces (*.pt.trace.json[.gz] / *.json[.gz]), an op timeline "
+                     "(.parquet / .csv: rank, step, optype, start_ts, duration) nor Flight "
+                     "Recorder dumps (pickles or JSON of version, pg_config, pg_status, entries)")

@@ -96,8 +96,8 @@ class RankDump:
 
 def _decode(blob: bytes):
     head = blob[:1]
-    if head == b"\x80":
-        return _DataOnly(io.BytesIO(blob)).load()
+    if head == b"\x80":  # buffered: the C unpickler peeks instead of calling read() each time
+        return _DataOnly(io.BufferedReader(io.BytesIO(blob))).load()
     if blob.lstrip()[:1] == b"{":
         try:
             import orjson
@@ -233,11 +233,15 @@ def load(path: str) -> RankDump | str:
         return "empty"
     try:
         d = _decode(blob)
-    except pickle.UnpicklingError as e:
-        return f"a pickle that is not plain data ({e})" if "not data" in str(e) else \
-            f"a truncated or corrupt pickle ({e})"
     except Exception as e:
-        return f"not a Flight Recorder dump ({str(e).splitlines()[0][:80] or type(e).__name__})"
+        why = str(e).splitlines()[0][:80] if str(e) else type(e).__name__
+        if "not data" in why:
+            return f"a pickle that is not plain data ({why})"
+        if blob[:1] == b"\x80":
+            return f"a truncated or corrupt pickle ({why})"
+        if blob.lstrip()[:1] == b"{":
+            return f"truncated or corrupt JSON ({why})"
+        return f"not a Flight Recorder dump ({why})"
     if not is_dump(d):
         keys = ", ".join(sorted(map(str, d))[:6]) if isinstance(d, dict) else type(d).__name__
         return f"not a Flight Recorder dump (it holds {keys}; a dump holds version, pg_config, " \
@@ -316,10 +320,14 @@ def find(folder: str, quiet: bool = False) -> tuple[dict[int, RankDump], list[tu
     other kinds gpuscope reads (records, traces) are left out of both, and with `quiet` (a run
     dir's folder) the files not named as dumps. Two dumps of one rank: the stall watcher's is
     kept (it names its groups' members), else the later file."""
+    from . import no_gc
+
     dumps: dict[int, RankDump] = {}
     bad: list[tuple[str, str]] = []
     names = _candidates(folder, quiet)
-    for name, got in zip(names, _load_all(folder, names)):
+    with no_gc():  # a dump is hundreds of thousands of small containers, none cyclic
+        loaded = _load_all(folder, names)
+    for name, got in zip(names, loaded):
         if isinstance(got, str):
             bad.append((name, got))
             continue
