@@ -12,6 +12,7 @@ the smaller party the odd one out.
 from __future__ import annotations
 
 import os
+import re
 import time
 
 #: the states in which a rank waits on its peers (a collective, or work that waits on one)
@@ -52,6 +53,24 @@ def _issued(s: dict, group: str) -> int | None:
         g, seq, _, _ = _target(s)
         n = seq if g == group else None
     return n
+
+
+_SOURCE = re.compile(r"\[[^\]]*\.(?:cc|cpp|cu|c|h|hpp):\d+\]\s*")
+
+
+def short_error(err, most: int = 200) -> str:
+    """An error's first line without the C++ source location gloo and c10d put in front."""
+    line = str(err or "").strip().splitlines()
+    return _SOURCE.sub("", line[0])[:most] if line else ""
+
+
+def in_step(n) -> str:
+    """Where a rank stopped, from the steps it completed: "in step 40 (steps 0-39 completed)",
+    "in step 0, its first"; "" where the record does not say."""
+    if not isinstance(n, int) or n < 0:
+        return ""
+    return f"in step {n}" + (f" (steps 0-{n - 1} completed)" if n > 1 else
+                             " (step 0 completed)" if n == 1 else ", its first")
 
 
 def rank_list(rs, most: int = 12) -> str:
@@ -105,10 +124,15 @@ def analyse(stalls: dict[int, dict], world_size: int,
     out: dict = {"step": step}
     parts = []
     if waiting:
-        # the collective most ranks wait in: the highest number on its group
-        group = max(waiting.values(), key=lambda t: t[1])[0]
-        seq = max(t[1] for t in waiting.values() if t[0] == group)
+        # on the group most waiting ranks are on, the lowest collective a rank waits in: ranks
+        # waiting further on went past it and wait for those still in it or behind it
+        on = {}
+        for t in waiting.values():
+            on[t[0]] = on.get(t[0], 0) + 1
+        group = max(on, key=lambda g: (on[g], g == "default"))
+        seq = min(t[1] for t in waiting.values() if t[0] == group)
         at = {r: t for r, t in waiting.items() if t[0] == group and t[1] == seq}
+        ahead = {r: t for r, t in waiting.items() if t[0] == group and t[1] > seq}
         kinds = {(t[2], str(t[3])) for t in at.values() if t[2] is not None}
         kind = next(iter(kinds))[0] if len(kinds) == 1 else None
         # the same collective number entered as different collectives, or by a rank that is not
@@ -128,12 +152,31 @@ def analyse(stalls: dict[int, dict], world_size: int,
         parts.append(f"{_ranks(at)} waiting in {what} since {clock(since)}")
         behind = sorted(r for r, s in stalls.items() if r not in at and (
             _issued(s, group) is None or _issued(s, group) < seq))
-        out["never_reached"] = behind
+        # of those, the ranks furthest behind hold the others: a rank that issued collectives
+        # they never did cannot complete those without them (it waits on them too)
+        counts = {r: _issued(stalls[r], group) for r in behind}
+        low = min((c for c in counts.values() if c is not None), default=None)
+        between = [r for r in behind if counts[r] is not None and counts[r] > low]
+        out["never_reached"] = [r for r in behind if r not in between]
         told: dict = {}  # ranks in the same place told once
-        for r in behind:
+        for r in out["never_reached"]:
             told.setdefault(_where(stalls[r], step), []).append(r)
         for text, rs in told.items():
             parts.append(f"{_ranks(rs)} never reached it: {text}")
+        if between:
+            out["behind_them"] = between
+            parts.append("; ".join(
+                f"rank {r} got as far as #{counts[r]} ({_where(stalls[r], step)}): it waits on "
+                f"{_ranks(out['never_reached'])} too" for r in between))
+        if ahead:
+            out["past_it"] = sorted(ahead)
+            further = {}
+            for r, t in ahead.items():
+                further.setdefault((t[1], t[2], stalls[r].get("in")), []).append(r)
+            for (n, kind, how), rs in sorted(further.items()):
+                parts.append(f"{_ranks(rs)} went past it and wait{'s' if len(rs) == 1 else ''} "
+                             f"in {kind or 'collective'} #{n}"
+                             + (f" (from {how})" if how and how != "collective" else ""))
     else:
         out["never_reached"] = []
         parts.append("; ".join(f"rank {r} {_where(s, step)}" for r, s in sorted(stalls.items())))

@@ -169,7 +169,9 @@ def _steps(label, **shares):
     (Evidence(steps=1, ranks=2, world=2), "comm-bound", "low", "1 step analysed"),
     (Evidence(steps=2, ranks=2, world=2), "comm-bound", "medium", "2 steps analysed"),
     (Evidence(steps=9, ranks=2, world=2, step_markers=False), "comm-bound", "low", "no step mark"),
-    (Evidence(steps=9, ranks=1, world=8), "comm-bound", "medium", "1 of 8 ranks"),
+    (Evidence(steps=9, ranks=2, world=8), "comm-bound", "medium", "2 of 8 ranks"),
+    # one rank's data (the others killed before their rows were written): no wait split at all
+    (Evidence(steps=9, ranks=1, world=8), "comm-bound", "low", "1 of 8 ranks"),
     (Evidence(steps=9, ranks=2, world=2, comm_seen=False), "comm-bound", "low", "no communica"),
     (Evidence(steps=9, ranks=2, world=2, clocks_aligned=False), "comm-bound", "medium", "clocks"),
     (Evidence(steps=9, ranks=2, world=2, broken_rules=1), "comm-bound", "medium", "clipped"),

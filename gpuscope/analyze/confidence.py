@@ -6,8 +6,8 @@
      or a named straggler, needs at least three (fewer cannot tell a consistent straggler from
      one step's lateness): low;
    - step markers: a trace without ProfilerStep ranges is read as one step: low;
-   - ranks: fewer ranks than the world size caps at medium (waiting for a rank that is not there
-     cannot be told from transfer);
+   - ranks: fewer ranks with steps than the world size caps at medium (waiting for a rank that
+     is not there cannot be told from transfer), one rank of several at low;
    - communication: several ranks and no collective recognised: low;
    - clocks: ranks on several hosts whose clocks could not be aligned: medium;
    - margin: when the deciding share of the verdict's steps (the part's share of their time)
@@ -136,7 +136,10 @@ def earn(verdict: Verdict, ev: Evidence, steps: pd.DataFrame, th: Thresholds) ->
         caps.append(("medium", "2 steps analysed"))
     if not ev.step_markers:
         caps.append(("low", "no step markers: the whole trace is one step"))
-    if ev.ranks < ev.world:
+    if ev.ranks == 1 < ev.world:
+        caps.append(("low", f"1 of {ev.world} ranks: one rank's data cannot tell its waiting "
+                            "for the others from transfer"))
+    elif ev.ranks < ev.world:
         caps.append(("medium", f"{ev.ranks} of {ev.world} ranks: waiting for the others cannot "
                                "be told from transfer"))
     if ev.world > 1 and ev.ranks > 1 and not ev.comm_seen:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..readers.flight_recorder import Entry, RankDump
+from ..dumps import Entry, RankDump
 
 
 @dataclass

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..readers.flight_recorder import Entry, RankDump
+from ..dumps import Entry, RankDump
 from .fr_groups import Group, Groups
 
 
@@ -85,14 +85,41 @@ def _history(g: Group, before: int) -> set[str]:
     return {call_text(e) for p in g.places.values() for s, e in p.by_seq.items() if s < before}
 
 
+def expected_call(g: Group, seq: int) -> str | None:
+    """The call the group's own rhythm puts at #seq: its members' calls before it, in order,
+    repeat with a period P (a step's collectives); the call P before. None where the ring does
+    not hold two periods, or the calls do not repeat."""
+    hist: dict[int, str] = {}
+    for p in g.places.values():
+        for s, e in p.by_seq.items():
+            if s < seq:
+                hist.setdefault(s, call_text(e))
+    calls, s = [], seq - 1
+    while s in hist:
+        calls.append(hist[s])
+        s -= 1
+    calls.reverse()  # the contiguous calls up to #seq - 1
+    for period in range(1, len(calls) // 2 + 1):
+        if all(calls[i] == calls[i - period] for i in range(period, len(calls))):
+            return calls[len(calls) - period]
+    return None
+
+
 def _mismatch(st: Stuck) -> None:
+    """The odd ones out of calls that differ at one number: the smaller party; between even
+    parties, the one whose call is not the one the group's rhythm puts there, else the call the
+    group never made before."""
     if len(st.calls) < 2:
         return
     parties = sorted(st.calls.items(), key=lambda kv: (-len(kv[1]), kv[1]))
     if len(parties[0][1]) > len(parties[1][1]):
         st.odd = sorted(r for _, rs in parties[1:] for r in rs)
         return
-    seen = _history(st.group, st.seq)  # even parties: the call never made before is odd
+    want = expected_call(st.group, st.seq)
+    if want in st.calls:
+        st.odd = sorted(r for text, rs in parties if text != want for r in rs)
+        return
+    seen = _history(st.group, st.seq)
     new = [rs for text, rs in parties if text not in seen]
     if new and len(new) < len(parties):
         st.odd = sorted(r for rs in new for r in rs)

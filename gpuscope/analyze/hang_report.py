@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 
-from ..readers.flight_recorder import RankDump
+from ..dumps import RankDump
 from ..stall_story import _ranks, clock, rank_list
 from .fr_groups import Group, Groups, build, label
 from .hang import Hang, Stuck, behind_by, find_hang, reaches
@@ -68,10 +68,11 @@ def _why_blocked(st: Stuck, r: int) -> str:
 def _place_text(st: Stuck, culprits: list[int]) -> str:
     """One place the culprits hold: who waits there in what, since when, and why they hold it."""
     since = f" since {clock(st.since_ns)}" if st.since_ns else ""
-    if st.odd:
+    if len(st.calls) > 1:
         parties = "; ".join(f"{_ranks(rs)} called {text}" for text, rs in st.calls.items())
         return (f"{_group(st.group)}: mismatched collectives at #{st.seq}{since}: {parties} "
-                f"({_ranks(st.odd)} the odd one{'s' if len(st.odd) > 1 else ''} out)")
+                + (f"({_ranks(st.odd)} the odd one{'s' if len(st.odd) > 1 else ''} out)"
+                   if st.odd else "(which is out of order the calls do not tell)"))
     if st.unknown and not st.blockers():
         return (f"{_group(st.group)}: {_ranks(st.waiting)} wait in {st.call()} #{st.seq}{since}; "
                 f"{st.unknown} member{'s' if st.unknown > 1 else ''} of it left no dump (among "
@@ -234,7 +235,8 @@ def tell(dumps: dict[int, RankDump], bad: list[tuple[str, str]] | None = None,
         lines.append(_kinds_line(kinds))
     notes = _notes(dumps, gs, missing, bad)
     return {"schema": SCHEMA, "world_size": world, "dumps": len(dumps), "missing": missing,
-            "hung": bool(h.stuck), "blamed": h.blamed, "stopped_by": _stopped_by(h, dumps, gs),
+            "hung": bool(h.stuck), "blamed": h.blamed,
+            "at_sigterm": sorted(r for r, d in dumps.items() if d.taken == "sigterm"), "stopped_by": _stopped_by(h, dumps, gs),
             "stuck_groups": [_stuck_json(h, s) for s in h.stuck], "by_kind": kinds,
             "circle": bool(h.circle),
             "unplaced": [{"rank": r, "pg_id": u, "enqueued": s[0], "completed": s[2],
@@ -264,15 +266,3 @@ def _notes(dumps, gs: Groups, missing, bad) -> list[str]:
     if bad and len(bad) > 8:
         notes.append(f"and {len(bad) - 8} more files that are not dumps")
     return notes
-
-
-def tell_folder(folder: str, world_size: int | None = None) -> dict | None:
-    """The section for the dumps in `folder`; None where it holds none."""
-    from ..readers.flight_recorder import find
-
-    dumps, bad = find(folder)
-    if not dumps:
-        return None
-    return tell(dumps, bad, world_size)
-
-

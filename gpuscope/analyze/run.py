@@ -373,7 +373,7 @@ def straggler_floor(a: Analysis) -> dict:
             "pct": round(100 * r.floor_ns / r.typical_ns, 1), "steps": int(r.n_steps)}
 
 
-@declares("report table steps unseen broken stragglers minor roles verdict th warnings",
+@declares("report table frame steps unseen broken stragglers minor roles verdict th warnings",
           "warnings report")
 def check(a: Analysis) -> None:
     """The report against its own arithmetic (a bug if anything fails: said, and it costs
@@ -381,7 +381,8 @@ def check(a: Analysis) -> None:
     wrong = violations(a.report)
     a.warnings += [f"did not add up: {w}" for w in wrong]
     t = a.table
-    evidence = Evidence(steps=len(a.steps), ranks=len(t.ranks), world=int(t.world_size),
+    with_rows = int(a.frame["rank"].nunique()) if len(a.frame) else 0  # not header-only files
+    evidence = Evidence(steps=len(a.steps), ranks=with_rows, world=int(t.world_size),
                         step_markers=all(i.meta.get("step_markers", True)
                                          for i in t.ranks.values()),
                         comm_seen=not a.unseen, clocks_aligned=clocks_aligned(t),

@@ -6,7 +6,9 @@ was killed) and the slowness report of the steps before; told by stall_story.py.
 
 from __future__ import annotations
 
-from ..stall_story import _at, _ranks, analyse
+import re
+
+from ..stall_story import _at, _ranks, analyse, short_error
 
 def _unresumed(info) -> dict | None:
     """The rank's last stall record when its steps had not resumed as the record ends (no
@@ -105,6 +107,82 @@ def _from_dumps(fr: dict, report, back) -> dict:
     return out
 
 
+#: a collective's own timeout ending a rank (gloo's "Timed out waiting 12000ms for recv", NCCL's
+#: watchdog)
+_TIMEOUT = re.compile(r"timed? ?out|timeout|watchdog", re.IGNORECASE)
+#: a SIGTERM that finds every rank this long past its last step (and at least this many of its
+#: median steps) came to a job that was blocked, not working
+TERM_IDLE_S, TERM_IDLE_STEPS = 5.0, 20
+
+
+def _last_step_ends(table) -> dict[int, int]:
+    f = table.frame
+    if not len(f) or "start_ns" not in f:
+        return {}
+    return (f["start_ns"] + f["step_ns"]).groupby(f["rank"]).max().astype("int64").to_dict()
+
+
+def term_stalls(table) -> dict[int, dict]:
+    """A run a launcher stopped with SIGTERM while it was blocked, before the stall watcher's
+    bound: each rank's place at the TERM (its end record's terminated_where), as a stall record.
+    Blocked: a rank's recorder could not take the signal in training (blocked in native code), or
+    every rank was past its last step by TERM_IDLE_S and TERM_IDLE_STEPS median steps."""
+    ends = {int(r): info.meta.get("end") for r, info in table.ranks.items()}
+    termed = {r: e for r, e in ends.items() if isinstance(e, dict) and e.get("terminated")
+              and isinstance(e.get("terminated_where"), dict)}
+    if not termed:
+        return {}
+    last = _last_step_ends(table)
+    idle = [e["end_unix_ns"] - last[r] for r, e in termed.items()
+            if r in last and isinstance(e.get("end_unix_ns"), int)]
+    med = float(table.frame["step_ns"].median()) if len(table.frame) else 0.0
+    if not (any(e.get("blocked") for e in termed.values()) or (
+            idle and len(idle) == len(termed)
+            and min(idle) >= max(TERM_IDLE_S * 1e9, TERM_IDLE_STEPS * med))):
+        return {}
+    out = {}
+    for r, e in termed.items():
+        w = dict(e["terminated_where"])
+        w["step"] = e.get("steps", 0)
+        if not w.get("since_unix_ns") and r in last:
+            w["since_unix_ns"] = last[r]
+        w["at_term"] = True
+        out[r] = w
+    return out
+
+
+def ended(table, stalled) -> str:
+    """How a stalled run ended, said after the stall: the ranks whose collective timed out
+    waiting (with its message), the ranks a launcher stopped."""
+    timed, termed = [], []
+    for r, info in sorted(table.ranks.items()):
+        end = info.meta.get("end")
+        if not isinstance(end, dict) or not end:
+            continue
+        err = str(end.get("error") or "")
+        if end.get("crashed") and _TIMEOUT.search(err):
+            timed.append((int(r), short_error(err)))
+        elif end.get("terminated"):
+            termed.append(int(r))
+    parts = []
+    if timed:
+        parts.append(f"then the collective timeout ended the run: {_ranks(r for r, _ in timed)}"
+                     f" timed out waiting ({timed[0][1]})")
+    if termed and (timed or not all(r in stalled for r in termed)):
+        parts.append(f"{_ranks(termed)} stopped by SIGTERM")
+    elif termed:
+        parts.append(f"a SIGTERM stopped {'it' if len(termed) == 1 else 'them'} "
+                     f"{_idle_for(table, termed)}")
+    return "; ".join(parts)
+
+
+def _idle_for(table, ranks) -> str:
+    last = _last_step_ends(table)
+    idle = [table.ranks[r].meta["end"]["end_unix_ns"] - last[r] for r in ranks if r in last
+            and isinstance(table.ranks[r].meta["end"].get("end_unix_ns"), int)]
+    return f"{min(idle) / 1e9:.0f} s after the last step" if idle else ""
+
+
 def section(table, report) -> dict:
     """The report's `stall` section ({} when no rank stalled): analyse()'s fields, with whether
     each rank the stall points at was late before, the pauses the run came back from, and what
@@ -115,9 +193,15 @@ def section(table, report) -> dict:
     back = pauses(table)
     fr = _dumps(table)
     if not stalls:
-        if fr and fr["hung"]:
+        term = term_stalls(table)
+        # where each rank was at the SIGTERM tells the stall where it names a rank; where the
+        # dumps do and the snapshot does not (a record without the collectives issued), theirs
+        if term and (culprits(analyse(term, table.world_size)) or not (fr and fr["blamed"])):
+            stalls = term
+        elif fr and fr["hung"]:
             return _from_dumps(fr, report, back)
-        return {"pauses": back} if back else {}
+        else:
+            return {"pauses": back} if back else {}
     from .stopped import _why
 
     others = {}
@@ -132,10 +216,26 @@ def section(table, report) -> dict:
     for r in sorted(set(range(table.world_size)) - set(table.ranks)):
         others[r] = "has no record"
     found = analyse(stalls, table.world_size, others)
+    if fr and found.get("mismatched") and not found.get("odd_ones"):
+        # even parties: the dumps' history tells which call is out of the group's rhythm
+        odd = next((st["odd_ones"] for st in fr["stuck_groups"]
+                    if st["seq"] == found.get("seq") and st["odd_ones"]), None)
+        if odd:
+            found["odd_ones"] = odd
+            found["text"] += (f" ({_ranks(odd)} the odd one{'s' if len(odd) > 1 else ''} out: "
+                              "not the call the group makes there each step, as its Flight "
+                              "Recorder shows)")
     found["blamed"] = culprits(found)
     if fr and fr["hung"]:  # the Flight Recorder's dumps beside the records
         found["flight_recorder"] = fr
-        found["flight_recorder_text"] = "Flight Recorder: " + fr["text"]
+        if fr["blamed"] == found["blamed"] or not fr["at_sigterm"]:
+            found["flight_recorder_text"] = "Flight Recorder: " + fr["text"]
+        else:  # taken as ranks exited: what a peer's exit failed reads as completed
+            found["flight_recorder_text"] = (
+                f"Flight Recorder: its dumps blame {_ranks(fr['blamed']) if fr['blamed'] else 'no rank'}"
+                f", but {_ranks(fr['at_sigterm'])} dumped at the SIGTERM, as peers exited "
+                "(collectives their exit failed read as completed): the ranks' own records "
+                "above are the story")
     found["late_before"] = {r: late_before(report, r) for r in culprits(found)}
     plain = [r for r, t in found["late_before"].items() if t.endswith("was not late before it "
                                                                         "stalled")]
@@ -146,6 +246,10 @@ def section(table, report) -> dict:
         said.append(found["late_before"][plain[0]])
     if said:
         found["text"] += "; " + "; ".join(said)
+    how = ended(table, set(stalls))
+    if how:
+        found["ended"] = how
+        found["text"] += "; " + how
     found["ranks"] = {int(r): {k: v for k, v in s.items() if k != "stack"} | {"at": _at(s)}
                       for r, s in stalls.items()}
     found["stacks"] = {int(r): s.get("stack") or [] for r, s in stalls.items()}

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 
 from ..runtable import RunTable
+from ..stall_story import clock, in_step, short_error
 
 
 def _why(end) -> str:
@@ -100,8 +101,10 @@ def _flush_s(info) -> float:
 
 
 def stopped_warnings(stopped: list[dict]) -> list[str]:
-    return [f"rank {s['rank']} stopped first: its last recorded step is {s['last_step']}; the "
-            f"other ranks recorded up to step {s['others_reached']} ({s['reason']})"
+    return [f"rank {s['rank']} stopped first: "
+            + (f"its last recorded step is {s['last_step']}" if s['last_step'] >= 0 else
+               "it recorded no step")
+            + f"; the other ranks recorded up to step {s['others_reached']} ({s['reason']})"
             for s in stopped]
 
 
@@ -114,62 +117,75 @@ def died_in(end, last: int | None) -> int | None:
     return None if last is None else int(last) + 1
 
 
-def completed(step: int | None) -> str:
-    """" (steps 0-N completed)" after the step a rank died in ("" for its first, or unknown)."""
-    return f" (steps 0-{step - 1} completed)" if step else ""
-
-
 def deaths(table: RunTable, stopped: list[dict], memory, last: dict) -> list[dict]:
     """How the run died, where it did: the ranks whose training ended by their own error or a
     kill (not by waiting on a lost peer), each with the step it died in (numbered from 0, as
-    every step in a report: died_in), first the one that died first; `last`: each rank's last
-    recorded step. An out-of-memory death carries the memory section's post-mortem (what was asked,
-    what was held, of what capacity). [] for a run that ended cleanly, or whose every rank was
+    every step in a report: died_in), first the one that died first (then the earliest to die);
+    `last`: each rank's last recorded step. An out-of-memory death carries the memory section's
+    post-mortem (what was asked, what was held, of what capacity). A rank killed before its rows
+    reached its file died in the step the others then failed in, waiting on it (they completed
+    every earlier step with it). [] for a run that ended cleanly, or whose every rank was
     stopped by a launcher at once (a time limit: nobody died first)."""
     if table.source != "record":
         return []
     ooms = {f["ranks"][0]: f for f in (memory.of_kind("out_of_memory") if memory else [])}
     first = {s["rank"] for s in stopped}
+    victims = {r: info.meta.get("end") for r, info in table.ranks.items()
+               if failed_on_a_peer(info.meta.get("end"))}
     # where the ranks that failed on a lost peer were: the collective its death broke
-    broken = [_place(info.meta.get("end"), frame=True) for info in table.ranks.values()
-              if failed_on_a_peer(info.meta.get("end"))]
-    broken = next((b for b in broken if b), None)
+    broken = next((b for b in (_place(e, frame=True) for e in victims.values()) if b), None)
+    failed_in = min((s for r, e in victims.items() if (s := died_in(e, last.get(r))) is not None),
+                    default=None)
+    ended = [e["end_unix_ns"] for e in victims.values() if isinstance(e.get("end_unix_ns"), int)]
     out = []
     for rank, info in sorted(table.ranks.items()):
         end = info.meta.get("end")
-        why = _why(end)
-        if not why or failed_on_a_peer(end):
+        if not _why(end) or failed_on_a_peer(end):
             continue
         mine = last.get(rank)
         killed = _killed(end)
-        step = None if killed else died_in(end, mine)
+        when = None if killed else end.get("end_unix_ns")
+        if killed:
+            step = failed_in if failed_in is not None and (mine is None or mine < failed_in) \
+                else None
+        else:
+            step = died_in(end, mine)
         if rank in ooms:
             cause, text = "out_of_memory", ooms[rank]["text"]
         elif killed:
-            cause = "killed"
-            when = (f"after its last recorded step {mine}" if mine is not None else
-                    "before any of its steps reached its file (rows are written every "
-                    f"{_flush_rows(info)} steps or {_flush_s(info)} s)")
-            peers = max((died_in(i.meta.get("end"), last.get(r)) or 0
-                         for r, i in table.ranks.items() if r != rank), default=None)
-            text = (f"rank {rank} was killed {when} (no end record: SIGKILL, the OOM killer or "
-                    "a lost node; its last rows may not have been written)"
-                    + (f"; the other ranks were in step {peers}, {broken}, when it went"
-                       if broken else ""))
+            cause, text = "killed", _killed_text(rank, info, mine, step, broken,
+                                                 len(table.ranks) - 1)
         else:
             cause = "exception"
-            err = str(end.get("error") or "").splitlines()
-            text = (f"rank {rank}'s training raised in step {step}" + completed(step)
-                    + (f": {err[0][:200]}" if err else ""))
+            err = short_error(end.get("error"))
+            text = (f"rank {rank}'s training raised {in_step(step) or ''}"
+                    + (f" at {clock(when)}" if when else "") + (f": {err}" if err else ""))
             place = _place(end, frame=True)
             if place:
                 text += f" ({place})"
+            after = [t - when for t in ended if when and t > when]
+            if after:
+                text += (f"; the other ranks failed {min(after) / 1e9:.1f}-"
+                         f"{max(after) / 1e9:.1f} s later, waiting on it" if len(after) > 1 else
+                         f"; the other rank failed {after[0] / 1e9:.1f} s later, waiting on it")
         out.append({"rank": int(rank), "step": step, "last_step": None if mine is None
                     else int(mine), "cause": cause, "first": rank in first or not stopped,
-                    "text": text})
-    out.sort(key=lambda d: (not d["first"], d["last_step"] if d["last_step"] is not None
-                            else -1, d["rank"]))
+                    "unix_ns": when, "text": text})
+    out.sort(key=lambda d: (not d["first"], d["unix_ns"] or float("inf"),
+                            d["last_step"] if d["last_step"] is not None else -1, d["rank"]))
     return out
+
+
+def _killed_text(rank: int, info, mine, step, broken, n_others: int) -> str:
+    """A rank killed (no end record): in which step, what its file holds, where the others were."""
+    held = ("its file holds only its header: none of its steps was written (rows are written "
+            f"every {_flush_rows(info)} steps or {_flush_s(info)} s)" if mine is None else
+            f"its last step written: {mine}; the last rows may not have been")
+    where = in_step(step) if step is not None else (
+        f"after its step {mine}" if mine is not None else "before any of its steps was written")
+    return (f"rank {rank} was killed {where} (no end record: SIGKILL, the OOM killer or a lost "
+            f"node; {held})" + (f"; the other {'rank was' if n_others == 1 else 'ranks were'} "
+                                f"{broken} when it went, and failed" if broken else ""))
 
 
 def _place(end, frame: bool = False) -> str:

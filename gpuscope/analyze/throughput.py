@@ -210,6 +210,16 @@ def throughput_section(micro: pd.DataFrame, firsts: dict, knobs: dict, table,
     if tokens and known:
         out["tokens_per_s"] = round(sum(r.get("tokens_per_s", 0.0) for r in known), 1)
     assumes = [how] if known else ["the batch size is not known: samples/s unknown"]
+    silent = int(table.world_size) - len(rows)
+    if known and silent > 0 and not getattr(layout, "pipelines", None):
+        # a rank with no steps (killed before its first rows were written) trained the same
+        # steps: the global rate counts it at the others' median, and says so
+        med = float(np.median([r["samples_per_s"] for r in known]))
+        out["samples_per_s"] = round(out["samples_per_s"] + med * silent, 2)
+        if "tokens_per_s" in out:
+            out["tokens_per_s"] = round(out["tokens_per_s"] + med * silent * tokens, 1)
+        assumes.append(f"{silent} of {int(table.world_size)} ranks have no steps: counted at the "
+                       "others' median rate (a synchronous job's ranks train the same steps)")
     if tokens:
         assumes.append(f"{tokens} tokens per sample (the batch's integer id tensor, padding "
                        "included)")

@@ -24,13 +24,15 @@ numbers): a dump is data, never code.
 from __future__ import annotations
 
 import ast
+import gc
 import io
 import json
 import os
 import pickle
 import re
-from dataclasses import dataclass, field
 from functools import lru_cache
+
+from ..dumps import Entry, RankDump
 
 #: the most recent collectives (and sends / recvs) of each group kept of a rank's ring: enough
 #: for where it waits and what the group does each step
@@ -55,43 +57,6 @@ _P2P = re.compile(r"^(send|recv)\s+\d+\s*(?:->|<-)\s*(\d+)$")
 class _DataOnly(pickle.Unpickler):
     def find_class(self, module, name):
         raise pickle.UnpicklingError(f"a Flight Recorder dump holds {module}.{name}: not data")
-
-
-@dataclass(frozen=True, slots=True)
-class Entry:
-    """One collective (or send / recv) in a rank's ring."""
-
-    uid: int            # the dumping process's id of the group (pg_id)
-    name: str           # the group's name (pg_config's key), the same on every member
-    desc: str           # the group's description ("TENSOR_MODEL_PARALLEL_GROUP", "default_pg")
-    seq: int            # collective_seq_id; p2p_seq_id for send / recv
-    p2p: bool
-    kind: str           # all_reduce, _allgather_base, send, ...
-    peer: int | None    # a send's or recv's partner, its rank in the group (NCCL names it)
-    sizes: str          # the input shapes, as text ("[[4096, 1024]]")
-    done: bool          # completed (state) or retired
-    started: bool
-    created_ns: int
-    at: str | None      # the innermost frame of the user's code: file:line (function)
-
-
-@dataclass
-class RankDump:
-    """One rank's dump, read."""
-
-    rank: int
-    path: str
-    version: str
-    #: {group name: (description, member ranks)} from pg_config (gloo's unnamed record left out)
-    config: dict[str, tuple[str, tuple[int, ...]]]
-    #: {pg_id: (last enqueued, last started, last completed)} from pg_status; -1 for none
-    status: dict[int, tuple[int, int, int]]
-    entries: list[Entry]
-    #: where the rank came from: "the dump" (its groups' members), "its file name", "gpuscope"
-    rank_from: str
-    #: gloo's unnamed pg_config record's ranks (its only group's where it has one)
-    unnamed: tuple[int, ...] | None = None
-    notes: list[str] = field(default_factory=list)
 
 
 def _decode(blob: bytes):
@@ -277,7 +242,8 @@ def _read(d: dict, path: str) -> RankDump | str:
         return ("a dump whose rank cannot be told: its groups do not single one out and its file "
                 "name ends in no number (torch names them prefix + rank)")
     return RankDump(rank=rank, path=path, version=str(d.get("version") or "?"), config=config,
-                    status=status, entries=entries, rank_from=how, unnamed=unnamed, notes=notes)
+                    status=status, entries=entries, rank_from=how, unnamed=unnamed, notes=notes,
+                    taken=ours.get("when") if isinstance(ours, dict) else None)
 
 
 def _skip(name: str) -> bool:
@@ -320,13 +286,16 @@ def find(folder: str, quiet: bool = False) -> tuple[dict[int, RankDump], list[tu
     other kinds gpuscope reads (records, traces) are left out of both, and with `quiet` (a run
     dir's folder) the files not named as dumps. Two dumps of one rank: the stall watcher's is
     kept (it names its groups' members), else the later file."""
-    from . import no_gc
-
     dumps: dict[int, RankDump] = {}
     bad: list[tuple[str, str]] = []
     names = _candidates(folder, quiet)
-    with no_gc():  # a dump is hundreds of thousands of small containers, none cyclic
+    was = gc.isenabled()
+    gc.disable()  # a dump is hundreds of thousands of small containers, none cyclic
+    try:
         loaded = _load_all(folder, names)
+    finally:
+        if was:
+            gc.enable()
     for name, got in zip(names, loaded):
         if isinstance(got, str):
             bad.append((name, got))

@@ -361,19 +361,20 @@ def _read_body(blob: bytes, first: bytes, out: RankFile, knobs: dict, tally: Tal
 
 def _end_warnings(out: RankFile, name: str) -> None:
     """How the recording ended, when not cleanly."""
+    from ..stall_story import in_step
+
     warnings, end = out.warnings, out.end
     if not end:
         last = out.rows[-1][0] if out.rows and out.rows[-1] else None
-        warnings.append(f"{name}: no end record: the run was cut (killed or crashed) after step "
-                        f"{last}; the last few steps may be missing")
+        warnings.append(f"{name}: no end record: the run was cut (killed or crashed) "
+                        + (f"after its recorded step {last}; the last few steps may be missing"
+                           if isinstance(last, int) else "before any of its steps was written"))
     elif end.get("terminated"):
-        warnings.append(f"{name}: terminated by {end['terminated']} after step "
-                        f"{end.get('steps')} (the recording was closed first)")
+        warnings.append(f"{name}: terminated by {end['terminated']} "
+                        + (in_step(end.get("steps")) or "") + " (the recording was closed first)")
     elif end.get("crashed"):
-        n = end.get("steps")
-        warnings.append(f"{name}: training raised an exception in step {n}"
-                        + (f" (steps 0-{n - 1} completed)" if isinstance(n, int) and n > 0
-                           else ""))
+        warnings.append(f"{name}: training raised an exception "
+                        + (in_step(end.get("steps")) or ""))
     if end.get("recorder_error"):
         warnings.append(f"{name}: recording stopped early: {end['recorder_error']}")
     warnings += [f"{name}: {w}" for w in end.get("warnings", []) if isinstance(w, str)]
@@ -534,7 +535,11 @@ def group_recordings(files: list[RankFile]) -> list[list[RankFile]]:
     groups: list[list[RankFile]] = []
     reach = None
     ids: set = set()
-    for f in sorted(files, key=lambda f: f.span()[0]):
+    # a file with a job id and nothing after its header (the rank killed before its first
+    # flush) has no span of its own: it joins the recording of its job that it started in
+    bare = [f for f in files if f.run_id and not f.rows and not f.end]
+    for f in sorted((f for f in files if not any(f is b for b in bare)),
+                    key=lambda f: f.span()[0]):
         start, end = f.span()
         rid = f.run_id
         if groups and start <= reach and (not rid or not ids or ids == {rid}):
@@ -544,6 +549,16 @@ def group_recordings(files: list[RankFile]) -> list[list[RankFile]]:
         else:
             groups.append([f])
             reach, ids = end, {rid} - {""}
+    for f in bare:
+        mine = [g for g in groups if any(x.run_id == f.run_id for x in g)]
+        start = f.span()[0]
+        # the first recording of its job that ends after it started (they start together)
+        home = next((g for g in mine if max(x.span()[1] for x in g) >= start), None)
+        if home is not None:
+            home.append(f)
+        else:
+            groups.append([f])
+    groups.sort(key=lambda g: min(x.span()[0] for x in g))
     return groups
 
 

@@ -175,36 +175,68 @@ class Recorder:
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         if exc_type is not None:
-            try:  # which error ended training: told apart from a peer's failure when analysed
-                self._error = f"{exc_type.__name__}: {exc}"[:400]
-            except Exception:
-                self._error = exc_type.__name__
-            for sink in self._sinks:  # what memory held as it raised (an OOM's post-mortem)
-                try:
-                    self._memory_at_error.update(sink.at_error() or {})
-                except Exception:
-                    pass
-            self._error_where = self._where_raised(tb)
+            self._note_error(exc_type, exc, tb)
         self.stop(crashed=exc_type is not None)
         return False  # never swallow the training loop's own exception
 
+    def _note_error(self, exc_type, exc, tb) -> None:
+        """Which error ended training (told apart from a peer's failure when analysed), where it
+        was raised, and what memory held then (an OOM's post-mortem)."""
+        try:
+            self._error = f"{exc_type.__name__}: {exc}"[:400]
+        except Exception:
+            self._error = getattr(exc_type, "__name__", "an exception")
+        for sink in self._sinks:
+            try:
+                self._memory_at_error.update(sink.at_error() or {})
+            except Exception:
+                pass
+        self._error_where = self._where_raised(tb)
+
     def _where_raised(self, tb, frame=None) -> dict | None:
-        """Where training was when it raised (stall.where on the traceback's innermost frame),
-        or when a signal came (`frame`): a collective that failed on a lost peer names its kind,
-        group and number."""
+        """Where training was when it raised (stall.where on the traceback's innermost frame,
+        `at` the innermost frame of the user's code the exception passed through), or when a
+        signal came (`frame`): a collective that failed on a lost peer names its kind, group
+        and number."""
         try:
             if (tb is None and frame is None) or not self._active:
                 return None
-            while tb is not None and tb.tb_next is not None:
-                tb = tb.tb_next
-            from .stall import where, wrapper_codes
+            from .stall import is_user_file, where, wrapper_codes
 
+            at = None
+            while tb is not None:
+                code = tb.tb_frame.f_code
+                if is_user_file(code.co_filename):
+                    at = f"{os.path.basename(code.co_filename)}:{tb.tb_lineno} ({code.co_name})"
+                if tb.tb_next is None:
+                    break
+                tb = tb.tb_next
             out = where(self._log, tb.tb_frame if tb is not None else frame,
                         wrapper_codes(Recorder.time_fetches.__code__), self._unix)
             out["stack"] = out["stack"][:12]
+            if at is not None:
+                out["at"] = at
             return out
         except Exception:
             return None
+
+    def _where_signalled(self, frame) -> dict | None:
+        """Where training was when a signal came, with what a stall record holds: the
+        collectives issued per group, and the oldest one the Flight Recorder has not seen
+        complete (dumped beside the record: a job stopped while it hung is told from them)."""
+        w = self._where_raised(None, frame)
+        if w is None:
+            return None
+        try:
+            from .stall import dump_flight_recorder, sequence_numbers
+
+            w["groups"] = sequence_numbers()
+            pending = (dump_flight_recorder(self.path, "sigterm") or {}).get("pending") or []
+            if pending and "kind" not in w:
+                w["waits_on"] = {k: pending[0][k] for k in ("kind", "group", "seq", "sizes")}
+        except Exception:
+            pass
+        return w
 
     def _catch_sigterm(self) -> None:
         """A launcher stops the other ranks with SIGTERM when one dies (torchrun does), and by
@@ -228,7 +260,7 @@ class Recorder:
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 if os.getpid() == pid:
                     self._terminated = "SIGTERM"
-                    self._terminated_where = self._where_raised(None, frame)
+                    self._terminated_where = self._where_signalled(frame)
                     self.stop()
                 os.kill(os.getpid(), signal.SIGTERM)
 
@@ -286,8 +318,13 @@ class Recorder:
             pass
 
     def _at_exit(self) -> None:
-        """The interpreter is exiting and stop() was never called (start() without stop())."""
-        self.stop(crashed=getattr(sys, "last_value", None) is not None)
+        """The interpreter is exiting and stop() was never called (start() without stop()): an
+        exception that ended the program (the interpreter keeps it as sys.last_value) is noted
+        as `with` notes it."""
+        exc = getattr(sys, "last_value", None)
+        if exc is not None and self._status == _RUNNING and self._active:
+            self._note_error(type(exc), exc, getattr(sys, "last_traceback", None))
+        self.stop(crashed=exc is not None)
 
     def _open(self) -> None:
         self.placement = p = detect_placement()
@@ -953,7 +990,7 @@ class _Watched:
         rec = self._rec
         try:
             rec._terminated = "SIGTERM"
-            rec._terminated_where = rec._where_raised(None, frame)
+            rec._terminated_where = rec._where_signalled(frame)
             writer = rec._writer
             if writer is not None:
                 with rec._flush_lock:

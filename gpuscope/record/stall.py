@@ -108,6 +108,8 @@ def sequence_numbers() -> dict[str, int]:
     """{group name: collectives this rank issued on it} for the default group and the groups
     the recorder saw."""
     out = {}
+    if "torch.distributed" not in sys.modules:  # never imported here (a signal handler runs it)
+        return {}
     try:
         import torch.distributed as dist
 
@@ -282,12 +284,13 @@ class StallWatch:
         fr = rec.dump_flight_recorder()
         if fr:
             stall["flight_recorder"] = fr
-            last = (fr.get("pending") or [None])[-1]
-            if last is not None and "kind" not in stall:
+            oldest = (fr.get("pending") or [None])[0]
+            if oldest is not None and "kind" not in stall:
                 # the collective it waits on was issued where the recorder does not wrap
                 # (DDP's reducer, FSDP's hooks, NCCL's stream that a host sync waits on): the
-                # Flight Recorder knows it
-                stall.update(waits_on={k: last[k] for k in ("kind", "group", "seq", "sizes")})
+                # Flight Recorder knows it; the oldest not completed (those issued after it
+                # are queued behind it)
+                stall.update(waits_on={k: oldest[k] for k in ("kind", "group", "seq", "sizes")})
         self.stalled = stall
         self.stalls += 1
         rec.write_side({"stall": stall})
@@ -330,13 +333,14 @@ def wrapper_codes(data_code=None) -> dict:
 from ..stall_story import fr_group, fr_kind  # noqa: E402 - beside their one use
 
 
-def dump_flight_recorder(record_path: str | None) -> dict | None:
+def dump_flight_recorder(record_path: str | None, when: str = "stall") -> dict | None:
     """torch's Flight Recorder (it keeps its entries where TORCH_FR_BUFFER_SIZE, or
     TORCH_NCCL_TRACE_BUFFER_SIZE, is set, and for gloo by default in recent torch), as JSON
     beside the record file (rank-N.gpuscope.fr.json), with what torch's dump leaves out under
     `gpuscope`: this process's rank and the members of each of its groups (gloo's pg_config has
-    none): {"file", "entries", "pending": the collectives it entered and has not retired};
-    None where it holds nothing or cannot be had."""
+    none), and `when` it was taken (at the stall, or at a SIGTERM): {"file", "entries",
+    "pending": the collectives it entered and has not retired}; None where it holds nothing or
+    cannot be had."""
     if record_path is None or "torch.distributed" not in sys.modules:
         return None
     try:
@@ -348,10 +352,13 @@ def dump_flight_recorder(record_path: str | None) -> dict | None:
         entries = doc.get("entries") or []
         if not entries and not doc.get("pg_status"):
             return None
-        doc["gpuscope"] = _whoami()
+        doc["gpuscope"] = {**_whoami(), "when": when}
         path = record_path.rsplit(".jsonl", 1)[0] + ".fr.json"
-        with open(path, "w") as fh:
-            json.dump(doc, fh)
+        # at a SIGTERM a peer that exited first may have failed this rank's collectives, which
+        # then read as completed: a dump taken when the stall was noticed is kept
+        if when == "stall" or not os.path.exists(path):
+            with open(path, "w") as fh:
+                json.dump(doc, fh)
         return {"file": os.path.basename(path), "entries": len(entries),
                 "pending": pending_entries(entries)}
     except Exception:

@@ -30,7 +30,8 @@ import numpy as np
 import pandas as pd
 
 from ...sections import Memory, MemorySeries
-from ..stopped import completed, died_in, failed_on_a_peer
+from ...stall_story import in_step
+from ..stopped import died_in, failed_on_a_peer
 
 GROWTH_MIN_BYTES = 16 << 20   # growth smaller than this over the run is not reported
 NOISE_TIMES = 4.0              # ... nor growth within this many times the scatter
@@ -315,8 +316,7 @@ def oom_findings(ranks: dict, last_step: dict) -> list[dict]:
         waiting = sorted(int(r) for r, other in ranks.items() if r != rank
                          and failed_on_a_peer(other.meta.get("end")))
         step = died_in(end, last_step.get(rank))
-        parts = [f"rank {rank} ran out of memory in step {step if step is not None else '?'}"
-                 + completed(step)]
+        parts = [f"rank {rank} ran out of memory " + (in_step(step) or "(its step unknown)")]
         if asked is not None:
             parts.append(f"the failing allocation asked for {_bytes(asked)}")
         device_cap = None
