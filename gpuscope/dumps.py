@@ -41,7 +41,7 @@ class RankDump:
     rank_from: str
     #: gloo's unnamed pg_config record's ranks (its only group's where it has one)
     unnamed: tuple[int, ...] | None = None
-    #: when the stall watcher took it: "stall", or "sigterm" (a peer that exited first may have
-    #: failed collectives that then read as completed); None for torch's own dumps
+    #: when the recorder took it: "stall", or "sigterm" / "error" (as the job ended: a peer that
+    #: exited first may have failed collectives that then read as completed); None for torch's
     taken: str | None = None
     notes: list[str] = field(default_factory=list)

@@ -236,7 +236,8 @@ def tell(dumps: dict[int, RankDump], bad: list[tuple[str, str]] | None = None,
     notes = _notes(dumps, gs, missing, bad)
     return {"schema": SCHEMA, "world_size": world, "dumps": len(dumps), "missing": missing,
             "hung": bool(h.stuck), "blamed": h.blamed,
-            "at_sigterm": sorted(r for r, d in dumps.items() if d.taken == "sigterm"), "stopped_by": _stopped_by(h, dumps, gs),
+            "dumped_at_exit": sorted(r for r, d in dumps.items()
+                                     if d.taken in ("sigterm", "error")), "stopped_by": _stopped_by(h, dumps, gs),
             "stuck_groups": [_stuck_json(h, s) for s in h.stuck], "by_kind": kinds,
             "circle": bool(h.circle),
             "unplaced": [{"rank": r, "pg_id": u, "enqueued": s[0], "completed": s[2],

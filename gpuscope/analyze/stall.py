@@ -196,9 +196,12 @@ def section(table, report) -> dict:
         term = term_stalls(table)
         # where each rank was at the SIGTERM tells the stall where it names a rank; where the
         # dumps do and the snapshot does not (a record without the collectives issued), theirs
-        if term and (culprits(analyse(term, table.world_size)) or not (fr and fr["blamed"])):
+        # dumps the recorder took as its ranks exited (a SIGTERM, an error) are not a stall's:
+        # what a peer's exit failed reads as completed, or as pending for ever
+        fresh = fr and fr["hung"] and len(fr["dumped_at_exit"]) < fr["dumps"]
+        if term and (culprits(analyse(term, table.world_size)) or not (fresh and fr["blamed"])):
             stalls = term
-        elif fr and fr["hung"]:
+        elif fresh:
             return _from_dumps(fr, report, back)
         else:
             return {"pauses": back} if back else {}
@@ -228,12 +231,12 @@ def section(table, report) -> dict:
     found["blamed"] = culprits(found)
     if fr and fr["hung"]:  # the Flight Recorder's dumps beside the records
         found["flight_recorder"] = fr
-        if fr["blamed"] == found["blamed"] or not fr["at_sigterm"]:
+        if fr["blamed"] == found["blamed"] or not fr["dumped_at_exit"]:
             found["flight_recorder_text"] = "Flight Recorder: " + fr["text"]
         else:  # taken as ranks exited: what a peer's exit failed reads as completed
             found["flight_recorder_text"] = (
                 f"Flight Recorder: its dumps blame {_ranks(fr['blamed']) if fr['blamed'] else 'no rank'}"
-                f", but {_ranks(fr['at_sigterm'])} dumped at the SIGTERM, as peers exited "
+                f", but {_ranks(fr['dumped_at_exit'])} dumped as the job ended, as peers exited "
                 "(collectives their exit failed read as completed): the ranks' own records "
                 "above are the story")
     found["late_before"] = {r: late_before(report, r) for r in culprits(found)}

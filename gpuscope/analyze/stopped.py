@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 
 from ..runtable import RunTable
-from ..stall_story import clock, in_step, short_error
+from ..stall_story import _ranks, clock, in_step, short_error
 
 
 def _why(end) -> str:
@@ -152,6 +152,9 @@ def deaths(table: RunTable, stopped: list[dict], memory, last: dict) -> list[dic
             step = died_in(end, mine)
         if rank in ooms:
             cause, text = "out_of_memory", ooms[rank]["text"]
+        elif killed and info.meta.get("fatal"):
+            cause = "fatal_signal"
+            text = _fatal_text(rank, info.meta["fatal"], step, victims)
         elif killed:
             cause, text = "killed", _killed_text(rank, info, mine, step, broken,
                                                  len(table.ranks) - 1)
@@ -174,6 +177,34 @@ def deaths(table: RunTable, stopped: list[dict], memory, last: dict) -> list[dic
     out.sort(key=lambda d: (not d["first"], d["unix_ns"] or float("inf"),
                             d["last_step"] if d["last_step"] is not None else -1, d["rank"]))
     return out
+
+
+#: which fatal signal means what for the training
+_SIGNAL_MEANS = {"SIGABRT": "a library aborted the process, as gloo does on some collective "
+                            "mismatches and NCCL on some errors",
+                 "SIGSEGV": "a crash in native code"}
+
+
+def _fatal_text(rank: int, fatal: dict, step, victims: dict) -> str:
+    """A rank a fatal signal ended (its faulthandler trace): which, where; where it was in a
+    collective the others were not in, the mismatch first."""
+    call = fatal.get("collective")
+    theirs: dict = {}  # the collective each rank that failed on it was in (or issued last)
+    for r, e in victims.items():
+        w = e.get("error_where") or e.get("terminated_where") or {}
+        last = w.get("last_issued") or {}
+        kind = w.get("kind") if w.get("in") == "collective" else last.get("kind")
+        if kind:  # its kind only: the number it got to may be past the odd one's
+            theirs.setdefault(kind, []).append(int(r))
+    died = (f"rank {rank} died of {fatal['signal']} ({fatal['error']}: "
+            f"{_SIGNAL_MEANS.get(fatal['signal'], 'a fatal signal')}) "
+            + (in_step(step) or "") + (f", in {call}" if call else "")
+            + (f", at {fatal['at']}" if fatal.get("at") else ""))
+    if call and theirs and call not in theirs:
+        others = "; ".join(f"{_ranks(rs)} in {k}" for k, rs in theirs.items())
+        return (f"mismatched collectives: rank {rank} in {call}; {others} (rank {rank} the odd "
+                f"one out); {died}")
+    return died
 
 
 def _killed_text(rank: int, info, mine, step, broken, n_others: int) -> str:

@@ -48,7 +48,7 @@ _OURS = re.compile(r"^rank-(\d+)(?:-\d+)?\.gpuscope\.fr\.json$")
 _TRAILING = re.compile(r"(\d+)(?:\.(?:json|pkl|pickle|bin|dump))?$")
 #: frames of library code (torch, Python, installed packages), by path on the job's machine
 _LIBRARY = re.compile(r"/(?:site|dist)-packages/|/lib/python\d|/torch/(?:distributed|nn|"
-                      r"autograd|utils|_)|^<|/megatron/core/(?:parallel_state|distributed)")
+                      r"autograd|utils|_)|^<|/gpuscope/(?:record|readers)/")
 
 
 _P2P = re.compile(r"^(send|recv)\s+\d+\s*(?:->|<-)\s*(\d+)$")

@@ -1048,6 +1048,12 @@ def _rank_info(f: "RankFile") -> RankInfo:
         meta["dataparallel"] = f.dataparallel
     if f.stalls or f.stall_ends:
         meta |= {"stalls": f.stalls, "stall_ends": f.stall_ends}
+    if not f.end:  # killed: by a fatal signal, where its trace says so (readers/fatal.py)
+        from .fatal import read_fatal
+
+        fatal = read_fatal(f.path)
+        if fatal:
+            meta["fatal"] = fatal
     return RankInfo(f.rank, header.get("host", ""), knobs, meta)
 
 

@@ -192,6 +192,27 @@ class Recorder:
             except Exception:
                 pass
         self._error_where = self._where_raised(tb)
+        self._add_collectives(self._error_where, "error")
+
+    def _add_collectives(self, w: dict | None, when: str) -> None:
+        """What a stall record holds besides where: the collectives issued per group, and from
+        the Flight Recorder (dumped beside the record) the oldest one not completed and the last
+        one issued (a collective a peer's death failed reads as completed: its kind is still
+        known)."""
+        if w is None or "torch.distributed" not in sys.modules:
+            return
+        try:
+            from .stall import dump_flight_recorder, sequence_numbers
+
+            w["groups"] = sequence_numbers()
+            fr = dump_flight_recorder(self.path, when) or {}
+            pending = fr.get("pending") or []
+            if pending and "kind" not in w:
+                w["waits_on"] = {k: pending[0][k] for k in ("kind", "group", "seq", "sizes")}
+            if fr.get("last"):
+                w["last_issued"] = fr["last"]
+        except Exception:
+            pass
 
     def _where_raised(self, tb, frame=None) -> dict | None:
         """Where training was when it raised (stall.where on the traceback's innermost frame,
@@ -225,17 +246,7 @@ class Recorder:
         collectives issued per group, and the oldest one the Flight Recorder has not seen
         complete (dumped beside the record: a job stopped while it hung is told from them)."""
         w = self._where_raised(None, frame)
-        if w is None:
-            return None
-        try:
-            from .stall import dump_flight_recorder, sequence_numbers
-
-            w["groups"] = sequence_numbers()
-            pending = (dump_flight_recorder(self.path, "sigterm") or {}).get("pending") or []
-            if pending and "kind" not in w:
-                w["waits_on"] = {k: pending[0][k] for k in ("kind", "group", "seq", "sizes")}
-        except Exception:
-            pass
+        self._add_collectives(w, "sigterm")
         return w
 
     def _catch_sigterm(self) -> None:
@@ -381,8 +392,9 @@ class Recorder:
             name = os.path.basename(self.path or "rank").split(".", 1)[0]
             self._add_sink(TensorBoardScalars(self.run_dir, name))
         self._write_header(p, gpu, capacity)
-        if o.stall_watch:
+        if o.stall_watch:  # what a hang or a death leaves: where each rank was
             self._start_stall_watch(p)
+            self._watch_fatal()
 
     def _open_device_channels(self) -> dict:
         """DataParallel's replicas, the device's own times and the chosen modules' forwards:
@@ -821,6 +833,17 @@ class Recorder:
         self._teardown(None)
 
     # ----------------------------------------------------------------- stalls
+    def _watch_fatal(self) -> None:
+        """A fatal signal's stacks into a file beside the record (fatal.py)."""
+        try:
+            from .fatal import watch_fatal
+
+            close = watch_fatal(self.path)
+        except Exception:
+            return
+        if close is not None:
+            self._add_sink(Closing("fatal-signal trace", close))
+
     def _start_stall_watch(self, p) -> None:
         """The stall watcher (stall.py): a thread that reads, never waits on, this recorder."""
         from .stall import StallWatch, wrapper_codes

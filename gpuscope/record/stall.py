@@ -354,13 +354,13 @@ def dump_flight_recorder(record_path: str | None, when: str = "stall") -> dict |
             return None
         doc["gpuscope"] = {**_whoami(), "when": when}
         path = record_path.rsplit(".jsonl", 1)[0] + ".fr.json"
-        # at a SIGTERM a peer that exited first may have failed this rank's collectives, which
-        # then read as completed: a dump taken when the stall was noticed is kept
+        # at a SIGTERM or an error a peer that exited first may have failed this rank's
+        # collectives, which then read as completed: a dump taken at the stall is kept
         if when == "stall" or not os.path.exists(path):
             with open(path, "w") as fh:
                 json.dump(doc, fh)
         return {"file": os.path.basename(path), "entries": len(entries),
-                "pending": pending_entries(entries)}
+                "pending": pending_entries(entries), "last": _last_entry(entries)}
     except Exception:
         return None
 
@@ -378,6 +378,15 @@ def _whoami() -> dict:
         except Exception:
             continue
     return {"rank": dist.get_rank(), "groups": groups}
+
+
+def _last_entry(entries: list) -> dict | None:
+    """The last collective the rank issued: seq, kind, group, sizes."""
+    for e in reversed(entries):
+        if isinstance(e, dict) and not e.get("is_p2p"):
+            return {"seq": e.get("collective_seq_id"), "kind": fr_kind(e), "group": fr_group(e),
+                    "sizes": e.get("input_sizes")}
+    return None
 
 
 def pending_entries(entries: list, most: int = 8) -> list[dict]:

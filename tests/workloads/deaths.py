@@ -13,6 +13,9 @@ block:      the rank blocks in Python at step --at (a stuck loader); the others 
 extra:      the rank calls an all-reduce of [1] at step --at; the others go on to DDP's forward
             (the buffers' broadcast of its BatchNorm)
 gather:     the rank calls an all-gather of the loss the others never call
+abort:      the rank calls an all-reduce of [1] the others do not (as extra) and is aborted in it
+            (SIGABRT), as gloo aborts a rank on some collective mismatches (here it hangs
+            instead: the abort is the script's, os.abort a second later)
 
 --form start: the recorder by `rec = gpuscope.record(...); rec.start()` ... `rec.stop()`, as a
 long top-level loop uses it (the README's nanoGPT form), instead of `with`.
@@ -23,6 +26,7 @@ import datetime
 import os
 import signal
 import sys
+import threading
 import time
 
 import torch
@@ -37,7 +41,7 @@ ap.add_argument("--run-dir", required=True)
 ap.add_argument("--rank", type=int, default=2)
 ap.add_argument("--at", type=int, default=20)
 ap.add_argument("--how", required=True,
-                choices=["kill", "raise", "block", "extra", "gather"])
+                choices=["kill", "raise", "block", "extra", "gather", "abort"])
 ap.add_argument("--form", default="with", choices=["with", "start"])
 ap.add_argument("--steps", type=int, default=10_000)
 ap.add_argument("--timeout-s", type=float, default=0)
@@ -72,7 +76,9 @@ def one_step(i):
             log(i)
             while True:
                 time.sleep(3600)
-        if args.how == "extra":
+        if args.how in ("extra", "abort"):
+            if args.how == "abort":
+                threading.Timer(1.0, os.abort).start()
             dist.all_reduce(torch.ones(args.extra_numel))
     loss = lose(model(data[i % 8]), i)
     loss.backward()

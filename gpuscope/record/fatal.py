@@ -1,0 +1,39 @@
+"""Where a fatal signal ended the process: SIGABRT (a C++ library aborting it: gloo on some
+collective mismatches, NCCL on an error), SIGSEGV, SIGBUS, SIGFPE, SIGILL. Python's own
+faulthandler writes every thread's stack into a file beside the record
+(rank-N.gpuscope.fatal), where nobody has faulthandler on already (theirs is left alone); the
+file is removed when the recording closes without one. Nothing runs per step."""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+
+
+def fatal_path(record_path: str) -> str:
+    return record_path.rsplit(".jsonl", 1)[0] + ".fatal"
+
+
+def watch_fatal(record_path: str):
+    """Turn faulthandler on into the file beside the record; returns what turns it off again
+    (and removes the file when nothing was written), or None where it is someone else's."""
+    if faulthandler.is_enabled():
+        return None
+    path = fatal_path(record_path)
+    fh = open(path, "w")
+    try:
+        faulthandler.enable(file=fh, all_threads=True)
+    except Exception:
+        fh.close()
+        os.remove(path)
+        raise
+
+    def close():
+        try:
+            faulthandler.disable()
+        finally:
+            fh.close()
+            if os.path.getsize(path) == 0:
+                os.remove(path)
+
+    return close
