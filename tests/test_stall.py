@@ -157,7 +157,7 @@ def test_the_watcher_flushes_idle_rows_then_writes_a_stall_and_its_end():
     assert list(h.side[1]) == ["stall_end"] and h.side[1]["stall_end"]["lasted_s"] == 12.0
 
 
-def test_the_default_bound_is_20_median_steps_but_at_least_a_minute():
+def test_the_default_bound_is_20_median_steps_but_at_least_10_s():
     h = _Host()
     w = StallWatch(h, bound_s=None, flush_s=1.0, codes={})
     assert w.bound_ns() == 300 * 10**9  # before the second step: warming up
@@ -167,7 +167,7 @@ def test_the_default_bound_is_20_median_steps_but_at_least_a_minute():
         w.look()
     assert w.bound_ns() == 100 * 10**9
     w._rates = [10**8] * 10
-    assert w.bound_ns() == 60 * 10**9
+    assert w.bound_ns() == 10 * 10**9
 
 
 def test_rank_0_logs_who_waits_and_who_is_missing_through_the_store(monkeypatch):
@@ -184,8 +184,8 @@ def test_rank_0_logs_who_waits_and_who_is_missing_through_the_store(monkeypatch)
         ex[r].said(_stall(20, "backward", 46, "all_reduce"))
     ex[0].look({})
     line = ex[0].line
-    assert line.startswith("gpuscope live: stalled at step 20: ranks 0, 1, 3 waiting in "
-                           "all_reduce #46"), line
+    assert line.startswith("gpuscope live: no step for "), line
+    assert "s, stalled at step 20: ranks 0, 1, 3 waiting in all_reduce #46" in line, line
     assert "rank 2 left no word" in line
     ex[1].resumed({})
     assert not store.check([f"{stall_exchange.PREFIX}1"])
@@ -281,7 +281,8 @@ def test_a_rank_blocked_in_forward_is_named_with_its_stack_and_rank_0_logs_it_li
     assert any(f["func"] == "stuck" for f in s["stacks"]["2"])
     assert "rank 2 was already the straggler" in s["text"] or "rank 2 was already probably" \
         in s["text"], s["text"]
-    assert "gpuscope live: stalled at step 20" in out and "rank 2 never reached it" in out
+    assert "gpuscope live: no step for" in out and "stalled at step 20" in out
+    assert "rank 2 never reached it" in out
     # every step every rank made is there, and the ranks closed on the SIGTERM
     assert all(e.get("terminated") == "SIGTERM" for e in _ends(run).values())
     assert len(gpuscope.analyze(run).table.frame.query("rank == 2")) >= 15

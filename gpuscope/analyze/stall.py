@@ -112,7 +112,7 @@ def _from_dumps(fr: dict, report, back) -> dict:
 _TIMEOUT = re.compile(r"timed? ?out|timeout|watchdog", re.IGNORECASE)
 #: a SIGTERM that finds every rank this long past its last step (and at least this many of its
 #: median steps) came to a job that was blocked, not working
-TERM_IDLE_S, TERM_IDLE_STEPS = 5.0, 20
+TERM_IDLE_S, TERM_IDLE_STEPS = 2.0, 20
 
 
 def _last_step_ends(table) -> dict[int, int]:

@@ -33,7 +33,16 @@ def watch_fatal(record_path: str):
             faulthandler.disable()
         finally:
             fh.close()
-            if os.path.getsize(path) == 0:
-                os.remove(path)
+            drop_if_empty(record_path)
 
     return close
+
+
+def drop_if_empty(record_path: str | None) -> None:
+    """The trace file goes where no fatal signal wrote into it."""
+    try:
+        path = fatal_path(record_path)
+        if os.path.getsize(path) == 0:
+            os.remove(path)
+    except (OSError, TypeError, AttributeError):
+        pass

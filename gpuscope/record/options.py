@@ -64,7 +64,7 @@ class RecordOptions:
                                   "writes the rows made so far, then, past stall_s, where the "
                                   "training thread is (stall.py)")
     stall_s: float | None = opt(None, "seconds without a step before a stall is written; None: "
-                                      "max(60, 20x the median step), 300 before the 2nd step")
+                                      "max(10, 20x the median step), 300 before the 2nd step")
     clock: Callable[[], int] = opt(time.perf_counter_ns, "the recorder's clock, integer ns; "
                                    "tests inject one", repr=False, compare=False)
 

@@ -849,7 +849,7 @@ class Recorder:
         from .stall import StallWatch, wrapper_codes
 
         exchange = None
-        if self._live is not None and p.world_size > 1:
+        if p.world_size > 1:  # rank 0 logs the hang as it happens (nothing runs per step)
             from .stall_exchange import Exchange
 
             exchange = Exchange(p.rank, p.world_size, log=self.options.live_log and p.rank == 0)
@@ -974,6 +974,11 @@ class _Watched:
     def steps(self) -> int:
         return self._rec.steps
 
+    @property
+    def started(self) -> int | None:
+        """When the recording started (its clock)."""
+        return getattr(self._rec, "_t0_perf", None)
+
     def last_step_end(self) -> int | None:
         """When the last micro-step ended (the recording's start before the first)."""
         start = self.log.start
@@ -1025,6 +1030,9 @@ class _Watched:
                     end["terminated_where"] = rec._terminated_where
                 writer.close(end)
         finally:
+            from .fatal import drop_if_empty
+
+            drop_if_empty(rec.path)  # no fatal signal came: its trace file goes
             os._exit(128 + signal.SIGTERM)
 
     def write_side(self, obj: dict) -> None:

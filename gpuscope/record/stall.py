@@ -12,8 +12,8 @@ training thread's Python stack (sys._current_frames), every PERIOD_S.
   optimizer; between steps), since when, the stack, and each group's sequence number (how many
   collectives this rank issued on it); torch's Flight Recorder is dumped beside the record
   where it records. When steps resume, a `stall_end` record says how long it lasted.
-- With live diagnosis on, the ranks' watchers leave their stall in the job's store and rank 0's
-  logs who waits where and who is missing (stall_exchange.py).
+- In a job of several ranks, the ranks' watchers leave their stall in the job's store and rank
+  0's logs who waits where and who is missing, then whether steps resumed (stall_exchange.py).
 """
 
 from __future__ import annotations
@@ -26,8 +26,10 @@ import threading
 
 #: how often the watcher looks (seconds): a stall is noticed within bound + PERIOD_S
 PERIOD_S = 0.5
-#: the bound when none is given: at least this, or FACTOR x the median step
-MIN_BOUND_S = 60.0
+#: the bound when none is given: at least this, or FACTOR x the median step; short enough that the
+#: live word of a hang (stall_exchange.py) comes before a launcher's or a collective's timeout
+#: (NCCL's is 10 min); a longer pause (a checkpoint) is told as one when steps resume
+MIN_BOUND_S = 10.0
 FACTOR = 20
 #: before the run's second step ended (compiling, warming up) the bound is at least this
 FIRST_STEPS_BOUND_S = 300.0
@@ -188,7 +190,7 @@ class StallWatch:
         self.given_s = bound_s
         self.flush_ns = int(flush_s * 1e9)
         self.codes = codes
-        self.exchange = exchange  # stall_exchange.Exchange while live diagnosis is on
+        self.exchange = exchange  # stall_exchange.Exchange in a job of several ranks
         self.period_s = period_s
         self.ident = threading.get_ident()  # the training thread: the one that starts it
         self.stalled: dict | None = None
@@ -246,6 +248,10 @@ class StallWatch:
             if seen_steps is not None and steps > seen_steps:
                 self._rates.append((now - seen_at) / (steps - seen_steps))
                 del self._rates[:-64]
+            elif seen_steps is None and steps >= 2:  # a run that hangs in its first second:
+                start, last = getattr(rec, "started", None), rec.last_step_end()
+                if start is not None and last is not None and last > start:
+                    self._rates.append((last - start) / steps)  # its steps so far, on average
             self._seen = (steps, now)
             if self.stalled is not None:
                 self._ended(now)

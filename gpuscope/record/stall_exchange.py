@@ -1,7 +1,8 @@
-"""Live word of a stall (with live diagnosis on): each rank's stall watcher leaves what its
+"""Live word of a stall (in any job of several ranks): each rank's stall watcher leaves what its
 training thread is in under a key of the job's store (torch.distributed's, which any thread may
 use); rank 0's reads them all and logs, once, who waits where and which ranks said nothing (a
-dead or frozen process). Nothing here runs on the training thread."""
+dead or frozen process), and, where steps come again, that it was a pause. Nothing here runs on
+the training thread."""
 
 from __future__ import annotations
 
@@ -53,6 +54,11 @@ class Exchange:
             self.store().delete_key(f"{PREFIX}{self.rank}")
         except Exception:
             pass
+        if self.line is not None and self.log:  # rank 0 said it stalled: now it was a pause
+            since = stall.get("since_unix_ns")
+            lasted = f" after {time.time() - since / 1e9:.0f} s" if since else ""
+            logger.warning("gpuscope live: steps resumed at step %s%s: a pause (a checkpoint, "
+                           "an evaluation), not a hang", stall.get("step"), lasted)
         self._asked_at = None
         self.line = None
 
@@ -79,4 +85,6 @@ def live_line(words: dict, world_size: int) -> str:
     """One line from the ranks' words {rank: brief(stall)}."""
     from ..stall_story import tell
 
-    return "gpuscope live: " + tell({r: dict(w) for r, w in words.items()}, world_size)
+    since = [w["since_unix_ns"] for w in words.values() if w.get("since_unix_ns")]
+    quiet = f"no step for {time.time() - min(since) / 1e9:.0f} s, " if since else ""
+    return "gpuscope live: " + quiet + tell({r: dict(w) for r, w in words.items()}, world_size)
