@@ -373,7 +373,7 @@ def straggler_floor(a: Analysis) -> dict:
             "pct": round(100 * r.floor_ns / r.typical_ns, 1), "steps": int(r.n_steps)}
 
 
-@declares("report table frame steps unseen broken stragglers minor roles verdict th warnings",
+@declares("report table per_rank steps unseen broken stragglers minor roles verdict th warnings",
           "warnings report")
 def check(a: Analysis) -> None:
     """The report against its own arithmetic (a bug if anything fails: said, and it costs
@@ -381,7 +381,7 @@ def check(a: Analysis) -> None:
     wrong = violations(a.report)
     a.warnings += [f"did not add up: {w}" for w in wrong]
     t = a.table
-    with_rows = int(a.frame["rank"].nunique()) if len(a.frame) else 0  # not header-only files
+    with_rows = len(a.per_rank.groups.keys) if a.per_rank is not None else 0  # with steps
     evidence = Evidence(steps=len(a.steps), ranks=with_rows, world=int(t.world_size),
                         step_markers=all(i.meta.get("step_markers", True)
                                          for i in t.ranks.values()),

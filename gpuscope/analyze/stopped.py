@@ -187,24 +187,30 @@ _SIGNAL_MEANS = {"SIGABRT": "a library aborted the process, as gloo does on some
 
 def _fatal_text(rank: int, fatal: dict, step, victims: dict) -> str:
     """A rank a fatal signal ended (its faulthandler trace): which, where; where it was in a
-    collective the others were not in, the mismatch first."""
-    call = fatal.get("collective")
-    theirs: dict = {}  # the collective each rank that failed on it was in (or issued last)
+    collective at another place of the program than the others were in theirs (another kind, or
+    the same kind called from another line), the mismatch first."""
+    from ..stall_story import _at
+
+    call, site = fatal.get("collective"), fatal.get("at")
+    theirs: dict = {}  # (kind, where it was called) of each rank that failed on it
     for r, e in victims.items():
         w = e.get("error_where") or e.get("terminated_where") or {}
         last = w.get("last_issued") or {}
         kind = w.get("kind") if w.get("in") == "collective" else last.get("kind")
-        if kind:  # its kind only: the number it got to may be past the odd one's
-            theirs.setdefault(kind, []).append(int(r))
+        if kind:
+            how = w.get("in") if w.get("in") not in (None, "collective") else None
+            theirs.setdefault((kind, _at(w), how, str(last.get("sizes") or "")),
+                              []).append(int(r))
     died = (f"rank {rank} died of {fatal['signal']} ({fatal['error']}: "
-            f"{_SIGNAL_MEANS.get(fatal['signal'], 'a fatal signal')}) "
-            + (in_step(step) or "") + (f", in {call}" if call else "")
-            + (f", at {fatal['at']}" if fatal.get("at") else ""))
-    if call and theirs and call not in theirs:
-        others = "; ".join(f"{_ranks(rs)} in {k}" for k, rs in theirs.items())
-        return (f"mismatched collectives: rank {rank} in {call}; {others} (rank {rank} the odd "
+            f"{_SIGNAL_MEANS.get(fatal['signal'], 'a fatal signal')}) " + (in_step(step) or ""))
+    where = (f"in {call}" if call else "") + (f" at {site}" if site else "")
+    if call and theirs and all((k, at) != (call, site) for k, at, _, _ in theirs):
+        others = "; ".join(f"{_ranks(rs)} in {k}" + (f" of {sz}" if sz else "")
+                           + (f" from {how}" if how else "") + (f" at {at}" if at else "")
+                           for (k, at, how, sz), rs in theirs.items())
+        return (f"mismatched collectives: rank {rank} {where}; {others} (rank {rank} the odd "
                 f"one out); {died}")
-    return died
+    return died + (f", {where}" if where else "")
 
 
 def _killed_text(rank: int, info, mine, step, broken, n_others: int) -> str:
