@@ -775,6 +775,27 @@ def flight_recorder(d: dict) -> list[str]:
     return out + [""]
 
 
+def deaths_public(d: dict) -> list[str]:
+    """Deaths and hangs injected into public programs (deaths_public.json)."""
+    out = [f"`benchmarks/deaths_public.py` ({d['commit']}, pytorch/examples {d['examples_commit']}, "
+           f"{d['cpu_count']} cores, 4 ranks, gloo on CPU): **{d['right']} of {d['of']} told "
+           "right** (the rank, the step, and a death as a death, a hang as a stall, a mismatch as "
+           "the mismatch with the rank the odd one out). The truth is the fault's own log line "
+           "as it fired; `job` is the launcher's run, `after TERM` how long the job took to end "
+           "once a scheduler's SIGTERM came.", "",
+           "| program | scenario: fault | right | job | after TERM | the report's first line |",
+           "| --- | --- | --- | ---: | ---: | --- |"]
+    for r in d["rows"]:
+        f = r["fault"]
+        line = (r["first_line"] or "").replace("|", "/")
+        out.append(f"| {r['program']} | {r['scenario']}: {f['how']}, rank {f['rank']}, step "
+                   f"{f['step']} | "
+                   f"{'yes' if r['right'] else 'NO'} | {r['job_s']:.0f} s | "
+                   + (f"{r['after_term_s']:.1f} s" if r["after_term_s"] is not None else "-")
+                   + f" | {line[:180]}{'...' if len(line) > 180 else ''} |")
+    return out + [""]
+
+
 def fr_budget(d: dict) -> str:
     big = max(d["rows"], key=lambda r: r["ranks"])
     right = big["gpuscope_blamed"] == [big["truth"]["culprit"]]
@@ -832,6 +853,10 @@ def main() -> None:
     write_budgets(budgets({k: v for k, v in docs.items() if v}))
     write_block(FIRST_RUN, first_run(_load("first_run.json")))
     write_block(EVERY_RANK, every_rank(_load("big_traces.json")))
+    dp = _load("deaths_public.json")
+    if dp:
+        write_block(("<!-- deaths:begin -->", "<!-- deaths:end -->"), deaths_public(dp),
+                    os.path.join(ROOT, "docs", "hangs.md"))
     if docs.get("fr.json"):
         write_block(("<!-- fr:begin -->", "<!-- fr:end -->"),
                     flight_recorder(docs["fr.json"])[2:],
