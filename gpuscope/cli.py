@@ -74,6 +74,11 @@ def _flight_recorder_alone(args) -> int | tuple | None:
     if not dumps:
         return bad[0] if bad else None
     doc = {"path": args.path, **tell(dumps, bad)}
+    if args.html:
+        from .render.flight_recorder import html
+
+        with open(args.html, "w") as fh:
+            fh.write(html(doc, args.path))
     if args.json:
         text = json.dumps(doc, indent=1)
         if args.json == "-":
@@ -83,6 +88,8 @@ def _flight_recorder_alone(args) -> int | tuple | None:
             fh.write(text)
     if not args.quiet:
         print(render(doc, args.path))
+        if args.html:
+            print(f"HTML page: {args.html}")
     return 0
 
 

@@ -285,3 +285,26 @@ def test_real_gloo_dumps_with_the_stuck_rank_s_dump_lost(tmp_path):
     got = _told(out)
     assert got["blamed"] == [5] and got["missing"] == [5], got["text"]
     assert got["stopped_by"][0]["reason"] == "no_dump"
+
+
+def test_the_dumps_page_opens_in_a_browser_with_the_hang_first(tmp_path):
+    """`gpuscope analyze DUMPS --html F`: one page, read in headless Chromium: the hang's line
+    first, naming the rank, no error in the console."""
+    from browser import Page, launch
+
+    make_job(str(tmp_path / "d"), SMALL, fault="behind", rank=45, at=2, step=40)
+    out = subprocess.run([sys.executable, "-m", "gpuscope", "analyze", str(tmp_path / "d"),
+                          "--html", str(tmp_path / "fr.html")], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0 and "HTML page:" in out.stdout, out.stderr
+    pw, browser = launch()
+    try:
+        page = Page(browser)
+        page.page.goto((tmp_path / "fr.html").as_uri())
+        first = page.page.inner_text("#hang")
+        assert first.startswith("THE JOB HUNG: rank 45 stopped it"), first
+        assert "EXPERT_MODEL_PARALLEL_GROUP" in page.page.inner_text("pre")
+        assert not page.errors, page.errors
+    finally:
+        browser.close()
+        pw.stop()

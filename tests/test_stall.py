@@ -319,7 +319,8 @@ def test_a_rank_killed_while_it_waits_is_named_with_its_collective(tmp_path):
     assert s["ranks"]["2"]["in"] == "collective" and s["ranks"]["2"]["kind"] == "all_reduce"
     assert s["waiting"] == [2] and s["never_reached"] == [0, 1, 3], s["text"]
     assert [x["rank"] for x in d["died"]] == [2] and d["died"][0]["cause"] == "killed"
-    assert "the other ranks were in step 20" in d["died"][0]["text"]
+    assert d["died"][0]["text"].startswith("rank 2 was killed in step 20 (steps 0-19 "
+                                           "completed)"), d["died"][0]["text"]
     assert "rank 2 was already" in d["died"][0]["late_before"], d["died"][0]
 
 
