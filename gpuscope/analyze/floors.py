@@ -31,10 +31,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
 import pandas as pd
 
 from ..vocab import COMM, DATA, IMBALANCED, JITTER_BOUND, MS
 from .findings import TypicalStep
+from .rowgroups import Groups
 
 #: what a suggestion's change takes off a rank's step, by its knob or the label it addresses
 REMOVES = {"sync_frequency": ("comm_exposed_ns", "optimizer_ns", "other_ns"), DATA: ("data_ns",),
@@ -99,15 +101,31 @@ def sync_surplus(frame: pd.DataFrame, rank: int, parts: dict) -> float:
     forward or backward is not measured."""
     if "forward_ns" not in frame or "backward_ns" not in frame:
         return 0.0
-    peers = frame[frame["rank"].to_numpy() != rank].groupby("rank")[
-        ["forward_ns", "backward_ns"]].mean()
-    if peers.empty:
+    groups = Groups(frame["rank"].to_numpy())  # each rank's means, no copy of the peers' rows
+    peers = groups.keys != rank
+    if not peers.any():
         return 0.0
-    fwd, bwd = float(peers["forward_ns"].median()), float(peers["backward_ns"].median())
+    fwd, bwd = (_median_of_means(groups, frame[c].to_numpy(), peers)
+                for c in ("forward_ns", "backward_ns"))
     mine_f, mine_b = parts.get("forward_ns", 0.0), parts.get("backward_ns", 0.0)
     if fwd <= 0 or bwd <= 0 or mine_f <= 0:
         return 0.0
     return max(mine_b - bwd * mine_f / fwd, 0.0)
+
+
+def _median_of_means(groups: Groups, values: np.ndarray, keep: np.ndarray) -> float:
+    """The median over the kept groups of their means, NaN values left out (as pandas' mean and
+    median do); NaN where none is left."""
+    if values.dtype.kind == "f":
+        ok = ~np.isnan(values)
+        if not ok.all():
+            n = groups.sum(ok.astype(np.int64))
+            with np.errstate(invalid="ignore", divide="ignore"):
+                means = groups.sum(np.where(ok, values, 0.0)) / n
+            means = means[keep]
+            means = means[~np.isnan(means)]
+            return float(np.median(means)) if means.size else float("nan")
+    return float(np.median(groups.mean(values)[keep]))
 
 
 def floors(frame: pd.DataFrame, stragglers: list, typical: TypicalStep, knobs: dict,
