@@ -32,9 +32,6 @@ class Place:
     def waiting(self) -> bool:
         return self.enqueued > self.completed
 
-    def last(self) -> Entry | None:
-        return self.by_seq[max(self.by_seq)] if self.by_seq else None
-
 
 @dataclass
 class Group:
@@ -81,7 +78,6 @@ class Groups:
     #: for a group that neither its entries nor its peers name
     unplaced: list[tuple[int, int, tuple[int, int, int], str]]
     world_size: int
-    p2p: dict[int, list[Entry]]  # each rank's send / recv that did not complete
 
     def of_rank(self, rank: int) -> list[Group]:
         return [g for g in self.groups.values() if rank in g.places]
@@ -223,9 +219,4 @@ def build(dumps: dict[int, RankDump], world_size: int | None = None) -> Groups:
             world = max(world, max(g.members) + 1)
     world = max([world] + [r + 1 for r in dumps])
     _short_of(b.groups, set(range(world)) - set(dumps))
-    p2p = {}
-    for d in dumps.values():
-        open_p2p = [e for e in d.entries if e.p2p and not e.done]
-        if open_p2p:
-            p2p[d.rank] = open_p2p
-    return Groups(groups=b.groups, unplaced=unplaced, world_size=world, p2p=p2p)
+    return Groups(groups=b.groups, unplaced=unplaced, world_size=world)

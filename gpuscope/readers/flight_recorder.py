@@ -307,8 +307,3 @@ def find(folder: str, quiet: bool = False) -> tuple[dict[int, RankDump], list[tu
                                  f"and {name}; {name} is read")
             dumps[got.rank] = got
     return dumps, bad
-
-
-def looks_like_dumps(folder: str) -> bool:
-    """Whether `folder` holds at least one file that reads as a Flight Recorder dump."""
-    return bool(find(folder)[0])
