@@ -53,9 +53,20 @@ CHUNK_MAGIC = b"GSC1"
 CHUNK_HEADER = "<4sQQIIIIIII"  # little-endian struct format of a chunk's header (48 bytes)
 
 
+#: what the stall watcher and the recorder write beside a record file when a run hangs or dies:
+#: torch's Flight Recorder dump, faulthandler's stacks of a fatal signal
+FR_SUFFIX = ".gpuscope.fr.json"
+FATAL_SUFFIX = ".gpuscope.fatal"
+
+
+def beside(record_path: str, suffix: str) -> str:
+    """The file of `suffix` beside a record file (its column side file, dump, fatal trace)."""
+    return record_path[:-len(FILE_SUFFIX)] + suffix
+
+
 def columns_path(record_path: str) -> str:
     """The column side file of a record file."""
-    return record_path[:-len(FILE_SUFFIX)] + COLUMNS_SUFFIX
+    return beside(record_path, COLUMNS_SUFFIX)
 
 
 def is_run_dir(path: str) -> bool:

@@ -133,8 +133,7 @@ def term_stalls(table) -> dict[int, dict]:
     if not termed:
         return {}
     last = _last_step_ends(table)
-    idle = [e["end_unix_ns"] - last[r] for r, e in termed.items()
-            if r in last and isinstance(e.get("end_unix_ns"), int)]
+    idle = _idle_at_term(table, termed, last)
     med = float(table.frame["step_ns"].median()) if len(table.frame) else 0.0
     if not (any(e.get("blocked") for e in termed.values()) or (
             idle and len(idle) == len(termed)
@@ -176,10 +175,15 @@ def ended(table, stalled) -> str:
     return "; ".join(parts)
 
 
+def _idle_at_term(table, ranks, last: dict | None = None) -> list[int]:
+    """ns from each rank's last step to the end its record says (where both are known)."""
+    last = _last_step_ends(table) if last is None else last
+    ends = [(r, table.ranks[r].meta["end"].get("end_unix_ns")) for r in ranks]
+    return [e - last[r] for r, e in ends if r in last and isinstance(e, int)]
+
+
 def _idle_for(table, ranks) -> str:
-    last = _last_step_ends(table)
-    idle = [table.ranks[r].meta["end"]["end_unix_ns"] - last[r] for r in ranks if r in last
-            and isinstance(table.ranks[r].meta["end"].get("end_unix_ns"), int)]
+    idle = _idle_at_term(table, ranks)
     return f"{min(idle) / 1e9:.0f} s after the last step" if idle else ""
 
 

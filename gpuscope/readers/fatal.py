@@ -6,6 +6,9 @@ from __future__ import annotations
 import os
 import re
 
+from ..run_format import FATAL_SUFFIX, beside
+from .flight_recorder import is_library
+
 #: faulthandler's first line: "Fatal Python error: Aborted" (Segmentation fault, Bus error,
 #: Floating point exception, Illegal instruction)
 _HEAD = re.compile(r"Fatal Python error: (.+)")
@@ -14,7 +17,6 @@ _SIGNALS = {"Aborted": "SIGABRT", "Segmentation fault": "SIGSEGV", "Bus error": 
             "Floating point exception": "SIGFPE", "Illegal instruction": "SIGILL"}
 #: a collective's function in torch.distributed, as its frame names it
 _COLLECTIVE = re.compile(r"/torch/distributed/distributed_c10d\.py$")
-_LIBRARY = re.compile(r"/(?:site|dist)-packages/|/lib/python\d|^<|/gpuscope/(?:record|readers)/")
 MAX_BYTES = 1 << 20
 
 
@@ -22,7 +24,7 @@ def read_fatal(record_path: str) -> dict | None:
     """{"signal", "error", "frames": [{file, line, func}] of the training thread (the one running
     the program's main module), "at": its innermost frame of the user's code, "collective": the
     torch.distributed call it was in}; None where the file is absent or empty."""
-    path = record_path.rsplit(".jsonl", 1)[0] + ".fatal"
+    path = beside(record_path, FATAL_SUFFIX)
     try:
         if os.path.getsize(path) > MAX_BYTES:
             return None
@@ -48,7 +50,7 @@ def read_fatal(record_path: str) -> dict | None:
     main = next((t for t in threads if any(f["func"] == "<module>" for f in t)),
                 threads[-1] if threads else [])
     out = {"signal": _SIGNALS.get(error, error), "error": error, "frames": main[:16]}
-    user = next((f for f in main if not _LIBRARY.search(f["file"])), None)
+    user = next((f for f in main if not is_library(f["file"])), None)
     if user:
         out["at"] = f"{os.path.basename(user['file'])}:{user['line']} ({user['func']})"
     call = next((f["func"] for f in main if _COLLECTIVE.search(f["file"])), None)

@@ -33,6 +33,7 @@ import re
 from functools import lru_cache
 
 from ..dumps import Entry, RankDump
+from ..run_format import FR_SUFFIX
 
 #: the most recent collectives (and sends / recvs) of each group kept of a rank's ring: enough
 #: for where it waits and what the group does each step
@@ -104,6 +105,12 @@ def _int(v, default: int = -1) -> int:
         return default
 
 
+def is_library(path: str) -> bool:
+    """A frame's file is library code (torch, Python, an installed package, gpuscope's own), by
+    its path on the job's machine."""
+    return not path or bool(_LIBRARY.search(path))
+
+
 def user_frame(frames) -> str | None:
     """The innermost frame of the user's code (not torch, Python or an installed package), as
     file:line (function); frames come innermost first."""
@@ -111,7 +118,7 @@ def user_frame(frames) -> str | None:
         if not isinstance(f, dict):
             continue
         path = str(f.get("filename") or "")
-        if path and not _LIBRARY.search(path):
+        if not is_library(path):
             return f"{os.path.basename(path)}:{f.get('line')} ({f.get('name')})"
     return None
 
@@ -257,7 +264,7 @@ def _candidates(folder: str, quiet: bool) -> list[str]:
         names = sorted(os.listdir(folder))
     except OSError:
         return []
-    return [n for n in names if n.endswith(".gpuscope.fr.json") or (
+    return [n for n in names if n.endswith(FR_SUFFIX) or (
         not _skip(n) and (not quiet or _TRAILING.search(n))
         and os.path.isfile(os.path.join(folder, n)))]
 

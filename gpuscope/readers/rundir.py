@@ -538,8 +538,8 @@ def group_recordings(files: list[RankFile]) -> list[list[RankFile]]:
     # a file with a job id and nothing after its header (the rank killed before its first
     # flush) has no span of its own: it joins the recording of its job that it started in
     bare = [f for f in files if f.run_id and not f.rows and not f.end]
-    for f in sorted((f for f in files if not any(f is b for b in bare)),
-                    key=lambda f: f.span()[0]):
+    spare = {id(f) for f in bare}
+    for f in sorted((f for f in files if id(f) not in spare), key=lambda f: f.span()[0]):
         start, end = f.span()
         rid = f.run_id
         if groups and start <= reach and (not rid or not ids or ids == {rid}):

@@ -9,9 +9,11 @@ from __future__ import annotations
 import faulthandler
 import os
 
+from ..run_format import FATAL_SUFFIX, beside
+
 
 def fatal_path(record_path: str) -> str:
-    return record_path.rsplit(".jsonl", 1)[0] + ".fatal"
+    return beside(record_path, FATAL_SUFFIX)
 
 
 def watch_fatal(record_path: str):

@@ -354,12 +354,14 @@ def dump_flight_recorder(record_path: str | None, when: str = "stall") -> dict |
 
         from torch._C._distributed_c10d import _dump_fr_trace_json
 
+        from ..run_format import FR_SUFFIX, beside
+
         doc = json.loads(_dump_fr_trace_json())
         entries = doc.get("entries") or []
         if not entries and not doc.get("pg_status"):
             return None
         doc["gpuscope"] = {**_whoami(), "when": when}
-        path = record_path.rsplit(".jsonl", 1)[0] + ".fr.json"
+        path = beside(record_path, FR_SUFFIX)
         # at a SIGTERM or an error a peer that exited first may have failed this rank's
         # collectives, which then read as completed: a dump taken at the stall is kept
         if when == "stall" or not os.path.exists(path):
