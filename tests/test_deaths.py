@@ -205,9 +205,11 @@ def test_rank_0_logs_the_hang_live_before_the_launcher_s_term(tmp_path):
            "gather", "--rank", "1", "--at", "25"]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                          env=dict(os.environ, OMP_NUM_THREADS="1"))
-    t0, line, hang = time.monotonic(), None, None
+    t0, line, hang, seen = time.monotonic(), None, None, []
     for text in p.stdout:
-        if text.startswith("rank 1 step 24 at"):
+        seen.append(text)
+        # two processes share the pipe: a line of one may follow another's unfinished line
+        if "rank 1 step 24 at" in text:
             hang = time.monotonic()  # its own log: the last step before the odd collective
         if "gpuscope live: no step for" in text:
             line = text
@@ -216,6 +218,7 @@ def test_rank_0_logs_the_hang_live_before_the_launcher_s_term(tmp_path):
             break
     p.send_signal(signal.SIGTERM)
     p.communicate(timeout=120)
-    assert line is not None and hang is not None, "no live line within 60 s"
+    assert line is not None, "no live line within 60 s:\n" + "".join(seen[-20:])
+    assert hang is not None, "rank 1's log of step 24 missing:\n" + "".join(seen[-40:])
     assert "mismatched collectives" in line and "rank 1 in all_gather" in line, line
     assert time.monotonic() - t0 < 60

@@ -60,7 +60,9 @@ data = [torch.randn(16, 64) for _ in range(8)]
 
 
 def log(step):
-    print(f"rank {rank} step {step} at {time.time():.3f}", flush=True)
+    # one write per line: print's text and newline go out apart, and the ranks share one pipe
+    sys.stdout.write(f"rank {rank} step {step} at {time.time():.3f}\n")
+    sys.stdout.flush()
 
 
 def lose(out, step):
