@@ -31,8 +31,7 @@ def _last_logged(name) -> dict:
     last = {}
     with open(os.path.join(CASES, name + ".log")) as fh:
         for line in fh:
-            m = re.match(r"rank (\d+) step (\d+) at", line)
-            if m:
+            for m in re.finditer(r"rank (\d+) step (\d+) at", line):  # lines may be glued
                 last[int(m.group(1))] = max(last.get(int(m.group(1)), -1), int(m.group(2)))
     return last
 
