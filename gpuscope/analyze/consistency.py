@@ -206,6 +206,7 @@ def find_roles(frame: pd.DataFrame, min_share: float = 0.0) -> Roles:
             slowest = np.zeros(si.max() + 1)
             np.maximum.at(slowest, si, step_ns)
             slowest = slowest[complete]
+    del busy_ns, own_ns, step_ns  # in the tables now: the row-long copies go before the tests
     roles = Roles(n_steps=int(steps.size))
     if ranks.size < 2 or not steps.size:
         return roles
@@ -238,7 +239,8 @@ def _busier(w, busy, own, crit: float, tiny: float, material_ns: float) -> tuple
     for table in (busy, own):
         if table is None or table.shape != w.shape or n_ranks < 2:
             continue
-        d = table - others_median(table)
+        d = others_median(table)
+        np.subtract(table, d, out=d)  # each value less the others' median, in its place
         dm, ds = d.mean(axis=0), d.std(axis=0, ddof=1)
         for j in range(n_ranks):
             tp = _t(dm[j], ds[j] / math.sqrt(n), tiny)

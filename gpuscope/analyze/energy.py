@@ -17,6 +17,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from .rowgroups import count_distinct
+
 PARTS = (("data", "data_ns"), ("comm", None), ("waiting", "wait_ns"))
 
 
@@ -81,7 +83,7 @@ def energy_section(frame: pd.DataFrame, telemetry: pd.DataFrame | None, knobs: d
                 out["joules_per_sample"] = round(out["joules_per_step"] / (batch * len(ranks)), 4)
     price = knobs.get("price_per_gpu_hour")
     if isinstance(price, (int, float)) and price > 0 and len(frame):
-        gpus = int(frame["rank"].nunique())
+        gpus = count_distinct(frame["rank"].to_numpy())
         mean_s = float(frame.groupby("rank")["step_ns"].mean().max()) / 1e9
         per_k = gpus * mean_s * 1000 / 3600 * float(price)
         step = frame["step_ns"].to_numpy(float)

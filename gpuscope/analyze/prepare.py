@@ -18,7 +18,7 @@ import pandas as pd
 from ..errors import InputError
 from ..runtable import RunTable
 from .cycles import cycle_ends, group_cycles, sync_interval
-from .rowgroups import dense_unique, rank_position
+from .rowgroups import count_distinct, dense_unique, rank_position
 from .stopped import stopped_ranks, stopped_warnings
 from .wait import estimate_wait, wait_cells
 from .passes import declares
@@ -156,7 +156,7 @@ def without_thin_steps(table: RunTable, warnings: list[str]) -> RunTable:
     so its waiting would count as transfer, and flip the verdict of the steps still whole.
     Said."""
     frame = table.frame
-    n = int(frame["rank"].nunique()) if len(frame) else 0
+    n = count_distinct(frame["rank"].to_numpy())
     if n < 2:
         return table
     steps = frame["step"].to_numpy()

@@ -32,6 +32,27 @@ def dense_unique(values) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return keys, inv.reshape(-1), counts
 
 
+def count_distinct(values) -> int:
+    """len(set(values)) (pandas' nunique() of a column without NaN): a count of the values seen
+    for non-negative ints of a small range (ranks, steps), as dense_unique's, without a hash."""
+    v = np.asarray(values)
+    if not v.size:
+        return 0
+    if v.dtype.kind in "iu":
+        lo, hi = int(v.min()), int(v.max())
+        if lo >= 0 and small_range(hi + 1, v.size):
+            return int(np.count_nonzero(np.bincount(v, minlength=hi + 1)))
+    return int(np.unique(v).size)
+
+
+def same_rows(a: "pd.DataFrame | None", b: "pd.DataFrame | None") -> bool:
+    """Whether two per-(rank, step) tables have the same rows in the same order (a table made
+    from another's rows, e.g. the waits from the collectives)."""
+    if a is None or b is None or len(a) != len(b):
+        return False
+    return all(np.array_equal(a[c].to_numpy(), b[c].to_numpy()) for c in ("rank", "step"))
+
+
 def find_pairs(keys_a: np.ndarray, keys_b: np.ndarray, a: np.ndarray, b: np.ndarray
                ) -> tuple[np.ndarray, np.ndarray]:
     """For each (a, b): whether it is one of the pairs (keys_a, keys_b) (distinct, non-negative

@@ -52,7 +52,7 @@ from .prepare import prepare
 from .rank_summary import (analysed_rows, comm_by_kind, comm_by_parts, grad_sync_share,
                            summarize_ranks)
 from .routing import routing_section
-from .rowgroups import PerRank
+from .rowgroups import PerRank, count_distinct, same_rows
 from .stragglers import find_minor, find_stragglers
 from .stall import late_before, section as stall_section
 from .stopped import deaths
@@ -135,7 +135,7 @@ def classify(a: Analysis) -> None:
     """frame -> roles, steps, verdict; a warning when too few steps tell roles, or when no
     communication was seen on several ranks."""
     a.roles = find_roles(a.frame, a.th.wait)
-    if a.frame["rank"].nunique() > 1 and not a.roles.decided and (a.frame["wait_ns"] > 0).any():
+    if count_distinct(a.frame["rank"].to_numpy()) > 1 and not a.roles.decided and (a.frame["wait_ns"] > 0).any():
         a.warnings.append(f"only {a.roles.n_steps} step(s) recorded on every rank: too few to "
                           "tell a consistent straggler from per-step jitter")
     a.steps = classify_steps(a.frame, a.th, a.roles)
@@ -251,8 +251,11 @@ def suggest_all(a: Analysis) -> None:
     a.routing = routing_section(a.table.routing, a.frame, a.mapping)
     a.key_waits = key_waits(a.table.comm, a.wait_cells)
     a.wait_cells = UNSET
+    # the waits' rows are the collectives' own where each row is a cell: the same analysed rows
+    same = hit is not None and same_rows(a.key_waits, a.table.comm)
     g_wait = (comm_by_kind(replace(a.table, comm=a.key_waits), a.frame, a.mapping,
-                           ("wait_ns",), 1)[0] if a.key_waits is not None else None)
+                           ("wait_ns",), 1, hit=hit if same else None)[0]
+              if a.key_waits is not None else None)
     a.comm_groups = groups_section(a.table, g_comm, g_exposed, kinds_by_group(a.table),
                                    a.layout, g_wait)
     dims = a.table.mesh_dims()

@@ -25,7 +25,7 @@ from ..thresholds import Thresholds
 from ..vocab import COMPUTE_PHASES, IMBALANCED
 from .consistency import Roles, bursts
 from .layout import Layout
-from .rowgroups import PerRank
+from .rowgroups import PerRank, count_distinct
 
 _CAUSES = ("data_ns", "compute_ns", "other_ns")
 
@@ -55,7 +55,7 @@ def find_stragglers(frame: pd.DataFrame, steps: pd.DataFrame, th: Thresholds, ro
                     hosts: dict[int, str] | None = None,
                     layout: Layout | None = None,
                     per_rank: PerRank | None = None) -> list[Straggler]:
-    n_ranks = frame["rank"].nunique()
+    n_ranks = count_distinct(frame["rank"].to_numpy())
     # the steps where ranks wait for a late one: imbalanced as their label, or beside a larger
     # one (a data-bound step whose waiting is still a straggler's: else the report said "rank 1
     # waits for the rest every step" and named no one)

@@ -23,7 +23,7 @@ import pandas as pd
 
 from ..run_format import is_p2p
 from ..runtable import key_codes, key_parts, mask_of
-from .rowgroups import dense_unique, find_pairs, small_range
+from .rowgroups import count_distinct, dense_unique, find_pairs, small_range
 
 
 #: `cells` not given: worked out here (None is a result: nothing to compare)
@@ -43,7 +43,7 @@ def estimate_wait(frame: pd.DataFrame, warnings: list[str],
     """
     frame = frame.copy(deep=False)  # the caller's frame keeps its columns; none is changed
     frame["wait_ns"] = np.zeros(len(frame), dtype=np.int64)
-    n_ranks = frame["rank"].nunique()
+    n_ranks = count_distinct(frame["rank"].to_numpy())
     if n_ranks < 2 or frame.empty:
         return frame
     steps = frame["step"].to_numpy()
@@ -67,8 +67,10 @@ def estimate_wait(frame: pd.DataFrame, warnings: list[str],
         transfer = sub.groupby(frame.loc[complete, "step"]).transform("min")
         frame.loc[complete, "wait_ns"] = (sub - transfer).astype("int64")
         return frame
-    wait = np.minimum(grouped, np.maximum(exposed, 0))
-    frame["wait_ns"] = np.where(complete, wait, 0).astype("int64")
+    # in place: the grouped excess (a fresh array) at most the exposed time, 0 in thin steps
+    wait = np.minimum(grouped, np.maximum(exposed, 0), out=grouped)
+    wait[~complete] = 0
+    frame["wait_ns"] = wait
     return frame
 
 

@@ -16,6 +16,7 @@ from ...vocab import IMBALANCED, JITTER_BOUND, MS
 from ..findings import TypicalStep, gain
 from ..consistency import Roles, persistent_steps
 from ..routing import routing_note
+from ..rowgroups import count_distinct
 
 
 LABEL, JITTER_LABEL = IMBALANCED, JITTER_BOUND
@@ -153,14 +154,16 @@ def without_stragglers(frame: pd.DataFrame, slow: set[int]) -> tuple[float, floa
     if not keep.any():
         return None
     busy = (frame["step_ns"].to_numpy(dtype=float) - frame["wait_ns"].to_numpy(dtype=float))[keep]
-    n = int(frame["rank"].nunique())
+    n = count_distinct(frame["rank"].to_numpy())
     c = _EXPECTED_MAX.get(n, math.sqrt(2 * math.log(max(n, 2))))
     # the spread of a typical step (1.4826 x the median absolute deviation): one step slowed by
     # a profiler starting or a checkpoint is in the mean, but says nothing of how late the last
     # of the ranks comes in the others
-    sd = float(1.4826 * np.median(np.abs(busy - np.median(busy))))
-    point = float(np.mean(busy)) + c * sd
-    return point, float(np.median(busy)), point + c * sd
+    mean, median = float(np.mean(busy)), float(np.median(busy))
+    dev = np.abs(busy - median, out=busy)  # the busy times are not needed after: in place
+    sd = float(1.4826 * np.median(dev, overwrite_input=True))
+    point = mean + c * sd
+    return point, median, point + c * sd
 
 
 def _straggler_range(t: TypicalStep, est: float) -> tuple[float, float]:
