@@ -148,7 +148,7 @@ def test_row_ranks_are_pandas_average_ranks_with_and_without_ties():
     import numpy as np
     import pandas as pd
 
-    from gpuscope.analyze.consistency import row_ranks
+    from gpuscope.analyze.consistency import _mean_row_rank, row_ranks
 
     rng = np.random.default_rng(3)
     distinct = rng.random((40, 9))
@@ -156,6 +156,8 @@ def test_row_ranks_are_pandas_average_ranks_with_and_without_ties():
     for w in (distinct, tied, np.zeros((3, 5)), distinct[:, :1]):
         want = pd.DataFrame(w).rank(axis=1, method="average").to_numpy()
         assert np.array_equal(row_ranks(w), want)
+        # the per-rank mean the z score takes, from the sort's order where nothing ties
+        assert np.array_equal(_mean_row_rank(w), want.mean(axis=0))
 
 
 def test_roles_of_a_rank_major_table_are_those_of_the_same_rows_in_any_order():

@@ -407,29 +407,41 @@ def rank_z(w: np.ndarray) -> np.ndarray:
     < 0 waits least (arrives last), > 0 waits most."""
     steps, n = w.shape
     sd = math.sqrt((n * n - 1) / 12 / steps)
-    return (row_ranks(w).mean(axis=0) - (n + 1) / 2) / sd
+    return (_mean_row_rank(w) - (n + 1) / 2) / sd
+
+
+def _mean_row_rank(w: np.ndarray) -> np.ndarray:
+    """Per column, row_ranks(w).mean(axis=0): each column's places summed from the sort's
+    order (exact: integers and halves), no table of ranks."""
+    steps, n = w.shape
+    order = np.argsort(w, axis=1)
+    places = _places(np.take_along_axis(w, order, axis=1)).ravel()
+    return np.bincount(order.ravel(), places, n) / steps
 
 
 def row_ranks(w: np.ndarray) -> np.ndarray:
     """Each value's rank within its row, 1-based, ties given their average rank (pandas'
     rank(axis=1, method="average") for values without NaN), on one sort of the rows."""
-    steps, n = w.shape
     if not w.size:
         return np.zeros(w.shape)
     order = np.argsort(w, axis=1)  # equal values share their average rank: any order of them
-    s = np.take_along_axis(w, order, axis=1)
+    out = np.empty(w.shape)
+    np.put_along_axis(out, order, _places(np.take_along_axis(w, order, axis=1)), axis=1)
+    return out
+
+
+def _places(s: np.ndarray) -> np.ndarray:
+    """The 1-based rank of each value of rows sorted (`s`), ties given their average."""
+    steps, n = s.shape
     new = np.ones(s.shape, dtype=bool)  # a run of equal values starts (every row starts one)
     new[:, 1:] = s[:, 1:] != s[:, :-1]
-    out = np.empty(w.shape)
     if new.all():  # no ties (waits in ns rarely tie): a value's rank is its place in the row
-        np.put_along_axis(out, order, np.broadcast_to(np.arange(1.0, n + 1), w.shape), axis=1)
-        return out
+        return np.broadcast_to(np.arange(1.0, n + 1), s.shape)
     new = new.ravel()
     starts = np.flatnonzero(new)
     ends = np.r_[starts[1:], new.size]
     avg = starts % n + (ends - starts + 1) / 2  # mean of the 1-based ranks start+1 .. end
-    np.put_along_axis(out, order, avg[np.cumsum(new) - 1].reshape(w.shape), axis=1)
-    return out
+    return avg[np.cumsum(new) - 1].reshape(s.shape)
 
 
 def persistent_steps(roles: Roles, steps: np.ndarray) -> np.ndarray:

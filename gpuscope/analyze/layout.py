@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from ..run_format import comm_kind, is_p2p
-from ..runtable import RunTable
+from ..runtable import RunTable, key_parts, mask_of
 
 
 @dataclass
@@ -94,10 +94,11 @@ def _chains(comm: pd.DataFrame | None) -> tuple[list[list[int]], list[int]]:
         return [], []
     nxt: dict[int, int] = {}
     stages: set[int] = set()
-    for rank, key in comm[["rank", "key"]].drop_duplicates().itertuples(index=False):
+    p2p = mask_of(key_parts(comm)[0], is_p2p)  # per category: the rows of millions tested once
+    if not p2p.any():
+        return [], []
+    for rank, key in comm.loc[p2p, ["rank", "key"]].drop_duplicates().itertuples(index=False):
         kind = comm_kind(key)
-        if not is_p2p(kind):
-            continue
         stages.add(int(rank))
         try:
             peer = int(key.split(":", 1)[1])

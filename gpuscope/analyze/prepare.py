@@ -18,7 +18,7 @@ import pandas as pd
 from ..errors import InputError
 from ..runtable import RunTable
 from .cycles import cycle_ends, group_cycles, sync_interval
-from .rowgroups import count_distinct, dense_unique, rank_position
+from .rowgroups import count_distinct, dense_unique, rank_position, step_by_rank
 from .stopped import stopped_ranks, stopped_warnings
 from .wait import estimate_wait, wait_cells
 from .passes import declares
@@ -118,7 +118,7 @@ def prepare(a) -> None:
     a.stopped, a.missing = stopped_ranks(a.table)
     a.warnings += stopped_warnings(a.stopped)
     whole = a.table.frame
-    a.last_steps = whole.groupby("rank")["step"].max().to_dict() if len(whole) else {}
+    a.last_steps = step_by_rank(whole, "max")
     a.table = without_thin_steps(a.table, a.warnings)
     frame, warmup = a.table.frame, a.th.warmup_steps
     ends = cycle_ends(frame)

@@ -52,9 +52,12 @@ def comm_by_parts(table: RunTable, frame: pd.DataFrame, mapping,
     n_keys = len(keys)
     r = comm["rank"].to_numpy(np.int64)
     # one cell per (rank, key); the rows left out go to one cell past them (no filtered copies)
-    cell = r * n_keys + code
     out_of = int(r.max()) * n_keys + n_keys
-    np.putmask(cell, ~ok, out_of)
+    if n_keys == 1 and ok.all():  # one key, every row counted: a row's cell is its rank
+        cell = r
+    else:
+        cell = r * n_keys + code
+        np.putmask(cell, ~ok, out_of)
     seen = np.flatnonzero(np.bincount(cell, minlength=out_of + 1)[:out_of]).tolist()
     n_steps = np.bincount(frame["rank"].to_numpy(np.int64))
     names = split_keys(keys)

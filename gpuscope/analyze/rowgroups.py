@@ -38,6 +38,8 @@ def count_distinct(values) -> int:
     v = np.asarray(values)
     if not v.size:
         return 0
+    if v.dtype.kind in "iu" and bool((v[1:] >= v[:-1]).all()):  # sorted (rank): the changes
+        return int(np.count_nonzero(v[1:] != v[:-1])) + 1
     if v.dtype.kind in "iu":
         lo, hi = int(v.min()), int(v.max())
         if lo >= 0 and small_range(hi + 1, v.size):
@@ -199,6 +201,19 @@ class PerRank:
         if out is None:
             out = self._memo[col] = self.groups.mean(self.frame[col].to_numpy())
         return out
+
+
+def step_by_rank(frame: "pd.DataFrame", how: str = "max") -> dict[int, int]:
+    """{rank: its last ("max") or first ("min") step} (groupby("rank")["step"].max() as a dict),
+    by runs of rows where the frame is sorted by rank, as the readers leave it."""
+    if not len(frame):
+        return {}
+    r, s = frame["rank"].to_numpy(), frame["step"].to_numpy()
+    if r.dtype.kind in "iu" and s.dtype.kind in "iu" and bool((r[1:] >= r[:-1]).all()):
+        starts = np.flatnonzero(np.r_[True, r[1:] != r[:-1]])
+        ufunc = np.maximum if how == "max" else np.minimum
+        return dict(zip(r[starts].tolist(), ufunc.reduceat(s, starts).tolist()))
+    return getattr(frame.groupby("rank")["step"], how)().to_dict()
 
 
 def rank_position(frame: "pd.DataFrame") -> np.ndarray:

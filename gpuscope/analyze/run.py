@@ -52,7 +52,7 @@ from .prepare import prepare
 from .rank_summary import (analysed_rows, comm_by_kind, comm_by_parts, grad_sync_share,
                            summarize_ranks)
 from .routing import routing_section
-from .rowgroups import PerRank, count_distinct, same_rows
+from .rowgroups import PerRank, count_distinct, same_rows, step_by_rank
 from .stragglers import find_minor, find_stragglers
 from .stall import late_before, section as stall_section
 from .stopped import deaths
@@ -207,7 +207,7 @@ def throughput(a: Analysis) -> None:
     """frame (or, with accumulation, the table's micro-steps from the first analysed one),
     knobs, layout, stragglers -> the throughput section; each straggler's MFU gap."""
     micro = a.frame if a.mapping is None else a.table.frame
-    firsts = a.frame.groupby("rank")["step"].min().to_dict() if len(a.frame) else {}
+    firsts = step_by_rank(a.frame, "min")
     if a.mapping is not None:  # a cycle's step is its last micro-step: back to its first
         per = a.knobs.get("sync_interval") or 1
         firsts = {r: s - int(per) + 1 for r, s in firsts.items()}

@@ -16,6 +16,7 @@ import re
 
 from ..runtable import RunTable
 from ..stall_story import _ranks, clock, in_step, short_error
+from .rowgroups import step_by_rank
 
 
 def _why(end) -> str:
@@ -56,7 +57,7 @@ def stopped_ranks(table: RunTable) -> tuple[list[dict], list[int]]:
     if table.source != "record":
         return [], []
     frame = table.frame
-    last = frame.groupby("rank")["step"].max().to_dict() if len(frame) else {}
+    last = step_by_rank(frame, "max")
     ends = {r: info.meta.get("end") for r, info in table.ranks.items()}
     cut = {r: _why(e) for r, e in ends.items() if _why(e)}
     victims = {r for r in cut if failed_on_a_peer(ends[r])}
