@@ -154,31 +154,45 @@ def find_roles(frame: pd.DataFrame, min_share: float = 0.0) -> Roles:
     `min_share`: the smallest steady offset that counts, as a share of the median step (slowest
     rank); one late rank among n makes the others wait n/(n-1) times its offset below the mean."""
     step, rank = frame["step"].to_numpy(), frame["rank"].to_numpy()
-    step_ns = frame["step_ns"].to_numpy(np.float64) if min_share > 0 else None
     # each row's busy time (its step less its waiting for others): the paired test's
-    busy_ns = None
     staged = "bubble_ns" in frame and bool(frame["bubble_ns"].to_numpy().any())
-    if "step_ns" in frame and not staged:  # (pipeline stages do different work: compared
-        # within a stage's group by bottlenecks/pipeline.py, not against every rank here)
-        busy_ns = frame["step_ns"].to_numpy(np.float64) - frame["wait_ns"].to_numpy(np.float64)
+    # (pipeline stages do different work: compared within a stage's group by
+    # bottlenecks/pipeline.py, not against every rank here)
+    busy_known = "step_ns" in frame and not staged
     # ... and less its loading too: a rank steadily busier in its own work, which a loader's
     # jitter around it hides from the test of the whole busy time (a minor straggler's test)
-    own_ns = busy_ns - frame["data_ns"].to_numpy(np.float64) \
-        if busy_ns is not None and "data_ns" in frame else None
+    own_known = busy_known and "data_ns" in frame
     partial = None  # (steps, arrived last) over every step, where some lack a rank
     busiest = None  # (steps, the rank of the most busy time in each), every step
     width = repeated_run(step)
     if width and bool((rank.reshape(-1, width) == rank[::width, None]).all()) and \
             bool((rank[width::width] > rank[:-width:width]).all()):
-        # rank after rank, each with the same steps: the (steps x ranks) table is a transpose
+        # rank after rank, each with the same steps: the (steps x ranks) table is a transpose,
+        # each made from its column straight (no row-long float copies beside the tables)
         steps, ranks = step[:width], rank[::width]
-        w = np.ascontiguousarray(frame["wait_ns"].to_numpy(np.float64).reshape(-1, width).T)
-        b = np.ascontiguousarray(busy_ns.reshape(-1, width).T) if busy_ns is not None else None
-        own = np.ascontiguousarray(own_ns.reshape(-1, width).T) if own_ns is not None else None
+
+        def table(col: str) -> np.ndarray:
+            out = np.empty((width, ranks.size))
+            np.copyto(out, frame[col].to_numpy().reshape(-1, width).T)
+            return out
+
+        w = table("wait_ns")
+        b = own = None
+        if busy_known:
+            b = table("step_ns")
+            np.subtract(b, w, out=b)
+            if own_known:
+                own = table("data_ns")
+                np.subtract(b, own, out=own)
         if b is not None and ranks.size:
             busiest = (steps, ranks[np.argmax(b, axis=1)])
-        slowest = step_ns.reshape(-1, width).max(axis=0) if step_ns is not None else None
+        slowest = (frame["step_ns"].to_numpy().reshape(-1, width).max(axis=0).astype(np.float64)
+                   if min_share > 0 else None)
     else:
+        step_ns = frame["step_ns"].to_numpy(np.float64) if min_share > 0 else None
+        busy_ns = (frame["step_ns"].to_numpy(np.float64) - frame["wait_ns"].to_numpy(np.float64)
+                   if busy_known else None)
+        own_ns = busy_ns - frame["data_ns"].to_numpy(np.float64) if own_known else None
         steps, si, _ = dense_unique(step)
         ranks, ri, _ = dense_unique(rank)
         w = np.full((steps.size, ranks.size), np.nan)
@@ -206,7 +220,7 @@ def find_roles(frame: pd.DataFrame, min_share: float = 0.0) -> Roles:
             slowest = np.zeros(si.max() + 1)
             np.maximum.at(slowest, si, step_ns)
             slowest = slowest[complete]
-    del busy_ns, own_ns, step_ns  # in the tables now: the row-long copies go before the tests
+        del busy_ns, own_ns, step_ns  # in the tables now: the row-long copies go before the tests
     roles = Roles(n_steps=int(steps.size))
     if ranks.size < 2 or not steps.size:
         return roles
@@ -431,17 +445,26 @@ def row_ranks(w: np.ndarray) -> np.ndarray:
 
 
 def _places(s: np.ndarray) -> np.ndarray:
-    """The 1-based rank of each value of rows sorted (`s`), ties given their average."""
+    """The 1-based rank of each value of rows sorted (`s`), ties given their average: each
+    value its place, then the few runs of equal values set to their mean place (no row-long
+    arrays beyond the result)."""
     steps, n = s.shape
-    new = np.ones(s.shape, dtype=bool)  # a run of equal values starts (every row starts one)
-    new[:, 1:] = s[:, 1:] != s[:, :-1]
-    if new.all():  # no ties (waits in ns rarely tie): a value's rank is its place in the row
+    # flat positions of the values equal to the one before them in their row
+    cont = np.flatnonzero((s[:, 1:] == s[:, :-1]).ravel())
+    if not cont.size:  # no ties (waits in ns rarely tie): a value's rank is its place
         return np.broadcast_to(np.arange(1.0, n + 1), s.shape)
-    new = new.ravel()
-    starts = np.flatnonzero(new)
-    ends = np.r_[starts[1:], new.size]
-    avg = starts % n + (ends - starts + 1) / 2  # mean of the 1-based ranks start+1 .. end
-    return avg[np.cumsum(new) - 1].reshape(s.shape)
+    row, j = np.divmod(cont, n - 1)
+    cont = row * n + j + 1
+    first = np.r_[True, cont[1:] != cont[:-1] + 1]  # a run's first continuing value
+    starts = cont[first] - 1  # the run's first value
+    ends = np.r_[cont[np.flatnonzero(first)[1:] - 1], cont[-1]]  # and its last
+    avg = (starts % n + ends % n + 2) / 2  # the mean of its 1-based places
+    out = np.empty(s.shape)
+    out[:] = np.arange(1.0, n + 1)
+    flat = out.reshape(-1)
+    flat[starts] = avg
+    flat[cont] = avg[np.cumsum(first) - 1]
+    return out
 
 
 def persistent_steps(roles: Roles, steps: np.ndarray) -> np.ndarray:

@@ -100,10 +100,9 @@ class Groups:
         self._inv = None
         self._width = repeated_run(keys) if not self._sorted else 0
         if self._sorted:
-            new = np.r_[True, keys[1:] != keys[:-1]]
-            self.keys, self._inv = keys[new], np.cumsum(new) - 1
-            self.counts = np.bincount(self._inv, minlength=self.keys.size)
-            self._starts = np.flatnonzero(new)
+            self._starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+            self.keys = keys[self._starts]
+            self.counts = np.diff(np.r_[self._starts, keys.size])
         elif self._width:
             self.keys = keys[:self._width].copy()
             self.counts = np.full(self._width, keys.size // self._width, np.int64)
@@ -113,8 +112,11 @@ class Groups:
     @property
     def inv(self) -> np.ndarray:
         """Each row's group (0 .. len(keys) - 1)."""
-        if self._inv is None:  # the repeated run: made only when asked
-            self._inv = np.tile(np.arange(self._width), self.counts[0] if self._width else 0)
+        if self._inv is None:  # made only when asked (a row-long array)
+            if self._sorted:
+                self._inv = np.repeat(np.arange(self.keys.size), self.counts)
+            else:  # the repeated run
+                self._inv = np.tile(np.arange(self._width), self.counts[0] if self._width else 0)
         return self._inv
 
     def _table(self, values: np.ndarray) -> np.ndarray:

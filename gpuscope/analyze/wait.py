@@ -133,6 +133,8 @@ def wait_cells(comm: pd.DataFrame | None, frame: pd.DataFrame | None = None):
     found = _dense_waits(g, s, r, e, c, have)
     if found is None:
         found = _sorted_waits(g, s, r, e, c, have)
+    elif found[0] is g and every:  # the rows' own codes, not their row-long int64 copy
+        found = (np.asarray(codes), *found[1:])
     return (*found, [str(n) for n in names])
 
 
