@@ -158,69 +158,18 @@ def find_roles(frame: pd.DataFrame, min_share: float = 0.0) -> Roles:
     staged = "bubble_ns" in frame and bool(frame["bubble_ns"].to_numpy().any())
     # (pipeline stages do different work: compared within a stage's group by
     # bottlenecks/pipeline.py, not against every rank here)
-    busy_known = "step_ns" in frame and not staged
+    busy = "step_ns" in frame and not staged
     # ... and less its loading too: a rank steadily busier in its own work, which a loader's
     # jitter around it hides from the test of the whole busy time (a minor straggler's test)
-    own_known = busy_known and "data_ns" in frame
-    partial = None  # (steps, arrived last) over every step, where some lack a rank
-    busiest = None  # (steps, the rank of the most busy time in each), every step
+    own = busy and "data_ns" in frame
     width = repeated_run(step)
     if width and bool((rank.reshape(-1, width) == rank[::width, None]).all()) and \
             bool((rank[width::width] > rank[:-width:width]).all()):
-        # rank after rank, each with the same steps: the (steps x ranks) table is a transpose,
-        # each made from its column straight (no row-long float copies beside the tables)
-        steps, ranks = step[:width], rank[::width]
-
-        def table(col: str) -> np.ndarray:
-            out = np.empty((width, ranks.size))
-            np.copyto(out, frame[col].to_numpy().reshape(-1, width).T)
-            return out
-
-        w = table("wait_ns")
-        b = own = None
-        if busy_known:
-            b = table("step_ns")
-            np.subtract(b, w, out=b)
-            if own_known:
-                own = table("data_ns")
-                np.subtract(b, own, out=own)
-        if b is not None and ranks.size:
-            busiest = (steps, ranks[np.argmax(b, axis=1)])
-        slowest = (frame["step_ns"].to_numpy().reshape(-1, width).max(axis=0).astype(np.float64)
-                   if min_share > 0 else None)
+        t = _rank_major_tables(frame, step[:width], rank[::width], busy, own, min_share > 0)
     else:
-        step_ns = frame["step_ns"].to_numpy(np.float64) if min_share > 0 else None
-        busy_ns = (frame["step_ns"].to_numpy(np.float64) - frame["wait_ns"].to_numpy(np.float64)
-                   if busy_known else None)
-        own_ns = busy_ns - frame["data_ns"].to_numpy(np.float64) if own_known else None
-        steps, si, _ = dense_unique(step)
-        ranks, ri, _ = dense_unique(rank)
-        w = np.full((steps.size, ranks.size), np.nan)
-        w[si, ri] = frame["wait_ns"].to_numpy(np.float64)
-        b = own = None
-        if busy_ns is not None:
-            b = np.full((steps.size, ranks.size), np.nan)
-            b[si, ri] = busy_ns
-        if own_ns is not None:
-            own = np.full((steps.size, ranks.size), np.nan)
-            own[si, ri] = own_ns
-        if b is not None:
-            if ranks.size:
-                busiest = (steps, ranks[np.argmax(np.where(np.isnan(b), -np.inf, b), axis=1)])
-        complete = ~np.isnan(w).any(axis=1)
-        if not complete.all():  # who arrived last among the ranks present, in every step
-            top = np.nanmax(np.where(np.isnan(w), -np.inf, w), axis=1, keepdims=True)
-            partial = (steps, ~np.isnan(w) & (np.nan_to_num(w, nan=np.inf) <= 0.5 * top),
-                       ~np.isnan(w))
-        w, steps = w[complete], steps[complete]
-        b = b[complete] if b is not None else None
-        own = own[complete] if own is not None else None
-        slowest = None
-        if step_ns is not None:  # the slowest rank's step, per complete step
-            slowest = np.zeros(si.max() + 1)
-            np.maximum.at(slowest, si, step_ns)
-            slowest = slowest[complete]
-        del busy_ns, own_ns, step_ns  # in the tables now: the row-long copies go before the tests
+        t = _step_tables(frame, step, rank, busy, own, min_share > 0)
+    steps, ranks, w, b, own_t, slowest, busiest, partial = t
+    del t
     roles = Roles(n_steps=int(steps.size))
     if ranks.size < 2 or not steps.size:
         return roles
@@ -233,7 +182,71 @@ def find_roles(frame: pd.DataFrame, min_share: float = 0.0) -> Roles:
     roles.waits = w
     if not roles.decided:
         return roles
-    return _tested(roles, w, ranks, slowest, min_share, max_wait, b, own)
+    return _tested(roles, w, ranks, slowest, min_share, max_wait, b, own_t)
+
+
+def _rank_major_tables(frame, steps, ranks, busy: bool, own: bool, slowest: bool) -> tuple:
+    """find_roles' (steps x ranks) tables where the rows are rank after rank, each with the same
+    steps: a transpose, each table made from its column straight (no row-long float copies
+    beside them). Returns (steps, ranks, waits, busy, own work, the slowest rank's step,
+    the busiest rank per step, None)."""
+    width = steps.size
+
+    def table(col: str) -> np.ndarray:
+        out = np.empty((width, ranks.size))
+        np.copyto(out, frame[col].to_numpy().reshape(-1, width).T)
+        return out
+
+    w = table("wait_ns")
+    b = own_t = busiest = None
+    if busy:
+        b = table("step_ns")
+        np.subtract(b, w, out=b)
+        if own:
+            own_t = table("data_ns")
+            np.subtract(b, own_t, out=own_t)
+        if ranks.size:
+            busiest = (steps, ranks[np.argmax(b, axis=1)])
+    top = (frame["step_ns"].to_numpy().reshape(-1, width).max(axis=0).astype(np.float64)
+           if slowest else None)
+    return steps, ranks, w, b, own_t, top, busiest, None
+
+
+def _step_tables(frame, step, rank, busy: bool, own: bool, slowest: bool) -> tuple:
+    """The same tables from rows in any order, of the steps every rank recorded (NaN where a
+    rank lacks a step, then those steps left out); the last item: (steps, arrived last,
+    present) over every step, where some lack a rank."""
+    step_ns = frame["step_ns"].to_numpy(np.float64) if slowest else None
+    busy_ns = (frame["step_ns"].to_numpy(np.float64) - frame["wait_ns"].to_numpy(np.float64)
+               if busy else None)
+    own_ns = busy_ns - frame["data_ns"].to_numpy(np.float64) if own else None
+    steps, si, _ = dense_unique(step)
+    ranks, ri, _ = dense_unique(rank)
+
+    def table(values: np.ndarray) -> np.ndarray:
+        out = np.full((steps.size, ranks.size), np.nan)
+        out[si, ri] = values
+        return out
+
+    w = table(frame["wait_ns"].to_numpy(np.float64))
+    b = table(busy_ns) if busy_ns is not None else None
+    own_t = table(own_ns) if own_ns is not None else None
+    del busy_ns, own_ns  # in the tables now: the row-long copies go before the tests
+    busiest = partial = None
+    if b is not None and ranks.size:
+        busiest = (steps, ranks[np.argmax(np.where(np.isnan(b), -np.inf, b), axis=1)])
+    complete = ~np.isnan(w).any(axis=1)
+    if not complete.all():  # who arrived last among the ranks present, in every step
+        top = np.nanmax(np.where(np.isnan(w), -np.inf, w), axis=1, keepdims=True)
+        partial = (steps, ~np.isnan(w) & (np.nan_to_num(w, nan=np.inf) <= 0.5 * top),
+                   ~np.isnan(w))
+    top = None
+    if step_ns is not None:  # the slowest rank's step, per complete step
+        top = np.zeros(si.max() + 1)
+        np.maximum.at(top, si, step_ns)
+        top = top[complete]
+    return (steps[complete], ranks, w[complete], b[complete] if b is not None else None,
+            own_t[complete] if own_t is not None else None, top, busiest, partial)
 
 
 def _busier(w, busy, own, crit: float, tiny: float, material_ns: float) -> tuple:
