@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -160,17 +161,47 @@ def empty_frame() -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype="int64") for c in cols})
 
 
-def shares(frame: pd.DataFrame) -> dict[str, np.ndarray]:
+class Shares(Mapping):
     """Per row, the disjoint parts of the step as fractions of it: data, transfer (exposed comm
     minus waiting and bubble), wait (for slower ranks in a collective), bubble (waiting on
     another pipeline stage), compute, other; and host, the part of other in which the GPU waited
-    for the host to launch work (0 where unknown)."""
-    col = lambda c: frame[c].to_numpy(dtype=np.float64)  # noqa: E731
-    zeros = np.zeros(len(frame))
-    step = np.maximum(col("step_ns"), 1.0)
-    bubble = col("bubble_ns") if "bubble_ns" in frame else zeros
-    transfer = np.maximum(col("comm_exposed_ns") - col("wait_ns") - bubble, 0.0)
-    host = col("host_ns") / step if "host_ns" in frame else zeros
-    return {"data": col("data_ns") / step, "transfer": transfer / step,
-            "wait": col("wait_ns") / step, "bubble": bubble / step,
-            "compute": col("compute_ns") / step, "other": col("other_ns") / step, "host": host}
+    for the host to launch work (0 where unknown). Each part is worked out when asked, not
+    kept: a caller reducing them one at a time holds one row-long array, not seven."""
+
+    _KEYS = ("data", "transfer", "wait", "bubble", "compute", "other", "host")
+    _COLUMN = {"data": "data_ns", "wait": "wait_ns", "bubble": "bubble_ns",
+               "compute": "compute_ns", "other": "other_ns", "host": "host_ns"}
+
+    def __init__(self, frame: pd.DataFrame):
+        self.frame = frame
+        self.step = np.maximum(self._col("step_ns"), 1.0)
+
+    def _col(self, name: str) -> np.ndarray:
+        if name in ("bubble_ns", "host_ns") and name not in self.frame:
+            return np.zeros(len(self.frame))
+        return self.frame[name].to_numpy(dtype=np.float64)
+
+    def __getitem__(self, part: str) -> np.ndarray:
+        if part == "transfer":
+            out = self._col("comm_exposed_ns") - self._col("wait_ns")
+            out -= self._col("bubble_ns")
+            np.maximum(out, 0.0, out=out)
+        elif part in self._COLUMN:
+            out = self._col(self._COLUMN[part])
+            if out.base is not None or not out.flags.writeable:  # the frame's own memory
+                out = out.copy()
+        else:
+            raise KeyError(part)
+        out /= self.step
+        return out
+
+    def __iter__(self):
+        return iter(self._KEYS)
+
+    def __len__(self) -> int:
+        return len(self._KEYS)
+
+
+def shares(frame: pd.DataFrame) -> Shares:
+    """The parts of each row's step as fractions of it (Shares: worked out when asked)."""
+    return Shares(frame)

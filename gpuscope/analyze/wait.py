@@ -42,14 +42,15 @@ def estimate_wait(frame: pd.DataFrame, warnings: list[str],
        outside point-to-point.
     """
     frame = frame.copy(deep=False)  # the caller's frame keeps its columns; none is changed
-    frame["wait_ns"] = np.zeros(len(frame), dtype=np.int64)
     n_ranks = count_distinct(frame["rank"].to_numpy())
     if n_ranks < 2 or frame.empty:
+        frame["wait_ns"] = np.zeros(len(frame), dtype=np.int64)
         return frame
     steps = frame["step"].to_numpy()
     _, inv, counts = dense_unique(steps)
-    complete = counts[inv] >= 2  # the wait is split among the ranks present in the step
-    partial = np.unique(steps[counts[inv] < n_ranks])
+    complete = (counts >= 2)[inv]  # the wait is split among the ranks present in the step
+    partial = np.unique(steps[(counts < n_ranks)[inv]])
+    del inv
     if len(partial):
         lo, hi = partial.min(), partial.max()
         warnings.append(f"{len(partial)} step(s) ({lo}..{hi}) are missing on some ranks: their "
@@ -63,6 +64,7 @@ def estimate_wait(frame: pd.DataFrame, warnings: list[str],
                         "instances on some ranks (a profiler cycle cut one, or only some ranks "
                         "issue it): left out of the wait split")
     if grouped is None:  # no per-collective table: all ranks form one group
+        frame["wait_ns"] = np.zeros(len(frame), dtype=np.int64)
         sub = pd.Series(exposed[complete], index=frame.index[complete])
         transfer = sub.groupby(frame.loc[complete, "step"]).transform("min")
         frame.loc[complete, "wait_ns"] = (sub - transfer).astype("int64")
@@ -84,7 +86,9 @@ def _group_waits(frame: pd.DataFrame, comm: pd.DataFrame,
         return None, 0
     _, s, r, wait, mismatched, _ = cells
     hit, at = find_pairs(frame["rank"].to_numpy(), frame["step"].to_numpy(), r, s)
-    return np.bincount(at[hit], wait[hit], len(frame)).astype(np.int64), mismatched
+    if not hit.all():
+        at, wait = at[hit], wait[hit]
+    return np.bincount(at, wait, len(frame)).astype(np.int64), mismatched
 
 
 def key_waits(comm: pd.DataFrame | None, cells=UNSET) -> pd.DataFrame | None:
@@ -164,7 +168,7 @@ def _dense_waits(g, s, r, e, c, have=None):
         expected = (member[:, None, :] & (has[None, :, :] | seen)).sum(axis=2)
     got = seen.sum(axis=2)
     present = (got == expected) & (got >= 2)                   # (key, step)
-    total = np.bincount(idx, e.astype(np.float64), cells).reshape(ng, ns, nr)
+    total = np.bincount(idx, e, cells).reshape(ng, ns, nr)
     if int(seen.sum()) == idx.size and c.size and c.min() == c.max():
         same = np.ones((ng, ns), bool)  # a cell per row, all of one count: counts agree
     else:
@@ -179,8 +183,10 @@ def _dense_waits(g, s, r, e, c, have=None):
     if int(seen.sum()) == idx.size:  # a cell per row: the cells are the rows, in their order
         pair = idx // nr
         del total, seen, idx
-        return g, s, r, np.where(full.reshape(-1)[pair], e - low.reshape(-1)[pair], 0), \
-            mismatched
+        wait = low.reshape(-1)[pair]  # each row's excess over its (key, step)'s least, in place
+        np.subtract(e, wait, out=wait)
+        wait[~full.reshape(-1)[pair]] = 0
+        return g, s, r, wait, mismatched
     flat = np.flatnonzero(seen)
     pair = flat // nr                                          # each cell's (key, step)
     wait = np.where(full.reshape(-1)[pair], total.reshape(-1)[flat] - low.reshape(-1)[pair], 0)
