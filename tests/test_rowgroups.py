@@ -72,3 +72,25 @@ def test_find_pairs_matches_a_pandas_merge(spread):
     assert hit.tolist() == want["at"].notna().tolist()
     assert 0 < hit.sum() < hit.size
     assert at[hit].tolist() == want["at"][hit].astype(int).tolist()
+
+
+def test_per_rank_helpers_match_pandas_in_any_order():
+    """warm_rows, step_by_rank and count_distinct, on rank-sorted frames (their fast paths) and
+    on the same rows shuffled, against pandas' cumcount, groupby min/max and nunique."""
+    from gpuscope.analyze.rowgroups import count_distinct, step_by_rank, warm_rows
+
+    rng = np.random.default_rng(7)
+    for trial in range(100):
+        counts = rng.integers(1, 8, rng.integers(1, 6))
+        ranks = np.repeat(np.sort(rng.choice(50, counts.size, replace=False)), counts)
+        steps = np.concatenate([np.sort(rng.choice(100, c, replace=False)) for c in counts])
+        sorted_ = pd.DataFrame({"rank": ranks, "step": steps})
+        for frame in (sorted_, sorted_.sample(frac=1, random_state=trial)):
+            position = frame.groupby("rank").cumcount().to_numpy()
+            for n in (0, 1, 2, 10):
+                assert np.array_equal(warm_rows(frame, n), position < n)
+            for how in ("min", "max"):
+                assert step_by_rank(frame, how) == getattr(frame.groupby("rank")["step"],
+                                                           how)().to_dict()
+            assert count_distinct(frame["rank"].to_numpy()) == frame["rank"].nunique()
+            assert count_distinct(frame["step"].to_numpy()) == frame["step"].nunique()

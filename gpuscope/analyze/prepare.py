@@ -18,7 +18,7 @@ import pandas as pd
 from ..errors import InputError
 from ..runtable import RunTable
 from .cycles import cycle_ends, group_cycles, sync_interval
-from .rowgroups import count_distinct, dense_unique, rank_position, step_by_rank
+from .rowgroups import count_distinct, dense_unique, step_by_rank, warm_rows
 from .stopped import stopped_ranks, stopped_warnings
 from .wait import estimate_wait, wait_cells
 from .passes import declares
@@ -33,7 +33,7 @@ def drop_warmup(frame: pd.DataFrame, n: int, warnings: list[str],
     instead of copied (the frame given is not valid afterwards)."""
     if n <= 0 or frame.empty:
         return frame
-    keep = rank_position(frame) >= n
+    keep = ~warm_rows(frame, n)
     if not keep.any():
         warnings.append(f"only {frame['step'].nunique()} step(s): warm-up steps kept in the analysis")
         return frame
@@ -161,9 +161,10 @@ def without_thin_steps(table: RunTable, warnings: list[str]) -> RunTable:
         return table
     steps = frame["step"].to_numpy()
     _, inv, counts = dense_unique(steps)
-    thin = (counts[inv] < 2) | (counts[inv] * 2 < n)
+    thin = (counts < 2) | (counts * 2 < n)  # per step
     if not thin.any() or thin.all():
         return table
+    thin = thin[inv]  # per row
     left = np.unique(steps[thin])
     warnings.append(f"{len(left)} step(s) ({left.min()}..{left.max()}) recorded by one rank or "
                     f"fewer than half of the {n} (a rank's file ends earlier, or lost rows) are "

@@ -218,6 +218,20 @@ def step_by_rank(frame: "pd.DataFrame", how: str = "max") -> dict[int, int]:
     return getattr(frame.groupby("rank")["step"], how)().to_dict()
 
 
+def warm_rows(frame: "pd.DataFrame", n: int) -> np.ndarray:
+    """Bool per row: one of its rank's first `n` rows (rank_position(frame) < n), set rank by
+    rank from where each starts when the frame is sorted by rank, as the readers leave it."""
+    r = frame["rank"].to_numpy()
+    if not (r.size and bool((r[1:] >= r[:-1]).all())):
+        return rank_position(frame) < n
+    starts = np.flatnonzero(np.r_[True, r[1:] != r[:-1]])
+    take = np.minimum(np.diff(np.r_[starts, r.size]), max(n, 0))
+    out = np.zeros(r.size, dtype=bool)
+    # rank i's rows starts[i] .. starts[i] + take[i] - 1, as offsets of one arange
+    out[np.repeat(starts - (np.cumsum(take) - take), take) + np.arange(int(take.sum()))] = True
+    return out
+
+
 def rank_position(frame: "pd.DataFrame") -> np.ndarray:
     """Each row's position among its rank's rows (groupby("rank").cumcount(), in one numpy pass
     when the frame is sorted by rank, as the readers leave it)."""

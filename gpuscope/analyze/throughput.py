@@ -173,6 +173,8 @@ def throughput_section(micro: pd.DataFrame, firsts: dict, knobs: dict, table,
     first = np.array([firsts.get(int(r), 0) for r in range(int(rank.max()) + 1)], np.int64) \
         if len(rank) else np.zeros(0, np.int64)
     keep = step >= first[rank]
+    if keep.all():  # the analysed frame itself (no accumulation): every row, no copies
+        keep = slice(None)
     rank = rank[keep]
     ns = micro["step_ns"].to_numpy(np.float64)[keep]
     wait = micro["wait_ns"].to_numpy(np.float64)[keep] if "wait_ns" in micro else np.zeros_like(ns)

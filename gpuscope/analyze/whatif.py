@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .rowgroups import PerRank, rank_position
+from .rowgroups import PerRank, warm_rows
 
 MICRO_PARTS = ("step", "data", "forward", "backward", "optimizer", "comm", "comm_exposed", "wait",
                "other")
@@ -113,7 +113,7 @@ def micro_steps(frame: pd.DataFrame, warmup: int = 1,
         synced = frame["synced"].to_numpy()
     else:
         synced = np.ones(len(frame), dtype=int)
-    keep = rank_position(frame) >= warmup
+    keep = ~warm_rows(frame, warmup)
     if not keep.any():
         keep[:] = True
     if per_rank is not None and keep.all() and (synced != 0).all():
@@ -135,7 +135,7 @@ def batch_growth(frame: pd.DataFrame, batch: int | None, mult: int,
     (point, lo, hi), or None without at least 2 rows of another size on some rank."""
     if not batch or "samples" not in frame or "forward_ns" not in frame or frame.empty:
         return None
-    f = frame[rank_position(frame) >= warmup]
+    f = frame[~warm_rows(frame, warmup)]
     n = f["samples"].to_numpy()
     n = np.where(n >= 0, n, batch)
     other = (n != batch) & (n > 0)
