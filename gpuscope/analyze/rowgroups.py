@@ -32,14 +32,23 @@ def dense_unique(values) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return keys, inv.reshape(-1), counts
 
 
+def run_starts(keys: np.ndarray) -> np.ndarray | None:
+    """Where each run of equal keys starts, when the keys are sorted ints (rank in the readers'
+    tables); None when they are not (or there are none)."""
+    if not keys.size or keys.dtype.kind not in "iu" or not bool((keys[1:] >= keys[:-1]).all()):
+        return None
+    return np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+
+
 def count_distinct(values) -> int:
     """len(set(values)) (pandas' nunique() of a column without NaN): a count of the values seen
     for non-negative ints of a small range (ranks, steps), as dense_unique's, without a hash."""
     v = np.asarray(values)
     if not v.size:
         return 0
-    if v.dtype.kind in "iu" and bool((v[1:] >= v[:-1]).all()):  # sorted (rank): the changes
-        return int(np.count_nonzero(v[1:] != v[:-1])) + 1
+    starts = run_starts(v)
+    if starts is not None:  # sorted (rank): its runs
+        return int(starts.size)
     if v.dtype.kind in "iu":
         lo, hi = int(v.min()), int(v.max())
         if lo >= 0 and small_range(hi + 1, v.size):
@@ -95,12 +104,13 @@ class Groups:
     def __init__(self, keys: np.ndarray):
         keys = np.asarray(keys)
         # rows already grouped (sorted keys, as rank is in the readers' tables): no sort needed
-        self._sorted = bool(keys.size and keys.dtype.kind in "iu" and (keys[1:] >= keys[:-1]).all())
+        starts = run_starts(keys)
+        self._sorted = starts is not None
         self._order_cache = None  # row indices grouped by key, when not sorted
         self._inv = None
         self._width = repeated_run(keys) if not self._sorted else 0
         if self._sorted:
-            self._starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+            self._starts = starts
             self.keys = keys[self._starts]
             self.counts = np.diff(np.r_[self._starts, keys.size])
         elif self._width:
@@ -211,8 +221,8 @@ def step_by_rank(frame: "pd.DataFrame", how: str = "max") -> dict[int, int]:
     if not len(frame):
         return {}
     r, s = frame["rank"].to_numpy(), frame["step"].to_numpy()
-    if r.dtype.kind in "iu" and s.dtype.kind in "iu" and bool((r[1:] >= r[:-1]).all()):
-        starts = np.flatnonzero(np.r_[True, r[1:] != r[:-1]])
+    starts = run_starts(r) if s.dtype.kind in "iu" else None
+    if starts is not None:
         ufunc = np.maximum if how == "max" else np.minimum
         return dict(zip(r[starts].tolist(), ufunc.reduceat(s, starts).tolist()))
     return getattr(frame.groupby("rank")["step"], how)().to_dict()
@@ -222,9 +232,9 @@ def warm_rows(frame: "pd.DataFrame", n: int) -> np.ndarray:
     """Bool per row: one of its rank's first `n` rows (rank_position(frame) < n), set rank by
     rank from where each starts when the frame is sorted by rank, as the readers leave it."""
     r = frame["rank"].to_numpy()
-    if not (r.size and bool((r[1:] >= r[:-1]).all())):
+    starts = run_starts(r)
+    if starts is None:
         return rank_position(frame) < n
-    starts = np.flatnonzero(np.r_[True, r[1:] != r[:-1]])
     take = np.minimum(np.diff(np.r_[starts, r.size]), max(n, 0))
     out = np.zeros(r.size, dtype=bool)
     # rank i's rows starts[i] .. starts[i] + take[i] - 1, as offsets of one arange
@@ -236,10 +246,9 @@ def rank_position(frame: "pd.DataFrame") -> np.ndarray:
     """Each row's position among its rank's rows (groupby("rank").cumcount(), in one numpy pass
     when the frame is sorted by rank, as the readers leave it)."""
     r = frame["rank"].to_numpy()
-    if r.size and (r[1:] >= r[:-1]).all():
-        idx = np.arange(r.size)
-        first = np.r_[True, r[1:] != r[:-1]]
-        return idx - np.maximum.accumulate(np.where(first, idx, 0))
+    starts = run_starts(r)
+    if starts is not None:
+        return np.arange(r.size) - np.repeat(starts, np.diff(np.r_[starts, r.size]))
     return frame.groupby("rank").cumcount().to_numpy()
 
 
