@@ -1,6 +1,7 @@
 """Cutting one big trace in two for two processes gives exactly what one process gives."""
 
 import json
+import mmap
 import os
 
 import numpy as np
@@ -85,3 +86,59 @@ def test_two_processes_work_out_the_rows_of_their_own_files(tmp_path, monkeypatc
     assert sorted(two.frame["rank"].unique()) == [0, 1]
     assert two.frame.equals(one.frame) and two.warnings == one.warnings
     assert two.gpu_breakdown == one.gpu_breakdown
+
+
+def _ns_trace():
+    path = os.path.join(HTA, "ns_resolution_trace", "rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz")
+    if not os.path.exists(path):
+        pytest.skip("shared HTA traces not present")
+    return path
+
+
+def test_let_go_hands_back_whole_pages_only():
+    from gpuscope.readers.kineto.text import RELEASE_MIN_BYTES, let_go, text_buffer
+
+    page = mmap.PAGESIZE
+    text = text_buffer(RELEASE_MIN_BYTES)
+    assert isinstance(text, mmap.mmap)  # memory whose pages can be handed back
+    text[:] = b"x" * len(text)
+    let_go(text, page // 2, 3 * page + 7)  # pages 1 and 2 lie wholly inside
+    assert text[:page] == b"x" * page  # partly inside: kept
+    assert text[page:3 * page] == bytes(2 * page)  # handed back: zero-filled when read again
+    assert text[3 * page:4 * page] == b"x" * page
+    small = text_buffer(16)
+    assert isinstance(small, bytearray)
+    small[:] = b"y" * 16
+    let_go(small, 0, 16)  # another kind of buffer: untouched
+    assert small == b"y" * 16
+
+
+def test_pieces_are_let_go_of_as_they_are_decoded_and_give_the_same_events():
+    path = _ns_trace()
+    text = parse.read_bytes(path)
+    assert isinstance(text, mmap.mmap)  # 15 MB of JSON
+    info, pieces, spans = parse.split_events(text, 6)
+    assert len(pieces) == 6 and spans[0][0] < spans[-1][1] <= len(text)
+    ev = parse._sorted(pieces, text, spans)
+    page = mmap.PAGESIZE
+    for lo, hi in spans:  # every whole page of every piece was handed back
+        lo, hi = -(-lo // page) * page, hi // page * page
+        assert text[lo:hi] == bytes(hi - lo)
+    whole = parse.parse_file(path, split=False)
+    assert _same(ev, whole[2]) and info == whole[1]
+
+
+def test_a_split_parse_lets_go_of_the_other_half_in_each_process(small_cut, monkeypatch):
+    path = _ns_trace()
+    texts, released = [], []
+    real_read, real_let_go = parse.read_bytes, parse.let_go
+    monkeypatch.setattr(parse, "read_bytes", lambda p: texts.append(real_read(p)) or texts[-1])
+    monkeypatch.setattr(parse, "let_go", lambda t, lo, hi: released.append((lo, hi))
+                        or real_let_go(t, lo, hi))
+    split = parse.parse_file(path, split=True)
+    text, = texts
+    # the parent handed back the child's half whole, then each of its own pieces
+    middle, end = released[0]
+    assert end == len(text) and 0 < middle < end
+    assert all(hi <= middle for _, hi in released[1:])
+    assert _same(split[2], parse.parse_file(path, split=False)[2])

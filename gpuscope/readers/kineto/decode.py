@@ -14,6 +14,7 @@ import zlib
 import msgspec
 
 from ...errors import TraceFormatError
+from .text import text_buffer
 
 class Args(msgspec.Struct, gc=False):
     correlation: int = -1
@@ -99,8 +100,9 @@ def read_bytes(path: str):
     """
     try:
         with open(path, "rb") as fh:
-            data = bytearray(os.fstat(fh.fileno()).st_size)  # mutable: see split_events
-            fh.readinto(data)
+            data = text_buffer(os.fstat(fh.fileno()).st_size)  # mutable: see split_events
+            if len(data):
+                fh.readinto(data)
     except OSError as exc:
         raise TraceFormatError(f"{path}: cannot read trace ({exc})") from None
     if data[:2] != b"\x1f\x8b":
@@ -148,7 +150,7 @@ def _gunzip_in_place(data: bytes) -> bytearray:
     size = int.from_bytes(data[-4:], "little") if len(data) >= 18 else 0
     if size > MAX_DEFLATE_RATIO * len(data):
         raise _NotSimple
-    out = bytearray(size)
+    out = text_buffer(size)
     view = memoryview(out)
     inflate = zlib.decompressobj(wbits=31)
     pos, tail = 0, data
@@ -184,8 +186,9 @@ def split_events(blob: bytearray, parts: int = 2):
     """Cut the `traceEvents` array of a document into `parts` pieces of about equal size at
     event boundaries, in place.
 
-    Returns (distributedInfo, [piece, ...]): each piece is a memoryview of `blob` that is a JSON
-    array of events (the separator at each cut is overwritten with "]" and "[" - no copy). None
+    Returns (distributedInfo, [piece, ...], [(start, end), ...]): each piece is a memoryview of
+    `blob` that is a JSON array of events (the separator at each cut is overwritten with "]" and
+    "[" - no copy), the spans say where each lies in `blob` (text.let_go). None
     when the document does not lend itself to it; callers then decode it the usual way. A cut
     that fell inside a string would leave a piece invalid JSON, which its own decoding reports.
     """
@@ -212,14 +215,14 @@ def split_events(blob: bytearray, parts: int = 2):
     if not cuts:
         return None
     view = memoryview(blob)
-    pieces, begin = [], start
+    spans, begin = [], start
     for comma, space in cuts:
         blob[comma] = ord("]")
         blob[space] = ord("[")
-        pieces.append(view[begin:comma + 1])
+        spans.append((begin, comma + 1))
         begin = space
-    pieces.append(view[begin:start + size])
-    return info, pieces
+    spans.append((begin, start + size))
+    return info, [view[a:b] for a, b in spans], spans
 
 
 def events_of(text) -> list:

@@ -20,41 +20,50 @@ from .events import RankEvents, sort_events
 
 from .rank import identify
 from .summary import summarize
+from .text import let_go
 
 PARALLEL_MIN_BYTES = 4 << 20  # a process pool pays for itself above this (more than 2 cores)
 
 
 SPLIT_TEXT_BYTES = 16 << 20   # JSON text from which a second process takes half of a file
-SEGMENT_BYTES = 16 << 20      # the text is decoded in pieces of about this size
+SEGMENT_BYTES = 4 << 20    # the text is decoded in pieces of about this size
 
 
 def parse_file(path: str, split: bool = False) -> tuple[str, object, RankEvents]:
     """Decode and sort one file. Its text is cut at event boundaries into pieces of about
-    SEGMENT_BYTES, decoded and sorted one after the other: the raw slices of one piece at a
-    time, beside the text and the columns (the memory of a file is ~1.3x its text). With
-    `split`, a second process (fork) takes the second half of the pieces; the parts are joined
-    like profiler cycles. Anything unexpected falls back to one piece in one process."""
+    SEGMENT_BYTES, decoded and sorted one after the other, each piece's bytes let go of once its
+    events are columns (text.py): the text shrinks as the columns grow. With `split`, a second
+    process (fork) takes the second half of the pieces, and each process lets go of the other's
+    half; the parts are joined like profiler cycles. Anything unexpected falls back to one piece
+    in one process, from a fresh read."""
     blob = read_bytes(path)
     n = -(-len(blob) // SEGMENT_BYTES)
     two = split and forks() and len(blob) >= SPLIT_TEXT_BYTES
     cut = split_events(blob, max(n, 2 if two else 1)) if n > 1 or two else None
     if cut is not None:
-        info, pieces = cut
+        info, pieces, spans = cut
+        del cut
         half = len(pieces) // 2 if two and len(pieces) > 1 else len(pieces)
-        theirs = pieces[half:]
         ev = None
         try:
-            if theirs:
-                with _in_child(lambda: _sorted(theirs)) as collect:
-                    mine = _sorted(pieces[:half])
+            if half < len(pieces):
+                middle = spans[half][0]
+
+                def theirs():
+                    let_go(blob, 0, middle)  # the parent's half
+                    return _sorted(pieces[half:], blob, spans[half:])
+
+                with _in_child(theirs) as collect:
+                    let_go(blob, middle, len(blob))  # the child's half (it holds its own pages)
+                    mine = _sorted(pieces[:half], blob, spans[:half])
                     status, other = collect()
                 if status == "ok":
                     ev = RankEvents.concat([mine, other])
             else:
-                ev = _sorted(pieces)
+                ev = _sorted(pieces, blob, spans)
         except msgspec.DecodeError:
             ev = None
-        del pieces, theirs
+        del pieces
         if ev is not None:
             return path, info, _checked(path, ev, -1)
         blob = None  # the cut was refused: decode the file in one piece, from a fresh read
@@ -64,11 +73,20 @@ def parse_file(path: str, split: bool = False) -> tuple[str, object, RankEvents]
     return path, info, _checked(path, sort_events(batches(raws)), damaged)
 
 
-def _sorted(pieces: list) -> RankEvents:
-    """The events of some pieces of a file's text (JSON arrays), decoded one piece at a time."""
+def _sorted(pieces: list, text=None, spans=()) -> RankEvents:
+    """The events of some pieces of a file's text (JSON arrays), decoded one piece at a time;
+    with the `text` they are views of and their `spans` in it, each piece's bytes let go of
+    once its events are columns."""
     parts = []
-    for piece in pieces:
+    for i in range(len(pieces)):
+        piece, pieces[i] = pieces[i], None
         parts.append(sort_events(batches(events_of(piece))))
+        try:
+            piece.release()
+        except BufferError:  # something still reads these bytes: they stay
+            continue
+        if text is not None:  # nothing reads these bytes again: hand them back
+            let_go(text, *spans[i])
     return RankEvents.concat(parts)
 
 
