@@ -160,6 +160,37 @@ def test_row_ranks_are_pandas_average_ranks_with_and_without_ties():
         assert np.array_equal(_mean_row_rank(w), want.mean(axis=0))
 
 
+def test_row_statistics_taken_some_rows_at_a_time_are_those_of_the_whole_table(monkeypatch):
+    """The chunked row-wise statistics (a few rows at a time) give what one pass over the
+    whole table gives: the mean within-step rank exactly, the paired test's sums to rounding."""
+    from gpuscope.analyze import consistency as c
+
+    rng = np.random.default_rng(5)
+    w = np.round(rng.random((203, 9)), 1)  # ties within rows, rows not a chunk's multiple
+    busy, own = rng.normal(50, 5, (203, 9)), rng.normal(40, 5, (203, 9))
+    busy[:, 4] += 3
+    x = busy - busy.mean(axis=1, keepdims=True)
+    whole = c._mean_row_rank(w), c._busier(w, busy, own, 3.0, 1e-9, 1.0), c.yuen(busy), \
+        (x.mean(axis=0), x.std(axis=0, ddof=1), c.yuen(x), np.median(x, axis=0))
+    monkeypatch.setattr(c, "CHUNK_VALUES", 20)  # 2 rows a chunk; 1 column a chunk
+    assert len(list(c.row_chunks(w))) == 102 and len(list(c.col_chunks(w))) == 9
+    assert np.array_equal(c._mean_row_rank(w), whole[0])
+    tmean, se, dof = c.yuen(busy)
+    # (a one-column sort's mean is summed pairwise, the whole table's row by row: rounding)
+    assert np.allclose(tmean, whole[2][0], rtol=1e-12, atol=0)
+    assert np.allclose(se, whole[2][1], rtol=1e-12, atol=0)
+    assert dof == whole[2][2]
+    mean, sd, (tm, tse, tdof), median = c.centred_stats(busy)
+    for got, want in ((mean, whole[3][0]), (sd, whole[3][1]), (tm, whole[3][2][0]),
+                      (tse, whole[3][2][1]), (median, whole[3][3])):
+        assert np.allclose(got, want, rtol=1e-12, atol=1e-15)
+    assert tdof == whole[3][2][2]
+    got = c._busier(w, busy, own, 3.0, 1e-9, 1.0)
+    for a, b in zip(got, whole[1]):
+        assert np.allclose(a, b, rtol=1e-12, atol=0)
+    assert got[0].tolist() == whole[1][0].tolist() and got[0][4]  # rank 4: busier
+
+
 def test_roles_of_a_rank_major_table_are_those_of_the_same_rows_in_any_order():
     """Rank after rank with the same steps, the (steps x ranks) table is taken as a transpose;
     the same rows shuffled go the general way: the same roles, t values and slowest steps."""

@@ -266,8 +266,9 @@ def _busier(w, busy, own, crit: float, tiny: float, material_ns: float) -> tuple
     for table in (busy, own):
         if table is None or table.shape != w.shape or n_ranks < 2:
             continue
-        d = others_median(table)
-        np.subtract(table, d, out=d)  # each value less the others' median, in its place
+        d = np.empty_like(table)  # each value less the others' median, some rows at a time
+        for rows in row_chunks(table):
+            np.subtract(table[rows], others_median(table[rows]), out=d[rows])
         dm, ds = d.mean(axis=0), d.std(axis=0, ddof=1)
         for j in range(n_ranks):
             tp = _t(dm[j], ds[j] / math.sqrt(n), tiny)
@@ -286,23 +287,21 @@ def _tested(roles: Roles, w, ranks, slowest, min_share, max_wait, busy=None, own
     busier than its peers, in all its busy time or in its own work less its loading, `own`, and
     late on average by that much; or steadily busier in its own work by that much, whatever its
     loading made of its arrival in these steps)."""
-    x = w - w.mean(axis=1, keepdims=True)            # > 0: waited more than the step's mean
-    n = x.shape[0]
-    mean = x.mean(axis=0)
-    sd = x.std(axis=0, ddof=1)
+    # x = w less its step's mean (> 0: waited more than the step's mean), per rank: its mean,
+    # sd, trimmed mean and median, some ranks at a time (no steps x ranks table of x)
+    n, n_ranks = w.shape
+    mean, sd, (tmean, se, dof), x_median = centred_stats(w)
     alpha = rank_alpha(ranks.size)
     crit = t_critical(n - 1, alpha)
-    tmean, se, dof = yuen(x)
     crit_y = t_critical(dof, alpha)
     crit_z = Z[alpha]
     typical = 0.0
     if min_share > 0:  # the median over the steps of the slowest rank's step
         typical = float(np.median(slowest))
         roles.typical_ns = typical
-    n_ranks = x.shape[1]
     material = np.abs(mean) * n_ranks / (n_ranks - 1) >= min_share * typical
     z = rank_z(w)
-    material_median = np.abs(np.median(x, axis=0)) * n_ranks / (n_ranks - 1) >= min_share * typical
+    material_median = np.abs(x_median) * n_ranks / (n_ranks - 1) >= min_share * typical
     tiny = 1e-9 * (max_wait.max() + 1)
     paired, steady, own_excess = _busier(w, busy, own, crit, tiny, min_share * typical)
     counted = last_too_often(w <= 0.5 * max_wait, alpha)
@@ -417,16 +416,34 @@ TRIM = 0.2  # Yuen's trimmed t: the share of steps set aside at each end
 def yuen(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
     """Per column of `x` (steps x ranks): the 20% trimmed mean, its standard error from the
     winsorized variance, and the degrees of freedom (Yuen 1974: h - 1, h the steps kept). With
-    under 5 steps nothing is trimmed: the plain one-sample t test."""
+    under 5 steps nothing is trimmed: the plain one-sample t test. Some columns at a time."""
     n = x.shape[0]
     g = int(TRIM * n)
     h = n - 2 * g
-    s = np.sort(x, axis=0)
-    tmean = s[g:n - g].mean(axis=0)
-    wins = np.clip(x, s[g], s[n - g - 1])
-    var_w = wins.var(axis=0, ddof=1) if n > 1 else np.zeros(x.shape[1])
+    tmean, var_w = np.empty(x.shape[1]), np.zeros(x.shape[1])
+    for cols in col_chunks(x):
+        s = np.sort(x[:, cols], axis=0)
+        tmean[cols] = s[g:n - g].mean(axis=0)
+        if n > 1:
+            var_w[cols] = np.clip(x[:, cols], s[g], s[n - g - 1]).var(axis=0, ddof=1)
     se = np.sqrt((n - 1) * var_w / (h * max(h - 1, 1)))
     return tmean, se, max(h - 1, 1)
+
+
+def centred_stats(w: np.ndarray) -> tuple:
+    """Per column of x = w less each row's mean: (mean, sd, yuen(x), median), made some
+    columns of x at a time."""
+    row_mean = w.mean(axis=1, keepdims=True)
+    n, k = w.shape
+    mean, sd, median = np.empty(k), np.empty(k), np.empty(k)
+    tmean, se = np.empty(k), np.empty(k)
+    dof = 1
+    for cols in col_chunks(w):
+        x = w[:, cols] - row_mean
+        mean[cols], sd[cols] = x.mean(axis=0), x.std(axis=0, ddof=1)
+        tmean[cols], se[cols], dof = yuen(x)
+        median[cols] = np.median(x, axis=0)
+    return mean, sd, (tmean, se, dof), median
 
 
 def rank_z(w: np.ndarray) -> np.ndarray:
@@ -437,13 +454,33 @@ def rank_z(w: np.ndarray) -> np.ndarray:
     return (_mean_row_rank(w) - (n + 1) / 2) / sd
 
 
+#: values of a steps x ranks table taken at a time by the row-wise statistics: their
+#: temporaries stay a few MB whatever the table's size (the sums they add are exact)
+CHUNK_VALUES = 1 << 20
+
+
+def row_chunks(table: np.ndarray):
+    """Slices of whole rows of `table`, about CHUNK_VALUES values each."""
+    rows = max(1, CHUNK_VALUES // max(table.shape[1], 1))
+    return (slice(i, i + rows) for i in range(0, table.shape[0], rows))
+
+
+def col_chunks(table: np.ndarray):
+    """Slices of whole columns of `table`, about CHUNK_VALUES values each."""
+    cols = max(1, CHUNK_VALUES // max(table.shape[0], 1))
+    return (slice(i, i + cols) for i in range(0, table.shape[1], cols))
+
+
 def _mean_row_rank(w: np.ndarray) -> np.ndarray:
     """Per column, row_ranks(w).mean(axis=0): each column's places summed from the sort's
-    order (exact: integers and halves), no table of ranks."""
+    order (exact: integers and halves), no table of ranks; some rows at a time."""
     steps, n = w.shape
-    order = np.argsort(w, axis=1)
-    places = _places(np.take_along_axis(w, order, axis=1)).ravel()
-    return np.bincount(order.ravel(), places, n) / steps
+    total = np.zeros(n)
+    for rows in row_chunks(w):
+        order = np.argsort(w[rows], axis=1)
+        places = _places(np.take_along_axis(w[rows], order, axis=1)).ravel()
+        total += np.bincount(order.ravel(), places, n)
+    return total / steps
 
 
 def row_ranks(w: np.ndarray) -> np.ndarray:

@@ -65,6 +65,16 @@ def compacted(frame: pd.DataFrame, keep: np.ndarray, int_block: tuple) -> pd.Dat
     return out
 
 
+def own_column(frame: pd.DataFrame, int_block: tuple, name: str) -> np.ndarray | None:
+    """The writable block row that frame[name] is (its first len(frame) values), or None."""
+    block, names = int_block
+    if name not in names or name not in frame or not block.flags.writeable:
+        return None
+    row = block[list(names).index(name), :len(frame)]
+    col = frame[name].to_numpy()
+    return row if col.ctypes.data == row.ctypes.data and col.dtype == row.dtype else None
+
+
 def growth(frame: pd.DataFrame, knobs: dict, warmup: int) -> dict:
     """{m: how forward grows for m x the batch}, where the run had batches of another size."""
     bs = knobs.get("batch_size")
@@ -138,14 +148,17 @@ def prepare(a) -> None:
     else:
         frame = without_profiler_writes(without_counted_step(frame, a.knobs), a.table,
                                         a.warnings)
+        into = None
         if a.own and frame is a.table.frame and a.table.int_block is not None:
             # the table is the analysis's own (read for it): the warm-up is left out in place,
-            # and the table keeps the analysed frame instead of the one it was read with
+            # the waits written into its own column, and the table keeps the analysed frame
+            # instead of the one it was read with
             frame = drop_warmup(frame, warmup, a.warnings, a.table.int_block)
+            into = own_column(frame, a.table.int_block, "wait_ns")
             a.table = replace(a.table, frame=frame, int_block=None)
         else:
             frame = drop_warmup(frame, warmup, a.warnings)
-        frame = estimate_wait(frame, a.warnings, a.table.comm, a.wait_cells)
+        frame = estimate_wait(frame, a.warnings, a.table.comm, a.wait_cells, into)
         a.growth = growth(frame, a.knobs, 0)
     a.frame = frame
 

@@ -74,9 +74,14 @@ def find_pairs(keys_a: np.ndarray, keys_b: np.ndarray, a: np.ndarray, b: np.ndar
     if not keys_a.size or not a.size:
         return np.zeros(a.size, dtype=bool), np.zeros(a.size, dtype=np.int64)
     span = int(max(keys_b.max(), b.max())) + 1
-    key, want = keys_a * span, a * span
-    key += keys_b
-    want += b
+    # the pairs as one int (int32 where every one fits: half the bytes), made in place
+    width = np.int32 if (int(max(keys_a.max(), a.max())) + 1) * span <= np.iinfo(np.int32).max \
+        else np.int64
+    key, want = keys_a.astype(width), a.astype(width)
+    key *= span
+    want *= span
+    np.add(key, keys_b, out=key, casting="unsafe")  # (fits: checked above)
+    np.add(want, b, out=want, casting="unsafe")
     size = int(max(key.max(), want.max())) + 1
     if small_range(size, key.size + want.size):
         # positions in int32 where they fit: half the bytes to fill, scatter and gather

@@ -176,14 +176,24 @@ def throughput_section(micro: pd.DataFrame, firsts: dict, knobs: dict, table,
     if keep.all():  # the analysed frame itself (no accumulation): every row, no copies
         keep = slice(None)
     rank = rank[keep]
-    ns = micro["step_ns"].to_numpy(np.float64)[keep]
-    wait = micro["wait_ns"].to_numpy(np.float64)[keep] if "wait_ns" in micro else np.zeros_like(ns)
-    n = micro["samples"].to_numpy(np.int64)[keep] if "samples" in micro else np.full(len(ns), -1)
     size = int(rank.max()) + 1 if len(rank) else 0
+    ns = micro["step_ns"].to_numpy(np.float64)[keep]
     t_all = np.bincount(rank, ns, size) / 1e9
-    busy_all = np.bincount(rank, np.clip(ns - wait, 0, None), size) / 1e9
+    # each row's busy time (its step less its waiting, at least 0), made in one array
+    busy = micro["wait_ns"].to_numpy(np.float64)[keep] if "wait_ns" in micro \
+        else np.zeros_like(ns)
+    np.subtract(ns, busy, out=busy)
+    del ns
+    busy_all = np.bincount(rank, np.maximum(busy, 0, out=busy), size) / 1e9
+    del busy
     count = np.bincount(rank, minlength=size)
-    samples_all = np.bincount(rank, np.where(n >= 0, n, batch or 0).astype(np.float64), size)
+    if "samples" in micro:  # a row without its count (-1) counts the batch size
+        n = micro["samples"].to_numpy(np.int64)[keep]
+        samples_all = np.bincount(rank, np.where(n >= 0, n, batch or 0).astype(np.float64),
+                                  size)
+        del n
+    else:
+        samples_all = count * float(batch or 0)
     rows = []
     for r in np.flatnonzero(count).tolist():
         t, busy = float(t_all[r]), float(busy_all[r])

@@ -31,9 +31,11 @@ UNSET = object()
 
 
 def estimate_wait(frame: pd.DataFrame, warnings: list[str],
-                  comm: pd.DataFrame | None = None, cells=UNSET) -> pd.DataFrame:
+                  comm: pd.DataFrame | None = None, cells=UNSET, into=None) -> pd.DataFrame:
     """Return `frame` with wait_ns filled (other columns untouched). `cells`: wait_cells(comm),
-    when the caller has it (key_waits takes the same).
+    when the caller has it (key_waits takes the same). `into`: the memory of the frame's own
+    wait_ns column where the caller owns it (prepare.own_column): the waits are written there,
+    not into a new column beside it.
 
     1. keep steps present on every rank that recorded (others get wait 0 and a warning);
     2. per process group (or over all ranks): transfer = min over its ranks of their exposed
@@ -56,8 +58,9 @@ def estimate_wait(frame: pd.DataFrame, warnings: list[str],
         warnings.append(f"{len(partial)} step(s) ({lo}..{hi}) are missing on some ranks: their "
                         "waiting is split among the ranks present, a lower bound where a missing "
                         "rank was the late one")
-    bubble = frame["bubble_ns"].to_numpy() if "bubble_ns" in frame else 0
-    exposed = frame["comm_exposed_ns"].to_numpy() - bubble
+    exposed = frame["comm_exposed_ns"].to_numpy()
+    if "bubble_ns" in frame:
+        exposed = exposed - frame["bubble_ns"].to_numpy()
     grouped, mismatched = _group_waits(frame, comm, cells) if comm is not None else (None, 0)
     if mismatched:
         warnings.append(f"{mismatched} (collective, step) pair(s) have a different number of "
@@ -69,11 +72,23 @@ def estimate_wait(frame: pd.DataFrame, warnings: list[str],
         transfer = sub.groupby(frame.loc[complete, "step"]).transform("min")
         frame.loc[complete, "wait_ns"] = (sub - transfer).astype("int64")
         return frame
-    # in place: the grouped excess (a fresh array) at most the exposed time, 0 in thin steps
-    wait = np.minimum(grouped, np.maximum(exposed, 0), out=grouped)
+    # in place: the grouped excess (a fresh array, >= 0) at most the exposed time where that
+    # is positive, 0 in thin steps (min(g, max(e, 0)) = max(min(g, e), 0) for g >= 0)
+    wait = np.minimum(grouped, exposed, out=grouped)
+    np.maximum(wait, 0, out=wait)
     wait[~complete] = 0
-    frame["wait_ns"] = wait
+    if into is not None and into.shape == wait.shape and _is_column(frame, "wait_ns", into):
+        into[:] = wait  # the frame's own column: no second one
+    else:
+        frame["wait_ns"] = wait.astype(np.int64)
     return frame
+
+
+def _is_column(frame: pd.DataFrame, name: str, arr: np.ndarray) -> bool:
+    """Whether `arr` is the memory of frame[name] itself."""
+    col = frame[name].to_numpy()
+    return col.dtype == arr.dtype and col.shape == arr.shape and \
+        col.ctypes.data == arr.ctypes.data
 
 
 def _group_waits(frame: pd.DataFrame, comm: pd.DataFrame,
@@ -88,7 +103,7 @@ def _group_waits(frame: pd.DataFrame, comm: pd.DataFrame,
     hit, at = find_pairs(frame["rank"].to_numpy(), frame["step"].to_numpy(), r, s)
     if not hit.all():
         at, wait = at[hit], wait[hit]
-    return np.bincount(at, wait, len(frame)).astype(np.int64), mismatched
+    return np.bincount(at, wait, len(frame)), mismatched  # (float: whole ns, summed exactly)
 
 
 def key_waits(comm: pd.DataFrame | None, cells=UNSET) -> pd.DataFrame | None:
@@ -102,9 +117,10 @@ def key_waits(comm: pd.DataFrame | None, cells=UNSET) -> pd.DataFrame | None:
     if cells is None:
         return None
     g, s, r, wait, _, names = cells
+    # the cells' own rank and step arrays (often the collectives' columns, read-only): no copies
     return pd.DataFrame({"rank": r, "step": s,
                          "key": pd.Categorical.from_codes(g, categories=names),
-                         "wait_ns": wait.astype(np.int64)})
+                         "wait_ns": wait.astype(np.int64)}, copy=False)
 
 
 def wait_cells(comm: pd.DataFrame | None, frame: pd.DataFrame | None = None):
@@ -126,17 +142,19 @@ def wait_cells(comm: pd.DataFrame | None, frame: pd.DataFrame | None = None):
     codes, names = key_codes(comm)
     every = bool(keep.all())  # no point-to-point: the columns as they are, no copies
 
-    def col(values):
-        return np.asarray(values if every else values[keep]).astype(np.int64, copy=False)
+    def col(values, dtype=np.int64):
+        return np.asarray(values if every else values[keep]).astype(dtype, copy=False)
 
-    g, r, s = col(np.asarray(codes)), col(comm["rank"].to_numpy()), col(comm["step"].to_numpy())
+    # the key codes as they are (int8 for a few keys): the grid's index is made in int64 below
+    g = col(np.asarray(codes), np.asarray(codes).dtype)
+    r, s = col(comm["rank"].to_numpy()), col(comm["step"].to_numpy())
     e = col(comm["exposed_ns"].to_numpy())
     c = col(comm["count"].to_numpy()) if "count" in comm else np.ones(g.size, np.int64)
     have = None if frame is None else (frame["rank"].to_numpy(np.int64),
                                        frame["step"].to_numpy(np.int64))
     found = _dense_waits(g, s, r, e, c, have)
     if found is None:
-        found = _sorted_waits(g, s, r, e, c, have)
+        found = _sorted_waits(g.astype(np.int64, copy=False), s, r, e, c, have)
     elif found[0] is g and every:  # the rows' own codes, not their row-long int64 copy
         found = (np.asarray(codes), *found[1:])
     return (*found, [str(n) for n in names])
@@ -153,7 +171,13 @@ def _dense_waits(g, s, r, e, c, have=None):
     cells = ng * ns * nr
     if not small_range(cells, g.size):
         return None
-    idx = ((g - g0) * ns + (s - s0)) * nr + (r - r0)
+    idx = np.subtract(g, g0, dtype=np.int64)  # ((g - g0) * ns + s - s0) * nr + r - r0,
+    idx *= ns                                  # in one array (no row-long temporaries)
+    idx += s
+    idx -= s0
+    idx *= nr
+    idx += r
+    idx -= r0
     seen = np.zeros(cells, bool)
     seen[idx] = True
     seen = seen.reshape(ng, ns, nr)
@@ -164,11 +188,21 @@ def _dense_waits(g, s, r, e, c, have=None):
         has = np.zeros((ns, nr), bool)
         hr, hs = have
         ok = (hs >= s0) & (hs < s0 + ns) & (hr >= r0) & (hr < r0 + nr)
-        has[hs[ok] - s0, hr[ok] - r0] = True
+        at = np.subtract(hs if ok.all() else hs[ok], s0, dtype=np.int64)  # the flat (step,
+        at *= nr                                                           # rank) of each row,
+        np.add(at, hr if ok.all() else hr[ok], out=at)                     # in one array
+        at -= r0
+        has.reshape(-1)[at] = True
+        del at, ok
         expected = (member[:, None, :] & (has[None, :, :] | seen)).sum(axis=2)
     got = seen.sum(axis=2)
     present = (got == expected) & (got >= 2)                   # (key, step)
-    total = np.bincount(idx, e, cells).reshape(ng, ns, nr)
+    if int(seen.sum()) == idx.size:  # a cell per row: placed, not summed (no float copy of e)
+        total = np.zeros(cells)
+        total[idx] = e
+        total = total.reshape(ng, ns, nr)
+    else:
+        total = np.bincount(idx, e, cells).reshape(ng, ns, nr)
     if int(seen.sum()) == idx.size and c.size and c.min() == c.max():
         same = np.ones((ng, ns), bool)  # a cell per row, all of one count: counts agree
     else:
@@ -181,7 +215,7 @@ def _dense_waits(g, s, r, e, c, have=None):
     np.copyto(total, np.inf, where=~seen)  # only the seen cells are read below
     low = total.min(axis=2)                                    # per (key, step)
     if int(seen.sum()) == idx.size:  # a cell per row: the cells are the rows, in their order
-        pair = idx // nr
+        pair = np.floor_divide(idx, nr, out=idx)  # each row's (key, step), in place
         del total, seen, idx
         wait = low.reshape(-1)[pair]  # each row's excess over its (key, step)'s least, in place
         np.subtract(e, wait, out=wait)
