@@ -172,8 +172,11 @@ def test_row_statistics_taken_some_rows_at_a_time_are_those_of_the_whole_table(m
     x = busy - busy.mean(axis=1, keepdims=True)
     whole = c._mean_row_rank(w), c._busier(w, busy, own, 3.0, 1e-9, 1.0), c.yuen(busy), \
         (x.mean(axis=0), x.std(axis=0, ddof=1), c.yuen(x), np.median(x, axis=0))
-    monkeypatch.setattr(c, "CHUNK_VALUES", 20)  # 2 rows a chunk; 1 column a chunk
-    assert len(list(c.row_chunks(w))) == 102 and len(list(c.col_chunks(w))) == 9
+    from gpuscope.analyze import chunks
+
+    monkeypatch.setattr(chunks, "CHUNK_VALUES", 20)  # 2 rows a chunk; 1 column a chunk
+    monkeypatch.setattr(chunks, "THREADS_MIN_VALUES", 0)  # and two threads where two cores
+    assert len(chunks.row_chunks(w)) == 102 and len(chunks.col_chunks(w)) == 9
     assert np.array_equal(c._mean_row_rank(w), whole[0])
     tmean, se, dof = c.yuen(busy)
     # (a one-column sort's mean is summed pairwise, the whole table's row by row: rounding)
@@ -189,6 +192,11 @@ def test_row_statistics_taken_some_rows_at_a_time_are_those_of_the_whole_table(m
     for a, b in zip(got, whole[1]):
         assert np.allclose(a, b, rtol=1e-12, atol=0)
     assert got[0].tolist() == whole[1][0].tolist() and got[0][4]  # rank 4: busier
+    # the own work given as (busy, loading), made rows at a time: what the table gives
+    loading = rng.integers(0, 9, busy.shape)
+    as_table = c._busier(w, busy, busy - loading, 3.0, 1e-9, 1.0)
+    as_pair = c._busier(w, busy, (busy, loading), 3.0, 1e-9, 1.0)
+    assert all(np.array_equal(a, b) for a, b in zip(as_pair, as_table))
 
 
 def test_roles_of_a_rank_major_table_are_those_of_the_same_rows_in_any_order():

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from .chunks import col_chunks, each_chunk, row_chunks
 from .rowgroups import repeated_run, dense_unique
 from .t_table import LEVELS, T, Z
 
@@ -202,9 +203,8 @@ def _rank_major_tables(frame, steps, ranks, busy: bool, own: bool, slowest: bool
     if busy:
         b = table("step_ns")
         np.subtract(b, w, out=b)
-        if own:
-            own_t = table("data_ns")
-            np.subtract(b, own_t, out=own_t)
+        if own:  # busy less loading, made row by row where it is tested (_busier): no table
+            own_t = (b, frame["data_ns"].to_numpy().reshape(-1, width).T)
         if ranks.size:
             busiest = (steps, ranks[np.argmax(b, axis=1)])
     top = (frame["step_ns"].to_numpy().reshape(-1, width).max(axis=0).astype(np.float64)
@@ -264,11 +264,18 @@ def _busier(w, busy, own, crit: float, tiny: float, material_ns: float) -> tuple
     steady = np.zeros(n_ranks, dtype=bool)  # significantly busier, whatever the amount
     own_excess = np.zeros(n_ranks)  # where steadily busier in its own work: by how much
     for table in (busy, own):
-        if table is None or table.shape != w.shape or n_ranks < 2:
+        # a table, or (busy, loading): the busy time less the loading, made rows at a time
+        rows_of = (lambda rows, t=table: t[0][rows] - t[1][rows]) if isinstance(table, tuple) \
+            else (lambda rows, t=table: t[rows])
+        if table is None or _shape(table) != w.shape or n_ranks < 2:
             continue
-        d = np.empty_like(table)  # each value less the others' median, some rows at a time
-        for rows in row_chunks(table):
-            np.subtract(table[rows], others_median(table[rows]), out=d[rows])
+        d = np.empty(w.shape)  # each value less the others' median, some rows at a time
+
+        def less_median(rows, rows_of=rows_of, d=d):
+            values = rows_of(rows)
+            np.subtract(values, others_median(values), out=d[rows])
+
+        each_chunk(less_median, row_chunks(d), d.size)
         dm, ds = d.mean(axis=0), d.std(axis=0, ddof=1)
         for j in range(n_ranks):
             tp = _t(dm[j], ds[j] / math.sqrt(n), tiny)
@@ -278,6 +285,11 @@ def _busier(w, busy, own, crit: float, tiny: float, material_ns: float) -> tuple
             elif tp >= crit and dm[j] > 0:
                 own_excess[j] = dm[j]
     return paired, steady, own_excess
+
+
+def _shape(table) -> tuple:
+    """The shape of a steps x ranks table, or of (busy, loading)'s difference."""
+    return table[0].shape if isinstance(table, tuple) else table.shape
 
 
 def _tested(roles: Roles, w, ranks, slowest, min_share, max_wait, busy=None, own=None) -> Roles:
@@ -421,7 +433,7 @@ def yuen(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
     g = int(TRIM * n)
     h = n - 2 * g
     tmean, var_w = np.empty(x.shape[1]), np.zeros(x.shape[1])
-    for cols in col_chunks(x):
+    for cols in col_chunks(x):  # (centred_stats gives it one chunk at a time)
         s = np.sort(x[:, cols], axis=0)
         tmean[cols] = s[g:n - g].mean(axis=0)
         if n > 1:
@@ -437,13 +449,16 @@ def centred_stats(w: np.ndarray) -> tuple:
     n, k = w.shape
     mean, sd, median = np.empty(k), np.empty(k), np.empty(k)
     tmean, se = np.empty(k), np.empty(k)
-    dof = 1
-    for cols in col_chunks(w):
+
+    def stats(cols) -> int:
         x = w[:, cols] - row_mean
         mean[cols], sd[cols] = x.mean(axis=0), x.std(axis=0, ddof=1)
         tmean[cols], se[cols], dof = yuen(x)
         median[cols] = np.median(x, axis=0)
-    return mean, sd, (tmean, se, dof), median
+        return dof
+
+    dofs = each_chunk(stats, col_chunks(w), w.size)
+    return mean, sd, (tmean, se, dofs[-1] if dofs else 1), median
 
 
 def rank_z(w: np.ndarray) -> np.ndarray:
@@ -454,32 +469,19 @@ def rank_z(w: np.ndarray) -> np.ndarray:
     return (_mean_row_rank(w) - (n + 1) / 2) / sd
 
 
-#: values of a steps x ranks table taken at a time by the row-wise statistics: their
-#: temporaries stay a few MB whatever the table's size (the sums they add are exact)
-CHUNK_VALUES = 1 << 20
-
-
-def row_chunks(table: np.ndarray):
-    """Slices of whole rows of `table`, about CHUNK_VALUES values each."""
-    rows = max(1, CHUNK_VALUES // max(table.shape[1], 1))
-    return (slice(i, i + rows) for i in range(0, table.shape[0], rows))
-
-
-def col_chunks(table: np.ndarray):
-    """Slices of whole columns of `table`, about CHUNK_VALUES values each."""
-    cols = max(1, CHUNK_VALUES // max(table.shape[0], 1))
-    return (slice(i, i + cols) for i in range(0, table.shape[1], cols))
-
-
 def _mean_row_rank(w: np.ndarray) -> np.ndarray:
     """Per column, row_ranks(w).mean(axis=0): each column's places summed from the sort's
     order (exact: integers and halves), no table of ranks; some rows at a time."""
     steps, n = w.shape
-    total = np.zeros(n)
-    for rows in row_chunks(w):
+
+    def summed(rows):
         order = np.argsort(w[rows], axis=1)
         places = _places(np.take_along_axis(w[rows], order, axis=1)).ravel()
-        total += np.bincount(order.ravel(), places, n)
+        return np.bincount(order.ravel(), places, n)
+
+    total = np.zeros(n)
+    for part in each_chunk(summed, row_chunks(w), w.size):
+        total += part  # (integers and halves: exact in any order)
     return total / steps
 
 
