@@ -18,6 +18,11 @@ For each trace folder, each tool runs in a fresh process:
 HTA lives in its own virtual environment (benchmarks/.venv-hta, created on first use:
 HolisticTraceAnalysis 0.5.0, which needs pandas < 2.3).
 
+HTA's own test traces that ../shared lacks (its package ships none: FROM_HTA_REPO, e.g. the
+53.7 MB df_index_resolver trace) are read from a clone of its repository named by
+$GPUSCOPE_HTA_REPO (tests/data/NAME), else from build/traces/hta/NAME; a trace found in neither
+is left out, and the run says where to put it.
+
     python benchmarks/bench_vs_hta.py [--repeat 3] [folders ...]
 """
 
@@ -41,7 +46,9 @@ ROOT = os.path.dirname(HERE)
 SHARED = os.path.join(ROOT, "..", "shared", "traces", "hta")
 HTA_VENV = os.path.join(HERE, ".venv-hta")
 DEFAULT = ["trace_filter", "nccl_parser_config", "ns_resolution_trace", "mtia_trace_single_rank",
-           "sample_traces/imbalanced/kineto", "nanogpt_2_ranks"]
+           "sample_traces/imbalanced/kineto", "nanogpt_2_ranks", "df_index_resolver"]
+#: HTA test traces that are not in ../shared: the folder under its repository's tests/data
+FROM_HTA_REPO = ("df_index_resolver",)
 #: traces this benchmark makes on first use (under build/traces/NAME/kineto): a nanoGPT-shaped
 #: loop (tests/workloads/cases.py) on 2 ranks, 66 micro-steps profiled per rank (53 MB of JSON)
 MADE = {"nanogpt_2_ranks": ["--case", "nanogpt", "--steps", "20", "--profile",
@@ -152,6 +159,15 @@ def made_folder(name: str) -> str:
     return kineto
 
 
+def hta_repo_folder(name: str) -> str:
+    """Where one of HTA's own test traces lies: $GPUSCOPE_HTA_REPO/tests/data/NAME, else
+    build/traces/hta/NAME."""
+    repo = os.environ.get("GPUSCOPE_HTA_REPO")
+    there = os.path.join(repo, "tests", "data", name) if repo else ""
+    return there if there and os.path.isdir(there) else os.path.join(ROOT, "build", "traces",
+                                                                     "hta", name)
+
+
 def end_to_end(cmd: list[str]) -> float:
     t = time.perf_counter()
     subprocess.run(cmd, capture_output=True, check=True, cwd=ROOT)
@@ -184,8 +200,14 @@ def main() -> None:
     results = []
     for name in args.folders:
         local = os.path.join(ROOT, name)
-        folder = os.path.normpath(made_folder(name) if name in MADE else local
+        folder = os.path.normpath(made_folder(name) if name in MADE else hta_repo_folder(name)
+                                  if name in FROM_HTA_REPO else local
                                   if os.path.isdir(local) else os.path.join(SHARED, name))
+        if not os.path.isdir(folder):
+            print(f"{name}: left out (not found: {folder}; clone "
+                  "https://github.com/facebookresearch/HolisticTraceAnalysis and set "
+                  "GPUSCOPE_HTA_REPO to it)", flush=True)
+            continue
         size = raw_size(folder)
         row = {"trace": name, "raw_json_mb":
                round(size / 1e6, 2)}
