@@ -80,3 +80,28 @@ def test_an_instance_cut_on_the_waiting_rank_does_not_make_it_late():
 
 def test_one_rank_has_nothing_to_match():
     assert _waits({0: [(1, ("", "x"), 5, 0, 5)]}, {(0, 1): 5}) == {(0, 1): 0}
+
+
+def test_a_rank_s_collectives_kept_as_columns_give_the_same_table_and_sync_points():
+    """A summary keeps its rank's collective instances as columns (Colls: ~44 bytes an
+    instance, not a tuple of Python ints): the table and the sync points are those of the
+    tuples, in order, the optional gradient field included."""
+    from gpuscope.readers.kineto.colls import Colls
+    from gpuscope.readers.kineto.collectives import sync_points
+
+    r0 = [(1, ("0", "allreduce"), 5, 9, 4, 2), (1, ("0", "allreduce"), 3, 12, -1, 0),
+          (2, ("", "gloo:_allgather_base"), 2, 14, 2, 1), (2, ("0", "allreduce"), 7, 30, 6, 6)]
+    r1 = [(1, ("0", "allreduce"), 6, 11, 5), (2, ("0", "allreduce"), 8, 31, 1)]  # no grads
+    cols = {0: Colls.of(r0), 1: Colls.of(r1)}
+    assert list(cols[0].tuples()) == r0 and cols[0].keys == [("0", "allreduce"),
+                                                              ("", "gloo:_allgather_base")]
+    assert [t[:5] for t in cols[1].tuples()] == r1 and cols[1].grads.tolist() == [0, 0]
+    assert comm_table(cols).equals(comm_table({0: r0, 1: r1}))
+    assert comm_table({0: Colls.of([]), 1: cols[1]}).equals(comm_table({1: r1}))
+    assert sync_points(cols) == ([0, 0, 0, 0, 1, 1],
+                                 [(1, "('0', 'allreduce')", 0), (1, "('0', 'allreduce')", 1),
+                                  (2, "('', 'gloo:_allgather_base')", 0),
+                                  (2, "('0', 'allreduce')", 0), (1, "('0', 'allreduce')", 0),
+                                  (2, "('0', 'allreduce')", 0)], [9, 12, 14, 30, 11, 31])
+    table = comm_table(cols)
+    assert table.loc[(table["rank"] == 0) & (table["step"] == 1), "exposed_ns"].tolist() == [4]

@@ -15,43 +15,42 @@ import numpy as np
 import pandas as pd
 
 from ...runtable import COMM_COLUMNS, GRADS_COLUMN
+from .colls import Colls
 from .kernels import kind_of
 
 
-def comm_table(colls: dict[int, list]) -> pd.DataFrame | None:
-    """COMM_COLUMNS and GRADS_COLUMN from {rank: [(step, (group, name), dur_ns, end_ns,
-    exposed_ns, grads_exposed_ns), ...]};
-    None when no rank has a collective."""
-    keys: dict = {}
-    rank_l, step_l, key_l, dur_l, exp_l, grad_l = [], [], [], [], [], []
-    for rank, items in colls.items():
-        for step, key, dur, _end, exposed, *grads in items:
-            name = keys.get(key)
-            if name is None:
-                name = keys[key] = f"{kind_of(str(key[1]))}:{key[0]}"
-            rank_l.append(rank)
-            step_l.append(step)
-            key_l.append(name)
-            dur_l.append(dur)
-            exp_l.append(max(0, exposed))
-            grad_l.append(max(0, grads[0]) if grads else 0)
-    if not rank_l:
+def comm_table(colls: dict) -> pd.DataFrame | None:
+    """COMM_COLUMNS and GRADS_COLUMN from {rank: Colls, or its tuples}; None when no rank has
+    a collective. Made from the ranks' columns (no Python object per instance)."""
+    parts = [(rank, Colls.of(items)) for rank, items in colls.items()]
+    parts = [(rank, c) for rank, c in parts if len(c)]
+    if not parts:
         return None
-    df = pd.DataFrame({"rank": np.array(rank_l, np.int64), "step": np.array(step_l, np.int64),
-                       "key": key_l, "comm_ns": np.array(dur_l, np.int64),
-                       "exposed_ns": np.array(exp_l, np.int64), "count": 1,
-                       GRADS_COLUMN: np.array(grad_l, np.int64)})
+    names: dict = {}  # (group, name) -> "kind:group", worked out once per distinct key
+    key_names = []
+    for _, c in parts:
+        named = [names.setdefault(k, f"{kind_of(str(k[1]))}:{k[0]}") for k in c.keys]
+        key_names.append(np.array(named, dtype=object)[c.key])
+
+    def cat(col: str) -> np.ndarray:
+        return np.concatenate([getattr(c, col) for _, c in parts])
+
+    df = pd.DataFrame({"rank": np.repeat(np.array([r for r, _ in parts], np.int64),
+                                         [len(c) for _, c in parts]),
+                       "step": cat("step"), "key": np.concatenate(key_names),
+                       "comm_ns": cat("dur"), "exposed_ns": np.maximum(cat("exposed"), 0),
+                       "count": 1, GRADS_COLUMN: np.maximum(cat("grads"), 0)})
     out = df.groupby(["rank", "step", "key"], sort=True, as_index=False).sum()
     return out[list(COMM_COLUMNS) + [GRADS_COLUMN]]
 
 
-def sync_points(colls: dict[int, list]) -> tuple[list, list, list]:
+def sync_points(colls: dict) -> tuple[list, list, list]:
     """(rank, instance, end_ns) of every collective instance: the n-th of its name and group in
     the step; its end is the moment all its ranks were released."""
     rank_l, inst_l, end_l = [], [], []
     for rank, items in colls.items():
         seen: dict = {}
-        for step, key, _dur, end, *_ in items:
+        for step, key, _dur, end, *_ in Colls.of(items).tuples():
             k = (step, key)
             n = seen[k] = seen.get(k, -1) + 1
             rank_l.append(rank)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from .colls import Colls
 from .events import STEP, RankEvents, p2p_masks
 from .hta import gpu_breakdown_of
 from .memory_steps import memory_rows
@@ -24,7 +25,7 @@ class RankSummary:
 
     rank: int
     rows: list              # rank_rows: one dict per step
-    colls: object           # ... its collectives (comm_table's input)
+    colls: object           # ... its collectives (collectives.Colls)
     row_warnings: list      # ... what it said
     hta: object             # GpuBreakdown or None
     ops: dict               # op_views' op view (columns)
@@ -84,7 +85,7 @@ def summarize(rank: int, files: list[tuple[str, RankEvents]]) -> RankSummary:
     got = op_views(ev, drop)
     spans = [span(e) for e in evs]
     return RankSummary(
-        rank=rank, rows=rows, colls=colls, row_warnings=list(said),
+        rank=rank, rows=rows, colls=Colls.of(colls), row_warnings=list(said),
         hta=gpu_breakdown_of(files_hta), ops=got["ops"], messages=got["messages"],
         kernels=kernel_breakdown(files_hta),
         kernel_types=kernel_type_time(files_hta) if ev.dev_kind.size else None,
