@@ -156,6 +156,26 @@ def _add_mfu(out: dict, rows: list, assumes: list, knobs: dict, fps, peak, peak_
         assumes.append("FLOPs not known: record(flops_per_step=...) or count_flops=True")
 
 
+def _per_rank(micro: pd.DataFrame, rank: np.ndarray, keep, batch: int | None) -> tuple:
+    """Per rank of the kept rows: seconds, busy seconds (each step less its waiting, at least
+    0), steps and samples (a row without its count, -1, counts the batch size)."""
+    size = int(rank.max()) + 1 if len(rank) else 0
+    ns = micro["step_ns"].to_numpy(np.float64)[keep]
+    t_all = np.bincount(rank, ns, size) / 1e9
+    busy = micro["wait_ns"].to_numpy(np.float64)[keep] if "wait_ns" in micro \
+        else np.zeros_like(ns)
+    np.subtract(ns, busy, out=busy)  # in one array
+    del ns
+    busy_all = np.bincount(rank, np.maximum(busy, 0, out=busy), size) / 1e9
+    del busy
+    count = np.bincount(rank, minlength=size)
+    if "samples" not in micro:
+        return t_all, busy_all, count, count * float(batch or 0)
+    n = micro["samples"].to_numpy(np.int64)[keep]
+    return t_all, busy_all, count, np.bincount(
+        rank, np.where(n >= 0, n, batch or 0).astype(np.float64), size)
+
+
 def throughput_section(micro: pd.DataFrame, firsts: dict, knobs: dict, table,
                        layout=None) -> dict:
     """The report's `throughput` section from the micro-step table (each rank's rows from its
@@ -175,25 +195,7 @@ def throughput_section(micro: pd.DataFrame, firsts: dict, knobs: dict, table,
     keep = step >= first[rank]
     if keep.all():  # the analysed frame itself (no accumulation): every row, no copies
         keep = slice(None)
-    rank = rank[keep]
-    size = int(rank.max()) + 1 if len(rank) else 0
-    ns = micro["step_ns"].to_numpy(np.float64)[keep]
-    t_all = np.bincount(rank, ns, size) / 1e9
-    # each row's busy time (its step less its waiting, at least 0), made in one array
-    busy = micro["wait_ns"].to_numpy(np.float64)[keep] if "wait_ns" in micro \
-        else np.zeros_like(ns)
-    np.subtract(ns, busy, out=busy)
-    del ns
-    busy_all = np.bincount(rank, np.maximum(busy, 0, out=busy), size) / 1e9
-    del busy
-    count = np.bincount(rank, minlength=size)
-    if "samples" in micro:  # a row without its count (-1) counts the batch size
-        n = micro["samples"].to_numpy(np.int64)[keep]
-        samples_all = np.bincount(rank, np.where(n >= 0, n, batch or 0).astype(np.float64),
-                                  size)
-        del n
-    else:
-        samples_all = count * float(batch or 0)
+    t_all, busy_all, count, samples_all = _per_rank(micro, rank[keep], keep, batch)
     rows = []
     for r in np.flatnonzero(count).tolist():
         t, busy = float(t_all[r]), float(busy_all[r])
