@@ -174,26 +174,31 @@ class Shares(Mapping):
 
     def __init__(self, frame: pd.DataFrame):
         self.frame = frame
-        self.step = np.maximum(self._col("step_ns"), 1.0)
+        # (each array below made in one pass: the int columns cast as they are read)
+        self.step = np.maximum(self._col("step_ns"), 1.0, dtype=np.float64)
 
     def _col(self, name: str) -> np.ndarray:
-        if name in ("bubble_ns", "host_ns") and name not in self.frame:
-            return np.zeros(len(self.frame))
-        return self.frame[name].to_numpy(dtype=np.float64)
+        return self.frame[name].to_numpy()
+
+    def absent(self, part: str) -> bool:
+        """Whether the part is 0 in every row because the frame has no column for it (bubble
+        and host where nothing measured them): a caller may skip the row-long zeros."""
+        return part in ("bubble", "host") and self._COLUMN[part] not in self.frame
 
     def __getitem__(self, part: str) -> np.ndarray:
-        if part == "transfer":
-            out = self._col("comm_exposed_ns") - self._col("wait_ns")
-            out -= self._col("bubble_ns")
-            np.maximum(out, 0.0, out=out)
-        elif part in self._COLUMN:
-            out = self._col(self._COLUMN[part])
-            if out.base is not None or not out.flags.writeable:  # the frame's own memory
-                out = out.copy()
-        else:
+        if part not in self._KEYS:
             raise KeyError(part)
-        out /= self.step
-        return out
+        if self.absent(part):
+            return np.zeros(len(self.frame))
+        if part == "transfer":
+            out = np.subtract(self._col("comm_exposed_ns"), self._col("wait_ns"),
+                              dtype=np.float64)
+            if not self.absent("bubble"):
+                out -= self._col("bubble_ns")
+            np.maximum(out, 0.0, out=out)
+            out /= self.step
+            return out
+        return np.divide(self._col(self._COLUMN[part]), self.step, dtype=np.float64)
 
     def __iter__(self):
         return iter(self._KEYS)

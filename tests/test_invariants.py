@@ -431,3 +431,35 @@ def test_a_verdict_the_steps_cannot_settle_is_low():
                     TH0).confidence == level
     # steps that do not give the verdict are not resampled for it
     assert resampled_lead(six, "jitter-bound") is None
+
+
+def test_the_shares_of_each_row_are_its_parts_over_its_step():
+    """runtable.Shares, worked out part by part in one pass each, against the plain formula;
+    bubble and host absent where no column measured them (then 0, and said so)."""
+    import numpy as np
+    import pandas as pd
+
+    from gpuscope.runtable import shares
+
+    rng = np.random.default_rng(4)
+    n = 50
+    frame = pd.DataFrame({c: rng.integers(0, 10**7, n) for c in (
+        "step_ns", "data_ns", "compute_ns", "other_ns", "comm_exposed_ns", "wait_ns")})
+    frame.loc[3, "step_ns"] = 0  # a step of no length: divided by 1 ns
+    step = np.maximum(frame["step_ns"].to_numpy(np.float64), 1.0)
+    sh = shares(frame)
+    for part, col in (("data", "data_ns"), ("compute", "compute_ns"), ("other", "other_ns"),
+                      ("wait", "wait_ns")):
+        assert np.array_equal(sh[part], frame[col].to_numpy(np.float64) / step)
+    want = np.maximum(frame["comm_exposed_ns"].to_numpy(np.float64)
+                      - frame["wait_ns"].to_numpy(np.float64), 0) / step
+    assert np.array_equal(sh["transfer"], want)  # never below 0
+    assert sh.absent("bubble") and sh.absent("host") and not sh["bubble"].any()
+    frame["bubble_ns"] = rng.integers(0, 10**6, n)
+    sh = shares(frame)
+    assert not sh.absent("bubble") and sh.absent("host")
+    want = np.maximum(frame["comm_exposed_ns"].to_numpy(np.float64)
+                      - frame["wait_ns"].to_numpy(np.float64)
+                      - frame["bubble_ns"].to_numpy(np.float64), 0) / step
+    assert np.array_equal(sh["transfer"], want)
+    assert np.array_equal(sh["bubble"], frame["bubble_ns"].to_numpy(np.float64) / step)

@@ -94,3 +94,23 @@ def test_per_rank_helpers_match_pandas_in_any_order():
                                                            how)().to_dict()
             assert count_distinct(frame["rank"].to_numpy()) == frame["rank"].nunique()
             assert count_distinct(frame["step"].to_numpy()) == frame["step"].nunique()
+
+
+def test_the_collectives_summed_per_rank_and_key_with_rows_left_out_are_pandas_sums():
+    """rank_summary._cell_sums: one key (all rows by rank, less the few left out) and several
+    keys (a cell per rank and key) give pandas' sums over the kept rows, counts too."""
+    from gpuscope.analyze.rank_summary import _cell_sums
+
+    rng = np.random.default_rng(8)
+    n = 500
+    r = np.sort(rng.integers(0, 7, n))
+    w = rng.integers(0, 10**9, n)
+    for n_keys in (1, 3):
+        code = rng.integers(0, n_keys, n)
+        ok = rng.random(n) > 0.05
+        summed = _cell_sums(r, code, ok, n_keys)
+        df = pd.DataFrame({"cell": r * n_keys + code, "w": w})[ok]
+        want = df.groupby("cell")["w"].sum().reindex(range(7 * n_keys), fill_value=0)
+        assert summed(w).tolist() == want.astype(float).tolist()
+        count = df.groupby("cell").size().reindex(range(7 * n_keys), fill_value=0)
+        assert summed(None).tolist() == count.astype(float).tolist()

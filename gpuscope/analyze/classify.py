@@ -53,13 +53,17 @@ def classify_steps(frame: pd.DataFrame, th: Thresholds, roles: Roles | None = No
     sh = shares(frame)
     g = Groups(frame["step"].to_numpy())
     steps = g.keys
+
+    def per_step(part: str, how) -> np.ndarray:  # a part no column measured: 0, no rows
+        return np.zeros(steps.size) if sh.absent(part) else how(sh[part])
+
     out = pd.DataFrame({
         "step": steps,
         "step_ns": g.max(frame["step_ns"].to_numpy()).astype(np.int64),
         "data_share": g.mean(sh["data"]), "comm_share": g.mean(sh["transfer"]),
         "wait_share": g.max(sh["wait"]), "compute_share": g.mean(sh["compute"]),
         "other_share": g.mean(sh["other"]),
-        "host_share": g.mean(sh["host"]), "bubble_share": g.max(sh["bubble"]),
+        "host_share": per_step("host", g.mean), "bubble_share": per_step("bubble", g.max),
         "n_ranks": g.counts,
         "micro_steps": (g.max(frame["micro_steps"].to_numpy()).astype(np.int64)
                         if "micro_steps" in frame else np.ones(steps.size, np.int64)),

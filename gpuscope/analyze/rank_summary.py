@@ -51,19 +51,13 @@ def comm_by_parts(table: RunTable, frame: pd.DataFrame, mapping,
         return [{} for _ in columns], [{} for _ in columns]
     n_keys = len(keys)
     r = comm["rank"].to_numpy(np.int64)
-    # one cell per (rank, key); the rows left out go to one cell past them (no filtered copies)
-    out_of = int(r.max()) * n_keys + n_keys
-    if n_keys == 1 and ok.all():  # one key, every row counted: a row's cell is its rank
-        cell = r
-    else:
-        cell = r * n_keys + code
-        np.putmask(cell, ~ok, out_of)
-    seen = np.flatnonzero(np.bincount(cell, minlength=out_of + 1)[:out_of]).tolist()
+    summed = _cell_sums(r, code, ok, n_keys)
+    seen = np.flatnonzero(summed(None)).tolist()
     n_steps = np.bincount(frame["rank"].to_numpy(np.int64))
     names = split_keys(keys)
     outs: tuple[list, list] = ([], [])
     for column in columns:
-        total = np.bincount(cell, comm[column].to_numpy(), minlength=out_of + 1)
+        total = summed(comm[column].to_numpy())
         for part, out in enumerate(outs):
             sums: dict[int, dict] = {}
             for c in seen:
@@ -73,6 +67,25 @@ def comm_by_parts(table: RunTable, frame: pd.DataFrame, mapping,
             out.append({rank: {n: v / int(n_steps[rank]) for n, v in sorted(per.items())}
                         for rank, per in sums.items()})
     return outs
+
+
+def _cell_sums(r: np.ndarray, code: np.ndarray, ok: np.ndarray, n_keys: int):
+    """A function of a row-long column (None: each row counts 1) that sums it per (rank, key)
+    cell (rank * n_keys + key) over the rows `ok`, no row-long copies where there is one key:
+    all rows summed by rank, less the few rows left out (integer ns in float64: exact)."""
+    size = (int(r.max()) + 1) * n_keys
+    if n_keys == 1:
+        out = np.flatnonzero(~ok)  # the rows left out (a warm-up step: one per rank)
+
+        def summed(w):
+            total = np.bincount(r, w, minlength=size).astype(np.float64, copy=False)
+            if out.size:
+                total -= np.bincount(r[out], None if w is None else w[out], minlength=size)
+            return total
+        return summed
+    cell = r * n_keys + code
+    np.putmask(cell, ~ok, size)  # the rows left out: one cell past the others
+    return lambda w: np.bincount(cell, w, minlength=size + 1)[:size]
 
 
 #: the recorder's keys of gradient synchronization: DDP's backward tail, FSDP's reduce-scatters
