@@ -114,3 +114,24 @@ def test_the_collectives_summed_per_rank_and_key_with_rows_left_out_are_pandas_s
         assert summed(w).tolist() == want.astype(float).tolist()
         count = df.groupby("cell").size().reindex(range(7 * n_keys), fill_value=0)
         assert summed(None).tolist() == count.astype(float).tolist()
+
+
+def test_run_starts_says_sorted_keys_runs_and_nothing_else():
+    """run_starts against the plain definition on short random keys, sorted and not (its
+    sample check and its one-pass check of where runs end)."""
+    from gpuscope.analyze.rowgroups import run_starts
+
+    rng = np.random.default_rng(11)
+    for _ in range(500):
+        k = np.sort(rng.integers(0, 5, rng.integers(1, 40)))
+        if rng.random() < 0.5:
+            rng.shuffle(k)
+        want = (np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
+                if bool((k[1:] >= k[:-1]).all()) else None)
+        got = run_starts(k)
+        assert (got is None and want is None) or np.array_equal(got, want)
+    big = np.repeat(np.arange(3000), 7)
+    assert np.array_equal(run_starts(big), np.arange(0, big.size, 7))
+    big[-1] = 0  # the last value out of order: past the sample, caught by the full check
+    assert run_starts(big) is None
+    assert run_starts(np.tile(np.arange(1000), 30)) is None  # a rank-major table's steps
