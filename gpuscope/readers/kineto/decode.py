@@ -146,7 +146,7 @@ class _NotSimple(Exception):
 MAX_DEFLATE_RATIO = 1032
 
 
-def _gunzip_in_place(data: bytes) -> bytearray:
+def _gunzip_in_place(data):
     size = int.from_bytes(data[-4:], "little") if len(data) >= 18 else 0
     if size > MAX_DEFLATE_RATIO * len(data):
         raise _NotSimple
@@ -182,9 +182,9 @@ _skeleton = msgspec.json.Decoder(_Skeleton)
 _BOUNDARY = re.compile(rb"\}\s*,(\s+)\{")
 
 
-def split_events(blob: bytearray, parts: int = 2):
-    """Cut the `traceEvents` array of a document into `parts` pieces of about equal size at
-    event boundaries, in place.
+def split_events(blob, parts: int = 2):
+    """Cut the `traceEvents` array of a document (a writable buffer: read_bytes' bytearray or
+    text buffer) into `parts` pieces of about equal size at event boundaries, in place.
 
     Returns (distributedInfo, [piece, ...], [(start, end), ...]): each piece is a memoryview of
     `blob` that is a JSON array of events (the separator at each cut is overwritten with "]" and
