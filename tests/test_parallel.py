@@ -94,21 +94,29 @@ def test_repartition_estimate_matches_the_repartitioned_run(parallel_run):
     without the profiler, whose trace writing lengthens some steps)."""
     # two separate 12-step runs: this shared VM's speed can drift between them. On a quiet
     # machine the estimate is 1-4% under the measured step (4 pairs); a slow spell during the
-    # 4 + 4 run alone made it 15.5% (84.1 against 99.5 ms), once in a CI run 57%. The bound is
-    # 25%; when they disagree the pair is run once more, listed in the test summary; a wrong
-    # estimate disagrees both times
+    # 4 + 4 run alone made it 15.5% (84.1 against 99.5 ms), in CI runs 57%, and once 34% then
+    # 26% the other way (1ec4730). So the measured step is taken at the first run's speed: times
+    # the ratio of the two runs' compute per layer (the same 8 layers, split 2 + 6 then 4 + 4:
+    # a VM slower during one run is slower in its layers too). The bound is 25%; when they
+    # disagree the pair is run once more, listed in the test summary; a wrong estimate
+    # disagrees both times
+    def per_layer(rep) -> float:
+        return sum(s.compute_ns for s in rep.pipeline.stages) / 8
+
     def pair(attempt):
         before = gpuscope.analyze(os.path.join(parallel_run(
             "pipeline", 2, "--layers", "2,6", profile=False, again=attempt > 0), "record"))
         out = parallel_run("pipeline", 2, "--layers", "4,4", profile=False, again=attempt > 0)
         after = gpuscope.analyze(os.path.join(out, "record"))
         est = before.suggestions[0].estimated_step_ms
-        return est, float(np.median([s.step_ns for s in after.steps])) / 1e6, after
+        measured = float(np.median([s.step_ns for s in after.steps])) / 1e6
+        return est, measured * per_layer(before) / per_layer(after), after, measured
 
-    est, measured, after = run_with_reruns(
+    est, measured, after, raw = run_with_reruns(
         2, pair, lambda r: None if abs(r[0] - r[1]) <= 0.25 * r[1] else
-        f"repartition pair: {r[0]:.1f} ms predicted, {r[1]:.1f} ms measured")
-    assert abs(est - measured) <= 0.25 * measured, (est, measured)
+        f"repartition pair: {r[0]:.1f} ms predicted, {r[1]:.1f} ms measured at the first "
+        f"run's speed ({r[3]:.1f} ms as run)")
+    assert abs(est - measured) <= 0.25 * measured, (est, measured, raw)
     # balanced now: no repartition, and the bubble is the schedule's own
     assert not any(s.knob == "pipeline_partition" for s in after.suggestions)
     assert after.pipeline.imbalance < 1.15
