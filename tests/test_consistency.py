@@ -178,6 +178,7 @@ def test_row_statistics_taken_some_rows_at_a_time_are_those_of_the_whole_table(m
     monkeypatch.setattr(chunks, "THREADS_MIN_VALUES", 0)  # and two threads where two cores
     assert len(chunks.row_chunks(w)) == 102 and len(chunks.col_chunks(w)) == 9
     assert np.array_equal(c._mean_row_rank(w), whole[0])
+    assert np.array_equal(whole[0], pd.DataFrame(w).rank(axis=1).to_numpy().mean(axis=0))
     tmean, se, dof = c.yuen(busy)
     # (a one-column sort's mean is summed pairwise, the whole table's row by row: rounding)
     assert np.allclose(tmean, whole[2][0], rtol=1e-12, atol=0)

@@ -20,7 +20,7 @@ from ..runtable import RunTable
 from .cycles import cycle_ends, group_cycles, sync_interval
 from .rowgroups import count_distinct, dense_unique, step_by_rank, warm_rows
 from .stopped import stopped_ranks, stopped_warnings
-from .wait import estimate_wait, wait_cells
+from .wait import estimate_wait, is_column, wait_cells
 from .passes import declares
 from .whatif import batch_growth, micro_steps
 
@@ -71,8 +71,7 @@ def own_column(frame: pd.DataFrame, int_block: tuple, name: str) -> np.ndarray |
     if name not in names or name not in frame or not block.flags.writeable:
         return None
     row = block[list(names).index(name), :len(frame)]
-    col = frame[name].to_numpy()
-    return row if col.ctypes.data == row.ctypes.data and col.dtype == row.dtype else None
+    return row if is_column(frame, name, row) else None
 
 
 def growth(frame: pd.DataFrame, knobs: dict, warmup: int) -> dict:

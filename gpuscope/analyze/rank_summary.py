@@ -10,7 +10,7 @@ import pandas as pd
 from ..results import RankResult
 from ..runtable import GRADS_COLUMN, RunTable, key_codes, key_parts, mask_of, split_keys
 from ..vocab import COMPUTE_PHASES, PARTS
-from .rowgroups import PerRank, in_analysed, run_starts
+from .rowgroups import Groups, PerRank, in_analysed
 
 
 def analysed_rows(comm: pd.DataFrame | None, frame: pd.DataFrame, mapping) -> np.ndarray | None:
@@ -76,18 +76,11 @@ def _cell_sums(r: np.ndarray, code: np.ndarray, ok: np.ndarray, n_keys: int):
     size = (int(r.max()) + 1) * n_keys
     if n_keys == 1:
         out = np.flatnonzero(~ok)  # the rows left out (a warm-up step: one per rank)
-        starts = run_starts(r)  # sorted ranks (the readers' tables): runs summed where they lie
-
-        def by_rank(w):
-            if starts is None:
-                return np.bincount(r, w, minlength=size).astype(np.float64, copy=False)
-            total = np.zeros(size)
-            total[r[starts]] = np.diff(np.r_[starts, r.size]) if w is None else \
-                np.add.reduceat(w, starts, dtype=np.int64 if w.dtype.kind in "iu" else None)
-            return total
+        groups = Groups(r)  # sorted ranks (the readers' tables): runs summed where they lie
 
         def summed(w):
-            total = by_rank(w)
+            total = np.zeros(size)
+            total[groups.keys] = groups.counts if w is None else groups.sum(w)
             if out.size:
                 total -= np.bincount(r[out], None if w is None else w[out], minlength=size)
             return total

@@ -77,14 +77,14 @@ def estimate_wait(frame: pd.DataFrame, warnings: list[str],
     wait = np.minimum(grouped, exposed, out=grouped)
     np.maximum(wait, 0, out=wait)
     wait[~complete] = 0
-    if into is not None and into.shape == wait.shape and _is_column(frame, "wait_ns", into):
+    if into is not None and into.shape == wait.shape and is_column(frame, "wait_ns", into):
         into[:] = wait  # the frame's own column: no second one
     else:
         frame["wait_ns"] = wait.astype(np.int64)
     return frame
 
 
-def _is_column(frame: pd.DataFrame, name: str, arr: np.ndarray) -> bool:
+def is_column(frame: pd.DataFrame, name: str, arr: np.ndarray) -> bool:
     """Whether `arr` is the memory of frame[name] itself."""
     col = frame[name].to_numpy()
     return col.dtype == arr.dtype and col.shape == arr.shape and \
