@@ -24,7 +24,7 @@ import gpuscope.progress as progress
 from .._log import logger
 from ..errors import InputError, TraceFormatError
 from ..run_format import (COLUMN_DEFAULTS, FILE_GLOB, NVML_FIELDS, NVML_FIELDS_V1, SCHEMA,
-                          STEP_COLUMNS, is_p2p, is_record_file, parse_file_name)
+                          STEP_COLUMNS, columns_path, is_p2p, is_record_file, parse_file_name)
 from ..runtable import RankInfo, RunTable, empty_frame, key_parts, mask_of, parts_of_codes
 from ..trace_files import file_size
 from .speed import bulk, forks
@@ -32,6 +32,7 @@ from .record_body import BLOCK_ROWS, block_columns, coded, decode_body, with_imp
 from .memory_records import capacity_of, memory_frame, memory_ok
 from .module_records import modules_frame, modules_ok
 from .routing_records import routing_frame, routing_ok
+from .readahead import Ahead
 from .record_columns import read_columns
 from .validate import (MAX_NS, MAX_RANKS, MAX_STEP, MAX_UNIX_NS, Tally, clean_knobs,
                        column_bounds, is_int, is_num)
@@ -428,31 +429,39 @@ def _row_block(n_rows: int, spill, warnings: list[str]):
     return None
 
 
+def _load_files(batch: list[str], scale: float = 1.0, region=None) -> list:
+    """(name, RankFile or the TraceFormatError) per file of `batch`, read in this process.
+    `scale`: each file counted that many times on the bar (the child reads meanwhile); a
+    region filled from its right end takes the files last to first."""
+    down = region is not None and region.downward
+    out = []
+    order = list(reversed(batch) if down else batch)
+    sizes = [file_size(n) for n in order]
+    # the disk asked for the next files while one is decoded: a record file and its side
+    # file (about as large) each
+    ahead = Ahead([(n, columns_path(n)) for n in order], [2 * b for b in sizes])
+    for i, name in enumerate(order):
+        ahead.before(i)
+        try:
+            out.append((name, load_rank_file(name, region)))
+        except TraceFormatError as exc:
+            out.append((name, exc))
+        progress.advance(int(sizes[i] * scale))
+    return out[::-1] if down else out
+
+
 def _load_all(names: list[str], warnings: list[str]) -> tuple[list, tuple | None]:
     """(name, RankFile or the TraceFormatError) per file, and (the RowBlock their columns were
     written into, its regions) or None; a big run dir is read by two processes (the child takes
     the first files), anything unexpected falls back to one. A run dir that may need more
     memory than is available says so first (`warnings`, and the log, before it is read)."""
-    def load(batch, scale=1.0, region=None):
-        """`scale`: each file counted that many times on the bar (the child reads meanwhile);
-        a region filled from its right end takes the files last to first."""
-        down = region is not None and region.downward
-        out = []
-        for name in reversed(batch) if down else batch:
-            try:
-                out.append((name, load_rank_file(name, region)))
-            except TraceFormatError as exc:
-                out.append((name, exc))
-            progress.advance(int(file_size(name) * scale))
-        return out[::-1] if down else out
-
     from .fork import SharedArena, _in_child
     from .rowblock import Region, memory_plan, rows_bound, side_rows_bound
 
     big = len(names) >= PARALLEL_MIN_FILES or (
         len(names) >= 2 and sum(file_size(n) for n in names) >= PARALLEL_MIN_BYTES)
     if not big:
-        return load(names), None
+        return _load_files(names), None
     sides = [side_rows_bound(n) for n in names]
     # files without a side file are not counted: their JSON's bound is too loose to warn on
     too_big, spill = memory_plan(sum(b for b in sides if b is not None), shared=forks())
@@ -460,7 +469,7 @@ def _load_all(names: list[str], warnings: list[str]) -> tuple[list, tuple | None
         logger.warning("gpuscope: %s: %s", os.path.dirname(names[0]) or ".", too_big)
         warnings.append(too_big)
     if not forks():
-        return load(names), None
+        return _load_files(names), None
     sizes = [file_size(n) for n in names]
     cut = _child_cut(sizes)
     theirs, mine = names[:cut], names[cut:]
@@ -480,14 +489,15 @@ def _load_all(names: list[str], warnings: list[str]) -> tuple[list, tuple | None
 
     def child():
         out = []
-        for name, got in load(theirs, region=regions[0]):
+        for name, got in _load_files(theirs, region=regions[0]):
             if rows is not None and isinstance(got, RankFile):
                 got.block = rows.marker(got.block)
             out.append((name, _packed(got, arena.put)))
         return out, regions[0].used if regions[0] is not None else 0
 
     with _in_child(child) as collect:
-        done = load(mine, 1.0 / max(share, 1e-9), regions[1])  # the bar tracks the parent's half
+        # the bar tracks the parent's half
+        done = _load_files(mine, 1.0 / max(share, 1e-9), regions[1])
         status, value = collect()
     if status == "ok":
         value, used = value
@@ -502,7 +512,7 @@ def _load_all(names: list[str], warnings: list[str]) -> tuple[list, tuple | None
     else:
         if regions[0] is not None:
             regions[0].used = 0
-        done += load(theirs, 0.0, regions[0])
+        done += _load_files(theirs, 0.0, regions[0])
     order = {n: i for i, n in enumerate(names)}
     return sorted(done, key=lambda item: order[item[0]]), (
         (rows, regions) if rows is not None else None)
