@@ -305,7 +305,9 @@ def score(kind: str, t: dict, report: dict, control_step_ms: float | None) -> di
         got, want = late.get("excess_ms"), t.get("ms", 0.0)
         out["cause"], out["excess_ms"] = None, [got, round(want, 3)]
         out["excess"] = got is not None and want > 0 and abs(got - want) <= EXCESS_TOLERANCE * want
-    elif ok and slowed and kind not in ("rotating", "control"):
+    elif ok and slowed and kind not in ("rotating", "control") and not out.get("real_straggler"):
+        # (a rank the clock shows really slower, named instead of the slowed one: the fault's
+        # cause and excess are the slowed rank's, not its; nothing to check them against)
         r = slowed[0]
         d = _detail(report, r) or {}
         out["cause_got"] = [d.get("cause"), d.get("cause_detail")]
