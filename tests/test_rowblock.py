@@ -210,6 +210,31 @@ def test_in_place_needs_the_frame_to_be_the_block():
     assert out["step"].tolist() == [7, 8, 10, 11] and out["rank"].tolist() == [1, 2, 4, 5]
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_kept_rows_moved_a_run_at_a_time_are_the_mask_s(seed):
+    """The warm-up left out in place: runs of kept rows (a rank's rows after its first few, of
+    any length, overlapping where they move) moved as slices give what the mask gives, on every
+    row of the block, and what lies past the kept rows is not read as theirs."""
+    from gpuscope.analyze import prepare as prep
+
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(1, 400, 60)
+    keep = np.concatenate([np.arange(n) >= rng.integers(0, 6) for n in lengths])
+    keep[rng.integers(0, keep.size, 3 * seed)] = False  # a few holes of other kinds
+    block = rng.integers(-1 << 40, 1 << 40, (5, keep.size))
+    k = int(keep.sum())
+    want = block[:, keep].copy()
+    for run_min in (1, 10 ** 9):  # by runs, and by the mask (runs too short on average)
+        got = block.copy()
+        old = prep.RUN_MOVE_MIN
+        prep.RUN_MOVE_MIN = run_min
+        try:
+            prep._move_up(got, keep, k)
+        finally:
+            prep.RUN_MOVE_MIN = old
+        assert np.array_equal(got[:, :k], want)
+
+
 def test_a_run_dir_that_may_not_fit_in_memory_says_so_before_it_is_read(tmp_path, monkeypatch,
                                                                          caplog):
     """The side files' row bounds times the measured peak bytes per rank-step, against the

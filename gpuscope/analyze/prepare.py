@@ -56,13 +56,34 @@ def compacted(frame: pd.DataFrame, keep: np.ndarray, int_block: tuple) -> pd.Dat
             return None
     k = int(keep.sum())
     others = {c: frame[c].to_numpy()[keep] for c in cols if c not in names}
-    for row in block:
-        row[:k] = row[keep]
+    _move_up(block, keep, k)
     out = pd.DataFrame(block[:, :k].T, columns=list(names), copy=False)
     for c in cols:  # the other columns where they were
         if c in others:
             out.insert(cols.index(c), c, others[c])
     return out
+
+
+#: the kept rows are moved a run at a time where runs are this long on average or more
+RUN_MOVE_MIN = 64
+
+
+def _move_up(block: np.ndarray, keep: np.ndarray, k: int) -> None:
+    """Each row of `block` with its `keep` values moved to its front (k of them). Where the
+    kept rows lie in long runs (a rank's rows after its warm-up), each run moves as one slice
+    of all the rows (no copy of a column's kept values, each value read and written once);
+    else one column at a time by the mask."""
+    edges = np.flatnonzero(np.diff(keep.view(np.int8), prepend=0, append=0))
+    starts, ends = edges[0::2].tolist(), edges[1::2].tolist()
+    if len(starts) * RUN_MOVE_MIN > k:
+        for row in block:
+            row[:k] = row[keep]
+        return
+    at = 0
+    for a, b in zip(starts, ends):
+        if a != at:  # a move to the left: numpy copies overlapping slices as memmove does
+            block[:, at:at + b - a] = block[:, a:b]
+        at += b - a
 
 
 def own_column(frame: pd.DataFrame, int_block: tuple, name: str) -> np.ndarray | None:
