@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from . import order_stats
 from .chunks import col_chunks, each_chunk, row_chunks
 from .rowgroups import repeated_run, dense_unique
 from .t_table import LEVELS, T, Z
@@ -389,14 +390,9 @@ def others_median(b: np.ndarray) -> np.ndarray:
     steps, n = b.shape
     m = n - 1
     if m % 2:
-        k = m // 2
-        part = np.partition(b, [k, k + 1], axis=1)
-        lo, hi = part[:, k:k + 1], part[:, k + 1:k + 2]
+        lo, hi = order_stats.pair(b, m // 2, axis=1)
         return np.where(b <= lo, hi, lo)
-    k1, k2 = m // 2 - 1, m // 2
-    part = np.partition(b, [k1, k2, k2 + 1], axis=1)
-    a, c, d = part[:, k1:k1 + 1], part[:, k2:k2 + 1], part[:, k2 + 1:k2 + 2]
-    del part
+    a, c, d = order_stats.triple(b, m // 2, axis=1)
     return 0.5 * (np.where(b <= a, c, a) + np.where(b <= c, d, c))
 
 
@@ -454,7 +450,7 @@ def centred_stats(w: np.ndarray) -> tuple:
         x = w[:, cols] - row_mean
         mean[cols], sd[cols] = x.mean(axis=0), x.std(axis=0, ddof=1)
         tmean[cols], se[cols], dof = yuen(x)
-        median[cols] = np.median(x, axis=0)
+        median[cols] = order_stats.median(x, axis=0)
         return dof
 
     dofs = each_chunk(stats, col_chunks(w), w.size)

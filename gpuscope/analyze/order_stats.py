@@ -1,0 +1,60 @@
+"""Neighbouring order statistics and medians by one selection.
+
+numpy's partition with one kth runs a vectorised selection; with several (np.median of an even
+count asks for the two middle values and the last, two neighbours asked together) it falls back
+to introselect, 3-4x slower on a steps x ranks table here (numpy 2.x: 0.20 s against 0.056 s for
+1,000 x 10,000 along the ranks). The neighbour of the k-th smallest is then the largest value
+below it or the smallest above it, one reduction over the partitioned half: the same values as
+numpy's, exactly (tests/test_order_stats.py holds them to np.partition and np.median).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def _span(part: np.ndarray, start: int, stop: int | None, axis: int) -> np.ndarray:
+    """part[start:stop] along `axis` (a view, the axis kept)."""
+    at = [slice(None)] * part.ndim
+    at[axis] = slice(start, stop)
+    return part[tuple(at)]
+
+
+def _least(upper: np.ndarray, axis: int) -> np.ndarray:
+    """The smallest of the values above the kth, NaN as the largest (where partition puts it):
+    NaN only where they all are."""
+    return np.fmin.reduce(upper, axis=axis, keepdims=True)
+
+
+def pair(a: np.ndarray, k: int, axis: int = -1) -> tuple[np.ndarray, np.ndarray]:
+    """(the k-th, the (k+1)-th) smallest along `axis` (0-based, k + 1 < its length), the axis
+    kept (length 1): np.partition(a, [k, k + 1]) at k and k + 1."""
+    part = np.partition(a, k, axis=axis)
+    return _span(part, k, k + 1, axis), _least(_span(part, k + 1, None, axis), axis)
+
+
+def triple(a: np.ndarray, k: int, axis: int = -1) -> tuple[np.ndarray, ...]:
+    """The (k-1)-th, k-th and (k+1)-th smallest along `axis` (0 < k, k + 1 < its length), the
+    axis kept: np.partition(a, [k - 1, k, k + 1]) at those three."""
+    part = np.partition(a, k, axis=axis)
+    below = _span(part, 0, k, axis).max(axis=axis, keepdims=True)
+    above = _least(_span(part, k + 1, None, axis), axis)
+    return below, _span(part, k, k + 1, axis), above
+
+
+def median(a: np.ndarray, axis: int) -> np.ndarray:
+    """np.median(a, axis=axis) of a non-empty axis: NaN where a slice holds one, else the middle
+    value, or the mean of the two middle values (as float64, as numpy's)."""
+    n = a.shape[axis]
+    part = np.partition(a, n // 2, axis=axis)
+    hi = np.take(part, n // 2, axis=axis)
+    if n % 2:
+        out = hi.astype(np.float64) if a.dtype.kind in "iub" else hi
+    else:
+        lo = _span(part, 0, n // 2, axis).max(axis=axis)
+        out = np.add(lo, hi, dtype=np.float64 if a.dtype.kind in "iub" else None) / 2
+    if a.dtype.kind == "f":
+        nan = np.isnan(a).any(axis=axis)
+        if nan.any():
+            out = np.where(nan, np.nan, out)
+    return out
