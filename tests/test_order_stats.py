@@ -49,3 +49,13 @@ def test_median_is_numpy_s(seed):
             got = order_stats.median(a, axis=axis)
             assert got.dtype == want.dtype
             np.testing.assert_array_equal(got, want)  # NaN where numpy gives NaN
+
+
+def test_median_in_place_is_numpy_s_and_keeps_the_values():
+    rng = np.random.default_rng(7)
+    for a in (rng.normal(0, 1, 1000), rng.normal(0, 1, (20, 31)), rng.integers(0, 9, 999)):
+        for axis in range(a.ndim):
+            b = a.copy()
+            got = order_stats.median(b, axis=axis, overwrite=True)
+            np.testing.assert_array_equal(got, np.median(a, axis=axis))
+            np.testing.assert_array_equal(np.sort(b, axis=axis), np.sort(a, axis=axis))

@@ -42,11 +42,16 @@ def triple(a: np.ndarray, k: int, axis: int = -1) -> tuple[np.ndarray, ...]:
     return below, _span(part, k, k + 1, axis), above
 
 
-def median(a: np.ndarray, axis: int) -> np.ndarray:
+def median(a: np.ndarray, axis: int, overwrite: bool = False) -> np.ndarray:
     """np.median(a, axis=axis) of a non-empty axis: NaN where a slice holds one, else the middle
-    value, or the mean of the two middle values (as float64, as numpy's)."""
+    value, or the mean of the two middle values (as float64, as numpy's). `overwrite`: `a` is
+    partitioned in place (no copy of it; its order is lost)."""
     n = a.shape[axis]
-    part = np.partition(a, n // 2, axis=axis)
+    if overwrite:
+        a.partition(n // 2, axis=axis)
+        part = a
+    else:
+        part = np.partition(a, n // 2, axis=axis)
     hi = np.take(part, n // 2, axis=axis)
     if n % 2:
         out = hi.astype(np.float64) if a.dtype.kind in "iub" else hi

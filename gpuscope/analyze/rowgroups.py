@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from . import order_stats
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -176,12 +178,9 @@ class Groups:
             else:
                 table = values if self._sorted else values[self._order()]
                 table = table.reshape(self.keys.size, n)
-            if table.dtype.kind not in "iu":
-                return np.median(table.astype(np.float64), axis=1)
-            # ints (ns): partition as they are, no float copy; the middle two averaged
-            mid = [(n - 1) // 2, n // 2]
-            part = np.partition(table, mid, axis=1)
-            return (part[:, mid[0]].astype(np.float64) + part[:, mid[1]]) / 2
+            # ints (ns) partitioned as they are, no float copy; the middle two averaged
+            return order_stats.median(table if table.dtype.kind in "iu" else
+                                      table.astype(np.float64), axis=1)
         v = values[np.lexsort((values, self.inv))].astype(np.float64)
         starts = np.cumsum(self.counts) - self.counts
         return (v[starts + (self.counts - 1) // 2] + v[starts + self.counts // 2]) / 2

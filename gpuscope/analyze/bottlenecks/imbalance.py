@@ -13,6 +13,7 @@ import pandas as pd
 from ...op_names import excess_words
 from ...results import Jitter, Straggler, Suggestion
 from ...vocab import IMBALANCED, JITTER_BOUND, MS
+from .. import order_stats
 from ..findings import TypicalStep, gain
 from ..consistency import Roles, persistent_steps
 from ..routing import routing_note
@@ -159,9 +160,10 @@ def without_stragglers(frame: pd.DataFrame, slow: set[int]) -> tuple[float, floa
     # the spread of a typical step (1.4826 x the median absolute deviation): one step slowed by
     # a profiler starting or a checkpoint is in the mean, but says nothing of how late the last
     # of the ranks comes in the others
-    mean, median = float(np.mean(busy)), float(np.median(busy))
-    dev = np.abs(busy - median, out=busy)  # the busy times are not needed after: in place
-    sd = float(1.4826 * np.median(dev, overwrite_input=True))
+    # (the busy times are not needed after: partitioned, then made the deviations, in place)
+    mean, median = float(np.mean(busy)), float(order_stats.median(busy, axis=0, overwrite=True))
+    dev = np.abs(busy - median, out=busy)
+    sd = float(1.4826 * order_stats.median(dev, axis=0, overwrite=True))
     point = mean + c * sd
     return point, median, point + c * sd
 
