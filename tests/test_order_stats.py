@@ -59,3 +59,16 @@ def test_median_in_place_is_numpy_s_and_keeps_the_values():
             got = order_stats.median(b, axis=axis, overwrite=True)
             np.testing.assert_array_equal(got, np.median(a, axis=axis))
             np.testing.assert_array_equal(np.sort(b, axis=axis), np.sort(a, axis=axis))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_percentile_is_numpy_s(seed):
+    rng = np.random.default_rng(seed)
+    for n in (1, 2, 3, 10, 11, 99, 1000, 4097):
+        for x in (rng.normal(6e7, 3e6, n), np.round(rng.normal(6e7, 3e6, n), -6),
+                  rng.integers(0, 7, n).astype(float), rng.integers(-9, 9, n)):
+            for q in (0, 10, 25, 33.3, 50, 75, 90, 99.9, 100, [25, 75], [10]):
+                want = np.percentile(x, q)
+                got = order_stats.percentile(x, q)
+                assert type(got) is type(want), (type(got), type(want))
+                np.testing.assert_array_equal(got, want)

@@ -11,7 +11,7 @@ import pandas as pd
 from ..results import Jitter, Straggler
 from ..thresholds import Thresholds
 from ..vocab import MS
-from . import whatif
+from . import order_stats, whatif
 from .rowgroups import Groups
 
 
@@ -96,7 +96,7 @@ def typical_step(frame: pd.DataFrame) -> TypicalStep:
     by_rank = Groups(frame["rank"].to_numpy()).mean(frame["step_ns"].to_numpy())
     step = float(by_rank.max()) if by_rank.size else avg(slowest)
     rest = frame["step_ns"].to_numpy(np.float64) - frame["data_ns"].to_numpy(np.float64)
-    fast = float(np.percentile(rest, 10)) if rest.size >= 10 else None
+    fast = float(order_stats.percentile(rest, 10)) if rest.size >= 10 else None
     return TypicalStep(step, avg(data), avg(np.maximum(transfer, 0)),
                        avg(most_wait), avg(mean("compute_ns")),
                        avg(data_cpu) if data_cpu is not None else None,

@@ -63,3 +63,26 @@ def median(a: np.ndarray, axis: int, overwrite: bool = False) -> np.ndarray:
         if nan.any():
             out = np.where(nan, np.nan, out)
     return out
+
+
+def percentile(x: np.ndarray, q):
+    """np.percentile(x, q) of a 1-D array (numpy's default, linear, method: the (n - 1) q-th
+    value interpolated between its neighbours as numpy's _lerp does), each q by one selection
+    and the least value above it; q a number (a float64 back) or a list (an array back). An array
+    holding NaN, or empty, goes to numpy as it is."""
+    x = np.asarray(x)
+    if x.ndim != 1 or x.size == 0 or (x.dtype.kind == "f" and np.isnan(x).any()):
+        return np.percentile(x, q)
+    qs = np.atleast_1d(np.true_divide(q, 100))
+    n = x.size
+    out = np.empty(qs.size)
+    for i, v in enumerate((n - 1) * qs):
+        k = int(np.floor(v))
+        if v >= n - 1:  # the top value (numpy takes the last of both neighbours)
+            out[i] = x.max()
+            continue
+        t = v - k
+        a, b = (float(y[0]) for y in pair(x, k, axis=0))
+        diff = b - a
+        out[i] = b - diff * (1 - t) if t >= 0.5 else a + diff * t
+    return out[0] if np.ndim(q) == 0 else out

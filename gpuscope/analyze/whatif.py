@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from . import order_stats
 from .rowgroups import PerRank, warm_rows
 
 MICRO_PARTS = ("step", "data", "forward", "backward", "optimizer", "comm", "comm_exposed", "wait",
@@ -92,7 +93,7 @@ def _micro(rows: pd.DataFrame, per_rank_means: PerRank | None = None) -> Micro |
     per_rank = {c: means.mean(c) for c in set(cols.values()) | {"step_ns"} if c in rows}
     vals = {p: float(per_rank[c].mean()) if c in per_rank else 0.0 for p, c in cols.items()}
     vals["step"] = float(per_rank["step_ns"].max())
-    q1, q3 = np.percentile(rows["step_ns"].to_numpy(dtype=float), [25, 75])
+    q1, q3 = order_stats.percentile(rows["step_ns"].to_numpy(dtype=float), [25, 75])
     return Micro(**vals, q1=float(q1), q3=float(q3), rows=len(rows))
 
 
