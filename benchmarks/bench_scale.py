@@ -60,12 +60,20 @@ print(json.dumps({"wall_s": wall, "total_s": time.perf_counter() - t_start,
 """
 
 
-def make_run(path: str, ranks: int, steps: int, seed: int = 0, only=None) -> int:
+def make_run(path: str, ranks: int, steps: int, seed: int = 0, only=None, jobs: int = 1) -> int:
     """Write a synthetic DDP run dir with the recorder's writer; returns the record files' size
     in bytes (the side files not counted). `only`: rewrite these ranks' files alone (the same
-    rows: every rank's numbers are drawn, in order)."""
+    rows: every rank's numbers are drawn, in order). `jobs`: that many processes write the
+    ranks (every jobs-th each; the same files as one process writes)."""
+    if jobs > 1 and only is None:
+        return _make_in_parallel(path, ranks, steps, seed, jobs)
     if only is None:
         shutil.rmtree(path, ignore_errors=True)
+    # the files already there, by rank, listed once (not a listing of a growing dir per rank)
+    there: dict = {}
+    for folder in (path, path + "-json") if only is not None else ():
+        for name in os.listdir(folder) if os.path.isdir(folder) else ():
+            there.setdefault(name.split(".", 1)[0], []).append(os.path.join(folder, name))
     rng = np.random.default_rng(seed)
     t0 = 1_790_000_000_000_000_000
     base_step = 80_000_000  # 80 ms
@@ -95,8 +103,7 @@ def make_run(path: str, ranks: int, steps: int, seed: int = 0, only=None) -> int
                           "model": "DistributedDataParallel", "param_dtype": "bfloat16",
                           "params": 124_000_000}}
         if only is not None:  # the file is made again: the old one (and its link) go first
-            for old in glob.glob(os.path.join(path, f"rank-{rank:05d}.*")) + \
-                    glob.glob(os.path.join(path + "-json", f"rank-{rank:05d}.*")):
+            for old in there.get(f"rank-{rank:05d}", ()):
                 os.remove(old)
         writer = RecordWriter(path, rank)
         # a training loop's writer drops batches past MAX_PENDING rather than wait for a slow
@@ -127,6 +134,22 @@ def make_run(path: str, ranks: int, steps: int, seed: int = 0, only=None) -> int
     for name in os.listdir(path):
         if not name.endswith(COLUMNS_SUFFIX):
             os.link(os.path.join(path, name), os.path.join(json_only, name))
+    if len(glob.glob(os.path.join(path, "*" + COLUMNS_SUFFIX))) != ranks:
+        raise SystemExit(f"{path}: the writer did not leave a side file per rank")
+    return total
+
+
+def _make_in_parallel(path: str, ranks: int, steps: int, seed: int, jobs: int) -> int:
+    """make_run's files written by `jobs` processes, then its JSON-only copy (links)."""
+    import multiprocessing
+
+    shutil.rmtree(path, ignore_errors=True)
+    shutil.rmtree(path + "-json", ignore_errors=True)
+    os.makedirs(path)
+    os.makedirs(path + "-json")  # each process links its files here as it writes them
+    parts = [(path, ranks, steps, seed, set(range(k, ranks, jobs))) for k in range(jobs)]
+    with multiprocessing.get_context("fork").Pool(jobs) as pool:
+        total = sum(pool.starmap(make_run, parts))
     if len(glob.glob(os.path.join(path, "*" + COLUMNS_SUFFIX))) != ranks:
         raise SystemExit(f"{path}: the writer did not leave a side file per rank")
     return total
@@ -242,6 +265,8 @@ def main() -> None:
     ap.add_argument("--append", action="store_true",
                     help="keep the other sizes' rows of --out (each row names its commit and "
                          "the memory it ran within: sizes may run in control groups of their own)")
+    ap.add_argument("--make-jobs", type=int, default=os.cpu_count() or 1,
+                    help="processes that write a run dir not yet made (before any timing)")
     args = ap.parse_args()
     rows = []
     for size in args.sizes.split(","):
@@ -250,7 +275,7 @@ def main() -> None:
         marker = os.path.join(path, ".complete-cols")  # made by the writer, side files too
         if not os.path.exists(marker):
             t = time.perf_counter()
-            nbytes = make_run(path, ranks, steps)
+            nbytes = make_run(path, ranks, steps, jobs=args.make_jobs)
             with open(marker, "w") as f:
                 f.write(str(nbytes))
             print(f"made {path} ({nbytes / 2**20:.0f} MB) in {time.perf_counter() - t:.1f} s",
