@@ -178,9 +178,9 @@ class Groups:
             else:
                 table = values if self._sorted else values[self._order()]
                 table = table.reshape(self.keys.size, n)
-            # ints (ns) partitioned as they are, no float copy; the middle two averaged
-            return order_stats.median(table if table.dtype.kind in "iu" else
-                                      table.astype(np.float64), axis=1)
+            if table.dtype.kind in "iu":  # ints (ns) partitioned as they are, no float copy
+                return order_stats.median(table, axis=1)
+            return order_stats.median(table.astype(np.float64), axis=1, overwrite=True)
         v = values[np.lexsort((values, self.inv))].astype(np.float64)
         starts = np.cumsum(self.counts) - self.counts
         return (v[starts + (self.counts - 1) // 2] + v[starts + self.counts // 2]) / 2

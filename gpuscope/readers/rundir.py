@@ -429,14 +429,18 @@ def _row_block(n_rows: int, spill, warnings: list[str]):
     return None
 
 
-def _load_files(batch: list[str], scale: float = 1.0, region=None) -> list:
+def _load_files(batch: list[str], scale: float = 1.0, region=None,
+                sizes: list[int] | None = None) -> list:
     """(name, RankFile or the TraceFormatError) per file of `batch`, read in this process.
     `scale`: each file counted that many times on the bar (the child reads meanwhile); a
-    region filled from its right end takes the files last to first."""
+    region filled from its right end takes the files last to first. `sizes`: the files'
+    bytes, in batch order, where the caller has them."""
     down = region is not None and region.downward
     out = []
     order = list(reversed(batch) if down else batch)
-    sizes = [file_size(n) for n in order]
+    sizes = [file_size(n) for n in batch] if sizes is None else list(sizes)
+    if down:
+        sizes.reverse()
     # the disk asked for the next files while one is decoded: a record file and its side
     # file (about as large) each
     ahead = Ahead([(n, columns_path(n)) for n in order], [2 * b for b in sizes])
@@ -489,7 +493,7 @@ def _load_all(names: list[str], warnings: list[str]) -> tuple[list, tuple | None
 
     def child():
         out = []
-        for name, got in _load_files(theirs, region=regions[0]):
+        for name, got in _load_files(theirs, region=regions[0], sizes=sizes[:cut]):
             if rows is not None and isinstance(got, RankFile):
                 got.block = rows.marker(got.block)
             out.append((name, _packed(got, arena.put)))
@@ -497,7 +501,7 @@ def _load_all(names: list[str], warnings: list[str]) -> tuple[list, tuple | None
 
     with _in_child(child) as collect:
         # the bar tracks the parent's half
-        done = _load_files(mine, 1.0 / max(share, 1e-9), regions[1])
+        done = _load_files(mine, 1.0 / max(share, 1e-9), regions[1], sizes[cut:])
         status, value = collect()
     if status == "ok":
         value, used = value
@@ -512,7 +516,7 @@ def _load_all(names: list[str], warnings: list[str]) -> tuple[list, tuple | None
     else:
         if regions[0] is not None:
             regions[0].used = 0
-        done += _load_files(theirs, 0.0, regions[0])
+        done += _load_files(theirs, 0.0, regions[0], sizes[:cut])
     order = {n: i for i, n in enumerate(names)}
     return sorted(done, key=lambda item: order[item[0]]), (
         (rows, regions) if rows is not None else None)
