@@ -71,3 +71,27 @@ def test_the_generated_run_says_what_is_known_of_it(tmp_path, gz):
     assert by[made["straggler"]].cause == "compute"
     assert by[made["stall_rank"]].cause == "data" and by[made["stall_rank"]].bursts["every"] == 2
     assert rep.world_size == 4 and len(rep.steps) >= 18
+
+
+def test_ranks_of_one_job_share_one_copy_of_each_process_group(tmp_path, monkeypatch):
+    """Every rank's trace lists the job's process groups, the default one with every rank in
+    it: 10,000 ranks' traces held 10,000 copies of a 10,000-rank list (3.6 GB in the reader,
+    as much again in its parsing processes). Read here, the ranks' groups are one list, equal
+    to what each file says; the pool that makes them one empties itself past its bound and
+    still gives equal lists."""
+    from gpuscope.readers import read_path
+    from gpuscope.readers.kineto import rank as rank_mod
+
+    big_traces().generate(str(tmp_path), ranks=24, mb=0.3, steps=4)
+    table = read_path(str(tmp_path))
+    groups = [info.knobs["process_groups"] for info in table.ranks.values()]
+    assert len(groups) == 24 and all(g == {"0": list(range(24))} for g in groups)
+    assert len({id(g["0"]) for g in groups}) == 1
+    monkeypatch.setattr(rank_mod, "_POOL", {})
+    monkeypatch.setattr(rank_mod, "POOL_MAX_VALUES", 5)
+    monkeypatch.setattr(rank_mod, "_IDS", {})
+    monkeypatch.setattr(rank_mod, "_pooled", [0])
+    a = rank_mod.shared_ranks([0, 1, 2])
+    assert rank_mod.shared_ranks([0, 1, 2]) is a
+    assert rank_mod.shared_ranks([0, 1, 2, 3]) == [0, 1, 2, 3] and len(rank_mod._POOL) == 1
+    assert rank_mod.shared_ranks([0, 1, 2]) == [0, 1, 2]

@@ -394,3 +394,84 @@ def test_module_times_from_cuda_events_on_a_real_gpu_are_device_time():
     assert mods["body"]["gpu_ms"] < 0.05 * own_ms
     top = next(s for s in rep.stragglers if s.rank == 1).ops[0]
     assert (top["kind"], top["name"]) == ("module", "extra")
+
+
+def _rank_tables_by_frame(per, types, gpu_ranks):
+    """The per-rank tables as they were made before they were made on arrays: a frame per rank
+    and kind, pandas' sort (the reference the array version must give exactly)."""
+    from gpuscope.analyze.ops import KINDS, TOP, _r
+
+    def row(r, kind, gpu):
+        d = {"name": r.name, "per_step_ms": _r(r.time_ms), "count_per_step": _r(r.calls, 2)}
+        if kind == "module":
+            d["gpu_ms" if r.gpu_ms > 0 else "host_ms"] = _r(r.time_ms)
+        elif kind != "kernel":
+            d["host_ms"] = _r(r.host_ms)
+            if gpu:
+                d["gpu_ms"] = _r(r.gpu_ms)
+        return d
+
+    out = []
+    for rank, mine in per.groupby("rank", sort=True):
+        gpu = int(rank) in gpu_ranks
+        entry = {"rank": int(rank)}
+        for kind, key in KINDS:
+            k = mine[mine["kind"] == kind].sort_values("time_ms", ascending=False)
+            if k.empty:
+                continue
+            top = k.head(TOP)
+            rows = [row(r, kind, gpu) for r in top.itertuples(index=False)]
+            if kind == "kernel":
+                for d, t in zip(rows, top["name"]):
+                    d["type"] = types.get(t, "")
+            entry[key] = rows
+            entry[f"{key}_total_ms"] = _r(k["time_ms"].sum())
+            entry[f"{key}_other_ms"] = _r(k["time_ms"].iloc[TOP:].sum())
+        if gpu and "kernels_total_ms" in entry:
+            entry["kernels_outside_ops_ms"] = _r(max(
+                entry["kernels_total_ms"] - entry.get("ops_total_ms", 0.0), 0.0))
+        out.append(entry)
+    return out
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_per_rank_tables_on_arrays_are_the_frames_exactly(seed):
+    """rank_tables and hta_breakdown made on arrays (a slice per rank and kind: 10,000 ranks'
+    traces spent minutes in a frame per rank) give what the frames gave, value for value, in
+    the same order: ties of time (many, and in groups past numpy's 16-element insertion sort),
+    ranks in any order, kinds the table does not show, ranks with one kind only."""
+    import pandas as pd
+
+    from gpuscope.analyze.ops import hta_breakdown, rank_tables
+
+    rng = np.random.default_rng(seed)
+    n = 3000
+    kinds = np.array(["op", "range", "module", "kernel", "other"])
+    per = pd.DataFrame({
+        "rank": rng.integers(0, 40, n), "kind": kinds[rng.integers(0, 5, n)],
+        "name": [f"n{i}" for i in rng.integers(0, 60, n)],
+        "calls": rng.integers(1, 5, n) / 2,
+        "host_ms": rng.integers(0, 6, n) / 8, "gpu_ms": rng.integers(0, 6, n) / 8})
+    per["time_ms"] = np.where(rng.random(n) < 0.5, per["gpu_ms"], per["host_ms"])
+    per = per[~((per["rank"] == 7) & (per["kind"] != "op"))]  # a rank with ops only
+    types = {f"n{i}": ("COMM" if i % 3 else "COMPUTE") for i in range(60)}
+    gpu = set(range(0, 40, 3))
+    assert rank_tables(per, types, gpu) == _rank_tables_by_frame(per, types, gpu)
+
+    kb = pd.DataFrame({"rank": rng.integers(0, 30, n), "name": [f"k{i}" for i in range(n)],
+                       "type": kinds[rng.integers(0, 4, n)],
+                       "count": rng.integers(1, 9, n), "sum_ns": rng.integers(1, 40, n) * 1000,
+                       "max_ns": rng.integers(1, 9, n) * 1000, "min_ns": rng.integers(1, 9, n)})
+    kb["name"] = kb["name"].astype("category")
+    got = hta_breakdown(kb, {3: {"COMPUTATION": 5e6}})
+    want = []
+    for rank, g in kb.groupby("rank", sort=True):
+        g = g.sort_values("sum_ns", ascending=False)
+        want.append({"rank": int(rank), "kernels_total": len(g),
+                     "names": [str(x) for x in g["name"].head(12)],
+                     "mean_us": [round(s / c / 1e3, 1) for s, c in
+                                 zip(g["sum_ns"].head(12), g["count"].head(12))]})
+    assert [{"rank": r["rank"], "kernels_total": r["kernels_total"],
+             "names": [k["name"] for k in r["kernels"]],
+             "mean_us": [k["mean_us"] for k in r["kernels"]]} for r in got["ranks"]] == want
+    assert got["ranks"][3]["types_us"] == {"COMPUTATION": 5000.0}

@@ -75,11 +75,15 @@ class Layout:
 def _groups(table: RunTable) -> dict[str, list[int]]:
     everyone = set(range(table.world_size)) | set(table.ranks)
     out: dict[str, list[int]] = {}
-    for info in table.ranks.values():
+    seen: set[tuple] = set()  # (name, the list): every rank lists the same groups, one object
+    for info in table.ranks.values():  # each (readers/kineto/rank.py shared_ranks)
         groups = info.knobs.get("process_groups")
         if not isinstance(groups, dict):
             continue
         for name, ranks in groups.items():
+            if (name, id(ranks)) in seen:  # the same list under the same name: the same answer
+                continue
+            seen.add((name, id(ranks)))
             try:
                 ranks = sorted({int(r) for r in ranks})
             except (TypeError, ValueError):

@@ -131,42 +131,85 @@ def per_step(ops: pd.DataFrame, frame: pd.DataFrame, gpu_ranks: set[int],
     return g.drop(columns=["ns", "gpu_ns"])
 
 
-def _row(r, kind: str, gpu: bool) -> dict:
-    d = {"name": r.name, "per_step_ms": _r(r.time_ms), "count_per_step": _r(r.calls, 2)}
+def _row(name, time_ms, calls, host_ms, gpu_ms, kind: str, gpu: bool) -> dict:
+    d = {"name": name, "per_step_ms": _r(time_ms), "count_per_step": _r(calls, 2)}
     if kind == "module":  # one clock measured it: CUDA events (device time) or the host's
-        d["gpu_ms" if r.gpu_ms > 0 else "host_ms"] = _r(r.time_ms)
+        d["gpu_ms" if gpu_ms > 0 else "host_ms"] = _r(time_ms)
     elif kind != "kernel":
-        d["host_ms"] = _r(r.host_ms)
+        d["host_ms"] = _r(host_ms)
         if gpu:
-            d["gpu_ms"] = _r(r.gpu_ms)
+            d["gpu_ms"] = _r(gpu_ms)
     return d
+
+
+def _descending(values: np.ndarray) -> np.ndarray:
+    """The order pandas' sort_values(ascending=False) gives `values` (its nargsort: the values
+    reversed, sorted, the order reversed), ties as it leaves them."""
+    n = len(values)
+    return (n - 1 - np.arange(n))[values[::-1].argsort(kind="quicksort")][::-1]
+
+
+def _groups_of(keys: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(the rows' order by `keys`, first key first, each group in the rows' own order; the
+    groups' start positions in it, and the end)."""
+    order = np.lexsort(keys[::-1])
+    cut = np.zeros(len(order), bool)
+    for k in keys:
+        v = k[order]
+        cut[1:] |= v[1:] != v[:-1]
+    cut[:1] = True
+    return order, np.append(np.flatnonzero(cut), len(order))
 
 
 def rank_tables(per: pd.DataFrame, types: dict, gpu_ranks: set[int]) -> list[dict]:
     """Per rank: its top ops, ranges and kernels per step, and each kind's total and rest; on a
     GPU rank, the kernel time launched outside any top-level op (from a thread with no op
-    open: NCCL's, a compiled graph's), so that ops and kernels add up."""
-    out = []
-    for rank, mine in per.groupby("rank", sort=True):
-        gpu = int(rank) in gpu_ranks
-        entry: dict = {"rank": int(rank)}
-        for kind, key in KINDS:
-            k = mine[mine["kind"] == kind].sort_values("time_ms", ascending=False)
-            if k.empty:
-                continue
-            top = k.head(TOP)
-            rows = [_row(r, kind, gpu) for r in top.itertuples(index=False)]
-            if kind == "kernel":
-                for d, t in zip(rows, top["name"]):
-                    d["type"] = types.get(t, "")
-            entry[key] = rows
-            entry[f"{key}_total_ms"] = _r(k["time_ms"].sum())
-            entry[f"{key}_other_ms"] = _r(k["time_ms"].iloc[TOP:].sum())
-        if gpu and "kernels_total_ms" in entry:
-            entry["kernels_outside_ops_ms"] = _r(max(
-                entry["kernels_total_ms"] - entry.get("ops_total_ms", 0.0), 0.0))
-        out.append(entry)
+    open: NCCL's, a compiled graph's), so that ops and kernels add up. On arrays, a slice per
+    (rank, kind): 10,000 ranks' traces took minutes as a frame per rank."""
+    kind_of = {k: i for i, (k, _) in enumerate(KINDS)}
+    kcode = per["kind"].map(kind_of).fillna(len(KINDS)).to_numpy(np.int64)
+    rank = per["rank"].to_numpy(np.int64)
+    order, bounds = _groups_of([rank, kcode])
+    cols = {c: per[c].to_numpy()[order] for c in ("name", "time_ms", "calls", "host_ms",
+                                                   "gpu_ms")}
+    rank, kcode = rank[order], kcode[order]
+    out: list[dict] = []
+    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        r, kc = int(rank[a]), int(kcode[a])
+        if not out or out[-1]["rank"] != r:
+            if out:
+                _outside(out[-1], int(out[-1]["rank"]) in gpu_ranks)
+            out.append({"rank": r})
+        if kc >= len(KINDS):
+            continue
+        kind, key = KINDS[kc]
+        t = cols["time_ms"][a:b]
+        pick = _descending(t)
+        ranked = t[pick]
+        top = a + pick[:TOP]
+        gpu = r in gpu_ranks
+        rows = [_row(*v, kind, gpu) for v in zip(cols["name"][top].tolist(),
+                                                 cols["time_ms"][top].tolist(),
+                                                 cols["calls"][top].tolist(),
+                                                 cols["host_ms"][top].tolist(),
+                                                 cols["gpu_ms"][top].tolist())]
+        if kind == "kernel":
+            for d in rows:
+                d["type"] = types.get(d["name"], "")
+        entry = out[-1]
+        entry[key] = rows
+        entry[f"{key}_total_ms"] = _r(ranked.sum())
+        entry[f"{key}_other_ms"] = _r(ranked[TOP:].sum())
+    if out:
+        _outside(out[-1], int(out[-1]["rank"]) in gpu_ranks)
     return out
+
+
+def _outside(entry: dict, gpu: bool) -> None:
+    """A GPU rank's kernel time launched outside its top-level ops."""
+    if gpu and "kernels_total_ms" in entry:
+        entry["kernels_outside_ops_ms"] = _r(max(
+            entry["kernels_total_ms"] - entry.get("ops_total_ms", 0.0), 0.0))
 
 
 def run_table(per: pd.DataFrame, n_ranks: int) -> dict:
@@ -371,20 +414,25 @@ def ops_section(table, frame: pd.DataFrame, stragglers: list, mapping=None) -> O
 
 def hta_breakdown(kb: pd.DataFrame, types: dict) -> dict:
     """HTA's get_gpu_kernel_breakdown, per rank: the kernel-type time (µs, with overlaps) and
-    each kernel's sum, max, min and mean (µs), the top TOP per rank by sum."""
+    each kernel's sum, max, min and mean (µs), the top TOP per rank by sum (on arrays, a slice
+    per rank)."""
+    order, bounds = _groups_of([kb["rank"].to_numpy(np.int64)])
+    cols = {c: kb[c].to_numpy()[order] for c in ("rank", "name", "type", "count", "sum_ns",
+                                                  "max_ns", "min_ns")}
     ranks = []
-    for rank, g in kb.groupby("rank", sort=True):
-        g = g.sort_values("sum_ns", ascending=False)
-        ranks.append({"rank": int(rank),
+    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        rank = int(cols["rank"][a])
+        top = a + _descending(cols["sum_ns"][a:b])[:TOP]
+        kernels = [{"name": str(name), "type": str(kind), "count": int(n),
+                    "sum_us": _r(total / 1e3, 1), "max_us": _r(hi / 1e3, 1),
+                    "min_us": _r(lo / 1e3, 1), "mean_us": _r(total / n / 1e3, 1)}
+                   for name, kind, n, total, hi, lo in zip(
+                       *(cols[c][top].tolist() for c in ("name", "type", "count", "sum_ns",
+                                                         "max_ns", "min_ns")))]
+        ranks.append({"rank": rank,
                       "types_us": {k: _r(v / 1e3, 1) for k, v in
-                                   (types.get(int(rank)) or {}).items()},
-                      "kernels": [{"name": str(r.name), "type": str(r.type), "count": int(r.n),
-                                   "sum_us": _r(r.sum_ns / 1e3, 1), "max_us": _r(r.max_ns / 1e3, 1),
-                                   "min_us": _r(r.min_ns / 1e3, 1),
-                                   "mean_us": _r(r.sum_ns / r.n / 1e3, 1)}
-                                  for r in g.rename(columns={"count": "n"}).head(TOP)
-                                  .itertuples(index=False)],
-                      "kernels_total": int(len(g))})
+                                   (types.get(rank) or {}).items()},
+                      "kernels": kernels, "kernels_total": int(b - a)})
     return {"basis": "as HTA 0.5's get_gpu_kernel_breakdown computes it: every device event "
                      "launched before the last ProfilerStep of each file (all when there is one "
                      "step), float timestamps rounded inward to whole µs",

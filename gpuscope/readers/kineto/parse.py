@@ -18,7 +18,7 @@ from ..fork import _in_child
 from .decode import Salvaged, batches, decode_trace, events_of, read_bytes, split_events
 from .events import RankEvents, sort_events
 
-from .rank import identify
+from .rank import identify, shared_info
 from .summary import summarize
 from .text import let_go
 
@@ -65,12 +65,12 @@ def parse_file(path: str, split: bool = False) -> tuple[str, object, RankEvents]
             ev = None
         del pieces
         if ev is not None:
-            return path, info, _checked(path, ev, -1)
+            return path, shared_info(info), _checked(path, ev, -1)
         blob = None  # the cut was refused: decode the file in one piece, from a fresh read
     raws, info = decode_trace(path, blob)  # (the cuts patched bytes of this text)
     blob = None
     damaged = raws.damaged if isinstance(raws, Salvaged) else -1
-    return path, info, _checked(path, sort_events(batches(raws)), damaged)
+    return path, shared_info(info), _checked(path, sort_events(batches(raws)), damaged)
 
 
 def _sorted(pieces: list, text=None, spans=()) -> RankEvents:
@@ -136,7 +136,7 @@ def _parse_all(files: list[str], jobs: int | None) -> list:
         with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("fork")) as pool:
             out = []
             for f, got in zip(files, pool.map(parse_alone, files, alone)):
-                out.append(got)
+                out.append((got[0], shared_info(got[1]), *got[2:]))  # each came pickled apart
                 progress.advance(file_size(f))
             return out
     order = sorted(range(len(files)), key=lambda i: -sizes[i])

@@ -37,6 +37,56 @@ def rank_from_name(path: str) -> int | None:
     return _as_int(int(m.group(1))) if m else None
 
 
+#: process groups' rank lists seen by this process, each kept once ({tuple: the list}): every
+#: rank of a job lists its groups, the default one with every rank in it, so 10,000 ranks'
+#: traces held 10,000 copies of a 10,000-rank list each (3.6 GB in the reader, and as much in
+#: the processes that parse); equal lists are now one object (pickle sends it once)
+_POOL: dict[tuple, list] = {}
+#: id of each list in the pool -> whether it is a list of ranks (None: not checked yet); the
+#: pool keeps its lists alive, so an id here is that list's
+_IDS: dict[int, bool | None] = {}
+POOL_MAX_VALUES = 50_000_000  # ranks held by the pool at most (about 800 MB): emptied past it
+_pooled = [0]
+
+
+def shared_ranks(ranks: list) -> list:
+    """The pool's list equal to `ranks` (added when new). The list is shared: never changed."""
+    if id(ranks) in _IDS:
+        return ranks
+    key = tuple(ranks)
+    got = _POOL.get(key)
+    if got is None:
+        if _pooled[0] + len(key) > POOL_MAX_VALUES:
+            _POOL.clear()
+            _IDS.clear()
+            _pooled[0] = 0
+        got = _POOL[key] = ranks
+        _IDS[id(ranks)] = None
+        _pooled[0] += len(key)
+    return got
+
+
+def _all_ranks(ranks: list) -> bool:
+    """Every value a rank (checked once per pooled list)."""
+    known = _IDS.get(id(ranks))
+    if known is not None:
+        return known
+    ok = all(_as_int(r) is not None for r in ranks)
+    if id(ranks) in _IDS:
+        _IDS[id(ranks)] = ok
+    return ok
+
+
+def shared_info(info):
+    """distributedInfo with each pg_config group's "ranks" list taken from the pool (in place;
+    anything else as it is)."""
+    config = info.get("pg_config") if isinstance(info, dict) else None
+    for pg in config if isinstance(config, list) else ():
+        if isinstance(pg, dict) and isinstance(pg.get("ranks"), list):
+            pg["ranks"] = shared_ranks(pg["ranks"])
+    return info
+
+
 def _groups(info: dict) -> dict | None:
     """distributedInfo's pg_config: the process groups this rank belongs to. Every field is
     checked: a pg_config that is not a list, an entry that is not an object, ranks that are not
@@ -52,8 +102,10 @@ def _groups(info: dict) -> dict | None:
         name = pg.get("pg_name", len(out))
         if type(name) not in (str, int) or isinstance(name, bool):
             continue
-        if isinstance(ranks, list) and ranks and all(_as_int(r) is not None for r in ranks):
-            out[str(name)] = [int(r) for r in ranks]
+        if isinstance(ranks, list) and ranks:
+            ranks = shared_ranks(ranks)
+            if _all_ranks(ranks):  # ints already (_as_int)
+                out[str(name)] = ranks
     return out or None
 
 
