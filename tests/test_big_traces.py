@@ -95,3 +95,37 @@ def test_ranks_of_one_job_share_one_copy_of_each_process_group(tmp_path, monkeyp
     assert rank_mod.shared_ranks([0, 1, 2]) is a
     assert rank_mod.shared_ranks([0, 1, 2, 3]) == [0, 1, 2, 3] and len(rank_mod._POOL) == 1
     assert rank_mod.shared_ranks([0, 1, 2]) == [0, 1, 2]
+
+
+def test_the_ranks_views_joined_column_by_column_equal_pandas_concat():
+    """The reader's op / message / kernel views of every rank joined one column at a time (a
+    frame per rank, then their concat, took 5.6 s for 2,500 ranks): the frame pandas' concat
+    gives, dtypes and categories included; a rank with nothing left out; ranks whose columns
+    differ joined as pandas joins them."""
+    import numpy as np
+    import pandas as pd
+
+    from gpuscope.readers.kineto.reader import _long
+
+    def by_frames(parts):
+        out = pd.concat([pd.DataFrame({"rank": np.full(len(next(iter(c.values()))), r,
+                                                        np.int64), **c})
+                         for r, c in parts if len(next(iter(c.values())))], ignore_index=True)
+        for col in ("kind", "name"):
+            out[col] = out[col].astype("category")
+        return out
+
+    def view(n, seed, extra=False):
+        rng = np.random.default_rng(seed)
+        c = {"step": rng.integers(0, 9, n), "kind": np.array(["op", "kernel"] * n)[:n],
+             "name": np.array([f"aten::x{i}" for i in rng.integers(0, 5, n)], object),
+             "ns": rng.integers(0, 1000, n)}
+        if extra:
+            c["gpu_ns"] = rng.integers(0, 9, n)
+        return c
+
+    parts = [(3, view(4, 0)), (0, view(0, 1)), (1, view(7, 2)), (9, view(2, 3))]
+    pd.testing.assert_frame_equal(_long(parts), by_frames(parts))
+    odd = parts + [(5, view(3, 4, extra=True))]
+    pd.testing.assert_frame_equal(_long(odd), by_frames(odd))
+    assert _long([(0, view(0, 1))]) is None

@@ -267,12 +267,22 @@ def one_run(rank: int, items: list, worlds: dict, facts: dict | None) -> tuple[l
 
 
 def _long(parts: list) -> pd.DataFrame | None:
-    """One frame of the ranks' column dicts, a rank column first; None when all are empty."""
-    frames = [pd.DataFrame({"rank": np.full(len(next(iter(c.values()))), r, np.int64), **c})
-              for r, c in parts if len(next(iter(c.values())))]
-    if not frames:
+    """One frame of the ranks' column dicts, a rank column first; None when all are empty.
+    Each column joined once (a frame per rank, then their concat, took 5.6 s for 2,500
+    ranks); ranks whose columns differ are joined as frames, as pandas joins them."""
+    parts = [(r, c) for r, c in parts if len(next(iter(c.values())))]
+    if not parts:
         return None
-    out = pd.concat(frames, ignore_index=True)
+    names = list(parts[0][1])
+    if all(list(c) == names for _, c in parts):
+        sizes = [len(next(iter(c.values()))) for _, c in parts]
+        out = pd.DataFrame({"rank": np.repeat(np.array([r for r, _ in parts], np.int64), sizes),
+                            **{k: np.concatenate([np.asarray(c[k]) for _, c in parts])
+                               for k in names}})
+    else:
+        out = pd.concat([pd.DataFrame({"rank": np.full(len(next(iter(c.values()))), r,
+                                                         np.int64), **c})
+                         for r, c in parts], ignore_index=True)
     for col in ("kind", "name", "type", "group", "collective", "dtype"):
         if col in out:
             out[col] = out[col].astype("category")
