@@ -3,7 +3,9 @@ another finding of the same report holds the step at, unless its change moves th
 
 - A straggler: until it is fixed, every synchronous step waits for its own work. A change that
   does not fix it can remove from that rank only what it removes from every rank (syncing less:
-  the exposed communication, the optimizer steps skipped, the untimed work between optimizer
+  the exposed communication that synchronized gradients, not the loop's own collectives, which
+  stay in every micro-step (a loop's all_reduce of its loss: the floor took it off too and held
+  an estimate at 129.3 ms that re-ran at 157-162), the optimizer steps skipped, the untimed work between optimizer
   steps (logging: once per cycle), and what the communication hidden
   behind its backward cost it, as the estimate models it (whatif.hidden_comm: on a CPU the
   cores gloo's thread takes; a rank that computes longer only because of that is no floor to
@@ -81,8 +83,12 @@ def floor_ms(parts: dict, sug, knobs: dict | None = None, most: bool = False) ->
     also what its hidden communication cost it; `most`: the most the estimate's range lets it
     cost, the floor's own low end)."""
     removes = REMOVES.get(sug.knob) or REMOVES.get(sug.addresses) or ()
+    # syncing less takes off the gradients' synchronization, not the loop's own collectives
+    share = parts.get("grad_share") if sug.knob == "sync_frequency" else None
     floor = parts.get("step_ns", 0.0) - parts.get("wait_ns", 0.0) - \
-        parts.get("bubble_ns", 0.0) - sum(parts.get(c, 0.0) for c in removes)
+        parts.get("bubble_ns", 0.0) - sum(
+            parts.get(c, 0.0) * (share if c == "comm_exposed_ns" and share is not None else 1.0)
+            for c in removes)
     if sug.knob == "sync_frequency":
         k = knobs or {}
         most_cost = hidden_cost(parts, k, True)
@@ -129,12 +135,17 @@ def _median_of_means(groups: Groups, values: np.ndarray, keep: np.ndarray) -> fl
 
 
 def floors(frame: pd.DataFrame, stragglers: list, typical: TypicalStep, knobs: dict,
-           labels: set) -> list[tuple[str, str, dict, bool, int | None]]:
+           labels: set, grad_shares: dict | None = None
+           ) -> list[tuple[str, str, dict, bool, int | None]]:
     """(what, the label whose fix removes it, the parts it holds the step at, whether it is only
-    probable, the straggler's rank or None) per finding."""
+    probable, the straggler's rank or None) per finding. `grad_shares`: {rank: the share of its
+    exposed communication that synchronized gradients} (rank_summary.grad_sync_share)."""
     out = []
     for s in stragglers:
         m = rank_means(frame, s.rank)
+        share = (grad_shares or {}).get(s.rank)
+        if m and share is not None:
+            m["grad_share"] = share
         if m:
             out.append((f"rank {s.rank}, probably a straggler" if s.probable else
                         f"rank {s.rank}, the straggler", IMBALANCED, m, bool(s.probable),
@@ -156,11 +167,11 @@ def fixes(sug, fixed_by: str, rank: int | None) -> bool:
 
 
 def hold_to_findings(suggestions: list, frame: pd.DataFrame, stragglers: list,
-                     typical: TypicalStep, knobs: dict, labels: set
-                     ) -> tuple[list, list[str], set[str]]:
+                     typical: TypicalStep, knobs: dict, labels: set,
+                     grad_shares: dict | None = None) -> tuple[list, list[str], set[str]]:
     """The suggestions, each estimate held at the floors of the findings it does not fix; the
     notes of those held (said on each suggestion too); the knobs of those held."""
-    found = floors(frame, stragglers, typical, knobs, labels)
+    found = floors(frame, stragglers, typical, knobs, labels, grad_shares)
     if not found:
         return suggestions, [], set()
     out, notes, held = [], [], set()

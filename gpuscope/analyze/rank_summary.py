@@ -95,17 +95,19 @@ GRAD_GROUPS, GRAD_KINDS = ("ddp",), ("reduce_scatter",)
 
 
 def grad_sync_share(table: RunTable, frame: pd.DataFrame, mapping,
-                    hit: np.ndarray | None = None) -> float | None:
+                    hit: np.ndarray | None = None, rank: int | None = None) -> float | None:
     """The share of the analysed steps' exposed communication (collectives table) that
     synchronized gradients: what syncing less often can save, where the loop's own collectives
     (metrics, an EMA, a sampler's all-gather) stay. Traces mark it by when each collective was
-    issued (GRADS_COLUMN); a record by its key (the DDP tail, FSDP's reduce-scatters). None
-    without a collectives table."""
+    issued (GRADS_COLUMN); a record by its key (the DDP tail, FSDP's reduce-scatters). `rank`:
+    that rank's alone. None without a collectives table or exposed communication."""
     comm = table.comm
     if comm is None or comm.empty:
         return None
     if hit is None:
         hit = analysed_rows(comm, frame, mapping)
+    if rank is not None:
+        hit = hit & (comm["rank"].to_numpy() == rank)
     exposed = comm["exposed_ns"].to_numpy(np.float64)[hit]
     total = float(exposed.sum())
     if total <= 0:

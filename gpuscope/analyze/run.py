@@ -287,7 +287,7 @@ def suggest_all(a: Analysis) -> None:
 
 
 @declares(("suggestions typical frame knobs stragglers labels verdict steps why_not "
-           "why_not_pipeline table warnings"),
+           "why_not_pipeline table mapping warnings"),
           "suggestions unbound warnings")
 def bound(a: Analysis) -> None:
     """suggestions -> held to what each can recover (a warning for those that could not be),
@@ -295,8 +295,13 @@ def bound(a: Analysis) -> None:
     (suggestions.in_order); a warning when the verdict has no fix."""
     ordered = sorted(a.suggestions, key=lambda s: -s.gain_pct)
     ordered, a.unbound = bound_suggestions(ordered, a.typical, a.frame, a.knobs)  # said on each
+    shares = None
+    if a.stragglers and any(s.knob == "sync_frequency" for s in ordered):
+        hit = analysed_rows(a.table.comm, a.frame, a.mapping)
+        shares = {s.rank: grad_sync_share(a.table, a.frame, a.mapping, hit, s.rank)
+                  for s in a.stragglers} if hit is not None else None
     ordered, notes, held = hold_to_findings(ordered, a.frame, a.stragglers, a.typical,
-                                            a.knobs, a.labels)
+                                            a.knobs, a.labels, shares)
     a.unbound += notes
     a.suggestions = widen(in_order(ordered, leading_labels(a.verdict), held),
                           a.steps["step_ns"].to_numpy() if len(a.steps) else [], a.knobs)
