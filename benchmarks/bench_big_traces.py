@@ -14,6 +14,11 @@ time and the cores (2 here); events/s counts the trace events the readers decode
 
     python benchmarks/bench_big_traces.py [--ranks 1,8,32,128] [--mb 150] [--work DIR]
         [--hta-max-ranks 8] [--no-ray] [--keep]
+
+A job's many ranks, each a small trace (`--fleet 10000`, ~1.5 MB each: the generator's fewest
+layers): the command's wall time and its process tree's peak PSS, beside the same command of
+another checkout (`--base-root DIR`, e.g. a worktree of the previous commit) on the same files
+in the same run, alternating; `--fleet-only` updates that part of the results file alone.
 """
 
 from __future__ import annotations
@@ -36,7 +41,8 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, ROOT)
 
 import big_traces  # noqa: E402
-from bench_vs_hta import end_to_end, end_to_end_peak, hta_python, measure, raw_size  # noqa: E402
+from bench_vs_hta import (end_to_end, end_to_end_peak, hta_python, measure, raw_size,  # noqa: E402
+                          tree_pss)
 from measured import commit  # noqa: E402
 
 SHARED = os.path.normpath(os.path.join(ROOT, "..", "shared", "traces"))
@@ -260,6 +266,43 @@ def start_row(repeat: int = 7) -> dict:
             "analyze_small_trace_s": round(analyze - bare, 3)}
 
 
+def fleet_row(ranks: int, work: str, roots: dict[str, str], repeat: int = 1) -> dict:
+    """`gpuscope analyze DIR -q --json F` on `ranks` small traces, by each checkout of `roots`
+    ({label: its root}), alternating: wall time (unsampled runs, their median) and the process
+    tree's peak PSS (one more, sampled run); whether the known ranks are named."""
+    folder = generated(work, ranks, 0.3)
+    k = known(folder)
+    row = {"input": f"generated {ranks} x {raw_size(folder) / ranks / 1e6:.1f} MB",
+           "ranks": ranks, "raw_json_mb": round(raw_size(folder) / 1e6, 1),
+           "generate_s": k.get("generate_s"),
+           "known": {x: k[x] for x in ("straggler", "stall_rank")}}
+    walls: dict[str, list] = {label: [] for label in roots}
+    for _ in range(repeat):
+        for label, root in roots.items():
+            env = dict(os.environ, PYTHONPATH=root)
+            t = time.perf_counter()
+            with tempfile.TemporaryDirectory() as d:
+                out = os.path.join(d, "report.json")
+                subprocess.run([sys.executable, "-m", "gpuscope", "analyze", folder, "-q",
+                                "--json", out], check=True, capture_output=True, cwd=root,
+                               env=env)
+                walls[label].append(time.perf_counter() - t)
+                with open(out) as fh:
+                    rep = json.load(fh)
+            row[label] = {"commit": commit(root), **named(rep, k)}
+    for label, root in roots.items():
+        row[label]["command_s"] = round(statistics.median(walls[label]), 1)
+        proc = subprocess.Popen([sys.executable, "-m", "gpuscope", "analyze", folder, "-q"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=root,
+                                env=dict(os.environ, PYTHONPATH=root))
+        peak = 0
+        while proc.poll() is None:
+            peak = max(peak, tree_pss(proc.pid))
+            time.sleep(0.01)
+        row[label]["command_peak_mb"] = round(peak / 1e6, 1)
+    return row
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ranks", default="1,8,32,128")
@@ -269,7 +312,23 @@ def main() -> None:
     ap.add_argument("--no-ray", action="store_true")
     ap.add_argument("--keep", action="store_true", help="keep the generated runs")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "big_traces.json"))
+    ap.add_argument("--fleet", type=int, default=0, help="ranks of small traces (0: none)")
+    ap.add_argument("--base-root", help="another checkout run beside this one on the fleet")
+    ap.add_argument("--fleet-only", action="store_true")
+    ap.add_argument("--repeat", type=int, default=1)
     args = ap.parse_args()
+    if args.fleet:
+        roots = {"this": ROOT, **({"base": os.path.abspath(args.base_root)}
+                                  if args.base_root else {})}
+        row = fleet_row(args.fleet, args.work, roots, args.repeat)
+        print(json.dumps(row), flush=True)
+        if args.fleet_only:
+            with open(args.out) as fh:
+                result = json.load(fh)
+            result["fleet"] = row
+            with open(args.out, "w") as fh:
+                json.dump(result, fh, indent=1)
+            return
     hta = hta_python()
     result = {"commit": commit(), "cores": CORES, "mb_per_rank": args.mb, "generated": [],
               "public": []}
@@ -308,6 +367,8 @@ def main() -> None:
         if not args.keep and ranks != 1:
             shutil.rmtree(folder, ignore_errors=True)
             os.remove(folder + ".known.json")
+    if args.fleet:
+        result["fleet"] = row
     with open(args.out, "w") as fh:
         json.dump(result, fh, indent=1)
 

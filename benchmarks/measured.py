@@ -7,10 +7,11 @@ import os
 import subprocess
 
 
-def commit() -> str | None:
-    """The checkout's commit (None outside a git checkout)."""
+def commit(root: str | None = None) -> str | None:
+    """The checkout's commit (this one's, or `root`'s; None outside a git checkout)."""
     try:
-        return subprocess.run(["git", "-C", os.path.dirname(os.path.abspath(__file__)), "rev-parse",
+        return subprocess.run(["git", "-C", root or os.path.dirname(os.path.abspath(__file__)),
+                               "rev-parse",
                                "--short", "HEAD"], capture_output=True, text=True,
                               check=True).stdout.strip() or None
     except (OSError, subprocess.CalledProcessError):

@@ -70,6 +70,24 @@ def vs_hta(d: dict) -> list[str]:
     return out + [""]
 
 
+def _fleet(f: dict | None) -> list[str]:
+    """A job's many ranks of small traces, this checkout beside another (big_traces.json)."""
+    if not f:
+        return []
+    def said(r):
+        return (f"{r['command_s']:.1f} s, {r['command_peak_mb']:,.0f} MB, {r['verdict']}, "
+                f"ranks {', '.join(map(str, r['stragglers'])) or 'none'} named")
+    base = f.get("base")
+    line = (f"A job's many ranks, each a small trace ({f['input']}, {f['raw_json_mb']:,.0f} MB of "
+            f"JSON; `--fleet {f['ranks']}`), the command with its process tree's peak PSS: "
+            f"{f['this']['commit']} {said(f['this'])}")
+    if base:
+        line += f"; {base['commit']} beside it, the same files: {said(base)}"
+    known = f["known"]
+    return ["", line + f" (known: straggler {known['straggler']}, stalled rank "
+                       f"{known['stall_rank']})."]
+
+
 def big_traces(d: dict) -> list[str]:
     """Every rank's profiler trace at size (big_traces.json, bench_big_traces.py)."""
     out = ["## Every rank's profiler trace, at size", "",
@@ -118,6 +136,7 @@ def big_traces(d: dict) -> list[str]:
                 f"readers' processes are forked) takes {st['import_cli_s']:.3f} s over a bare "
                 f"interpreter ({st['python_s']:.3f} s); `gpuscope analyze` of HTA's smallest test "
                 f"trace {st['analyze_small_trace_s']:.2f} s over it, end to end."]
+    out += _fleet(d.get("fleet"))
     ray = next((r["ray"] for r in d["generated"] if "ray" in r), None)
     if ray:
         big = next(r for r in d["generated"] if "ray" in r)
@@ -734,7 +753,17 @@ def every_rank(d: dict | None) -> list[str]:
             f"GB for the whole command" + (", the straggler and the data stall named" if both
                                           else "") + f"; one rank's file in "
             f"{one['gpuscope_s']:.1f} s, at {one.get('peak_over_largest_file', 0):.2f}x its JSON "
-            "over the imports ([figures](docs/performance.md#every-ranks-profiler-trace-at-size))."]
+            "over the imports" + _fleet_said(d.get("fleet")) +
+            " ([figures](docs/performance.md#every-ranks-profiler-trace-at-size))."]
+
+
+def _fleet_said(f: dict | None) -> str:
+    """The many-ranks row in a few words (big_traces.json's fleet), or ""."""
+    if not f:
+        return ""
+    r = f["this"]
+    return (f"; {f['ranks']:,} ranks' small traces ({f['raw_json_mb'] / 1e3:.1f} GB) in "
+            f"{r['command_s'] / 60:.1f} min, peak {r['command_peak_mb'] / 1e3:.1f} GB")
 
 
 def write_block(marks: tuple[str, str], lines: list[str], path: str = README) -> None:
