@@ -284,6 +284,43 @@ def cmd_doctor(args) -> int:
     return code
 
 
+def cmd_try(args) -> int:
+    import json
+
+    from . import trials
+    from .render.trials import render
+
+    cmd = args.cmd
+    if not cmd:
+        raise GpuscopeError("gpuscope try REPORT -- COMMAND: the training command is missing")
+    for name, value in (("--steps", args.steps), ("--repeats", args.repeats), ("--top", args.top)):
+        if value < 1:
+            raise GpuscopeError(f"{name} must be 1 or more, not {value}")
+    if args.warmup < 0:
+        raise GpuscopeError(f"--warmup must be 0 or more, not {args.warmup}")
+    base = {k: v[0] for k, v in trials.parse_knob_values(args.base).items()}
+    plan = trials.make_plan(load_report(args.report).to_dict(), cmd,
+                            trials.parse_knob_values(args.knob), base, args.top, args.warmup,
+                            args.steps, args.repeats)
+    out = args.out or trials.default_out(args.report)
+    say = None if args.quiet or args.json == "-" else (lambda m: print(f"gpuscope try: {m}",
+                                                                       flush=True))
+    if say:
+        say(f"{len(plan.candidates)} configurations x {plan.repeats} rounds, {plan.warmup} + "
+            f"{plan.steps} steps each; run dirs under {out}")
+    rows = trials.summary(trials.run_plan(plan, out, args.timeout, say))
+    result = {"command": plan.command, "warmup": plan.warmup, "steps": plan.steps,
+              "repeats": plan.repeats, "out": out, "not_in_command": plan.not_in_command,
+              "trials": rows}
+    if args.json == "-":
+        print(json.dumps(result, indent=2))
+    elif args.json:
+        _write(args.json, json.dumps(result, indent=2))
+    if not args.quiet and args.json != "-":
+        render(result)
+    return 0 if rows[0]["step_ms"] is not None else 1
+
+
 def _write(path: str, text: str) -> None:
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w", encoding="utf-8") as fh:
@@ -361,6 +398,24 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--force", action="store_true", help="gate runs that look like different "
                    "trainings (another model, parameters more than 10%% apart) too")
     c.set_defaults(func=cmd_compare)
+    t = sub.add_parser("try", help="run the suggested changes beside the baseline, each for a "
+                       "few steps, and measure what each gains",
+                       usage="gpuscope try REPORT [options] -- COMMAND with {knob} placeholders")
+    t.add_argument("report", help="the run to improve: its run dir, traces or JSON report")
+    t.add_argument("--knob", action="append", metavar="NAME=V1,V2", help="values to try "
+                   "(repeatable); default: the report's top suggestions the command holds")
+    t.add_argument("--base", action="append", metavar="NAME=VALUE", help="the baseline's value "
+                   "of a placeholder the report does not give")
+    t.add_argument("--top", type=int, default=3, help="suggestions tried (default 3)")
+    t.add_argument("--warmup", type=int, default=5, help="steps left out of each trial (5)")
+    t.add_argument("--steps", type=int, default=20, help="steps measured in each trial (20)")
+    t.add_argument("--repeats", type=int, default=2, help="rounds, interleaved (2)")
+    t.add_argument("--timeout", type=float, default=600.0, help="seconds a trial may take")
+    t.add_argument("--out", help="folder for the trials' run dirs (default: try-TIME beside "
+                   "the report's run)")
+    t.add_argument("--json", metavar="FILE", help="write the results as JSON (-: stdout)")
+    t.add_argument("-q", "--quiet", action="store_true", help="no terminal output")
+    t.set_defaults(func=cmd_try, cmd=[])  # the command: what follows "--" (main)
     doc = sub.add_parser("doctor", help="check GPUs, versions, topology and run a smoke test")
     doc.add_argument("--no-smoke", action="store_true", help="skip the multi-process smoke test")
     doc.add_argument("--json", metavar="FILE", help="write the checks as JSON")
@@ -379,7 +434,14 @@ def _quiet_stdout() -> None:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    rest = None
+    if argv[:1] == ["try"] and "--" in argv:  # the training command, taken as it is
+        cut = argv.index("--")
+        argv, rest = argv[:cut], argv[cut + 1:]
     args = build_parser().parse_args(argv)
+    if rest is not None:
+        args.cmd = rest
     from . import progress
 
     # a bar while a big input is read: on a terminal, unless -q (GPUSCOPE_PROGRESS=1/0 forces)

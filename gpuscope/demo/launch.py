@@ -9,6 +9,7 @@ import sys
 from dataclasses import dataclass
 
 from ..errors import GpuscopeError
+from ..record.options import RUN_DIR_ENV
 
 
 def torchrun_cmd(nproc: int, *train_args: str) -> list[str]:
@@ -55,7 +56,8 @@ def run_demo(scenario: str, out: str, steps: int = 30, nproc: int = 2,
     report.json and report.html into `out`. Raises DemoFailed with the training's output."""
     from .. import analyze
 
-    record_dir = os.path.join(out, "record")
+    # a `gpuscope try` trial of the demo records where the trial says (trials.py)
+    record_dir = os.environ.get(RUN_DIR_ENV) or os.path.join(out, "record")
     trace_dir = os.path.join(out, "kineto") if profile else None
     for d in (record_dir, trace_dir):
         if d and os.path.isdir(d):

@@ -18,6 +18,22 @@ def _enabled_by_env() -> bool:
     return os.environ.get("GPUSCOPE_DISABLE", "") in ("", "0")
 
 
+#: `gpuscope try`'s trials (trial.py): where a trial records, instead of the run dir the code
+#: names, and after how many micro-steps (rec.step() calls) it ends
+RUN_DIR_ENV, STOP_AFTER_ENV = "GPUSCOPE_RUN_DIR", "GPUSCOPE_STOP_AFTER"
+
+
+def trial_run_dir(run_dir) -> str:
+    """The run dir to record into: $GPUSCOPE_RUN_DIR when set, else the code's."""
+    return os.environ.get(RUN_DIR_ENV) or os.fspath(run_dir)
+
+
+def stop_after() -> int | None:
+    """$GPUSCOPE_STOP_AFTER as a count of micro-steps, None when unset or not a count."""
+    value = os.environ.get(STOP_AFTER_ENV, "").strip()
+    return int(value) if value.isdigit() and int(value) > 0 else None
+
+
 def opt(default, doc: str, **kw):
     """A field of RecordOptions with its meaning, which help() shows (options_help)."""
     return field(default=default, metadata={"doc": doc}, **kw)

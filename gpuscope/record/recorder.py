@@ -35,7 +35,7 @@ from ..run_format import COMM_KEY, SCHEMA, STEP_COLUMNS
 from .events import StepLog
 from .hooks import Hooks
 from .knobs import batch_knobs, batch_size_of, loader_knobs, model_knobs, process_knobs
-from .options import RecordOptions, options_help
+from .options import RecordOptions, options_help, stop_after, trial_run_dir
 from .placement import detect_placement, job_id
 from .rows import build
 from .sinks import (Closing, DataParallelTimes, DeviceTimes, FlopCounting, LiveDiagnosis,
@@ -85,6 +85,10 @@ def _forget_wakeup_in_child() -> None:
     _OUR_WAKEUP_FDS.clear()
 
 
+class TrialEnd(SystemExit):
+    """A `gpuscope try` trial's end (Recorder._end_trial): exit status 0."""
+
+
 class Recorder:
     """Returned by :func:`record`: a context manager, or ``start()`` / ``stop()``. See DESIGN.md."""
 
@@ -93,12 +97,13 @@ class Recorder:
         o = RecordOptions(**kw) if options is None else (replace(options, **kw) if kw
                                                           else options)
         self.options = o
-        self.run_dir = os.fspath(run_dir)
+        self.run_dir = trial_run_dir(run_dir)  # a `gpuscope try` trial's, else the code's
         self.model = model
         self.enabled = o.resolved_enabled()
         self.path: str | None = None  # this recording's rank file, once started
         self.placement = None
         self.steps = 0
+        self._stop_after = stop_after()  # a trial ends after this many micro-steps
         self.warnings: list[str] = []
         self._status = _NEW
         self._active = False     # per-step state is kept only while this is True
@@ -174,7 +179,7 @@ class Recorder:
         return self.start()
 
     def __exit__(self, exc_type, exc, tb) -> bool:
-        if exc_type is not None:
+        if exc_type is not None and not issubclass(exc_type, TrialEnd):
             self._note_error(exc_type, exc, tb)
         self.stop(crashed=exc_type is not None)
         return False  # never swallow the training loop's own exception
@@ -797,6 +802,15 @@ class Recorder:
                     self._live_exchange()
         except Exception as exc:
             self._fail("step", exc)
+        if self.steps == self._stop_after:
+            self._end_trial()
+
+    def _end_trial(self) -> None:
+        """$GPUSCOPE_STOP_AFTER micro-steps recorded (a `gpuscope try` trial): the recording is
+        closed, then the program ends here with exit status 0 (TrialEnd), every rank after the
+        same micro-step, so that none is left waiting in a collective for another."""
+        self.stop()
+        raise TrialEnd(0)
 
     def _flush_rows_now(self) -> None:
         self._note_groups()

@@ -1,0 +1,280 @@
+"""`gpuscope try`: the suggested changes measured, not only modelled.
+
+From a report (a run dir, traces, or its JSON) and the user's own command with the knobs as
+placeholders (``torchrun ... train.py --num-workers {num_workers} --batch-size {batch_size}``),
+the baseline and each value to try are run for a short, fixed number of micro-steps after a
+warm-up, interleaved (A B C A B C ...), each recording into a run dir of its own
+($GPUSCOPE_RUN_DIR) and ended by the recorder after the same micro-step on every rank
+($GPUSCOPE_STOP_AFTER). Each trial's run dir is analysed like any other (its warm-up left out);
+its step is the report's (the slowest rank's mean), per today's global batch where the batch
+changes. What is printed beside each value: the measured step over the repeats, the gain
+against the baseline of the same round (its spread over the rounds), gpuscope's estimate and
+whether the measured step fell inside its range. A knob a suggestion names that the command
+does not hold is named, never guessed; a trial that fails (a crash, an out-of-memory at a larger
+batch) is reported as such and the others go on.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import statistics
+import subprocess
+import time
+from dataclasses import dataclass, field
+
+from .errors import GpuscopeError
+from .record.options import RUN_DIR_ENV, STOP_AFTER_ENV
+
+PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+#: a suggestion's knob -> the report knob that holds its current value, where they differ
+CURRENT_KNOB = {"sync_frequency": "sync_interval"}
+#: knobs whose value scales the samples a step trains (the step is compared per global batch)
+BATCH_KNOBS = ("batch_size",)
+
+
+@dataclass
+class Candidate:
+    """One configuration to run: the baseline or one knob at one value."""
+
+    label: str
+    values: dict                      # every placeholder's value
+    knob: str | None = None           # the knob changed (None: the baseline)
+    estimate: float | None = None     # gpuscope's estimated step (ms), where it made one
+    estimate_range: tuple | None = None
+    steps_ms: list = field(default_factory=list)   # measured step per round (None: failed)
+    failures: list = field(default_factory=list)   # what went wrong, per failed round
+
+
+@dataclass
+class Plan:
+    """What `gpuscope try` will run."""
+
+    command: list[str]
+    candidates: list[Candidate]
+    not_in_command: list[str]         # suggestions whose knob the command does not hold
+    warmup: int
+    steps: int
+    repeats: int
+
+
+def placeholders(command: list[str]) -> list[str]:
+    """The {knob} names of the command, in order of first appearance."""
+    seen: list[str] = []
+    for arg in command:
+        for name in PLACEHOLDER.findall(arg):
+            if name not in seen:
+                seen.append(name)
+    return seen
+
+
+def filled(command: list[str], values: dict) -> list[str]:
+    """The command with each {knob} it holds replaced by its value (other braces untouched)."""
+    return [PLACEHOLDER.sub(lambda m: str(values[m.group(1)]) if m.group(1) in values
+                            else m.group(0), arg) for arg in command]
+
+
+def parse_knob_values(specs: list[str]) -> dict[str, list]:
+    """--knob NAME=V1,V2 (repeatable) -> {name: [values]}; integers as ints."""
+    out: dict[str, list] = {}
+    for spec in specs or []:
+        name, sep, values = spec.partition("=")
+        if not sep or not name.strip() or not values.strip():
+            raise GpuscopeError(f"--knob {spec!r}: expected NAME=VALUE[,VALUE...]")
+        out.setdefault(name.strip(), []).extend(_value(v.strip()) for v in values.split(",")
+                                                if v.strip())
+    return out
+
+
+def _setting(value):
+    """A suggestion's current or proposed value as a command takes it: the count in a phrase
+    ("every 8 steps", "accumulation 16 (sync every 16 micro-steps)" -> 8, 16), else as it is."""
+    if isinstance(value, str):
+        m = re.search(r"\d+", value)
+        if m and re.match(r"(every|accumulation) ", value):
+            return int(m.group(0))
+    return value
+
+
+def _value(text: str):
+    try:
+        return int(text)
+    except ValueError:
+        try:
+            return float(text)
+        except ValueError:
+            return text
+
+
+def make_plan(report: dict, command: list[str], knob_values: dict[str, list] | None = None,
+              base: dict | None = None, top: int = 3, warmup: int = 5, steps: int = 20,
+              repeats: int = 2) -> Plan:
+    """The baseline and the values to try: `knob_values` where given, else the report's top
+    suggestions whose knob the command holds as a placeholder. The baseline's values: `base`,
+    else each suggestion's current value, else the report's knob; a placeholder none of them
+    gives is an error that names it."""
+    names = placeholders(command)
+    if not names:
+        raise GpuscopeError("the command holds no {knob} placeholder to vary (e.g. "
+                            "--num-workers {num_workers})")
+    knobs = report.get("knobs") or {}
+    suggestions = [{**s, "current": _setting(s.get("current")),
+                    "proposed": _setting(s.get("proposed"))}
+                   for s in report.get("suggestions") or [] if s.get("knob")]
+    current: dict = {}  # each knob's current value, as its first suggestion says it
+    for s in suggestions:
+        if s.get("current") is not None:
+            current.setdefault(s["knob"], s["current"])
+    values = {}
+    for name in names:
+        if base and name in base:
+            values[name] = base[name]
+        elif name in current:
+            values[name] = current[name]
+        elif knobs.get(CURRENT_KNOB.get(name, name)) is not None:
+            values[name] = knobs[CURRENT_KNOB.get(name, name)]
+        else:
+            raise GpuscopeError(f"{{{name}}}: the report does not say its current value; give "
+                                f"the baseline's with --base {name}=VALUE")
+    cands = [Candidate("baseline", dict(values))]
+    not_in: list[str] = []
+    if knob_values:
+        for name, vals in knob_values.items():
+            if name not in names:
+                raise GpuscopeError(f"--knob {name}: the command has no {{{name}}} placeholder")
+            for v in vals:
+                cands.append(_candidate(name, v, values, suggestions))
+    else:
+        for s in suggestions:
+            if s["knob"] not in names:
+                not_in.append(f"{s['knob']} -> {s.get('proposed')}: the command has no "
+                              f"{{{s['knob']}}} placeholder (add the flag that sets it to try it)")
+                continue
+            if len(cands) - 1 < top and s.get("proposed") is not None:
+                cands.append(_candidate(s["knob"], s["proposed"], values, suggestions))
+    if len(cands) == 1:
+        raise GpuscopeError("nothing to try: no suggestion names a knob of the command"
+                            + (f" ({'; '.join(not_in)})" if not_in else "")
+                            + "; name values with --knob NAME=V1,V2")
+    return Plan(list(command), cands, not_in, warmup, steps, repeats)
+
+
+def _candidate(name: str, value, values: dict, suggestions: list) -> Candidate:
+    sug = next((s for s in suggestions if s["knob"] == name and s.get("proposed") == value),
+               None)
+    rng = sug.get("estimated_step_ms_range") if sug else None
+    return Candidate(f"{name}={value}", {**values, name: value}, name,
+                     sug.get("estimated_step_ms") if sug else None,
+                     tuple(rng) if rng else None)
+
+
+def micro_steps(plan: Plan, cand: Candidate) -> int:
+    """Micro-steps a trial records: the warm-up and the measured steps, each an optimizer step
+    of as many micro-steps as the candidate syncs every (sync_frequency), else one."""
+    every = cand.values.get("sync_frequency", 1)
+    every = every if isinstance(every, int) and every > 0 else 1
+    return (plan.warmup + plan.steps) * every
+
+
+def run_trial(plan: Plan, cand: Candidate, run_dir: str, timeout_s: float) -> tuple:
+    """(measured step ms per today's global batch or None, what failed or None)."""
+    env = dict(os.environ, **{RUN_DIR_ENV: run_dir, STOP_AFTER_ENV: str(micro_steps(plan, cand))})
+    try:
+        proc = subprocess.run(filled(plan.command, cand.values), env=env, capture_output=True,
+                              text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return None, f"did not end within {timeout_s:.0f} s"
+    except OSError as exc:
+        return None, f"could not start: {exc}"
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout or "").strip().splitlines()[-1:] or [""]
+        oom = "out of memory" in (proc.stderr or "").lower()
+        return None, (("out of memory: " if oom else "") + f"exit status {proc.returncode}: "
+                      f"{tail[0][:200]}")
+    return measured_step(run_dir, plan, cand)
+
+
+def measured_step(run_dir: str, plan: Plan, cand: Candidate) -> tuple:
+    """The trial's step (ms): its report's (the slowest rank's mean over the analysed steps),
+    per micro-step (the estimates' basis), scaled to the baseline's batch where the batch size
+    changed."""
+    from . import analyze
+    from .errors import InputError, TraceFormatError
+
+    try:  # with accumulation the analysis's steps are optimizer steps: the warm-up is of those
+        rep = analyze(run_dir, skip=plan.warmup).to_dict()
+    except (InputError, TraceFormatError) as exc:
+        return None, f"its record could not be analysed: {exc}"
+    ranks = [r.get("step_ms") for r in rep.get("ranks") or [] if r.get("step_ms")]
+    if not ranks:
+        return None, "no step recorded (is gpuscope.record around the loop?)"
+    # per micro-step, as the estimates are: an optimizer step of K micro-steps over K
+    every = (rep.get("knobs") or {}).get("sync_interval")
+    step = max(ranks) / (every if isinstance(every, int) and every > 0 else 1)
+    for knob in BATCH_KNOBS:
+        now, then = cand.values.get(knob), None
+        if isinstance(now, (int, float)) and now > 0:
+            then = plan.candidates[0].values.get(knob)
+        if isinstance(then, (int, float)) and then > 0 and now != then:
+            step *= then / now
+    return step, None
+
+
+def run_plan(plan: Plan, out_dir: str, timeout_s: float = 600.0, say=None) -> list[Candidate]:
+    """Every candidate, `plan.repeats` rounds, interleaved; each trial in out_dir/NN-label-rR."""
+    os.makedirs(out_dir, exist_ok=True)
+    for r in range(plan.repeats):
+        for i, cand in enumerate(plan.candidates):
+            where = os.path.join(out_dir, f"{i:02d}-{_safe(cand.label)}-r{r + 1}")
+            t = time.perf_counter()
+            step, failed = run_trial(plan, cand, where, timeout_s)
+            cand.steps_ms.append(step)
+            if failed:
+                cand.failures.append(f"round {r + 1}: {failed}")
+            if say is not None:
+                said = f"{step:.2f} ms/step" if step is not None else f"failed ({failed})"
+                say(f"round {r + 1}/{plan.repeats}: {cand.label}: {said} "
+                    f"[{time.perf_counter() - t:.0f} s]")
+    return plan.candidates
+
+
+def _safe(label: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.=-]+", "_", label)[:60]
+
+
+def summary(cands: list[Candidate]) -> list[dict]:
+    """Per candidate: its measured step (median of the rounds), the gain against the baseline
+    of the same round (median and range over the rounds), the estimate and whether the
+    measured step fell inside its range."""
+    base = cands[0].steps_ms
+    out = []
+    for c in cands:
+        ok = [s for s in c.steps_ms if s is not None]
+        row: dict = {"label": c.label, "knob": c.knob, "value": c.values.get(c.knob) if c.knob
+                     else None, "rounds": len(c.steps_ms), "failed": len(c.steps_ms) - len(ok),
+                     "failures": c.failures,
+                     "step_ms": round(statistics.median(ok), 3) if ok else None,
+                     "step_ms_range": [round(min(ok), 3), round(max(ok), 3)] if ok else None}
+        gains = [(b / s - 1) * 100 for b, s in zip(base, c.steps_ms)
+                 if b is not None and s is not None and s > 0]
+        if c.knob is not None and gains:
+            row["gain_pct"] = round(statistics.median(gains), 1)
+            row["gain_pct_range"] = [round(min(gains), 1), round(max(gains), 1)]
+        if c.estimate is not None:
+            row["estimated_step_ms"] = c.estimate
+            row["estimated_step_ms_range"] = list(c.estimate_range) if c.estimate_range else None
+            if ok and c.estimate_range:
+                lo, hi = c.estimate_range
+                row["within_range"] = bool(lo <= row["step_ms"] <= hi)
+        out.append(row)
+    best = min((r for r in out if r["step_ms"] is not None), key=lambda r: r["step_ms"],
+               default=None)
+    for r in out:
+        r["best"] = r is best
+    return out
+
+
+def default_out(report_path: str) -> str:
+    """Where the trials' run dirs go: beside the report's run, try-<time>."""
+    parent = os.path.dirname(os.path.abspath(report_path.rstrip("/"))) or "."
+    return os.path.join(parent, time.strftime("try-%Y%m%d-%H%M%S"))

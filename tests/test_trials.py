@@ -1,0 +1,151 @@
+"""`gpuscope try` (issue 69, 1.): the suggested changes run beside the baseline and measured.
+The plan (placeholders, the baseline's values, what the report suggests, what the command lacks)
+on report dicts; the recorder's trial end on a real loop; a real 2-rank run of the demo's
+training script (gloo, CPU), a loader short of workers, tried by the command a user types."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from gpuscope.errors import GpuscopeError
+from gpuscope.trials import (Candidate, filled, make_plan, parse_knob_values, placeholders,
+                             summary)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TRAIN = os.path.join(HERE, "..", "gpuscope", "demo", "train.py")
+
+REPORT = {"knobs": {"num_workers": 0, "batch_size": 16, "sync_interval": 1},
+          "suggestions": [
+              {"knob": "num_workers", "current": 0, "proposed": 4, "estimated_step_ms": 10.0,
+               "estimated_step_ms_range": [8.0, 13.0]},
+              {"knob": "pin_memory", "current": False, "proposed": True,
+               "estimated_step_ms": 30.0, "estimated_step_ms_range": [28.0, 31.0]},
+              {"knob": "sync_frequency", "current": 1, "proposed": 8,
+               "estimated_step_ms": 25.0, "estimated_step_ms_range": [20.0, 30.0]}]}
+
+
+def test_placeholders_are_filled_and_other_braces_left_alone():
+    cmd = ["train.py", "--nw={num_workers}", "--cfg", '{"a": 1}', "--x", "{unknown}{batch_size}"]
+    assert placeholders(cmd) == ["num_workers", "unknown", "batch_size"]
+    assert filled(cmd, {"num_workers": 4, "batch_size": 32}) == [
+        "train.py", "--nw=4", "--cfg", '{"a": 1}', "--x", "{unknown}32"]
+
+
+def test_the_plan_tries_the_suggestions_the_command_holds_and_names_the_others():
+    plan = make_plan(REPORT, ["t", "--w", "{num_workers}", "--k", "{sync_frequency}"])
+    assert [c.label for c in plan.candidates] == ["baseline", "num_workers=4",
+                                                  "sync_frequency=8"]
+    assert plan.candidates[0].values == {"num_workers": 0, "sync_frequency": 1}
+    assert plan.candidates[1].values == {"num_workers": 4, "sync_frequency": 1}
+    assert plan.candidates[1].estimate == 10.0 and plan.candidates[1].estimate_range == (8, 13)
+    assert len(plan.not_in_command) == 1 and "pin_memory" in plan.not_in_command[0]
+    assert make_plan(REPORT, ["t", "{num_workers}", "{sync_frequency}"], top=1).candidates[-1] \
+        .label == "num_workers=4"
+
+
+def test_values_named_on_the_command_line_and_a_baseline_the_report_lacks():
+    plan = make_plan(REPORT, ["t", "{num_workers}", "{seq_len}"],
+                     parse_knob_values(["num_workers=2,8", "num_workers=3"]), {"seq_len": 128})
+    assert [c.label for c in plan.candidates] == ["baseline", "num_workers=2", "num_workers=8",
+                                                  "num_workers=3"]
+    assert plan.candidates[2].values == {"num_workers": 8, "seq_len": 128}
+    assert plan.candidates[2].estimate is None
+    with pytest.raises(GpuscopeError, match="seq_len.*--base seq_len=VALUE"):
+        make_plan(REPORT, ["t", "{num_workers}", "{seq_len}"])
+    with pytest.raises(GpuscopeError, match="no {lr} placeholder"):
+        make_plan(REPORT, ["t", "{num_workers}"], parse_knob_values(["lr=0.1"]))
+    with pytest.raises(GpuscopeError, match="no {knob} placeholder"):
+        make_plan(REPORT, ["t", "--workers", "4"])
+    with pytest.raises(GpuscopeError, match="nothing to try.*pin_memory"):
+        make_plan({**REPORT, "suggestions": REPORT["suggestions"][1:2]}, ["t", "{num_workers}"])
+    with pytest.raises(GpuscopeError, match="NAME=VALUE"):
+        parse_knob_values(["num_workers"])
+
+
+def test_the_summary_pairs_each_round_with_its_baseline_and_checks_the_range():
+    base = Candidate("baseline", {"num_workers": 0}, steps_ms=[40.0, 44.0, 42.0])
+    four = Candidate("num_workers=4", {"num_workers": 4}, "num_workers", 10.0, (8.0, 13.0),
+                     steps_ms=[10.0, 22.0, None], failures=["round 3: exit status 1: boom"])
+    rows = summary([base, four])
+    assert rows[0]["step_ms"] == 42.0 and rows[0]["step_ms_range"] == [40.0, 44.0]
+    assert rows[1]["step_ms"] == 16.0 and rows[1]["failed"] == 1
+    assert rows[1]["gain_pct"] == pytest.approx(200.0, abs=0.1)  # 300% and 100%: median 200
+    assert rows[1]["gain_pct_range"] == [100.0, 300.0]
+    assert rows[1]["within_range"] is False and rows[1]["best"] and not rows[0]["best"]
+
+
+_LOOP = r"""
+import os, sys, torch
+import gpuscope
+done = 0
+with gpuscope.record(sys.argv[1]) as rec:
+    for i in range(50):
+        torch.ones(4).sum()
+        done += 1
+        rec.step()
+print("never here", done)
+"""
+
+
+def test_the_recorder_ends_a_trial_after_the_steps_it_is_told(tmp_path):
+    """GPUSCOPE_STOP_AFTER=7: the loop ends after its 7th step with exit status 0, the recording
+    closed cleanly with 7 steps in $GPUSCOPE_RUN_DIR, not in the directory the code names."""
+    from gpuscope.readers import read_path
+
+    env = dict(os.environ, GPUSCOPE_STOP_AFTER="7", GPUSCOPE_RUN_DIR=str(tmp_path / "trial"))
+    proc = subprocess.run([sys.executable, "-c", _LOOP, str(tmp_path / "code")], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "never here" not in proc.stdout and not (tmp_path / "code").exists()
+    table = read_path(str(tmp_path / "trial"))
+    assert len(table.frame) == 7 and not any("no end record" in w or "raised" in w
+                                             for w in table.warnings)
+
+
+def test_try_measures_more_workers_against_the_baseline_on_a_real_run(tmp_path):
+    """The demo's data-bound training (2 ranks, gloo, CPU: each batch sleeps in the loader) is
+    recorded, then `gpuscope try RUN -- torchrun ... --num-workers {num_workers}` runs the
+    baseline and 4 workers interleaved: both trials run, each in its own run dir, and 4 workers
+    measure faster than none (the loader's sleep is most of a step; a worker sleeps beside the
+    training, so even a busy machine keeps the order)."""
+    run = tmp_path / "base"
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                "--nproc_per_node", "2", TRAIN, "--scenario", "data", "--steps", "40"]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.run(torchrun + ["--run-dir", str(run), "--steps", "12"],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = tmp_path / "trials"
+    proc = subprocess.run([sys.executable, "-m", "gpuscope", "try", str(run), "--knob",
+                           "num_workers=4", "--warmup", "3", "--steps", "8", "--repeats", "1",
+                           "--out", str(out), "--json", str(tmp_path / "try.json"), "--",
+                           *torchrun, "--run-dir", str(tmp_path / "ignored"), "--num-workers",
+                           "{num_workers}"], capture_output=True, text=True, timeout=600,
+                          env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
+    got = json.loads((tmp_path / "try.json").read_text())
+    base, four = got["trials"]
+    assert base["label"] == "baseline" and four["label"] == "num_workers=4"
+    assert base["failed"] == four["failed"] == 0
+    assert four["step_ms"] < base["step_ms"] and four["best"]
+    assert sorted(os.listdir(out)) == ["00-baseline-r1", "01-num_workers=4-r1"]
+    assert not (tmp_path / "ignored").exists()
+    assert "Trials" in proc.stdout and "num_workers=4" in proc.stdout
+
+
+def test_a_sync_suggestion_s_phrases_become_the_counts_a_command_takes():
+    report = {"knobs": {}, "suggestions": [
+        {"knob": "sync_frequency", "current": "every 1 step(s)", "proposed": "every 8 steps",
+         "estimated_step_ms": 20.0},
+        {"knob": "sync_frequency", "current": "accumulation 4 (sync every 4 micro-steps)",
+         "proposed": "accumulation 16", "estimated_step_ms": 18.0}]}
+    plan = make_plan(report, ["t", "--sync-every", "{sync_frequency}"], top=5)
+    assert [c.values["sync_frequency"] for c in plan.candidates] == [1, 8, 16]
+    assert plan.candidates[1].estimate == 20.0
+    from gpuscope.trials import micro_steps
+    assert micro_steps(plan, plan.candidates[1]) == (plan.warmup + plan.steps) * 8
