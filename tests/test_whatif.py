@@ -239,3 +239,24 @@ def test_a_re_run_s_noise_widens_every_range_by_the_device_s_least_or_the_run_s_
     assert got.estimated_step_ms_range == pytest.approx((22.5, 38.5))
     assert got.estimated_step_ms == 30.0 and "re-run's noise, +-10%" in got.why
     assert widen([s], steady, {"device": "cuda:0"}) == [s]
+
+
+def test_noise_past_a_quarter_says_a_trial_is_the_way_to_know_and_how():
+    """Issue 69, 4.: where a re-run's noise alone is wider than +-25% (a run whose median step
+    moved from 40 to 50 ms: +-44%), each suggestion says a trial is the way to know, with the
+    `gpuscope try` command for it, where a command sets the knob; a steady run's (+-10%) says
+    nothing of it."""
+    from gpuscope.analyze.rerun_noise import widen
+    from gpuscope.results import Suggestion
+
+    s = Suggestion("num_workers", 0, 4, 30.0, "why", "data-bound", 10.0, (25.0, 35.0))
+    moved = [40e6] * 10 + [50e6] * 10
+    (got,) = widen([s], moved, {"device": "cpu"})
+    assert "noise alone is wider than +-25%" in got.why
+    assert "gpuscope try RUN -- COMMAND (RUN: this run; COMMAND: your training's, its " \
+           "num_workers written {num_workers})" in got.why
+    (steady,) = widen([s], [40e6] * 20, {"device": "cpu"})
+    assert "gpuscope try" not in steady.why
+    from dataclasses import replace
+    (fix,) = widen([replace(s, knob="straggler")], moved, {"device": "cpu"})
+    assert "gpuscope try" not in fix.why  # a straggler's fix is no value a command sets

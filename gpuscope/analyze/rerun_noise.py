@@ -47,12 +47,31 @@ def band(step_ns, knobs: dict) -> tuple[float, str]:
     return least, ""
 
 
+#: a re-run's noise past this share either way: a trial, not a model, tells what a change gains
+TRIAL_FROM = 0.25
+#: the suggestions' knobs a training command sets (a flag, a config value): `gpuscope try` can
+#: run them; a straggler's or a layout's fix is not one value to try
+TRIABLE = frozenset({"num_workers", "persistent_workers", "pin_memory", "prefetch_factor",
+                     "batch_size", "sync_frequency", "n_microbatches", "grad_compression",
+                     "mixed_precision", "reshard_after_forward"})
+
+
 def widen(suggestions: list, step_ns, knobs: dict) -> list:
-    """Each suggestion's range widened by the re-run noise band (said on it)."""
+    """Each suggestion's range widened by the re-run noise band (said on it); where the noise
+    alone passes TRIAL_FROM, each that a command sets (TRIABLE) says that a trial is the way to
+    know, and how to run one (`gpuscope try`)."""
     w, what = band(step_ns, knobs)
     if w <= 0:
         return suggestions
     note = f"; the range also holds a re-run's noise, +-{w:.0%}" + (f" ({what})" if what else "")
-    return [replace(s, estimated_step_ms_range=(lo * (1 - w), hi * (1 + w)), why=s.why + note)
-            for s in suggestions
-            for lo, hi in [s.estimated_step_ms_range or (s.estimated_step_ms,) * 2]]
+    out = []
+    for s in suggestions:
+        lo, hi = s.estimated_step_ms_range or (s.estimated_step_ms,) * 2
+        trial = ""
+        if w > TRIAL_FROM and s.knob in TRIABLE:
+            trial = (f"; the noise alone is wider than +-{TRIAL_FROM:.0%}: a trial is the way to "
+                     f"know: gpuscope try RUN -- COMMAND (RUN: this run; COMMAND: your "
+                     f"training's, its {s.knob} written {{{s.knob}}})")
+        out.append(replace(s, estimated_step_ms_range=(lo * (1 - w), hi * (1 + w)),
+                           why=s.why + note + trial))
+    return out
