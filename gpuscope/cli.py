@@ -308,10 +308,14 @@ def cmd_try(args) -> int:
     if say:
         say(f"{len(plan.candidates)} configurations x {plan.repeats} rounds, {plan.warmup} + "
             f"{plan.steps} steps each; run dirs under {out}")
-    rows = trials.summary(trials.run_plan(plan, out, args.timeout, say))
+    from . import calibration
+
+    cands = trials.run_plan(plan, out, args.timeout, say)
+    rows = trials.summary(cands)
+    kept = calibration.add(trials.calibration_trials(cands, rows, os.path.abspath(args.report)))
     result = {"command": plan.command, "warmup": plan.warmup, "steps": plan.steps,
               "repeats": plan.repeats, "out": out, "not_in_command": plan.not_in_command,
-              "trials": rows}
+              "trials": rows, "calibration": kept}
     if args.json == "-":
         print(json.dumps(result, indent=2))
     elif args.json:
@@ -325,6 +329,28 @@ def _write(path: str, text: str) -> None:
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w", encoding="utf-8") as fh:
         fh.write(text)
+
+
+def _add_try(sub) -> None:
+    """`gpuscope try`'s options (its command is what follows "--": main)."""
+    t = sub.add_parser("try", help="run the suggested changes beside the baseline, each for a "
+                       "few steps, and measure what each gains",
+                       usage="gpuscope try REPORT [options] -- COMMAND with {knob} placeholders")
+    t.add_argument("report", help="the run to improve: its run dir, traces or JSON report")
+    t.add_argument("--knob", action="append", metavar="NAME=V1,V2", help="values to try "
+                   "(repeatable); default: the report's top suggestions the command holds")
+    t.add_argument("--base", action="append", metavar="NAME=VALUE", help="the baseline's value "
+                   "of a placeholder the report does not give")
+    t.add_argument("--top", type=int, default=3, help="suggestions tried (default 3)")
+    t.add_argument("--warmup", type=int, default=5, help="steps left out of each trial (5)")
+    t.add_argument("--steps", type=int, default=20, help="steps measured in each trial (20)")
+    t.add_argument("--repeats", type=int, default=2, help="rounds, interleaved (2)")
+    t.add_argument("--timeout", type=float, default=600.0, help="seconds a trial may take")
+    t.add_argument("--out", help="folder for the trials' run dirs (default: try-TIME beside "
+                   "the report's run)")
+    t.add_argument("--json", metavar="FILE", help="write the results as JSON (-: stdout)")
+    t.add_argument("-q", "--quiet", action="store_true", help="no terminal output")
+    t.set_defaults(func=cmd_try, cmd=[])  # the command: what follows "--" (main)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -398,24 +424,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--force", action="store_true", help="gate runs that look like different "
                    "trainings (another model, parameters more than 10%% apart) too")
     c.set_defaults(func=cmd_compare)
-    t = sub.add_parser("try", help="run the suggested changes beside the baseline, each for a "
-                       "few steps, and measure what each gains",
-                       usage="gpuscope try REPORT [options] -- COMMAND with {knob} placeholders")
-    t.add_argument("report", help="the run to improve: its run dir, traces or JSON report")
-    t.add_argument("--knob", action="append", metavar="NAME=V1,V2", help="values to try "
-                   "(repeatable); default: the report's top suggestions the command holds")
-    t.add_argument("--base", action="append", metavar="NAME=VALUE", help="the baseline's value "
-                   "of a placeholder the report does not give")
-    t.add_argument("--top", type=int, default=3, help="suggestions tried (default 3)")
-    t.add_argument("--warmup", type=int, default=5, help="steps left out of each trial (5)")
-    t.add_argument("--steps", type=int, default=20, help="steps measured in each trial (20)")
-    t.add_argument("--repeats", type=int, default=2, help="rounds, interleaved (2)")
-    t.add_argument("--timeout", type=float, default=600.0, help="seconds a trial may take")
-    t.add_argument("--out", help="folder for the trials' run dirs (default: try-TIME beside "
-                   "the report's run)")
-    t.add_argument("--json", metavar="FILE", help="write the results as JSON (-: stdout)")
-    t.add_argument("-q", "--quiet", action="store_true", help="no terminal output")
-    t.set_defaults(func=cmd_try, cmd=[])  # the command: what follows "--" (main)
+    _add_try(sub)
     doc = sub.add_parser("doctor", help="check GPUs, versions, topology and run a smoke test")
     doc.add_argument("--no-smoke", action="store_true", help="skip the multi-process smoke test")
     doc.add_argument("--json", metavar="FILE", help="write the checks as JSON")

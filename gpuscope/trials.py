@@ -44,6 +44,7 @@ class Candidate:
     estimate_range: tuple | None = None
     steps_ms: list = field(default_factory=list)   # measured step per round (None: failed)
     failures: list = field(default_factory=list)   # what went wrong, per failed round
+    host: str = ""                    # where its trials ran (their record's rank 0)
 
 
 @dataclass
@@ -208,6 +209,7 @@ def measured_step(run_dir: str, plan: Plan, cand: Candidate) -> tuple:
     ranks = [r.get("step_ms") for r in rep.get("ranks") or [] if r.get("step_ms")]
     if not ranks:
         return None, "no step recorded (is gpuscope.record around the loop?)"
+    cand.host = str((rep.get("ranks") or [{}])[0].get("host") or "")
     # per micro-step, as the estimates are: an optimizer step of K micro-steps over K
     every = (rep.get("knobs") or {}).get("sync_interval")
     step = max(ranks) / (every if isinstance(every, int) and every > 0 else 1)
@@ -278,3 +280,16 @@ def default_out(report_path: str) -> str:
     """Where the trials' run dirs go: beside the report's run, try-<time>."""
     parent = os.path.dirname(os.path.abspath(report_path.rstrip("/"))) or "."
     return os.path.join(parent, time.strftime("try-%Y%m%d-%H%M%S"))
+
+
+def calibration_trials(cands: list[Candidate], rows: list[dict], run: str) -> list[dict]:
+    """What the trials teach the next estimates on their host (calibration.py): per candidate
+    with an estimate, each round's measured step against it."""
+    out = []
+    for c, row in zip(cands, rows):
+        if c.knob is None or c.estimate is None or not c.host:
+            continue
+        out += [{"host": c.host, "knob": c.knob, "value": row["value"],
+                 "estimated_ms": c.estimate, "measured_ms": m, "run": run}
+                for m in c.steps_ms if m is not None]
+    return out

@@ -21,6 +21,9 @@ import os
 import statistics
 import sys
 
+# generated reports are the models' own: what `gpuscope try` kept on this machine stays out
+os.environ["GPUSCOPE_CALIBRATION"] = "off"
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED = os.path.join(os.path.dirname(ROOT), "shared", "traces")
 KNOWN = os.path.join(ROOT, "sample_traces", "external", "known.json")

@@ -26,6 +26,9 @@ import subprocess
 import sys
 import tempfile
 
+# generated reports are the models' own: what `gpuscope try` kept on this machine stays out
+os.environ["GPUSCOPE_CALIBRATION"] = "off"
+
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 FIXTURES = os.path.join(ROOT, "tests", "fixtures")
 GOLDEN = os.path.join(FIXTURES, "golden")

@@ -13,6 +13,9 @@ import html
 import os
 import sys
 
+# generated reports are the models' own: what `gpuscope try` kept on this machine stays out
+os.environ["GPUSCOPE_CALIBRATION"] = "off"
+
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, ROOT)
 

@@ -26,6 +26,9 @@ import tempfile
 import time
 import urllib.request
 
+# generated reports are the models' own: what `gpuscope try` kept on this machine stays out
+os.environ["GPUSCOPE_CALIBRATION"] = "off"
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 DOCS = os.path.join(ROOT, "docs")

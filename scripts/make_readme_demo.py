@@ -26,6 +26,9 @@ import subprocess
 import sys
 import textwrap
 
+# generated reports are the models' own: what `gpuscope try` kept on this machine stays out
+os.environ["GPUSCOPE_CALIBRATION"] = "off"
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = os.path.join(ROOT, "README.md")
 DEMO = ("<!-- demo:begin -->", "<!-- demo:end -->")

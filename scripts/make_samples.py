@@ -15,6 +15,9 @@ import os
 import shutil
 import sys
 
+# generated reports are the models' own: what `gpuscope try` kept on this machine stays out
+os.environ["GPUSCOPE_CALIBRATION"] = "off"
+
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from gpuscope.demo.launch import run_training  # noqa: E402

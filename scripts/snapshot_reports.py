@@ -16,6 +16,9 @@ import math
 import os
 import sys
 
+# generated reports are the models' own: what `gpuscope try` kept on this machine stays out
+os.environ["GPUSCOPE_CALIBRATION"] = "off"
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 SHARED = os.path.join(os.path.dirname(ROOT), "shared", "traces")

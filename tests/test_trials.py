@@ -107,45 +107,45 @@ def test_the_recorder_ends_a_trial_after_the_steps_it_is_told(tmp_path):
                                              for w in table.warnings)
 
 
-def test_try_measures_more_workers_against_the_baseline_on_a_real_run(tmp_path):
+def test_try_measures_the_suggested_workers_and_calibrates_the_next_estimate(tmp_path,
+                                                                             monkeypatch):
     """The demo's data-bound training (2 ranks, gloo, CPU: each batch sleeps in the loader) is
     recorded, then `gpuscope try RUN -- torchrun ... --num-workers {num_workers}` runs the
-    baseline and 4 workers interleaved: both trials run, each in its own run dir, and 4 workers
-    measure faster than none (the loader's sleep is most of a step; a worker sleeps beside the
-    training, so even a busy machine keeps the order)."""
+    baseline and the report's top suggestion (a worker count) interleaved: both run, each in its
+    own run dir, and the workers measure faster than none (the loader's sleep is most of a step;
+    a worker sleeps beside the training, so a busy machine keeps the order). What was measured
+    is kept for this host, and the next analysis of the run says its estimate is calibrated."""
+    import gpuscope
+
     run = tmp_path / "base"
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                 "--nproc_per_node", "2", TRAIN, "--scenario", "data", "--steps", "40"]
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+    cal = tmp_path / "calibration.json"
+    env = dict(os.environ, OMP_NUM_THREADS="1", GPUSCOPE_CALIBRATION=str(cal))
     proc = subprocess.run(torchrun + ["--run-dir", str(run), "--steps", "12"],
                           capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = tmp_path / "trials"
-    proc = subprocess.run([sys.executable, "-m", "gpuscope", "try", str(run), "--knob",
-                           "num_workers=4", "--warmup", "3", "--steps", "8", "--repeats", "1",
+    proc = subprocess.run([sys.executable, "-m", "gpuscope", "try", str(run), "--top", "1",
+                           "--warmup", "3", "--steps", "8", "--repeats", "1",
                            "--out", str(out), "--json", str(tmp_path / "try.json"), "--",
                            *torchrun, "--run-dir", str(tmp_path / "ignored"), "--num-workers",
                            "{num_workers}"], capture_output=True, text=True, timeout=600,
                           env=env)
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
     got = json.loads((tmp_path / "try.json").read_text())
-    base, four = got["trials"]
-    assert base["label"] == "baseline" and four["label"] == "num_workers=4"
-    assert base["failed"] == four["failed"] == 0
-    assert four["step_ms"] < base["step_ms"] and four["best"]
-    assert sorted(os.listdir(out)) == ["00-baseline-r1", "01-num_workers=4-r1"]
+    base, more = got["trials"]
+    assert base["label"] == "baseline" and more["knob"] == "num_workers" and more["value"] > 0
+    assert base["failed"] == more["failed"] == 0 and "estimated_step_ms" in more
+    assert more["step_ms"] < base["step_ms"] and more["best"]
+    assert sorted(os.listdir(out)) == ["00-baseline-r1", f"01-num_workers={more['value']}-r1"]
     assert not (tmp_path / "ignored").exists()
-    assert "Trials" in proc.stdout and "num_workers=4" in proc.stdout
-
-
-def test_a_sync_suggestion_s_phrases_become_the_counts_a_command_takes():
-    report = {"knobs": {}, "suggestions": [
-        {"knob": "sync_frequency", "current": "every 1 step(s)", "proposed": "every 8 steps",
-         "estimated_step_ms": 20.0},
-        {"knob": "sync_frequency", "current": "accumulation 4 (sync every 4 micro-steps)",
-         "proposed": "accumulation 16", "estimated_step_ms": 18.0}]}
-    plan = make_plan(report, ["t", "--sync-every", "{sync_frequency}"], top=5)
-    assert [c.values["sync_frequency"] for c in plan.candidates] == [1, 8, 16]
-    assert plan.candidates[1].estimate == 20.0
-    from gpuscope.trials import micro_steps
-    assert micro_steps(plan, plan.candidates[1]) == (plan.warmup + plan.steps) * 8
+    assert "Trials" in proc.stdout and f"num_workers={more['value']}" in proc.stdout
+    kept = json.loads(cal.read_text())["trials"]
+    host = gpuscope.analyze(str(run)).ranks[0].host
+    assert [(t["host"], t["knob"], t["value"]) for t in kept] == [
+        (host, "num_workers", more["value"])]
+    assert kept[0]["measured_ms"] == pytest.approx(more["step_ms"], rel=1e-3)
+    monkeypatch.setenv("GPUSCOPE_CALIBRATION", str(cal))
+    sug = next(s for s in gpuscope.analyze(str(run)).suggestions if s.knob == "num_workers")
+    assert "calibrated on this host by 1 trial(s) of num_workers" in sug.why

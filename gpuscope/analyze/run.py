@@ -33,7 +33,7 @@ import pandas as pd
 from ..report import Report
 from ..runtable import RunTable
 from ..thresholds import Thresholds
-from ..vocab import COMPUTE, LABELS, PIPELINE, UNEXPLAINED
+from ..vocab import COMPUTE, LABELS, MS, PIPELINE, UNEXPLAINED
 from .classify import classify_steps, jitter_cost, run_verdict, step_results
 from .confidence import Evidence, earn, share_of_time
 from .consistency import Roles, find_roles, intermittent
@@ -58,6 +58,7 @@ from .stall import late_before, section as stall_section
 from .stopped import deaths
 from .suggestions import in_order, leading_labels, suggest, unaddressed
 from .findings import Findings, typical_step
+from ..calibration import calibrated
 from .floors import hold_to_findings
 from .rerun_noise import widen
 from .window import profiled_hint, windowed
@@ -293,7 +294,10 @@ def bound(a: Analysis) -> None:
     """suggestions -> held to what each can recover (a warning for those that could not be),
     the verdict's fix first (or the fixes of the labels in a near tie with it) and then by gain
     (suggestions.in_order); a warning when the verdict has no fix."""
-    ordered = sorted(a.suggestions, key=lambda s: -s.gain_pct)
+    # what `gpuscope try` measured on this host corrects the models' estimates (calibration.py)
+    ordered = calibrated(a.suggestions, {i.host for i in a.table.ranks.values()},
+                         a.typical.step / MS)
+    ordered = sorted(ordered, key=lambda s: -s.gain_pct)
     ordered, a.unbound = bound_suggestions(ordered, a.typical, a.frame, a.knobs)  # said on each
     shares = None
     if a.stragglers and any(s.knob == "sync_frequency" for s in ordered):

@@ -39,6 +39,10 @@ def table(result: dict, *, width: int | None = None, color: bool = False) -> str
     for line in result["not_in_command"]:
         say(console, f"not tried: {line}")
     say(console, f"the trials' run dirs: {result['out']}", style="dim")
+    if result.get("calibration"):
+        say(console, f"kept in {result['calibration']}: the next estimates of these knobs on "
+            "this host are calibrated by what was measured here (GPUSCOPE_CALIBRATION=off: "
+            "not kept, not used)", style="dim")
     return text_of(buf)
 
 

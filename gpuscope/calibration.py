@@ -1,0 +1,121 @@
+"""What `gpuscope try` measured on a machine, kept for the next estimates made there.
+
+A model tuned elsewhere cannot know a user's node; a trial can. Each trial of a suggested value
+leaves its estimate and what the re-run measured (per step of the baseline's batch). They are
+kept in one small JSON file per user (`$GPUSCOPE_CALIBRATION`, else
+`$XDG_CACHE_HOME/gpuscope/calibration.json`, else `~/.cache/gpuscope/calibration.json`;
+`GPUSCOPE_CALIBRATION=off`: none kept, none used), the last KEEP per host and knob. The next
+analysis of a run on that host scales each suggestion of a calibrated knob by the median of its
+measured / estimated ratios there (its range by the lowest and highest of them), and says so:
+"calibrated on this host by 2 trial(s) of num_workers: measured 1.18-1.22x the model's". An
+estimate without calibration says what it assumes, as before. Anything wrong with the file
+(missing, damaged, another shape) leaves the estimates as the model makes them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import tempfile
+import time
+
+ENV = "GPUSCOPE_CALIBRATION"
+KEEP = 8          # trials kept per host and knob (the newest)
+#: a ratio outside these is a trial gone wrong (a crash mid-way, another program), not kept
+SANE = (0.05, 20.0)
+
+
+def path() -> str | None:
+    """The calibration file, or None when switched off."""
+    told = os.environ.get(ENV, "").strip()
+    if told.lower() == "off":
+        return None
+    if told:
+        return told
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(cache, "gpuscope", "calibration.json")
+
+
+def load(where: str | None = None) -> list[dict]:
+    """The kept trials ([] when there are none, or the file cannot be read as one)."""
+    where = path() if where is None else where
+    if not where:
+        return []
+    try:
+        with open(where, encoding="utf-8") as fh:
+            got = json.load(fh)
+    except (OSError, ValueError):
+        return []
+    trials = got.get("trials") if isinstance(got, dict) else None
+    return [t for t in trials if _ok(t)] if isinstance(trials, list) else []
+
+
+def _ok(t) -> bool:
+    return (isinstance(t, dict) and isinstance(t.get("host"), str) and isinstance(t.get("knob"), str)
+            and all(isinstance(t.get(k), (int, float)) and not isinstance(t.get(k), bool)
+                    and t[k] > 0 for k in ("estimated_ms", "measured_ms")))
+
+
+def add(trials: list[dict], where: str | None = None) -> str | None:
+    """Keep `trials` ({host, knob, value, estimated_ms, measured_ms, run}) with the others, the
+    newest KEEP per host and knob; the file's path, or None (switched off, or it cannot be
+    written: the trials' results stand without it)."""
+    where = path() if where is None else where
+    new = [dict(t, when=time.strftime("%Y-%m-%dT%H:%M:%S")) for t in trials if _ok(t)
+           and SANE[0] <= t["measured_ms"] / t["estimated_ms"] <= SANE[1]]
+    if not where or not new:
+        return None
+    kept = load(where) + new
+    out, count = [], {}
+    for t in reversed(kept):
+        key = (t["host"], t["knob"])
+        count[key] = count.get(key, 0) + 1
+        if count[key] <= KEEP:
+            out.append(t)
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(where)), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(where)), suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump({"trials": out[::-1]}, fh, indent=1)
+        os.replace(tmp, where)
+    except OSError:
+        return None
+    return where
+
+
+def ratios(hosts: set[str], trials: list[dict] | None = None) -> dict[str, list[float]]:
+    """{knob: the measured / estimated ratios of its trials on one of `hosts`}."""
+    out: dict[str, list[float]] = {}
+    for t in load() if trials is None else trials:
+        if t["host"] in hosts:
+            out.setdefault(t["knob"], []).append(t["measured_ms"] / t["estimated_ms"])
+    return out
+
+
+def calibrated(suggestions: list, hosts: set[str], typical_ms: float,
+               trials: list[dict] | None = None) -> list:
+    """Each suggestion of a knob trials calibrated on one of `hosts`: its estimate times their
+    median ratio, its range times their lowest and highest (and its own), its gain again, said."""
+    from dataclasses import replace
+
+    found = ratios({h for h in hosts if h}, trials)
+    if not found:
+        return suggestions
+    out = []
+    for s in suggestions:
+        rs = found.get(s.knob)
+        if not rs:
+            out.append(s)
+            continue
+        r = statistics.median(rs)
+        lo, hi = s.estimated_step_ms_range or (s.estimated_step_ms,) * 2
+        point = s.estimated_step_ms * r
+        rng = (min(lo * min(rs), point), max(hi * max(rs), point))
+        said = (f"; calibrated on this host by {len(rs)} trial(s) of {s.knob} (gpuscope try): "
+                f"measured {min(rs):.2f}-{max(rs):.2f}x what the model gave, so "
+                f"{s.estimated_step_ms:.1f} -> {point:.1f} ms ({path()})")
+        out.append(replace(s, estimated_step_ms=point, estimated_step_ms_range=rng,
+                           gain_pct=(typical_ms / max(point, 1e-9) - 1) * 100,
+                           why=s.why + said))
+    return out
