@@ -202,10 +202,17 @@ def measured_step(run_dir: str, plan: Plan, cand: Candidate) -> tuple:
     from . import analyze
     from .errors import InputError, TraceFormatError
 
+    from .readers import read_path
+
     try:  # with accumulation the analysis's steps are optimizer steps: the warm-up is of those
+        recorded = read_path(run_dir).frame.groupby("rank").size()
         rep = analyze(run_dir, skip=plan.warmup).to_dict()
     except (InputError, TraceFormatError) as exc:
         return None, f"its record could not be analysed: {exc}"
+    need = micro_steps(plan, cand)
+    if len(recorded) and int(recorded.min()) < need:  # it ended on its own, before the trial's end
+        return None, (f"the command ended after {int(recorded.min())} of the {need} micro-steps "
+                      "this trial records: let it run longer (its own step count)")
     ranks = [r.get("step_ms") for r in rep.get("ranks") or [] if r.get("step_ms")]
     if not ranks:
         return None, "no step recorded (is gpuscope.record around the loop?)"

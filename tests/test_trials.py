@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -149,3 +150,17 @@ def test_try_measures_the_suggested_workers_and_calibrates_the_next_estimate(tmp
     monkeypatch.setenv("GPUSCOPE_CALIBRATION", str(cal))
     sug = next(s for s in gpuscope.analyze(str(run)).suggestions if s.knob == "num_workers")
     assert "calibrated on this host by 1 trial(s) of num_workers" in sug.why
+
+
+def test_a_trial_that_ends_before_its_steps_is_a_failure_not_a_measurement(tmp_path):
+    """A command that stops on its own after 12 micro-steps where the trial records 5 + 20: said,
+    not measured from the 12 (a sync trial of 32 micro-steps per step needs 800)."""
+    from gpuscope.trials import Plan, run_trial
+
+    loop = tmp_path / "loop.py"
+    loop.write_text(_LOOP.replace("range(50)", "range(12)").replace('print("never here", done)',
+                                                                      ""))
+    plan = Plan([sys.executable, str(loop), str(tmp_path / "code"), "{num_workers}"],
+                [Candidate("baseline", {"num_workers": 0})], [], 5, 20, 1)
+    step, failed = run_trial(plan, plan.candidates[0], str(tmp_path / "t"), 120)
+    assert step is None and re.search(r"ended after 1[12] of the 25 micro-steps", failed), failed
