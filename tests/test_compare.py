@@ -283,6 +283,25 @@ def test_a_knob_that_follows_from_another_is_not_another_change():
     assert set(both) == {"num_workers", "prefetch_factor"}  # both chosen: both said
 
 
+def test_measurements_are_no_knobs_and_a_batch_s_bytes_go_with_its_size():
+    """Issue 71, 3.: every compare of one changed knob listed DDP's measured hidden share too
+    ("hidden_comm_share 0.0647 -> 0.22925, num_workers 0 -> 1") and warned of more than one
+    knob; a batch's bytes and FLOPs follow its size. Bytes changed alone (another dataset)
+    are still said."""
+    from gpuscope.analyze.compare import changed_knobs
+
+    got = changed_knobs({"num_workers": 0, "hidden_comm_share": 0.0647,
+                         "hidden_comm": "unmeasured", "flops_counted_step": 3},
+                        {"num_workers": 1, "hidden_comm_share": 0.22925,
+                         "hidden_comm": "in_flight", "flops_counted_step": 5})
+    assert got == {"num_workers": (0, 1)}
+    got = changed_knobs({"batch_size": 16, "batch_bytes": 4224, "flops_per_step": 1e9},
+                        {"batch_size": 32, "batch_bytes": 8448, "flops_per_step": 2e9})
+    assert got == {"batch_size": (16, 32)}
+    assert changed_knobs({"batch_size": 16, "batch_bytes": 4224},
+                         {"batch_size": 16, "batch_bytes": 9000}) == {"batch_bytes": (4224, 9000)}
+
+
 def test_rates_print_in_human_units():
     from gpuscope.render.compare import _human
 

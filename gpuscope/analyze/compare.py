@@ -34,8 +34,13 @@ KNOB_KEYS = {
 #: knobs that describe the run, not the training: never listed as changed
 IGNORED = {"start_unix_ns", "hostname", "pid", "cpu_count", "cpus_available", "torch", "gpuscope",
            "cuda_available", "memory_used_fraction", "batches_per_epoch", "run_id",
-           # measured, not set: what DDP's logging saw, the steps a profiler wrote its trace in
-           "hidden_comm_ns", "profiler_trace_steps", "data_cpu_share"}
+           # measured, not set: what DDP's logging saw (its hidden communication, its share of
+           # backward, how it was taken), the steps a profiler wrote its trace in, the step
+           # whose FLOPs were counted
+           "hidden_comm_ns", "hidden_comm_share", "hidden_comm", "profiler_trace_steps",
+           "data_cpu_share", "flops_counted_step", "flops_source"}
+#: knobs that follow from another when it changes: {the knob chosen: those it moves}
+FOLLOWS = {"batch_size": ("batch_bytes", "flops_per_step")}
 
 
 @dataclass(frozen=True)
@@ -193,6 +198,10 @@ def changed_knobs(before: dict, after: dict) -> dict[str, tuple]:
     # (None with none), with batches_per_epoch and such from the same loader
     if "num_workers" in out and out.get("prefetch_factor", (0, 0))[0] is None:
         out.pop("prefetch_factor")
+    for knob, moved in FOLLOWS.items():  # a batch's bytes and FLOPs go with its size
+        if knob in out:
+            for k in moved:
+                out.pop(k, None)
     # workers kept across epochs go with giving a loader workers (the suggestion says so)
     if out.get("num_workers", (None, None))[0] in (0, None) and \
             out.get("persistent_workers") == (False, True):
