@@ -277,9 +277,12 @@ def cmd_doctor(args) -> int:
     from .doctor import render, run_doctor
 
     checks, code = run_doctor(smoke=not args.no_smoke)
+    text = json.dumps({"ok": code == 0, "checks": [c.__dict__ for c in checks]}, indent=2)
+    if args.json == "-":  # stdout, as analyze, compare and scaling take it: JSON alone
+        print(text)
+        return code
     if args.json:
-        _write(args.json, json.dumps({"ok": code == 0, "checks": [c.__dict__ for c in checks]},
-                                     indent=2))
+        _write(args.json, text)
     render(checks, Console(highlight=False))
     return code
 
@@ -427,7 +430,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_try(sub)
     doc = sub.add_parser("doctor", help="check GPUs, versions, topology and run a smoke test")
     doc.add_argument("--no-smoke", action="store_true", help="skip the multi-process smoke test")
-    doc.add_argument("--json", metavar="FILE", help="write the checks as JSON")
+    doc.add_argument("--json", metavar="FILE", help="write the checks as JSON (-: stdout)")
     doc.set_defaults(func=cmd_doctor)
     return ap
 

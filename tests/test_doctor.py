@@ -30,6 +30,11 @@ def test_cli_table_json_and_exit_code(tmp_path):
     assert out.returncode == 0 and "gpuscope doctor" in out.stdout and "ready" in out.stdout
     d = json.loads((tmp_path / "d.json").read_text())
     assert d["ok"] is True and any(c["name"] == "versions" for c in d["checks"])
+    # issue 71, 11.: "-" is stdout, as for analyze, compare and scaling (it wrote a file "-")
+    out = subprocess.run([sys.executable, "-m", "gpuscope", "doctor", "--no-smoke", "--json",
+                          "-"], capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 0 and not (tmp_path / "-").exists()
+    assert [c["name"] for c in json.loads(out.stdout)["checks"]] == [c["name"] for c in d["checks"]]
 
 
 @pytest.mark.slow
