@@ -319,3 +319,23 @@ def test_two_unrelated_traces_of_one_rank_are_not_merged_into_one_run(tmp_path):
     alone = gpuscope.analyze(os.path.join(EXTERNAL, *pairs[1]))
     longest = max(s.step_ns for s in alone.steps) / 1e6 if alone.steps else 0
     assert max(s.step_ns for s in rep.steps) / 1e6 <= max(longest, 1e3)
+
+
+def test_a_folder_of_json_that_is_no_trace_says_what_its_file_is(tmp_path):
+    """Issue 71, 14.: the file alone was refused with its reason ("JSON without 'traceEvents'"),
+    the folder holding it with the generic list only; now the folder's error carries the file's
+    reason too."""
+    (tmp_path / "config.json").write_text('{"lr": 0.1, "epochs": 3}')
+    with pytest.raises(GpuscopeError) as alone:
+        read_path(str(tmp_path / "config.json"))
+    with pytest.raises(GpuscopeError) as folder:
+        read_path(str(tmp_path))
+    assert "JSON without 'traceEvents'" in str(alone.value)
+    assert "neither a gpuscope run dir" in str(folder.value)
+    assert "1 JSON file(s) here, none a trace" in str(folder.value)
+    assert f"{tmp_path / 'config.json'}: JSON without 'traceEvents'" in str(folder.value)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(GpuscopeError) as nothing:
+        read_path(str(empty))
+    assert "JSON file" not in str(nothing.value)

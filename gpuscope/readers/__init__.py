@@ -67,4 +67,20 @@ def _read_path(path, parsed=None) -> RunTable:
     raise InputError(f"{path}: neither a gpuscope run dir (rank-*.gpuscope.jsonl), torch.profiler "
                      "traces (*.pt.trace.json[.gz] / *.json[.gz]), an op timeline "
                      "(.parquet / .csv: rank, step, optype, start_ts, duration) nor Flight "
-                     "Recorder dumps (pickles or JSON of version, pg_config, pg_status, entries)")
+                     "Recorder dumps (pickles or JSON of version, pg_config, pg_status, entries)"
+                     + _json_here(path))
+
+
+def _json_here(folder: str) -> str:
+    """What the folder's first JSON file is, where it holds JSON files but no trace: the reason
+    the file alone would get (kineto/what.py)."""
+    try:
+        names = sorted(n for n in os.listdir(folder) if n.endswith((".json", ".json.gz")))
+    except OSError:  # a file, or a folder that cannot be listed
+        return ""
+    if not names:
+        return ""
+    from .kineto.what import looks_like
+
+    first = looks_like(os.path.join(folder, names[0])).split("; gpuscope reads")[0]
+    return f"; {len(names)} JSON file(s) here, none a trace: {first}"
