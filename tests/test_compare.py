@@ -325,6 +325,14 @@ def test_the_noise_figure_is_one_figure_in_the_table_and_the_json():
     assert pred.noise_pct == pytest.approx(100 * 4 / 39)
     assert "±10%" in render(c, width=140)
     assert c.to_dict()["predictions"][0]["noise_pct"] == pytest.approx(10.3)
+    # issue 71, 20.: three AFTER steps tell no spread: unknown ("?", null), never "±0%"
+    short = rep([r for r in jumpy if r["step"] < 3],
+                knobs={"batch_size": 8, "world_size": 2, "device": "cpu"})
+    c = compare(before, short)
+    pred = next(p for p in c.predictions if p.knob == "batch_size")
+    assert pred.noise_pct is None and c.to_dict()["predictions"][0]["noise_pct"] is None
+    text = render(c, width=140)
+    assert "±0%" not in text and "its times are noisy" in text
 
 
 @pytest.mark.parametrize("width", [60, 80, 100])

@@ -76,7 +76,9 @@ class Prediction:
     predicted_ms: float
     predicted_range: tuple[float, float] | None
     measured_ms: float
-    noise_pct: float                 # AFTER's step-to-step spread: ± half the IQR of its step times, % of the median
+    #: AFTER's step-to-step spread: ± half the IQR of its step times, % of the median (None:
+    #: too few steps to tell)
+    noise_pct: float | None
 
     @property
     def error_pct(self) -> float:
@@ -99,7 +101,7 @@ class Prediction:
         d["measured_ms"] = round(self.measured_ms, 3)
         d["predicted_range"] = (None if self.predicted_range is None
                                 else [round(x, 3) for x in self.predicted_range])
-        d["noise_pct"] = round(self.noise_pct, 1)
+        d["noise_pct"] = None if self.noise_pct is None else round(self.noise_pct, 1)
         d["error_pct"] = round(self.error_pct, 1)
         d["in_range"] = self.in_range
         d["as_suggested"] = self.as_suggested
@@ -176,10 +178,11 @@ def part_ms(rep: Report, part: str) -> float:
     return float(np.mean(vals)) / micro_steps(rep) if vals else 0.0
 
 
-def _noise_pct(rep: Report) -> float:
+def _noise_pct(rep: Report) -> float | None:
+    """AFTER's spread (PredictionCheck.noise_pct); None under 4 steps: unknown, not none."""
     t = step_ms_per_micro(rep)
     if t.size < 4:
-        return 0.0
+        return None
     q1, q3 = np.percentile(t, [25, 75])
     return float(100 * (q3 - q1) / 2 / max(np.median(t), 1e-9))
 

@@ -87,7 +87,8 @@ def render(c: Comparison, *, width: int | None = None, color: bool = False) -> s
                    + (" ok" if x.in_range else " miss"))
             p.add_row(x.knob, f"{x.current} -> {x.proposed}", str(x.applied),
                       f"{x.predicted_ms:.1f}", rng, f"{x.measured_ms:.1f}",
-                      f"{x.error_pct:+.1f}%", f"±{x.noise_pct:.0f}%")
+                      f"{x.error_pct:+.1f}%",
+                      "?" if x.noise_pct is None else f"±{x.noise_pct:.0f}%")
         console.print(p)
     if c.ops:
         o = Table(title="ops, ranges and kernels that changed most, ms per micro-step (mean over "
