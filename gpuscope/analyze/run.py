@@ -212,7 +212,9 @@ def throughput(a: Analysis) -> None:
     if a.mapping is not None:  # a cycle's step is its last micro-step: back to its first
         per = a.knobs.get("sync_interval") or 1
         firsts = {r: s - int(per) + 1 for r, s in firsts.items()}
-    a.throughput = throughput_section(micro, firsts, a.knobs, a.table, a.layout)
+    cycles = (np.bincount(a.frame["rank"].to_numpy(np.int64)) if a.mapping is not None
+              and len(a.frame) else None)  # steps/s in the report's steps: optimizer steps
+    a.throughput = throughput_section(micro, firsts, a.knobs, a.table, a.layout, cycles)
     if a.throughput.get("mfu_impossible"):
         a.warnings.append(a.throughput["mfu_impossible"])
     gaps = straggler_mfu_gap(a.throughput, [s.rank for s in a.stragglers])

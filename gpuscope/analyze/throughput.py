@@ -177,9 +177,11 @@ def _per_rank(micro: pd.DataFrame, rank: np.ndarray, keep, batch: int | None) ->
 
 
 def throughput_section(micro: pd.DataFrame, firsts: dict, knobs: dict, table,
-                       layout=None) -> dict:
+                       layout=None, optimizer_steps: np.ndarray | None = None) -> dict:
     """The report's `throughput` section from the micro-step table (each rank's rows from its
-    first analysed step on); {} without steps."""
+    first analysed step on); {} without steps. `optimizer_steps`: with accumulation, each
+    rank's analysed optimizer steps (by rank): steps/s counts those, the report's step, not
+    micro-steps (19.59 steps/s beside a step of 1,222.8 ms)."""
     if micro is None or micro.empty:
         return {}
     batch = knobs.get("batch_size") if isinstance(knobs.get("batch_size"), int) else None
@@ -202,7 +204,9 @@ def throughput_section(micro: pd.DataFrame, firsts: dict, knobs: dict, table,
         if t <= 0:
             continue
         samples = float(samples_all[r]) if batch else None
-        row = {"rank": int(r), "steps_per_s": round(int(count[r]) / t, 3),
+        n = int(count[r]) if optimizer_steps is None or r >= len(optimizer_steps) \
+            else int(optimizer_steps[r])
+        row = {"rank": int(r), "steps_per_s": round(n / t, 3),
                "samples_per_s": round(samples / t, 2) if samples is not None else None}
         if tokens and samples is not None:
             row["tokens_per_s"] = round(samples * tokens / t, 1)
