@@ -46,6 +46,12 @@ class Verdict:
     time_by_label: dict   # label -> share of step time
     evidence: tuple = ()  # what in the input limits the confidence, one line each
 
+    def others(self) -> list[tuple[str, float]]:
+        """The other labels with their shares, largest first, those that round to 0% left out:
+        the "(also: ...)" every view prints, in one order."""
+        return [(k, s) for k, s in sorted(self.time_by_label.items(), key=lambda kv: -kv[1])
+                if k != self.label and s >= 0.005]
+
 
 @dataclass(frozen=True)
 class Jitter:

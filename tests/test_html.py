@@ -206,3 +206,22 @@ def test_the_busy_heatmap_agrees_with_the_pipeline_stage_chart():
     for st, y in zip(rep.pipeline.stages, bars.y):
         assert stages[str(st.rank)] == pytest.approx(y, rel=0.02), (st.rank, stages, bars.y)
     assert abs(stages["0"] - stages["1"]) > 30  # the stages differ, as the chart shows
+
+
+def test_the_also_labels_are_in_one_order_in_the_terminal_and_the_page():
+    """Issue 71, 16.: the terminal listed the other labels largest first, the page in the
+    table's order (and with shares that round to 0%)."""
+    import io
+
+    from gpuscope.results import Verdict
+
+    v = Verdict("data-bound", 0.6, "high", {"compute-bound": 0.1, "data-bound": 0.6,
+                                            "comm-bound": 0.296, "host-bound": 0.004})
+    assert v.others() == [("comm-bound", 0.296), ("compute-bound", 0.1)]
+    rep = gpuscope.analyze(os.path.join(SAMPLES, "data", "record"))
+    rep.verdict = v
+    page = render_html(rep, plotlyjs="cdn")
+    text = io.StringIO()
+    rep.print(file=text, width=200)
+    assert "(also: comm-bound 30%, compute-bound 10%)" in page
+    assert "(also: comm-bound 30%, compute-bound 10%)" in text.getvalue()

@@ -530,7 +530,7 @@ def _summary_html(report: ReportData) -> str:
            f'<div class="verdict" style="border-color:{color}"><span class="label" '
            f'style="background:{color}">{esc(v.label)}</span> {v.share:.0%} of step time, '
            f'confidence {esc(v.confidence)}']
-    others = [f"{esc(k)} {s:.0%}" for k, s in v.time_by_label.items() if k != v.label and s > 0]
+    others = [f"{esc(k)} {s:.0%}" for k, s in v.others()]  # the terminal's order
     if others:
         out.append(f' <span class="dim">(also: {", ".join(others)})</span>')
     if v.evidence:

@@ -119,8 +119,7 @@ def _header(report: ReportData, console: Console) -> None:
                 style="bold")
     head.append(v.label.upper(), style=f"bold {LABEL_STYLES.get(v.label, 'white')}")
     head.append(f"  {_pct(v.share, 2):.0f}% of step time, confidence {v.confidence}")
-    others = [f"{k} {s:.0%}" for k, s in sorted(v.time_by_label.items(), key=lambda kv: -kv[1])
-              if k != v.label and s >= 0.005]  # a share that rounds to 0% says nothing
+    others = [f"{k} {s:.0%}" for k, s in v.others()]
     if others:
         head.append(f"  (also: {', '.join(others)})", style="dim")
     if v.evidence:
