@@ -163,7 +163,13 @@ def test_no_process_outlives_a_block_that_fails_while_a_file_is_cut(traces, monk
                 __import__("time").sleep(0.01)
             raise RuntimeError("the analysis failed before it read anything")
     assert grand, "the process never forked its half's child"
-    assert _gone(child) and all(map(_gone, grand))
+    assert _gone(child)  # joined by the block's exit
+    # its child was stopped by it on the way out: on a loaded machine (CI beside other work)
+    # it was seen still exiting at this instant; gone within seconds, never left running
+    deadline = __import__("time").monotonic() + 20
+    while not all(map(_gone, grand)) and __import__("time").monotonic() < deadline:
+        __import__("time").sleep(0.05)
+    assert all(map(_gone, grand))
 
 
 def test_the_command_line_parses_early(traces, tmp_path, monkeypatch, capsys):
