@@ -302,10 +302,11 @@ def bound(a: Analysis) -> None:
     ordered = sorted(ordered, key=lambda s: -s.gain_pct)
     ordered, a.unbound = bound_suggestions(ordered, a.typical, a.frame, a.knobs)  # said on each
     shares = None
-    if a.stragglers and any(s.knob == "sync_frequency" for s in ordered):
-        hit = analysed_rows(a.table.comm, a.frame, a.mapping)
-        shares = {s.rank: grad_sync_share(a.table, a.frame, a.mapping, hit, s.rank)
-                  for s in a.stragglers} if hit is not None else None
+    comm = a.table.comm
+    if a.stragglers and comm is not None and any(s.knob == "sync_frequency" for s in ordered):
+        ranks = comm["rank"].to_numpy()  # each straggler's own rows (10 M rows at 10k ranks)
+        shares = {s.rank: grad_sync_share(replace(a.table, comm=comm.iloc[
+            np.flatnonzero(ranks == s.rank)]), a.frame, a.mapping) for s in a.stragglers}
     ordered, notes, held = hold_to_findings(ordered, a.frame, a.stragglers, a.typical,
                                             a.knobs, a.labels, shares)
     a.unbound += notes
