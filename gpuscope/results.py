@@ -58,7 +58,9 @@ class Jitter:
     """Waiting in steps where the late rank changes from step to step (no consistent straggler)."""
 
     steps_share: float = 0.0   # share of step time in those steps
-    wait_share: float = 0.0    # share of step time lost waiting in them
+    #: share of step time lost waiting in them, by the rank that waits longest in each (the
+    #: rank table's wait is each rank's own)
+    wait_share: float = 0.0
     #: one rank late in nearly all of the steps with waiting, a minority of the steps
     #: (consistency.intermittent): {"rank", "late_steps", "of_steps", "steps", "every",
     #: "excess_ms"}
@@ -77,16 +79,16 @@ class Jitter:
             where = (f"every {i['every']} steps" if i["every"] else "steps " + ", ".join(
                 map(str, late[:6])) + (", ..." if len(late) > 6 else ""))
             return (f"Intermittent straggler: {d['wait_pct']:.1f}% of step time is spent waiting "
-                    f"in steps with no steady late rank; in the {i['of_steps']} steps where the "
+                    f"by the rank that waits longest, in steps with no steady late rank; in the {i['of_steps']} steps where the "
                     f"waiting stands out, rank {i['rank']} arrived last in {len(late)} ({where}; "
                     f"{i['steps']} steps analysed), {i['excess_ms']:.1f} ms late in each")
         if stragglers:
             who = ", ".join(map(str, stragglers))
-            return (f"Rank jitter besides: {d['wait_pct']:.1f}% of step time is spent waiting in "
-                    f"steps where rank(s) {who} did not arrive last and the late rank changes "
+            return (f"Rank jitter besides: {d['wait_pct']:.1f}% of step time is spent waiting by "
+                    f"the rank that waits longest, in steps where rank(s) {who} did not arrive last and the late rank changes "
                     f"from step to step ({d['steps_time_pct']:.0f}% of step time)")
-        return (f"Rank jitter: {d['wait_pct']:.1f}% of step time is spent waiting in steps where "
-                f"the late rank changes from step to step ({d['steps_time_pct']:.0f}% of step "
+        return (f"Rank jitter: {d['wait_pct']:.1f}% of step time is spent waiting by the rank "
+                f"that waits longest, in steps where the late rank changes from step to step ({d['steps_time_pct']:.0f}% of step "
                 "time): no consistent straggler")
 
     def to_dict(self) -> dict:

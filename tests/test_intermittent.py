@@ -62,3 +62,15 @@ def test_steady_jitter_among_128_names_no_intermittent_rank(tmp_path):
     job = many.synchronous(many.timings(128, 48, 2), many.added("control", 128, 48, [], 0), None)
     many.write(str(tmp_path / "run"), job, 128, 48)
     assert gpuscope.analyze(str(tmp_path / "run")).jitter.intermittent is None
+
+
+def test_the_jitter_line_names_its_basis():
+    """Issue 71, 8.: "19.1% of step time is spent waiting" sat beside a wait column of 8% and
+    13%: the line's figure is the rank that waits longest in each step, the column each rank's
+    own; the line says so."""
+    from gpuscope.results import Jitter
+
+    for line in (Jitter(0.5, 0.191).note(), Jitter(0.5, 0.191).note([3]),
+                 Jitter(0.5, 0.191, {"rank": 1, "late_steps": [2, 5], "of_steps": 3, "steps": 20,
+                                     "every": None, "excess_ms": 4.0}).note()):
+        assert "19.1% of step time is spent waiting by the rank that waits longest" in line
