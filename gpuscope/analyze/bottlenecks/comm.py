@@ -94,12 +94,13 @@ def suggest_comm(t: TypicalStep, knobs: dict, th: Thresholds,
             proposed = f"accumulation {k * cur}"
             what = (f"the run accumulates {cur} micro-steps per optimizer step; {k * cur} would "
                     f"bring it under {th.comm_target:.0%} ({how})")
-        others = (f"; the loop's own collectives ({own / MS:.1f} ms exposed per step) stay in "
-                  "every micro-step" if own >= 0.05 * T else "")
+        others = (f"; the loop's own collectives ({own / MS:.1f} ms of transfer per step) stay "
+                  "in every micro-step" if own >= 0.05 * T else "")
         out.append(Suggestion(
             "sync_frequency", current, proposed, e.ms / MS,
-            f"{grads / MS:.1f} ms of each {t.step / MS:.1f} ms step is exposed gradient "
-            f"synchronization that compute does not hide; {what}{others}{batch} (scale the learning "
+            f"{grads / MS:.1f} ms of each {t.step / MS:.1f} ms step is gradient synchronization's "
+            f"transfer that compute does not hide (exposed, less waiting for slower ranks); "
+            f"{what}{others}{batch} (scale the learning "
             f"rate or steps accordingly); assumes: {e.assumes}", COMM, gain(t.step, e.ms),
             ms_range(e)))
     out += _reshard(t, gather)
@@ -115,7 +116,8 @@ def _reshard(t: TypicalStep, gather: float) -> list[Suggestion]:
         est = t.step - gather / 2
         out.append(Suggestion(
             "reshard_after_forward", True, False, est / MS,
-            f"{gather / MS:.1f} ms per step is exposed FSDP all-gather; keeping the gathered "
+            f"{gather / MS:.1f} ms per step is FSDP all-gather transfer compute does not hide; "
+            "keeping the gathered "
             "parameters from forward to backward (fully_shard(..., reshard_after_forward=False)) "
             "saves the backward all-gathers, about half, at the cost of holding them in memory; "
             "prefetching the next modules' all-gathers hides more of them behind compute (FSDP2: "
