@@ -15,12 +15,15 @@ $(BIN)/python:
 
 # what the demo needs (torch, gpuscope, plotly for its dashboard, tensorboard for its tab) ...
 $(VENV)/.demo: $(BIN)/python pyproject.toml
+	@echo "make: installing $(TORCH_SPEC) (a CPU wheel, the largest part) into $(VENV), then gpuscope with plotly and tensorboard (.[demo]); the first time only"
 	$(BIN)/pip install -q "$(TORCH_SPEC)"
 	$(BIN)/pip install -q -e ".[demo]"
+	@echo "make: $(VENV) now takes $$(du -sh $(VENV) | cut -f1)"
 	touch $@
 
 # ... and what the tests need besides (the trainers, a browser driver, the exporters)
 $(VENV)/.installed: $(VENV)/.demo
+	@echo "make: installing what the tests need besides (.[test]: the trainers, a browser driver, the exporters, Ray)"
 	$(BIN)/pip install -q -e ".[test]"
 	touch $@
 

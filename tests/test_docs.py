@@ -154,3 +154,17 @@ def test_the_readme_first_run_line_is_the_results_file():
     with open(os.path.join(ROOT, "README.md")) as fh:
         assert _between(fh.read(), gen.FIRST_RUN) == want, \
             "README's first-run line is stale: run python scripts/make_performance_doc.py"
+
+
+def test_make_says_what_it_installs_before_pip_runs(tmp_path):
+    """Issue 71, 18.: `make demo` was silent for a minute while pip ran: it says what it installs
+    (torch's wheel, the largest part) first and the venv's size after, the first time only."""
+    import subprocess
+
+    out = subprocess.run(["make", "-n", "-B", f"VENV={tmp_path / 'v'}", f"{tmp_path / 'v'}/.demo"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    first_pip = next(i for i, x in enumerate(lines) if "pip install -q \"torch" in x)
+    assert any("installing torch==" in x and "CPU wheel" in x for x in lines[:first_pip])
+    assert any("now takes" in x for x in lines[first_pip:])
