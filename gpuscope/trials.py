@@ -23,6 +23,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 
+from .analyze.rerun_noise import TRIABLE
 from .errors import GpuscopeError
 from .record.options import RUN_DIR_ENV, STOP_AFTER_ENV
 
@@ -147,6 +148,8 @@ def make_plan(report: dict, command: list[str], knob_values: dict[str, list] | N
                 cands.append(_candidate(name, v, values, suggestions))
     else:
         for s in suggestions:
+            if s["knob"] not in names and s["knob"] not in TRIABLE:
+                continue  # a straggler's or a layout's fix: no value a command takes
             if s["knob"] not in names:
                 not_in.append(f"{s['knob']} -> {s.get('proposed')}: the command has no "
                               f"{{{s['knob']}}} placeholder (add the flag that sets it to try it)")

@@ -45,6 +45,12 @@ def test_the_plan_tries_the_suggestions_the_command_holds_and_names_the_others()
     assert plan.candidates[1].values == {"num_workers": 4, "sync_frequency": 1}
     assert plan.candidates[1].estimate == 10.0 and plan.candidates[1].estimate_range == (8, 13)
     assert len(plan.not_in_command) == 1 and "pin_memory" in plan.not_in_command[0]
+    # a straggler's fix is no value a command takes: not offered as a placeholder to add
+    odd = {**REPORT, "suggestions": REPORT["suggestions"] + [
+        {"knob": "straggler", "current": "rank 1 on host vm", "proposed": "match the median rank",
+         "estimated_step_ms": 9.0}]}
+    assert make_plan(odd, ["t", "{num_workers}"]).not_in_command == make_plan(
+        REPORT, ["t", "{num_workers}"]).not_in_command
     assert make_plan(REPORT, ["t", "{num_workers}", "{sync_frequency}"], top=1).candidates[-1] \
         .label == "num_workers=4"
 
