@@ -309,11 +309,13 @@ def cmd_try(args) -> int:
     say = None if args.quiet or args.json == "-" else (lambda m: print(f"gpuscope try: {m}",
                                                                        flush=True))
     if say:
-        say(f"{len(plan.candidates)} configurations x {plan.repeats} rounds, {plan.warmup} + "
-            f"{plan.steps} steps each; run dirs under {out}")
+        say(f"{len(plan.candidates)} configurations x {plan.repeats} rounds"
+            + (f" or more, until each gain is known to +-{args.precision:g}%" if args.precision
+               else "") + f", {plan.warmup} + {plan.steps} steps each; run dirs under {out}")
     from . import calibration
 
-    cands = trials.run_plan(plan, out, args.timeout, say)
+    cands = trials.run_plan(plan, out, args.timeout, say, args.precision, args.max_repeats,
+                            args.budget_s)
     rows = trials.summary(cands)
     kept = calibration.add(trials.calibration_trials(cands, rows, os.path.abspath(args.report)))
     result = {"command": plan.command, "warmup": plan.warmup, "steps": plan.steps,
@@ -347,7 +349,13 @@ def _add_try(sub) -> None:
     t.add_argument("--top", type=int, default=3, help="suggestions tried (default 3)")
     t.add_argument("--warmup", type=int, default=5, help="steps left out of each trial (5)")
     t.add_argument("--steps", type=int, default=20, help="steps measured in each trial (20)")
-    t.add_argument("--repeats", type=int, default=2, help="rounds, interleaved (2)")
+    t.add_argument("--repeats", type=int, default=2, help="rounds, interleaved (2; with "
+                   "--precision, the least)")
+    t.add_argument("--precision", type=float, metavar="PCT", help="more rounds (up to "
+                   "--max-repeats, within --budget-s) until each gain is known to +-PCT%%")
+    t.add_argument("--max-repeats", type=int, default=8, help="rounds at most (8)")
+    t.add_argument("--budget-s", type=float, default=900.0, help="seconds of trials at most "
+                   "for the rounds --precision adds (900)")
     t.add_argument("--timeout", type=float, default=600.0, help="seconds a trial may take")
     t.add_argument("--out", help="folder for the trials' run dirs (default: try-TIME beside "
                    "the report's run)")

@@ -232,22 +232,61 @@ def measured_step(run_dir: str, plan: Plan, cand: Candidate) -> tuple:
     return step, None
 
 
-def run_plan(plan: Plan, out_dir: str, timeout_s: float = 600.0, say=None) -> list[Candidate]:
-    """Every candidate, `plan.repeats` rounds, interleaved; each trial in out_dir/NN-label-rR."""
+def spread_pct(base: list, steps: list) -> float | None:
+    """Half the range of a candidate's step over the baseline's of the same round, in % of
+    their median; None under two rounds that both ran."""
+    ratios = [s / b for b, s in zip(base, steps) if b and s]
+    if len(ratios) < 2:
+        return None
+    return 100 * (max(ratios) - min(ratios)) / 2 / statistics.median(ratios)
+
+
+def settled(cands: list[Candidate], precision_pct: float) -> bool:
+    """Whether every candidate's gain is known to +-precision_pct (spread_pct)."""
+    base = cands[0].steps_ms
+    for c in cands[1:]:
+        w = spread_pct(base, c.steps_ms)
+        if w is None or w > precision_pct:
+            return False
+    return True
+
+
+def run_plan(plan: Plan, out_dir: str, timeout_s: float = 600.0, say=None,
+             precision_pct: float | None = None, most: int = 8,
+             budget_s: float = 900.0) -> list[Candidate]:
+    """Every candidate, interleaved, `plan.repeats` rounds; with `precision_pct`, more rounds
+    (up to `most`) while a gain is not known to +-that much and another round fits in
+    `budget_s`. Each trial in out_dir/NN-label-rR."""
     os.makedirs(out_dir, exist_ok=True)
-    for r in range(plan.repeats):
-        for i, cand in enumerate(plan.candidates):
-            where = os.path.join(out_dir, f"{i:02d}-{_safe(cand.label)}-r{r + 1}")
-            t = time.perf_counter()
-            step, failed = run_trial(plan, cand, where, timeout_s)
-            cand.steps_ms.append(step)
-            if failed:
-                cand.failures.append(f"round {r + 1}: {failed}")
-            if say is not None:
-                said = f"{step:.2f} ms/step" if step is not None else f"failed ({failed})"
-                say(f"round {r + 1}/{plan.repeats}: {cand.label}: {said} "
-                    f"[{time.perf_counter() - t:.0f} s]")
+    began, r = time.perf_counter(), 0
+    while True:
+        t = time.perf_counter()
+        _round(plan, out_dir, r, timeout_s, say)
+        r += 1
+        if r < plan.repeats:
+            continue
+        spent, per = time.perf_counter() - began, time.perf_counter() - t
+        if precision_pct is None or r >= most or settled(plan.candidates, precision_pct) \
+                or spent + per > budget_s:
+            break
+        if say is not None:
+            say(f"a gain is not known to +-{precision_pct:g}% yet: round {r + 1}")
+    plan.repeats = r
     return plan.candidates
+
+
+def _round(plan: Plan, out_dir: str, r: int, timeout_s: float, say) -> None:
+    """One round: every candidate once, in order."""
+    for i, cand in enumerate(plan.candidates):
+        where = os.path.join(out_dir, f"{i:02d}-{_safe(cand.label)}-r{r + 1}")
+        t = time.perf_counter()
+        step, failed = run_trial(plan, cand, where, timeout_s)
+        cand.steps_ms.append(step)
+        if failed:
+            cand.failures.append(f"round {r + 1}: {failed}")
+        if say is not None:
+            said = f"{step:.2f} ms/step" if step is not None else f"failed ({failed})"
+            say(f"round {r + 1}: {cand.label}: {said} [{time.perf_counter() - t:.0f} s]")
 
 
 def _safe(label: str) -> str:

@@ -170,3 +170,26 @@ def test_a_trial_that_ends_before_its_steps_is_a_failure_not_a_measurement(tmp_p
                 [Candidate("baseline", {"num_workers": 0})], [], 5, 20, 1)
     step, failed = run_trial(plan, plan.candidates[0], str(tmp_path / "t"), 120)
     assert step is None and re.search(r"ended after 1[12] of the 25 micro-steps", failed), failed
+
+
+def test_rounds_go_on_until_each_gain_is_known_to_the_precision_asked(tmp_path, monkeypatch):
+    """--precision: after the least rounds, more while a candidate's step over the same round's
+    baseline spreads more than +-PCT, up to --max-repeats; without it, the rounds asked."""
+    from gpuscope import trials
+
+    steps = {"baseline": iter([40.0, 40.0, 40.0, 40.0, 40.0, 40.0]),
+             "num_workers=4": iter([10.0, 20.0, 15.0, 15.0, 15.0, 15.0])}
+    monkeypatch.setattr(trials, "run_trial",
+                        lambda plan, cand, where, timeout: (next(steps[cand.label]), None))
+    plan = make_plan(REPORT, ["t", "{num_workers}"], parse_knob_values(["num_workers=4"]),
+                     repeats=2)
+    trials.run_plan(plan, str(tmp_path), precision_pct=30.0, most=6)
+    # ratios 0.25, 0.5 (+-40%), then 0.375 (+-40%), 0.375 ... : +-40% stays, up to 6 rounds
+    assert plan.repeats == 6
+    steps["baseline"] = iter([40.0] * 6)
+    steps["num_workers=4"] = iter([10.0, 10.4, 99.0])
+    plan = make_plan(REPORT, ["t", "{num_workers}"], parse_knob_values(["num_workers=4"]),
+                     repeats=2)
+    trials.run_plan(plan, str(tmp_path), precision_pct=5.0)
+    assert plan.repeats == 2  # 0.25 and 0.26: +-2%, known after the least rounds
+    assert trials.spread_pct([40.0, 40.0], [10.0, 10.4]) == pytest.approx(100 * 0.005 / 0.255)
