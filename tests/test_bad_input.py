@@ -339,3 +339,27 @@ def test_a_folder_of_json_that_is_no_trace_says_what_its_file_is(tmp_path):
     with pytest.raises(GpuscopeError) as nothing:
         read_path(str(empty))
     assert "JSON file" not in str(nothing.value)
+
+
+def test_traces_of_two_runs_in_one_folder_are_not_one_job(tmp_path):
+    """Issue 71, 4.: two unrelated traces in one folder (one machine, minutes apart) were
+    analysed as one job's two ranks, confidence high. One job's ranks are profiled at the same
+    time: here rank 1's traces (the data sample's) are moved 2 minutes later, and only the
+    newest run is analysed, the other named; the sample as it is stays one job of 2 ranks."""
+    src = os.path.join(os.path.dirname(__file__), "..", "sample_traces", "data", "kineto")
+    assert len(read_path(src).ranks) == 2
+    for name in os.listdir(src):
+        with gzip.open(os.path.join(src, name), "rt") as fh:
+            doc = json.load(fh)
+        if doc["distributedInfo"]["rank"] == 1:
+            for ev in doc["traceEvents"]:
+                if "ts" in ev:
+                    ev["ts"] += 120e6  # microseconds
+            doc["baseTimeNanoseconds"] += 120 * 10**9
+        with gzip.open(tmp_path / name, "wt") as fh:
+            json.dump(doc, fh)
+    table = read_path(str(tmp_path))
+    assert sorted(table.ranks) == [1]
+    said = [w for w in table.warnings if "runs that did not run at the same time" in w]
+    assert len(said) == 1 and "analysed the newest, rank(s) 1" in said[0]
+    assert "left out 2 file(s) (vm_25142." in said[0]

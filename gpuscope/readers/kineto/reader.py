@@ -122,6 +122,42 @@ def _ranks_of_files(parsed: list, warnings: list[str], facts: dict | None) -> di
     return by_rank
 
 
+def _one_job(by_rank: dict, warnings: list[str]) -> dict:
+    """The ranks of one run: one job's ranks are profiled at the same time, so their spans
+    overlap; ranks on one host (or hosts unknown) whose spans do not are other runs (two
+    unrelated traces in one folder, minutes apart, were analysed as one job's two ranks, with
+    confidence high). The newest run is kept and the others named; ranks on several hosts are
+    left as they are (their clocks differ)."""
+    if len(by_rank) < 2 or len({host_of(it[0]) for v in by_rank.values() for it in v} - {""}) > 1:
+        return by_rank
+    spans = {}
+    for rank, items in by_rank.items():
+        got = [it[2].span if it[2] is not None else span(it[1]) for it in items]
+        got = [x for x in got if x != (0, 0)]
+        if got:
+            spans[rank] = (min(a for a, _ in got), max(b for _, b in got))
+    runs: list[list[int]] = []
+    reach = 0
+    for rank, (a, b) in sorted(spans.items(), key=lambda kv: kv[1][0]):
+        if runs and a <= reach:
+            runs[-1].append(rank)
+            reach = max(reach, b)
+        else:
+            runs.append([rank])
+            reach = b
+    if len(runs) < 2:
+        return by_rank
+    keep = set(runs[-1])
+    left = sorted(os.path.basename(it[0]) for r, v in by_rank.items()
+                  if r in spans and r not in keep for it in v)
+    warnings.append(f"these traces are of {len(runs)} runs that did not run at the same time "
+                    f"(one job's ranks are profiled together): analysed the newest, rank(s) "
+                    f"{', '.join(map(str, sorted(keep)))}; left out {len(left)} file(s) "
+                    f"({', '.join(left[:4])}{' ...' if len(left) > 4 else ''}): analyse them "
+                    "apart")
+    return {r: v for r, v in by_rank.items() if r in keep or r not in spans}
+
+
 def _summary(rank: int, items: list) -> RankSummary:
     """The rank's summary: the one its only file came with, else made of its files' events
     (a file summed up where it was parsed, now joined to others, is parsed again here)."""
@@ -164,7 +200,7 @@ def _trace_knobs(got: RankSummary, rid, first: str, facts: dict | None, in_fligh
 def _table(path: str, parsed: list, warnings: list[str], facts: dict | None = None) -> RunTable:
     """The RunTable of the parsed files, rank by rank from their summaries (summary.py): a
     rank's events, where they came at all, are let go once it is summed up."""
-    by_rank = _ranks_of_files(parsed, warnings, facts)
+    by_rank = _one_job(_ranks_of_files(parsed, warnings, facts), warnings)
     del parsed[:]  # the caller's list: the events it held go with their rank below
     rows, colls, ranks, breakdown, memory = [], {}, {}, {}, []
     views: dict = {"ops": [], "messages": [], "kernels": []}
