@@ -253,3 +253,35 @@ def test_syncing_less_keeps_the_loop_s_own_collectives_in_the_straggler_s_floor(
         assert violations(rep) == []
     assert held["all_reduce:metrics"] - held["reduce_scatter:metrics"] == pytest.approx(4.0,
                                                                                       abs=0.3)
+
+
+def _data_straggler_rows(common: float, n_ranks: int = 4, slow: int = 1, extra: float = 15):
+    """Rank `slow` waits `extra` ms longer for its batch; every rank waits `common` ms."""
+    rnd = random.Random(5)
+    rows = []
+    for s in range(30):
+        for r in range(n_ranks):
+            j = rnd.choice((-0.5, 0, 0.5))
+            late = r == slow
+            data = common + (extra if late else 0) + j
+            exposed = 3 if late else 3 + extra - j
+            rows.append({"rank": r, "step": s, "data": data, "compute": 12, "comm": exposed,
+                         "comm_exposed": exposed, "forward": 5, "backward": 6})
+    return rows
+
+
+def test_a_loader_short_on_every_rank_is_not_blamed_on_one_rank_s_storage():
+    """Issue 71, 5.: with every rank short of loading (one worker each, the same data), the rank
+    that comes last was told to check its storage/decoder; the fix is the workers, on every
+    rank. A rank alone in waiting for data still gets the storage advice."""
+    knobs = {"num_workers": 1, "dataloader": True, "batch_size": 8}
+    both = analyze_table(table_from_rows(_data_straggler_rows(common=30), knobs=knobs), TH)
+    alone = analyze_table(table_from_rows(_data_straggler_rows(common=0), knobs=knobs), TH)
+    for rep in (both, alone):
+        assert rep.straggler_ranks == [1]
+    s_both = next(s for s in both.suggestions if s.knob == "straggler")
+    s_alone = next(s for s in alone.suggestions if s.knob == "straggler")
+    assert "every rank waits for its batches" in s_both.why
+    assert "more DataLoader workers fix both" in s_both.why
+    assert s_alone.why.count("check its storage/decoder") == 1
+    assert "every rank waits" not in s_alone.why

@@ -48,9 +48,17 @@ EXPERT_SHARE = 0.5
 
 
 def _straggler_fix(s: Straggler, knobs: dict, exposed_by_kind: dict | None,
-                   routing: dict | None) -> str:
+                   routing: dict | None, data_ns: float = 0.0) -> str:
     """What to look at for a straggler: by the part its excess is in, the profiler's ops that
-    hold it, a few late steps, or uneven expert routing."""
+    hold it, a few late steps, or uneven expert routing. `data_ns`: the ranks' mean data wait
+    per step: where it is as large as the straggler's excess, every rank is short of loading
+    and this one loses the race; its storage is not the first suspect."""
+    if s.cause == "data" and data_ns >= s.excess_ns > 0:
+        return (f"every rank waits for its batches (~{data_ns / MS:.1f} ms a step on average, "
+                f"this one {s.excess_ns / MS:.1f} ms more): loading is short on all of them and "
+                "this one comes last; more DataLoader workers fix both (the data suggestion); "
+                "if it stays behind after that, check its storage/decoder and whether its shard "
+                "holds larger samples")
     fixes = {
         "data": "its data loading is slower: check its storage/decoder, its DataLoader workers "
                 "and whether its shard holds larger samples",
@@ -121,7 +129,7 @@ def suggest_imbalance(t: TypicalStep, stragglers: list[Straggler], knobs: dict,
             rng = (max(min(fixed[1], fixed[0]), floor) / MS, max(min(fixed[2], t.step), est) / MS)
         where = f" on host {s.host}" if s.host else ""
         part = f"{s.cause} ({s.cause_detail})" if s.cause_detail else s.cause
-        fix = _straggler_fix(s, knobs, exposed_by_kind, routing)
+        fix = _straggler_fix(s, knobs, exposed_by_kind, routing, t.data)
         evidence = s.telemetry
         # against the ranks of its own group where the layout names them (another pipeline
         # stage does other work)
