@@ -202,14 +202,15 @@ def measured_step(run_dir: str, plan: Plan, cand: Candidate) -> tuple:
     """The trial's step (ms): its report's (the slowest rank's mean over the analysed steps),
     per micro-step (the estimates' basis), scaled to the baseline's batch where the batch size
     changed."""
-    from . import analyze
+    from .analyze.run import analyze_table
     from .errors import InputError, TraceFormatError
-
     from .readers import read_path
+    from .thresholds import Thresholds
 
     try:  # with accumulation the analysis's steps are optimizer steps: the warm-up is of those
-        recorded = read_path(run_dir).frame.groupby("rank").size()
-        rep = analyze(run_dir, skip=plan.warmup).to_dict()
+        table = read_path(run_dir)  # read once: its micro-steps counted, then analysed
+        recorded = table.frame.groupby("rank").size()
+        rep = analyze_table(table, Thresholds(), skip=plan.warmup, own=True).to_dict()
     except (InputError, TraceFormatError) as exc:
         return None, f"its record could not be analysed: {exc}"
     need = micro_steps(plan, cand)

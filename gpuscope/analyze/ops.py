@@ -28,7 +28,7 @@ import pandas as pd
 
 from ..sections import Ops
 from ..vocab import MS
-from .rowgroups import in_analysed
+from .rowgroups import in_analysed, run_starts
 
 #: the kinds of rows and their keys in the report: top-level torch ops, record_function ranges
 #: (traces), modules (recorded with record(modules=...)), kernels (traces)
@@ -149,16 +149,12 @@ def _descending(values: np.ndarray) -> np.ndarray:
     return (n - 1 - np.arange(n))[values[::-1].argsort(kind="quicksort")][::-1]
 
 
-def _groups_of(keys: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """(the rows' order by `keys`, first key first, each group in the rows' own order; the
-    groups' start positions in it, and the end)."""
-    order = np.lexsort(keys[::-1])
-    cut = np.zeros(len(order), bool)
-    for k in keys:
-        v = k[order]
-        cut[1:] |= v[1:] != v[:-1]
-    cut[:1] = True
-    return order, np.append(np.flatnonzero(cut), len(order))
+def _groups_of(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the rows' order by an int `key`, each group in the rows' own order; the groups' start
+    positions in it, and the end)."""
+    order = np.argsort(key, kind="stable")
+    starts = run_starts(key[order]) if len(order) else None
+    return order, np.append(starts if starts is not None else [], len(order)).astype(np.intp)
 
 
 def rank_tables(per: pd.DataFrame, types: dict, gpu_ranks: set[int]) -> list[dict]:
@@ -169,7 +165,7 @@ def rank_tables(per: pd.DataFrame, types: dict, gpu_ranks: set[int]) -> list[dic
     kind_of = {k: i for i, (k, _) in enumerate(KINDS)}
     kcode = per["kind"].map(kind_of).fillna(len(KINDS)).to_numpy(np.int64)
     rank = per["rank"].to_numpy(np.int64)
-    order, bounds = _groups_of([rank, kcode])
+    order, bounds = _groups_of(rank * (len(KINDS) + 1) + kcode)  # by rank, then kind
     cols = {c: per[c].to_numpy()[order] for c in ("name", "time_ms", "calls", "host_ms",
                                                    "gpu_ms")}
     rank, kcode = rank[order], kcode[order]
@@ -416,7 +412,7 @@ def hta_breakdown(kb: pd.DataFrame, types: dict) -> dict:
     """HTA's get_gpu_kernel_breakdown, per rank: the kernel-type time (µs, with overlaps) and
     each kernel's sum, max, min and mean (µs), the top TOP per rank by sum (on arrays, a slice
     per rank)."""
-    order, bounds = _groups_of([kb["rank"].to_numpy(np.int64)])
+    order, bounds = _groups_of(kb["rank"].to_numpy(np.int64))
     cols = {c: kb[c].to_numpy()[order] for c in ("rank", "name", "type", "count", "sum_ns",
                                                   "max_ns", "min_ns")}
     ranks = []
