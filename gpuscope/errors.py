@@ -16,7 +16,9 @@ class TraceFormatError(InputError):
 def need(module: str, extra: str, what: str) -> None:
     """Raise the one-line install hint every view gives when `what` needs the optional `module`
     (installed by gpuscope's `extra`): the CLI's, the HTML's, the TensorBoard tab's."""
+    import importlib
     import importlib.util
 
+    importlib.invalidate_caches()  # installed since this process started (a running TensorBoard)
     if importlib.util.find_spec(module) is None:
         raise GpuscopeError(f"{what} needs {module}: pip install 'gpuscope[{extra}]'")

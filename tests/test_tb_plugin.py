@@ -400,12 +400,17 @@ def test_without_plotly_every_view_gives_the_clis_one_line_hint(tmp_path, monkey
                         lambda name, *a, **k: None if name.split(".")[0] == "plotly"
                         else real(name, *a, **k))
     shutil.copytree(os.path.join(SAMPLES, "comm", "record"), tmp_path / "run")
-    body = RunIndex(str(tmp_path)).report("run")
+    index = RunIndex(str(tmp_path))
+    body = index.report("run")
     assert body["error"] == ("the TensorBoard tab needs plotly: pip install "
-                             "&#x27;gpuscope[tensorboard]&#x27;")
+                             "'gpuscope[tensorboard]', then reload this page")
     plugin = GpuscopePlugin(SimpleNamespace(logdir=str(tmp_path)))
     r = Client(plugin.get_plugin_apps()["/plotly.min.js"]).get("/plotly.min.js")
     assert r.status_code == 503 and "pip install 'gpuscope[tensorboard]'" in r.get_json()["error"]
     assert cli.main(["analyze", str(tmp_path / "run"), "--html", str(tmp_path / "r.html")]) == 2
     err = capsys.readouterr().err
     assert "the HTML dashboard needs plotly: pip install 'gpuscope[html]'" in err
+    # installed while TensorBoard runs: the same index answers with the report on reload
+    monkeypatch.setattr(importlib.util, "find_spec", real)
+    body = index.report("run")
+    assert "error" not in body and body["report"]["verdict"]

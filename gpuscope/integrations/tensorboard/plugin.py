@@ -188,7 +188,8 @@ class RunIndex:
             else:
                 payload = build_payload(path, run)
                 self.analyses += 1
-            self._store(run, sig, payload)
+            if not payload.get("retry"):  # a missing package is installed while the tab runs
+                self._store(run, sig, payload)
         return payload
 
 
@@ -197,8 +198,8 @@ def build_payload(path: str, run: str) -> dict:
 
     try:  # the tab's panels are plotly figures: without it, the CLI's one-line hint
         need("plotly", "tensorboard", "the TensorBoard tab")
-    except GpuscopeError as exc:
-        return {"run": escape(run), "error": escape(str(exc))}
+    except GpuscopeError as exc:  # our own words (plain quotes): the page shows them as text
+        return {"run": escape(run), "error": f"{exc}, then reload this page", "retry": True}
     from ... import analyze
     from ...vocab import LABEL_COLORS
     from ...op_names import excess_words
