@@ -55,6 +55,8 @@ def test_live_names_the_straggler_while_training(tmp_path):
     assert "last to arrive: rank 1" in lines[0] and "straggler: rank" not in lines[0]
     assert "straggler: rank 1" in lines[1] and "imbalanced" in lines[1]
     assert ends[1]["summaries"] == 0  # the other ranks send, rank 0 diagnoses
+    closing = [x for x in proc.stderr.splitlines() if x.startswith("gpuscope live: ended")]
+    assert len(closing) == 1 and "straggler: rank 1" in closing[0], proc.stderr[-2000:]
 
 
 @pytest.mark.slow
@@ -183,7 +185,7 @@ def test_a_straggler_is_named_only_when_late_in_enough_windows_in_a_row(ranks, w
     assert "changes from window to window" in live.summaries[1]["suggestion"]
     assert "changes from window to window" in live.summaries[-1]["suggestion"]
     assert live.summaries[4 + needed + 1]["verdict"] == "compute-bound"
-    assert f"a straggler once it is last {needed}" in live.summaries[0]["line"]
+    assert f"named a straggler once last in {needed} in a row" in live.summaries[0]["line"]
     assert needed == windows_needed(ranks) or wait_ms > 50
 
 
@@ -199,7 +201,13 @@ def test_one_process_without_torch_distributed_diagnoses_itself(tmp_path, capsys
     assert len(got) == 2 and got[0]["steps"] == [0, 4] and got[1]["steps"] == [5, 9]
     assert got[0]["verdict"] == "compute-bound"
     assert rec.live_summaries == got
-    assert len(_lines(capsys.readouterr().err)) == 2
+    err = capsys.readouterr().err
+    assert len(_lines(err)) == 2
+    # one closing line: what the windows covered, the steps after them, the whole run's command
+    closing = [x for x in err.splitlines() if x.startswith("gpuscope live: ")]
+    assert closing == [f"gpuscope live: ended after step 11: 2 window(s) diagnosed, steps 0-9; "
+                       "the last: compute-bound, no straggler named; steps 10-11 in no window; "
+                       f"the whole run: gpuscope analyze {tmp_path}"]
 
 
 def test_the_exchange_stays_on_the_cpu_whatever_the_default_device(monkeypatch):

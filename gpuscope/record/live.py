@@ -12,8 +12,10 @@ How, without slowing or hanging training:
    there, rank 0 classifies the window and logs one line, then calls ``on_diagnosis(summary)``;
    if not, nothing waits for it. An exchange that fails (a rank died: gloo reports the closed
    connection; or the group's time-out passed) turns live diagnosis off with one warning;
-4. at exit nothing is waited for: an exchange still in flight is dropped (more than one still
-   out: a rank stopped answering, said in one warning).
+4. at exit the last exchange gets a short grace (CLOSE_GRACE_S, polled, never a blocking
+   wait), then anything still in flight is dropped (more than one still out: a rank stopped
+   answering, said in one warning); rank 0 logs one closing line: the windows it diagnosed,
+   the steps after the last one that no window covered, and the command for the whole run.
 
 The window's numbers follow the analysis (analyze/classify.py) on window sums: transfer = the
 least exposed communication of any rank, a rank's wait = its excess over that, shares of the
@@ -45,6 +47,7 @@ WIDTH = 3 + len(SUMS)
 MAX_IN_FLIGHT = 64  # exchanges started and not yet back; past this a peer is gone or far behind
 STRAGGLER_CHANCE = 0.1  # at most this likely by chance: the same rank last k windows in a row
 CLEAR_WAIT = 3.0  # x the wait threshold: waiting this large names the rank after 2 windows
+CLOSE_GRACE_S = 1.0  # at exit, the last exchange is polled this long (the ranks launched it together)
 
 
 class Live:
@@ -52,7 +55,7 @@ class Live:
 
     def __init__(self, every: int, on_diagnosis=None, *, rank: int = 0, world_size: int = 1,
                  knobs: dict | None = None, timeout_s: float = 60.0, log: bool = True,
-                 thresholds: Thresholds | None = None):
+                 thresholds: Thresholds | None = None, run_dir: str | None = None):
         self.every = max(int(every), 1)
         self.on_diagnosis = on_diagnosis
         self.rank, self.world_size = rank, world_size
@@ -60,6 +63,8 @@ class Live:
         self.timeout_s = timeout_s
         self.log = log
         self.th = thresholds or Thresholds()
+        self.run_dir = run_dir            # named in the closing line
+        self._steps_seen = [0, None]      # rows fed, the last one's step
         self.summaries: list[dict] = []   # rank 0: what it diagnosed, in order
         self.off = ""                     # why live diagnosis stopped, once it did
         self._group = None
@@ -71,6 +76,9 @@ class Live:
     def feed(self, rows: list) -> None:
         """Add flushed rows (STEP_COLUMNS order) to the window."""
         w = self._window
+        if rows:
+            self._steps_seen[0] += len(rows)
+            self._steps_seen[1] = rows[-1][_STEP]
         for row in rows:
             if not w[0]:
                 w[1] = row[_STEP]
@@ -142,12 +150,20 @@ class Live:
         the last exchange still out means a rank stopped answering: said once."""
         try:
             self.poll()
+            until = time.monotonic() + CLOSE_GRACE_S
+            while len(self._pending) == 1 and not self.off and time.monotonic() < until:
+                time.sleep(0.005)  # the last exchange: every rank launched it at the same step
+                self.poll()
         except Exception:
             pass
         if len(self._pending) > 1 and not self.off:
             self._stop(f"{len(self._pending)} exchanges were not answered when recording "
                        "stopped: a rank stopped early or is far behind")
+        dropped = len(self._pending)
         self._pending = []
+        if self.log and self.rank == 0 and self._steps_seen[0]:
+            line = closing_line(self.summaries, self._steps_seen[1], dropped, self.run_dir)
+            print(f"gpuscope live: {line}", file=sys.stderr, flush=True)
 
     def _stop(self, why: str) -> None:
         self.off = why
@@ -170,6 +186,26 @@ class Live:
                 warn_once("live-callback", "gpuscope: on_diagnosis raised %r; it is not called "
                           "again", exc)
                 self.on_diagnosis = None
+
+
+def closing_line(summaries: list, last_step, dropped: int, run_dir: str | None) -> str:
+    """Rank 0's last line at stop(): what the live windows covered, what they did not, and
+    where the whole run is told."""
+    whole = f"gpuscope analyze {run_dir}" if run_dir else "gpuscope analyze on the run dir"
+    end = int(last_step)
+    if not summaries:
+        return (f"ended after step {end}: no window diagnosed (fewer steps than one window, "
+                f"or none came back); the whole run: {whole}")
+    first, last = summaries[0]["steps"][0], summaries[-1]["steps"][1]
+    s = summaries[-1]
+    who = (f"straggler: rank {s['straggler']['rank']}" if s.get("straggler") else
+           "no straggler named")
+    tail = ""
+    if end > last:
+        tail = f"; steps {last + 1}-{end} in no window" + (
+            " (the last exchange did not come back in time)" if dropped else "")
+    return (f"ended after step {end}: {len(summaries)} window(s) diagnosed, steps "
+            f"{first}-{last}; the last: {s['verdict']}, {who}{tail}; the whole run: {whole}")
 
 
 def windows_needed(n_ranks: int) -> int:
@@ -254,7 +290,7 @@ def diagnose(windows: list, th: Thresholds, knobs: dict | None = None,
     elif late is not None:
         soon = 2 if shares[IMBALANCED] >= CLEAR_WAIT * th.wait else needed  # waiting this large
         line += (f"; last to arrive: rank {late['rank']} ({streak['windows']} window(s) in a "
-                 f"row; a straggler once it is last {soon})")
+                 f"row; named a straggler once last in {soon} in a row)")
     line += f"; {summary['suggestion']}"
     summary["line"] = line
     return summary

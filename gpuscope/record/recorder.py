@@ -885,7 +885,8 @@ class Recorder:
 
         o = self.options
         live = Live(o.live_every, o.on_diagnosis, rank=p.rank, world_size=p.world_size,
-                    knobs=self._knobs, timeout_s=o.live_timeout_s, log=o.live_log and p.rank == 0)
+                    knobs=self._knobs, timeout_s=o.live_timeout_s, log=o.live_log and p.rank == 0,
+                    run_dir=self.run_dir)
         self._add_sink(LiveDiagnosis(live))
         self.live_summaries = live.summaries
         try:
