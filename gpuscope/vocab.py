@@ -13,6 +13,17 @@ STACK_COLORS = {"data": "#e0a100", "compute": "#2e9d5b", "transfer": "#9b59b6", 
                 "bubble": "#5bc0de", "other": "#9aa5b1"}
 #: named sub-phases of compute, each a RunTable column f"{name}_ns"
 COMPUTE_PHASES = ("forward", "backward", "optimizer")
+
+
+def rest_of_other(forward_timed: bool) -> str:
+    """What a recorded step's "other" holds beyond the loop's own work between steps: time
+    nothing gpuscope timed covers, said as such (a sleep in forward is not launch overhead)."""
+    if forward_timed:
+        return ("the rest is inside the step but outside the data wait, forward, backward, "
+                "optimizer and collectives gpuscope timed: not attributed (Python between them, "
+                "the loop's own code)")
+    return ("the rest is inside the step and not attributed: forward is not timed without "
+            "record(model=...), so the model's forward counts here too")
 #: a thread that runs again within this long (ns) of the end of a collective it issued and then
 #: sat idle for was waiting for that collective (exposed communication); later, it was waiting
 #: for a core (other). One rule for the recorder (record/rows.py) and traces (kineto/steps.py)

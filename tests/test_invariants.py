@@ -463,3 +463,22 @@ def test_the_shares_of_each_row_are_its_parts_over_its_step():
                       - frame["bubble_ns"].to_numpy(np.float64), 0) / step
     assert np.array_equal(sh["transfer"], want)
     assert np.array_equal(sh["bubble"], frame["bubble_ns"].to_numpy(np.float64) / step)
+
+
+@pytest.mark.parametrize("forward", [0, 4])
+def test_time_nothing_timed_covers_is_said_unattributed_not_launch_overhead(forward):
+    """A sleep inside the step, with no model given to record(): forward is not timed, so the
+    step's "other" is not Python and launch overhead but time nothing timed covers (issue 71,
+    12.); with forward timed, the rest is named as outside what was timed."""
+    from gpuscope.render import terminal
+
+    rows = balanced(8, 2, compute=2 + forward, forward=forward, backward=2, other=10, between=0.1)
+    report = analyze_table(table_from_rows(rows), TH0)
+    text = " ".join(terminal.render(report, width=200).split())
+    assert "launch overhead" not in text
+    if forward:
+        assert "outside the data wait, forward, backward, optimizer and collectives" in text
+    else:
+        assert "forward is not timed without record(model=...)" in text
+    unexplained = [w for w in report.warnings if w.startswith("unexplained")]
+    assert all("launch work" not in w for w in unexplained)

@@ -33,7 +33,7 @@ import pandas as pd
 from ..report import Report
 from ..runtable import RunTable
 from ..thresholds import Thresholds
-from ..vocab import COMPUTE, LABELS, MS, PIPELINE, UNEXPLAINED
+from ..vocab import COMPUTE, LABELS, MS, PIPELINE, UNEXPLAINED, rest_of_other
 from .classify import classify_steps, jitter_cost, run_verdict, step_results
 from .confidence import Evidence, earn, share_of_time
 from .consistency import Roles, find_roles, intermittent
@@ -470,9 +470,10 @@ def unexplained_why(table: RunTable, frame: pd.DataFrame, steps: pd.DataFrame) -
     if table.source == "record":
         between = (float(rows["between_ns"].sum()) / max(float(rows["step_ns"].sum()), 1.0)
                    if "between_ns" in rows and rows["between_ns"].notna().all() else None)
+        timed = "forward_ns" in rows and bool(rows["forward_ns"].any())
         where = (f"{between:.0%} of the step is the loop's own work between rec.step() and the "
-                 "next step (logging, checkpoints, a profiler writing its trace, evaluation), "
-                 "the rest Python and launch work inside the step: " if between else "")
+                 "next step (logging, checkpoints, a profiler writing its trace, evaluation); "
+                 f"{rest_of_other(timed)}: " if between is not None else "")
         return head + where + ("time the loop's own work with rec.phase('name') to see what "
                                "it is")
     if any(i.meta.get("gpu_not_recorded") for i in table.ranks.values()):

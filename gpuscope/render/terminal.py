@@ -11,7 +11,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from ..vocab import COMPUTE_PHASES, IMBALANCED, LABEL_STYLES, MS, PART_HEADS, PARTS
+from ..vocab import COMPUTE_PHASES, IMBALANCED, LABEL_STYLES, MS, PART_HEADS, PARTS, rest_of_other
 
 PHASE_HEADS = {"forward": "fwd", "backward": "bwd", "optimizer": "opt"}
 from . import ops_text
@@ -267,10 +267,10 @@ def _comm_and_other(report: ReportData, console: Console) -> None:
     host = [r.host_pct for r in ranks if r.host_pct is not None]
     if between:
         b = sum(between) / len(between)
+        timed = any(r.phases_ns.get("forward") for r in ranks)
         console.print(Text(f"Other, {other:.0f}% of step time: {b:.0f}% is the loop's own work "
                            "between rec.step() and the next step (logging, checkpoints, a "
-                           "profiler, evaluation); the rest is Python and launch overhead inside "
-                           "the step"))
+                           f"profiler, evaluation); {rest_of_other(timed)}"))
     elif host:
         h = sum(host) / len(host)
         console.print(Text(f"Other, {other:.0f}% of step time: in {h:.0f}% the GPU sat idle "
