@@ -191,11 +191,46 @@ def cmd_demo(args) -> int:
         return 1
     result.report.print()
     print(f"JSON report: {result.json_path}\nHTML dashboard: {result.html_path}")
+    for line in demo_next(args, result.report):
+        print(line)
     if result.trace_dir:
         print(f"\nThe same run as torch.profiler traces: {command('gpuscope')} analyze "
               f"{result.trace_dir}\nIn TensorBoard (gpuscope tab + Scalars): "
               f"{command('tensorboard')} --logdir {result.out}")
     return 0
+
+
+def demo_next(args, report) -> list[str]:
+    """The demo's first suggestion applied with its own options and compared, with this run's
+    value (a README's value is another machine's), and `gpuscope try` of all of them."""
+    from .demo import FLAGS, NPROC
+    from .trials import setting
+
+    first = next((s for s in report.suggestions if s.knob in FLAGS
+                  and isinstance(setting(s.proposed), int)), None)
+    if first is None:
+        return []
+    knobs = {"num_workers": args.num_workers, "sync_frequency": args.sync_every,
+             "batch_size": args.batch_size}
+    knobs[first.knob] = setting(first.proposed)
+    base = [command("gpuscope"), "demo"] + (
+        ["--scenario", args.scenario] if args.scenario != "data" else []) + (
+        ["--steps", str(args.steps)] if args.steps != 30 else []) + (
+        ["--nproc", str(args.nproc)] if args.nproc != NPROC[args.scenario] else [])
+    after = os.path.join(os.path.dirname(os.path.normpath(args.out)) or ".", "after")
+    run = [*base, *(a for k, v in knobs.items() if v is not None for a in (FLAGS[k], str(v))),
+           "--no-profile", "--out", after]
+    before = os.path.join(args.out, "record")
+    named = [k for k in FLAGS if any(s.knob == k for s in report.suggestions)]
+    trial = [*base, *(a for k, v in knobs.items() if v is not None and k not in named
+                      for a in (FLAGS[k], str(v))),
+             *(a for k in named for a in (FLAGS[k], "{" + k + "}")), "--no-profile"]
+    return ["", f"Next: apply the first suggestion ({first.knob} {setting(first.current)} -> "
+            f"{knobs[first.knob]}) and compare the two runs:",
+            f"  {' '.join(run)}",
+            f"  {command('gpuscope')} compare {before} {os.path.join(after, 'record')}",
+            "or measure each suggested value beside this one:",
+            f"  {command('gpuscope')} try {before} -- {' '.join(trial)}"]
 
 
 def command(name: str) -> str:

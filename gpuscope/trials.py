@@ -88,7 +88,7 @@ def parse_knob_values(specs: list[str]) -> dict[str, list]:
     return out
 
 
-def _setting(value):
+def setting(value):
     """A suggestion's current or proposed value as a command takes it: the count in a phrase
     ("every 8 steps", "accumulation 16 (sync every 16 micro-steps)" -> 8, 16), else as it is."""
     if isinstance(value, str):
@@ -120,8 +120,8 @@ def make_plan(report: dict, command: list[str], knob_values: dict[str, list] | N
         raise GpuscopeError("the command holds no {knob} placeholder to vary (e.g. "
                             "--num-workers {num_workers})")
     knobs = report.get("knobs") or {}
-    suggestions = [{**s, "current": _setting(s.get("current")),
-                    "proposed": _setting(s.get("proposed"))}
+    suggestions = [{**s, "current": setting(s.get("current")),
+                    "proposed": setting(s.get("proposed"))}
                    for s in report.get("suggestions") or [] if s.get("knob")]
     current: dict = {}  # each knob's current value, as its first suggestion says it
     for s in suggestions:

@@ -35,9 +35,8 @@ DEMO = ("<!-- demo:begin -->", "<!-- demo:end -->")
 COMPARE = ("<!-- compare:begin -->", "<!-- compare:end -->")
 SCALING = ("<!-- scaling:begin -->", "<!-- scaling:end -->")
 LIVE = ("<!-- live:begin -->", "<!-- live:end -->")
-# the demo's option for each knob its suggestions name
-FLAGS = {"num_workers": "--num-workers", "sync_frequency": "--sync-every",
-         "batch_size": "--batch-size"}
+sys.path.insert(0, ROOT)
+from gpuscope.demo import FLAGS  # noqa: E402  the demo's option for each knob its suggestions name
 BEFORE, AFTER = os.path.join("runs", "demo"), os.path.join("runs", "after")
 
 
@@ -68,8 +67,9 @@ def walk_through(first: dict, cmp: dict) -> list[str]:
         f"`--sync-every` and `--batch-size` apply the other knobs its suggestions name.",
         width=100, break_long_words=False, break_on_hyphens=False)
     return [
-        f"After `make demo`, apply its first suggestion (here `{knob}` {first['current']} -> "
-        f"{value}) and compare:",
+        f"After `make demo`, apply its first suggestion and compare: the demo's last lines print "
+        f"these two commands with your run's own value (here `{knob}` {first['current']} -> "
+        f"{value}; another machine's may differ):",
         "",
         "```bash",
         f".venv/bin/gpuscope demo {FLAGS[knob]} {value} --no-profile --out {AFTER}",

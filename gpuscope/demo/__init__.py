@@ -7,3 +7,6 @@ SCENARIOS = ("data", "comm", "imbalanced", "compute")
 #: third from one step to the next there), and gpuscope rightly reads that jitter-bound: the
 #: healthy state shows with one rank, or with two on a machine with a core each to spare
 NPROC = {"data": 2, "comm": 2, "imbalanced": 2, "compute": 1}
+#: the demo's option for each knob its suggestions name (what its "next" lines apply)
+FLAGS = {"num_workers": "--num-workers", "sync_frequency": "--sync-every",
+         "batch_size": "--batch-size"}
