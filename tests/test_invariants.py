@@ -2,6 +2,8 @@
 evidence (analyze/confidence.py): each rule on hand-built tables, where breaking it is done on
 purpose, so each test fails when its rule is dropped."""
 
+import os
+
 import pandas as pd
 from dataclasses import replace
 
@@ -16,6 +18,7 @@ from gpuscope.thresholds import Thresholds
 from helpers import MS, balanced, table_from_rows
 
 TH0 = Thresholds(warmup_steps=0)
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 
 
 def _frame(**cols):
@@ -482,3 +485,23 @@ def test_time_nothing_timed_covers_is_said_unattributed_not_launch_overhead(forw
         assert "forward is not timed without record(model=...)" in text
     unexplained = [w for w in report.warnings if w.startswith("unexplained")]
     assert all("launch work" not in w for w in unexplained)
+
+
+def test_the_collectives_line_adds_up_to_the_comm_column_or_names_the_rest():
+    """Traces count in the comm column the time a step waited on collectives outside their own
+    ranges and DDP's sync in flight; the Collectives line's kinds plus the rest it names give
+    the rank table's mean comm (issue 71, 7.); a record's kinds already add up."""
+    import re
+
+    from gpuscope import analyze
+    from gpuscope.render import terminal
+
+    for path in ("sample_traces/comm/kineto", "sample_traces/comm/record"):
+        report = analyze(os.path.join(ROOT, path))
+        text = " ".join(terminal.render(report, width=200).split())
+        line = text.split("Collectives, mean ms per step over ranks: ", 1)[1].split(" Stragglers")[0]
+        kinds = sum(float(v) for v in re.findall(r"all_reduce ([\d.]+)", line))
+        rest = re.search(r"comm column's other ([\d.]+) ms", line)
+        column = sum(r.comm_ns for r in report.ranks) / len(report.ranks) / MS
+        assert abs(kinds + (float(rest.group(1)) if rest else 0.0) - column) <= 0.1, line
+        assert (rest is not None) == path.endswith("kineto"), line

@@ -259,7 +259,8 @@ def _comm_and_other(report: ReportData, console: Console) -> None:
     if kinds:
         mean = {k: sum(r.comm_by_kind.get(k, 0.0) for r in ranks) / len(ranks) for k in kinds}
         console.print(Text("Collectives, mean ms per step over ranks: " + ", ".join(
-            f"{k} {_ms(v):.1f}" for k, v in sorted(mean.items(), key=lambda kv: -kv[1]))))
+            f"{k} {_ms(v):.1f}" for k, v in sorted(mean.items(), key=lambda kv: -kv[1]))
+            + comm_rest(sum(r.comm_ns for r in ranks) / len(ranks), sum(mean.values()))))
     other = sum(r.other_pct for r in ranks) / len(ranks)
     if other < 5:
         return
@@ -275,6 +276,20 @@ def _comm_and_other(report: ReportData, console: Console) -> None:
         h = sum(host) / len(host)
         console.print(Text(f"Other, {other:.0f}% of step time: in {h:.0f}% the GPU sat idle "
                            "waiting for the host to launch work"))
+
+
+def comm_rest(column_ns: float, kinds_ns: float) -> str:
+    """How the collectives' own times meet the table's comm column (the union of the step's
+    communication): the rest named where it is a tenth of a ms or more (issue 71, 7.)."""
+    rest = column_ns - kinds_ns
+    if abs(rest) < 0.05 * MS:
+        return ""
+    if rest > 0:
+        return (f"; the comm column's other {_ms(rest):.1f} ms is time the step waited on "
+                "collectives outside their own ranges, or DDP's gradient sync in flight from "
+                "its first bucket's launch")
+    return (f"; together {_ms(-rest):.1f} ms more than the comm column: collectives that "
+            "overlap one another count once there")
 
 
 def _interesting(ranks: list[RankResult], stragglers: set) -> list[RankResult]:
