@@ -177,6 +177,12 @@ def cmd_demo(args) -> int:
     from .demo import NPROC
 
     args.nproc = args.nproc or NPROC[args.scenario]
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        print("gpuscope demo: the demo trains a model and needs torch: pip install torch "
+              "(gpuscope analyze reads runs and traces without it)", file=sys.stderr)
+        return 2
     print(f"gpuscope demo: {args.nproc}-process DDP (gloo, CPU), scenario '{args.scenario}', "
           f"{args.steps} steps ...", flush=True)
     try:

@@ -255,7 +255,13 @@ def smoke_test(world: int, backend: str, timeout: float = 120, worker=_smoke_wor
 
 def run_doctor(probe: Probe | None = None, smoke: bool = True,
                cpu_world: int = 2) -> tuple[list[Check], int]:
-    probe = probe or Probe()
+    if probe is None:
+        try:
+            probe = Probe()
+        except ImportError:  # an analysis-only install: nothing to train or record with here
+            return [Check("torch", FAIL, "not installed: the training, gpuscope.record and the "
+                          "smoke test need it (pip install torch); gpuscope analyze, its "
+                          "dashboard and the TensorBoard tab do not")], 1
     checks = check_environment(probe)
     if smoke:
         devices = probe.cuda_devices()

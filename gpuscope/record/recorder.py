@@ -359,6 +359,8 @@ class Recorder:
             self._knobs["peak_flops"] = float(o.peak_flops)
         if o.price_per_gpu_hour:
             self._knobs["price_per_gpu_hour"] = float(o.price_per_gpu_hour)
+        if "torch" not in sys.modules:
+            self._without_torch()
         self._hooks = Hooks(self._log, self.model, o.time_optimizer)
         self._hooks.install()
         self.warnings += self._hooks.warnings
@@ -877,6 +879,17 @@ class Recorder:
                 self.warnings.append(watch.error)
 
         self._add_sink(Closing("stall watcher", close))
+
+    def _without_torch(self) -> None:
+        """An install without torch (gpuscope reads runs without it): the loop's own timings
+        are all it can record; said once, on the record too."""
+        import importlib.util
+
+        if importlib.util.find_spec("torch") is None:
+            why = ("gpuscope.record needs torch for collectives, memory and device times "
+                   "(pip install torch): without it only the loop's own timings are recorded")
+            self.warnings.append(why)
+            warn_once("recorder-no-torch", "gpuscope: %s", why)
 
     # ----------------------------------------------------------------- live diagnosis
     def _start_live(self, p) -> None:
