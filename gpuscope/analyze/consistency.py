@@ -103,6 +103,10 @@ class Roles:
     minor: dict = field(default_factory=dict)
     #: the typical step the material and minor shares are of (ns; 0: not worked out)
     typical_ns: float = 0.0
+    #: rank -> its busy time less the other ranks' median, step by step (roles.steps), for the
+    #: ranks steadily busier than their peers (at most BUSY_KEPT): where a straggler's own
+    #: excess lies, which the waits do not tell on a loaded machine (bursts)
+    busy_excess: dict = field(default_factory=dict)
     #: the most any rank's mean lateness could be and still look like chance in these steps
     #: (ns: the largest upper end of a one-sided RULE_OUT_ALPHA interval over the ranks no test
     #: found late): what the steps can see. A rank slowed by less hides in them (a rank 1%
@@ -250,11 +254,16 @@ def _step_tables(frame, step, rank, busy: bool, own: bool, slowest: bool) -> tup
             own_t[complete] if own_t is not None else None, top, busiest, partial)
 
 
+#: the ranks whose step-by-step busy excess Roles keeps (the busiest ones, by mean excess)
+BUSY_KEPT = 16
+
+
 def _busier(w, busy, own, crit: float, tiny: float, material_ns: float) -> tuple:
     """(late by being busier by a material amount, steadily busier whatever the amount, how
-    much busier in its own work where steadily so) per rank, from its busy time (`busy`) and its
-    own work less its loading (`own`) against the median of the other ranks' in the same step
-    (the tables shaped as the waits `w`, steps x ranks)."""
+    much busier in its own work where steadily so, {rank column: busy excess per step} of the
+    steadily busier) per rank, from its busy time (`busy`) and its own work less its loading
+    (`own`) against the median of the other ranks' in the same step (the tables shaped as the
+    waits `w`, steps x ranks)."""
     # the paired test: each rank's busy time against the median of the other ranks' in the
     # same step; a rank consistently busier than its peers by a material amount is late
     # whatever the jitter around it (the waits above move with who happened to arrive last).
@@ -264,6 +273,7 @@ def _busier(w, busy, own, crit: float, tiny: float, material_ns: float) -> tuple
     paired = np.zeros(n_ranks, dtype=bool)
     steady = np.zeros(n_ranks, dtype=bool)  # significantly busier, whatever the amount
     own_excess = np.zeros(n_ranks)  # where steadily busier in its own work: by how much
+    kept: dict = {}
     for table in (busy, own):
         # a table, or (busy, loading): the busy time less the loading, made rows at a time
         rows_of = (lambda rows, t=table: t[0][rows] - t[1][rows]) if isinstance(table, tuple) \
@@ -285,7 +295,11 @@ def _busier(w, busy, own, crit: float, tiny: float, material_ns: float) -> tuple
                 paired[j] = tp >= crit and dm[j] >= material_ns and dm[j] > 0
             elif tp >= crit and dm[j] > 0:
                 own_excess[j] = dm[j]
-    return paired, steady, own_excess
+        if table is busy:
+            busier = np.flatnonzero(steady)
+            for j in busier[np.argsort(-dm[busier], kind="stable")][:BUSY_KEPT].tolist():
+                kept[j] = d[:, j].copy()
+    return paired, steady, own_excess, kept
 
 
 def _shape(table) -> tuple:
@@ -316,7 +330,8 @@ def _tested(roles: Roles, w, ranks, slowest, min_share, max_wait, busy=None, own
     z = rank_z(w)
     material_median = np.abs(x_median) * n_ranks / (n_ranks - 1) >= min_share * typical
     tiny = 1e-9 * (max_wait.max() + 1)
-    paired, steady, own_excess = _busier(w, busy, own, crit, tiny, min_share * typical)
+    paired, steady, own_excess, kept = _busier(w, busy, own, crit, tiny, min_share * typical)
+    roles.busy_excess = {int(ranks[j]): e for j, e in kept.items()}
     counted = last_too_often(w <= 0.5 * max_wait, alpha)
     for j, rank in enumerate(ranks):
         t = _t(mean[j], sd[j] / math.sqrt(n), tiny)
@@ -604,7 +619,10 @@ def bursts(roles: Roles, steps: pd.DataFrame, wait_share: float, rank: int) -> d
     rule of `intermittent`), when it arrived last in them, they are at most INTERMITTENT_MOST
     of the steps and at least BURST_MIN, and they hold more than BURST_SHARE of the waiting it
     caused: a rank last in all 8 profiled steps, 19 ms late in 2 of them and 3 ms in the rest
-    (a checkpoint or a slow batch every few steps; on a busy machine, small delays elsewhere). {"steps" (the late ones), "of_steps" (all), "share" (of the
+    (a checkpoint or a slow batch every few steps; on a busy machine, small delays elsewhere).
+    Where its busy time was compared with its peers' (Roles.busy_excess), those steps must also
+    hold more than BURST_SHARE of its own excess: a rank 30 ms busier in every step of a loaded
+    machine, whose load piled the others' waiting into a third of the steps, is constant. {"steps" (the late ones), "of_steps" (all), "share" (of the
     waiting it caused), "every" (their common spacing, else None), "excess_ms" (the median
     other rank's wait in them, their mean)}; None otherwise."""
     stand = _standing_out(roles, steps, wait_share)
@@ -626,6 +644,11 @@ def bursts(roles: Roles, steps: pd.DataFrame, wait_share: float, rank: int) -> d
     share = float(caused[out].sum()) / total if total > 0 else 0.0
     if share <= BURST_SHARE:
         return None
+    own = roles.busy_excess.get(rank)
+    if own is not None:  # and its own excess: a load's waiting is not the rank's bursts
+        own = np.maximum(own, 0.0)
+        if float(own[out].sum()) <= BURST_SHARE * float(own.sum()):
+            return None
     late = roles.steps[out].astype(np.int64)
     return {"steps": [int(x) for x in late], "of_steps": n, "share": round(share, 3),
             "every": _spacing(late), "excess_ms": round(_late_by(w[out], j) / 1e6, 2)}
