@@ -689,9 +689,11 @@ def budgets(docs: dict) -> list[str]:
 
         rows = scored(w)
         ok = sum(p["in_range"] for _, p in rows)
-        out.append(f"- Estimates: the re-run after a suggestion lands in its stated range in {ok} "
-                   f"of {len(rows)} applied pairs ([applied fixes](docs/accuracy.md"
-                   "#applied-fixes)).")
+        out.append(f"- Estimates: on the project's own programs ({w.get('cpus', '?')} cores, "
+                   f"{w.get('commit', '?')}), the re-run after a suggestion lands in its stated "
+                   f"range in {ok} of {len(rows)} applied pairs ([applied fixes](docs/accuracy.md"
+                   "#applied-fixes)); on programs it was not tuned on, or a loaded machine, "
+                   "fewer: `gpuscope try` measures the fix instead.")
     fl = docs.get("faults.json")
     if fl:
         trained = [x for x in fl["rows"] if "scores" in x and x["parallel"] != "generated"]
@@ -736,8 +738,14 @@ def first_run(d: dict | None) -> list[str]:
     m, s = divmod(round(d["seconds"]), 60)
     return [f"On a fresh clone `make demo` took {m} min {s:02d} s and left a "
             f"{d['venv_bytes'] / 2**30:.1f} GiB `.venv` (torch {d['torch_bytes'] / 2**20:.0f} MiB "
-            f"of it; {d['cores']} cores, no pip cache, {d['commit']}: "
-            "`benchmarks/bench_first_run.py`)."]
+            f"of it; {d['cores']} cores{_load(d)}, no pip cache, {d['commit']}: "
+            "`benchmarks/bench_first_run.py`); a machine busy with other work takes longer."]
+
+
+def _load(d: dict) -> str:
+    """The machine's load while it ran, where measured (1-minute averages, start and end)."""
+    load = d.get("load")
+    return f" at load {load[0]:.1f}-{load[1]:.1f}" if load else ""
 
 
 def every_rank(d: dict | None) -> list[str]:
