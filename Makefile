@@ -35,7 +35,7 @@ demo: $(VENV)/.demo
 test: install
 	$(BIN)/python -m pytest -q tests
 
-test-fast: install   # everything but the tests that start other processes (~30 s)
+test-fast: install   # everything but the tests that start other processes
 	$(BIN)/python -m pytest -q -m "not slow" tests
 
 bench-overhead: install

@@ -738,11 +738,11 @@ def first_run(d: dict | None) -> list[str]:
     m, s = divmod(round(d["seconds"]), 60)
     return [f"On a fresh clone `make demo` took {m} min {s:02d} s and left a "
             f"{d['venv_bytes'] / 2**30:.1f} GiB `.venv` (torch {d['torch_bytes'] / 2**20:.0f} MiB "
-            f"of it; {d['cores']} cores{_load(d)}, no pip cache, {d['commit']}: "
+            f"of it; {d['cores']} cores{_at_load(d)}, no pip cache, {d['commit']}: "
             "`benchmarks/bench_first_run.py`); a machine busy with other work takes longer."]
 
 
-def _load(d: dict) -> str:
+def _at_load(d: dict) -> str:
     """The machine's load while it ran, where measured (1-minute averages, start and end)."""
     load = d.get("load")
     return f" at load {load[0]:.1f}-{load[1]:.1f}" if load else ""
