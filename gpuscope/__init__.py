@@ -42,8 +42,11 @@ def analyze(path, *, thresholds: Thresholds | dict | str | None = None,
         from .analyze.window import parse_steps
 
         steps = parse_steps(steps)
-    return analyze_table(read_path(path, engine=engine), thresholds, skip=skip, own=True,
-                         steps=steps)
+    from .analyze.run import warm_steps
+
+    return analyze_table(read_path(path, engine=engine,
+                                   warm=warm_steps(thresholds, skip, steps)),
+                         thresholds, skip=skip, own=True, steps=steps)
 
 
 __all__ = ["record", "Recorder", "RecordOptions", "host_facts", "analyze", "Report", "Thresholds", "GpuscopeError",

@@ -43,16 +43,17 @@ def _early_parse(path: str):
 
 
 def _analyze(args, ahead):
-    from .analyze.run import analyze_table
+    from .analyze.run import analyze_table, warm_steps
     from .readers import read_path
     from .thresholds import Thresholds
 
     from .analyze.window import parse_steps
 
     steps = parse_steps(getattr(args, "steps", None))
-    return analyze_table(read_path(args.path, parsed=ahead, engine=args.engine),
-                         Thresholds().with_overrides(args.thresholds), skip=args.skip, own=True,
-                         steps=steps)
+    th = Thresholds().with_overrides(args.thresholds)
+    return analyze_table(read_path(args.path, parsed=ahead, engine=args.engine,
+                                   warm=warm_steps(th, args.skip, steps)),
+                         th, skip=args.skip, own=True, steps=steps)
 
 
 def _flight_recorder_alone(args) -> int | tuple | None:

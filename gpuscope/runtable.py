@@ -75,6 +75,10 @@ class RunTable:
     #: writable, where it made them as one block; the owner of the table may reuse that memory
     #: (analyze/prepare.py leaves the warm-up out in place) and the frame is then not the same
     int_block: tuple | None = field(default=None, repr=False)
+    #: each rank's first rows, left out of `frame` as the files were read where the analysis
+    #: asked (readers/warm_split.WarmRows: the rows, how many per rank, and how to put them
+    #: back); None where the frame holds every row
+    warm: object | None = field(default=None, repr=False)
 
     @property
     def rank_ids(self) -> list[int]:

@@ -21,6 +21,7 @@ from .cycles import cycle_ends, group_cycles, sync_interval
 from .rowgroups import count_distinct, dense_unique, step_by_rank, warm_rows
 from .stopped import stopped_ranks, stopped_warnings
 from .wait import estimate_wait, is_column, wait_cells
+from .warm_split import split_holds, whole as with_warm_rows
 from .passes import declares
 from .whatif import batch_growth, micro_steps
 
@@ -135,7 +136,12 @@ def without_empty_steps(table: RunTable, warnings: list[str]) -> RunTable:
           "table frame knobs stopped missing mapping micro growth last_steps wait_cells warnings")
 def prepare(a) -> None:
     """The pass (run.Analysis -> its table, frame, knobs, stopped ranks, cycle map, micro-step
-    statistics and batch growth)."""
+    statistics and batch growth). Where the reader set each rank's warm-up apart already
+    (RunTable.warm) and that is what leaving it out here gives (warm_split.split_holds), the
+    steps below that would not change anything are skipped; else those rows are put back."""
+    split = split_holds(a.table, a.th.warmup_steps, a.own)
+    if not split:
+        a.table = with_warm_rows(a.table)
     a.table = without_empty_steps(a.table, a.warnings)
     a.knobs = a.table.knobs()
     if not a.knobs.get("world_size") and a.table.world_size:
@@ -149,11 +155,12 @@ def prepare(a) -> None:
     a.warnings += stopped_warnings(a.stopped)
     whole = a.table.frame
     a.last_steps = step_by_rank(whole, "max")
-    a.table = without_thin_steps(a.table, a.warnings)
+    if not split:  # (split: none, over both parts)
+        a.table = without_thin_steps(a.table, a.warnings)
     frame, warmup = a.table.frame, a.th.warmup_steps
-    ends = cycle_ends(frame)
+    ends = cycle_ends(frame) if not split else None
     # the wait split's cells (here and in key_waits), each step among the ranks that recorded it
-    a.wait_cells = wait_cells(a.table.comm, frame)
+    a.wait_cells = wait_cells(a.table.comm, frame, a.table.warm.frame if split else None)
     if ends is not None:  # accumulation: waits per micro-step, then optimizer steps
         frame = estimate_wait(frame, a.warnings, a.table.comm, a.wait_cells)
         clean = without_profiler_writes(frame, a.table, [])  # the micro-step statistics'
@@ -169,7 +176,10 @@ def prepare(a) -> None:
         frame = without_profiler_writes(without_counted_step(frame, a.knobs), a.table,
                                         a.warnings)
         into = None
-        if a.own and frame is a.table.frame and a.table.int_block is not None:
+        if split:  # the warm-up was left out as the files were read
+            into = own_column(frame, a.table.int_block, "wait_ns")
+            a.table = replace(a.table, frame=frame, int_block=None, warm=None)
+        elif a.own and frame is a.table.frame and a.table.int_block is not None:
             # the table is the analysis's own (read for it): the warm-up is left out in place,
             # the waits written into its own column, and the table keeps the analysed frame
             # instead of the one it was read with

@@ -49,6 +49,7 @@ from .layout import Layout, find_layout, split_bubble
 from .ops import ops_section
 from .passes import declares
 from .prepare import prepare
+from .warm_split import whole
 from .rank_summary import (analysed_rows, comm_by_kind, comm_by_parts, grad_sync_share,
                            summarize_ranks)
 from .routing import routing_section
@@ -429,7 +430,7 @@ def analyze_table(table: RunTable, thresholds: Thresholds | None = None,
     th = thresholds or Thresholds()
     warnings = list(table.warnings)
     if steps is not None:
-        table = windowed(table, steps, warnings)
+        table = windowed(whole(table), steps, warnings)
         if skip is None:
             skip = 0
     else:
@@ -440,6 +441,14 @@ def analyze_table(table: RunTable, thresholds: Thresholds | None = None,
     for p in passes:
         p(a)
     return a.report
+
+
+def warm_steps(th: Thresholds, skip: int | None, steps) -> int:
+    """The warm-up rows per rank an analysis of a recorded run leaves out (what its reader may
+    set apart as it reads: RunTable.warm); 0 when it reads a window of steps."""
+    if steps is not None:
+        return 0
+    return max(int(skip if skip is not None else th.for_source("record").warmup_steps or 0), 0)
 
 
 def comm_unseen(table: RunTable, frame: pd.DataFrame) -> str:

@@ -123,7 +123,8 @@ def key_waits(comm: pd.DataFrame | None, cells=UNSET) -> pd.DataFrame | None:
                          "wait_ns": wait.astype(np.int64)}, copy=False)
 
 
-def wait_cells(comm: pd.DataFrame | None, frame: pd.DataFrame | None = None):
+def wait_cells(comm: pd.DataFrame | None, frame: pd.DataFrame | None = None,
+               warm: pd.DataFrame | None = None):
     """(key codes, steps, ranks, wait, mismatched pairs, key names) per (key, step, rank) cell
     of the table outside point-to-point (numpy on a (key, step, rank) grid, or on one sort of
     the table when the grid would be sparse: the table has a row per rank, step and key, up to
@@ -132,7 +133,8 @@ def wait_cells(comm: pd.DataFrame | None, frame: pd.DataFrame | None = None):
     `frame`: the step rows, which say which ranks recorded each step: a key's step is compared
     among the members that recorded it (a rank whose file ends early, or that lost a few rows,
     leaves its peers' waiting split among themselves), where without it every member must have
-    the key in the step."""
+    the key in the step. `warm`: rows the reader set apart from `frame` (RunTable.warm): they
+    recorded their steps too."""
     if comm is None or comm.empty:
         return None
     kinds, _ = key_parts(comm)
@@ -150,8 +152,9 @@ def wait_cells(comm: pd.DataFrame | None, frame: pd.DataFrame | None = None):
     r, s = col(comm["rank"].to_numpy()), col(comm["step"].to_numpy())
     e = col(comm["exposed_ns"].to_numpy())
     c = col(comm["count"].to_numpy()) if "count" in comm else np.ones(g.size, np.int64)
-    have = None if frame is None else (frame["rank"].to_numpy(np.int64),
-                                       frame["step"].to_numpy(np.int64))
+    have = None if frame is None else [
+        (p["rank"].to_numpy(np.int64), p["step"].to_numpy(np.int64))
+        for p in ([frame] if warm is None else [frame, warm])]
     found = _dense_waits(g, s, r, e, c, have)
     if found is None:
         found = _sorted_waits(g.astype(np.int64, copy=False), s, r, e, c, have)
@@ -186,14 +189,14 @@ def _dense_waits(g, s, r, e, c, have=None):
         expected = np.broadcast_to(member.sum(axis=1)[:, None], (ng, ns))
     else:  # the members that recorded the step (or had the key in it)
         has = np.zeros((ns, nr), bool)
-        hr, hs = have
-        ok = (hs >= s0) & (hs < s0 + ns) & (hr >= r0) & (hr < r0 + nr)
-        at = np.subtract(hs if ok.all() else hs[ok], s0, dtype=np.int64)  # the flat (step,
-        at *= nr                                                           # rank) of each row,
-        np.add(at, hr if ok.all() else hr[ok], out=at)                     # in one array
-        at -= r0
-        has.reshape(-1)[at] = True
-        del at, ok
+        for hr, hs in have:  # the frame's rows, and any the reader set apart
+            ok = (hs >= s0) & (hs < s0 + ns) & (hr >= r0) & (hr < r0 + nr)
+            at = np.subtract(hs if ok.all() else hs[ok], s0, dtype=np.int64)  # the flat (step,
+            at *= nr                                                         # rank) of each
+            np.add(at, hr if ok.all() else hr[ok], out=at)                   # row, in one array
+            at -= r0
+            has.reshape(-1)[at] = True
+            del at, ok
         expected = (member[:, None, :] & (has[None, :, :] | seen)).sum(axis=2)
     got = seen.sum(axis=2)
     present = (got == expected) & (got >= 2)                   # (key, step)
@@ -249,7 +252,8 @@ def _sorted_waits(g, s, r, e, c, have=None):
     low = np.minimum.reduceat(e, starts)
     expected = members[g_inv[starts]]
     if have is not None:  # no more than the ranks that recorded the step (see wait_cells)
-        hr, hs = have
+        hr = np.concatenate([p[0] for p in have])
+        hs = np.concatenate([p[1] for p in have])
         span = max(n_r, int(hr.max(initial=0)) + 1)
         steps_ranks = np.unique(np.concatenate([hs * span + hr, s * span + r]))
         per_step, counts_ = np.unique(steps_ranks // span, return_counts=True)

@@ -28,11 +28,13 @@ def no_gc():
             gc.enable()
 
 
-def read_path(path, *, parsed=None, engine: str = "local") -> RunTable:
+def read_path(path, *, parsed=None, engine: str = "local", warm: int = 0) -> RunTable:
     """Read a gpuscope run dir (or one of its rank files), or a torch.profiler trace folder or
     file; which one is detected. `parsed`: the command line's early parse of the trace files
     (kineto/prefetch.py), or None. `engine`: "local", or "ray" (each file read by a Ray task:
-    ray_engine.py)."""
+    ray_engine.py). `warm`: the warm-up steps per rank the caller's analysis leaves out of a
+    run dir: set apart while reading where they can be (RunTable.warm; the caller owns the
+    table)."""
     if engine == "ray":
         from .ray_engine import read_on_ray
 
@@ -41,10 +43,10 @@ def read_path(path, *, parsed=None, engine: str = "local") -> RunTable:
     if engine != "local":
         raise InputError(f"engine {engine!r}: local or ray")
     with no_gc():
-        return _read_path(path, parsed)
+        return _read_path(path, parsed, warm)
 
 
-def _read_path(path, parsed=None) -> RunTable:
+def _read_path(path, parsed=None, warm: int = 0) -> RunTable:
     from ..run_format import is_record_file, is_run_dir
 
     path = os.fspath(path)
@@ -53,7 +55,7 @@ def _read_path(path, parsed=None) -> RunTable:
     if is_run_dir(path) or is_record_file(path):
         from .rundir import read_run_dir
 
-        return read_run_dir(path)
+        return read_run_dir(path, warm=warm)
     from .optimeline import is_op_timeline, read_op_timeline
 
     if is_op_timeline(path):

@@ -34,6 +34,7 @@ from .module_records import modules_frame, modules_ok
 from .routing_records import routing_frame, routing_ok
 from .readahead import Ahead
 from .record_columns import read_columns
+from .warm_split import WarmRows, merged, split_file, unsplit, warm_frame
 from .validate import (MAX_NS, MAX_RANKS, MAX_STEP, MAX_UNIX_NS, Tally, clean_knobs,
                        column_bounds, is_int, is_num)
 
@@ -64,6 +65,7 @@ class RankFile:
     comm: tuple | None = None          # the first and the last row) and their collectives
     n_rows: int = 0
     block: np.ndarray | None = None  # record_body.BLOCK_ROWS x rows: frame's columns are its rows
+    warm: dict | None = None  # its first rows, set apart from frame and block (warm_split.py)
 
     def __getstate__(self) -> dict:
         """Pickled (the Ray engine's tasks) without the frame's views of the block: they would
@@ -381,13 +383,16 @@ def _end_warnings(out: RankFile, name: str) -> None:
     warnings += [f"{name}: {w}" for w in end.get("warnings", []) if isinstance(w, str)]
 
 
-def load_rank_file(path: str, region=None) -> RankFile:
+def load_rank_file(path: str, region=None, warm: int = 0) -> RankFile:
     """read_rank_file, with the step rows turned into columns right away and the decoded rows
     let go (only the first and the last are kept, for the recording's span); `region`: a
-    rowblock.Region the columns are written into."""
+    rowblock.Region the columns are written into, the first `warm` rows set apart
+    (warm_split.split_file) where asked."""
     if region is None:
         return read_rank_file(path, build=True)
     got = read_rank_file(path, build=True, place=region.place)
+    if warm > 0:
+        split_file(got, region, warm)
     region.commit(got.block)
     return got
 
@@ -430,7 +435,7 @@ def _row_block(n_rows: int, spill, warnings: list[str]):
 
 
 def _load_files(batch: list[str], scale: float = 1.0, region=None,
-                sizes: list[int] | None = None) -> list:
+                sizes: list[int] | None = None, warm: int = 0) -> list:
     """(name, RankFile or the TraceFormatError) per file of `batch`, read in this process.
     `scale`: each file counted that many times on the bar (the child reads meanwhile); a
     region filled from its right end takes the files last to first. `sizes`: the files'
@@ -447,14 +452,14 @@ def _load_files(batch: list[str], scale: float = 1.0, region=None,
     for i, name in enumerate(order):
         ahead.before(i)
         try:
-            out.append((name, load_rank_file(name, region)))
+            out.append((name, load_rank_file(name, region, warm)))
         except TraceFormatError as exc:
             out.append((name, exc))
         progress.advance(int(sizes[i] * scale))
     return out[::-1] if down else out
 
 
-def _load_all(names: list[str], warnings: list[str]) -> tuple[list, tuple | None]:
+def _load_all(names: list[str], warnings: list[str], warm: int = 0) -> tuple[list, tuple | None]:
     """(name, RankFile or the TraceFormatError) per file, and (the RowBlock their columns were
     written into, its regions) or None; a big run dir is read by two processes (the child takes
     the first files), anything unexpected falls back to one. A run dir that may need more
@@ -493,7 +498,7 @@ def _load_all(names: list[str], warnings: list[str]) -> tuple[list, tuple | None
 
     def child():
         out = []
-        for name, got in _load_files(theirs, region=regions[0], sizes=sizes[:cut]):
+        for name, got in _load_files(theirs, region=regions[0], sizes=sizes[:cut], warm=warm):
             if rows is not None and isinstance(got, RankFile):
                 got.block = rows.marker(got.block)
             out.append((name, _packed(got, arena.put)))
@@ -501,7 +506,7 @@ def _load_all(names: list[str], warnings: list[str]) -> tuple[list, tuple | None
 
     with _in_child(child) as collect:
         # the bar tracks the parent's half
-        done = _load_files(mine, 1.0 / max(share, 1e-9), regions[1], sizes[cut:])
+        done = _load_files(mine, 1.0 / max(share, 1e-9), regions[1], sizes[cut:], warm)
         status, value = collect()
     if status == "ok":
         value, used = value
@@ -516,7 +521,7 @@ def _load_all(names: list[str], warnings: list[str]) -> tuple[list, tuple | None
     else:
         if regions[0] is not None:
             regions[0].used = 0
-        done += _load_files(theirs, 0.0, regions[0], sizes[:cut])
+        done += _load_files(theirs, 0.0, regions[0], sizes[:cut], warm)
     order = {n: i for i, n in enumerate(names)}
     return sorted(done, key=lambda item: order[item[0]]), (
         (rows, regions) if rows is not None else None)
@@ -536,6 +541,8 @@ def _packed(got, move):
             got.frame = {k: move(v) for k, v in got.frame.items()}
         if got.comm is not None:
             got.comm = tuple(move(v) for v in got.comm)
+        if got.warm is not None:
+            got.warm = {k: move(v) for k, v in got.warm.items()}
     return got
 
 
@@ -888,20 +895,74 @@ def with_bubble(frame: pd.DataFrame, comm: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
-def _concat(frames: list, blocks: list, placed: tuple | None = None
+def _step_table(frames: list, blocks: list, placed, warms: list, comm: list, spill
+                ) -> tuple:
+    """(the step frame, its int block, the collectives' frame, the set-apart rows' frame or
+    None) from the files' columns, sorted by rank and step, pipeline bubbles joined."""
+    frame, int_block = _concat(frames, blocks, placed, warms) if frames else (empty_frame(), None)
+    split = int_block is not None and bool(warms) and warms[0] is not None
+    if "wait_ns" not in frame:
+        frame["wait_ns"] = 0
+    wf = warm_frame(warms, list(frame.columns)) if split else None
+    r, st = frame["rank"].to_numpy(), frame["step"].to_numpy()
+    if not ((r[1:] > r[:-1]) | ((r[1:] == r[:-1]) & (st[1:] > st[:-1]))).all():
+        if wf is not None:  # (_all_split saw the files in order: not expected) put back
+            frame, int_block, wf = pd.concat([wf, frame], ignore_index=True), None, None
+        frame = frame.sort_values(["rank", "step"], kind="stable")
+    frame = frame.reset_index(drop=True)
+    comm_frame = _comm_frame(comm, spill) if comm else None
+    if comm_frame is not None:
+        frame = with_bubble(frame, comm_frame)
+        wf = with_bubble(wf, comm_frame) if wf is not None else None
+    return frame, int_block, comm_frame, wf
+
+
+def _all_split(files: list) -> bool:
+    """Whether every file with rows had its first rows set apart (warm_split.split_file), needs
+    no device times joined to them (those come per step, the set-apart ones too), and the files
+    follow one another in rank and step order (each rank's set-apart rows are its first)."""
+    with_rows = [f for f in files if f.frame is not None and len(f.frame["step"])]
+    if not with_rows or not all(f.warm is not None and not f.device for f in with_rows):
+        return False
+    last = None
+    for f in with_rows:
+        first = (int(f.warm["rank"][0]), int(f.warm["step"][0]))
+        if last is not None and first <= last:
+            return False
+        last = (int(f.frame["rank"][-1]), int(f.frame["step"][-1]))
+    return True
+
+
+def _block_maker(spill: str | None):
+    return lambda rows, n: _int_block(rows, n, spill)
+
+
+def _merger(warm: pd.DataFrame, names: list, make_block):
+    """WarmRows.merge: (kept frame) -> the whole frame and its int block."""
+    return lambda kept: merged(kept, warm, names, make_block)
+
+
+def _concat(frames: list, blocks: list, placed: tuple | None = None, warms: list | None = None
             ) -> tuple[pd.DataFrame, tuple | None]:
     """One frame of the ranks' columns (dicts; DataFrames where device times were joined). The
     int columns every rank has, and wait_ns (zeros, filled by the analysis), are concatenated
     straight into one 2-D block that the frame keeps as it is (no copy to consolidate);
     `blocks`: each rank's column-major block (record_body.BLOCK_ROWS) or None, copied whole;
     `placed`: (rowblock.RowBlock, its regions) the blocks were written into, kept as the
-    frame's block when they fill the regions in order. Returns the frame and (its int block,
-    the block's column names) (RunTable.int_block), or None."""
+    frame's block when they fill the regions in order. `warms`: each frame's set-apart first
+    rows (warm_split.py), put back in front of it where the blocks are copied (warms[0] is
+    then None). Returns the frame and (its int block, the block's column names)
+    (RunTable.int_block), or None."""
     if any(isinstance(f, pd.DataFrame) for f in frames):
         return pd.concat([f if isinstance(f, pd.DataFrame) else pd.DataFrame(f) for f in frames],
                          ignore_index=True), None
-    n = sum(len(f["step"]) for f in frames)
     joined = placed[0].joined(blocks, placed[1]) if placed is not None else None
+    if joined is None and warms and warms[0] is not None:
+        frames = [{k: np.concatenate([w[k], v]) if k in w else v for k, v in f.items()}
+                  for f, w in zip(frames, warms)]
+        blocks = [None] * len(frames)
+        warms[0] = None
+    n = sum(len(f["step"]) for f in frames)
     if joined is not None:
         ints = list(BLOCK_ROWS)
         block = joined
@@ -1002,7 +1063,7 @@ def hidden_share(logging: dict) -> float | None:
     return round(min(overlap / compute, 1.0), 4)
 
 
-def _chosen_files(path: str, loaded: list | None, warnings: list) -> tuple:
+def _chosen_files(path: str, loaded: list | None, warnings: list, warm: int = 0) -> tuple:
     """(the run dir, the rank files of the recording read, where their rows were placed): every
     record file read (or `loaded`'s), those that cannot be skipped, the newest recording (or
     the one a rank file given as `path` belongs to)."""
@@ -1016,7 +1077,7 @@ def _chosen_files(path: str, loaded: list | None, warnings: list) -> tuple:
         if not names:
             raise InputError(f"{path}: no gpuscope record files ({FILE_GLOB}) here")
         with progress.reading(sum(file_size(n) for n in names), len(names), path):
-            loaded, placed = _load_all(names, warnings)
+            loaded, placed = _load_all(names, warnings, warm)
     else:
         placed = None
     names = [n for n, _ in loaded]
@@ -1071,12 +1132,17 @@ def _rank_info(f: "RankFile") -> RankInfo:
     return RankInfo(f.rank, header.get("host", ""), knobs, meta)
 
 
-def read_run_dir(path: str, loaded: list | None = None) -> RunTable:
+def read_run_dir(path: str, loaded: list | None = None, warm: int = 0) -> RunTable:
     """A run dir (its newest recording), or one rank file (the recording it belongs to).
     `loaded`: (name, RankFile or TraceFormatError) per record file, read elsewhere (the Ray
-    engine's tasks); else they are read here."""
+    engine's tasks); else they are read here. `warm`: each rank's first rows the analysis
+    leaves out, set apart as the files are read where they can be (RunTable.warm)."""
     warnings: list[str] = []
-    path, chosen, placed = _chosen_files(path, loaded, warnings)
+    path, chosen, placed = _chosen_files(path, loaded, warnings, warm)
+    split = placed is not None and _all_split(chosen)
+    if not split:
+        for f in chosen:
+            unsplit(f)
     frames, blocks, ranks, world, telemetry, comm = [], [], {}, 0, [], []  # comm: (rank, columns)
     memory, routing, modules = [], [], []  # (rank, its memory / all-to-all / module records)
     host_timed: list[int] = []  # CUDA ranks with collectives the device did not time
@@ -1124,22 +1190,17 @@ def read_run_dir(path: str, loaded: list | None = None) -> RunTable:
         shown = ", ".join(map(str, missing[:10])) + (" ..." if len(missing) > 10 else "")
         warnings.append(f"{len(missing)} of {world} ranks have no readable record file (ranks {shown}); "
                         "analysis covers the others")
-    frame, int_block = _concat(frames, blocks, placed) if frames else (empty_frame(), None)
-    if "wait_ns" not in frame:
-        frame["wait_ns"] = 0
-    r, st = frame["rank"].to_numpy(), frame["step"].to_numpy()
-    if not ((r[1:] > r[:-1]) | ((r[1:] == r[:-1]) & (st[1:] > st[:-1]))).all():
-        frame = frame.sort_values(["rank", "step"], kind="stable")
-    frame = frame.reset_index(drop=True)
-    tel = pd.concat(telemetry, ignore_index=True) if telemetry else None
+    warms = [f.warm for f in chosen if f.frame is not None and len(f.frame["step"])] \
+        if split else []
     spill = placed[0].spill_dir if placed is not None else None
-    comm_frame = _comm_frame(comm, spill) if comm else None
-    if comm_frame is not None:
-        frame = with_bubble(frame, comm_frame)
+    frame, int_block, comm_frame, wf = _step_table(frames, blocks, placed, warms, comm, spill)
+    tel = pd.concat(telemetry, ignore_index=True) if telemetry else None
     table = RunTable(frame, "record", path, ranks, world or len(ranks), warnings, telemetry=tel,
                      comm=comm_frame, memory=memory_frame(memory),
                      routing=routing_frame(routing), int_block=int_block,
-                     ops=modules_frame(modules))
+                     ops=modules_frame(modules),
+                     warm=None if wf is None else WarmRows(wf, warm, _merger(
+                         wf, int_block[1], _block_maker(spill))))
     if os.path.isdir(path):
         from .flight_recorder import find  # torch's and the stall watcher's, beside the records
 
