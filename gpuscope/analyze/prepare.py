@@ -142,7 +142,7 @@ def prepare(a) -> None:
     split = split_holds(a.table, a.th.warmup_steps, a.own)
     if not split:
         a.table = with_warm_rows(a.table)
-    a.table = without_empty_steps(a.table, a.warnings)
+        a.table = without_empty_steps(a.table, a.warnings)  # (split: none, over both parts)
     a.knobs = a.table.knobs()
     if not a.knobs.get("world_size") and a.table.world_size:
         # a trace's knobs lack it: what the traces hold (distributedInfo, the rank files read)
