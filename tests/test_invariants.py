@@ -505,3 +505,37 @@ def test_the_collectives_line_adds_up_to_the_comm_column_or_names_the_rest():
         column = sum(r.comm_ns for r in report.ranks) / len(report.ranks) / MS
         assert abs(kinds + (float(rest.group(1)) if rest else 0.0) - column) <= 0.1, line
         assert (rest is not None) == path.endswith("kineto"), line
+
+
+def test_the_sliced_check_agrees_with_the_clipping_on_random_tables(monkeypatch):
+    """adds_up (a slice of rows at a time) says a table needs no clipping exactly when
+    enforce_parts' careful path clips nothing, rule by rule, on tables with a rule broken in
+    one row of one slice."""
+    import numpy as np
+
+    from gpuscope.analyze import invariants as inv
+
+    monkeypatch.setattr(inv, "ADDS_UP_ROWS", 7)  # many slices, the last one short
+    rng = np.random.default_rng(4)
+    n = 40
+    for trial in range(300):
+        step = rng.integers(50, 100, n)
+        data = rng.integers(0, 10, n)
+        comm = rng.integers(0, 30, n)
+        exposed = np.minimum(rng.integers(0, 20, n), comm)
+        compute = rng.integers(0, 20, n)
+        wait = np.minimum(rng.integers(0, 5, n), exposed)
+        f = pd.DataFrame({"rank": 0, "step": np.arange(n), "step_ns": step, "data_ns": data,
+                          "comm_ns": comm, "comm_exposed_ns": exposed, "compute_ns": compute,
+                          "other_ns": step - data - exposed - compute, "wait_ns": wait,
+                          "forward_ns": compute // 2, "backward_ns": compute // 3,
+                          "optimizer_ns": compute // 6})
+        if trial % 3:  # break one rule in one row
+            col = rng.choice(["step_ns", "data_ns", "comm_ns", "comm_exposed_ns", "compute_ns",
+                              "other_ns", "wait_ns", "forward_ns", "optimizer_ns"])
+            f.loc[int(rng.integers(0, n)), col] = int(rng.choice([-1, 10**6]))
+        monkeypatch.setattr(inv, "adds_up", lambda frame: False)
+        _, warnings = inv.enforce_parts(f)
+        monkeypatch.undo()
+        monkeypatch.setattr(inv, "ADDS_UP_ROWS", 7)
+        assert inv.adds_up(f) == (warnings == []), (trial, warnings)

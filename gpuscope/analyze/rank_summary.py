@@ -130,8 +130,8 @@ def summarize_ranks(table: RunTable, frame: pd.DataFrame, telemetry: dict,
     per_rank = per_rank or PerRank(frame)
     g = per_rank.groups
     med = {p: per_rank.mean(f"{p}_ns").tolist() for p in ("step",) + PARTS}
-    step_total = np.maximum(g.sum(frame["step_ns"].to_numpy()), 1.0)
-    share = lambda col: (100 * g.sum(frame[col].to_numpy()) / step_total).tolist()  # noqa: E731
+    step_total = np.maximum(per_rank.sum("step_ns"), 1.0)
+    share = lambda col: (100 * per_rank.sum(col) / step_total).tolist()  # noqa: E731
     pct = {p: share(f"{p}_ns") for p in PARTS}
     phases = [p for p in COMPUTE_PHASES if f"{p}_ns" in frame and frame[f"{p}_ns"].any()]
     phase_med = {p: per_rank.mean(f"{p}_ns").tolist() for p in phases}

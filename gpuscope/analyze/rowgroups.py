@@ -217,11 +217,20 @@ class PerRank:
         self.frame = frame
         self.groups = Groups(frame["rank"].to_numpy())
         self._memo: dict[str, np.ndarray] = {}
+        self._sums: dict[str, np.ndarray] = {}
+
+    def sum(self, col: str) -> np.ndarray:
+        """Per rank, the column's sum (Groups.sum), computed once (a pass over a column of a
+        big table may read it from a file again)."""
+        out = self._sums.get(col)
+        if out is None:
+            out = self._sums[col] = self.groups.sum(self.frame[col].to_numpy())
+        return out
 
     def mean(self, col: str) -> np.ndarray:
         out = self._memo.get(col)
         if out is None:
-            out = self._memo[col] = self.groups.mean(self.frame[col].to_numpy())
+            out = self._memo[col] = self.sum(col) / self.groups.counts
         return out
 
 
