@@ -34,7 +34,7 @@ from .module_records import modules_frame, modules_ok
 from .routing_records import routing_frame, routing_ok
 from .readahead import Ahead
 from .record_columns import read_columns
-from .warm_split import WarmRows, merged, split_file, unsplit, warm_frame
+from .warm_split import WarmRows, merged, split_file, unsplit, warm_columns, warm_frame
 from .validate import (MAX_NS, MAX_RANKS, MAX_STEP, MAX_UNIX_NS, Tally, clean_knobs,
                        column_bounds, is_int, is_num)
 
@@ -926,7 +926,7 @@ def _all_split(files: list) -> bool:
         return False
     last = None
     for f in with_rows:
-        first = (int(f.warm["rank"][0]), int(f.warm["step"][0]))
+        first = (int(f.warm["block"][0, 0]), int(f.warm["block"][1, 0]))
         if last is not None and first <= last:
             return False
         last = (int(f.frame["rank"][-1]), int(f.frame["step"][-1]))
@@ -959,7 +959,7 @@ def _concat(frames: list, blocks: list, placed: tuple | None = None, warms: list
     joined = placed[0].joined(blocks, placed[1]) if placed is not None else None
     if joined is None and warms and warms[0] is not None:
         frames = [{k: np.concatenate([w[k], v]) if k in w else v for k, v in f.items()}
-                  for f, w in zip(frames, warms)]
+                  for f, w in zip(frames, map(warm_columns, warms))]
         blocks = [None] * len(frames)
         warms[0] = None
     n = sum(len(f["step"]) for f in frames)

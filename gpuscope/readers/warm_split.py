@@ -35,7 +35,8 @@ class WarmRows:
 
 
 def split_file(got, region, n: int) -> bool:
-    """Set a file's first `n` rows apart (got.warm: {column: values}) and keep the rest in
+    """Set a file's first `n` rows apart (got.warm: {"block": their BLOCK_ROWS x n copy, and
+    "samples" where the file has them}: one array to pass between processes) and keep the rest in
     its region, where the region's next rows start (a move of this file's rows only, in the
     cache). Only a file whose rows are in the region, in step order, with more than `n` of
     them; False (the file as it is) otherwise."""
@@ -47,7 +48,7 @@ def split_file(got, region, n: int) -> bool:
     steps = block[1]
     if total <= n or not bool((steps[1:] > steps[:-1]).all()):
         return False
-    warm = {name: row[:n].copy() for name, row in zip(BLOCK_ROWS, block)}
+    warm = {"block": block[:, :n].copy()}
     samples = got.frame.get("samples")
     if samples is not None:
         warm["samples"] = np.array(samples[:n])
@@ -56,7 +57,7 @@ def split_file(got, region, n: int) -> bool:
         view = block[:, n:]
     else:  # left to right: moved to the region's next column (memmove: overlap safe)
         view = block[:, :kept]
-        view[...] = block[:, n:].copy()
+        view[...] = block[:, n:]  # (numpy copies overlapping slices as memmove does)
     got.block, got.warm = view, warm
     got.frame = {**block_columns(view), **({"samples": np.array(samples[n:])}
                                             if samples is not None else {})}
@@ -68,21 +69,29 @@ def unsplit(got) -> None:
     warm = getattr(got, "warm", None)
     if warm is None:
         return
-    got.frame = {k: np.concatenate([warm[k], np.asarray(v)]) if k in warm else v
+    cols = warm_columns(warm)
+    got.frame = {k: np.concatenate([cols[k], np.asarray(v)]) if k in cols else v
                  for k, v in got.frame.items()}
     got.block, got.warm = None, None
+
+
+def warm_columns(warm: dict) -> dict:
+    """A file's set-apart rows as {column: values}."""
+    return {**block_columns(warm["block"]),
+            **({"samples": warm["samples"]} if "samples" in warm else {})}
 
 
 def warm_frame(warms: list[dict], columns: list[str]) -> pd.DataFrame:
     """The set-apart rows of every file, in file order, with the kept frame's columns (its
     wait_ns zeros, as the reader's)."""
-    out = {}
-    for c in columns:
-        if c == "wait_ns":
-            out[c] = np.zeros(sum(len(w["step"]) for w in warms), np.int64)
-        else:
-            out[c] = np.concatenate([w[c] for w in warms])
-    return pd.DataFrame(out, columns=columns)
+    block = np.concatenate([w["block"] for w in warms], axis=1)
+    out = dict(zip(BLOCK_ROWS, block))
+    out["wait_ns"] = np.zeros(block.shape[1], np.int64)
+    if "samples" in columns:
+        out["samples"] = np.concatenate([w["samples"] if "samples" in w else
+                                         np.full(w["block"].shape[1], -1, np.int64)
+                                         for w in warms])
+    return pd.DataFrame({c: out[c] for c in columns}, columns=columns)
 
 
 def merged(kept: pd.DataFrame, warm: pd.DataFrame, names: list[str], make_block
