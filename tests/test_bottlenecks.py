@@ -77,12 +77,26 @@ def test_comm_fsdp_all_gathers_kept_or_prefetched():
 
 def test_host_fewer_launches_bound_by_the_idle_time():
     t = step(host=10 * MS, compute=25 * MS)
-    (s,) = host.suggest_host(t)
+    (s,), why = host.suggest_host(t)
     # the estimate promises half of the idle gaps closed (what the evidence supports), all of
     # them the range's other end (the H100 tutorial trace got +651% with its range from +67%)
     assert s.addresses == "host-bound" and s.estimated_step_ms == 35.0
     assert s.estimated_step_ms_range == (30.0, 35.0)
-    assert host.suggest_host(step()) == []
+    assert why == "" and host.suggest_host(step()) == ([], "")
+
+
+def test_a_step_with_no_kernel_gets_no_launch_advice_and_says_why():
+    """Issue 70: maths on CPU tensors, the GPU idle the whole step and no kernel in it: no
+    CUDA-graph / torch.compile suggestion with a range from a 0 ms step; the reason instead,
+    and the fix that follows the cause (the tensors on the GPU), measured by a trial."""
+    t = step(host=25 * MS, compute=0.0, step=25 * MS)
+    assert t.transfer == t.wait == 0
+    got, why = host.suggest_host(t)
+    assert got == [] and "no GPU kernel" in why and ".to('cuda')" in why
+    assert "CUDA graphs" not in why and "gpuscope try" in why
+    # device-to-host copies are GPU work (a sync per element): launch advice stays
+    got, why = host.suggest_host(step(host=23 * MS, compute=0.0, step=25 * MS))
+    assert len(got) == 1 and why == ""
 
 
 def test_imbalance_names_the_straggler_and_recovers_at_most_the_wait():

@@ -439,3 +439,33 @@ def test_expert_parallel_kernels_in_another_namespace_are_communication_and_name
     r = rep.ranks[0]
     assert r.comm_ns == 450 * US and "all_to_all" in r.comm_by_kind
     assert any("ep_kernels::intranode::dispatch" in w for w in rep.warnings)
+
+
+def test_maths_on_cpu_tensors_in_a_gpu_trace_gets_no_launch_advice(tmp_path):
+    """Issue 70's second trace: a loop summing a tensor's elements on CPU tensors, profiled
+    with CUDA activity: one copy to the GPU before the loop, then steps of aten::select and
+    aten::add_ with no kernel. The GPU idles the whole step: host-bound, but no CUDA-graph /
+    torch.compile suggestion ("~25.0 (0.0-25.0) ms/step" before); the report says why and
+    what follows the cause."""
+    from gpuscope.analyze.run import analyze_table
+    from gpuscope.thresholds import Thresholds
+
+    events = [X("cudaMemcpyAsync", 0, 20, cat="cuda_runtime", correlation=1),
+              X("Memcpy HtoD (Pageable -> Device)", 10, 50, cat="gpu_memcpy", tid=7,
+                correlation=1, stream=7)]
+    t = 100
+    for s in range(8):
+        events.append(X(f"ProfilerStep#{s}", t, 25_000))
+        for i in range(400):  # an op every 60 us, all on the host
+            events.append(X("aten::select", t + 60 * i, 20))
+            events.append(X("aten::add_", t + 60 * i + 25, 30))
+        t += 25_000
+    rep = analyze_table(read_path(_write(tmp_path, events)), Thresholds(), own=True)
+    assert rep.verdict.label == "host-bound", rep.verdict
+    assert not any("CUDA graphs" in s.proposed for s in rep.suggestions)
+    said = " ".join(rep.warnings)
+    assert "no GPU kernel" in said and ".to('cuda')" in said, rep.warnings
+    from gpuscope.render import terminal
+
+    text = " ".join(terminal.render(rep, width=200).split())
+    assert "the GPU had no kernel to run in 100%" in text and "waiting for the host" not in text

@@ -41,7 +41,10 @@ def suggest(found: Findings, t: TypicalStep | None = None
             why_not[COMM] = ("comm-bound steps are a minority: the typical step has no exposed "
                              "transfer, so no change to how often gradients sync is suggested")
     if HOST in labels:
-        out += suggest_host(t)
+        host, why = suggest_host(t)
+        out += host
+        if why:
+            why_not[HOST] = why
     return sorted(out, key=lambda s: -s.gain_pct), why_not
 
 

@@ -274,8 +274,12 @@ def _comm_and_other(report: ReportData, console: Console) -> None:
                            f"profiler, evaluation); {rest_of_other(timed)}"))
     elif host:
         h = sum(host) / len(host)
-        console.print(Text(f"Other, {other:.0f}% of step time: in {h:.0f}% the GPU sat idle "
-                           "waiting for the host to launch work"))
+        if h >= 99 and all(r.compute_ns <= 0 and r.comm_ns <= 0 for r in ranks):  # none launched
+            console.print(Text(f"Other, {other:.0f}% of step time: the GPU had no kernel to run "
+                               f"in {h:.0f}%: the step's work ran on the host"))
+        else:
+            console.print(Text(f"Other, {other:.0f}% of step time: in {h:.0f}% the GPU sat idle "
+                               "waiting for the host to launch work"))
 
 
 def comm_rest(column_ns: float, kinds_ns: float) -> str:
