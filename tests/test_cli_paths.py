@@ -103,3 +103,25 @@ def test_demo_runs_records_analyses_and_writes_the_dashboard(tmp_path):
     report = json.loads(next((tmp_path / "demo").rglob("*.json")).read_text())
     assert report["schema"] == "gpuscope.report/1" and report["ranks_analysed"] == 2
     assert next((tmp_path / "demo").rglob("*.html")).stat().st_size > 10_000
+
+
+def test_a_folder_holding_inputs_names_them(tmp_path):
+    """The demo's output folder given whole (record/ beside report.json): the error names the
+    run dir inside and the command for it; with traces beside the record, the traces are read
+    and the report says the record is there too."""
+    import shutil
+
+    from gpuscope.errors import InputError
+    from gpuscope.readers import read_path
+
+    out = tmp_path / "demo"
+    shutil.copytree(os.path.join(SAMPLES, "comm", "record"), out / "record")
+    (out / "report.json").write_text("{}")
+    with pytest.raises(InputError) as e:
+        read_path(out)
+    assert f"gpuscope analyze {out / 'record'}" in str(e.value)
+    shutil.copytree(os.path.join(SAMPLES, "comm", "kineto"), out / "kineto")
+    table = read_path(out)
+    assert table.source == "kineto"
+    assert any(f"`gpuscope analyze {out / 'record'}` reads the record" in w
+               for w in table.warnings)

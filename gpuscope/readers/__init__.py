@@ -64,13 +64,46 @@ def _read_path(path, parsed=None, warm: int = 0) -> RunTable:
     from .kineto.reader import read_kineto
 
     files = find_trace_files(path)
+    below = _inputs_below(path) if os.path.isdir(path) else []
     if files:
-        return read_kineto(path, files, parsed_ahead=parsed)
+        table = read_kineto(path, files, parsed_ahead=parsed)
+        runs = [sub for sub, what in below if what == "a gpuscope run dir"]
+        if runs:  # the same run recorded beside its traces, as the demo writes them
+            table.warnings.append(f"{path} also holds a gpuscope run dir ({', '.join(runs)}): "
+                                  "these are its torch.profiler traces; `gpuscope analyze "
+                                  f"{runs[0]}` reads the record")
+        return table
+    if below:
+        raise InputError(f"{path}: no input here, but in its folders: " + ", ".join(
+            f"{sub} ({what})" for sub, what in below) + "; analyse one at a time: "
+            f"gpuscope analyze {below[0][0]}")
     raise InputError(f"{path}: neither a gpuscope run dir (rank-*.gpuscope.jsonl), torch.profiler "
                      "traces (*.pt.trace.json[.gz] / *.json[.gz]), an op timeline "
                      "(.parquet / .csv: rank, step, optype, start_ts, duration) nor Flight "
                      "Recorder dumps (pickles or JSON of version, pg_config, pg_status, entries)"
                      + _json_here(path))
+
+
+def _inputs_below(folder: str) -> list[tuple[str, str]]:
+    """[(sub-folder, what it holds)] of the folder's own sub-folders that are inputs (a run dir,
+    torch.profiler traces): a demo's or a job's output folder (record/, kineto/ beside a
+    report) given whole."""
+    from ..run_format import is_run_dir
+    from ..trace_files import find_trace_files
+
+    try:
+        subs = sorted(os.path.join(folder, n) for n in os.listdir(folder))
+    except OSError:  # a file, or a folder that cannot be listed
+        return []
+    out = []
+    for sub in subs:
+        if not os.path.isdir(sub):
+            continue
+        if is_run_dir(sub):
+            out.append((sub, "a gpuscope run dir"))
+        elif find_trace_files(sub):
+            out.append((sub, "torch.profiler traces"))
+    return out
 
 
 def _json_here(folder: str) -> str:
