@@ -27,16 +27,28 @@ def cycle_ends(frame: pd.DataFrame) -> np.ndarray | None:
     longer cycles (every row is its own step)."""
     if frame.empty:
         return None
-    if "optimizer_ns" in frame:
-        opt = frame["optimizer_ns"].to_numpy() > 0
-        if opt.any() and not opt.all():
-            return opt
-        if opt.all():
+    by = closed_by([frame])
+    if by == "optimizer_ns":
+        return frame["optimizer_ns"].to_numpy() > 0
+    return frame["synced"].to_numpy() == 1 if by == "synced" else None
+
+
+def closed_by(parts: list[pd.DataFrame]) -> str | None:
+    """The column that tells where cycles end in the rows of `parts` taken together (one
+    frame, or a frame and the rows the reader set apart from it): "optimizer_ns" where some
+    micro-steps ran the optimizer and some did not, else "synced" where some synchronized
+    gradients and some did not; None when every row is its own step."""
+    if "optimizer_ns" in parts[0]:
+        opt = [p["optimizer_ns"].to_numpy() > 0 for p in parts]
+        every = all(o.all() for o in opt)
+        if any(o.any() for o in opt) and not every:
+            return "optimizer_ns"
+        if every:
             return None
-    if "synced" in frame:
-        synced = frame["synced"].to_numpy()
-        if (synced == 1).any() and (synced == 0).any():
-            return synced == 1
+    if "synced" in parts[0]:
+        synced = [p["synced"].to_numpy() for p in parts]
+        if any((s == 1).any() for s in synced) and any((s == 0).any() for s in synced):
+            return "synced"
     return None
 
 

@@ -21,7 +21,7 @@ from .cycles import cycle_ends, group_cycles, sync_interval
 from .rowgroups import count_distinct, dense_unique, step_by_rank, warm_rows
 from .stopped import stopped_ranks, stopped_warnings
 from .wait import estimate_wait, is_column, wait_cells
-from .warm_split import split_holds, whole as with_warm_rows
+from .warm_split import split_holds, thin_of, whole as with_warm_rows
 from .passes import declares
 from .whatif import batch_growth, micro_steps
 
@@ -204,7 +204,7 @@ def without_thin_steps(table: RunTable, warnings: list[str]) -> RunTable:
         return table
     steps = frame["step"].to_numpy()
     _, inv, counts = dense_unique(steps)
-    thin = (counts < 2) | (counts * 2 < n)  # per step
+    thin = thin_of(counts, n)  # per step
     if not thin.any() or thin.all():
         return table
     thin = thin[inv]  # per row

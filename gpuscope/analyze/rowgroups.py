@@ -18,18 +18,35 @@ def small_range(cells: int, n: int) -> bool:
     return cells <= 4 * n + 1024
 
 
+def _bincount(v: np.ndarray) -> np.ndarray | None:
+    """np.bincount(v) for non-negative ints of a small range (steps, ranks), else None."""
+    if v.size and v.dtype.kind in "iu":
+        lo, hi = int(v.min()), int(v.max())
+        if lo >= 0 and small_range(hi + 1, v.size):
+            return np.bincount(v)
+    return None
+
+
+def value_counts(values) -> tuple[np.ndarray, np.ndarray]:
+    """np.unique(values, return_counts=True), in one O(n) pass where _bincount can."""
+    v = np.asarray(values)
+    counts = _bincount(v)
+    if counts is None:
+        return np.unique(v, return_counts=True)
+    keys = np.flatnonzero(counts)
+    return keys.astype(v.dtype), counts[keys]
+
+
 def dense_unique(values) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """np.unique(values, return_inverse=True, return_counts=True) (inverse flat), in one O(n)
     pass (bincount) for non-negative ints of a small range, as steps and ranks are."""
     v = np.asarray(values)
-    if v.size and v.dtype.kind in "iu":
-        lo, hi = int(v.min()), int(v.max())
-        if lo >= 0 and small_range(hi + 1, v.size):
-            counts = np.bincount(v)
-            keys = np.flatnonzero(counts)
-            lookup = np.zeros(hi + 1, np.intp)
-            lookup[keys] = np.arange(keys.size)
-            return keys.astype(v.dtype), lookup[v], counts[keys]
+    counts = _bincount(v)
+    if counts is not None:
+        keys = np.flatnonzero(counts)
+        lookup = np.zeros(counts.size, np.intp)
+        lookup[keys] = np.arange(keys.size)
+        return keys.astype(v.dtype), lookup[v], counts[keys]
     keys, inv, counts = np.unique(v, return_inverse=True, return_counts=True)
     return keys, inv.reshape(-1), counts
 

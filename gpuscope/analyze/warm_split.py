@@ -17,7 +17,8 @@ import numpy as np
 import pandas as pd
 
 from ..runtable import RunTable
-from .rowgroups import count_distinct, small_range
+from .cycles import closed_by
+from .rowgroups import count_distinct, value_counts
 
 
 def whole(table: RunTable) -> RunTable:
@@ -48,43 +49,22 @@ def split_holds(table: RunTable, warmup: int, own: bool) -> bool:
 
 def accumulates(kept: pd.DataFrame, warm: pd.DataFrame) -> bool:
     """cycle_ends(whole frame) is not None, from the two parts."""
-    if "optimizer_ns" in kept:
-        opt = [p["optimizer_ns"].to_numpy() > 0 for p in (kept, warm)]
-        some, every = any(o.any() for o in opt), all(o.all() for o in opt)
-        if some and not every:
-            return True
-        if every:
-            return False
-    if "synced" in kept:
-        synced = [p["synced"].to_numpy() for p in (kept, warm)]
-        return any((s == 1).any() for s in synced) and any((s == 0).any() for s in synced)
-    return False
+    return closed_by([kept, warm]) is not None
 
 
 def thin_steps(kept: pd.DataFrame, warm: pd.DataFrame) -> bool:
-    """Whether prepare.without_thin_steps would leave steps out of the whole frame (a step
-    recorded by one rank or fewer than half of them, not all of them)."""
+    """Whether prepare.without_thin_steps would leave steps out of the whole frame."""
     n = count_distinct(kept["rank"].to_numpy())
     if n < 2:
         return False
-    keys, counts = [], []
-    for part in (kept, warm):
-        k, c = _counts(part["step"].to_numpy())
-        keys.append(k)
-        counts.append(c)
+    keys, counts = zip(*(value_counts(p["step"].to_numpy()) for p in (kept, warm)))
     steps, at = np.unique(np.concatenate(keys), return_inverse=True)
     total = np.bincount(at.reshape(-1), np.concatenate(counts).astype(np.float64), steps.size)
-    thin = (total < 2) | (total * 2 < n)
+    thin = thin_of(total, n)
     return bool(thin.any()) and not bool(thin.all())
 
 
-def _counts(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(distinct values, how many of each): a bincount for non-negative ints of a small range."""
-    if values.size and values.dtype.kind in "iu":
-        lo, hi = int(values.min()), int(values.max())
-        if lo >= 0 and small_range(hi + 1, values.size):
-            c = np.bincount(values)
-            keys = np.flatnonzero(c)
-            return keys, c[keys]
-    return np.unique(values, return_counts=True)
-
+def thin_of(counts: np.ndarray, n_ranks: int) -> np.ndarray:
+    """Per step (its count of rows): recorded by one rank only, or by fewer than half of the
+    n_ranks (prepare.without_thin_steps leaves such steps out, unless every step is one)."""
+    return (counts < 2) | (counts * 2 < n_ranks)

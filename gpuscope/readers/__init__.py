@@ -64,15 +64,15 @@ def _read_path(path, parsed=None, warm: int = 0) -> RunTable:
     from .kineto.reader import read_kineto
 
     files = find_trace_files(path)
-    below = _inputs_below(path) if os.path.isdir(path) else []
     if files:
         table = read_kineto(path, files, parsed_ahead=parsed)
-        runs = [sub for sub, what in below if what == "a gpuscope run dir"]
+        runs = [sub for sub, _ in _inputs_below(path, traces=False)]
         if runs:  # the same run recorded beside its traces, as the demo writes them
             table.warnings.append(f"{path} also holds a gpuscope run dir ({', '.join(runs)}): "
                                   "these are its torch.profiler traces; `gpuscope analyze "
                                   f"{runs[0]}` reads the record")
         return table
+    below = _inputs_below(path)
     if below:
         raise InputError(f"{path}: no input here, but in its folders: " + ", ".join(
             f"{sub} ({what})" for sub, what in below) + "; analyse one at a time: "
@@ -84,10 +84,10 @@ def _read_path(path, parsed=None, warm: int = 0) -> RunTable:
                      + _json_here(path))
 
 
-def _inputs_below(folder: str) -> list[tuple[str, str]]:
+def _inputs_below(folder: str, traces: bool = True) -> list[tuple[str, str]]:
     """[(sub-folder, what it holds)] of the folder's own sub-folders that are inputs (a run dir,
-    torch.profiler traces): a demo's or a job's output folder (record/, kineto/ beside a
-    report) given whole."""
+    torch.profiler traces where `traces`): a demo's or a job's output folder (record/, kineto/
+    beside a report) given whole."""
     from ..run_format import is_run_dir
     from ..trace_files import find_trace_files
 
@@ -101,7 +101,7 @@ def _inputs_below(folder: str) -> list[tuple[str, str]]:
             continue
         if is_run_dir(sub):
             out.append((sub, "a gpuscope run dir"))
-        elif find_trace_files(sub):
+        elif traces and find_trace_files(sub):
             out.append((sub, "torch.profiler traces"))
     return out
 
