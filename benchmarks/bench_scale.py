@@ -37,7 +37,7 @@ sys.path.insert(0, HERE)
 
 from measured import commit, process_tree  # noqa: E402  (benchmarks/measured.py)
 from gpuscope.record.writer import RecordWriter  # noqa: E402
-from gpuscope.run_format import COLUMNS_SUFFIX, SCHEMA, STEP_COLUMNS  # noqa: E402
+from gpuscope.run_format import CHUNK_MAGIC, COLUMNS_SUFFIX, SCHEMA, STEP_COLUMNS  # noqa: E402
 
 FLUSH_ROWS = 16  # the recorder's batch
 
@@ -272,7 +272,9 @@ def main() -> None:
     for size in args.sizes.split(","):
         ranks, steps = (int(x) for x in size.lower().split("x"))
         path = os.path.join(args.work, f"{ranks}x{steps}")
-        marker = os.path.join(path, ".complete-cols")  # made by the writer, side files too
+        # made by the writer, side files too, in this layout of their chunks (a run dir of an
+        # older layout is read as users' old run dirs are, so it is made again)
+        marker = os.path.join(path, ".complete-cols-" + CHUNK_MAGIC.decode())
         if not os.path.exists(marker):
             t = time.perf_counter()
             nbytes = make_run(path, ranks, steps, jobs=args.make_jobs)

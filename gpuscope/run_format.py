@@ -16,8 +16,9 @@ of the record file (up to Chunk.MAX_ROWS rows; the last one is written when the 
 closes)::
 
     header (CHUNK_HEADER, 48 bytes): magic, offset and length of the lines in the record file,
-        crc32 of those bytes followed by the chunk's body, lines, rows, collectives, side
-        records, bytes of keys, 0
+        crc32 of those bytes, lines, rows, collectives, side records, bytes of keys, crc32 of
+        the chunk's body (CHUNK_MAGIC_V1, the first layout: crc32 of those bytes followed by
+        the body, then 0)
     body (little-endian int64): rows x STEP_COLUMNS; each row's "_samples" (-1: none);
         collectives x (row in the chunk, key index, comm_ns, exposed_ns, count); side records x
         (line in the chunk, byte offset in the chunk's lines, length): their JSON is read from
@@ -49,7 +50,8 @@ _NAME = re.compile(r"^rank-(\d+)(?:-(\d+))?\.gpuscope\.jsonl$")
 
 
 COLUMNS_SUFFIX = ".gpuscope.cols"
-CHUNK_MAGIC = b"GSC1"
+CHUNK_MAGIC = b"GSC2"
+CHUNK_MAGIC_V1 = b"GSC1"  # still read: one crc32 over the record file's bytes and the body
 CHUNK_HEADER = "<4sQQIIIIIII"  # little-endian struct format of a chunk's header (48 bytes)
 
 

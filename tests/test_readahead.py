@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from gpuscope.readers import read_path, readahead
+from gpuscope.readers.record_file import HEAD_BYTES
 from gpuscope.run_format import columns_path
 
 from test_rowblock import _make_run
@@ -67,15 +68,19 @@ def test_run_dir_read_with_files_asked_ahead_is_the_same(tmp_path, monkeypatch):
     with monkeypatch.context() as m:
         m.setattr(readahead, "AHEAD_BYTES", 0)
         plain = read_path(str(run))
-    calls: list[str] = []
+    calls: list[tuple] = []
     real = readahead.advise
-    monkeypatch.setattr(readahead, "advise", lambda p: (calls.append(p), real(p)))
+    monkeypatch.setattr(readahead, "advise",
+                        lambda p, n=0, t=0: (calls.append((p, n)), real(p, n, t)))
     monkeypatch.setattr(readahead, "AHEAD_BYTES", 64 << 10)
     ahead = read_path(str(run))
     names = sorted(str(p) for p in run.glob("rank-*.gpuscope.jsonl"))
-    # the parent's files, asked for in this process (the child's were asked in the child)
-    assert calls and set(calls) <= set(names) | {columns_path(n) for n in names}
-    assert len(calls) == len(set(calls))
+    # the parent's files, asked for in this process (the child's were asked in the child):
+    # the side files whole, the record files (older than them) only their head
+    assert calls and len(calls) == len(set(calls))
+    assert {(p, n) for p, n in calls if p in names} <= {(p, HEAD_BYTES) for p in names}
+    assert {p for p, n in calls if p not in names} <= {columns_path(p) for p in names}
+    assert {n for p, n in calls if p not in names} == {0}
     a, b = plain.frame, ahead.frame
     assert list(a.columns) == list(b.columns) and len(a) == len(b) == 80 * 40
     for c in a.columns:

@@ -1,7 +1,8 @@
 """The column side file (rank-N.gpuscope.cols): the writer thread appends a chunk per batch, the
 reader takes the step rows from it without decoding JSON, and gets exactly what decoding the JSON
-gives; whenever it does not account for the record file byte for byte (damaged, cut, stale,
-lying about a value), the JSON is decoded as before."""
+gives; whenever it does not account for the record file (damaged, cut, stale, lying about a
+value), the JSON is decoded as before. A record file unchanged since its side file was written
+is read only where its side records lie (readers/record_file.py)."""
 
 from __future__ import annotations
 
@@ -21,8 +22,8 @@ from gpuscope.readers import read_path
 from gpuscope.readers import rundir as rec_reader
 from gpuscope.record.columns import Chunk
 from gpuscope.record.writer import RecordWriter
-from gpuscope.run_format import (CHUNK_HEADER, COLUMNS_SUFFIX, COMM_KEY, SCHEMA,
-                                    STEP_COLUMNS, columns_path)
+from gpuscope.run_format import (CHUNK_HEADER, CHUNK_MAGIC, CHUNK_MAGIC_V1, COLUMNS_SUFFIX,
+                                 COMM_KEY, SCHEMA, STEP_COLUMNS, columns_path)
 
 W = len(STEP_COLUMNS)
 T0 = 1_790_000_000_000_000_000
@@ -159,11 +160,18 @@ def _chunks(side: bytes) -> list[int]:
 def _resealed(side: bytearray, blob: bytes, at: int) -> bytearray:
     """The chunk at `at` given the crc32 its changed body now has (a side file that lies but
     is internally consistent: what a writer bug would leave)."""
-    magic, off, length, _, lines, n, n_comm, n_side, n_keys, spare = HEAD.unpack_from(side, at)
+    magic, off, length, crc, lines, n, n_comm, n_side, n_keys, _ = HEAD.unpack_from(side, at)
     end = at + HEAD.size + 8 * (n * (W + 1) + 5 * n_comm + 3 * n_side) + n_keys
-    crc = zlib.crc32(bytes(side[at + HEAD.size:end]), zlib.crc32(blob[off:off + length]))
-    HEAD.pack_into(side, at, magic, off, length, crc, lines, n, n_comm, n_side, n_keys, spare)
+    own = zlib.crc32(bytes(side[at + HEAD.size:end]))
+    HEAD.pack_into(side, at, magic, off, length, crc, lines, n, n_comm, n_side, n_keys, own)
     return side
+
+
+def _edited_later(path):
+    """The file's time a second past its side file's: an edit made after the run (a test
+    runs within one tick of the clock that stamps files)."""
+    later = os.stat(columns_path(path)).st_mtime_ns + 1_000_000_000
+    os.utime(path, ns=(later, later))
 
 
 def _damage(kind, jsonl, cols):
@@ -195,8 +203,11 @@ def _damage(kind, jsonl, cols):
         side = side[:chunks[1]] + side[chunks[2]:]
     elif kind == "side_empty":
         side = bytearray()
-    open(jsonl, "wb").write(bytes(blob))
-    open(cols, "wb").write(bytes(side))
+    if side != open(cols, "rb").read():
+        open(cols, "wb").write(bytes(side))
+    if blob != open(jsonl, "rb").read():  # edited after the run
+        open(jsonl, "wb").write(bytes(blob))
+        _edited_later(jsonl)
 
 
 @pytest.mark.parametrize("kind", ["record_byte_changed", "record_longer", "side_cut",
@@ -297,7 +308,7 @@ def test_a_killed_writer_leaves_a_side_file_that_is_declined(tmp_path, monkeypat
     path = _write(run, 0, end=False)
     cols = columns_path(path)
     side = open(cols, "rb").read()
-    open(cols, "wb").write(side[:side.rindex(b"GSC1")])
+    open(cols, "wb").write(side[:side.rindex(CHUNK_MAGIC)])
     seen = _spy(monkeypatch)
     got = read_path(str(run))
     assert seen == [False]
@@ -308,9 +319,9 @@ def test_side_file_columns_are_int64_little_endian(tmp_path):
     row = _row(0, {"all_reduce:ddp": [5, 6, 7]})
     path = _write(tmp_path / "run", 0, [[row]])
     side = open(columns_path(path), "rb").read()
-    magic, off, length, crc, lines, n, n_comm, n_side, n_keys, spare = HEAD.unpack_from(side)
+    magic, off, length, crc, lines, n, n_comm, n_side, n_keys, own = HEAD.unpack_from(side)
     blob = open(path, "rb").read()
-    assert (magic, lines, n, n_comm, n_side, spare) == (b"GSC1", 3, 1, 1, 2, 0)
+    assert (magic, lines, n, n_comm, n_side) == (b"GSC2", 3, 1, 1, 2)
     assert off == blob.index(b"\n") + 1 and off + length == len(blob) and n_keys % 8 == 0
     body = np.frombuffer(side, "<i8", W + 1 + 5 + 6, HEAD.size)
     assert body[:W].tolist() == row[:W] and body[W] == -1
@@ -319,7 +330,100 @@ def test_side_file_columns_are_int64_little_endian(tmp_path):
     assert knobs_line[0] == 0 and end_line[0] == 2  # the knobs before the row, the end after
     assert blob[off + end_line[1]:off + end_line[1] + end_line[2]].startswith(b'{"end"')
     assert side[len(side) - n_keys:].rstrip() == b'["all_reduce:ddp"]'
-    assert zlib.crc32(side[HEAD.size:], zlib.crc32(blob[off:])) == crc
+    assert zlib.crc32(blob[off:]) == crc and zlib.crc32(side[HEAD.size:]) == own
+
+
+def _first_layout(cols, jsonl):
+    """The side file rewritten in the first chunk layout (CHUNK_MAGIC_V1: one crc32 over the
+    record file's bytes and the body), as gpuscope before 2026-12-07 wrote it."""
+    side, blob = bytearray(open(cols, "rb").read()), open(jsonl, "rb").read()
+    for at in _chunks(bytes(side)):
+        _, off, length, _, lines, n, n_comm, n_side, n_keys, _ = HEAD.unpack_from(side, at)
+        end = at + HEAD.size + 8 * (n * (W + 1) + 5 * n_comm + 3 * n_side) + n_keys
+        crc = zlib.crc32(bytes(side[at + HEAD.size:end]), zlib.crc32(blob[off:off + length]))
+        HEAD.pack_into(side, at, CHUNK_MAGIC_V1, off, length, crc, lines, n, n_comm, n_side,
+                       n_keys, 0)
+    open(cols, "wb").write(bytes(side))
+
+
+def _reads(monkeypatch) -> list:
+    """Records each record file read whole (RecordBytes.whole) by the reader."""
+    from gpuscope.readers.record_file import RecordBytes
+
+    whole, seen = RecordBytes.whole, []
+    monkeypatch.setattr(RecordBytes, "whole",
+                        lambda self: (seen.append(os.path.basename(self.path)), whole(self))[1])
+    return seen
+
+
+@pytest.mark.parametrize("pieces_max", [8, 0])
+def test_a_record_file_older_than_its_side_file_is_read_where_its_side_records_lie(
+        tmp_path, monkeypatch, pieces_max):
+    """The record file unchanged since its side file was written: only its header and its side
+    records' lines are read (not its rows, half of a run dir's bytes; the whole file where
+    more than PIECES_MAX side records lie in its middle), the same table comes out, and a
+    flipped bit of the side file is still caught by the chunk's own crc32."""
+    from gpuscope.readers import record_file
+
+    monkeypatch.setattr(Chunk, "MAX_ROWS", 8)
+    # the NVML samples lie past the head and before the tail, the end record in the tail
+    monkeypatch.setattr(record_file, "HEAD_BYTES", 512)
+    monkeypatch.setattr(record_file, "TAIL_BYTES", 100)
+    monkeypatch.setattr(record_file, "PIECES_MAX", pieces_max)
+    run = tmp_path / "run"
+    for rank in (0, 1):
+        _write(run, rank)
+    whole, taken = _reads(monkeypatch), _spy(monkeypatch)
+    got = _read(run)
+    assert taken == [True, True] and whole == []
+    _same(got, _read(run, json_only=True))
+    assert got.ranks[0].knobs["num_workers"] == 2 and got.telemetry is not None
+    jsonl = str(run / "rank-00001.gpuscope.jsonl")
+    _damage("side_value_changed", jsonl, columns_path(jsonl))
+    assert os.stat(columns_path(jsonl)).st_mtime_ns >= os.stat(jsonl).st_mtime_ns
+    del taken[:]
+    got = _read(run)
+    assert taken == [True, False]
+    _same(got, _read(run, json_only=True))
+
+
+def test_a_record_file_newer_than_its_side_file_is_checked_in_full(tmp_path, monkeypatch):
+    """Touched after its side file (an edit, or a copy that wrote it last): read whole and
+    checked byte for byte, and taken when its bytes are those the side file stands for."""
+    run = tmp_path / "run"
+    path = _write(run, 0)
+    _edited_later(path)
+    whole, taken = _reads(monkeypatch), _spy(monkeypatch)
+    got = _read(run)
+    assert taken == [True] and whole == [os.path.basename(path)]
+    _same(got, _read(run, json_only=True))
+
+
+def test_side_files_of_the_first_layout_are_checked_in_full(tmp_path, monkeypatch):
+    """Side files written before the chunk had its own crc32 are still taken, always checked
+    against the record file's bytes: a changed byte is caught however old the record file."""
+    monkeypatch.setattr(Chunk, "MAX_ROWS", 8)
+    run = tmp_path / "run"
+    for rank in (0, 1):
+        _write(run, rank)
+    for rank in (0, 1):
+        jsonl = str(run / f"rank-0000{rank}.gpuscope.jsonl")
+        _first_layout(columns_path(jsonl), jsonl)
+    taken = _spy(monkeypatch)
+    got = _read(run)
+    assert taken == [True, True]
+    _same(got, _read(run, json_only=True))
+    jsonl = str(run / "rank-00001.gpuscope.jsonl")
+    blob = bytearray(open(jsonl, "rb").read())
+    at = blob.index(b",", len(blob) // 2) + 1
+    blob[at] = ord("9") if blob[at] != ord("9") else ord("8")
+    old = os.stat(jsonl).st_mtime_ns
+    open(jsonl, "wb").write(bytes(blob))
+    os.utime(jsonl, ns=(old - 10**9, old - 10**9))  # older than its side file
+    del taken[:]
+    got = _read(run)
+    assert taken == [True, False]
+    _same(got, _read(run, json_only=True))
 
 
 SAMPLES = os.path.join(os.path.dirname(__file__), "..", "sample_traces")

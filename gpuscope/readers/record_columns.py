@@ -1,8 +1,10 @@
 """A record file's step rows from its column side file (run_format), without decoding JSON.
 
-The side file is used only when it accounts for the record file's whole body, byte for byte:
-its chunks follow each other from the end of the header to the end of the file, and each
-chunk's crc32 matches the record file's bytes it stands for followed by the chunk's own body.
+The side file is used only when it accounts for the record file's whole body: its chunks
+follow each other from the end of the header to the end of the file, each chunk's own crc32
+matches its body, and the record file's bytes it stands for match their crc32, checked unless
+the record file is unchanged since the side file was written (record_file.py), where only its
+side records' lines are read.
 Its values then pass the same range checks as the JSON path's typed decoder. Anything else (no side file, a cut or damaged one, a
 record file longer than it covers after a kill, a value out of range, a repeated step) returns
 None, and the record file's JSON is decoded as before: the side file only ever saves time.
@@ -20,8 +22,9 @@ try:  # ISA-L's crc32: the same checksum as zlib's, 4x its speed here (benchmark
 except ImportError:  # no wheel for this platform: zlib's
     from zlib import crc32
 
-from ..run_format import CHUNK_HEADER, CHUNK_MAGIC, STEP_COLUMNS, columns_path
+from ..run_format import CHUNK_HEADER, CHUNK_MAGIC, CHUNK_MAGIC_V1, STEP_COLUMNS, columns_path
 from .record_body import Body, block_columns, block_of
+from .record_file import RecordBytes
 from .validate import MAX_NS, column_bounds
 
 _HEAD = struct.Struct(CHUNK_HEADER)
@@ -36,38 +39,53 @@ class _Unfit(Exception):
     """The side file does not account for the record file: decode the JSON."""
 
 
-def read_columns(path: str, blob: bytes, start: int, columns: list, rank: int,
+def read_columns(path: str, record, start: int, columns: list, rank: int,
                  place=None) -> Body | None:
-    """The body of the record file `path` (its bytes `blob`, the body from `start`) from its
-    column side file, or None when there is none or it does not account for the body.
-    `place`: where the columns go (record_body.block_of)."""
+    """The body of the record file `path` (its bytes: a RecordBytes, or bytes; the body from
+    `start`) from its column side file, or None when there is none or it does not account for
+    the body. `place`: where the columns go (record_body.block_of)."""
     if list(columns) != list(STEP_COLUMNS):
         return None
+    if not isinstance(record, RecordBytes):
+        record = RecordBytes(record, len(record), path)
     try:
         with open(columns_path(path), "rb") as fh:
             side = fh.read()
     except OSError:
         return None
     try:
-        return _read(side, blob, start, rank, place)
-    except (_Unfit, struct.error, ValueError, IndexError, msgspec.MsgspecError):
+        return _read(side, record, start, rank, place)
+    except (_Unfit, struct.error, ValueError, IndexError, OSError, msgspec.MsgspecError):
         return None
 
 
-def _read(side: bytes, blob: bytes, start: int, rank: int, place=None) -> Body:
+def _accounts(magic: bytes, crc: int, own: int, body, record: RecordBytes, off: int,
+              length: int) -> bool:
+    """Whether a chunk stands for the record file's bytes [off, off + length): its body's own
+    crc32 matches (a chunk of CHUNK_MAGIC), and the record file's bytes match theirs, checked
+    where the record file is not trusted (record_file.py); a chunk of the first layout
+    (CHUNK_MAGIC_V1) has one crc32 over both, always checked."""
+    if magic == CHUNK_MAGIC:
+        return crc32(body) == own and (record.trusted or crc32(
+            memoryview(record.whole())[off:off + length]) == crc)
+    return magic == CHUNK_MAGIC_V1 and not own and crc32(
+        body, crc32(memoryview(record.whole())[off:off + length])) == crc
+
+
+def _read(side: bytes, record: RecordBytes, start: int, rank: int, place=None) -> Body:
     if not side or len(side) % 8:
         raise _Unfit
     words = np.frombuffer(side, "<i8")
-    unpack, record, side_ = _HEAD.unpack_from, memoryview(blob), memoryview(side)
+    unpack, side_ = _HEAD.unpack_from, memoryview(side)
     size, pos, at, line = len(side), 0, start, 2
-    rows, samples, comm, side_records = [], [], [], []
+    rows, samples, comm, places = [], [], [], []
     n_rows = 0
     while pos < size:
-        magic, off, length, crc, lines, n, n_comm, n_side, n_keys, spare = unpack(side, pos)
+        magic, off, length, crc, lines, n, n_comm, n_side, n_keys, own = unpack(side, pos)
         w = (pos + _HEAD.size) // 8
         end = 8 * (w + n * (_WIDTH + 1) + 5 * n_comm + 3 * n_side) + n_keys
-        if magic != CHUNK_MAGIC or off != at or spare or lines != n + n_side or end > size or \
-                crc32(side_[pos + _HEAD.size:end], crc32(record[off:off + length])) != crc:
+        if off != at or lines != n + n_side or end > size or off + length > record.size or \
+                not _accounts(magic, crc, own, side_[pos + _HEAD.size:end], record, off, length):
             raise _Unfit
         rows.append(words[w:w + n * _WIDTH])
         w += n * _WIDTH
@@ -78,21 +96,30 @@ def _read(side: bytes, blob: bytes, start: int, rank: int, place=None) -> Body:
             comm.append((n_rows, n, words[w:w + 5 * n_comm], keys))
         w += 5 * n_comm
         if n_side:  # (line in the chunk, offset in its lines, length): decoded from the record
-            places = words[w:w + 3 * n_side].reshape(-1, 3).tolist()
-            for i, rel, size_ in places:
+            for i, rel, size_ in words[w:w + 3 * n_side].reshape(-1, 3).tolist():
                 if not 0 <= rel <= rel + size_ <= length or not 0 <= i < lines:
                     raise _Unfit
-                obj = _decode(record[off + rel:off + rel + size_])
-                if type(obj) is not dict:
-                    raise _Unfit
-                side_records.append((line + i, obj))
+                places.append((line + i, off + rel, size_))
         pos = end
         n_rows += n
         line += lines
         at = off + length
-    if at != len(blob):  # lines after the last chunk (a killed run): decode the JSON
+    if at != record.size:  # lines after the last chunk (a killed run): decode the JSON
         raise _Unfit
-    return _body(rows, samples, comm, side_records, n_rows, rank, place)
+    return _body(rows, samples, comm, _side_records(record, places), n_rows, rank, place)
+
+
+def _side_records(record: RecordBytes, places: list) -> list:
+    """[(line number, side record)] from the record file's lines at `places` ((line, offset,
+    length) each): each must be a JSON object."""
+    out = []
+    texts = record.pieces([(o, n) for _, o, n in places])
+    for (i, _, _), text in zip(places, texts):
+        obj = _decode(text)
+        if type(obj) is not dict:
+            raise _Unfit
+        out.append((i, obj))
+    return out
 
 
 def _body(rows: list, samples: list, comm: list, side_records: list, n: int, rank: int,

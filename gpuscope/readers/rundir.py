@@ -32,8 +32,9 @@ from .record_body import BLOCK_ROWS, block_columns, coded, decode_body, with_imp
 from .memory_records import capacity_of, memory_frame, memory_ok
 from .module_records import modules_frame, modules_ok
 from .routing_records import routing_frame, routing_ok
-from .readahead import Ahead
+from .readahead import Ahead, advise_record
 from .record_columns import read_columns
+from .record_file import RecordBytes, unchanged_since_side
 from .warm_split import WarmRows, merged, split_file, unsplit, warm_columns, warm_frame
 from .validate import (MAX_NS, MAX_RANKS, MAX_STEP, MAX_UNIX_NS, Tally, clean_knobs,
                        column_bounds, is_int, is_num)
@@ -282,11 +283,12 @@ def read_rank_file(path: str, build: bool = False, place=None) -> RankFile:
     Only a file without a readable header is an error. `build`: the step rows are turned into
     `frame` / `comm` columns, and only the first and the last are kept in `rows`; `place`:
     where their block goes (rowblock.Region.place)."""
+    quick = build and bulk() and unchanged_since_side(path)  # the side file may stand for it
     try:
-        with open(path, "rb") as fh:
-            blob = fh.read()
+        record = RecordBytes.read(path, head=quick)
     except OSError as exc:
         raise TraceFormatError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    blob = record.data
     name = os.path.basename(path)
     cut = blob.find(b"\n")
     first = blob if cut < 0 else blob[:cut]
@@ -301,8 +303,9 @@ def read_rank_file(path: str, build: bool = False, place=None) -> RankFile:
     out = RankFile(path, header, [], {})
     fast = None
     if build and cut >= 0 and bulk():  # the column side file, else the common shape
-        fast = read_columns(path, blob, cut + 1, header["columns"], out.rank, place) or \
-            decode_body(blob[cut + 1:], header["columns"], out.rank, place)  # checked
+        fast = read_columns(path, record, cut + 1, header["columns"], out.rank, place)
+        blob = blob if fast is not None else _whole(record, path)
+        fast = fast or decode_body(blob[cut + 1:], header["columns"], out.rank, place)
     if fast is not None:
         for at, obj in fast.side:
             _side_record(obj, out, knobs, tally, at)
@@ -326,6 +329,13 @@ def read_rank_file(path: str, build: bool = False, place=None) -> RankFile:
     _end_warnings(out, name)
     header["knobs"] = knobs
     return out
+
+
+def _whole(record: RecordBytes, path: str) -> bytes:
+    try:
+        return record.whole()
+    except OSError as exc:
+        raise TraceFormatError(f"{path}: cannot read ({exc.strerror or exc})") from None
 
 
 def _read_body(blob: bytes, first: bytes, out: RankFile, knobs: dict, tally: Tally) -> None:
@@ -447,8 +457,8 @@ def _load_files(batch: list[str], scale: float = 1.0, region=None,
     if down:
         sizes.reverse()
     # the disk asked for the next files while one is decoded: a record file and its side
-    # file (about as large) each
-    ahead = Ahead([(n, columns_path(n)) for n in order], [2 * b for b in sizes])
+    # file (about as large) each, or the side file and the record file's head (advise_record)
+    ahead = Ahead(order, [2 * b for b in sizes], ask=advise_record)
     for i, name in enumerate(order):
         ahead.before(i)
         try:

@@ -118,8 +118,8 @@ class Chunk:
         self.length += len(data)
 
     def to_bytes(self) -> bytes:
-        """The chunk: its header, then its columns; the crc32 covers the record file's bytes
-        and then the columns."""
+        """The chunk: its header, then its columns; one crc32 covers the record file's bytes,
+        the other the columns."""
         parts = [self._samples, self._comm, self._side]
         if sys.byteorder == "big":
             for a in parts:
@@ -128,6 +128,6 @@ class Chunk:
             else b""
         names += b" " * (-len(names) % 8)  # chunks stay 8-byte aligned: the file reads as int64
         body = b"".join(self._rows + [a.tobytes() for a in parts] + [names])
-        return _HEAD.pack(CHUNK_MAGIC, self.offset, self.length, zlib.crc32(body, self._crc),
-                          self.lines, self.n_rows, len(self._comm) // 5, len(self._side) // 3,
-                          len(names), 0) + body
+        return _HEAD.pack(CHUNK_MAGIC, self.offset, self.length, self._crc, self.lines,
+                          self.n_rows, len(self._comm) // 5, len(self._side) // 3, len(names),
+                          zlib.crc32(body)) + body
