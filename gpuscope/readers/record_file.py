@@ -8,8 +8,10 @@ its side file, which the writer appends to after the lines a chunk stands for: a
 record file, or lines appended after a kill, make it newer (a copy that does not keep the times
 may too; it is then checked in full). The side file's chunks are then checked against their own
 crc32 and the record file's size, as rsync's quick check and git's index trust a file's size and
-time, and only the record file's header line and its side records' lines are read: half of a big
-run dir's bytes. The record file is read whole wherever anything does not fit.
+time, and only the record file's head (its header line), its tail (the end record) and its other
+side records' lines are read: half of a big run dir's bytes. An edit within one tick of the
+clock that stamps files after the run closed is not seen. The record file is read whole
+wherever anything does not fit.
 """
 
 from __future__ import annotations
