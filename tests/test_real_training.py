@@ -148,9 +148,14 @@ def test_a_bare_all_reduce_in_user_code_is_timed(run_case):
     assert "collectives" in rep.table.ranks[0].meta["comm_timing"]
     for r in rep.ranks:
         assert set(r.comm_by_kind) == {"all_reduce"} and r.comm_exposed_pct > 20
-        ind = independent(out, r.rank, 1)
+        ind = independent(out, r.rank, 1)["backward"]
         ours = mean_ms(rep, r.rank, "backward") + r.mean_ms("comm_exposed")
-        assert agree(ours, ind["backward"])
+        # the case's window holds backward(), the all_reduce calls and, between them, the
+        # loop's own division of each gradient, which is neither (gpuscope counts it in
+        # "other"; ~1 ms here quiet, more under load): no more than the window, and the window
+        # within what was timed plus the other work
+        tol = max(0.10 * ind, 1.0)
+        assert ours <= ind + tol and ours + r.mean_ms("other") >= ind - tol, (ours, ind)
     assert rep.verdict.label == "comm-bound"
 
 
