@@ -99,6 +99,40 @@ def test_a_step_with_no_kernel_gets_no_launch_advice_and_says_why():
     assert len(got) == 1 and why == ""
 
 
+def test_a_step_that_syncs_gets_the_syncs_removed_first_and_no_graph_advice():
+    """Issue 70: a loop that blocks on the GPU thousands of times a step (a .cpu() per
+    element): remove or batch the syncs, with an estimate bounded by what they cost (the host's
+    time blocked in them) and never below the GPU's own busy time; no CUDA-graph advice, which
+    cannot capture a sync, and why."""
+    t = step(step=30 * MS, compute=5 * MS, host=20 * MS, sync=8 * MS, syncs=4096,
+             sync_idle=18 * MS)
+    (s,), why = host.suggest_host(t)
+    assert (s.knob, s.addresses) == ("host_syncs", "host-bound")
+    # the host's 8 ms blocked go; its other work stays: 22 ms; all of it gone: the GPU's 10
+    assert s.estimated_step_ms == 22.0 and s.estimated_step_ms_range == (10.0, 22.0)
+    assert "4,096" in s.current and "non_blocking=True" in s.why
+    assert "CUDA graphs" not in s.proposed and "cannot capture a sync" in why
+    # the GPU idle after the syncs less than the host's time in them: no more than that idle
+    (s,), _ = host.suggest_host(step(step=30 * MS, compute=5 * MS, host=20 * MS, sync=8 * MS,
+                                     syncs=50, sync_idle=6 * MS))
+    assert s.knob == "host_syncs" and s.estimated_step_ms == 24.0
+    # the GPU busier than the host's work without its syncs: the step stays at the GPU's time
+    (s,), _ = host.suggest_host(step(step=30 * MS, compute=25 * MS, host=5 * MS, sync=8 * MS,
+                                     syncs=10, sync_idle=5 * MS))
+    assert s.estimated_step_ms == 25.0 and s.estimated_step_ms_range[0] >= 25.0
+    # a host that waits long on a busy GPU, then launches at once (the idle is elsewhere), a
+    # sync before a long stretch of host work (Triton compiling: its removal saves nothing),
+    # or one .item() a step: the launches are the cause, as before
+    for t in (step(step=40 * MS, compute=25 * MS, host=10 * MS, sync=20 * MS, syncs=15,
+                   sync_idle=1 * MS),
+              step(step=40 * MS, compute=5 * MS, host=30 * MS, sync=0.01 * MS, syncs=1,
+                   sync_idle=30 * MS),
+              step(step=40 * MS, compute=25 * MS, host=10 * MS, sync=0.5 * MS, syncs=1,
+                   sync_idle=0.5 * MS)):
+        (s,), why = host.suggest_host(t)
+        assert "CUDA graphs" in s.proposed and why == ""
+
+
 def test_imbalance_names_the_straggler_and_recovers_at_most_the_wait():
     t = step(wait=15 * MS)
     late = Straggler(1, 0.9, 15 * MS, "compute", "forward", 15 * MS, host="h1")

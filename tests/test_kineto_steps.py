@@ -6,10 +6,13 @@ finished the previous step's work; nothing of a step is counted outside its wind
 traces "exposed = collectives while the training thread is not working"."""
 
 import json
+import os
 
 import gpuscope
 from gpuscope.readers import read_path
 from helpers import X, kernel, launch
+
+SAMPLES = os.path.join(os.path.dirname(__file__), "..", "sample_traces")
 
 US = 1000
 
@@ -469,3 +472,67 @@ def test_maths_on_cpu_tensors_in_a_gpu_trace_gets_no_launch_advice(tmp_path):
 
     text = " ".join(terminal.render(rep, width=200).split())
     assert "the GPU had no kernel to run in 100%" in text and "waiting for the host" not in text
+
+
+def test_syncs_are_counted_per_step_and_removed_before_launches_are_fused(tmp_path):
+    """Issue 70's first trace, by hand: each step copies 200 elements to the host one by one
+    (.cpu(): a cudaMemcpyAsync of a device-to-host copy, then a cudaStreamSynchronize that
+    waits for it), with a small kernel between. The syncs are counted per step with the
+    host's time blocked in them; the fix is to remove them (no CUDA graphs), its estimate
+    no further than that time and never below the GPU's busy time."""
+    from gpuscope.analyze.run import analyze_table
+    from gpuscope.thresholds import Thresholds
+
+    events, t, corr = [], 0, 1
+    for s in range(6):
+        events.append(X(f"ProfilerStep#{s}", t, 200 * 60))
+        for i in range(200):  # every 60 us: an op, a kernel, a copy and a sync of 20 us
+            at = t + 60 * i
+            events += [X("aten::add", at, 10),
+                       X("cudaLaunchKernel", at + 1, 5, cat="cuda_runtime", correlation=corr),
+                       kernel("add_kernel", at + 8, 2, corr),
+                       X("aten::to", at + 12, 40),
+                       X("cudaMemcpyAsync", at + 13, 15, cat="cuda_runtime",
+                         correlation=corr + 1),
+                       X("Memcpy DtoH (Device -> Pageable)", at + 20, 2, cat="gpu_memcpy",
+                         tid=7, correlation=corr + 1, stream=7),
+                       X("cudaStreamSynchronize", at + 30, 5, cat="cuda_runtime")]
+            corr += 2
+        t += 200 * 60
+    table = read_path(_write(tmp_path, events))
+    f = table.frame
+    assert (f["syncs"] == 200).all()
+    assert (f["sync_ns"] == 200 * 20 * 1000).all()  # 15 + 5 us blocked per element
+    # from each sync's return (at +35 us) to the next element's kernel (+68 us): 33 us idle
+    # (the last one's runs to the step's end, as the device window closes at its last work)
+    assert ((f["sync_idle_ns"] >= 199 * 33_000) & (f["sync_idle_ns"] <= 200 * 33_000)).all()
+    rep = analyze_table(table, Thresholds(), own=True)
+    assert rep.verdict.label == "host-bound", rep.verdict
+    top = rep.suggestions[0]
+    assert top.knob == "host_syncs" and "200 syncs" in top.current
+    assert not any("CUDA graphs" in s.proposed for s in rep.suggestions)
+    step_ms = rep.ranks[0].step_ns / 1e6
+    lo, hi = top.estimated_step_ms_range
+    assert abs(top.estimated_step_ms - (step_ms - 4.0)) < 0.05 and hi == top.estimated_step_ms
+    assert lo >= 0.8 - 1e-9  # the GPU's own busy time: 4 us of kernel and copy per element
+
+
+def test_the_d2h_puzzler_is_told_to_remove_its_syncs():
+    """GPUPuzzlers' d2h_sync trace (sample_traces/external): 4,097 syncs, 60.8 ms of its
+    183.5 ms blocked in them and their copies; the answer the authors give is the syncs."""
+    rep = gpuscope.analyze(os.path.join(SAMPLES, "external", "gpupuzzlers_d2h_first_sum"))
+    f = rep.table.frame
+    assert int(f["syncs"].sum()) == 4097 and abs(f["sync_ns"].sum() / 1e6 - 60.757) < 0.01
+    assert f["sync_idle_ns"].sum() > 0.8 * f["host_ns"].sum()  # the idle follows the syncs
+    (top,) = [s for s in rep.suggestions if s.addresses == "host-bound"]
+    assert top.knob == "host_syncs" and abs(top.estimated_step_ms - 122.7) < 0.1
+    assert top.estimated_step_ms_range[0] > 11.0  # the GPU's copies: never a range from 0
+    small = gpuscope.analyze(os.path.join(SAMPLES, "external", "gpupuzzlers_small_kernels"))
+    assert any("CUDA graphs" in s.proposed for s in small.suggestions)  # 2 syncs, 0.5 ms
+    # ResNet-50 with 4 workers (a TensorBoard tutorial): 2 syncs a step, the host waiting
+    # 14.7 ms on a busy GPU and launching at once after: not the cause of its idle time
+    shared = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "traces",
+                          "external", "tb_resnet50_nw4")
+    if os.path.isdir(shared):
+        rep = gpuscope.analyze(shared)
+        assert not any(s.knob == "host_syncs" for s in rep.suggestions)

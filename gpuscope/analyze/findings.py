@@ -56,6 +56,12 @@ class TypicalStep:
     #: the rest of the step (step less data) of the analysed rows at its 10th percentile: how
     #: fast the loop's own work runs in its best steps (None: fewer than 10 rows)
     busy_fast: float | None = None
+    #: GPU traces: the host's time blocked in runtime calls that wait on the device or copy,
+    #: the syncs among them (.item(), .cpu(), torch.cuda.synchronize()), and the GPU's idle
+    #: time after the syncs until its next work, per step
+    sync: float = 0.0
+    syncs: float = 0.0
+    sync_idle: float = 0.0
 
     @property
     def busy(self) -> float:  # time the step needs besides data
@@ -101,7 +107,8 @@ def typical_step(frame: pd.DataFrame) -> TypicalStep:
                        avg(most_wait), avg(mean("compute_ns")),
                        avg(data_cpu) if data_cpu is not None else None,
                        interval, avg(mean("host_ns")),
-                       avg(data_ops) if data_ops is not None else None, fast)
+                       avg(data_ops) if data_ops is not None else None, fast,
+                       avg(mean("sync_ns")), avg(mean("syncs")), avg(mean("sync_idle_ns")))
 
 
 def ms_range(e: "whatif.Estimate") -> tuple[float, float]:

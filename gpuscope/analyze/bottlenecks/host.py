@@ -1,5 +1,6 @@
-"""Host-bound: the GPU idles waiting for the host to launch work (GPU traces). Suggestions:
-CUDA graphs / torch.compile, fewer small kernels, with their estimate.
+"""Host-bound: the GPU idles waiting for the host to launch work (GPU traces). Suggestions,
+by cause: the host's syncs removed or batched where it blocks in them; else CUDA graphs /
+torch.compile, fewer small kernels; none where the GPU ran nothing; each with its estimate.
 """
 
 from __future__ import annotations
@@ -38,17 +39,60 @@ def no_gpu_work(t: TypicalStep) -> bool:
 NO_WORK_SHARE = 0.99
 
 
+#: the GPU idle after the host's syncs this share of the step or more, and this share of its
+#: idle waiting for the host: the syncs are a cause of the step's host-bound time
+SYNC_SHARE = 0.05
+SYNC_SHARE_OF_HOST = 0.25
+
+
+def syncs_matter(t: TypicalStep) -> bool:
+    """Whether the step's syncs are a cause of its host-bound time: at least one a step, the
+    GPU idle after them (until the host launched again) a material part of its idle time (a
+    host that waits on a busy GPU, then launches at once, costs nothing), and what removing
+    them saves (suggest_syncs) a material part of the step."""
+    return t.syncs >= 1 and t.sync_idle >= SYNC_SHARE_OF_HOST * t.host and \
+        min(t.sync, t.sync_idle) >= SYNC_SHARE * t.step
+
+
+def suggest_syncs(t: TypicalStep) -> Suggestion:
+    """Remove or batch the step's syncs: each drains the GPU's queue, so the host cannot run
+    ahead of it. That saves no more than the host's time blocked in them (its other work stays)
+    and no more than the GPU's idle after them, and the step is never shorter than the GPU's
+    own busy time; where the work between the syncs goes too (the maths kept on the GPU, one
+    copy at the end) the step may fall to the GPU's busy time: the range's other end."""
+    busy_gpu = max(t.step - t.host - t.data, t.compute + t.transfer, 1.0)
+    est = max(t.step - min(t.sync, t.sync_idle, t.host), busy_gpu)
+    n = f"{t.syncs:,.0f} sync" + ("" if round(t.syncs) == 1 else "s")
+    return Suggestion(
+        "host_syncs", f"{n} per step, the GPU idle {t.sync_idle / MS:.1f} ms after them",
+        "remove or batch them", est / MS,
+        f"{t.syncs:,.0f} times a step the host waits for the GPU to finish its queue (.item(), "
+        f".cpu(), .tolist() or printing a GPU tensor, torch.cuda.synchronize(), a blocking "
+        f"copy): {t.sync / MS:.1f} ms of each {t.step / MS:.1f} ms step in those calls and their "
+        f"copies, then the GPU idles {t.sync_idle / MS:.1f} ms until the host launches again, "
+        "where it could have queued work ahead: keep values on the GPU (sum or log tensors, "
+        "read them once every N steps), copy with non_blocking=True into pinned memory, take "
+        "one .cpu() of a whole tensor instead of one per element; assumes the host's other "
+        "work stays (the range's other end: it goes too, down to the GPU's own busy time)",
+        HOST, gain(t.step, est), (max(t.step - t.host, busy_gpu) / MS, est / MS))
+
+
 def suggest_host(t: TypicalStep) -> tuple[list[Suggestion], str]:
     """The GPU waits for the host to launch work: fewer, larger launches. How many of the idle
     gaps a change closes depends on what the host does in them (launches CUDA graphs replay,
     a host sync they do not remove): the estimate promises half of them, what the evidence
     supports; all of them is the range's other end. Where the step holds no kernel at all
     there is nothing to launch faster: no suggestion, and why (the estimate's range would
-    start at a step of 0 ms)."""
+    start at a step of 0 ms). Where the host's syncs are a cause (syncs_matter), removing
+    them comes first, and no CUDA-graph advice: a graph cannot capture a sync."""
     if t.host <= 0:
         return [], ""
     if no_gpu_work(t):
         return [], NO_KERNELS
+    if syncs_matter(t):
+        return [suggest_syncs(t)], (
+            f"no CUDA graphs / torch.compile advice while the step syncs {t.syncs:,.0f} times: "
+            "a CUDA graph cannot capture a sync; remove the syncs first, then measure again")
     est = t.step - 0.5 * t.host
     return [Suggestion(
         "host_overhead", f"GPU idle {t.host / MS:.1f} ms per step waiting for launches",

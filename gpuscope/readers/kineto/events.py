@@ -106,6 +106,12 @@ class RankEvents:
     #: and stream creation): startup, never per-step launch overhead
     stall_start: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     stall_end: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    #: runtime calls that wait on the device or copy (_is_wait_call: syncs, copies, memsets;
+    #: a copy to pageable host memory returns only once it is done), and which of them are
+    #: syncs (_is_sync_call: what .item(), .cpu() and torch.cuda.synchronize() end in)
+    sync_start: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    sync_end: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    sync_point: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
     #: runtime calls of any kind (kernel launches, copies, ...): a trace with launches but no
     #: device event did not record the GPU's activity
     n_runtime: int = 0
@@ -129,7 +135,8 @@ class RankEvents:
                      "host_wait",
                      "dev_kind", "dev_start", "dev_end", "dev_corr", "dev_stream", "launch_corr",
                      "launch_ts", "mem_ts", "mem_alloc", "mem_reserved", "mem_dev",
-                     "stall_start", "stall_end", "host_op", "launch_tid"):
+                     "stall_start", "stall_end", "sync_start", "sync_end", "sync_point",
+                     "host_op", "launch_tid"):
             arrays[name] = np.concatenate([getattr(p, name) for p in parts])
         names: dict = {}  # each part's name ids mapped onto one list
         for col in ("host_name", "dev_name"):
@@ -235,6 +242,19 @@ def _is_wait_call(name: str) -> bool:
     waits its turn behind queued work): per-step work, never a one-off stall."""
     return any(w in name for w in ("Synchronize", "Wait", "Query", "Memcpy", "memcpy", "Memset",
                                    "memset", "MemCpy"))
+
+
+#: copies that block the host until they are done (no "Async"): the device-to-host copy of a
+#: .item() or .cpu() where the runtime does not split it into an async copy and a sync
+_BLOCKING_COPIES = frozenset({"cudaMemcpy", "cudaMemcpy2D", "hipMemcpy", "hipMemcpy2D",
+                              "cuMemcpyDtoH", "cuMemcpyDtoH_v2", "cuMemcpy"})
+
+
+def _is_sync_call(name: str) -> bool:
+    """A runtime call that blocks the host until the device has done its queued work: a
+    stream, device or event synchronize (.item() and .cpu() of a GPU tensor end in one, as
+    torch.cuda.synchronize() is one), or a blocking copy."""
+    return "Synchronize" in name or name in _BLOCKING_COPIES
 
 
 # one code per distinct (name, category, has-stream): what an event is, decided once per name
@@ -437,6 +457,10 @@ def sort_events(batches) -> RankEvents:
     runtime = np.flatnonzero(what == _LAUNCH)
     long_ = runtime[(end[runtime] - start[runtime] >= STALL_NS)]
     long_ = long_[[not _is_wait_call(names[nid[i]]) for i in long_.tolist()]]
+    waits_of_key = np.array([t[0] == _LAUNCH and _is_wait_call(n)
+                             for t, n in zip(table, table_names)], dtype=bool)
+    sync = np.flatnonzero(waits_of_key[inv]) if waits_of_key.any() else runtime[:0]
+    syncs_of_key = np.array([_is_sync_call(n) for n in table_names], dtype=bool)
     return RankEvents(
         **_host_view(host, table, inv[host], kind[host], tids[host], start, end, nid),
         **_device_view(dev, kind, nid, names, c.coll_args, start, end, corr, streams),
@@ -444,6 +468,7 @@ def sort_events(batches) -> RankEvents:
         float_ts=bool(c.n) and bool(np.any(ts != np.floor(ts))),
         loader=_loader_kind(table, table_names),
         stall_start=start[long_], stall_end=end[long_], n_runtime=int(runtime.size),
+        sync_start=start[sync], sync_end=end[sync], sync_point=syncs_of_key[inv[sync]],
         counts={"events": c.n_events, "bad_time": c.bad_time, "bad_id": c.bad_id,
                 "bad_json": c.bad_json},
         odd_comm=tuple(dict.fromkeys(

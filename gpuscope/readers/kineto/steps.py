@@ -171,9 +171,35 @@ def _device_view(ev: RankEvents, windows: list, host_p2p, dev_p2p) -> dict:
             "p2p_all": spans.merge(ev.dev_start[p2p_dev], ev.dev_end[p2p_dev]),
             "queued_all": queued_gaps(ev.dev_start, ev.dev_end, launched),
             "stalls_all": spans.merge(ev.stall_start, ev.stall_end),  # one-off host work
+            # the host blocked on the device
+            "syncs": _by_start(ev.sync_start, ev.sync_end, ev.sync_point),
             "comm_r": Ranges(ev, COMM_HOST, cpu_coll),
             "p2p_r": Ranges(ev, COMM_HOST, cpu_coll & host_p2p),
             "dev_order": dev_order, "launched_sorted": launched[dev_order]}
+
+
+def _by_start(*columns: np.ndarray) -> tuple:
+    order = np.argsort(columns[0], kind="stable")
+    return tuple(c[order] for c in columns)
+
+
+def _syncs(v: dict, host_lo: int, host_hi: int, idle) -> dict:
+    """The runtime calls that waited on the device or copied and began in the step's host
+    window: how many syncs among them, the host's time blocked in them all (their union,
+    within the window), and the GPU's idle time after the syncs (`idle`: the step's idle
+    spans): from a sync's return to the next device work, which the host could have queued
+    ahead had it not waited."""
+    start, end, point = v["syncs"]
+    a, b = np.searchsorted(start, [host_lo, host_hi], "left")
+    blocked = spans.merge(start[a:b], np.minimum(end[a:b], host_hi))
+    back = end[a:b][point[a:b]]  # where each sync returned
+    k = np.searchsorted(idle[1], back, "right")  # the first idle span that ends after it
+    inside = k < idle[0].size
+    k, back = k[inside], back[inside]
+    inside = idle[0][k] <= back  # the GPU idle when the sync returned
+    after = spans.merge(back[inside], idle[1][k[inside]])
+    return {"syncs": int(point[a:b].sum()), "sync_ns": spans.length(blocked),
+            "sync_idle_ns": spans.length(after)}
 
 
 def _device_step(v: dict, ev: RankEvents, lo: int, hi: int, host_lo: int, host_hi: int,
@@ -216,7 +242,8 @@ def _device_step(v: dict, ev: RankEvents, lo: int, hi: int, host_lo: int, host_h
             "exposed_ns": comm_ns - spans.overlap(comm, comp),
             "in_flight_ns": 0,  # measured on the device: what ran, not what was in flight
             "data_ns": data_ns, "host_ns": host_ns, "startup_ns": startup_ns,
-            "bubble_ns": spans.length(spans.subtract(p2p, comp))}
+            "bubble_ns": spans.length(spans.subtract(p2p, comp)),
+            **_syncs(v, host_lo, host_hi, idle)}
 
 
 def _host_view(ev: RankEvents, main, leaves_main, windows: list, host_p2p) -> dict:
@@ -373,7 +400,10 @@ def rank_rows(ev: RankEvents, rank: int, drop: frozenset = frozenset()):
                      "data_cpu_ns": -1,  # unknown: a trace does not say whether loading used CPU
                      "data_ops_ns": data_ops_ns,  # ... but its torch ops in it did
                      "host_ns": host_ns, "bubble_ns": bubble_ns, "microbatches": micro,
-                     "in_flight_ns": p["in_flight_ns"]})
+                     "in_flight_ns": p["in_flight_ns"],
+                     # the host blocked on the device (GPU traces; 0 in host-only ones)
+                     "syncs": p.get("syncs", 0), "sync_ns": min(p.get("sync_ns", 0), step_ns),
+                     "sync_idle_ns": min(p.get("sync_idle_ns", 0), host_ns)})
     warnings += _trace_warnings(ev, gpu, markers, startup_total, rows)
     return rows, colls, warnings
 
