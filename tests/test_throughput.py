@@ -103,11 +103,16 @@ def test_real_two_rank_tokens_and_flops_against_the_loop(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     rep = gpuscope.analyze(str(out))
     t = rep.throughput
-    skip = rep.thresholds.warmup_steps
+    # over the steps the report analysed: the warm-up and the micro-step whose FLOPs were
+    # counted (every op through Python: slower, and much slower under load; 983 against 936
+    # samples/s seen in CI with it in the loop's count) are left out of both
+    analysed = sorted({s.step for s in rep.steps})
+    assert rep.knobs["flops_counted_step"] not in analysed and len(analysed) >= 25
     theirs = 0.0
     for r in range(2):
         loop = json.loads((out / f"loop-rank{r}.json").read_text())
-        theirs += sum(loop["samples"][skip:]) / sum(loop["step_s"][skip:])
+        theirs += (sum(loop["samples"][i] for i in analysed)
+                   / sum(loop["step_s"][i] for i in analysed))
     assert t["samples_per_s"] == pytest.approx(theirs, rel=0.05)
     assert t["tokens_per_s"] == pytest.approx(t["samples_per_s"] * 64, rel=1e-3)
 
