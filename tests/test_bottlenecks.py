@@ -133,6 +133,25 @@ def test_a_step_that_syncs_gets_the_syncs_removed_first_and_no_graph_advice():
         assert "CUDA graphs" in s.proposed and why == ""
 
 
+def test_syncs_held_by_one_rank_are_said_to_be_its():
+    """The mean step averages the ranks' syncs (310 a step where rank 1 spins on
+    cudaDeviceSynchronize ~600 times and rank 0 syncs 7): the suggestion says whose they are;
+    syncs spread over the ranks name none."""
+    import pandas as pd
+
+    frame = pd.DataFrame({"rank": [0, 0, 1, 1], "step": [1, 2, 1, 2], "syncs": [7, 7, 600, 624],
+                          "sync_idle_ns": [1e6, 1e6, 20e6, 22e6]})
+    where = host.whose_syncs(frame)
+    assert where == "mostly on rank 1 (612 a step; the others 7)"
+    t = step(step=30 * MS, compute=5 * MS, host=20 * MS, sync=8 * MS, syncs=310,
+             sync_idle=18 * MS)
+    (s,), _ = host.suggest_host(t, where)
+    assert s.current == "310 syncs per step, mostly on rank 1 (612 a step; the others 7), " \
+                        "the GPU idle 18.0 ms after them"
+    assert host.whose_syncs(frame.assign(sync_idle_ns=[10e6, 10e6, 12e6, 12e6])) == ""
+    assert host.whose_syncs(frame[frame["rank"] == 1]) == ""
+
+
 def test_imbalance_names_the_straggler_and_recovers_at_most_the_wait():
     t = step(wait=15 * MS)
     late = Straggler(1, 0.9, 15 * MS, "compute", "forward", 15 * MS, host="h1")

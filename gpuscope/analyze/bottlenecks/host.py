@@ -54,7 +54,25 @@ def syncs_matter(t: TypicalStep) -> bool:
         min(t.sync, t.sync_idle) >= SYNC_SHARE * t.step
 
 
-def suggest_syncs(t: TypicalStep) -> Suggestion:
+#: one rank holds this share of the GPU idle after syncs, summed over ranks: the syncs are its
+WHOSE_SHARE = 0.8
+
+
+def whose_syncs(frame) -> str:
+    """"mostly on rank R (N a step; the others M)" where one rank of several holds most of
+    the GPU idle after syncs (a rank that spins on cudaDeviceSynchronize), else ""."""
+    if "sync_idle_ns" not in frame or frame["rank"].nunique() < 2:
+        return ""
+    by = frame.groupby("rank")[["sync_idle_ns", "syncs"]].mean()
+    idle = by["sync_idle_ns"]
+    if idle.sum() <= 0 or idle.max() < WHOSE_SHARE * idle.sum():
+        return ""
+    r = idle.idxmax()
+    rest = by["syncs"].drop(r).mean()
+    return f"mostly on rank {r} ({by['syncs'][r]:,.0f} a step; the others {rest:,.0f})"
+
+
+def suggest_syncs(t: TypicalStep, where: str = "") -> Suggestion:
     """Remove or batch the step's syncs: each drains the GPU's queue, so the host cannot run
     ahead of it. That saves no more than the host's time blocked in them (its other work stays)
     and no more than the GPU's idle after them, and the step is never shorter than the GPU's
@@ -63,8 +81,9 @@ def suggest_syncs(t: TypicalStep) -> Suggestion:
     busy_gpu = max(t.step - t.host - t.data, t.compute + t.transfer, 1.0)
     est = max(t.step - min(t.sync, t.sync_idle, t.host), busy_gpu)
     n = f"{t.syncs:,.0f} sync" + ("" if round(t.syncs) == 1 else "s")
+    where = f", {where}" if where else ""
     return Suggestion(
-        "host_syncs", f"{n} per step, the GPU idle {t.sync_idle / MS:.1f} ms after them",
+        "host_syncs", f"{n} per step{where}, the GPU idle {t.sync_idle / MS:.1f} ms after them",
         "remove or batch them", est / MS,
         f"{t.syncs:,.0f} times a step the host waits for the GPU to finish its queue (.item(), "
         f".cpu(), .tolist() or printing a GPU tensor, torch.cuda.synchronize(), a blocking "
@@ -77,7 +96,7 @@ def suggest_syncs(t: TypicalStep) -> Suggestion:
         HOST, gain(t.step, est), (max(t.step - t.host, busy_gpu) / MS, est / MS))
 
 
-def suggest_host(t: TypicalStep) -> tuple[list[Suggestion], str]:
+def suggest_host(t: TypicalStep, where: str = "") -> tuple[list[Suggestion], str]:
     """The GPU waits for the host to launch work: fewer, larger launches. How many of the idle
     gaps a change closes depends on what the host does in them (launches CUDA graphs replay,
     a host sync they do not remove): the estimate promises half of them, what the evidence
@@ -89,8 +108,8 @@ def suggest_host(t: TypicalStep) -> tuple[list[Suggestion], str]:
         return [], ""
     if no_gpu_work(t):
         return [], NO_KERNELS
-    if syncs_matter(t):
-        return [suggest_syncs(t)], (
+    if syncs_matter(t):  # `where`: whose syncs they are (whose_syncs)
+        return [suggest_syncs(t, where)], (
             f"no CUDA graphs / torch.compile advice while the step syncs {t.syncs:,.0f} times: "
             "a CUDA graph cannot capture a sync; remove the syncs first, then measure again")
     est = t.step - 0.5 * t.host
