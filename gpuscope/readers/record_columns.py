@@ -65,11 +65,12 @@ def _accounts(magic: bytes, crc: int, own: int, body, record: RecordBytes, off: 
     crc32 matches (a chunk of CHUNK_MAGIC), and the record file's bytes match theirs, checked
     where the record file is not trusted (record_file.py); a chunk of the first layout
     (CHUNK_MAGIC_V1) has one crc32 over both, always checked."""
+    def record_crc() -> int:  # the whole file read where it has not been
+        return crc32(memoryview(record.whole())[off:off + length])
+
     if magic == CHUNK_MAGIC:
-        return crc32(body) == own and (record.trusted or crc32(
-            memoryview(record.whole())[off:off + length]) == crc)
-    return magic == CHUNK_MAGIC_V1 and not own and crc32(
-        body, crc32(memoryview(record.whole())[off:off + length])) == crc
+        return crc32(body) == own and (record.trusted or record_crc() == crc)
+    return magic == CHUNK_MAGIC_V1 and not own and crc32(body, record_crc()) == crc
 
 
 def _read(side: bytes, record: RecordBytes, start: int, rank: int, place=None) -> Body:

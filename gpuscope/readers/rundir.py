@@ -284,10 +284,7 @@ def read_rank_file(path: str, build: bool = False, place=None) -> RankFile:
     `frame` / `comm` columns, and only the first and the last are kept in `rows`; `place`:
     where their block goes (rowblock.Region.place)."""
     quick = build and bulk() and unchanged_since_side(path)  # the side file may stand for it
-    try:
-        record = RecordBytes.read(path, head=quick)
-    except OSError as exc:
-        raise TraceFormatError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    record = _readable(path, lambda: RecordBytes.read(path, head=quick))
     blob = record.data
     name = os.path.basename(path)
     cut = blob.find(b"\n")
@@ -304,7 +301,7 @@ def read_rank_file(path: str, build: bool = False, place=None) -> RankFile:
     fast = None
     if build and cut >= 0 and bulk():  # the column side file, else the common shape
         fast = read_columns(path, record, cut + 1, header["columns"], out.rank, place)
-        blob = blob if fast is not None else _whole(record, path)
+        blob = blob if fast is not None else _readable(path, record.whole)
         fast = fast or decode_body(blob[cut + 1:], header["columns"], out.rank, place)
     if fast is not None:
         for at, obj in fast.side:
@@ -331,9 +328,10 @@ def read_rank_file(path: str, build: bool = False, place=None) -> RankFile:
     return out
 
 
-def _whole(record: RecordBytes, path: str) -> bytes:
+def _readable(path: str, read):
+    """read(), its OSError one clear error naming the file."""
     try:
-        return record.whole()
+        return read()
     except OSError as exc:
         raise TraceFormatError(f"{path}: cannot read ({exc.strerror or exc})") from None
 

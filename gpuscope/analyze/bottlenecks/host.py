@@ -10,6 +10,7 @@ import numpy as np
 from ...results import Suggestion
 from ...vocab import HOST, MS
 from ..findings import TypicalStep, gain
+from ..rowgroups import Groups
 
 
 LABEL = HOST
@@ -61,15 +62,15 @@ WHOSE_SHARE = 0.8
 def whose_syncs(frame) -> str:
     """"mostly on rank R (N a step; the others M)" where one rank of several holds most of
     the GPU idle after syncs (a rank that spins on cudaDeviceSynchronize), else ""."""
-    if "sync_idle_ns" not in frame or frame["rank"].nunique() < 2:
+    if "sync_idle_ns" not in frame:
         return ""
-    by = frame.groupby("rank")[["sync_idle_ns", "syncs"]].mean()
-    idle = by["sync_idle_ns"]
-    if idle.sum() <= 0 or idle.max() < WHOSE_SHARE * idle.sum():
+    g = Groups(frame["rank"].to_numpy())
+    idle, syncs = (g.mean(frame[c].to_numpy(np.float64)) for c in ("sync_idle_ns", "syncs"))
+    if g.keys.size < 2 or idle.sum() <= 0 or idle.max() < WHOSE_SHARE * idle.sum():
         return ""
-    r = idle.idxmax()
-    rest = by["syncs"].drop(r).mean()
-    return f"mostly on rank {r} ({by['syncs'][r]:,.0f} a step; the others {rest:,.0f})"
+    i = int(idle.argmax())
+    rest = np.delete(syncs, i).mean()
+    return f"mostly on rank {g.keys[i]} ({syncs[i]:,.0f} a step; the others {rest:,.0f})"
 
 
 def suggest_syncs(t: TypicalStep, where: str = "") -> Suggestion:

@@ -455,10 +455,12 @@ def sort_events(batches) -> RankEvents:
     host = np.flatnonzero(what == _HOST)
     launch = np.flatnonzero((what == _LAUNCH) & (corr >= 0))
     runtime = np.flatnonzero(what == _LAUNCH)
-    long_ = runtime[(end[runtime] - start[runtime] >= STALL_NS)]
-    long_ = long_[[not _is_wait_call(names[nid[i]]) for i in long_.tolist()]]
+    # what waits on the device (syncs, copies), decided once per distinct name: never a
+    # one-off stall however long, and the host's time blocked per step
     waits_of_key = np.array([t[0] == _LAUNCH and _is_wait_call(n)
                              for t, n in zip(table, table_names)], dtype=bool)
+    long_ = runtime[(end[runtime] - start[runtime] >= STALL_NS)]
+    long_ = long_[~waits_of_key[inv[long_]]]
     sync = np.flatnonzero(waits_of_key[inv]) if waits_of_key.any() else runtime[:0]
     syncs_of_key = np.array([_is_sync_call(n) for n in table_names], dtype=bool)
     return RankEvents(
