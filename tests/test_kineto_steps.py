@@ -536,3 +536,17 @@ def test_the_d2h_puzzler_is_told_to_remove_its_syncs():
     if os.path.isdir(shared):
         rep = gpuscope.analyze(shared)
         assert not any(s.knob == "host_syncs" for s in rep.suggestions)
+
+
+def test_a_sync_that_returns_while_the_gpu_is_busy_leaves_no_idle_after_it(tmp_path):
+    """A sync on one stream that returns while another stream's kernel still runs: the GPU was
+    not left idle by it, so none of the step's later idle (the host late with its next launch)
+    is counted after it."""
+    events = [X("ProfilerStep#1", 0, 2000), X("ProfilerStep#2", 2000, 100),
+              launch(10, 1), kernel("long_kernel", 20, 980, 1, stream=7),
+              X("cudaStreamSynchronize", 100, 50, cat="cuda_runtime"),  # returns at 150 us
+              launch(1490, 2), kernel("next_kernel", 1500, 400, 2, stream=8)]
+    f = read_path(_write(tmp_path, events)).frame
+    (row,) = f[f["step"] == 1].itertuples()
+    assert row.syncs == 1 and row.sync_ns == 50_000
+    assert row.sync_idle_ns == 0 and row.host_ns > 0
