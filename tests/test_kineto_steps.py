@@ -410,6 +410,30 @@ def test_a_one_off_library_load_is_startup_not_launch_overhead(tmp_path):
         assert s.gain_pct <= 100.0 + 1e-6, s  # no gain beyond what the evidence supports
 
 
+def test_a_librarys_load_between_its_one_off_calls_is_startup_too(tmp_path):
+    """GPUPuzzlers' small-kernels trace: the first aten::mm spends 9.08 s in cudaMalloc and two
+    cudaFree calls and, between them, 0.8 s of the library's loading in no runtime call; the
+    loop after it is milliseconds. The op's host work around its one-off calls (up to its
+    other calls) is startup: the step was 794 ms of that tail. Work outside the op stays."""
+    ms = 1_000  # µs
+    events = [X("aten::mm", 0, 3_000 * ms),
+              X("cudaMalloc", 1 * ms, 300 * ms, cat="cuda_runtime"),
+              X("cudaFree", 400 * ms, 1_500 * ms, cat="cuda_runtime"),  # 100 ms gap before
+              X("cudaFree", 2_600 * ms, 390 * ms, cat="cuda_runtime"),  # 700 ms gap before
+              X("cudaLaunchKernel", 2_995 * ms, 10, cat="cuda_runtime", correlation=1),
+              kernel("sgemm", 2_995 * ms + 20, 100, 1)]
+    t = 3_000 * ms
+    for i in range(2, 12):  # the loop: a kernel launched every 100 µs
+        events += [X("aten::mm", t, 20, cat="cpu_op"),
+                   X("cudaLaunchKernel", t + 1, 5, cat="cuda_runtime", correlation=i),
+                   kernel("sgemm", t + 10, 50, i)]
+        t += 100
+    path = _write(tmp_path, events)
+    (row,) = read_path(path).frame.itertuples()
+    assert row.step_ns < 10e6, row.step_ns  # the loop's ~1 ms and the first launch's 5 ms
+    assert row.step_ns >= 1e6  # the loop itself is kept
+
+
 def test_launches_without_kernel_events_are_not_compute(tmp_path):
     """236 cudaLaunchKernel calls and no kernel event (the GPU's activity was not recorded):
     the host's ops are not the GPU's compute; the report says what to pass to the profiler and

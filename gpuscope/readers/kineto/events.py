@@ -237,6 +237,36 @@ def op_part(name: str) -> int:
 STALL_NS = 10_000_000
 
 
+#: at most this many one-off calls are widened to the host work around them (widen_stalls):
+#: one-off work is rare, and each costs a pass over the ops
+WIDEN_MAX = 64
+
+
+def widen_stalls(stalls: tuple, ops: tuple, calls: tuple) -> tuple[np.ndarray, np.ndarray]:
+    """(start, end) of each one-off runtime call (stalls: start, end, thread), widened to the
+    host work of the op that made it on either side up to the nearest other runtime call
+    (ops, calls: start, end, thread). A library's first use does part of its loading on the
+    host between runtime calls (cuBLAS's first matmul: 0.8 s of a 9.1 s trace in no call of
+    10 ms); an op's own host work before or after a launch takes microseconds. The innermost
+    op of the thread (an aten op, not a Python function or annotation) that holds the call
+    bounds it; a call in no op stays as it is."""
+    s, e, tid = (np.array(a, dtype=np.int64) for a in stalls)
+    op_s, op_e, op_tid = ops
+    c_s, c_e, c_tid = calls
+    for i in range(min(s.size, WIDEN_MAX)):
+        holds = np.flatnonzero((op_tid == tid[i]) & (op_s <= s[i]) & (op_e >= e[i]))
+        if not holds.size:
+            continue
+        inner = holds[np.argmax(op_s[holds])]
+        lo, hi = int(op_s[inner]), int(op_e[inner])
+        mine = c_tid == tid[i]
+        before = c_e[mine & (c_e <= s[i]) & (c_e >= lo) & (c_s != s[i])]
+        after = c_s[mine & (c_s >= e[i]) & (c_s <= hi) & (c_e != e[i])]
+        s[i] = before.max() if before.size else lo
+        e[i] = after.min() if after.size else hi
+    return s, e
+
+
 def _is_wait_call(name: str) -> bool:
     """A runtime call that waits for the device queue (a sync, an event, a copy or memset that
     waits its turn behind queued work): per-step work, never a one-off stall."""
@@ -461,6 +491,10 @@ def sort_events(batches) -> RankEvents:
                              for t, n in zip(table, table_names)], dtype=bool)
     long_ = runtime[(end[runtime] - start[runtime] >= STALL_NS)]
     long_ = long_[~waits_of_key[inv[long_]]]
+    ops = host[np.array([t[6] == CPU_OP for t in table], dtype=bool)[inv[host]]]
+    stall_start, stall_end = widen_stalls(
+        (start[long_], end[long_], tids[long_]), (start[ops], end[ops], tids[ops]),
+        (start[runtime], end[runtime], tids[runtime]))
     sync = np.flatnonzero(waits_of_key[inv]) if waits_of_key.any() else runtime[:0]
     syncs_of_key = np.array([_is_sync_call(n) for n in table_names], dtype=bool)
     return RankEvents(
@@ -469,7 +503,7 @@ def sort_events(batches) -> RankEvents:
         launch_corr=corr[launch], launch_ts=start[launch], launch_tid=tids[launch],
         float_ts=bool(c.n) and bool(np.any(ts != np.floor(ts))),
         loader=_loader_kind(table, table_names),
-        stall_start=start[long_], stall_end=end[long_], n_runtime=int(runtime.size),
+        stall_start=stall_start, stall_end=stall_end, n_runtime=int(runtime.size),
         sync_start=start[sync], sync_end=end[sync], sync_point=syncs_of_key[inv[sync]],
         counts={"events": c.n_events, "bad_time": c.bad_time, "bad_id": c.bad_id,
                 "bad_json": c.bad_json},
