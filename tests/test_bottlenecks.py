@@ -302,3 +302,21 @@ def test_a_worker_count_on_a_rungs_edge_says_the_other_rung_and_its_estimate():
     assert "near the edge between 8 and 12 workers" in a.why and "propose 12" in a.why
     assert "near the edge between 8 and 12 workers" in b.why and "propose 8" in b.why
     assert "near the edge" not in top(75).why
+
+
+def test_the_syncs_source_is_named_alone_where_it_holds_most_of_them():
+    """One source of 98% of the syncs is named with its share; where none holds half, the two
+    largest; none
+    without a trace's stacks; ranks' counts add up."""
+    from gpuscope.analyze.bottlenecks.host import from_where, sync_sources
+    from gpuscope.runtable import RankInfo
+
+    assert from_where({"Tensor.cpu() (aten::to) in a.py(4): f": 98, "aten::item": 2}) == \
+        "from Tensor.cpu() (aten::to) in a.py(4): f (98%)"
+    assert from_where({"aten::item": 5}) == "from aten::item"
+    assert from_where({"aten::item": 35, "aten::to": 45, "aten::copy_": 20}) == \
+        "from aten::to (45%) and aten::item (35%)"
+    assert from_where({}) == ""
+    ranks = [RankInfo(0, meta={"sync_sources": {"aten::item": 3}}), RankInfo(1),
+             RankInfo(2, meta={"sync_sources": {"aten::item": 4, "aten::to": 1}})]
+    assert sync_sources(ranks) == {"aten::item": 7, "aten::to": 1}

@@ -512,9 +512,12 @@ def test_syncs_are_counted_per_step_and_removed_before_launches_are_fused(tmp_pa
         events.append(X(f"ProfilerStep#{s}", t, 200 * 60))
         for i in range(200):  # every 60 us: an op, a kernel, a copy and a sync of 20 us
             at = t + 60 * i
-            events += [X("aten::add", at, 10),
+            events += [X("loop.py(7): step", at, 55, cat="python_function"),
+                       X("aten::add", at, 10),
                        X("cudaLaunchKernel", at + 1, 5, cat="cuda_runtime", correlation=corr),
                        kernel("add_kernel", at + 8, 2, corr),
+                       X("<built-in method cpu of Tensor object at 0x7f01>", at + 11, 42,
+                         cat="python_function"),
                        X("aten::to", at + 12, 40),
                        X("cudaMemcpyAsync", at + 13, 15, cat="cuda_runtime",
                          correlation=corr + 1),
@@ -534,6 +537,8 @@ def test_syncs_are_counted_per_step_and_removed_before_launches_are_fused(tmp_pa
     assert rep.verdict.label == "host-bound", rep.verdict
     top = rep.suggestions[0]
     assert top.knob == "host_syncs" and "200 syncs" in top.current
+    # where they come from: the Python call, the op it made and the code's own frame
+    assert "from Tensor.cpu() (aten::to) in loop.py(7): step," in top.current, top.current
     assert not any("CUDA graphs" in s.proposed for s in rep.suggestions)
     step_ms = rep.ranks[0].step_ns / 1e6
     lo, hi = top.estimated_step_ms_range
@@ -550,6 +555,7 @@ def test_the_d2h_puzzler_is_told_to_remove_its_syncs():
     assert f["sync_idle_ns"].sum() > 0.8 * f["host_ns"].sum()  # the idle follows the syncs
     (top,) = [s for s in rep.suggestions if s.addresses == "host-bound"]
     assert top.knob == "host_syncs" and abs(top.estimated_step_ms - 122.7) < 0.1
+    assert "from Tensor.cpu() (aten::to) in first_sum.py(4): first_sum (9" in top.current  # 4,096 of 4,097
     assert top.estimated_step_ms_range[0] > 11.0  # the GPU's copies: never a range from 0
     small = gpuscope.analyze(os.path.join(SAMPLES, "external", "gpupuzzlers_small_kernels"))
     assert any("CUDA graphs" in s.proposed for s in small.suggestions)  # 2 syncs, 0.5 ms

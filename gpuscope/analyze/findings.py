@@ -33,6 +33,8 @@ class Findings:
     routing: object = None  # sections.Routing: all-to-all rows by rank (routing.py), or None
     #: the share of exposed communication that synchronized gradients (None: not known)
     grad_share: float | None = None
+    #: where the host's syncs come from, summed over the ranks ({source: syncs}; traces)
+    sync_sources: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

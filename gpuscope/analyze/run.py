@@ -38,6 +38,7 @@ from .classify import classify_steps, jitter_cost, run_verdict, step_results
 from .confidence import Evidence, earn, share_of_time
 from .consistency import Roles, find_roles, intermittent
 from .bottlenecks.dataparallel import dataparallel
+from .bottlenecks.host import sync_sources
 from .bottlenecks.memory import memory_findings, report_section, used_fraction
 from .bottlenecks.mesh import by_dimension, heaviest, suggest_mesh
 from .comm_groups import dim_steps, groups_section, kinds_by_group
@@ -273,7 +274,8 @@ def suggest_all(a: Analysis) -> None:
                           share_of_time(a.steps, "data_share"), a.jitter,
                           {k: float(np.mean([r.get(k, 0.0) for r in exposed.values()]))
                            for k in kinds}, a.micro, a.growth, a.routing,
-                          grad_sync_share(a.table, a.frame, a.mapping, hit))
+                          grad_sync_share(a.table, a.frame, a.mapping, hit),
+                          sync_sources(a.table.ranks.values()))
     a.typical = typical_step(a.frame)
     made, a.why_not = suggest(a.findings, a.typical)
     a.suggestions = list(made)

@@ -8,7 +8,7 @@ from ..results import Suggestion
 from ..vocab import COMM, DATA, HOST, IMBALANCED, JITTER_BOUND
 from .bottlenecks.comm import suggest_comm
 from .bottlenecks.data import suggest_data
-from .bottlenecks.host import suggest_host, whose_syncs
+from .bottlenecks.host import from_where, suggest_host, whose_syncs
 from .bottlenecks.imbalance import suggest_imbalance, suggest_jitter
 from .findings import Findings, TypicalStep, typical_step
 
@@ -41,7 +41,8 @@ def suggest(found: Findings, t: TypicalStep | None = None
             why_not[COMM] = ("comm-bound steps are a minority: the typical step has no exposed "
                              "transfer, so no change to how often gradients sync is suggested")
     if HOST in labels:
-        host, why = suggest_host(t, whose_syncs(frame))
+        where = ", ".join(x for x in (from_where(found.sync_sources), whose_syncs(frame)) if x)
+        host, why = suggest_host(t, where)
         out += host
         if why:
             why_not[HOST] = why

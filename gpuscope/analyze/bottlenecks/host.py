@@ -73,6 +73,32 @@ def whose_syncs(frame) -> str:
     return f"mostly on rank {g.keys[i]} ({syncs[i]:,.0f} a step; the others {rest:,.0f})"
 
 
+def sync_sources(ranks) -> dict:
+    """{source: syncs} summed over the ranks' infos (the Kineto reader's meta, per rank)."""
+    out: dict = {}
+    for info in ranks:
+        for k, n in (info.meta.get("sync_sources") or {}).items():
+            out[k] = out.get(k, 0) + n
+    return out
+
+
+#: a source named alone holds this share of the syncs; else the two largest with their shares
+SOURCE_SHARE = 0.5
+
+
+def from_where(sources: dict) -> str:
+    """"from Tensor.cpu() (aten::to) in sum.py(4): first_sum" where one source holds most of
+    the syncs (the op the code called and its own frame, where the trace recorded them), the
+    two largest with their shares where none does, "" without sources."""
+    total = sum(sources.values())
+    if total <= 0:
+        return ""
+    top = sorted(sources.items(), key=lambda kv: -kv[1])
+    if top[0][1] >= SOURCE_SHARE * total:
+        return f"from {top[0][0]}" + ("" if len(top) == 1 else f" ({top[0][1] / total:.0%})")
+    return "from " + " and ".join(f"{k} ({n / total:.0%})" for k, n in top[:2])
+
+
 def suggest_syncs(t: TypicalStep, where: str = "") -> Suggestion:
     """Remove or batch the step's syncs: each drains the GPU's queue, so the host cannot run
     ahead of it. That saves no more than the host's time blocked in them (its other work stays)

@@ -112,6 +112,8 @@ class RankEvents:
     sync_start: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     sync_end: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     sync_point: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    sync_tid: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # their thread
+    sync_name: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))  # into names
     #: runtime calls of any kind (kernel launches, copies, ...): a trace with launches but no
     #: device event did not record the GPU's activity
     n_runtime: int = 0
@@ -136,10 +138,10 @@ class RankEvents:
                      "dev_kind", "dev_start", "dev_end", "dev_corr", "dev_stream", "launch_corr",
                      "launch_ts", "mem_ts", "mem_alloc", "mem_reserved", "mem_dev",
                      "stall_start", "stall_end", "sync_start", "sync_end", "sync_point",
-                     "host_op", "launch_tid"):
+                     "sync_tid", "host_op", "launch_tid"):
             arrays[name] = np.concatenate([getattr(p, name) for p in parts])
         names: dict = {}  # each part's name ids mapped onto one list
-        for col in ("host_name", "dev_name"):
+        for col in ("host_name", "dev_name", "sync_name"):
             arrays[col] = np.concatenate([
                 np.array([names.setdefault(x, len(names)) for x in p.names], np.int32)[
                     getattr(p, col)] if p.names else getattr(p, col) for p in parts])
@@ -505,6 +507,7 @@ def sort_events(batches) -> RankEvents:
         loader=_loader_kind(table, table_names),
         stall_start=stall_start, stall_end=stall_end, n_runtime=int(runtime.size),
         sync_start=start[sync], sync_end=end[sync], sync_point=syncs_of_key[inv[sync]],
+        sync_tid=tids[sync], sync_name=nid[sync].astype(np.int32),
         counts={"events": c.n_events, "bad_time": c.bad_time, "bad_id": c.bad_id,
                 "bad_json": c.bad_json},
         odd_comm=tuple(dict.fromkeys(

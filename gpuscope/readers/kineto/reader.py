@@ -237,6 +237,8 @@ def _table(path: str, parsed: list, warnings: list[str], facts: dict | None = No
                                 # launches but no device event: the GPU was not profiled
                                 "gpu_not_recorded": got.gpu_not_recorded,
                                 "events": got.events,
+                                **({"sync_sources": got.sync_sources} if got.sync_sources
+                                   else {}),
                                 # the device the trace says it ran on (deviceProperties)
                                 **({"gpu": {"name": device}} if device and got.has_device
                                    else {})})

@@ -9,7 +9,7 @@ needs the memory of one file per process, not of the job.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .colls import Colls
 from .events import STEP, RankEvents, p2p_masks
@@ -17,6 +17,10 @@ from .hta import gpu_breakdown_of
 from .memory_steps import memory_rows
 from .ops import kernel_breakdown, kernel_type_time, op_views
 from .steps import last_step, rank_rows
+from .sync_sources import sync_sources
+
+#: the sources of a rank's syncs kept (most syncs first)
+SOURCES_KEPT = 4
 
 
 @dataclass
@@ -42,6 +46,7 @@ class RankSummary:
     events: int             # events in the file(s)
     span: tuple             # (first, last) ns of the events
     step_thread: int        # the training thread
+    sync_sources: dict = field(default_factory=dict)  # where its host syncs come from
 
 
 def file_warnings(path: str, ev: RankEvents) -> list[str]:
@@ -97,4 +102,5 @@ def summarize(rank: int, files: list[tuple[str, RankEvents]]) -> RankSummary:
         gpu_not_recorded=bool(ev.n_runtime >= 10 and not ev.dev_kind.size),
         events=sum(e.counts.get("events", 0) for e in evs),
         span=(min(s[0] for s in spans), max(s[1] for s in spans)),
-        step_thread=int(ev.step_thread))
+        step_thread=int(ev.step_thread),
+        sync_sources={k: round(v) for k, v in sync_sources(ev).most_common(SOURCES_KEPT)})
