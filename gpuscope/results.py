@@ -405,6 +405,7 @@ class RankResult:
     comm_by_kind: dict = field(default_factory=dict)  # kind -> mean ns per step
     between_pct: float | None = None  # share of step time between rec.step() and the next step
     host_pct: float | None = None     # share of step time the GPU waited on the host to launch
+    sync_idle_pct: float | None = None  # ... of it, after the host's syncs returned (traces)
     bubble_ns: float = 0.0   # mean exposed point-to-point wait (a pipeline stage's bubble)
     bubble_pct: float = 0.0
 
@@ -438,6 +439,8 @@ class RankResult:
             d["between_pct"] = _r3(self.between_pct)
         if self.host_pct is not None:
             d["host_pct"] = _r3(self.host_pct)
+        if self.sync_idle_pct is not None:
+            d["sync_idle_pct"] = _r3(self.sync_idle_pct)
         if self.bubble_ns or self.bubble_pct:
             d["bubble_ms"] = _r3(self.bubble_ns / MS)
             d["bubble_pct"] = _r3(self.bubble_pct)
@@ -460,6 +463,7 @@ class RankResult:
                    phases_pct={p: d.get(f"{p}_pct", 0.0) for p in phases},
                    comm_by_kind={k: v * MS for k, v in d.get("comm_by_kind", {}).items()},
                    between_pct=d.get("between_pct"), host_pct=d.get("host_pct"),
+                   sync_idle_pct=d.get("sync_idle_pct"),
                    bubble_ns=d.get("bubble_ms", 0.0) * MS, bubble_pct=d.get("bubble_pct", 0.0))
 
 

@@ -8,6 +8,8 @@ traces "exposed = collectives while the training thread is not working"."""
 import json
 import os
 
+import pytest
+
 import gpuscope
 from gpuscope.readers import read_path
 from helpers import X, kernel, launch
@@ -539,6 +541,15 @@ def test_syncs_are_counted_per_step_and_removed_before_launches_are_fused(tmp_pa
     assert top.knob == "host_syncs" and "200 syncs" in top.current
     # where they come from: the Python call, the op it made and the code's own frame
     assert "from Tensor.cpu() (aten::to) in loop.py(7): step," in top.current, top.current
+    # the GPU's idle after the syncs: a part of its wait on the host, in the table and the JSON
+    r = rep.ranks[0]
+    want = 100 * f["sync_idle_ns"].sum() / f["step_ns"].sum()
+    assert r.sync_idle_pct == pytest.approx(want) and 0 < r.sync_idle_pct <= r.host_pct
+    assert rep.to_dict()["ranks"][0]["sync_idle_pct"] == pytest.approx(want, abs=1e-3)
+    from gpuscope.render import terminal
+
+    text = " ".join(terminal.render(rep, width=200).split())
+    assert f"(in {want:.0f}%, after the host's syncs returned)" in text
     assert not any("CUDA graphs" in s.proposed for s in rep.suggestions)
     step_ms = rep.ranks[0].step_ns / 1e6
     lo, hi = top.estimated_step_ms_range

@@ -278,8 +278,12 @@ def _comm_and_other(report: ReportData, console: Console) -> None:
             console.print(Text(f"Other, {other:.0f}% of step time: the GPU had no kernel to run "
                                f"in {h:.0f}%: the step's work ran on the host"))
         else:
+            synced = [r.sync_idle_pct or 0.0 for r in ranks]
+            after = sum(synced) / len(ranks)
             console.print(Text(f"Other, {other:.0f}% of step time: in {h:.0f}% the GPU sat idle "
-                               "waiting for the host to launch work"))
+                               "waiting for the host to launch work" + (
+                                   f" (in {after:.0f}%, after the host's syncs returned)"
+                                   if after >= 1 else "")))
 
 
 def comm_rest(column_ns: float, kinds_ns: float) -> str:
