@@ -126,6 +126,11 @@ def check(path: str, checks: dict, report) -> list[tuple[str, bool, str]]:
             text = " ".join([s["why"] for s in d["suggestions"]] + d["warnings"])
             out.append((key, not any(t in text for t in want), "absent" if not any(
                 t in text for t in want) else "present"))
+        elif key == "suggestion_has":  # the cause named: in a suggestion's words
+            text = " ".join(f"{s['current']} {s['why']}" for s in d["suggestions"])
+            missing = [t for t in want if t not in text]
+            out.append((key, not missing, "has all" if not missing else
+                        "lacks " + "; ".join(missing)))
         elif key == "warning_has":
             out.append((key, all(any(t in w for w in d["warnings"]) for t in want),
                         "; ".join(d["warnings"])[:120]))

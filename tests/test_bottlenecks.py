@@ -1,6 +1,8 @@
 """Each bottleneck's module alone (analyze/bottlenecks/), on a hand-built typical step: its
 suggestions and their estimates worked out by hand, without the rest of the analysis."""
 
+from dataclasses import replace
+
 import pytest
 
 from gpuscope.analyze.bottlenecks import comm, data, host, imbalance
@@ -320,3 +322,18 @@ def test_the_syncs_source_is_named_alone_where_it_holds_most_of_them():
     ranks = [RankInfo(0, meta={"sync_sources": {"aten::item": 3}}), RankInfo(1),
              RankInfo(2, meta={"sync_sources": {"aten::item": 4, "aten::to": 1}})]
     assert sync_sources(ranks) == {"aten::item": 7, "aten::to": 1}
+
+
+def test_launch_overhead_says_how_long_the_gpu_works_and_waits_per_launch():
+    """The queue drained (GPUPuzzlers' answer: a launch takes longer to come than its kernel to
+    run): per launch, the GPU's work against its idle before the next; nothing without a count."""
+    from gpuscope.analyze.bottlenecks.host import launch_gaps, suggest_host
+
+    t = TypicalStep(step=10 * MS, data=0.0, transfer=0.0, wait=0.0, compute=2 * MS,
+                    data_cpu=None, sync_interval=1, host=8 * MS, launches=100)
+    assert launch_gaps(t) == (", 100 launches a step: 20 us of GPU work each against 80 us "
+                              "idle waiting for the next")
+    (s,), _ = suggest_host(t)
+    assert s.knob == "host_overhead" and s.current.endswith(launch_gaps(t))
+    assert launch_gaps(replace(t, launches=0.0)) == ""
+    assert launch_gaps(replace(t, launches=2.0)) == ""  # one long gap is no launch's delay

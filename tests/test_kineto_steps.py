@@ -434,6 +434,7 @@ def test_a_librarys_load_between_its_one_off_calls_is_startup_too(tmp_path):
     (row,) = read_path(path).frame.itertuples()
     assert row.step_ns < 10e6, row.step_ns  # the loop's ~1 ms and the first launch's 5 ms
     assert row.step_ns >= 1e6  # the loop itself is kept
+    assert row.launches == 11  # the first sgemm and the loop's ten
 
 
 def test_launches_without_kernel_events_are_not_compute(tmp_path):

@@ -64,6 +64,8 @@ class TypicalStep:
     sync: float = 0.0
     syncs: float = 0.0
     sync_idle: float = 0.0
+    #: GPU traces: the device work (kernels, copies) the host launched per step
+    launches: float = 0.0
 
     @property
     def busy(self) -> float:  # time the step needs besides data
@@ -110,7 +112,8 @@ def typical_step(frame: pd.DataFrame) -> TypicalStep:
                        avg(data_cpu) if data_cpu is not None else None,
                        interval, avg(mean("host_ns")),
                        avg(data_ops) if data_ops is not None else None, fast,
-                       avg(mean("sync_ns")), avg(mean("syncs")), avg(mean("sync_idle_ns")))
+                       avg(mean("sync_ns")), avg(mean("syncs")), avg(mean("sync_idle_ns")),
+                       avg(mean("launches")))
 
 
 def ms_range(e: "whatif.Estimate") -> tuple[float, float]:

@@ -123,6 +123,23 @@ def suggest_syncs(t: TypicalStep, where: str = "") -> Suggestion:
         HOST, gain(t.step, est), (max(t.step - t.host, busy_gpu) / MS, est / MS))
 
 
+#: launches a step from which the GPU's idle is read as gaps between them (with fewer, one
+#: long gap is not a launch's delay)
+LAUNCHES_MIN = 20
+
+
+def launch_gaps(t: TypicalStep) -> str:
+    """", 62 launches a step: 31 us of GPU work each against 137 us idle waiting for the next"
+    (the queue drained: a launch takes longer to come than its kernel to run), "" where the
+    trace gives no launch count or fewer than LAUNCHES_MIN."""
+    if t.launches < LAUNCHES_MIN:
+        return ""
+    busy = max(t.step - t.host - t.data, 0.0) / t.launches
+    gap = t.host / t.launches
+    return (f", {t.launches:,.0f} launches a step: {busy / 1e3:,.0f} us of GPU work each against "
+            f"{gap / 1e3:,.0f} us idle waiting for the next")
+
+
 def suggest_host(t: TypicalStep, where: str = "") -> tuple[list[Suggestion], str]:
     """The GPU waits for the host to launch work: fewer, larger launches. How many of the idle
     gaps a change closes depends on what the host does in them (launches CUDA graphs replay,
@@ -141,7 +158,8 @@ def suggest_host(t: TypicalStep, where: str = "") -> tuple[list[Suggestion], str
             "a CUDA graph cannot capture a sync; remove the syncs first, then measure again")
     est = t.step - 0.5 * t.host
     return [Suggestion(
-        "host_overhead", f"GPU idle {t.host / MS:.1f} ms per step waiting for launches",
+        "host_overhead", f"GPU idle {t.host / MS:.1f} ms per step waiting for launches"
+        + launch_gaps(t),
         "CUDA graphs / torch.compile", est / MS,
         f"the GPU sits idle {t.host / MS:.1f} ms of each {t.step / MS:.1f} ms step after a kernel "
         "ends and before the host has launched the next: capture the step in CUDA graphs "

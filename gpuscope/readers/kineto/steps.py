@@ -224,6 +224,7 @@ def _device_step(v: dict, ev: RankEvents, lo: int, hi: int, host_lo: int, host_h
     order, at = v["dev_order"], v["launched_sorted"]
     sel = order[np.searchsorted(at, host_lo, "left"):np.searchsorted(at, host_hi, "left")]
     sel = np.sort(sel)  # in trace order, as a mask would give them
+    launches = int(sel.size)  # the device work the step launched: kernels, copies, memsets
     sel = sel[(ev.dev_kind[sel] == COMM) & ~dev_p2p[sel]]
     insts = [(ev.dev_coll[j], int(ev.dev_start[j]), int(ev.dev_end[j])) for j in sel.tolist()]
     grads = [grads_of(int(t)) for t in v["launched"][sel].tolist()]
@@ -242,7 +243,7 @@ def _device_step(v: dict, ev: RankEvents, lo: int, hi: int, host_lo: int, host_h
             "exposed_ns": comm_ns - spans.overlap(comm, comp),
             "in_flight_ns": 0,  # measured on the device: what ran, not what was in flight
             "data_ns": data_ns, "host_ns": host_ns, "startup_ns": startup_ns,
-            "bubble_ns": spans.length(spans.subtract(p2p, comp)),
+            "bubble_ns": spans.length(spans.subtract(p2p, comp)), "launches": launches,
             **_syncs(v, host_lo, host_hi, idle)}
 
 
@@ -402,6 +403,7 @@ def rank_rows(ev: RankEvents, rank: int, drop: frozenset = frozenset()):
                      "host_ns": host_ns, "bubble_ns": bubble_ns, "microbatches": micro,
                      "in_flight_ns": p["in_flight_ns"],
                      # the host blocked on the device (GPU traces; 0 in host-only ones)
+                     "launches": p.get("launches", 0),
                      "syncs": p.get("syncs", 0), "sync_ns": min(p.get("sync_ns", 0), step_ns),
                      "sync_idle_ns": min(p.get("sync_idle_ns", 0), host_ns)})
     warnings += _trace_warnings(ev, gpu, markers, startup_total, rows)
