@@ -32,11 +32,14 @@ install: $(VENV)/.installed
 demo: $(VENV)/.demo
 	$(BIN)/gpuscope demo --scenario $(SCENARIO) --out runs/demo
 
+# the tests run in TEST_WORKERS processes (pytest-xdist), each test file in one of them
+TEST_WORKERS ?= 2
+
 test: install
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests
 
 test-fast: install   # everything but the tests that start other processes
-	$(BIN)/python -m pytest -q -m "not slow" tests
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow" tests
 
 bench-overhead: install
 	$(BIN)/python benchmarks/bench_overhead.py

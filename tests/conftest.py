@@ -7,6 +7,10 @@ sys.path.insert(0, os.path.dirname(__file__))
 # what `gpuscope try` kept on this machine never moves a test's estimates (calibration.py); the
 # tests of calibration name their own file
 os.environ["GPUSCOPE_CALIBRATION"] = "off"
+# pytest-xdist's workers get COLUMNS=80; the reports are rendered at the width they have
+# without a terminal (100), as a plain `pytest` run gives them
+for _name in ("COLUMNS", "LINES"):
+    os.environ.pop(_name, None)
 
 from gpuscope.demo.launch import run_training  # noqa: E402
 from helpers import unconfirmed_stragglers  # noqa: E402
