@@ -32,11 +32,14 @@ install: $(VENV)/.installed
 demo: $(VENV)/.demo
 	$(BIN)/gpuscope demo --scenario $(SCENARIO) --out runs/demo
 
-# the tests run in TEST_WORKERS processes (pytest-xdist), each test file in one of them
 TEST_WORKERS ?= 2
 
+# the tests run in TEST_WORKERS processes (pytest-xdist, each test file in one of them), then
+# those marked `alone` (their margins hold for a steady load, not a second test process's) one
+# at a time
 test: install
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not alone" tests
+	$(BIN)/python -m pytest -q -m alone tests
 
 test-fast: install   # everything but the tests that start other processes
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow" tests

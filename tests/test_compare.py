@@ -125,6 +125,7 @@ def _cli(*args):
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 def test_real_pair_sync_frequency_applied(tmp_path):
     """The comm scenario, then its own sync_frequency suggestion applied (DDP no_sync and one
     optimizer step every K micro-steps): compare finds the knob, and the measured side agrees
@@ -159,6 +160,7 @@ def test_real_pair_sync_frequency_applied(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 def test_real_pair_straggler_removed_and_the_gate(tmp_path):
     """The imbalanced scenario and the same run without the slow rank, recorded and profiled:
     the straggler prediction is checked, and the gate fires the other way round."""

@@ -91,6 +91,7 @@ def test_the_readme_compare_walk_through_applies_the_suggestion_its_demo_output_
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 def test_the_readme_demo_output_is_what_the_demo_prints_and_its_commands_run(tmp_path):
     """`make demo`'s run: the README's block has the label, the lines and the parts in the order
     the demo prints them today (figures aside), and every command the demo prints runs, as

@@ -117,6 +117,7 @@ def test_ddp_no_sync_accumulation(run_case):
         assert sync.current.startswith("accumulation 8") and "x 8 x 2" in sync.why
 
 
+@pytest.mark.alone
 def test_fsdp2_all_gathers_and_reduce_scatters_timed_from_record_and_traces(run_case):
     out = run_case("fsdp2", profile=True)
     rec = gpuscope.analyze(os.path.join(out, "record"))
