@@ -425,11 +425,17 @@ class RankResult:
         return max(self.comm_exposed_ns - self.wait_ns - self.bubble_ns, 0.0)
 
     def to_dict(self) -> dict:
+        # a report has a row per rank (100,000 of them at fleet size): the parts written out
+        # field by field, not looked up by name
         d = {"rank": self.rank, "host": self.host, "steps": self.steps,
-             "step_ms": _r3(self.step_ns / MS)}
-        for part in PARTS:
-            d[f"{part}_ms"] = _r3(self.part_ns(part) / MS)
-            d[f"{part}_pct"] = _r3(self.part_pct(part))
+             "step_ms": _r3(self.step_ns / MS),
+             "data_ms": _r3(self.data_ns / MS), "data_pct": _r3(self.data_pct),
+             "compute_ms": _r3(self.compute_ns / MS), "compute_pct": _r3(self.compute_pct),
+             "comm_ms": _r3(self.comm_ns / MS), "comm_pct": _r3(self.comm_pct),
+             "comm_exposed_ms": _r3(self.comm_exposed_ns / MS),
+             "comm_exposed_pct": _r3(self.comm_exposed_pct),
+             "wait_ms": _r3(self.wait_ns / MS), "wait_pct": _r3(self.wait_pct),
+             "other_ms": _r3(self.other_ns / MS), "other_pct": _r3(self.other_pct)}
         for phase, ns in self.phases_ns.items():
             d[f"{phase}_ms"] = _r3(ns / MS)
             d[f"{phase}_pct"] = _r3(self.phases_pct.get(phase, 0.0))
