@@ -26,6 +26,9 @@
 #   ops        scripts/gpu_ops.py: 2 ranks on GPU 0 (gloo), rank 1 runs an extra svd a step;
 #              profiled with and without it, and recorded with modules=True (CUDA events): the
 #              straggler named with the op, compare finds it, the module times;
+#   host_causes  scripts/gpu_host_causes.py: one CUDA loop per cause of host-bound time (.item()
+#              or .cpu() per element, CPU maths, tiny kernels, a first call's start-up), each
+#              profiled and read: gpuscope names the cause injected (written without a GPU);
 #   symm_mem   symmetric memory on one rank (NCCL): a recorded loop of one-shot all-reduces on a
 #              symmetric buffer; the report should say they ran on the GPU's stream, 8 of them
 #              (written without a GPU: first run on one checks the check itself).
@@ -77,6 +80,7 @@ cp "$W/truths/truths.jsonl" "$OUT/truths.jsonl" 2>/dev/null
 step workers 60 $PY benchmarks/bench_workers.py --batches 100 --out "$OUT/workers_gpu.json"
 step doctor 60 $PY -m gpuscope doctor --json "$W/doctor.json"
 step ops 300 $PY scripts/gpu_ops.py --out "$W/ops"
+step host_causes 150 $PY scripts/gpu_host_causes.py --out "$W/host_causes"
 
 cases() {  # every case on CUDA, then each compared with its own timing
   local dirs=() c

@@ -740,10 +740,18 @@ def first_run(d: dict | None) -> list[str]:
     if not d:
         return ["(`make demo`'s time and size: run `python benchmarks/bench_first_run.py`)"]
     m, s = divmod(round(d["seconds"]), 60)
+    busy = d.get("busy")
+    if busy:
+        bm, bs = divmod(round(busy["seconds"]), 60)
+        lo, hi = busy["load"]
+        then = (f"; with {busy['busy_processes']} other processes busy on the same cores (load "
+                f"{lo:g}-{hi:g}) it took {bm} min {bs:02d} s")
+    else:
+        then = "; a machine busy with other work takes longer"
     return [f"On a fresh clone `make demo` took {m} min {s:02d} s and left a "
             f"{d['venv_bytes'] / 2**30:.1f} GiB `.venv` (torch {d['torch_bytes'] / 2**20:.0f} MiB "
             f"of it; {d['cores']} cores{_at_load(d)}, no pip cache, {d['commit']}: "
-            "`benchmarks/bench_first_run.py`); a machine busy with other work takes longer."]
+            f"`benchmarks/bench_first_run.py`){then}."]
 
 
 def _at_load(d: dict) -> str:
