@@ -743,9 +743,8 @@ def first_run(d: dict | None) -> list[str]:
     busy = d.get("busy")
     if busy:
         bm, bs = divmod(round(busy["seconds"]), 60)
-        lo, hi = busy["load"]
-        then = (f"; with {busy['busy_processes']} other processes busy on the same cores (load "
-                f"{lo:g}-{hi:g}) it took {bm} min {bs:02d} s")
+        then = (f"; with {busy['busy_processes']} other processes spinning on the same cores "
+                f"(load {busy['load'][1]:g} by its end) it took {bm} min {bs:02d} s")
     else:
         then = "; a machine busy with other work takes longer"
     return [f"On a fresh clone `make demo` took {m} min {s:02d} s and left a "
