@@ -406,6 +406,7 @@ class RankResult:
     between_pct: float | None = None  # share of step time between rec.step() and the next step
     host_pct: float | None = None     # share of step time the GPU waited on the host to launch
     sync_idle_pct: float | None = None  # ... of it, after the host's syncs returned (traces)
+    cpu_math_pct: float | None = None   # ... of it, while the host ran maths on CPU tensors
     bubble_ns: float = 0.0   # mean exposed point-to-point wait (a pipeline stage's bubble)
     bubble_pct: float = 0.0
 
@@ -447,6 +448,8 @@ class RankResult:
             d["host_pct"] = _r3(self.host_pct)
         if self.sync_idle_pct is not None:
             d["sync_idle_pct"] = _r3(self.sync_idle_pct)
+        if self.cpu_math_pct is not None:
+            d["cpu_math_pct"] = _r3(self.cpu_math_pct)
         if self.bubble_ns or self.bubble_pct:
             d["bubble_ms"] = _r3(self.bubble_ns / MS)
             d["bubble_pct"] = _r3(self.bubble_pct)
@@ -469,7 +472,7 @@ class RankResult:
                    phases_pct={p: d.get(f"{p}_pct", 0.0) for p in phases},
                    comm_by_kind={k: v * MS for k, v in d.get("comm_by_kind", {}).items()},
                    between_pct=d.get("between_pct"), host_pct=d.get("host_pct"),
-                   sync_idle_pct=d.get("sync_idle_pct"),
+                   sync_idle_pct=d.get("sync_idle_pct"), cpu_math_pct=d.get("cpu_math_pct"),
                    bubble_ns=d.get("bubble_ms", 0.0) * MS, bubble_pct=d.get("bubble_pct", 0.0))
 
 

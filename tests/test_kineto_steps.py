@@ -592,3 +592,43 @@ def test_a_sync_that_returns_while_the_gpu_is_busy_leaves_no_idle_after_it(tmp_p
     (row,) = f[f["step"] == 1].itertuples()
     assert row.syncs == 1 and row.sync_ns == 50_000
     assert row.sync_idle_ns == 0 and row.host_ns > 0
+
+
+def test_maths_on_cpu_tensors_is_its_own_cause_of_the_gpus_idle(tmp_path):
+    """Issue 70: each step runs a kernel, then 500 us of maths on CPU tensors (an aten::add_
+    that launches nothing) and a 300 us view (aten::select: no maths), then launches the next
+    kernel. The GPU's idle in the maths is counted apart, views aside; the fix is to move those
+    tensors to the GPU (no CUDA graphs for it), its estimate bounded by that idle."""
+    from gpuscope.analyze.run import analyze_table
+    from gpuscope.render import terminal
+    from gpuscope.thresholds import Thresholds
+
+    events, t, corr = [], 0, 1
+    for s in range(8):
+        events += [X(f"ProfilerStep#{s}", t, 1_000),
+                   X("aten::mm", t, 20),
+                   X("cudaLaunchKernel", t + 2, 5, cat="cuda_runtime", correlation=corr),
+                   kernel("sgemm", t + 10, 100, corr),
+                   X("aten::add_", t + 150, 500),   # CPU maths: no runtime call inside
+                   X("aten::select", t + 660, 300),  # a view: framework work, not maths
+                   X("aten::mm", t + 970, 20),
+                   X("cudaLaunchKernel", t + 972, 5, cat="cuda_runtime", correlation=corr + 1),
+                   kernel("sgemm", t + 980, 15, corr + 1)]
+        corr += 2
+        t += 1_000
+    table = read_path(_write(tmp_path, events))
+    f = table.frame
+    assert (f["cpu_math_ns"] == 500_000).all(), f["cpu_math_ns"].tolist()
+    assert (f["cpu_math_ns"] <= f["host_ns"]).all()
+    rep = analyze_table(table, Thresholds(), own=True)
+    (maths,) = [s for s in rep.suggestions if s.knob == "cpu_maths"]
+    step = rep.ranks[0].step_ns / 1e6
+    assert maths.estimated_step_ms == pytest.approx(step - 0.25, abs=0.01)  # half of 0.5 ms
+    assert maths.estimated_step_ms_range[0] == pytest.approx(step - 0.5, abs=0.01)
+    launch = next(s for s in rep.suggestions if s.knob == "host_overhead")
+    host = rep.ranks[0].host_pct * step / 100
+    assert launch.estimated_step_ms == pytest.approx(step - 0.5 * (host - 0.5), abs=0.01)
+    r = rep.ranks[0]
+    assert r.cpu_math_pct == pytest.approx(100 * 0.5 / step, abs=0.01)
+    text = " ".join(terminal.render(rep, width=200).split())
+    assert f"in {r.cpu_math_pct:.0f}%, while it computed on CPU tensors" in text

@@ -66,6 +66,8 @@ class TypicalStep:
     sync_idle: float = 0.0
     #: GPU traces: the device work (kernels, copies) the host launched per step
     launches: float = 0.0
+    #: GPU traces: of `host`, the GPU's idle while the training thread ran maths on CPU tensors
+    cpu_math: float = 0.0
 
     @property
     def busy(self) -> float:  # time the step needs besides data
@@ -113,7 +115,7 @@ def typical_step(frame: pd.DataFrame) -> TypicalStep:
                        interval, avg(mean("host_ns")),
                        avg(data_ops) if data_ops is not None else None, fast,
                        avg(mean("sync_ns")), avg(mean("syncs")), avg(mean("sync_idle_ns")),
-                       avg(mean("launches")))
+                       avg(mean("launches")), avg(mean("cpu_math_ns")))
 
 
 def ms_range(e: "whatif.Estimate") -> tuple[float, float]:

@@ -278,12 +278,23 @@ def _comm_and_other(report: ReportData, console: Console) -> None:
             console.print(Text(f"Other, {other:.0f}% of step time: the GPU had no kernel to run "
                                f"in {h:.0f}%: the step's work ran on the host"))
         else:
-            synced = [r.sync_idle_pct or 0.0 for r in ranks]
-            after = sum(synced) / len(ranks)
+            causes = host_causes(ranks)
             console.print(Text(f"Other, {other:.0f}% of step time: in {h:.0f}% the GPU sat idle "
-                               "waiting for the host to launch work" + (
-                                   f" (in {after:.0f}%, after the host's syncs returned)"
-                                   if after >= 1 else "")))
+                               "waiting for the host to launch work"
+                               + (f" ({causes})" if causes else "")))
+
+
+def host_causes(ranks: list[RankResult]) -> str:
+    """The GPU's wait on the host by cause, where traces tell one (each a share of step time,
+    the mean over ranks, 1% or more): "in 81%, after the host's syncs returned; in 12%, while
+    it computed on CPU tensors"."""
+    out = []
+    for field, words in (("sync_idle_pct", "after the host's syncs returned"),
+                         ("cpu_math_pct", "while it computed on CPU tensors")):
+        pct = sum(getattr(r, field) or 0.0 for r in ranks) / len(ranks)
+        if pct >= 1:
+            out.append(f"in {pct:.0f}%, {words}")
+    return "; ".join(out)
 
 
 def comm_rest(column_ns: float, kinds_ns: float) -> str:

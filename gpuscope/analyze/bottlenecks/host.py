@@ -128,6 +128,35 @@ def suggest_syncs(t: TypicalStep, where: str = "") -> Suggestion:
 LAUNCHES_MIN = 20
 
 
+#: the GPU idle while the host ran maths on CPU tensors: this share of its idle waiting for the
+#: host and of the step, and moving those tensors is a fix of its own
+CPU_MATH_SHARE, CPU_MATH_SHARE_OF_HOST = 0.05, 0.25
+
+
+def cpu_math_matters(t: TypicalStep) -> bool:
+    """Whether the training thread's maths on CPU tensors is a cause of the step's host-bound
+    time: the GPU's idle while it ran a material part of its idle and of the step."""
+    return t.cpu_math >= CPU_MATH_SHARE_OF_HOST * t.host and t.cpu_math >= CPU_MATH_SHARE * t.step
+
+
+def suggest_cpu_maths(t: TypicalStep) -> Suggestion:
+    """Move the maths that runs on CPU tensors to the GPU: the GPU idles while the training
+    thread computes it. What the same maths takes on the GPU is not in the trace: the estimate
+    promises half of that idle back (the range's low end: all of it, never below the GPU's own
+    busy time)."""
+    busy_gpu = max(t.step - t.host - t.data, t.compute + t.transfer, 1.0)
+    est = max(t.step - 0.5 * t.cpu_math, busy_gpu)
+    return Suggestion(
+        "cpu_maths", f"GPU idle {t.cpu_math / MS:.1f} ms per step while the training thread "
+        "computes on CPU tensors", "move those tensors to the GPU", est / MS,
+        f"in {t.cpu_math / MS:.1f} ms of each {t.step / MS:.1f} ms step the training thread runs "
+        "aten ops on CPU tensors (ops that launch no kernel: maths, not views) while the GPU has "
+        "nothing queued: create those tensors on the GPU (device='cuda', or .to('cuda') once, "
+        "outside the loop), or keep metrics as GPU tensors; what the same maths takes on the GPU "
+        "is not in the trace: assumes half of that idle closes (range: all of it)", HOST,
+        gain(t.step, est), (max(t.step - t.cpu_math, busy_gpu) / MS, est / MS))
+
+
 def launch_gaps(t: TypicalStep) -> str:
     """", 62 launches a step: 31 us of GPU work each against 137 us idle waiting for the next"
     (the queue drained: a launch takes longer to come than its kernel to run), "" where the
@@ -152,18 +181,22 @@ def suggest_host(t: TypicalStep, where: str = "") -> tuple[list[Suggestion], str
         return [], ""
     if no_gpu_work(t):
         return [], NO_KERNELS
+    maths = [suggest_cpu_maths(t)] if cpu_math_matters(t) else []
     if syncs_matter(t):  # `where`: whose syncs they are (whose_syncs)
-        return [suggest_syncs(t, where)], (
+        return [suggest_syncs(t, where)] + maths, (
             f"no CUDA graphs / torch.compile advice while the step syncs {t.syncs:,.0f} times: "
             "a CUDA graph cannot capture a sync; remove the syncs first, then measure again")
-    est = t.step - 0.5 * t.host
-    return [Suggestion(
-        "host_overhead", f"GPU idle {t.host / MS:.1f} ms per step waiting for launches"
+    gaps = t.host - (t.cpu_math if maths else 0.0)  # what launching faster can close
+    est = t.step - 0.5 * gaps
+    return maths + [Suggestion(
+        "host_overhead", f"GPU idle {gaps / MS:.1f} ms per step waiting for launches"
         + launch_gaps(t),
         "CUDA graphs / torch.compile", est / MS,
-        f"the GPU sits idle {t.host / MS:.1f} ms of each {t.step / MS:.1f} ms step after a kernel "
-        "ends and before the host has launched the next: capture the step in CUDA graphs "
+        f"the GPU sits idle {gaps / MS:.1f} ms of each {t.step / MS:.1f} ms step after a kernel "
+        "ends and before the host has launched the next" + (
+            " (besides its idle in the maths on CPU tensors)" if maths else "")
+        + ": capture the step in CUDA graphs "
         "(torch.compile(mode='reduce-overhead')) or fuse kernels with torch.compile, remove host "
         "syncs from the loop (.item(), .cpu(), printing tensors), or give each launch more work "
         "(a larger batch); assumes half of the idle gaps close (range: all of them)", HOST,
-        gain(t.step, est), ((t.step - t.host) / MS, est / MS))], ""
+        gain(t.step, est), ((t.step - gaps) / MS, est / MS))], ""

@@ -39,6 +39,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import spans
+from .cpu_maths import cpu_maths
 from ...vocab import RESUME_NS
 from .events import (ANNOTATION, BACKWARD, CALL, COMM, COMM_HOST, COMPUTE, DATA, FINISH,
                      FORWARD, LAUNCH, MICROBATCH, OP, OPTIMIZER, STEP, WAITS, WRAPS, RankEvents,
@@ -217,7 +218,10 @@ def _device_step(v: dict, ev: RankEvents, lo: int, hi: int, host_lo: int, host_h
     stalls = spans.window(v["stalls_all"], lo, hi)
     # the GPU idle while the host was in one-off work: startup, not launch overhead
     startup_ns = spans.length(spans.subtract(spans.intersect(idle, stalls), known))
-    host_ns = spans.length(spans.subtract(idle, spans.union(known, stalls)))
+    waits_host = spans.subtract(idle, spans.union(known, stalls))
+    host_ns = spans.length(waits_host)
+    # of it, while the training thread ran maths on CPU tensors
+    cpu_math_ns = spans.overlap(waits_host, v["maths_r"].window(host_lo, host_hi)[0])
     p2p = spans.union(spans.window(v["p2p_all"], lo, hi), v["p2p_r"].window(lo, hi)[0])
     # the collectives the step launched (host window), with the part of each that no compute
     # kernel hides: the wait split compares it across ranks
@@ -244,6 +248,7 @@ def _device_step(v: dict, ev: RankEvents, lo: int, hi: int, host_lo: int, host_h
             "in_flight_ns": 0,  # measured on the device: what ran, not what was in flight
             "data_ns": data_ns, "host_ns": host_ns, "startup_ns": startup_ns,
             "bubble_ns": spans.length(spans.subtract(p2p, comp)), "launches": launches,
+            "cpu_math_ns": cpu_math_ns,
             **_syncs(v, host_lo, host_hi, idle)}
 
 
@@ -364,6 +369,8 @@ def rank_rows(ev: RankEvents, rank: int, drop: frozenset = frozenset()):
     leaf_main = Ranges(ev, OP, leaves_main)
     view = (_device_view(ev, windows, host_p2p, dev_p2p) if gpu else
             _host_view(ev, main, leaves_main, windows, host_p2p))
+    if gpu:  # the training thread's maths on CPU tensors: the GPU gets nothing meanwhile
+        view["maths_r"] = Ranges(ev, OP, cpu_maths(ev, leaves_main))
     markers = bool((ev.host_kind == STEP).any())
     rows, colls, startup_total = [], [], 0
     for i, (sid, host_lo, host_hi) in enumerate(windows):
@@ -404,6 +411,7 @@ def rank_rows(ev: RankEvents, rank: int, drop: frozenset = frozenset()):
                      "in_flight_ns": p["in_flight_ns"],
                      # the host blocked on the device (GPU traces; 0 in host-only ones)
                      "launches": p.get("launches", 0),
+                     "cpu_math_ns": min(p.get("cpu_math_ns", 0), host_ns),
                      "syncs": p.get("syncs", 0), "sync_ns": min(p.get("sync_ns", 0), step_ns),
                      "sync_idle_ns": min(p.get("sync_idle_ns", 0), host_ns)})
     warnings += _trace_warnings(ev, gpu, markers, startup_total, rows)
