@@ -143,15 +143,22 @@ def test_rows_reach_the_disk_every_flush_s_not_only_every_flush_rows(tmp_path):
     path = tmp_path / "run" / "rank-00000.gpuscope.jsonl"
 
     def on_disk():
+        if not path.exists():
+            return 0
         return sum(1 for line in path.read_text().splitlines() if line.startswith("["))
 
+    seen = []  # rows on disk after each step
     with gpuscope.record(tmp_path / "run", flush_rows=1000, flush_s=0.2) as rec:
         for _ in rec.data(range(35)):
             time.sleep(0.02)
             rec.step()
+            seen.append(on_disk())
         time.sleep(0.1)  # the writer thread's turn
         written = on_disk()
-    assert 20 <= written < 35  # the last few wait for the next flush (here: the close)
+    assert written >= 20  # the timer wrote them while the run went on
+    # ... in batches, a flush every 0.2 s of 20 ms steps, not a write per step: most steps see
+    # no new row (a step 10x slower under load still leaves half of them without one)
+    assert len(set(seen)) <= len(seen) // 2, seen
     assert on_disk() == 35
 
 
