@@ -49,7 +49,9 @@ def test_one_rank_with_extra_work_is_imbalanced_and_named(scenario_run):
     assert detail["cause"] == "compute"
     # the waiting shows up on rank 0 inside the all-reduce, not as comm-bound
     r0, r1 = sorted(d["ranks"], key=lambda r: r["rank"])
-    assert r0["wait_pct"] >= 10 and r1["wait_pct"] < 5  # over the imbalance threshold
+    # (rank 0 over the imbalance threshold; the straggler itself waits now and then on a busy
+    # machine, when the OS holds rank 0 back: 5.2% in a CI run beside a second test process)
+    assert r0["wait_pct"] >= 10 and r1["wait_pct"] < min(10, r0["wait_pct"] / 3), (r0, r1)
     assert d["suggestions"][0]["knob"] == "straggler"
     assert "rank 1" in d["suggestions"][0]["current"]
 
