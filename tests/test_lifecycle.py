@@ -185,7 +185,7 @@ def _record(run_dir, ranks, steps, sleep_s):
 
 def test_a_second_recording_into_one_run_dir_is_never_merged(tmp_path):
     # told apart by their step counts (12 and 16), and by their sleeps where that holds on a busy
-    # core: a 10 ms sleep never takes less; a 1 ms one took 9.4 ms once there, so its median
+    # core: a 10 ms sleep never takes less; a 1 ms one took 9.4 ms once there
     _record(tmp_path, [0, 1], 12, 0.001)
     _record(tmp_path, [0, 1], 16, 0.01)
     assert sorted(os.listdir(tmp_path)) == ["rank-00000-2.gpuscope.cols",
@@ -203,8 +203,8 @@ def test_a_second_recording_into_one_run_dir_is_never_merged(tmp_path):
     assert "holds 2 recordings" in note and "rank-00000.gpuscope.jsonl" in note
     assert not any("missing" in w for w in newest.warnings)
     older = gpuscope.analyze(tmp_path / "rank-00001.gpuscope.jsonl")
-    assert len(older.table.frame) == 2 * 11
-    assert sorted(s.step_ns for s in older.steps)[len(older.steps) // 2] < 9e6  # ~1 ms steps
+    assert len(older.table.frame) == 2 * 11  # the first recording's 12 steps: its own, unmerged
+    # (its 1 ms sleeps are not asserted: beside a second test process their median took 10.6 ms)
 
 
 def test_recordings_are_told_apart_by_time_and_job_id():
