@@ -7,7 +7,7 @@ TORCH_SPEC ?= torch==$(TORCH_VERSION)
 BIN := $(VENV)/bin
 SCENARIO ?= data
 
-.PHONY: install demo test test-fast bench bench-overhead bench-overhead-cases bench-whatif bench-faults samples dashboards docs clean
+.PHONY: install demo test test-parallel test-fast bench bench-overhead bench-overhead-cases bench-whatif bench-faults samples dashboards docs clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -34,15 +34,18 @@ demo: $(VENV)/.demo
 
 TEST_WORKERS ?= 2
 
-# the tests run in TEST_WORKERS processes (pytest-xdist, each test file in one of them), then
-# those marked `alone` (their margins hold for a steady load, not a second test process's) one
-# at a time
+# every test in one process (CI: its timing margins hold for a steady load)
 test: install
+	$(BIN)/python -m pytest -q tests
+
+# the same in TEST_WORKERS processes (pytest-xdist, a test file each), then those marked `alone`
+# one at a time: twice as fast on 2 cores, but a second test process moves other timing margins
+test-parallel: install
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not alone" tests
 	$(BIN)/python -m pytest -q -m alone tests
 
 test-fast: install   # everything but the tests that start other processes
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow" tests
+	$(BIN)/python -m pytest -q -m "not slow" tests
 
 bench-overhead: install
 	$(BIN)/python benchmarks/bench_overhead.py
