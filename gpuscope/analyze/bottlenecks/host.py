@@ -105,7 +105,7 @@ def suggest_syncs(t: TypicalStep, where: str = "") -> Suggestion:
     and no more than the GPU's idle after them, and the step is never shorter than the GPU's
     own busy time; where the work between the syncs goes too (the maths kept on the GPU, one
     copy at the end) the step may fall to the GPU's busy time: the range's other end."""
-    busy_gpu = max(t.step - t.host - t.data, t.compute + t.transfer, 1.0)
+    busy_gpu = gpu_busy(t)
     est = max(t.step - min(t.sync, t.sync_idle, t.host), busy_gpu)
     n = f"{t.syncs:,.0f} sync" + ("" if round(t.syncs) == 1 else "s")
     where = f", {where}" if where else ""
@@ -128,6 +128,12 @@ def suggest_syncs(t: TypicalStep, where: str = "") -> Suggestion:
 LAUNCHES_MIN = 20
 
 
+def gpu_busy(t: TypicalStep) -> float:
+    """The GPU's own busy time in the step (its work, not its wait on the host or for data):
+    no fix of the host's time takes the step below it."""
+    return max(t.step - t.host - t.data, t.compute + t.transfer, 1.0)
+
+
 #: the GPU idle while the host ran maths on CPU tensors: this share of its idle waiting for the
 #: host and of the step, and moving those tensors is a fix of its own
 CPU_MATH_SHARE, CPU_MATH_SHARE_OF_HOST = 0.05, 0.25
@@ -144,7 +150,7 @@ def suggest_cpu_maths(t: TypicalStep) -> Suggestion:
     thread computes it. What the same maths takes on the GPU is not in the trace: the estimate
     promises half of that idle back (the range's low end: all of it, never below the GPU's own
     busy time)."""
-    busy_gpu = max(t.step - t.host - t.data, t.compute + t.transfer, 1.0)
+    busy_gpu = gpu_busy(t)
     est = max(t.step - 0.5 * t.cpu_math, busy_gpu)
     return Suggestion(
         "cpu_maths", f"GPU idle {t.cpu_math / MS:.1f} ms per step while the training thread "
