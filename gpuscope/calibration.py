@@ -20,6 +20,8 @@ import statistics
 import tempfile
 import time
 
+from .knob_value import setting
+
 ENV = "GPUSCOPE_CALIBRATION"
 KEEP = 8          # trials kept per host and knob (the newest)
 #: a ratio outside these is a trial gone wrong (a crash mid-way, another program), not kept
@@ -84,36 +86,81 @@ def add(trials: list[dict], where: str | None = None) -> str | None:
     return where
 
 
+#: what a run's setup is for calibration: a trial of the same value from a run of the same setup
+#: measured the very change an estimate is for
+SETUP = ("world_size", "local_world_size", "param_bytes", "params", "batch_size",
+         "sync_interval", "num_workers", "cpus_available", "device")
+
+
+def setup(knobs: dict) -> dict:
+    """The knobs of SETUP a run's report holds."""
+    return {k: knobs[k] for k in SETUP if isinstance(knobs.get(k), (int, float, str))}
+
+
 def ratios(hosts: set[str], trials: list[dict] | None = None) -> dict[str, list[float]]:
     """{knob: the measured / estimated ratios of its trials on one of `hosts`}."""
-    out: dict[str, list[float]] = {}
+    return {k: [r for r, _ in v] for k, v in _trials_by_knob(hosts, trials).items()}
+
+
+def _trials_by_knob(hosts: set[str], trials: list[dict] | None) -> dict[str, list[tuple]]:
+    """{knob: [(measured / estimated, the trial)]} of the trials on one of `hosts`."""
+    out: dict[str, list[tuple]] = {}
     for t in load() if trials is None else trials:
         if t["host"] in hosts:
-            out.setdefault(t["knob"], []).append(t["measured_ms"] / t["estimated_ms"])
+            out.setdefault(t["knob"], []).append((t["measured_ms"] / t["estimated_ms"], t))
     return out
 
 
+def _same_change(found: list[tuple], s, knobs: dict | None) -> list[tuple]:
+    """(ratio, its trial's mean error as a share) of the trials that measured this very change:
+    the value this suggestion proposes, tried from a run of this run's setup (knobs None:
+    none)."""
+    if knobs is None:
+        return []
+    here, value = setup(knobs), setting(s.proposed)
+    return [(r, _se(t)) for r, t in found if t.get("setup") == here and t.get("value") == value]
+
+
+def _se(t: dict) -> float:
+    se = t.get("rel_se")
+    return float(se) if isinstance(se, (int, float)) and 0 <= se < 1 else 0.0
+
+
 def calibrated(suggestions: list, hosts: set[str], typical_ms: float,
-               trials: list[dict] | None = None) -> list:
+               trials: list[dict] | None = None, knobs: dict | None = None) -> list:
     """Each suggestion of a knob trials calibrated on one of `hosts`: its estimate times their
-    median ratio, its range times their lowest and highest (and its own), its gain again, said."""
+    median ratio, its gain again, said. Its range: where trials measured this very change (the
+    same value from a run of this setup, `knobs`), what they measured, scaled to the point: the
+    model's assumptions are settled, their spread is the trials'; otherwise the model's range
+    times their lowest and highest ratio."""
     from dataclasses import replace
 
-    found = ratios({h for h in hosts if h}, trials)
+    found = _trials_by_knob({h for h in hosts if h}, trials)
     if not found:
         return suggestions
     out = []
     for s in suggestions:
-        rs = found.get(s.knob)
+        rs = [r for r, _ in found.get(s.knob, ())]
         if not rs:
             out.append(s)
             continue
-        r = statistics.median(rs)
+        same = _same_change(found[s.knob], s, knobs)
+        r = statistics.median([x for x, _ in same] or rs)
         lo, hi = s.estimated_step_ms_range or (s.estimated_step_ms,) * 2
         point = s.estimated_step_ms * r
-        rng = (min(lo * min(rs), point), max(hi * max(rs), point))
-        said = (f"; calibrated on this host by {len(rs)} trial(s) of {s.knob} (gpuscope try): "
-                f"measured {min(rs):.2f}-{max(rs):.2f}x what the model gave, so "
+        if same:  # what they measured, each within twice its mean's standard error
+            least = min(x * (1 - 2 * se) for x, se in same)
+            most = max(x * (1 + 2 * se) for x, se in same)
+            rng = (point * least / r, point * most / r)
+            what = (f"{len(same)} trial(s) of this change ({s.knob} -> {setting(s.proposed)}, "
+                    f"from a run of this setup) measured {min(x for x, _ in same):.2f}-"
+                    f"{max(x for x, _ in same):.2f}x what the model gave; the range is theirs, "
+                    "with twice each one's standard error")
+        else:
+            rng = (min(lo * min(rs), point), max(hi * max(rs), point))
+            what = (f"{len(rs)} trial(s) of {s.knob} measured {min(rs):.2f}-{max(rs):.2f}x what "
+                    "the model gave")
+        said = (f"; calibrated on this host by gpuscope try: {what}, so "
                 f"{s.estimated_step_ms:.1f} -> {point:.1f} ms ({path()})")
         out.append(replace(s, estimated_step_ms=point, estimated_step_ms_range=rng,
                            gain_pct=(typical_ms / max(point, 1e-9) - 1) * 100,

@@ -211,7 +211,7 @@ def demo_next(args, report) -> list[str]:
     """The demo's first suggestion applied with its own options and compared, with this run's
     value (a README's value is another machine's), and `gpuscope try` of all of them."""
     from .demo import FLAGS, NPROC
-    from .trials import setting
+    from .knob_value import setting
 
     first = next((s for s in report.suggestions if s.knob in FLAGS
                   and isinstance(setting(s.proposed), int)), None)
@@ -344,7 +344,8 @@ def cmd_try(args) -> int:
     if args.warmup < 0:
         raise GpuscopeError(f"--warmup must be 0 or more, not {args.warmup}")
     base = {k: v[0] for k, v in trials.parse_knob_values(args.base).items()}
-    plan = trials.make_plan(load_report(args.report).to_dict(), cmd,
+    report = load_report(args.report).to_dict()
+    plan = trials.make_plan(report, cmd,
                             trials.parse_knob_values(args.knob), base, args.top, args.warmup,
                             args.steps, args.repeats)
     out = args.out or trials.default_out(args.report)
@@ -353,14 +354,17 @@ def cmd_try(args) -> int:
     if say:
         say(f"{len(plan.candidates)} configurations x {plan.repeats} rounds"
             + (f" or more, until each gain is known to +-{args.precision:g}%" if args.precision
-               else "") + f", {plan.warmup} + {plan.steps} steps each; run dirs under {out}")
+               else "") + f", {plan.warmup} + {plan.steps} steps each"
+            + (f" ({plan.steps_why})" if plan.steps_why else "") + f"; run dirs under {out}")
     from . import calibration
 
     cands = trials.run_plan(plan, out, args.timeout, say, args.precision, args.max_repeats,
                             args.budget_s)
     rows = trials.summary(cands)
-    kept = calibration.add(trials.calibration_trials(cands, rows, os.path.abspath(args.report)))
+    kept = calibration.add(trials.calibration_trials(cands, rows, os.path.abspath(args.report),
+                                                     report.get("knobs") or {}))
     result = {"command": plan.command, "warmup": plan.warmup, "steps": plan.steps,
+              "steps_why": plan.steps_why,
               "repeats": plan.repeats, "out": out, "not_in_command": plan.not_in_command,
               "trials": rows, "calibration": kept}
     if args.json == "-":

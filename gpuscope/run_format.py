@@ -142,6 +142,7 @@ KNOBS = {
     # the process and its machine
     "world_size": "count", "local_world_size": "count", "cpu_count": "count",
     "cpus_available": "count", "torch_threads": "count", "cuda_available": "flag",
+    "load_avg": "number",
     "torch": "text", "python": "text", "backend": "text",
     # the model and how it is split
     "model": "text", "wrapper": "text", "device": "text", "param_dtype": "text",

@@ -16,6 +16,7 @@ batch) is reported as such and the others go on.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import statistics
@@ -25,9 +26,12 @@ from dataclasses import dataclass, field
 
 from .analyze.rerun_noise import TRIABLE
 from .errors import GpuscopeError
+from .knob_value import setting
 from .record.options import RUN_DIR_ENV, STOP_AFTER_ENV
 
-PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+#: {knob}, or {knob*N} where the command counts the knob N times over (nanoGPT's
+#: gradient_accumulation_steps counts micro-steps over all ranks: {sync_frequency*8} on 8 ranks)
+PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)(?:\*([0-9]+))?\}")
 #: a suggestion's knob -> the report knob that holds its current value, where they differ
 CURRENT_KNOB = {"sync_frequency": "sync_interval"}
 #: knobs whose value scales the samples a step trains (the step is compared per global batch)
@@ -45,6 +49,7 @@ class Candidate:
     estimate_range: tuple | None = None
     steps_ms: list = field(default_factory=list)   # measured step per round (None: failed)
     failures: list = field(default_factory=list)   # what went wrong, per failed round
+    rel_se: list = field(default_factory=list)     # per round: its mean's error, a share (None)
     host: str = ""                    # where its trials ran (their record's rank 0)
 
 
@@ -58,22 +63,42 @@ class Plan:
     warmup: int
     steps: int
     repeats: int
+    #: micro-steps per optimizer step in the report's run (its estimates' basis), None unknown
+    base_every: int | None = None
+    #: why the measured steps are more than asked ("" when they are not)
+    steps_why: str = ""
+
+
+#: an epoch of at most this many batches sets a trial's measured steps to a whole epoch: each
+#: epoch's start (an empty loader queue, workers restarting) then weighs in a trial as in the
+#: training (the demo's 32-batch epochs: one epoch start took 51-128 ms against ~5 ms steps);
+#: longer epochs spread it too thin to matter
+EPOCH_TRIAL_MOST = 200
 
 
 def placeholders(command: list[str]) -> list[str]:
     """The {knob} names of the command, in order of first appearance."""
     seen: list[str] = []
     for arg in command:
-        for name in PLACEHOLDER.findall(arg):
+        for name in (m.group(1) for m in PLACEHOLDER.finditer(arg)):
             if name not in seen:
                 seen.append(name)
     return seen
 
 
 def filled(command: list[str], values: dict) -> list[str]:
-    """The command with each {knob} it holds replaced by its value (other braces untouched)."""
-    return [PLACEHOLDER.sub(lambda m: str(values[m.group(1)]) if m.group(1) in values
-                            else m.group(0), arg) for arg in command]
+    """The command with each {knob} it holds replaced by its value, {knob*N} by N times it
+    (other braces untouched)."""
+    def value(m: re.Match) -> str:
+        if m.group(1) not in values:
+            return m.group(0)
+        v = values[m.group(1)]
+        if m.group(2) is None:
+            return str(v)
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise GpuscopeError(f"{m.group(0)}: {m.group(1)} is {v!r}, not a number to multiply")
+        return str(v * int(m.group(2)))
+    return [PLACEHOLDER.sub(value, arg) for arg in command]
 
 
 def parse_knob_values(specs: list[str]) -> dict[str, list]:
@@ -86,16 +111,6 @@ def parse_knob_values(specs: list[str]) -> dict[str, list]:
         out.setdefault(name.strip(), []).extend(_value(v.strip()) for v in values.split(",")
                                                 if v.strip())
     return out
-
-
-def setting(value):
-    """A suggestion's current or proposed value as a command takes it: the count in a phrase
-    ("every 8 steps", "accumulation 16 (sync every 16 micro-steps)" -> 8, 16), else as it is."""
-    if isinstance(value, str):
-        m = re.search(r"\d+", value)
-        if m and re.match(r"(every|accumulation) ", value):
-            return int(m.group(0))
-    return value
 
 
 def _value(text: str):
@@ -160,7 +175,15 @@ def make_plan(report: dict, command: list[str], knob_values: dict[str, list] | N
         raise GpuscopeError("nothing to try: no suggestion names a knob of the command"
                             + (f" ({'; '.join(not_in)})" if not_in else "")
                             + "; name values with --knob NAME=V1,V2")
-    return Plan(list(command), cands, not_in, warmup, steps, repeats)
+    every = knobs.get("sync_interval")
+    every = every if isinstance(every, int) and every > 0 else None
+    epoch, why = knobs.get("batches_per_epoch"), ""
+    if isinstance(epoch, int) and epoch <= EPOCH_TRIAL_MOST:
+        whole = math.ceil(epoch / (every or 1))  # optimizer steps that load an epoch's batches
+        if whole > steps:
+            steps, why = whole, (f"a whole epoch ({epoch} batches), so that its start weighs in "
+                                 "as in the training")
+    return Plan(list(command), cands, not_in, warmup, steps, repeats, every, why)
 
 
 def _candidate(name: str, value, values: dict, suggestions: list) -> Candidate:
@@ -200,8 +223,9 @@ def run_trial(plan: Plan, cand: Candidate, run_dir: str, timeout_s: float) -> tu
 
 def measured_step(run_dir: str, plan: Plan, cand: Candidate) -> tuple:
     """The trial's step (ms): its report's (the slowest rank's mean over the analysed steps),
-    per micro-step (the estimates' basis), scaled to the baseline's batch where the batch size
-    changed."""
+    on the estimates' basis: per optimizer step of the report's run (its micro-steps per
+    optimizer step; per micro-step where the report does not say), scaled to the baseline's
+    batch where the batch size changed."""
     from .analyze.run import analyze_table
     from .errors import InputError, TraceFormatError
     from .readers import read_path
@@ -221,16 +245,28 @@ def measured_step(run_dir: str, plan: Plan, cand: Candidate) -> tuple:
     if not ranks:
         return None, "no step recorded (is gpuscope.record around the loop?)"
     cand.host = str((rep.get("ranks") or [{}])[0].get("host") or "")
-    # per micro-step, as the estimates are: an optimizer step of K micro-steps over K
+    # on the estimates' basis: an optimizer step of K micro-steps over K, times the report's
     every = (rep.get("knobs") or {}).get("sync_interval")
     step = max(ranks) / (every if isinstance(every, int) and every > 0 else 1)
+    step *= plan.base_every or 1
     for knob in BATCH_KNOBS:
         now, then = cand.values.get(knob), None
         if isinstance(now, (int, float)) and now > 0:
             then = plan.candidates[0].values.get(knob)
         if isinstance(then, (int, float)) and then > 0 and now != then:
             step *= then / now
+    cand.rel_se.append(rel_se([x.get("step_ms") for x in rep.get("steps") or []]))
     return step, None
+
+
+def rel_se(steps_ms: list) -> float:
+    """The standard error of a trial's mean step, as a share of it: what its own steps' spread
+    leaves unknown of the mean (a step of 80 ms at each epoch's start among 5 ms ones leaves
+    much); 0 under 2 steps."""
+    x = [v for v in steps_ms if isinstance(v, (int, float))]
+    if len(x) < 2 or statistics.mean(x) <= 0:
+        return 0.0
+    return statistics.stdev(x) / len(x) ** 0.5 / statistics.mean(x)
 
 
 def spread_pct(base: list, steps: list) -> float | None:
@@ -283,6 +319,8 @@ def _round(plan: Plan, out_dir: str, r: int, timeout_s: float, say) -> None:
         t = time.perf_counter()
         step, failed = run_trial(plan, cand, where, timeout_s)
         cand.steps_ms.append(step)
+        if step is None:  # measured_step keeps a measured round's error
+            cand.rel_se.append(None)
         if failed:
             cand.failures.append(f"round {r + 1}: {failed}")
         if say is not None:
@@ -311,7 +349,8 @@ def summary(cands: list[Candidate]) -> list[dict]:
                  if b is not None and s is not None and s > 0]
         if c.knob is not None and gains:
             row["gain_pct"] = round(statistics.median(gains), 1)
-            row["gain_pct_range"] = [round(min(gains), 1), round(max(gains), 1)]
+            lo, hi = gain_interval(cands[0], c)
+            row["gain_pct_range"] = [round(min(lo, min(gains)), 1), round(max(hi, max(gains)), 1)]
         if c.estimate is not None:
             row["estimated_step_ms"] = c.estimate
             row["estimated_step_ms_range"] = list(c.estimate_range) if c.estimate_range else None
@@ -326,20 +365,44 @@ def summary(cands: list[Candidate]) -> list[dict]:
     return out
 
 
+def gain_interval(base: Candidate, c: Candidate) -> tuple[float, float]:
+    """(low, high) gain % over the rounds, each round's baseline / candidate ratio within twice
+    its standard error (the two means' errors combined): what a repeat may measure, where the
+    rounds alone (two of them, a min and a max) say little of it."""
+    lo, hi = math.inf, -math.inf
+    for i, (b, s) in enumerate(zip(base.steps_ms, c.steps_ms)):
+        if b is None or s is None or s <= 0:
+            continue
+        eb, es = (_at(x.rel_se, i) for x in (base, c))
+        e = 2 * math.hypot(eb, es)
+        q = b / s
+        lo, hi = min(lo, (q * (1 - e) - 1) * 100), max(hi, (q * (1 + e) - 1) * 100)
+    return lo, hi
+
+
+def _at(values: list, i: int) -> float:
+    v = values[i] if i < len(values) else None
+    return v if isinstance(v, (int, float)) else 0.0
+
+
 def default_out(report_path: str) -> str:
     """Where the trials' run dirs go: beside the report's run, try-<time>."""
     parent = os.path.dirname(os.path.abspath(report_path.rstrip("/"))) or "."
     return os.path.join(parent, time.strftime("try-%Y%m%d-%H%M%S"))
 
 
-def calibration_trials(cands: list[Candidate], rows: list[dict], run: str) -> list[dict]:
+def calibration_trials(cands: list[Candidate], rows: list[dict], run: str,
+                       knobs: dict | None = None) -> list[dict]:
     """What the trials teach the next estimates on their host (calibration.py): per candidate
-    with an estimate, each round's measured step against it."""
-    out = []
+    with an estimate, each round's measured step against it, with the setup of the report's
+    run (calibration.setup)."""
+    from .calibration import setup
+
+    out, where = [], setup(knobs or {})
     for c, row in zip(cands, rows):
         if c.knob is None or c.estimate is None or not c.host:
             continue
         out += [{"host": c.host, "knob": c.knob, "value": row["value"],
-                 "estimated_ms": c.estimate, "measured_ms": m, "run": run}
-                for m in c.steps_ms if m is not None]
+                 "estimated_ms": c.estimate, "measured_ms": m, "rel_se": _at(c.rel_se, i),
+                 "run": run, "setup": where} for i, m in enumerate(c.steps_ms) if m is not None]
     return out

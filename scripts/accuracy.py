@@ -209,6 +209,11 @@ def write(rows: list[dict], path: str) -> None:
     applied = applied_section(os.path.join(ROOT, "benchmarks", "results", "whatif.json"))
     if applied:
         lines += [""] + applied
+    from try_tables import section as trials_section
+
+    tried = trials_section(os.path.join(ROOT, "benchmarks", "results", "try.json"))
+    if tried:
+        lines += [""] + tried
     with open(path, "w") as fh:
         fh.write("\n".join(lines) + "\n")
 

@@ -697,7 +697,7 @@ def budgets(docs: dict) -> list[str]:
                    f"{w.get('commit', '?')}), the re-run after a suggestion lands in its stated "
                    f"range in {ok} of {len(rows)} applied pairs ([applied fixes](docs/accuracy.md"
                    "#applied-fixes)); on programs it was not tuned on, or a loaded machine, "
-                   "fewer: `gpuscope try` measures the fix instead.")
+                   "fewer: `gpuscope try` measures the fix instead" + trials_note(docs) + ".")
     fl = docs.get("faults.json")
     if fl:
         trained = [x for x in fl["rows"] if "scores" in x and x["parallel"] != "generated"]
@@ -751,6 +751,22 @@ def first_run(d: dict | None) -> list[str]:
             f"{d['venv_bytes'] / 2**30:.1f} GiB `.venv` (torch {d['torch_bytes'] / 2**20:.0f} MiB "
             f"of it; {d['cores']} cores{_at_load(d)}, no pip cache, {d['commit']}: "
             f"`benchmarks/bench_first_run.py`){then}."]
+
+
+def trials_note(docs: dict) -> str:
+    """What one calibrating trial did to the estimates (benchmarks/bench_try.py), or ""."""
+    t = docs.get("try.json")
+    if not t:
+        return ""
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    from try_tables import _count
+
+    rows = [r for r in t["cases"] if "try" in r]
+    c = _count(rows, "calibrated")
+    progs = ", ".join(sorted({r["program"] for r in rows}))
+    return (f"; after one trial, the next estimates land within 15% of the re-run in "
+            f"{c['within_15']} of {c['n']} and their range holds it in {c['in_range']} ({progs}; "
+            f"{t.get('commit', '?')}, [trials](docs/accuracy.md#trials-and-calibration))")
 
 
 def _at_load(d: dict) -> str:
@@ -898,6 +914,7 @@ def main() -> None:
     with open(OUT, "w") as fh:
         fh.write("\n".join(lines))
     docs["faults.json"] = _load("faults.json")  # its tables are in accuracy.md
+    docs["try.json"] = _load("try.json")  # its tables too
     write_budgets(budgets({k: v for k, v in docs.items() if v}))
     write_block(FIRST_RUN, first_run(_load("first_run.json")))
     write_block(EVERY_RANK, every_rank(_load("big_traces.json")))

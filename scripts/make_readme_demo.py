@@ -2,8 +2,8 @@
 from real runs.
 
 1. `gpuscope demo` (the data scenario, as `make demo` runs it) at 100 columns: its report's head
-   and rank table, then its suggestions through the first (the lines the README leaves out are
-   marked "(...)"), between `<!-- demo:begin -->` and `<!-- demo:end -->`.
+   and rank table, then its suggestions through the first one's head and two lines of its why
+   (the lines the README leaves out are marked "(...)"), between `<!-- demo:begin -->` and `<!-- demo:end -->`.
 2. That first suggestion applied (`gpuscope demo --num-workers N ...`, the knob it names), then
    `gpuscope compare` of the two: the commands and what compare said, between
    `<!-- compare:begin -->` and `<!-- compare:end -->`.
@@ -11,6 +11,8 @@ from real runs.
 3. The comm demo at 1 and 2 ranks, then `gpuscope scaling` of the two (`<!-- scaling:... -->`).
 4. The imbalanced demo's training with live diagnosis every 10 steps: the last line rank 0 logs
    (`<!-- live:... -->`).
+5. `gpuscope try` of the first demo's suggestions: the command and its table of trials
+   (`<!-- try:... -->`).
 
     python scripts/make_readme_demo.py
 
@@ -35,6 +37,7 @@ DEMO = ("<!-- demo:begin -->", "<!-- demo:end -->")
 COMPARE = ("<!-- compare:begin -->", "<!-- compare:end -->")
 SCALING = ("<!-- scaling:begin -->", "<!-- scaling:end -->")
 LIVE = ("<!-- live:begin -->", "<!-- live:end -->")
+TRY = ("<!-- try:begin -->", "<!-- try:end -->")
 sys.path.insert(0, ROOT)
 from gpuscope.demo import FLAGS  # noqa: E402  the demo's option for each knob its suggestions name
 BEFORE, AFTER = os.path.join("runs", "demo"), os.path.join("runs", "after")
@@ -49,7 +52,9 @@ def block(printed: str) -> list[str]:
     sug = next(i for i, x in enumerate(lines) if x.startswith("Suggestions"))
     second = next((i for i in range(sug + 3, len(lines)) if lines[i].startswith(" 2. ")
                    or not lines[i].strip()), len(lines))
-    return lines[start:table_end + 1] + ["(...)", ""] + lines[sug:second]
+    # the first suggestion's head and the start of its why (its assumptions: the run's report)
+    cut = lines[sug:second] if second <= sug + 6 else lines[sug:sug + 5] + ["    (...)"]
+    return lines[start:table_end + 1] + ["(...)", ""] + cut
 
 
 def walk_through(first: dict, cmp: dict) -> list[str]:
@@ -96,6 +101,32 @@ def scaling() -> list[str]:
     return ["```bash", *cmds, "```", "", "```", *kept, "```"]
 
 
+def tried() -> list[str]:
+    """`gpuscope try` of the demo's suggestions, as the README prints it: the command, and the
+    table of trials with the sentence on what it measured."""
+    cmd = (f".venv/bin/gpuscope try {BEFORE}/record -- .venv/bin/gpuscope demo --no-profile "
+           "--num-workers {num_workers}")
+    head, _, training = cmd.split(maxsplit=1)[1].partition(" -- ")
+    training = training.replace(".venv/bin/gpuscope", f"{sys.executable} -m gpuscope")
+    js = os.path.join(ROOT, "runs", "try.json")
+    said = gpuscope(*head.split(), "--out", os.path.join("runs", "try"), "--json", js, "--",
+                    *training.split())
+    lines = [x.rstrip() for x in said.splitlines()]
+    top = next(i for i, x in enumerate(lines) if x.startswith("Trials"))
+    end = next(i for i in range(top, len(lines)) if lines[i].startswith("└"))
+    with open(js) as fh:
+        rows = json.load(fh)["trials"]
+    base, best = rows[0], min(rows[1:], key=lambda r: r["step_ms"] or 1e18)
+    held = {True: "inside", False: "outside"}.get(best.get("within_range"))
+    note = textwrap.fill(
+        f"{best['label']} measured {best['step_ms']:.1f} ms a step against the baseline's "
+        f"{base['step_ms']:.1f} ({best['gain_pct']:+.0f}% throughput, "
+        f"{best['gain_pct_range'][0]:+.0f}% to {best['gain_pct_range'][1]:+.0f}% over the "
+        "rounds and their own spread)" + (f", {held} gpuscope's range" if held else "") + ".",
+        width=100, break_long_words=False, break_on_hyphens=False)
+    return ["```bash", cmd, "```", "", "```", *lines[top:end + 1], "```", note]
+
+
 def live() -> list[str]:
     """The last line rank 0 logs in the imbalanced demo's training with live_every=10."""
     sys.path.insert(0, ROOT)
@@ -135,10 +166,11 @@ def main() -> None:
     text = replace(text, COMPARE, walk_through(first, cmp))
     text = replace(text, SCALING, scaling())
     text = replace(text, LIVE, live())
+    text = replace(text, TRY, tried())
     with open(README, "w") as fh:
         fh.write(text)
     print(text[text.index(DEMO[0]):text.index(DEMO[1])])
-    for marks in (COMPARE, SCALING, LIVE):
+    for marks in (COMPARE, SCALING, LIVE, TRY):
         print(text[text.index(marks[0]):text.index(marks[1])])
 
 

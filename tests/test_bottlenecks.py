@@ -162,6 +162,29 @@ def test_imbalance_names_the_straggler_and_recovers_at_most_the_wait():
     assert "forward" in s.why and s.estimated_step_ms_range[0] >= 25.0
 
 
+def test_a_stragglers_fix_on_shared_cores_may_slow_the_others_down():
+    """2 ranks of 1 thread on a 2-core host with other work (load 4.7): while rank 1 waits the
+    other computes on its core, and beside it may run up to 2x slower: the range reaches that
+    (to no gain at all), said; the point stays; quiet (load 0.5), with a core each, or on a GPU,
+    the range stays the model's."""
+    t = step(wait=15 * MS)
+    late = Straggler(1, 0.9, 15 * MS, "compute", "forward", 15 * MS, host="h1")
+    cpu = {"device": "cpu", "cpus_available": 2, "local_world_size": 2, "torch_threads": 1}
+    (plain,) = imbalance.suggest_imbalance(t, [late], {})
+    (busy,) = imbalance.suggest_imbalance(t, [late], {**cpu, "load_avg": 4.7})
+    assert busy.estimated_step_ms == plain.estimated_step_ms == 25.0
+    assert busy.estimated_step_ms_range == (plain.estimated_step_ms_range[0], t.step / MS)
+    assert "up to 2.0x slower beside it" in busy.why and "load 4.7" in busy.why
+    for knobs in ({**cpu, "load_avg": 0.5}, {**cpu, "cpus_available": 4, "load_avg": 1.0},
+                  {**cpu, "device": "cuda:0", "load_avg": 4.7}):
+        (same,) = imbalance.suggest_imbalance(t, [late], knobs)
+        assert same.estimated_step_ms_range == plain.estimated_step_ms_range, knobs
+        assert "slower beside it" not in same.why
+    # 4 ranks of 1 thread on 2 cores: oversubscribed by their own threads, one straggler
+    (own,) = imbalance.suggest_imbalance(t, [late], {**cpu, "local_world_size": 4})
+    assert "up to 1.3x slower" in own.why and "load" not in own.why
+
+
 def test_jitter_gets_its_own_fix_and_estimate():
     # a fifth of the time lost waiting that moves between ranks: all of it back at best
     t = step(wait=8 * MS)

@@ -23,11 +23,14 @@ def _trial(host="host0", knob="num_workers", est=10.0, measured=15.0):
             "measured_ms": measured, "run": "runs/x"}
 
 
-def _workers(monkeypatch, where):
+def _report(monkeypatch, where, knobs=KNOBS):
     monkeypatch.setenv("GPUSCOPE_CALIBRATION", str(where))
-    rep = analyze_table(table_from_rows(balanced(8, 2, data=30, compute=10, comm=0.5,
-                                                 data_cpu=1), knobs=KNOBS), TH)
-    return next(s for s in rep.suggestions if s.knob == "num_workers")
+    return analyze_table(table_from_rows(balanced(8, 2, data=30, compute=10, comm=0.5,
+                                                  data_cpu=1), knobs=knobs), TH)
+
+
+def _workers(monkeypatch, where):
+    return next(s for s in _report(monkeypatch, where).suggestions if s.knob == "num_workers")
 
 
 def test_trials_on_this_host_scale_the_next_estimate_of_their_knob(tmp_path, monkeypatch):
@@ -45,9 +48,54 @@ def test_trials_on_this_host_scale_the_next_estimate_of_their_knob(tmp_path, mon
     lo, hi = plain.estimated_step_ms_range
     assert got.estimated_step_ms_range == pytest.approx((lo * 1.4, hi * 1.6))
     assert got.gain_pct < plain.gain_pct
-    assert "calibrated on this host by 2 trial(s) of num_workers" in got.why
+    assert "calibrated on this host by gpuscope try: 2 trial(s) of num_workers" in got.why
     assert "1.40-1.60x" in got.why and str(where) in got.why
     assert "calibrated" not in plain.why
+
+
+def test_trials_of_this_very_change_give_the_range_of_what_they_measured(tmp_path,
+                                                                         monkeypatch):
+    """Trials of the value this run's suggestion proposes, from a run of this setup, settle the
+    model's assumptions: the range is what they measured (1.4x-1.6x around 1.5x, each within
+    twice its mean's standard error, before a re-run's noise), not the model's range scaled; a
+    trial of another value, or from a run of another setup (another batch), keeps the model's
+    range scaled."""
+    knobs = dict(KNOBS, batches_per_epoch=40)  # the model's range: 10.1-14.9 around 11.2
+    def workers(where):
+        return next(s for s in _report(monkeypatch, where, knobs).suggestions
+                    if s.knob == "num_workers")
+    rep = _report(monkeypatch, tmp_path / "none.json", knobs)
+    plain = next(s for s in rep.suggestions if s.knob == "num_workers")
+    here = calibration.setup(rep.knobs)
+    value = plain.proposed
+    where = tmp_path / "cal.json"
+    calibration.add([{**_trial(measured=14.0), "value": value, "setup": here, "rel_se": 0.05},
+                     {**_trial(measured=16.0), "value": value, "setup": here}], str(where))
+    got = workers(where)
+    point = plain.estimated_step_ms * 1.5
+    assert got.estimated_step_ms == pytest.approx(point)
+    lo, hi = got.estimated_step_ms_range
+    noise = calibration_noise(got)
+    # the 1.4x trial's mean is known to +-5% (one standard error): its low end twice that lower
+    assert lo == pytest.approx(point * 1.4 * 0.9 / 1.5 * (1 - noise))
+    assert hi == pytest.approx(point * 1.6 / 1.5 * (1 + noise))
+    assert "2 trial(s) of this change" in got.why and "the range is theirs" in got.why
+    for other in ({**_trial(measured=14.0), "value": value + 1, "setup": here},
+                  {**_trial(measured=14.0), "value": value, "setup": {**here, "batch_size": 64}}):
+        where = tmp_path / f"other{other['value']}{len(other['setup'])}.json"
+        calibration.add([other, {**other, "measured_ms": 16.0}], str(where))
+        got = workers(where)
+        plo, phi = plain.estimated_step_ms_range
+        assert got.estimated_step_ms_range == pytest.approx((plo * 1.4, phi * 1.6))
+        assert "this change" not in got.why
+
+
+def calibration_noise(s) -> float:
+    """The re-run noise band the range was widened by after calibration (said on it), 0 if none."""
+    import re
+
+    m = re.search(r"re-run's noise, \+-(\d+)%", s.why)
+    return int(m.group(1)) / 100 if m else 0.0
 
 
 def test_kept_trials_are_the_newest_per_host_and_knob_and_bad_files_are_ignored(tmp_path,

@@ -37,6 +37,17 @@ def test_placeholders_are_filled_and_other_braces_left_alone():
         "train.py", "--nw=4", "--cfg", '{"a": 1}', "--x", "{unknown}32"]
 
 
+def test_a_placeholder_counted_over_the_ranks_is_multiplied():
+    # nanoGPT's --gradient_accumulation_steps counts micro-steps over all ranks: on 2 ranks,
+    # syncing every 8 micro-steps of each rank is 16
+    cmd = ["train.py", "--gradient_accumulation_steps={sync_frequency*2}", "--b={batch_size}"]
+    assert placeholders(cmd) == ["sync_frequency", "batch_size"]
+    assert filled(cmd, {"sync_frequency": 8, "batch_size": 4}) == [
+        "train.py", "--gradient_accumulation_steps=16", "--b=4"]
+    with pytest.raises(GpuscopeError, match="not a number"):
+        filled(cmd, {"sync_frequency": "every 8 steps", "batch_size": 4})
+
+
 def test_the_plan_tries_the_suggestions_the_command_holds_and_names_the_others():
     plan = make_plan(REPORT, ["t", "--w", "{num_workers}", "--k", "{sync_frequency}"])
     assert [c.label for c in plan.candidates] == ["baseline", "num_workers=4",
@@ -84,6 +95,20 @@ def test_the_summary_pairs_each_round_with_its_baseline_and_checks_the_range():
     assert rows[1]["gain_pct"] == pytest.approx(200.0, abs=0.1)  # 300% and 100%: median 200
     assert rows[1]["gain_pct_range"] == [100.0, 300.0]
     assert rows[1]["within_range"] is False and rows[1]["best"] and not rows[0]["best"]
+
+
+def test_a_gains_spread_holds_each_rounds_own_error():
+    """Two rounds alone are a min and a max: the spread also holds each round's ratio within
+    twice its two means' standard errors combined (3% and 4%: 5%, so +-10% of the ratio)."""
+    base = Candidate("baseline", {"num_workers": 0}, steps_ms=[40.0, 40.0], rel_se=[0.03, 0.03])
+    four = Candidate("num_workers=4", {"num_workers": 4}, "num_workers", steps_ms=[20.0, 20.0],
+                     rel_se=[0.04, 0.04])
+    rows = summary([base, four])
+    assert rows[1]["gain_pct"] == 100.0
+    assert rows[1]["gain_pct_range"] == [80.0, 120.0]  # 2 x (1 -+ 0.10) - 1
+    bare = summary([Candidate("baseline", {}, steps_ms=[40.0, 40.0]),
+                    Candidate("x=1", {}, "x", steps_ms=[20.0, 20.0])])
+    assert bare[1]["gain_pct_range"] == [100.0, 100.0]
 
 
 _LOOP = r"""
@@ -155,7 +180,44 @@ def test_try_measures_the_suggested_workers_and_calibrates_the_next_estimate(tmp
     assert kept[0]["measured_ms"] == pytest.approx(more["step_ms"], rel=1e-3)
     monkeypatch.setenv("GPUSCOPE_CALIBRATION", str(cal))
     sug = next(s for s in gpuscope.analyze(str(run)).suggestions if s.knob == "num_workers")
-    assert "calibrated on this host by 1 trial(s) of num_workers" in sug.why
+    assert "calibrated on this host by gpuscope try: 1 trial(s) of" in sug.why
+
+
+def test_a_trial_measures_a_whole_epoch_where_epochs_are_short():
+    """Each epoch's start (an empty loader queue) weighs in a trial as in the training: epochs of
+    32 batches make the 20 steps asked 32 (said); of 500, 20 stay; with 4 micro-steps an
+    optimizer step, 8 steps load an epoch: 20 stay."""
+    knobs = REPORT["knobs"]
+    plan = lambda **k: make_plan({**REPORT, "knobs": {**knobs, **k}},  # noqa: E731
+                                 ["t", "{num_workers}"], parse_knob_values(["num_workers=4"]))
+    short = plan(batches_per_epoch=32)
+    assert short.steps == 32 and "a whole epoch (32 batches)" in short.steps_why
+    assert plan(batches_per_epoch=500).steps == 20 and not plan(batches_per_epoch=500).steps_why
+    assert plan(batches_per_epoch=32, sync_interval=4).steps == 20
+
+
+def test_a_trial_is_measured_per_optimizer_step_of_the_reports_run(tmp_path):
+    """The estimates are per optimizer step of the report's run: where it accumulated 4
+    micro-steps, a trial that syncs every micro-step is measured over 4 of them (it was one,
+    a quarter of the estimate's basis)."""
+    from gpuscope.trials import Plan, measured_step
+
+    env = dict(os.environ, GPUSCOPE_RUN_DIR=str(tmp_path / "trial"))
+    proc = subprocess.run([sys.executable, "-c", _LOOP.replace("range(50)", "range(12)"),
+                           str(tmp_path / "code")], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    cand = Candidate("baseline", {"num_workers": 0})
+    one = Plan(["t"], [cand], [], 2, 5, 1)
+    four = make_plan({**REPORT, "knobs": {**REPORT["knobs"], "sync_interval": 4}},
+                     ["t", "{num_workers}"], parse_knob_values(["num_workers=4"]), warmup=2,
+                     steps=5)
+    assert four.base_every == 4 and one.base_every is None
+    a, failed = measured_step(str(tmp_path / "trial"), one, cand)
+    b, _ = measured_step(str(tmp_path / "trial"), four, cand)
+    assert failed is None and b == pytest.approx(4 * a)
+    # each measured round keeps its mean's standard error, a share of it
+    assert len(cand.rel_se) == 2 and 0 < cand.rel_se[0] == cand.rel_se[1] < 1
 
 
 def test_a_trial_that_ends_before_its_steps_is_a_failure_not_a_measurement(tmp_path):

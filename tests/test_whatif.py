@@ -174,10 +174,31 @@ def test_num_workers_estimate_counts_the_restart_every_epoch():
     # of 10 batches they would start again: one 30 ms load plus 30 ms per worker, the range's
     # upper end
     assert a.estimated_step_ms == pytest.approx(b.estimated_step_ms)
+    # (each epoch's first batch: one 30 ms load per 10 batches in the point, 4 in the upper end)
     assert a.estimated_step_ms_range[1] == pytest.approx(
-        (a.estimated_step_ms + (30 + 30 * w) / 10) * (1 + rerun_band(short)))
+        (a.estimated_step_ms - 3 + (30 + 30 * w) / 10 + 12) * (1 + rerun_band(short)))
     assert "restart every epoch" in a.why and "persistent_workers=True" in a.why
     assert b.estimated_step_ms_range[0] <= b.estimated_step_ms <= b.estimated_step_ms_range[1]
+
+
+def test_num_workers_estimate_counts_each_epochs_first_batch():
+    """Persistent workers still start each epoch with an empty queue: its first batch waits its
+    whole load (30 ms), once per epoch of 10 batches: +3 ms a step in the point, up to 4 loads
+    (+12) in the upper end; an epoch of 1,000 batches adds 0.03; an unknown epoch nothing."""
+    rows = balanced(8, 2, data=30, compute=10, comm=0.5, data_cpu=1)
+    knobs = {"num_workers": 0, "cpu_count": 8, "local_world_size": 2, "dataloader": True,
+             "persistent_workers": True}
+    got = {e: next(s for s in report(rows, knobs={**knobs, **({"batches_per_epoch": e} if e
+                                                               else {})}).suggestions
+                   if s.knob == "num_workers") for e in (None, 10, 1000)}
+    assert got[10].proposed == got[None].proposed
+    assert got[10].estimated_step_ms == pytest.approx(got[None].estimated_step_ms + 3)
+    assert got[1000].estimated_step_ms == pytest.approx(got[None].estimated_step_ms + 0.03)
+    band = 1 + rerun_band(report(rows, knobs=knobs))
+    assert got[10].estimated_step_ms_range[1] == pytest.approx(
+        got[None].estimated_step_ms_range[1] + 12 * band)
+    assert "each epoch's first batch waits" in got[10].why
+    assert "epoch's first batch" not in got[None].why
 
 
 def _inputs():

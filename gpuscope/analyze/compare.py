@@ -38,7 +38,7 @@ IGNORED = {"start_unix_ns", "hostname", "pid", "cpu_count", "cpus_available", "t
            # backward, how it was taken), the steps a profiler wrote its trace in, the step
            # whose FLOPs were counted
            "hidden_comm_ns", "hidden_comm_share", "hidden_comm", "profiler_trace_steps",
-           "data_cpu_share", "flops_counted_step", "flops_source"}
+           "data_cpu_share", "flops_counted_step", "flops_source", "load_avg"}
 #: knobs that follow from another when it changes: {the knob chosen: those it moves}
 FOLLOWS = {"batch_size": ("batch_bytes", "flops_per_step")}
 

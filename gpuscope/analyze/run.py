@@ -301,7 +301,7 @@ def bound(a: Analysis) -> None:
     (suggestions.in_order); a warning when the verdict has no fix."""
     # what `gpuscope try` measured on this host corrects the models' estimates (calibration.py)
     ordered = calibrated(a.suggestions, {i.host for i in a.table.ranks.values()},
-                         a.typical.step / MS)
+                         a.typical.step / MS, knobs=a.knobs)
     ordered = sorted(ordered, key=lambda s: -s.gain_pct)
     ordered, a.unbound = bound_suggestions(ordered, a.typical, a.frame, a.knobs)  # said on each
     shares = None

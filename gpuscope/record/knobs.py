@@ -159,6 +159,10 @@ def process_knobs(local_world_size: int) -> dict:
         out["cpus_available"] = len(os.sched_getaffinity(0))
     except Exception:
         out["cpus_available"] = out["cpu_count"]
+    try:  # the host's other work: what shares its cores with the ranks (1-minute average)
+        out["load_avg"] = round(os.getloadavg()[0], 2)
+    except (OSError, AttributeError):
+        pass
     if torch is not None:
         out["torch"] = getattr(torch, "__version__", None)
         try:

@@ -29,8 +29,10 @@ def table(result: dict, *, width: int | None = None, color: bool = False) -> str
                    if "estimated_step_ms" in r else "-"),
                   "-" if held is None else "yes" if held else "NO")
     console.print(t)
-    say(console, f"* the fastest. step: the slowest rank's mean over {result['steps']} steps after "
-        f"{result['warmup']} left out, per the baseline's global batch; median and range over "
+    why = f" ({result['steps_why']})" if result.get("steps_why") else ""
+    say(console, f"* the fastest. step: the slowest rank's mean over {result['steps']} steps{why} "
+        f"after {result['warmup']} left out, per the baseline's global batch; median and range "
+        "over "
         f"{result['repeats']} interleaved round(s); gain: against the baseline of the same "
         "round", style="dim")
     for r in result["trials"]:

@@ -65,6 +65,28 @@ HANDOVER_SPARE_NS = 100_000
 WARM_WHEN_LOAD_OVER_BUSY = 1.0
 
 
+#: at each epoch's start the workers' queue is empty, even with persistent workers: the first
+#: batch waits at least its whole load, with nothing loaded ahead of it. Measured on this
+#: project's 2-core VM (the demo's data scenario, 32 batches an epoch of ~32 ms each, 2 ranks):
+#: the epoch's first step took 51-53 ms with 4 workers a rank and 65-128 ms with 12 against
+#: ~5 ms steps, 1.5-4x a batch's load. The point takes one load per epoch, the range's upper
+#: end EPOCH_REFILL_MOST of them
+EPOCH_REFILL_MOST = 4.0
+
+
+def _epoch_refill(knobs: dict, load: float) -> tuple[float, float, str]:
+    """(ns a step for the point, for the upper end, in words) that each epoch's empty queue
+    adds, spread over the epoch's batches; nothing where the epoch's length is not known."""
+    epoch = knobs.get("batches_per_epoch")
+    if not isinstance(epoch, int) or epoch <= 0:
+        return 0.0, 0.0, ""
+    per = load / epoch
+    return per, EPOCH_REFILL_MOST * per, (
+        f"each epoch's first batch waits for its whole load (~{load / MS:.1f} ms once per "
+        f"{epoch} batches, ~{per / MS:.2f} ms a step; range: up to {EPOCH_REFILL_MOST:g}x, "
+        "workers starting their first batches at once)")
+
+
 #: worker counts proposed: the smallest of these that hides the wait (two sources of one run
 #: measure 6.9 and 7.1 workers' worth of loading: both propose 8) ...
 WORKER_COUNTS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
@@ -242,17 +264,23 @@ def suggest_data(t: TypicalStep, knobs: dict, th: Thresholds) -> tuple[list[Sugg
                                        cores_how=cores_how, f=f, f_how=f_how, cur=cur,
                                        proposed=proposed)
     hi += restart  # workers restarted every epoch: their first batches wait
+    refill, refill_most, said = _epoch_refill(knobs, load)
+    steady = est
+    if said:
+        est, lo, hi = est + refill, lo + refill, hi + refill_most
+        assumes.append(said)
     if est >= t.step - max(0.05 * t.step, 2 * cost):
         return out, _workers_would_not_help(knobs, f, cores, cores_how, busy, load, cost, est)
     why = (f"each step waits {t.data / MS:.1f} ms for data against {busy / MS:.1f} ms of other "
            f"work: {need:.1f} workers' worth of loading (a batch takes ~{load / MS:.1f} ms), so "
            f"{proposed} hide it" + (f" (to within {HIDE_SLACK:.0%} of the step)"
                                      if proposed < need else "")
-           + (f"; the rank's CPU holds the step at ~{est / MS:.1f} ms (training, loading and the "
-              f"hand-over on {point_cores} core(s))" if f is not None and cores is not None
-              and est > step_with(proposed, None) + 0.05 * MS else "")
+           + (f"; the rank's CPU holds the step at ~{steady / MS:.1f} ms (training, loading and "
+              f"the hand-over on {point_cores} core(s))" if f is not None and cores is not None
+              and steady > step_with(proposed, None) + 0.05 * MS else "")
            + (f"; a worker costs ~{cost / MS:.1f} ms per batch to hand over, included"
-              if cur == 0 and not spare else "") + _edge(need, proposed, step_with, point_cores)
+              if cur == 0 and not spare else "")
+           + _edge(need, proposed, lambda w, c: step_with(w, c) + refill, point_cores)
            + "; assumes: " + "; ".join(assumes))
     out.append(Suggestion("num_workers", cur, proposed, est / MS, why, DATA, gain(t.step, est),
                           (lo / MS, hi / MS)))

@@ -127,6 +127,9 @@ def suggest_imbalance(t: TypicalStep, stragglers: list[Straggler], knobs: dict,
         if fixed is not None and fixed[0] < t.step:
             est = max(fixed[0], floor)
             rng = (max(min(fixed[1], fixed[0]), floor) / MS, max(min(fixed[2], t.step), est) / MS)
+        grow, shared = shared_cores(knobs, len(stragglers))
+        if grow > 1:  # the others computed on the straggler's core while it waited
+            rng = (rng[0], max(rng[1], min(est * grow, t.step) / MS))
         where = f" on host {s.host}" if s.host else ""
         part = f"{s.cause} ({s.cause_detail})" if s.cause_detail else s.cause
         fix = _straggler_fix(s, knobs, exposed_by_kind, routing, t.data)
@@ -144,8 +147,36 @@ def suggest_imbalance(t: TypicalStep, stragglers: list[Straggler], knobs: dict,
             f"mostly in {part}, and the others wait for it ({s.lateness})"
             + (f"; {evidence}" if evidence else "") + f": {fix}; assumes the other "
             "ranks keep their pace and their own step-to-step variation (the step then waits "
-            "for the last of them)", IMBALANCED, gain(t.step, est), rng, rank=s.rank))
+            "for the last of them)" + shared, IMBALANCED, gain(t.step, est), rng,
+            rank=s.rank))
     return out
+
+
+def shared_cores(knobs: dict, late: int) -> tuple[float, str]:
+    """(how much slower the other ranks may compute once `late` stragglers keep pace, in words):
+    on a CPU whose ranks share the host's cores with more work than it has cores (their own
+    threads, or other work: the load average), a rank that waits gives its core to the others,
+    who then compute faster than they will beside it; at most local / (local - late) times (its
+    core shared again), at most the host's demand over its cores; 1 elsewhere (a GPU each, or
+    cores to spare)."""
+    from ..whatif import device_kind
+
+    cpus = knobs.get("cpus_available") or knobs.get("cpu_count")
+    local = knobs.get("local_world_size")
+    if device_kind(knobs) != "cpu" or not isinstance(cpus, int) or not isinstance(local, int) \
+            or local <= late or cpus <= 0:
+        return 1.0, ""
+    threads = knobs.get("torch_threads") if isinstance(knobs.get("torch_threads"), int) else 1
+    load = knobs.get("load_avg")
+    other = max(float(load) - local, 0.0) if isinstance(load, (int, float)) else 0.0
+    demand = local * threads + other
+    if demand <= cpus:
+        return 1.0, ""
+    grow = min(local / (local - late), demand / cpus)
+    return grow, (f"; its host's {cpus} core(s) run {local} rank(s) of {threads} thread(s)"
+                  + (f" beside other work (load {load:.1f})" if other > 0 else "")
+                  + f": while it waits the others compute on its core, and may run up to "
+                  f"{grow:.1f}x slower beside it (the range's upper end, to no gain at all)")
 
 
 #: E[max of n standard normals]: how much later than the mean the last of n ranks arrives
