@@ -18,7 +18,8 @@ The data is the repository's own tinyshakespeare copy (mingpt/data/input.txt).
 from __future__ import annotations
 
 import os
-import subprocess
+
+from public_repo import git_dir, source
 
 COMMIT = "77f55b912142e11fcfdf5b530231fb9c52f181e8"
 URL = "https://github.com/pytorch/examples"
@@ -76,23 +77,11 @@ BASE = ("data_config.path=data/input.txt", "data_config.block_size=64",
         "trainer_config.max_epochs=1000", "trainer_config.snapshot_path=none.pt")
 
 
-def _git_dir() -> str:
-    """A clone holding COMMIT: PYTORCH_EXAMPLES_GIT (a .git directory or a mirror), else one
-    cloned once into ~/.cache/gpuscope/pytorch-examples."""
-    if os.path.isdir(MIRROR):
-        return MIRROR
-    cache = os.path.join(os.path.expanduser("~"), ".cache", "gpuscope", "pytorch-examples")
-    if not os.path.isdir(cache):
-        subprocess.run(["git", "clone", "--bare", "--quiet", URL, cache], check=True)
-    return cache
-
-
 def prepare(workdir: str) -> str:
     """minGPT-ddp's files, edited, in `workdir`; returns it."""
     os.makedirs(os.path.join(workdir, "data"), exist_ok=True)
     for name in FILES:
-        text = subprocess.run(["git", "--git-dir", _git_dir(), "show", f"{COMMIT}:{DIR}/{name}"],
-                              check=True, capture_output=True, text=True).stdout
+        text = source(git_dir(MIRROR, URL, "pytorch-examples"), COMMIT, f"{DIR}/{name}")
         for old, new in EDITS.get(name, ()):
             if text.count(old) != 1:
                 raise SystemExit(f"minGPT-ddp {COMMIT[:8]}: an edit no longer applies: {old!r}")

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 
 import numpy as np
+
+from public_repo import git_dir, source
 
 COMMIT = "3adf61e154c3fe3fca428ad6bc3818b27a3b8291"
 URL = "https://github.com/karpathy/nanoGPT"
@@ -52,20 +53,8 @@ BASE = ("--device=cpu", "--backend=gloo", "--compile=False", "--dtype=float32",
 WARMUP_ITERS = 3  # iterations nanoGPT's clock leaves out (the first holds the eval and start-up)
 
 
-def _git_dir() -> str:
-    """A clone of nanoGPT holding COMMIT: NANOGPT_GIT (a .git directory or a mirror), else one
-    cloned once into ~/.cache/gpuscope/nanoGPT."""
-    if os.path.isdir(MIRROR):
-        return MIRROR
-    cache = os.path.join(os.path.expanduser("~"), ".cache", "gpuscope", "nanoGPT")
-    if not os.path.isdir(cache):
-        subprocess.run(["git", "clone", "--bare", "--quiet", URL, cache], check=True)
-    return cache
-
-
 def _source(name: str) -> str:
-    return subprocess.run(["git", "--git-dir", _git_dir(), "show", f"{COMMIT}:{name}"],
-                          check=True, capture_output=True, text=True).stdout
+    return source(git_dir(MIRROR, URL, "nanoGPT"), COMMIT, name)
 
 
 def prepare(workdir: str) -> str:
