@@ -21,6 +21,7 @@ import tempfile
 import time
 
 from .knob_value import setting
+from .trial_stats import pooled
 
 ENV = "GPUSCOPE_CALIBRATION"
 KEEP = 8          # trials kept per host and knob (the newest)
@@ -145,18 +146,18 @@ def calibrated(suggestions: list, hosts: set[str], typical_ms: float,
             out.append(s)
             continue
         same = _same_change(found[s.knob], s, knobs)
-        r = statistics.median([x for x, _ in same] or rs)
         lo, hi = s.estimated_step_ms_range or (s.estimated_step_ms,) * 2
-        point = s.estimated_step_ms * r
-        if same:  # what they measured, each within twice its mean's standard error
-            least = min(x * (1 - 2 * se) for x, se in same)
-            most = max(x * (1 + 2 * se) for x, se in same)
-            rng = (point * least / r, point * most / r)
+        if same:  # what they measured: their mean ratio within twice its standard error
+            r, se = pooled([x for x, _ in same], [e for _, e in same])
+            point = s.estimated_step_ms * r
+            rng = (point * max(1 - 2 * se / r, 0.05), point * (1 + 2 * se / r))
             what = (f"{len(same)} trial(s) of this change ({s.knob} -> {setting(s.proposed)}, "
                     f"from a run of this setup) measured {min(x for x, _ in same):.2f}-"
-                    f"{max(x for x, _ in same):.2f}x what the model gave; the range is theirs, "
-                    "with twice each one's standard error")
+                    f"{max(x for x, _ in same):.2f}x what the model gave; the range is theirs: "
+                    "their mean within twice its standard error")
         else:
+            r = statistics.median(rs)
+            point = s.estimated_step_ms * r
             rng = (min(lo * min(rs), point), max(hi * max(rs), point))
             what = (f"{len(rs)} trial(s) of {s.knob} measured {min(rs):.2f}-{max(rs):.2f}x what "
                     "the model gave")

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from .analyze.rerun_noise import TRIABLE
 from .errors import GpuscopeError
 from .knob_value import setting
+from .trial_stats import pooled
 from .record.options import RUN_DIR_ENV, STOP_AFTER_ENV
 
 #: {knob}, or {knob*N} where the command counts the knob N times over (nanoGPT's
@@ -269,20 +270,31 @@ def rel_se(steps_ms: list) -> float:
     return statistics.stdev(x) / len(x) ** 0.5 / statistics.mean(x)
 
 
-def spread_pct(base: list, steps: list) -> float | None:
-    """Half the range of a candidate's step over the baseline's of the same round, in % of
-    their median; None under two rounds that both ran."""
-    ratios = [s / b for b, s in zip(base, steps) if b and s]
-    if len(ratios) < 2:
+def ratio_se(base: Candidate, c: Candidate) -> tuple[float, float] | None:
+    """(mean of the rounds' candidate / baseline step ratios, its standard error:
+    trial_stats.pooled of each round's ratio, known to its two means' errors combined); None
+    without a round that ran both."""
+    q, e = [], []
+    for i, (b, s) in enumerate(zip(base.steps_ms, c.steps_ms)):
+        if b and s:
+            q.append(s / b)
+            e.append(math.hypot(_at(base.rel_se, i), _at(c.rel_se, i)))
+    return pooled(q, e)
+
+
+def spread_pct(base: Candidate, c: Candidate) -> float | None:
+    """Twice the standard error of a candidate's step over the baseline's (ratio_se), in % of
+    it; None under two rounds that both ran."""
+    got = ratio_se(base, c)
+    if got is None or sum(1 for b, s in zip(base.steps_ms, c.steps_ms) if b and s) < 2:
         return None
-    return 100 * (max(ratios) - min(ratios)) / 2 / statistics.median(ratios)
+    return 100 * 2 * got[1] / got[0]
 
 
 def settled(cands: list[Candidate], precision_pct: float) -> bool:
     """Whether every candidate's gain is known to +-precision_pct (spread_pct)."""
-    base = cands[0].steps_ms
     for c in cands[1:]:
-        w = spread_pct(base, c.steps_ms)
+        w = spread_pct(cands[0], c)
         if w is None or w > precision_pct:
             return False
     return True
@@ -366,18 +378,13 @@ def summary(cands: list[Candidate]) -> list[dict]:
 
 
 def gain_interval(base: Candidate, c: Candidate) -> tuple[float, float]:
-    """(low, high) gain % over the rounds, each round's baseline / candidate ratio within twice
-    its standard error (the two means' errors combined): what a repeat may measure, where the
-    rounds alone (two of them, a min and a max) say little of it."""
-    lo, hi = math.inf, -math.inf
-    for i, (b, s) in enumerate(zip(base.steps_ms, c.steps_ms)):
-        if b is None or s is None or s <= 0:
-            continue
-        eb, es = (_at(x.rel_se, i) for x in (base, c))
-        e = 2 * math.hypot(eb, es)
-        q = b / s
-        lo, hi = min(lo, (q * (1 - e) - 1) * 100), max(hi, (q * (1 + e) - 1) * 100)
-    return lo, hi
+    """(low, high) gain %: the rounds' mean ratio (ratio_se) within twice its standard error,
+    what a repeat may measure (two rounds alone are a min and a max)."""
+    got = ratio_se(base, c)
+    if got is None:
+        return math.inf, -math.inf
+    r, se = got
+    return (1 / (r + 2 * se) - 1) * 100, (1 / max(r - 2 * se, 1e-9) - 1) * 100
 
 
 def _at(values: list, i: int) -> float:

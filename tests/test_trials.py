@@ -93,19 +93,25 @@ def test_the_summary_pairs_each_round_with_its_baseline_and_checks_the_range():
     assert rows[0]["step_ms"] == 42.0 and rows[0]["step_ms_range"] == [40.0, 44.0]
     assert rows[1]["step_ms"] == 16.0 and rows[1]["failed"] == 1
     assert rows[1]["gain_pct"] == pytest.approx(200.0, abs=0.1)  # 300% and 100%: median 200
-    assert rows[1]["gain_pct_range"] == [100.0, 300.0]
+    # ratios 0.25 and 0.5: their mean 0.375 within twice its standard error (0.125): 0.125 to
+    # 0.625, a gain of 60% to 700% (the rounds alone: 100% and 300%)
+    assert rows[1]["gain_pct_range"] == [60.0, 700.0]
     assert rows[1]["within_range"] is False and rows[1]["best"] and not rows[0]["best"]
 
 
 def test_a_gains_spread_holds_each_rounds_own_error():
-    """Two rounds alone are a min and a max: the spread also holds each round's ratio within
-    twice its two means' standard errors combined (3% and 4%: 5%, so +-10% of the ratio)."""
+    """Two rounds alone are a min and a max: the spread is the rounds' mean ratio within twice
+    its standard error, each round's ratio known to its two means' errors combined (3% and 4%:
+    5%), the rounds' own errors pooled: 0.5 +- 2 x 0.0177."""
     base = Candidate("baseline", {"num_workers": 0}, steps_ms=[40.0, 40.0], rel_se=[0.03, 0.03])
     four = Candidate("num_workers=4", {"num_workers": 4}, "num_workers", steps_ms=[20.0, 20.0],
                      rel_se=[0.04, 0.04])
     rows = summary([base, four])
     assert rows[1]["gain_pct"] == 100.0
-    assert rows[1]["gain_pct_range"] == [80.0, 120.0]  # 2 x (1 -+ 0.10) - 1
+    lo, hi = rows[1]["gain_pct_range"]
+    e = 2 * (0.5 * 0.05 * 2 ** 0.5) / 2
+    assert (lo, hi) == (pytest.approx(100 * (1 / (0.5 + e) - 1), abs=0.05),
+                        pytest.approx(100 * (1 / (0.5 - e) - 1), abs=0.05))
     bare = summary([Candidate("baseline", {}, steps_ms=[40.0, 40.0]),
                     Candidate("x=1", {}, "x", steps_ms=[20.0, 20.0])])
     assert bare[1]["gain_pct_range"] == [100.0, 100.0]
@@ -246,12 +252,21 @@ def test_rounds_go_on_until_each_gain_is_known_to_the_precision_asked(tmp_path, 
     plan = make_plan(REPORT, ["t", "{num_workers}"], parse_knob_values(["num_workers=4"]),
                      repeats=2)
     trials.run_plan(plan, str(tmp_path), precision_pct=30.0, most=6)
-    # ratios 0.25, 0.5 (+-40%), then 0.375 (+-40%), 0.375 ... : +-40% stays, up to 6 rounds
-    assert plan.repeats == 6
+    # ratios 0.25, 0.5, then 0.375, 0.375: the mean's standard error falls as rounds come
+    # (+-67%, +-38%, then +-27% after 4 rounds: within +-30%, no fifth)
+    assert plan.repeats == 4
+    steps.update(baseline=iter([40.0] * 6), **{"num_workers=4": iter([10.0, 20.0, 15.0])})
+    plan = make_plan(REPORT, ["t", "{num_workers}"], parse_knob_values(["num_workers=4"]),
+                     repeats=2)
+    trials.run_plan(plan, str(tmp_path), precision_pct=30.0, most=3)
+    assert plan.repeats == 3  # --max-repeats: +-38% still, no fourth
     steps["baseline"] = iter([40.0] * 6)
     steps["num_workers=4"] = iter([10.0, 10.4, 99.0])
     plan = make_plan(REPORT, ["t", "{num_workers}"], parse_knob_values(["num_workers=4"]),
                      repeats=2)
     trials.run_plan(plan, str(tmp_path), precision_pct=5.0)
     assert plan.repeats == 2  # 0.25 and 0.26: +-2%, known after the least rounds
-    assert trials.spread_pct([40.0, 40.0], [10.0, 10.4]) == pytest.approx(100 * 0.005 / 0.255)
+    # ratios 0.25 and 0.26: their mean's standard error 0.005, twice it 3.9% of 0.255
+    assert trials.spread_pct(Candidate("b", {}, steps_ms=[40.0, 40.0]),
+                             Candidate("c", {}, "c", steps_ms=[10.0, 10.4])) == pytest.approx(
+        100 * 2 * 0.005 / 0.255)
