@@ -5,7 +5,8 @@ calibrating trial, against re-runs.
 
 Per case (2 ranks, gloo, CPU), one command line with the knobs as {placeholders}, the same for
 every run, so BEFORE, AFTER and the trials differ only in the values filled in:
-1. BEFORE_0 is run and analysed; its top suggestion the command can set is the change applied.
+1. BEFORE_0 is run and analysed; its top suggestion the command can set is the change applied
+   (or the one a case names).
 2. `gpuscope try BEFORE_0 --top 3 -- COMMAND` (2 rounds) with a calibration file of the case's
    own (the calibrating trial), then the same `try` again with calibration off (the repeat):
    does the repeat name the same best, and does its gain fall inside the first's spread?
@@ -82,7 +83,9 @@ def mingpt_case(batch: int) -> dict:
 CASES = {
     "demo-data": demo("data", 16),
     "demo-comm": demo("comm", 2),
+    "demo-comm-batch": {**demo("comm", 2), "apply": "batch_size"},
     "nanogpt": nanogpt_case(1),
+    "nanogpt-batch": {**nanogpt_case(1), "apply": "batch_size"},
     "nanogpt-accum": nanogpt_case(2),
     "mingpt": mingpt_case(2),
 }
@@ -190,7 +193,9 @@ def run_case(name: str, pairs: int, tmp: str) -> dict:
     except GpuscopeError as exc:
         row["nothing_to_try"] = str(exc)
         return row
-    top = plan.candidates[1]
+    # the change applied: the case's knob ("apply"), else try's first, the report's top one
+    top = next((c for c in plan.candidates[1:] if c.knob == case.get("apply")),
+               plan.candidates[1])
     row.update(knob=top.knob, proposed=top.values[top.knob],
                not_in_command=plan.not_in_command)
     cal = os.path.join(tmp, f"{name}-calibration.json")
