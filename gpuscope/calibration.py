@@ -1,15 +1,18 @@
 """What `gpuscope try` measured on a machine, kept for the next estimates made there.
 
 A model tuned elsewhere cannot know a user's node; a trial can. Each trial of a suggested value
-leaves its estimate and what the re-run measured (per step of the baseline's batch). They are
+leaves its estimate and what it measured (per step of the baseline's batch), with the same
+round's baseline, the step of the run the estimate came from and that run's setup. They are
 kept in one small JSON file per user (`$GPUSCOPE_CALIBRATION`, else
 `$XDG_CACHE_HOME/gpuscope/calibration.json`, else `~/.cache/gpuscope/calibration.json`;
-`GPUSCOPE_CALIBRATION=off`: none kept, none used), the last KEEP per host and knob. The next
-analysis of a run on that host scales each suggestion of a calibrated knob by the median of its
-measured / estimated ratios there (its range by the lowest and highest of them), and says so:
-"calibrated on this host by 2 trial(s) of num_workers: measured 1.18-1.22x the model's". An
-estimate without calibration says what it assumes, as before. Anything wrong with the file
-(missing, damaged, another shape) leaves the estimates as the model makes them.
+`GPUSCOPE_CALIBRATION=off`: none kept, none used), the last KEEP per host and knob. A trial's
+ratio is what it measured against what the model gave, each over its own baseline (ratio()).
+The next analysis of a run on that host scales each suggestion of a calibrated knob by its
+trials' ratio there, and says so ("calibrated on this host by gpuscope try: 2 trial(s) of
+num_workers measured 1.18-1.22x what the model gave ..."); its range is the trials' where they
+measured this very change (calibrated()). An estimate without calibration says what it
+assumes, as before. Anything wrong with the file (missing, damaged, another shape) leaves the
+estimates as the model makes them.
 """
 
 from __future__ import annotations
@@ -66,7 +69,7 @@ def add(trials: list[dict], where: str | None = None) -> str | None:
     written: the trials' results stand without it)."""
     where = path() if where is None else where
     new = [dict(t, when=time.strftime("%Y-%m-%dT%H:%M:%S")) for t in trials if _ok(t)
-           and SANE[0] <= t["measured_ms"] / t["estimated_ms"] <= SANE[1]]
+           and SANE[0] <= ratio(t) <= SANE[1]]
     if not where or not new:
         return None
     kept = load(where) + new
@@ -104,12 +107,23 @@ def ratios(hosts: set[str], trials: list[dict] | None = None) -> dict[str, list[
 
 
 def _trials_by_knob(hosts: set[str], trials: list[dict] | None) -> dict[str, list[tuple]]:
-    """{knob: [(measured / estimated, the trial)]} of the trials on one of `hosts`."""
+    """{knob: [(ratio, the trial)]} of the trials on one of `hosts` (ratio())."""
     out: dict[str, list[tuple]] = {}
     for t in load() if trials is None else trials:
         if t["host"] in hosts:
-            out.setdefault(t["knob"], []).append((t["measured_ms"] / t["estimated_ms"], t))
+            out.setdefault(t["knob"], []).append((ratio(t), t))
     return out
+
+
+def ratio(t: dict) -> float:
+    """What a trial measured over what the model gave: the measured step over the same round's
+    baseline against the estimate over the step of the run it was made from, where the trial
+    kept both (the machine may run slower or faster during the trials than during that run:
+    each side is over its own baseline); else the measured step over the estimate."""
+    b, r = t.get("baseline_ms"), t.get("report_step_ms")
+    if all(isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0 for x in (b, r)):
+        return (t["measured_ms"] / b) / (t["estimated_ms"] / r)
+    return t["measured_ms"] / t["estimated_ms"]
 
 
 def _same_change(found: list[tuple], s, knobs: dict | None) -> list[tuple]:

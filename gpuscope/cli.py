@@ -361,8 +361,9 @@ def cmd_try(args) -> int:
     cands = trials.run_plan(plan, out, args.timeout, say, args.precision, args.max_repeats,
                             args.budget_s)
     rows = trials.summary(cands)
+    step = max((r.get("step_ms") or 0 for r in report.get("ranks") or []), default=0)
     kept = calibration.add(trials.calibration_trials(cands, rows, os.path.abspath(args.report),
-                                                     report.get("knobs") or {}))
+                                                     report.get("knobs") or {}, step or None))
     result = {"command": plan.command, "warmup": plan.warmup, "steps": plan.steps,
               "steps_why": plan.steps_why,
               "repeats": plan.repeats, "out": out, "not_in_command": plan.not_in_command,

@@ -399,9 +399,12 @@ def default_out(report_path: str) -> str:
 
 
 def calibration_trials(cands: list[Candidate], rows: list[dict], run: str,
-                       knobs: dict | None = None) -> list[dict]:
+                       knobs: dict | None = None, report_step_ms: float | None = None
+                       ) -> list[dict]:
     """What the trials teach the next estimates on their host (calibration.py): per candidate
-    with an estimate, each round's measured step against it, with the setup of the report's
+    with an estimate, each round's measured step against it, with the same round's baseline and
+    the step of the report the estimate was made from (a machine slower during the trials than
+    during that run moves both: calibration compares the ratios), and the setup of the report's
     run (calibration.setup)."""
     from .calibration import setup
 
@@ -409,7 +412,15 @@ def calibration_trials(cands: list[Candidate], rows: list[dict], run: str,
     for c, row in zip(cands, rows):
         if c.knob is None or c.estimate is None or not c.host:
             continue
-        out += [{"host": c.host, "knob": c.knob, "value": row["value"],
-                 "estimated_ms": c.estimate, "measured_ms": m, "rel_se": _at(c.rel_se, i),
-                 "run": run, "setup": where} for i, m in enumerate(c.steps_ms) if m is not None]
+        base = cands[0]
+        for i, m in enumerate(c.steps_ms):
+            if m is None:
+                continue
+            t = {"host": c.host, "knob": c.knob, "value": row["value"], "estimated_ms": c.estimate,
+                 "measured_ms": m, "rel_se": _at(c.rel_se, i), "run": run, "setup": where}
+            b = base.steps_ms[i] if i < len(base.steps_ms) else None
+            if b and report_step_ms:
+                t.update(baseline_ms=b, report_step_ms=report_step_ms,
+                         rel_se=math.hypot(_at(c.rel_se, i), _at(base.rel_se, i)))
+            out.append(t)
     return out
