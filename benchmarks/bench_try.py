@@ -20,7 +20,8 @@ basis); nanoGPT's own per-iteration clock is kept beside it.
 Programs: the demo's scenarios; nanoGPT's train.py (public_nanogpt.py) and pytorch/examples'
 minGPT-ddp (public_mingpt.py, needs hydra-core), each fetched at a pinned commit and edited only
 to run on a CPU and to record.
-Results: benchmarks/results/try.json and the table printed (markdown).
+Results: benchmarks/results/try.json and the table printed (markdown). `--keep DIR --rescore`
+estimates a finished run's kept runs again with the checkout's analysis (nothing runs again).
 """
 
 from __future__ import annotations
@@ -222,13 +223,44 @@ def run_case(name: str, pairs: int, tmp: str) -> dict:
         p = {"measured_ms": round(measured, 2) if measured else None, "failed": failed,
              "before_ms": round(float(np.mean(near)), 2) if near else None,
              "own_clock_ms": own_clock(case, out, values, base)}
-        for kind, where in (("model", "off"), ("calibrated", cal)):
-            ests = [e for e in (estimate(b, top.knob, top.values[top.knob], where)
-                                for b in befores[i:i + 2]) if e is not None]
-            if ests and measured:
-                p[kind] = score(tuple(float(np.mean(x)) for x in zip(*ests)), measured)
+        p.update(scores(befores[i:i + 2], top.knob, top.values[top.knob], cal, measured))
         row["pairs"].append(p)
     return row
+
+
+def scores(befores: list[str], knob: str, value, cal: str, measured: float | None) -> dict:
+    """The model's and the calibrated estimate of knob -> value, each the mean of what the
+    BEFOREs around an AFTER give, scored against its measured step."""
+    out = {}
+    for kind, where in (("model", "off"), ("calibrated", cal)):
+        ests = [e for e in (estimate(b, knob, value, where) for b in befores) if e is not None]
+        if ests and measured:
+            out[kind] = score(tuple(float(np.mean(x)) for x in zip(*ests)), measured)
+    return out
+
+
+def rescore(path: str, tmp: str) -> None:
+    """The estimates of a finished benchmark's kept runs (--keep DIR) made again by this
+    checkout's analysis, against the same measured re-runs and calibration files: nothing is
+    run again."""
+    d = json.load(open(path))
+    for row in d["cases"]:
+        name = row["case"]
+        cal = os.path.join(tmp, f"{name}-calibration.json")
+        for i, p in enumerate(row.get("pairs", [])):
+            befores = [os.path.join(tmp, f"{name}-before-{j}", "record") for j in (i, i + 1)]
+            for kind in ("model", "calibrated"):
+                p.pop(kind, None)
+            p.update(scores(befores, row["knob"], row["proposed"], cal, p.get("measured_ms")))
+    d["rescored_by"] = _commit()
+    with open(path, "w") as fh:
+        json.dump(d, fh, indent=2)
+    print("\n".join(table(d["cases"])))
+
+
+def _commit() -> str:
+    return subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
+                          capture_output=True, text=True).stdout.strip()
 
 
 def main() -> None:
@@ -237,7 +269,11 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=2)
     ap.add_argument("--keep", metavar="DIR", help="keep the runs here")
     ap.add_argument("--json", default=os.path.join(ROOT, "benchmarks", "results", "try.json"))
+    ap.add_argument("--rescore", action="store_true", help="with --keep: estimate the kept runs "
+                    "of --json again with this checkout (runs nothing)")
     args = ap.parse_args()
+    if args.rescore:
+        return rescore(args.json, args.keep)
     need = mingpt.missing()
     names = [n for n in args.cases.split(",") if not (need and n.startswith("mingpt"))]
     if need and len(names) < len(args.cases.split(",")):
@@ -250,11 +286,9 @@ def main() -> None:
         rows.append(run_case(name, args.pairs, tmp))
         print("\n".join(table(rows[-1:])[2:]), file=sys.stderr, flush=True)
     print("\n".join(table(rows)))
-    commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
-                            capture_output=True, text=True).stdout.strip()
     os.makedirs(os.path.dirname(args.json), exist_ok=True)
     with open(args.json, "w") as fh:
-        json.dump({"commit": commit, "pairs": args.pairs, "seconds": round(time.time() - t0),
+        json.dump({"commit": _commit(), "pairs": args.pairs, "seconds": round(time.time() - t0),
                    "cpus": os.cpu_count(), "load": os.getloadavg(), "cases": rows}, fh, indent=2)
     if not args.keep:
         shutil.rmtree(tmp, ignore_errors=True)
