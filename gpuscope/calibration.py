@@ -18,6 +18,7 @@ estimates as the model makes them.
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 import tempfile
@@ -121,16 +122,21 @@ def _trials_by_knob(hosts: set[str], trials: list[dict] | None) -> dict[str, lis
 DRIFT = 0.10
 
 
+def _normalized(t: dict) -> bool:
+    """Whether a trial's ratio is taken over its own baseline (ratio())."""
+    b, r = t.get("baseline_ms"), t.get("report_step_ms")
+    return all(isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0
+               for x in (b, r)) and abs(b / r - 1) > DRIFT
+
+
 def ratio(t: dict) -> float:
     """What a trial measured over what the model gave: the measured step over the estimate;
     where the trial's baseline ran more than DRIFT away from the step of the run the estimate
     came from, each over its own baseline (the machine moved between them; within DRIFT a
     baseline's own noise, a comm-bound one's above all, would move the ratio more than it
     corrects)."""
-    b, r = t.get("baseline_ms"), t.get("report_step_ms")
-    if all(isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0 for x in (b, r)) \
-            and abs(b / r - 1) > DRIFT:
-        return (t["measured_ms"] / b) / (t["estimated_ms"] / r)
+    if _normalized(t):
+        return (t["measured_ms"] / t["baseline_ms"]) / (t["estimated_ms"] / t["report_step_ms"])
     return t["measured_ms"] / t["estimated_ms"]
 
 
@@ -145,8 +151,13 @@ def _same_change(found: list[tuple], s, knobs: dict | None) -> list[tuple]:
 
 
 def _se(t: dict) -> float:
-    se = t.get("rel_se")
-    return float(se) if isinstance(se, (int, float)) and 0 <= se < 1 else 0.0
+    """A trial's ratio's standard error, a share of it: its mean's, and its baseline's where the
+    ratio is over it."""
+    def share(key: str) -> float:
+        se = t.get(key)
+        return float(se) if isinstance(se, (int, float)) and 0 <= se < 1 else 0.0
+    own = share("rel_se")
+    return math.hypot(own, share("baseline_rel_se")) if _normalized(t) else own
 
 
 def calibrated(suggestions: list, hosts: set[str], typical_ms: float,

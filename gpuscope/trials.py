@@ -421,6 +421,6 @@ def calibration_trials(cands: list[Candidate], rows: list[dict], run: str,
             b = base.steps_ms[i] if i < len(base.steps_ms) else None
             if b and report_step_ms:
                 t.update(baseline_ms=b, report_step_ms=report_step_ms,
-                         rel_se=math.hypot(_at(c.rel_se, i), _at(base.rel_se, i)))
+                         baseline_rel_se=_at(base.rel_se, i))
             out.append(t)
     return out

@@ -102,6 +102,10 @@ def test_a_machine_slower_during_the_trials_is_not_taken_for_the_models_error():
     assert calibration.ratio(_trial(est=150.0, measured=120.0)) == pytest.approx(0.8)
     assert calibration.ratio({**t, "baseline_ms": None}) == pytest.approx(0.8)
     assert calibration.ratio({**t, "baseline_ms": 215.0}) == pytest.approx(0.8)
+    # the baseline's own error counts only where the ratio is over it
+    se = {"rel_se": 0.03, "baseline_rel_se": 0.04}
+    assert calibration._se({**t, **se}) == pytest.approx(0.05)
+    assert calibration._se({**t, **se, "baseline_ms": 215.0}) == pytest.approx(0.03)
 
 
 def calibration_noise(s) -> float:

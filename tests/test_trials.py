@@ -189,7 +189,7 @@ def test_try_measures_the_suggested_workers_and_calibrates_the_next_estimate(tmp
     assert kept[0]["report_step_ms"] == pytest.approx(
         max(r.step_ns for r in gpuscope.analyze(str(run)).ranks) / 1e6, rel=1e-3)
     # this very change, from a run of this setup: the same statistic as try's spread
-    assert kept[0]["setup"] and 0 < kept[0]["rel_se"] < 1
+    assert kept[0]["setup"] and 0 < kept[0]["rel_se"] < 1 and 0 < kept[0]["baseline_rel_se"] < 1
     monkeypatch.setenv("GPUSCOPE_CALIBRATION", str(cal))
     sug = next(s for s in gpuscope.analyze(str(run)).suggestions if s.knob == "num_workers")
     assert "calibrated on this host by gpuscope try: 1 trial(s) of" in sug.why
