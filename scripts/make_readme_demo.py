@@ -118,13 +118,9 @@ def tried() -> list[str]:
         rows = json.load(fh)["trials"]
     base, best = rows[0], min(rows[1:], key=lambda r: r["step_ms"] or 1e18)
     held = {True: "inside", False: "outside"}.get(best.get("within_range"))
-    note = textwrap.fill(
-        f"{best['label']} measured {best['step_ms']:.1f} ms a step against the baseline's "
-        f"{base['step_ms']:.1f} ({best['gain_pct']:+.0f}% throughput, "
-        f"{best['gain_pct_range'][0]:+.0f}% to {best['gain_pct_range'][1]:+.0f}% over the "
-        "rounds and their own spread)" + (f", {held} gpuscope's range" if held else "") + ".",
-        width=100, break_long_words=False, break_on_hyphens=False)
-    return ["```bash", cmd, "```", "", "```", *lines[top:end + 1], "```", note]
+    note = (f"Here {best['label']}: {best['step_ms']:.1f} ms a step against "
+            f"{base['step_ms']:.1f}" + (f", {held} gpuscope's range" if held else "") + ".")
+    return ["```", f"$ {cmd}", *lines[top:end + 1], "```", note]
 
 
 def live() -> list[str]:

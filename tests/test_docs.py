@@ -151,10 +151,14 @@ def test_the_readme_demo_output_is_what_the_demo_prints_and_its_commands_run(tmp
     lines = printed.splitlines()
     at = next(i for i, x in enumerate(lines) if x.startswith("Next: apply the first suggestion"))
     assert f" -> {now[sug + 4].split()[4]})" in lines[at]  # " 1. num_workers: 0 -> N ..."
-    for cmd, want in ((lines[at + 1].strip(), "Verdict:"), (lines[at + 2].strip(), "AFTER")):
+    # ... and the try of every suggested value (its trials are longer than the demo's own 30
+    # steps: a whole epoch of 30 batches after 5 of warm-up; the demo trains until they end)
+    for cmd, want in ((lines[at + 1].strip(), "Verdict:"), (lines[at + 2].strip(), "AFTER"),
+                      (lines[at + 4].strip(), "Trials")):
         got = subprocess.run(["bash", "-c", cmd], cwd=ROOT, env=shell, capture_output=True,
                              text=True, timeout=600)
         assert got.returncode == 0 and want in got.stdout, (cmd, got.stderr[-1000:])
+        assert "failed" not in got.stdout, (cmd, got.stdout[-2000:])
 
 
 def test_the_readme_first_run_line_is_the_results_file():

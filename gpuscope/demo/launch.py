@@ -9,7 +9,7 @@ import sys
 from dataclasses import dataclass
 
 from ..errors import GpuscopeError
-from ..record.options import RUN_DIR_ENV
+from ..record.options import RUN_DIR_ENV, stop_after
 
 
 def torchrun_cmd(nproc: int, *train_args: str) -> list[str]:
@@ -56,8 +56,10 @@ def run_demo(scenario: str, out: str, steps: int = 30, nproc: int = 2,
     report.json and report.html into `out`. Raises DemoFailed with the training's output."""
     from .. import analyze
 
-    # a `gpuscope try` trial of the demo records where the trial says (trials.py)
+    # a `gpuscope try` trial of the demo records where the trial says (trials.py), and trains
+    # until the trial ends it (its micro-steps may be more than the demo's own: a whole epoch)
     record_dir = os.environ.get(RUN_DIR_ENV) or os.path.join(out, "record")
+    steps = max(steps, stop_after() or 0)
     trace_dir = os.path.join(out, "kineto") if profile else None
     for d in (record_dir, trace_dir):
         if d and os.path.isdir(d):

@@ -15,7 +15,7 @@ def _range(r: list | None, fmt: str = "{:.1f}") -> str:
 def table(result: dict, *, width: int | None = None, color: bool = False) -> str:
     console, buf = text_console(width, color)
     t = Table(title="Trials", title_justify="left")
-    for col in ("configuration", "step ms", "min-max", "gain %", "min-max", "estimate ms",
+    for col in ("configuration", "step ms", "min-max", "gain %", "interval", "estimate ms",
                 "in range"):
         t.add_column(col, justify="left" if col == "configuration" else "right", no_wrap=True)
     for r in result["trials"]:
@@ -34,7 +34,8 @@ def table(result: dict, *, width: int | None = None, color: bool = False) -> str
         f"after {result['warmup']} left out, per the baseline's global batch; median and range "
         "over "
         f"{result['repeats']} interleaved round(s); gain: against the baseline of the same "
-        "round", style="dim")
+        "round, its interval the rounds' mean within twice its standard error (each round's "
+        "own, from its steps, and the rounds' spread)", style="dim")
     for r in result["trials"]:
         for f in r["failures"]:
             say(console, f"{r['label']}: failed, {f}")
