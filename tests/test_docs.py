@@ -96,6 +96,7 @@ def test_the_readme_demo_output_is_what_the_demo_prints_and_its_commands_run(tmp
     """`make demo`'s run: the README's block has the label, the lines and the parts in the order
     the demo prints them today (figures aside), and every command the demo prints runs, as
     printed, in a fresh shell (no venv activated) at the clone's root."""
+    import re
     import shlex
     import subprocess
     import sys
@@ -114,8 +115,14 @@ def test_the_readme_demo_output_is_what_the_demo_prints_and_its_commands_run(tmp
     assert readme[0] == "gpuscope record runs/demo/record" and now[0].startswith("gpuscope record")
     verdict = [next(x for x in lines if x.startswith("Verdict:")).split("(also")[0]
                for lines in (readme, now)]
-    assert _shape(verdict[0]) == _shape(verdict[1]) and " DATA-BOUND " in verdict[1]
-    assert "confidence high" in verdict[1]
+    # the confidence is the run's own: the README's (a quiet machine) is high; on a busy one a
+    # rank's pace may leave a straggler not ruled out, and it says medium with why on a line
+    # of its own
+    level = lambda x: re.sub(r"confidence (high|medium|low)", "confidence #", x)  # noqa: E731
+    assert _shape(level(verdict[0])) == _shape(level(verdict[1]))
+    assert " DATA-BOUND " in verdict[1] and "confidence high" in verdict[0]
+    readme = [x for x in readme if not x.startswith("confidence ")]
+    now = [x for x in now if not x.startswith("confidence ")]
     end = next(i for i, x in enumerate(now) if x.startswith("└"))
     assert [_shape(x) for x in readme[1:end + 1] if not x.startswith("Verdict:")] == \
         [_shape(x) for x in now[1:end + 1] if not x.startswith("Verdict:")]
