@@ -4,8 +4,7 @@ applied change before and after one calibrating trial against re-runs."""
 
 from __future__ import annotations
 
-import json
-import os
+from whatif_tables import results
 
 KINDS = ("model", "calibrated")
 #: why a case's calibrated range was not useful (said only for the cases where it was not)
@@ -55,9 +54,9 @@ def table(rows: list[dict]) -> list[str]:
 
 
 def section(path: str) -> list[str]:
-    if not os.path.exists(path):
+    d = results(path)
+    if d is None:
         return []
-    d = json.load(open(path))
     rows = [r for r in d["cases"] if "try" in r]
     same = sum(r["try"]["same_best"] for r in rows)
     gains = [g["held"] for r in rows for g in r["try"]["gains"].values()]

@@ -55,11 +55,17 @@ def rows_table(cases: list[dict]) -> list[str]:
     return out
 
 
-def section(path: str) -> list[str]:
+def results(path: str) -> dict | None:
+    """A benchmark's results file, None where it is not written yet."""
     if not os.path.exists(path):
-        return []
-    d = json.load(open(path))
-    if "pairs" not in d:
+        return None
+    with open(path) as fh:
+        return json.load(fh)
+
+
+def section(path: str) -> list[str]:
+    d = results(path)
+    if d is None or "pairs" not in d:
         return []
     rows = scored(d)
     n = len(rows)
