@@ -7,9 +7,11 @@ Per case (2 ranks, gloo, CPU), one command line with the knobs as {placeholders}
 every run, so BEFORE, AFTER and the trials differ only in the values filled in:
 1. BEFORE_0 is run and analysed; its top suggestion the command can set is the change applied
    (or the one a case names).
-2. `gpuscope try BEFORE_0 --top 3 -- COMMAND` (2 rounds) with a calibration file of the case's
-   own (the calibrating trial), then the same `try` again with calibration off (the repeat):
-   does the repeat name the same best, and does its gain fall inside the first's spread?
+2. `gpuscope try BEFORE_0 --top 3 --precision 10 -- COMMAND` (2 rounds, more while a repeat's
+   gain is not known within +-10%, up to 6 and 150 s of added rounds) with a calibration file of
+   the case's own (the calibrating trial), then the same `try` again with calibration off and as
+   many rounds (the repeat): does the repeat name the same best, and does its gain fall inside
+   the first's interval?
 3. AFTER_i and BEFORE_i+1 alternate --pairs times; each AFTER is scored against the mean of the
    estimates its neighbours BEFORE_i and BEFORE_i+1 give, the model's (calibration off) and the
    calibrated one (the case's file): the point within 15% of the re-run, the re-run inside the
@@ -126,12 +128,13 @@ def estimate(run_dir: str, knob: str, proposed, calibration: str) -> tuple | Non
     return s.estimated_step_ms, lo, hi
 
 
-def try_run(case: dict, report: str, out: str, calibration: str, tmp: str) -> dict:
-    """`gpuscope try REPORT --top 3 -- COMMAND`, its JSON."""
+def try_run(case: dict, report: str, out: str, calibration: str, tmp: str,
+            rounds: list[str]) -> dict:
+    """`gpuscope try REPORT --top 3 ROUNDS -- COMMAND`, its JSON."""
     cwd = os.path.join(tmp, case["cwd"]) if case["cwd"] else None
     js = out + ".json"
-    cmd = [PY, "-m", "gpuscope", "try", report, "--top", "3", "--out", out, "--json", js,
-           "-q", "--", *case["command"]]
+    cmd = [PY, "-m", "gpuscope", "try", report, "--top", "3", *rounds, "--out", out, "--json",
+           js, "-q", "--", *case["command"]]
     t0 = time.time()
     proc = subprocess.run(cmd, env=dict(ENV, GPUSCOPE_CALIBRATION=calibration), cwd=cwd,
                           capture_output=True, text=True, timeout=3600)
@@ -154,9 +157,10 @@ def repeat_check(first: dict, second: dict) -> dict:
         o = b.get(label)
         if not o or r.get("gain_pct_range") is None or o.get("gain_pct") is None:
             continue
-        lo, hi = r["gain_pct_range"]
+        lo, hi = r["gain_pct_range"]  # hi None: no upper end
         held[label] = {"gain_pct": r["gain_pct"], "range": [lo, hi],
-                       "repeat_gain_pct": o["gain_pct"], "held": lo <= o["gain_pct"] <= hi}
+                       "repeat_gain_pct": o["gain_pct"],
+                       "held": lo <= o["gain_pct"] <= (float("inf") if hi is None else hi)}
     return {"best": best(a), "repeat_best": best(b), "same_best": best(a) == best(b),
             "gains": held}
 
@@ -182,7 +186,7 @@ def own_clock(case: dict, out: str, values: dict, base: dict) -> float | None:
     return per_micro * base["sync_frequency"] * base["batch_size"] / values["batch_size"]
 
 
-def run_case(name: str, pairs: int, tmp: str) -> dict:
+def run_case(name: str, pairs: int, tmp: str, rounds: list[str]) -> dict:
     case = CASES[name]
     base = dict(case["base"])
     b0 = run(case, base, os.path.join(tmp, f"{name}-before-0"), tmp)
@@ -202,9 +206,12 @@ def run_case(name: str, pairs: int, tmp: str) -> dict:
     cal = os.path.join(tmp, f"{name}-calibration.json")
     if os.path.exists(cal):
         os.remove(cal)
-    first = try_run(case, b0, os.path.join(tmp, f"{name}-try-1"), cal, tmp)
-    second = try_run(case, b0, os.path.join(tmp, f"{name}-try-2"), "off", tmp)
+    first = try_run(case, b0, os.path.join(tmp, f"{name}-try-1"), cal, tmp, rounds)
+    # the repeat: as many rounds as the first ran
+    second = try_run(case, b0, os.path.join(tmp, f"{name}-try-2"), "off", tmp,
+                     ["--repeats", str(first["repeats"])])
     row["try"] = {"first": first["trials"], "repeat": second["trials"],
+                  "rounds": [first["repeats"], second["repeats"]],
                   "seconds": [first["seconds"], second["seconds"]],
                   **repeat_check(first, second)}
     befores, afters = [b0], []
@@ -271,6 +278,11 @@ def main() -> None:
     ap.add_argument("--json", default=os.path.join(ROOT, "benchmarks", "results", "try.json"))
     ap.add_argument("--rescore", action="store_true", help="with --keep: estimate the kept runs "
                     "of --json again with this checkout (runs nothing)")
+    ap.add_argument("--precision", type=float, default=10.0, metavar="PCT",
+                    help="the calibrating try's --precision (10; 0: its 2 rounds only)")
+    ap.add_argument("--max-repeats", type=int, default=6)
+    ap.add_argument("--budget-s", type=float, default=150.0, help="the calibrating try's "
+                    "--budget-s for the rounds --precision adds (150)")
     args = ap.parse_args()
     if args.rescore:
         return rescore(args.json, args.keep)
@@ -281,14 +293,17 @@ def main() -> None:
     tmp = args.keep or tempfile.mkdtemp(prefix="gpuscope-try-")
     os.makedirs(tmp, exist_ok=True)
     rows, t0 = [], time.time()
+    rounds = ["--precision", f"{args.precision:g}", "--max-repeats", str(args.max_repeats),
+              "--budget-s", f"{args.budget_s:g}"] if args.precision else []
     for name in names:
         print(f"{name} ...", file=sys.stderr, flush=True)
-        rows.append(run_case(name, args.pairs, tmp))
+        rows.append(run_case(name, args.pairs, tmp, rounds))
         print("\n".join(table(rows[-1:])[2:]), file=sys.stderr, flush=True)
     print("\n".join(table(rows)))
     os.makedirs(os.path.dirname(args.json), exist_ok=True)
     with open(args.json, "w") as fh:
         json.dump({"commit": _commit(), "pairs": args.pairs, "seconds": round(time.time() - t0),
+                   "try_rounds": " ".join(rounds) or "--repeats 2",
                    "cpus": os.cpu_count(), "load": os.getloadavg(), "cases": rows}, fh, indent=2)
     if not args.keep:
         shutil.rmtree(tmp, ignore_errors=True)

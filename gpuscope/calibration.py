@@ -10,7 +10,8 @@ ratio is what it measured against what the model gave, each over its own baselin
 The next analysis of a run on that host scales each suggestion of a calibrated knob by its
 trials' ratio there, and says so ("calibrated on this host by gpuscope try: 2 trial(s) of
 num_workers measured 1.18-1.22x what the model gave ..."); its range is the trials' where they
-measured this very change (calibrated()). An estimate without calibration says what it
+measured this very change (calibrated()): their mean's 95% interval, for
+the round-to-round noise of every trial kept for the host (host_noise()). An estimate without calibration says what it
 assumes, as before. Anything wrong with the file (missing, damaged, another shape) leaves the
 estimates as the model makes them.
 """
@@ -25,7 +26,7 @@ import tempfile
 import time
 
 from .knob_value import setting
-from .trial_stats import pooled
+from .trial_stats import interval, round_noise
 
 ENV = "GPUSCOPE_CALIBRATION"
 KEEP = 8          # trials kept per host and knob (the newest)
@@ -160,6 +161,17 @@ def _se(t: dict) -> float:
     return math.hypot(own, share("baseline_rel_se")) if _normalized(t) else own
 
 
+def host_noise(found: dict[str, list[tuple]]) -> tuple[float, int] | None:
+    """How far one round of a trial strays from its configuration's mean on this host, pooled
+    over every configuration tried there (the rounds of one `try` of one value: one group), with
+    its degrees of freedom (trial_stats.round_noise); None under two rounds of one."""
+    groups: dict[tuple, list[float]] = {}
+    for knob, got in found.items():
+        for r, t in got:
+            groups.setdefault((knob, str(t.get("value")), t.get("run")), []).append(r)
+    return round_noise(list(groups.values()))
+
+
 def calibrated(suggestions: list, hosts: set[str], typical_ms: float,
                trials: list[dict] | None = None, knobs: dict | None = None) -> list:
     """Each suggestion of a knob trials calibrated on one of `hosts`: its estimate times their
@@ -172,6 +184,7 @@ def calibrated(suggestions: list, hosts: set[str], typical_ms: float,
     found = _trials_by_knob({h for h in hosts if h}, trials)
     if not found:
         return suggestions
+    noise = host_noise(found)
     out = []
     for s in suggestions:
         rs = [r for r, _ in found.get(s.knob, ())]
@@ -180,14 +193,16 @@ def calibrated(suggestions: list, hosts: set[str], typical_ms: float,
             continue
         same = _same_change(found[s.knob], s, knobs)
         lo, hi = s.estimated_step_ms_range or (s.estimated_step_ms,) * 2
-        if same:  # what they measured: their mean ratio within twice its standard error
-            r, se = pooled([x for x, _ in same], [e for _, e in same])
+        if same:  # what they measured: their mean ratio's 95% interval
+            r, h = interval([x for x, _ in same], noise, [e for _, e in same])
             point = s.estimated_step_ms * r
-            rng = (point * max(1 - 2 * se / r, 0.05), point * (1 + 2 * se / r))
+            rng = (point * max(1 - h, 0.05), point * (1 + h))
             what = (f"{len(same)} trial(s) of this change ({s.knob} -> {setting(s.proposed)}, "
                     f"from a run of this setup) measured {min(x for x, _ in same):.2f}-"
                     f"{max(x for x, _ in same):.2f}x what the model gave; the range is theirs: "
-                    "their mean within twice its standard error")
+                    "their mean's 95% interval" + (
+                        f" (a round strays {noise[0]:.1%} on this host, {noise[1]} degree(s) of "
+                        "freedom)" if noise else ", from their steps' spread"))
         else:
             r = statistics.median(rs)
             point = s.estimated_step_ms * r

@@ -353,7 +353,7 @@ def cmd_try(args) -> int:
                                                                        flush=True))
     if say:
         say(f"{len(plan.candidates)} configurations x {plan.repeats} rounds"
-            + (f" or more, until each gain is known to +-{args.precision:g}%" if args.precision
+            + (f" or more, until a repeat of each gain is known within +-{args.precision:g}%" if args.precision
                else "") + f", {plan.warmup} + {plan.steps} steps each"
             + (f" ({plan.steps_why})" if plan.steps_why else "") + f"; run dirs under {out}")
     from . import calibration
@@ -399,7 +399,8 @@ def _add_try(sub) -> None:
     t.add_argument("--repeats", type=int, default=2, help="rounds, interleaved (2; with "
                    "--precision, the least)")
     t.add_argument("--precision", type=float, metavar="PCT", help="more rounds (up to "
-                   "--max-repeats, within --budget-s) until each gain is known to +-PCT%%")
+                   "--max-repeats, within --budget-s) until a repeat of each gain is known within "
+                   "+-PCT%% (95%%)")
     t.add_argument("--max-repeats", type=int, default=8, help="rounds at most (8)")
     t.add_argument("--budget-s", type=float, default=900.0, help="seconds of trials at most "
                    "for the rounds --precision adds (900)")

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from .analyze.rerun_noise import TRIABLE
 from .errors import GpuscopeError
 from .knob_value import setting
-from .trial_stats import pooled
+from .trial_stats import interval, round_noise
 from .record.options import RUN_DIR_ENV, STOP_AFTER_ENV
 
 #: {knob}, or {knob*N} where the command counts the knob N times over (nanoGPT's
@@ -270,31 +270,35 @@ def rel_se(steps_ms: list) -> float:
     return statistics.stdev(x) / len(x) ** 0.5 / statistics.mean(x)
 
 
-def ratio_se(base: Candidate, c: Candidate) -> tuple[float, float] | None:
-    """(mean of the rounds' candidate / baseline step ratios, its standard error:
-    trial_stats.pooled of each round's ratio, known to its two means' errors combined); None
-    without a round that ran both."""
-    q, e = [], []
-    for i, (b, s) in enumerate(zip(base.steps_ms, c.steps_ms)):
-        if b and s:
-            q.append(s / b)
-            e.append(math.hypot(_at(base.rel_se, i), _at(c.rel_se, i)))
-    return pooled(q, e)
+def round_ratios(base: Candidate, c: Candidate) -> list:
+    """Each round's candidate step over the same round's baseline (None where either failed)."""
+    return [s / b if b and s else None for b, s in zip(base.steps_ms, c.steps_ms)]
 
 
-def spread_pct(base: Candidate, c: Candidate) -> float | None:
-    """Twice the standard error of a candidate's step over the baseline's (ratio_se), in % of
-    it; None under two rounds that both ran."""
-    got = ratio_se(base, c)
-    if got is None or sum(1 for b, s in zip(base.steps_ms, c.steps_ms) if b and s) < 2:
+def gain_spread(cands: list[Candidate], c: Candidate) -> tuple[float, float] | None:
+    """(the rounds' mean step ratio of c over the baseline, the half-width, as a share of it, of
+    the 95% interval a repeat of as many rounds falls in): the round-to-round noise pooled over
+    every candidate of the trial (trial_stats); None without a round that ran both."""
+    base = cands[0]
+    noise = round_noise([round_ratios(base, o) for o in cands[1:]])
+    q = round_ratios(base, c)
+    errs = [math.hypot(_at(base.rel_se, i), _at(c.rel_se, i)) for i in range(len(q))]
+    return interval(q, noise, errs, repeat=True)
+
+
+def spread_pct(cands: list[Candidate], c: Candidate) -> float | None:
+    """gain_spread's half-width in % of the ratio; None under two rounds that both ran."""
+    got = gain_spread(cands, c)
+    if got is None or sum(1 for q in round_ratios(cands[0], c) if q) < 2:
         return None
-    return 100 * 2 * got[1] / got[0]
+    return 100 * got[1]
 
 
 def settled(cands: list[Candidate], precision_pct: float) -> bool:
-    """Whether every candidate's gain is known to +-precision_pct (spread_pct)."""
+    """Whether a repeat of every candidate's gain is known to fall within +-precision_pct
+    (spread_pct)."""
     for c in cands[1:]:
-        w = spread_pct(cands[0], c)
+        w = spread_pct(cands, c)
         if w is None or w > precision_pct:
             return False
     return True
@@ -319,7 +323,7 @@ def run_plan(plan: Plan, out_dir: str, timeout_s: float = 600.0, say=None,
                 or spent + per > budget_s:
             break
         if say is not None:
-            say(f"a gain is not known to +-{precision_pct:g}% yet: round {r + 1}")
+            say(f"a repeat of a gain is not known within +-{precision_pct:g}% yet: round {r + 1}")
     plan.repeats = r
     return plan.candidates
 
@@ -356,13 +360,17 @@ def summary(cands: list[Candidate]) -> list[dict]:
                      else None, "rounds": len(c.steps_ms), "failed": len(c.steps_ms) - len(ok),
                      "failures": c.failures,
                      "step_ms": round(statistics.median(ok), 3) if ok else None,
-                     "step_ms_range": [round(min(ok), 3), round(max(ok), 3)] if ok else None}
+                     "step_ms_range": [round(min(ok), 3), round(max(ok), 3)] if ok else None,
+                     "rounds_ms": [None if s is None else round(s, 3) for s in c.steps_ms]}
         gains = [(b / s - 1) * 100 for b, s in zip(base, c.steps_ms)
                  if b is not None and s is not None and s > 0]
         if c.knob is not None and gains:
             row["gain_pct"] = round(statistics.median(gains), 1)
-            lo, hi = gain_interval(cands[0], c)
-            row["gain_pct_range"] = [round(min(lo, min(gains)), 1), round(max(hi, max(gains)), 1)]
+            lo, hi = gain_interval(cands, c)
+            hi = max(hi, max(gains))
+            # a repeat may measure any gain above lo: no upper end (None)
+            row["gain_pct_range"] = [round(min(lo, min(gains)), 1),
+                                     round(hi, 1) if math.isfinite(hi) else None]
         if c.estimate is not None:
             row["estimated_step_ms"] = c.estimate
             row["estimated_step_ms_range"] = list(c.estimate_range) if c.estimate_range else None
@@ -377,14 +385,15 @@ def summary(cands: list[Candidate]) -> list[dict]:
     return out
 
 
-def gain_interval(base: Candidate, c: Candidate) -> tuple[float, float]:
-    """(low, high) gain %: the rounds' mean ratio (ratio_se) within twice its standard error,
-    what a repeat may measure (two rounds alone are a min and a max)."""
-    got = ratio_se(base, c)
+def gain_interval(cands: list[Candidate], c: Candidate) -> tuple[float, float]:
+    """(low, high) gain %: where a repeat of as many rounds lands 95 times in 100 (gain_spread;
+    two rounds alone are a min and a max); high is infinite where the interval reaches a step of
+    0."""
+    got = gain_spread(cands, c)
     if got is None:
         return math.inf, -math.inf
-    r, se = got
-    return (1 / (r + 2 * se) - 1) * 100, (1 / max(r - 2 * se, 1e-9) - 1) * 100
+    r, h = got
+    return (1 / (r * (1 + h)) - 1) * 100, (1 / (r * (1 - h)) - 1) * 100 if h < 1 else math.inf
 
 
 def _at(values: list, i: int) -> float:

@@ -57,9 +57,13 @@ def test_trials_of_this_very_change_give_the_range_of_what_they_measured(tmp_pat
                                                                          monkeypatch):
     """Trials of the value this run's suggestion proposes, from a run of this setup, settle the
     model's assumptions: the range is what they measured (1.4x and 1.6x: their mean 1.5x within
-    twice its standard error, before a re-run's noise), not the model's range scaled; a
-    trial of another value, or from a run of another setup (another batch), keeps the model's
-    range scaled."""
+    its 95% interval, before a re-run's noise), not the model's range scaled. How far a round
+    strays is the host's: pooled over every configuration tried there (here also 8 rounds of
+    batch_size, steady to 2%), Student's t for the degrees of freedom they give (1 + 7). A trial
+    of another value, or from a run of another setup (another batch), keeps the model's range
+    scaled."""
+    import statistics
+
     knobs = dict(KNOBS, batches_per_epoch=40)  # the model's range: 10.1-14.9 around 11.2
     def workers(where):
         return next(s for s in _report(monkeypatch, where, knobs).suggestions
@@ -69,18 +73,23 @@ def test_trials_of_this_very_change_give_the_range_of_what_they_measured(tmp_pat
     here = calibration.setup(rep.knobs)
     value = plain.proposed
     where = tmp_path / "cal.json"
+    steady = [10.0, 10.2, 9.8, 10.1, 9.9, 10.0, 10.2, 9.8]
     calibration.add([{**_trial(measured=14.0), "value": value, "setup": here, "rel_se": 0.2},
-                     {**_trial(measured=16.0), "value": value, "setup": here}], str(where))
+                     {**_trial(measured=16.0), "value": value, "setup": here}]
+                    + [{**_trial(knob="batch_size", measured=m), "value": 8} for m in steady],
+                    str(where))
     got = workers(where)
     point = plain.estimated_step_ms * 1.5
     assert got.estimated_step_ms == pytest.approx(point)
     lo, hi = got.estimated_step_ms_range
     noise = calibration_noise(got)
-    # their mean 1.5x; the 1.4x trial's own mean known to +-20%: its error, 0.28 / 2, is more
-    # than the two trials' spread (0.1): 1.5 +- 2 x 0.14
-    assert lo == pytest.approx(point * (1 - 0.28 / 1.5) * (1 - noise))
-    assert hi == pytest.approx(point * (1 + 0.28 / 1.5) * (1 + noise))
+    ss = sum((r / 1.5 - 1) ** 2 for r in (1.4, 1.6)) + sum(
+        (m / statistics.mean(steady) - 1) ** 2 for m in steady)
+    h = 2.306 * (ss / 8) ** 0.5 / 2 ** 0.5  # t(8) = 2.306; two trials of this change
+    assert lo == pytest.approx(point * (1 - h) * (1 - noise))
+    assert hi == pytest.approx(point * (1 + h) * (1 + noise))
     assert "2 trial(s) of this change" in got.why and "the range is theirs" in got.why
+    assert "8 degree(s) of freedom" in got.why
     for other in ({**_trial(measured=14.0), "value": value + 1, "setup": here},
                   {**_trial(measured=14.0), "value": value, "setup": {**here, "batch_size": 64}}):
         where = tmp_path / f"other{other['value']}{len(other['setup'])}.json"
@@ -89,6 +98,15 @@ def test_trials_of_this_very_change_give_the_range_of_what_they_measured(tmp_pat
         plo, phi = plain.estimated_step_ms_range
         assert got.estimated_step_ms_range == pytest.approx((plo * 1.4, phi * 1.6))
         assert "this change" not in got.why
+    # one trial alone says nothing of the rounds' spread: its own steps' error, twice it
+    where = tmp_path / "one.json"
+    calibration.add([{**_trial(measured=15.0), "value": value, "setup": here, "rel_se": 0.1}],
+                    str(where))
+    got = workers(where)
+    noise = calibration_noise(got)
+    assert got.estimated_step_ms_range == pytest.approx(
+        (point * 0.8 * (1 - noise), point * 1.2 * (1 + noise)))
+    assert "from their steps' spread" in got.why
 
 
 def test_a_machine_slower_during_the_trials_is_not_taken_for_the_models_error():

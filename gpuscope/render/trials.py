@@ -9,7 +9,10 @@ from .terminal import say
 
 
 def _range(r: list | None, fmt: str = "{:.1f}") -> str:
-    return f"{fmt.format(r[0])}-{fmt.format(r[1])}" if r else "-"
+    if not r:
+        return "-"
+    return f"{fmt.format(r[0])}-{fmt.format(r[1])}" if r[1] is not None else \
+        f"{fmt.format(r[0])} or more"
 
 
 def table(result: dict, *, width: int | None = None, color: bool = False) -> str:
@@ -34,8 +37,8 @@ def table(result: dict, *, width: int | None = None, color: bool = False) -> str
         f"after {result['warmup']} left out, per the baseline's global batch; median and range "
         "over "
         f"{result['repeats']} interleaved round(s); gain: against the baseline of the same "
-        "round, its interval the rounds' mean within twice its standard error (each round's "
-        "own, from its steps, and the rounds' spread)", style="dim")
+        "round; interval: where a repeat of as many rounds lands 95 times in 100 (the rounds' "
+        "spread, pooled over the configurations tried, Student's t)", style="dim")
     for r in result["trials"]:
         for f in r["failures"]:
             say(console, f"{r['label']}: failed, {f}")
