@@ -8,7 +8,7 @@ every run, so BEFORE, AFTER and the trials differ only in the values filled in:
 1. BEFORE_0 is run and analysed; its top suggestion the command can set is the change applied
    (or the one a case names).
 2. `gpuscope try BEFORE_0 --top 3 --precision 10 -- COMMAND` (2 rounds, more while a repeat's
-   gain is not known within +-10%, up to 6 and 150 s of added rounds) with a calibration file of
+   gain is not known within +-10%, up to 6 and 240 s of added rounds) with a calibration file of
    the case's own (the calibrating trial), then the same `try` again with calibration off and as
    many rounds (the repeat): does the repeat name the same best, and does its gain fall inside
    the first's interval?
@@ -114,7 +114,8 @@ def run(case: dict, values: dict, out: str, tmp: str) -> str:
 
 
 def estimate(run_dir: str, knob: str, proposed, calibration: str) -> tuple | None:
-    """(point, low, high) BEFORE's report gives for knob -> proposed, with `calibration`."""
+    """(point, low, high, what sets its range) BEFORE's report gives for knob -> proposed, with
+    `calibration`: the clauses of the suggestion's why that speak of its range."""
     os.environ["GPUSCOPE_CALIBRATION"] = calibration
     try:
         rep = gpuscope.analyze(run_dir)
@@ -125,7 +126,9 @@ def estimate(run_dir: str, knob: str, proposed, calibration: str) -> tuple | Non
     if s is None:
         return None
     lo, hi = s.estimated_step_ms_range or (s.estimated_step_ms,) * 2
-    return s.estimated_step_ms, lo, hi
+    said = [c for c in s.why.split("; ") if "calibrated on this host" in c
+            or "re-run's noise" in c]
+    return s.estimated_step_ms, lo, hi, "; ".join(said)
 
 
 def try_run(case: dict, report: str, out: str, calibration: str, tmp: str,
@@ -165,9 +168,9 @@ def repeat_check(first: dict, second: dict) -> dict:
             "gains": held}
 
 
-def score(est: tuple, measured: float) -> dict:
+def score(est: tuple, measured: float, why: str = "") -> dict:
     point, lo, hi = est
-    return {"estimated_ms": round(point, 2), "range_ms": [round(lo, 2), round(hi, 2)],
+    return {"range_why": why,"estimated_ms": round(point, 2), "range_ms": [round(lo, 2), round(hi, 2)],
             "error_pct": round(100 * (point - measured) / measured, 1),
             "within_15": abs(point - measured) <= 0.15 * measured,
             "in_range": lo <= measured <= hi,
@@ -242,7 +245,8 @@ def scores(befores: list[str], knob: str, value, cal: str, measured: float | Non
     for kind, where in (("model", "off"), ("calibrated", cal)):
         ests = [e for e in (estimate(b, knob, value, where) for b in befores) if e is not None]
         if ests and measured:
-            out[kind] = score(tuple(float(np.mean(x)) for x in zip(*ests)), measured)
+            out[kind] = score(tuple(float(np.mean([e[i] for e in ests])) for i in range(3)),
+                              measured, ests[0][3])
     return out
 
 
@@ -253,6 +257,10 @@ def rescore(path: str, tmp: str) -> None:
     d = json.load(open(path))
     for row in d["cases"]:
         name = row["case"]
+        t = row.get("try")
+        if t and all("rounds_ms" in r for r in t["first"] + t["repeat"]):
+            t["first"], t["repeat"] = _regained(t["first"]), _regained(t["repeat"])
+            t.update(repeat_check({"trials": t["first"]}, {"trials": t["repeat"]}))
         cal = os.path.join(tmp, f"{name}-calibration.json")
         for i, p in enumerate(row.get("pairs", [])):
             befores = [os.path.join(tmp, f"{name}-before-{j}", "record") for j in (i, i + 1)]
@@ -263,6 +271,15 @@ def rescore(path: str, tmp: str) -> None:
     with open(path, "w") as fh:
         json.dump(d, fh, indent=2)
     print("\n".join(table(d["cases"])))
+
+
+def _regained(rows: list[dict]) -> list[dict]:
+    """A try's rows with their gains' intervals made again by this checkout from each round's
+    step (rounds_ms)."""
+    cands = [trials.Candidate(r["label"], {}, r["knob"], steps_ms=list(r["rounds_ms"]))
+             for r in rows]
+    return [{**r, **{k: v for k, v in new.items() if k.startswith("gain")}}
+            for r, new in zip(rows, trials.summary(cands))]
 
 
 def _commit() -> str:
@@ -281,8 +298,8 @@ def main() -> None:
     ap.add_argument("--precision", type=float, default=10.0, metavar="PCT",
                     help="the calibrating try's --precision (10; 0: its 2 rounds only)")
     ap.add_argument("--max-repeats", type=int, default=6)
-    ap.add_argument("--budget-s", type=float, default=150.0, help="the calibrating try's "
-                    "--budget-s for the rounds --precision adds (150)")
+    ap.add_argument("--budget-s", type=float, default=240.0, help="the calibrating try's "
+                    "--budget-s for the rounds --precision adds (240)")
     args = ap.parse_args()
     if args.rescore:
         return rescore(args.json, args.keep)

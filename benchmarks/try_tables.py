@@ -7,17 +7,6 @@ from __future__ import annotations
 from whatif_tables import results
 
 KINDS = ("model", "calibrated")
-#: why a case's calibrated range was not useful (said only for the cases where it was not)
-WHY = {
-    "demo-data": "12 loader processes a rank on 2 cores make steps of 2-15 ms with one of "
-                 "80-125 ms at each epoch's start: a trial's mean is known to +-30-37% a round, "
-                 "and the range says so (the point landed within 8%)",
-    "nanogpt": "the two rounds of the trial measured 0.90x and 1.14x the model: their mean is "
-               "known to +-15%, and a re-run's noise adds +-10%; `--precision 10` runs more "
-               "rounds (the second pair's BEFOREs proposed every 24 steps, not 32: not scored)",
-    "mingpt": "the middle BEFORE drifted 16% from its first half to its second: a re-run's noise "
-              "is taken as +-32% on the estimates of both pairs it sits in",
-}
 SCORES = ("within_15", "in_range", "useful")
 
 
@@ -28,9 +17,9 @@ def _count(rows: list[dict], kind: str) -> dict:
 
 def table(rows: list[dict]) -> list[str]:
     """A row per case: the change applied, try's best and its repeat's, the repeat's gains
-    inside the first's spread, the re-runs, and per estimate kind its scores over the pairs."""
-    out = ["| case | program | change | try's best (repeat's) | repeat's gains in the first's "
-           "spread | before -> after (re-runs) | model's estimate: within 15% / in range / "
+    inside the first's interval, the re-runs, and per estimate kind its scores over the pairs."""
+    out = ["| case | program | change | try's best (repeat's), rounds | repeat's gains in the "
+           "first's interval | before -> after (re-runs) | model's estimate: within 15% / in range / "
            "useful | calibrated: within 15% / in range / useful |",
            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
@@ -48,9 +37,14 @@ def table(rows: list[dict]) -> list[str]:
             ests = ", ".join(f"{p[kind]['estimated_ms']:.1f}" for p in r["pairs"] if kind in p)
             cells.append(f"{ests} ms: " + " / ".join(f"{c[k]} of {c['n']}" for k in SCORES))
         out.append(f"| {r['case']} | {r['program']} | {r['knob']} -> {r['proposed']} | "
-                   f"{t['best']} ({t['repeat_best']}) | {sum(held)} of {len(held)} | {runs} | "
+                   f"{t['best']} ({t['repeat_best']}), {_rounds(t)} | {sum(held)} of {len(held)} | {runs} | "
                    f"{cells[0]} | {cells[1]} |")
     return out
+
+
+def _rounds(t: dict) -> str:
+    got = t.get("rounds") or [next((r["rounds"] for r in t["first"]), "?")] * 2
+    return str(got[0]) if got[0] == got[1] else f"{got[0]} ({got[1]})"
 
 
 def section(path: str) -> list[str]:
@@ -70,15 +64,16 @@ def section(path: str) -> list[str]:
               else "") + f"; {d['cpus']} cores, load "
            f"{d['load'][0]:.1f} at the end, {d['seconds'] // 60} min). Programs: "
            f"{', '.join(progs)}; 2 ranks, gloo, one command line per case with the knobs as "
-           "placeholders. Per case: BEFORE is run and analysed; `gpuscope try BEFORE --top 3` "
-           "runs its suggestions beside it (2 rounds) and keeps what it measured in the case's "
-           "calibration file; the same `try` is repeated with calibration off; then the top "
+           "placeholders. Per case: BEFORE is run and analysed; `gpuscope try BEFORE --top 3 "
+           f"{d.get('try_rounds', '--repeats 2')}` runs its suggestions beside it and keeps what "
+           "it measured in the case's calibration file; the same `try` is repeated with "
+           "calibration off and as many rounds; then the top "
            "change is re-run, AFTER and BEFORE alternated, and each AFTER is scored against "
            "the estimates its two neighbouring BEFOREs give, the model's and the calibrated "
            "one.", "",
            f"- try names the same best in its repeat: **{same} of {len(rows)}** cases;",
-           f"- the repeat's gain inside the first's spread: **{sum(gains)} of {len(gains)}** "
-           "values tried;",
+           f"- the repeat's gain inside the first's interval (where a repeat lands 95 times in "
+           f"100): **{sum(gains)} of {len(gains)}** values tried;",
            f"- the re-runs of the change try found faster are faster: **{sum(faster)} of "
            f"{len(faster)}**;"]
     for kind, what in zip(KINDS, ("the model's estimate (no trial)",
@@ -89,9 +84,17 @@ def section(path: str) -> list[str]:
                    f"+-25% of its point) **{c['useful']} of {c['n']}**;")
     out[-1] = out[-1][:-1] + "."
     out += [""] + table(d["cases"])
-    plain = [r["case"] for r in rows
-             if any("calibrated" in p and not p["calibrated"]["useful"] for p in r["pairs"])]
+    plain = [(r["case"], p["calibrated"]) for r in rows for p in r["pairs"]
+             if "calibrated" in p and not p["calibrated"]["useful"]]
     if plain:
-        out += ["", "Where a calibrated range was wider than +-25% of its point, and why:", ""]
-        out += [f"- {case}: {WHY.get(case, 'not yet explained')}" for case in plain]
+        out += ["", "Where a calibrated range was wider than +-25% of its point, what its "
+                "suggestion says of it:", ""]
+        out += [f"- {case}: {_range(c)}" for case, c in plain]
     return out
+
+
+def _range(c: dict) -> str:
+    lo, hi = c["range_ms"]
+    said = c.get("range_why") or "(not kept by this run of the benchmark)"
+    return (f"{c['estimated_ms']:.1f} ({lo:.1f}-{hi:.1f}) ms, {c['error_pct']:+.1f}% from the "
+            f"re-run: \"{said.strip()}\"")

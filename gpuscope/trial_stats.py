@@ -4,11 +4,12 @@ the interval that holds the mean (or a repeat of the same rounds) 95 times in 10
 A round's value is a mean over many steps, but those steps are not independent draws: a loader's
 workers hand over in bursts (a long wait, then short ones while the queue is full) and a whole-
 epoch trial holds exactly one epoch start, so the steps' own spread overstates what a round's
-mean can miss (the demo's 12-worker trials: +-30% from the steps, 0.7% between rounds). What a
-round can miss is read from the rounds: each value against its own group's mean (a candidate's
-rounds), pooled over every group that ran alike, the machine's round-to-round noise, with the
-degrees of freedom the groups give and Student's t for them (two rounds alone know little of
-their spread: t = 12.7 at one degree of freedom). A single round falls back on its steps' spread.
+mean can miss (the demo's 12-worker trials on 2 cores: a round's mean known to +-25-34% from its
+steps, where 6 rounds strayed 16%). What a round can miss is read from the rounds: each value
+against its own group's mean (a candidate's rounds), pooled over every group that ran alike, the
+machine's round-to-round noise, with the degrees of freedom the groups give and Student's t for
+them (two rounds alone know little of their spread: t = 12.7 at one degree of freedom). A single
+round falls back on its steps' spread.
 """
 
 from __future__ import annotations

@@ -308,19 +308,22 @@ def run_plan(plan: Plan, out_dir: str, timeout_s: float = 600.0, say=None,
              precision_pct: float | None = None, most: int = 8,
              budget_s: float = 900.0) -> list[Candidate]:
     """Every candidate, interleaved, `plan.repeats` rounds; with `precision_pct`, more rounds
-    (up to `most`) while a gain is not known to +-that much and another round fits in
-    `budget_s`. Each trial in out_dir/NN-label-rR."""
+    (up to `most`) while a repeat of a gain is not known within +-that much and another round
+    fits in `budget_s`, the seconds the added rounds may take (the least rounds run whatever
+    they take). Each trial in out_dir/NN-label-rR."""
     os.makedirs(out_dir, exist_ok=True)
-    began, r = time.perf_counter(), 0
+    r, added = 0, 0.0  # rounds run; seconds the rounds past the least have taken
     while True:
         t = time.perf_counter()
         _round(plan, out_dir, r, timeout_s, say)
         r += 1
+        per = time.perf_counter() - t
+        if r > plan.repeats:
+            added += per
         if r < plan.repeats:
             continue
-        spent, per = time.perf_counter() - began, time.perf_counter() - t
         if precision_pct is None or r >= most or settled(plan.candidates, precision_pct) \
-                or spent + per > budget_s:
+                or added + per > budget_s:
             break
         if say is not None:
             say(f"a repeat of a gain is not known within +-{precision_pct:g}% yet: round {r + 1}")
@@ -349,10 +352,10 @@ def _safe(label: str) -> str:
 
 
 def summary(cands: list[Candidate]) -> list[dict]:
-    """Per candidate: its measured step (median of the rounds), the gain against the baseline
-    of the same round (median and range over the rounds), the estimate and whether the
-    measured step fell inside its range."""
-    base = cands[0].steps_ms
+    """Per candidate: its measured step (median and range of the rounds, and each round's), the
+    gain against the baseline of the same round (that of the rounds' mean ratio, and where a
+    repeat lands: gain_interval), the estimate and whether the measured step fell inside its
+    range."""
     out = []
     for c in cands:
         ok = [s for s in c.steps_ms if s is not None]
@@ -362,15 +365,12 @@ def summary(cands: list[Candidate]) -> list[dict]:
                      "step_ms": round(statistics.median(ok), 3) if ok else None,
                      "step_ms_range": [round(min(ok), 3), round(max(ok), 3)] if ok else None,
                      "rounds_ms": [None if s is None else round(s, 3) for s in c.steps_ms]}
-        gains = [(b / s - 1) * 100 for b, s in zip(base, c.steps_ms)
-                 if b is not None and s is not None and s > 0]
-        if c.knob is not None and gains:
-            row["gain_pct"] = round(statistics.median(gains), 1)
+        got = gain_spread(cands, c) if c.knob is not None else None
+        if got is not None:
+            row["gain_pct"] = round((1 / got[0] - 1) * 100, 1)
             lo, hi = gain_interval(cands, c)
-            hi = max(hi, max(gains))
             # a repeat may measure any gain above lo: no upper end (None)
-            row["gain_pct_range"] = [round(min(lo, min(gains)), 1),
-                                     round(hi, 1) if math.isfinite(hi) else None]
+            row["gain_pct_range"] = [round(lo, 1), round(hi, 1) if math.isfinite(hi) else None]
         if c.estimate is not None:
             row["estimated_step_ms"] = c.estimate
             row["estimated_step_ms_range"] = list(c.estimate_range) if c.estimate_range else None

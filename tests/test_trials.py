@@ -92,9 +92,9 @@ def test_the_summary_pairs_each_round_with_its_baseline_and_checks_the_range():
     rows = summary([base, four])
     assert rows[0]["step_ms"] == 42.0 and rows[0]["step_ms_range"] == [40.0, 44.0]
     assert rows[1]["step_ms"] == 16.0 and rows[1]["failed"] == 1
-    assert rows[1]["gain_pct"] == pytest.approx(200.0, abs=0.1)  # 300% and 100%: median 200
-    # ratios 0.25 and 0.5 stray 47% from their mean 0.375: with one degree of freedom a repeat
-    # may measure anything above a 62% loss; the rounds alone: 100% and 300%
+    # ratios 0.25 and 0.5 (300% and 100%): their mean 0.375, a gain of 167%; they stray 47% from
+    # it: with one degree of freedom a repeat may measure anything above a 62% loss
+    assert rows[1]["gain_pct"] == pytest.approx(100 * (1 / 0.375 - 1), abs=0.1)
     assert rows[1]["gain_pct_range"] == [-61.9, None]
     assert rows[1]["within_range"] is False and rows[1]["best"] and not rows[0]["best"]
 
@@ -118,6 +118,7 @@ def test_a_gains_interval_is_the_rounds_spread_pooled_over_the_candidates():
                                          pytest.approx(100 * (1 / (r * (1 - h)) - 1), abs=0.05)]
     assert rows[1]["gain_pct_range"][1] - rows[1]["gain_pct_range"][0] < 30  # +-6%, not +-60%
     assert rows[1]["rounds_ms"] == [20.0, 20.4]
+    assert rows[1]["gain_pct"] == pytest.approx(100 * (1 / r - 1), abs=0.05)
     # a single round knows nothing of the rounds' spread: twice its own error (3% and 4%: 5%),
     # root 2 for a repeat
     one = summary([Candidate("baseline", {}, steps_ms=[40.0], rel_se=[0.03]),
@@ -290,3 +291,22 @@ def test_rounds_go_on_until_each_gain_is_known_to_the_precision_asked(tmp_path, 
     cands = [Candidate("b", {}, steps_ms=[40.0, 40.0]),
              Candidate("c", {}, "c", steps_ms=[10.0, 11.0])]
     assert trials.spread_pct(cands, cands[1]) == pytest.approx(100 * 12.71 * rel)
+
+def test_the_budget_is_for_the_rounds_precision_adds(tmp_path, monkeypatch):
+    """--budget-s counts the rounds past the least: two rounds of 100 s (two trials of 50 s)
+    run whatever they take; a third fits in 150 s, a fourth would not."""
+    from gpuscope import trials
+
+    clock = [0.0]
+    steps = {"baseline": iter([40.0] * 8), "num_workers=4": iter([10.0, 20.0, 10.0, 20.0])}
+
+    def trial(plan, cand, where, timeout):
+        clock[0] += 50.0
+        return next(steps[cand.label]), None
+
+    monkeypatch.setattr(trials, "run_trial", trial)
+    monkeypatch.setattr(trials.time, "perf_counter", lambda: clock[0])
+    plan = make_plan(REPORT, ["t", "{num_workers}"], parse_knob_values(["num_workers=4"]),
+                     repeats=2)
+    trials.run_plan(plan, str(tmp_path), precision_pct=1.0, most=8, budget_s=150.0)
+    assert plan.repeats == 3
