@@ -213,5 +213,12 @@ def calibrated(suggestions: list, hosts: set[str], typical_ms: float,
                 f"{s.estimated_step_ms:.1f} -> {point:.1f} ms ({path()})")
         out.append(replace(s, estimated_step_ms=point, estimated_step_ms_range=rng,
                            gain_pct=(typical_ms / max(point, 1e-9) - 1) * 100,
-                           why=s.why + said))
+                           why=s.why + said, measured_share=h if same else None))
     return out
+
+
+def noise_for(hosts: set[str], trials: list[dict] | None = None) -> tuple[float, int] | None:
+    """How far one run strays on one of `hosts`, measured by the rounds of the trials kept for
+    it (host_noise): (share, degrees of freedom); None without two rounds of one
+    configuration there."""
+    return host_noise(_trials_by_knob({h for h in hosts if h}, trials))

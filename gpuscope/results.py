@@ -315,10 +315,15 @@ class Suggestion:
     #: the straggler a straggler suggestion is about (its `current` says it in words): which
     #: finding its change removes (floors.fixes); not in the JSON form
     rank: int | None = field(default=None, compare=False)
+    #: where trials measured this very change (calibration.py): the half-width, a share of the
+    #: point, of their mean's 95% interval; a re-run's noise then adds to it in quadrature
+    #: (rerun_noise.widen); not in the JSON form
+    measured_share: float | None = field(default=None, compare=False)
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d.pop("rank")
+        d.pop("measured_share")
         d["estimated_step_ms"] = _r3(self.estimated_step_ms)
         rng = self.estimated_step_ms_range
         d["estimated_step_ms_range"] = None if rng is None else [_r3(rng[0]), _r3(rng[1])]

@@ -262,6 +262,32 @@ def test_a_re_run_s_noise_widens_every_range_by_the_device_s_least_or_the_run_s_
     assert widen([s], steady, {"device": "cuda:0"}) == [s]
 
 
+def test_a_re_run_s_noise_is_what_trials_measured_on_the_host_where_they_measured_more():
+    """Issue 69, 4.: where `gpuscope try` measured how far one run strays on this host (9.2%,
+    8 degrees of freedom: t = 2.306, 95% of re-runs within +-21%), that is a re-run's band, said;
+    where it measured less than the device's least (2%: +-4.6%), the least stays (it also holds
+    what moves a machine between sessions); a GPU's (no least) is what was measured. A range
+    trials of this very change measured (+-8%) takes the band in quadrature, not on top."""
+    from dataclasses import replace
+
+    from gpuscope.analyze.rerun_noise import band, widen
+    from gpuscope.results import Suggestion
+
+    steady = [40e6] * 20
+    w, what = band(steady, {"device": "cpu"}, (0.092, 8))
+    assert w == pytest.approx(2.306 * 0.092) and "strays 9.2%" in what and "8 degree" in what
+    assert band(steady, {"device": "cpu"}, (0.02, 8)) == (0.10, "")
+    assert band(steady, {"device": "cuda:0"}, (0.02, 8))[0] == pytest.approx(2.306 * 0.02)
+    s = Suggestion("batch_size", 2, 4, 30.0, "why", "comm-bound", 10.0, (27.6, 32.4))
+    (model,) = widen([s], steady, {"device": "cpu"}, (0.092, 8))
+    assert model.estimated_step_ms_range == pytest.approx((27.6 * (1 - w), 32.4 * (1 + w)))
+    (tried,) = widen([replace(s, measured_share=0.08)], steady, {"device": "cpu"}, (0.092, 8))
+    grow = (0.08 ** 2 + w * w) ** 0.5 - 0.08
+    assert tried.estimated_step_ms_range == pytest.approx((27.6 * (1 - grow), 32.4 * (1 + grow)))
+    assert 30.0 * 1.22 < tried.estimated_step_ms_range[1] < 30.0 * 1.25  # +-23%, not +-31%
+    assert "in quadrature" in tried.why and "in quadrature" not in model.why
+
+
 def test_noise_past_a_quarter_says_a_trial_is_the_way_to_know_and_how():
     """Issue 69, 4.: where a re-run's noise alone is wider than +-25% (a run whose median step
     moved from 40 to 50 ms: +-44%), each suggestion says a trial is the way to know, with the

@@ -35,16 +35,25 @@ def drift(step_ns: list[int] | np.ndarray) -> float:
     return float(abs(np.median(s[h:]) - np.median(s[:h])) / np.median(s))
 
 
-def band(step_ns, knobs: dict) -> tuple[float, str]:
-    """(the share a re-run may move the mean step either way, what sets it)."""
+def band(step_ns, knobs: dict, measured: tuple[float, int] | None = None) -> tuple[float, str]:
+    """(the share a re-run may move the mean step either way, what sets it). `measured`: how far
+    one run strays on this host, as trials measured it (calibration.noise_for: share, degrees of
+    freedom): where its 95% band is wider than the device's least (RERUN_NOISE, which also holds
+    what moves a machine between sessions), that band."""
+    from ..trial_stats import t95
     from .whatif import device_kind
 
-    least = RERUN_NOISE.get(device_kind(knobs), 0.0)
+    least, what = RERUN_NOISE.get(device_kind(knobs), 0.0), ""
+    if measured is not None and t95(measured[1]) * measured[0] > least:
+        share, df = measured
+        least = min(t95(df) * share, MOST)
+        what = (f"one run on this host strays {share:.1%}, as gpuscope try's rounds measured "
+                f"it ({df} degree(s) of freedom): 95% of re-runs within +-{least:.0%}")
     d = drift(step_ns)
     if 2 * d > least:
         return (min(2 * d, MOST),
                 f"twice this run's {d:.0%} drift from its first half to its second")
-    return least, ""
+    return least, what
 
 
 #: a re-run's noise past this share either way: a trial, not a model, tells what a change gains
@@ -56,22 +65,29 @@ TRIABLE = frozenset({"num_workers", "persistent_workers", "pin_memory", "prefetc
                      "mixed_precision", "reshard_after_forward"})
 
 
-def widen(suggestions: list, step_ns, knobs: dict) -> list:
-    """Each suggestion's range widened by the re-run noise band (said on it); where the noise
-    alone passes TRIAL_FROM, each that a command sets (TRIABLE) says that a trial is the way to
+def widen(suggestions: list, step_ns, knobs: dict,
+          measured: tuple[float, int] | None = None) -> list:
+    """Each suggestion's range widened by the re-run noise band (band(), said on it): a model's
+    range by the band at each end; a range trials of this very change measured (its
+    measured_share, a 95% interval of their mean) by what the band adds to it in quadrature,
+    the two errors being independent (the point's and the re-run's own). Where the noise alone
+    passes TRIAL_FROM, each suggestion a command sets (TRIABLE) says that a trial is the way to
     know, and how to run one (`gpuscope try`)."""
-    w, what = band(step_ns, knobs)
+    w, what = band(step_ns, knobs, measured)
     if w <= 0:
         return suggestions
     note = f"; the range also holds a re-run's noise, +-{w:.0%}" + (f" ({what})" if what else "")
     out = []
     for s in suggestions:
         lo, hi = s.estimated_step_ms_range or (s.estimated_step_ms,) * 2
+        h = s.measured_share
+        grow = w if h is None else (h * h + w * w) ** 0.5 - h
         trial = ""
         if w > TRIAL_FROM and s.knob in TRIABLE:
             trial = (f"; the noise alone is wider than +-{TRIAL_FROM:.0%}: a trial is the way to "
                      f"know: gpuscope try RUN -- COMMAND (RUN: this run; COMMAND: your "
                      f"training's, its {s.knob} written {{{s.knob}}})")
-        out.append(replace(s, estimated_step_ms_range=(lo * (1 - w), hi * (1 + w)),
-                           why=s.why + note + trial))
+        said = note if h is None else note + ", added to the trials' interval in quadrature"
+        out.append(replace(s, estimated_step_ms_range=(lo * (1 - grow), hi * (1 + grow)),
+                           why=s.why + said + trial))
     return out

@@ -60,7 +60,7 @@ from .stall import late_before, section as stall_section
 from .stopped import deaths
 from .suggestions import in_order, leading_labels, suggest, unaddressed
 from .findings import Findings, typical_step
-from ..calibration import calibrated
+from ..calibration import calibrated, noise_for
 from .floors import hold_to_findings
 from .rerun_noise import widen
 from .window import profiled_hint, windowed
@@ -300,8 +300,8 @@ def bound(a: Analysis) -> None:
     the verdict's fix first (or the fixes of the labels in a near tie with it) and then by gain
     (suggestions.in_order); a warning when the verdict has no fix."""
     # what `gpuscope try` measured on this host corrects the models' estimates (calibration.py)
-    ordered = calibrated(a.suggestions, {i.host for i in a.table.ranks.values()},
-                         a.typical.step / MS, knobs=a.knobs)
+    hosts = {i.host for i in a.table.ranks.values()}
+    ordered = calibrated(a.suggestions, hosts, a.typical.step / MS, knobs=a.knobs)
     ordered = sorted(ordered, key=lambda s: -s.gain_pct)
     ordered, a.unbound = bound_suggestions(ordered, a.typical, a.frame, a.knobs)  # said on each
     shares = None
@@ -314,7 +314,8 @@ def bound(a: Analysis) -> None:
                                             a.knobs, a.labels, shares)
     a.unbound += notes
     a.suggestions = widen(in_order(ordered, leading_labels(a.verdict), held),
-                          a.steps["step_ns"].to_numpy() if len(a.steps) else [], a.knobs)
+                          a.steps["step_ns"].to_numpy() if len(a.steps) else [], a.knobs,
+                          noise_for(hosts))
     label = a.verdict.label
     if label == PIPELINE and a.why_not_pipeline and not any(
             s.addresses == PIPELINE for s in a.suggestions):
