@@ -6,7 +6,7 @@ round's baseline, the step of the run the estimate came from and that run's setu
 kept in one small JSON file per user (`$GPUSCOPE_CALIBRATION`, else
 `$XDG_CACHE_HOME/gpuscope/calibration.json`, else `~/.cache/gpuscope/calibration.json`;
 `GPUSCOPE_CALIBRATION=off`: none kept, none used), the last KEEP per host and knob. A trial's
-ratio is what it measured against what the model gave, each over its own baseline (ratio()).
+ratio is what it measured against what the model gave, each over the mean baseline of its value's rounds where the machine moved (ratio()).
 The next analysis of a run on that host scales each suggestion of a calibrated knob by its
 trials' ratio there, and says so ("calibrated on this host by gpuscope try: 2 trial(s) of
 num_workers measured 1.18-1.22x what the model gave ..."); its range is the trials' where they
@@ -109,12 +109,31 @@ def ratios(hosts: set[str], trials: list[dict] | None = None) -> dict[str, list[
 
 
 def _trials_by_knob(hosts: set[str], trials: list[dict] | None) -> dict[str, list[tuple]]:
-    """{knob: [(ratio, the trial)]} of the trials on one of `hosts` (ratio())."""
+    """{knob: [(ratio, the trial)]} of the trials on one of `hosts` (ratio(), each over its
+    group's mean baseline: _group_baselines)."""
+    mine = [t for t in (load() if trials is None else trials) if t["host"] in hosts]
+    base = _group_baselines(mine)
     out: dict[str, list[tuple]] = {}
-    for t in load() if trials is None else trials:
-        if t["host"] in hosts:
-            out.setdefault(t["knob"], []).append((ratio(t), t))
+    for t in mine:
+        out.setdefault(t["knob"], []).append((ratio(t, base.get(_group(t))), t))
     return out
+
+
+def _group(t: dict) -> tuple:
+    """The rounds of one value tried from one run: one configuration measured again."""
+    return (t.get("run"), t["knob"], str(t.get("value")))
+
+
+def _group_baselines(trials: list[dict]) -> dict[tuple, float]:
+    """{group: the mean of its rounds' baselines}: how fast the machine ran the baseline while
+    that value was tried (one mean: a round's own baseline is noisy, and over it the rounds of
+    one value spread twice as far on this project's 2-core VM)."""
+    got: dict[tuple, list[float]] = {}
+    for t in trials:
+        b = t.get("baseline_ms")
+        if isinstance(b, (int, float)) and not isinstance(b, bool) and b > 0:
+            got.setdefault(_group(t), []).append(float(b))
+    return {g: sum(v) / len(v) for g, v in got.items()}
 
 
 #: a trial's baseline this far from the step of the run its estimate came from: the machine ran
@@ -123,21 +142,23 @@ def _trials_by_knob(hosts: set[str], trials: list[dict] | None) -> dict[str, lis
 DRIFT = 0.10
 
 
-def _normalized(t: dict) -> bool:
-    """Whether a trial's ratio is taken over its own baseline (ratio())."""
-    b, r = t.get("baseline_ms"), t.get("report_step_ms")
+def _normalized(t: dict, baseline: float | None = None) -> bool:
+    """Whether a trial's ratio is taken over the baseline (its group's mean, else its own:
+    ratio())."""
+    b, r = baseline or t.get("baseline_ms"), t.get("report_step_ms")
     return all(isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0
                for x in (b, r)) and abs(b / r - 1) > DRIFT
 
 
-def ratio(t: dict) -> float:
+def ratio(t: dict, baseline: float | None = None) -> float:
     """What a trial measured over what the model gave: the measured step over the estimate;
-    where the trial's baseline ran more than DRIFT away from the step of the run the estimate
-    came from, each over its own baseline (the machine moved between them; within DRIFT a
-    baseline's own noise, a comm-bound one's above all, would move the ratio more than it
-    corrects)."""
-    if _normalized(t):
-        return (t["measured_ms"] / t["baseline_ms"]) / (t["estimated_ms"] / t["report_step_ms"])
+    where the baseline (`baseline`: its group's mean, else the trial's own round's) ran more than
+    DRIFT away from the step of the run the estimate came from, each over its own basis (the
+    machine moved between them; within DRIFT a baseline's own noise, a comm-bound one's above
+    all, would move the ratio more than it corrects). Every round of a group is taken alike."""
+    if _normalized(t, baseline):
+        b = baseline or t["baseline_ms"]
+        return (t["measured_ms"] / b) / (t["estimated_ms"] / t["report_step_ms"])
     return t["measured_ms"] / t["estimated_ms"]
 
 
@@ -168,7 +189,7 @@ def host_noise(found: dict[str, list[tuple]]) -> tuple[float, int] | None:
     groups: dict[tuple, list[float]] = {}
     for knob, got in found.items():
         for r, t in got:
-            groups.setdefault((knob, str(t.get("value")), t.get("run")), []).append(r)
+            groups.setdefault(_group(t), []).append(r)
     return round_noise(list(groups.values()))
 
 

@@ -133,6 +133,13 @@ def test_a_machine_slower_during_the_trials_is_not_taken_for_the_models_error():
     assert calibration.ratio(_trial(est=150.0, measured=120.0)) == pytest.approx(0.8)
     assert calibration.ratio({**t, "baseline_ms": None}) == pytest.approx(0.8)
     assert calibration.ratio({**t, "baseline_ms": 215.0}) == pytest.approx(0.8)
+    # the rounds of one value tried are taken alike, over their baselines' mean: 250 and 210 ms
+    # (230: 15% off the run's 200); over each round's own, the second (5% off) would not be, and
+    # the two would spread 17% where they measured the same 0.5x of their baselines
+    rounds = [{**t, "measured_ms": 125.0, "baseline_ms": 250.0},
+              {**t, "measured_ms": 105.0, "baseline_ms": 210.0}]
+    got = [r for r, _ in calibration._trials_by_knob({"host0"}, rounds)["num_workers"]]
+    assert got == pytest.approx([(125 / 230) / (150 / 200), (105 / 230) / (150 / 200)])
     # the baseline's own error counts only where the ratio is over it
     se = {"rel_se": 0.03, "baseline_rel_se": 0.04}
     assert calibration._se({**t, **se}) == pytest.approx(0.05)
