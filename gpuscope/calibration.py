@@ -124,40 +124,48 @@ def _group(t: dict) -> tuple:
     return (t.get("run"), t["knob"], str(t.get("value")))
 
 
-def _group_baselines(trials: list[dict]) -> dict[tuple, float]:
-    """{group: the mean of its rounds' baselines}: how fast the machine ran the baseline while
-    that value was tried (one mean: a round's own baseline is noisy, and over it the rounds of
-    one value spread twice as far on this project's 2-core VM)."""
+def _group_baselines(trials: list[dict]) -> dict[tuple, tuple[float, float]]:
+    """{group: (the mean of its rounds' baselines, how far it is known: twice its standard error,
+    a share of it; DRIFT for a single round)}: how fast the machine ran the baseline while that
+    value was tried (one mean: a round's own baseline is noisy, and over it the rounds of one
+    value spread twice as far on this project's 2-core VM)."""
     got: dict[tuple, list[float]] = {}
     for t in trials:
         b = t.get("baseline_ms")
         if isinstance(b, (int, float)) and not isinstance(b, bool) and b > 0:
             got.setdefault(_group(t), []).append(float(b))
-    return {g: sum(v) / len(v) for g, v in got.items()}
+    out = {}
+    for g, v in got.items():
+        mean = statistics.mean(v)
+        out[g] = (mean, 2 * statistics.stdev(v) / math.sqrt(len(v)) / mean if len(v) > 1
+                  else DRIFT)
+    return out
 
 
-#: a trial's baseline this far from the step of the run its estimate came from: the machine ran
-#: slower or faster during the trials (two runs of one configuration on this project's shared
-#: 2-core VM moved by 1-33%, median 9%: within it, the baseline's own noise)
+#: a single round's baseline this far from the step of the run its estimate came from: the
+#: machine ran slower or faster during the trials (two runs of one configuration on this
+#: project's shared 2-core VM moved by 1-33%, median 9%: within it, the baseline's own noise)
 DRIFT = 0.10
 
 
-def _normalized(t: dict, baseline: float | None = None) -> bool:
-    """Whether a trial's ratio is taken over the baseline (its group's mean, else its own:
-    ratio())."""
-    b, r = baseline or t.get("baseline_ms"), t.get("report_step_ms")
+def _normalized(t: dict, baseline: tuple[float, float] | None = None) -> bool:
+    """Whether a trial's ratio is taken over the baseline: its group's mean where that is
+    further from the report's step than it is known to (twice its standard error), else its own
+    round's where that is further than DRIFT (ratio())."""
+    b, margin = baseline or (t.get("baseline_ms"), DRIFT)
+    r = t.get("report_step_ms")
     return all(isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0
-               for x in (b, r)) and abs(b / r - 1) > DRIFT
+               for x in (b, r)) and abs(b / r - 1) > margin
 
 
-def ratio(t: dict, baseline: float | None = None) -> float:
+def ratio(t: dict, baseline: tuple[float, float] | None = None) -> float:
     """What a trial measured over what the model gave: the measured step over the estimate;
-    where the baseline (`baseline`: its group's mean, else the trial's own round's) ran more than
-    DRIFT away from the step of the run the estimate came from, each over its own basis (the
-    machine moved between them; within DRIFT a baseline's own noise, a comm-bound one's above
-    all, would move the ratio more than it corrects). Every round of a group is taken alike."""
+    where the machine moved between the run the estimate came from and the trials (_normalized:
+    `baseline` the group's mean baseline and its margin, else the trial's own round's), each over
+    its own basis: within that margin a baseline's own noise, a comm-bound one's above all,
+    would move the ratio more than it corrects. Every round of a group is taken alike."""
     if _normalized(t, baseline):
-        b = baseline or t["baseline_ms"]
+        b = baseline[0] if baseline else t["baseline_ms"]
         return (t["measured_ms"] / b) / (t["estimated_ms"] / t["report_step_ms"])
     return t["measured_ms"] / t["estimated_ms"]
 

@@ -133,13 +133,17 @@ def test_a_machine_slower_during_the_trials_is_not_taken_for_the_models_error():
     assert calibration.ratio(_trial(est=150.0, measured=120.0)) == pytest.approx(0.8)
     assert calibration.ratio({**t, "baseline_ms": None}) == pytest.approx(0.8)
     assert calibration.ratio({**t, "baseline_ms": 215.0}) == pytest.approx(0.8)
-    # the rounds of one value tried are taken alike, over their baselines' mean: 250 and 210 ms
-    # (230: 15% off the run's 200); over each round's own, the second (5% off) would not be, and
-    # the two would spread 17% where they measured the same 0.5x of their baselines
-    rounds = [{**t, "measured_ms": 125.0, "baseline_ms": 250.0},
-              {**t, "measured_ms": 105.0, "baseline_ms": 210.0}]
+    # the rounds of one value tried are taken alike, over their baselines' mean where that is
+    # further from the run's step than it is known to: 245, 235 and 210 ms (230: 15% off the
+    # run's 200, known to +-9%); over each round's own, the third (5% off) would not be
+    rounds = [{**t, "measured_ms": m, "baseline_ms": b}
+              for m, b in ((122.5, 245.0), (117.5, 235.0), (105.0, 210.0))]
     got = [r for r, _ in calibration._trials_by_knob({"host0"}, rounds)["num_workers"]]
-    assert got == pytest.approx([(125 / 230) / (150 / 200), (105 / 230) / (150 / 200)])
+    assert got == pytest.approx([(m / 230) / (150 / 200) for m in (122.5, 117.5, 105.0)])
+    # a mean no further off than it is known to (250 and 210: +-17%) is the machine's noise
+    loose = [{**t, "measured_ms": m, "baseline_ms": b} for m, b in ((125.0, 250.0), (105.0, 210.0))]
+    got = [r for r, _ in calibration._trials_by_knob({"host0"}, loose)["num_workers"]]
+    assert got == pytest.approx([125 / 150, 105 / 150])
     # the baseline's own error counts only where the ratio is over it
     se = {"rel_se": 0.03, "baseline_rel_se": 0.04}
     assert calibration._se({**t, **se}) == pytest.approx(0.05)
