@@ -396,8 +396,9 @@ def _add_try(sub) -> None:
     t.add_argument("--top", type=int, default=3, help="suggestions tried (default 3)")
     t.add_argument("--warmup", type=int, default=5, help="steps left out of each trial (5)")
     t.add_argument("--steps", type=int, default=20, help="steps measured in each trial (20)")
-    t.add_argument("--repeats", type=int, default=2, help="rounds, interleaved (2; with "
-                   "--precision, the least)")
+    t.add_argument("--repeats", type=int, default=3, help="rounds, interleaved (3: the fewest "
+                   "that tell a spread at all, t = 4.3 for one value tried; with --precision, "
+                   "the least)")
     t.add_argument("--precision", type=float, metavar="PCT", help="more rounds (up to "
                    "--max-repeats, within --budget-s) until a repeat of each gain is known within "
                    "+-PCT%% (95%%)")

@@ -126,7 +126,7 @@ def _value(text: str):
 
 def make_plan(report: dict, command: list[str], knob_values: dict[str, list] | None = None,
               base: dict | None = None, top: int = 3, warmup: int = 5, steps: int = 20,
-              repeats: int = 2) -> Plan:
+              repeats: int = 3) -> Plan:
     """The baseline and the values to try: `knob_values` where given, else the report's top
     suggestions whose knob the command holds as a placeholder. The baseline's values: `base`,
     else each suggestion's current value, else the report's knob; a placeholder none of them
