@@ -168,6 +168,15 @@ def test_the_readme_demo_output_is_what_the_demo_prints_and_its_commands_run(tmp
         assert "failed" not in got.stdout, (cmd, got.stdout[-2000:])
 
 
+def test_the_rules_kernel_families_are_the_readers_own_table():
+    """docs/rules.md's table of communication kernel families is the one the trace reader
+    matches kernels with (readers/kineto/kernels.py FAMILIES), as families_table() writes it."""
+    from gpuscope.readers.kineto.kernels import families_table
+
+    with open(os.path.join(ROOT, "docs", "rules.md"), encoding="utf-8") as fh:
+        assert families_table() in fh.read()
+
+
 def test_the_readme_first_run_line_is_the_results_file():
     gen = _generator()
     want = gen.first_run(gen._load("first_run.json"))

@@ -108,8 +108,7 @@ class FakeNvml:
 
     def sample(self, h):
         self.calls += 1
-        return (time.time_ns(), self.util, 40 * GiB, 80 * GiB, 350.0, self.clock, 61,
-                self.throttle)
+        return (self.util, 40 * GiB, 80 * GiB, 350.0, self.clock, 61, self.throttle)
 
     def shutdown(self):
         pass

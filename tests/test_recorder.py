@@ -387,3 +387,37 @@ def test_loading_cpu_is_read_where_a_fetch_waits_and_on_a_sample_of_the_fast_one
     share = typical_step(frame).data_cpu / typical_step(frame).data
     known = frame[frame["data_cpu_ns"] >= 0]
     assert share == pytest.approx(known["data_cpu_ns"].sum() / known["data_ns"].sum())
+
+
+def test_a_trainers_fetches_are_timed_on_the_recorders_clock(tmp_path, monkeypatch):
+    """Lightning's fetches reach the recorder through its profiler (integrations/lightning.py):
+    timed on the recorder's clock, as every other timer, so on helpers.fake_time each row holds
+    exactly the 20 ms fetch and the 10 ms of work after it (on perf_counter they would be
+    whatever the real clock read around the sleeps: nothing)."""
+    pytest.importorskip("lightning")
+    from gpuscope.integrations.lightning import FETCH, _FetchListener
+
+    class Profiler:  # Lightning's profiler interface: start and stop an action by name
+        def start(self, name):
+            pass
+
+        def stop(self, name):
+            pass
+
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(var, raising=False)
+    prof = Profiler()
+    with fake_time() as clock, gpuscope.record(tmp_path, clock=clock) as rec:
+        listener = _FetchListener(prof, rec)
+        for _ in range(3):
+            prof.start(f"[_TrainingEpochLoop].{FETCH}")
+            time.sleep(0.02)
+            prof.stop(f"[_TrainingEpochLoop].{FETCH}")
+            time.sleep(0.01)
+            rec.step()
+        listener.restore()
+    header, rows, _ = _rows(tmp_path)
+    assert len(rows) == 3
+    for row in rows:
+        r = dict(zip(header["columns"], row))
+        assert (r["data_ns"], r["step_ns"]) == (20e6, 30e6)

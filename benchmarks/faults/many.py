@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 from measured import commit  # noqa: E402
 from score import score  # noqa: E402
-from tables import brief  # noqa: E402
+from tables import brief, write  # noqa: E402
 
 from gpuscope.record.writer import RecordWriter  # noqa: E402
 from gpuscope.run_format import SCHEMA, STEP_COLUMNS  # noqa: E402
@@ -184,8 +184,7 @@ def main() -> None:
     doc["rows"] = [r for r in doc.get("rows", []) if r.get("parallel") != "generated"
                    or r["world"] not in sizes] + rows
     doc["generated"] = {"commit": commit(), "seed": args.seed}
-    with open(args.out, "w") as fh:
-        json.dump(doc, fh, indent=1)
+    write(doc, args.out)
 
 
 if __name__ == "__main__":

@@ -33,18 +33,12 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 
+from design import CONFIGS, KINDS  # noqa: E402,F401  (KINDS: tests/test_faults.py reads it here)
 from measured import commit  # noqa: E402  (benchmarks/measured.py)
 from score import score, truth  # noqa: E402
-from tables import brief  # noqa: E402
+from tables import brief, write  # noqa: E402
 from train import ACCUM  # noqa: E402
 
-#: row kinds: train.py's faults, `two` (forward on two ranks) and `data_workers` (data with
-#: loader processes)
-KINDS = ("control", "data", "data_workers", "forward", "backward", "optimizer", "between",
-         "comm", "intermittent", "two", "rotating")
-#: (parallelism, ranks) of the whole table; the quick subset is the first
-CONFIGS = (("ddp", 2), ("ddp", 4), ("accum", 2), ("fsdp2", 2), ("ddp", 8), ("pipeline", 4),
-           ("accum", 4), ("fsdp2", 4))
 FRACTIONS = (0.05, 0.1, 0.25, 0.5, 1.0)
 STEPS = 24
 WORKERS = 2
@@ -139,8 +133,7 @@ def main() -> None:
                                        else score(row["kind"], row["truth"], rep,
                                                   row.get("control_step_ms")))
                                  for src, rep in row["reports"].items()}
-        with open(args.rescore, "w") as fh:
-            json.dump(doc, fh, indent=1)
+        write(doc, args.rescore)
         for line in summary_lines(doc["rows"]):
             print(line)
         return
@@ -195,8 +188,7 @@ def main() -> None:
     doc = {"commit": commit(), "seed": args.seed, "steps": STEPS, "cpu_count": os.cpu_count(),
            "seconds": round(time.perf_counter() - t0, 1), "rows": done}
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as fh:
-        json.dump(doc, fh, indent=1)
+    write(doc, args.out)
     for line in summary_lines(done):
         print(line)
 

@@ -27,7 +27,6 @@ except ImportError:  # the older package name
 from ..record.recorder import Recorder
 from ._common import find_wrapper
 
-_now = time.perf_counter_ns
 _cpu = time.thread_time_ns
 FETCH = "train_dataloader_next"
 
@@ -39,18 +38,19 @@ class _FetchListener:
         self.profiler = profiler
         self.recorder = recorder
         self.start0, self.stop0 = profiler.start, profiler.stop
+        self._now = recorder.options.clock  # the recorder's own clock, as its other timers
         self._t0 = self._c0 = None
         profiler.start, profiler.stop = self.start, self.stop
 
     def start(self, action_name: str) -> None:
         if action_name.endswith(FETCH):
             self.recorder.fetch_started()
-            self._c0, self._t0 = _cpu(), _now()
+            self._c0, self._t0 = _cpu(), self._now()
         return self.start0(action_name)
 
     def stop(self, action_name: str) -> None:
         if action_name.endswith(FETCH) and self._t0 is not None:
-            self.recorder.batch_fetched(self._t0, _now(), _cpu() - self._c0)
+            self.recorder.batch_fetched(self._t0, self._now(), _cpu() - self._c0)
             self._t0 = None
         return self.stop0(action_name)
 

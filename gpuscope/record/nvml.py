@@ -47,7 +47,8 @@ class NvmlApi:
         return self.nv.nvmlDeviceGetHandleByIndex(index or 0)
 
     def sample(self, h) -> tuple:
-        """One sample, in the order of run_format.NVML_FIELDS."""
+        """One sample's readings, in the order of run_format.NVML_FIELDS after its time (which
+        the Sampler stamps, on the recorder's clock)."""
         nv = self.nv
         util = nv.nvmlDeviceGetUtilizationRates(h).gpu
         mem = nv.nvmlDeviceGetMemoryInfo(h)
@@ -62,8 +63,8 @@ class NvmlApi:
             energy = int(nv.nvmlDeviceGetTotalEnergyConsumption(h))
         except Exception:  # not supported on this device
             energy = None
-        return (time.time_ns(), int(util), int(mem.used), int(mem.total), round(power, 1),
-                int(clock), int(temp), throttle, energy)
+        return (int(util), int(mem.used), int(mem.total), round(power, 1), int(clock), int(temp),
+                throttle, energy)
 
     def describe(self, h) -> dict:
         nv = self.nv
@@ -121,8 +122,9 @@ class Sampler:
     `clock` is the recorder's (integer ns); the thread waits for each sample's time on it: on
     the real clock through its stop event, on a clock that keeps its own time (a test's
     simulated one) through the clock's `wait(due_ns, stop_event)`, which returns True once
-    stopped (such a clock's `join(stop_event)` counts the thread in before it starts). `now` maps a time of that clock to unix ns (as the rows' times are); None: the time
-    NVML's sample says."""
+    stopped (such a clock's `join(stop_event)` counts the thread in before it starts). `now`
+    maps a time of that clock to unix ns (as the rows' times are); None: unix time read after
+    each sample."""
 
     def __init__(self, local_rank: int = 0, hz: float = 5.0, api_factory=None, now=None,
                  clock=None):
@@ -173,10 +175,9 @@ class Sampler:
         due = self.clock() + step if self.clock is not None else None
         while not self._wait(due, period):
             try:
-                sample = self.api.sample(self.handle)
-                if self.now is not None:
-                    sample = (self.now(), *sample[1:])
-                self.samples.append(sample)
+                readings = self.api.sample(self.handle)
+                t = self.now() if self.now is not None else time.time_ns()
+                self.samples.append((t, *readings))
             except Exception as exc:
                 warn_once("nvml-sample", "gpuscope: NVML sampling stopped: %r", exc)
                 self.active = False

@@ -720,7 +720,7 @@ class Recorder:
             self._fail("device timing", exc)
 
     def batch_fetched(self, t0: int, t1: int, cpu_ns: int | None = None, batch=None) -> None:
-        """A batch was fetched between t0 and t1 (perf_counter_ns) by a loop gpuscope does not
+        """A batch was fetched between t0 and t1 (on options.clock) by a loop gpuscope does not
         drive itself (a Trainer); `cpu_ns`: the fetching thread's CPU time meanwhile (-1: not
         measured)."""
         if not self._active:

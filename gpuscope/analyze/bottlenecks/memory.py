@@ -61,10 +61,6 @@ class Series:
     noise_bytes: float          # scatter around the line (1.4826 x MAD)
     growing: bool | None        # None: too few points to tell, never "not growing"
 
-    @property
-    def growth_bytes(self) -> float:
-        return (self.rate_bytes_per_step or 0.0) * max(self.points - 1, 0)
-
 
 @dataclass
 class MemoryFindings:
