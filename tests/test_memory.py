@@ -15,7 +15,7 @@ import gpuscope
 from gpuscope.analyze.bottlenecks import memory as mem
 from gpuscope.readers import read_path
 from gpuscope.readers.memory_records import MEMORY_COLUMNS, memory_frame, memory_ok
-from gpuscope.record.memory import Memory, host_capacity
+from gpuscope.record.memory import MemorySink, host_capacity
 from gpuscope.record.rows import Built
 from gpuscope.runtable import RankInfo
 
@@ -136,7 +136,7 @@ class FakeRss:
 def test_the_sink_samples_once_per_flush_and_the_reader_tables_it():
     """Each flush's rows tell the sink the window; it samples the resident set once, as of the
     window's last step; a flush with no new rows samples nothing."""
-    sink = Memory(FakeRss([100, 200, 300]))
+    sink = MemorySink(FakeRss([100, 200, 300]))
     sink.rows(Built([[0], [1], [2]], [], []))
     first = sink.meta(final=False)
     sink.rows(Built([[3], [4]], [], []))
@@ -175,7 +175,7 @@ def test_the_sink_samples_each_young_step_then_once_per_flush():
         def reset_peaks(self):
             pass
 
-    sink = Memory(FakeRss(list(range(100, 200))), FakeDevice(), young=6)
+    sink = MemorySink(FakeRss(list(range(100, 200))), FakeDevice(), young=6)
     for step in range(6):
         sink.step_end(step)
     assert sink.young == 0

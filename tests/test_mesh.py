@@ -396,9 +396,9 @@ def test_all_to_all_rows_are_read_back_and_malformed_ones_said():
     from gpuscope.readers.routing_records import routing_frame, routing_ok
     from gpuscope.record.collectives import _a2a_rows_c10d, _a2a_rows_funcol
     from gpuscope.record.rows import Built
-    from gpuscope.record.sinks import Routing
+    from gpuscope.record.sinks import RoutingSink
 
-    sink = Routing()
+    sink = RoutingSink()
     assert sink.meta(False) is None
     sink.rows(Built([[3], [4]], [(3, [2, 640, -1])], [1, 1]))
     sink.rows(Built([[5]], [(4, [2, 650, 512])], [1]))

@@ -156,7 +156,7 @@ def device_window(stats: dict) -> tuple[int, int, int, int]:
             get("num_alloc_retries"), get("num_ooms"))
 
 
-class Memory(Sink):
+class MemorySink(Sink):
     """The memory sink: `step_end` samples each of the run's young steps, the flushed rows tell
     it the steps since, and `meta()` samples the last of them and hands over what it holds."""
 

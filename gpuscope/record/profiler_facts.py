@@ -20,9 +20,9 @@ from .sinks import Sink
 KEY = "gpuscope"
 #: the knobs a trace's suggestions need and cannot read from the trace itself (batch_bytes: what
 #: handing a batch over from a worker costs grows with it)
-KNOBS = ("cpu_count", "cpus_available", "local_world_size", "num_workers", "pin_memory",
-         "prefetch_factor", "persistent_workers", "batches_per_epoch", "batch_size",
-         "batch_bytes", "dataloader")
+FACT_KNOBS = ("cpu_count", "cpus_available", "local_world_size", "num_workers", "pin_memory",
+              "prefetch_factor", "persistent_workers", "batches_per_epoch", "batch_size",
+              "batch_bytes", "dataloader")
 
 
 _DATA, _DATA_CPU = STEP_COLUMNS.index("data_ns"), STEP_COLUMNS.index("data_cpu_ns")
@@ -94,7 +94,7 @@ def profiling_probe():
 
 def facts(knobs: dict, data_ns: int = 0, data_cpu_ns: int = 0) -> str:
     """The facts as the trace keeps them: scalars only (a flat object)."""
-    out = {k: knobs[k] for k in KNOBS
+    out = {k: knobs[k] for k in FACT_KNOBS
            if k in knobs and isinstance(knobs[k], (bool, int, float, str))}
     if data_ns > 0:
         out["data_cpu_share"] = round(min(max(data_cpu_ns, 0) / data_ns, 1.0), 4)

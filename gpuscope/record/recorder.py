@@ -39,7 +39,7 @@ from .options import RecordOptions, options_help, stop_after, trial_run_dir
 from .placement import detect_placement, job_id
 from .rows import build
 from .sinks import (Closing, DataParallelTimes, DeviceTimes, FlopCounting, LiveDiagnosis,
-                    ModuleTimes, Routing, Sink, Telemetry, TensorBoardScalars)
+                    ModuleTimes, RoutingSink, Sink, Telemetry, TensorBoardScalars)
 from .writer import RecordWriter
 
 _cpu = time.thread_time_ns
@@ -372,7 +372,7 @@ class Recorder:
             self._add_sink(ProfilerWatch(probe, self._knobs, self._note_knobs,
                                          lambda: build(list(self._raw), 0).rows))
         if self._hooks.collectives is not None:
-            self._add_sink(Routing())
+            self._add_sink(RoutingSink())
         gpu = self._open_device_channels()
         capacity = self._open_memory() if o.memory else {}
         if o.telemetry:
@@ -459,7 +459,7 @@ class Recorder:
     def _open_memory(self) -> dict:
         """The memory sink (memory.py) and what this machine can hold, for the header."""
         from . import memory
-        from .memory import Memory, host_capacity, host_rss
+        from .memory import MemorySink, host_capacity, host_rss
 
         capacity = host_capacity()
         device = None
@@ -475,7 +475,7 @@ class Recorder:
                 device = None
         rss = host_rss()
         if rss is not None or device is not None:
-            self._add_sink(Memory(rss, device))
+            self._add_sink(MemorySink(rss, device))
         return capacity
 
     def _cuda_index(self):

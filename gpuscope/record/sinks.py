@@ -54,7 +54,7 @@ class Sink:
             pass
 
 
-class Routing(Sink):
+class RoutingSink(Sink):
     """The rows each all_to_all_single delivered to this rank, per micro-step, in issue order
     (an expert layer's dispatch: the tokens this rank's experts got; the analysis compares the
     ranks instance by instance, analyze/routing.py)."""

@@ -22,9 +22,9 @@ if TYPE_CHECKING:
 TIMES = ("step", "data", "compute", "comm", "comm_exposed", "wait", "other", "forward",
          "backward", "optimizer", "bubble", "host", "between")
 #: knobs worth a typed column of their own (all of them are also in knobs_json)
-KNOBS = {"batch_size": "Int64", "num_workers": "Int64", "sync_interval": "Int64",
-         "world_size": "Int64", "device": "string", "backend": "string", "model": "string",
-         "param_dtype": "string", "comm_hook": "string"}
+KNOB_DTYPES = {"batch_size": "Int64", "num_workers": "Int64", "sync_interval": "Int64",
+               "world_size": "Int64", "device": "string", "backend": "string",
+               "model": "string", "param_dtype": "string", "comm_hook": "string"}
 
 
 def step_table(report: "ReportData") -> "pd.DataFrame":
@@ -57,7 +57,7 @@ def step_table(report: "ReportData") -> "pd.DataFrame":
     out["verdict"] = report.verdict.label
     out["world_size"] = int(report.world_size)
     knobs = report.knobs
-    for name, dtype in KNOBS.items():
+    for name, dtype in KNOB_DTYPES.items():
         if name == "world_size":
             continue
         value = knobs.get(name)
