@@ -23,7 +23,7 @@ def clock(ns: int | None) -> str:
     return "?" if not ns else time.strftime("%H:%M:%S", time.gmtime(ns / 1e9)) + " UTC"
 
 
-def _at(stall: dict) -> str | None:
+def stack_at(stall: dict) -> str | None:
     """The innermost frame of the user's code on the rank's stack: file:line (function)."""
     if stall.get("at"):
         return stall["at"]
@@ -91,7 +91,7 @@ def rank_list(rs, most: int = 12) -> str:
     return ", ".join(items)
 
 
-def _ranks(rs) -> str:
+def ranks_said(rs) -> str:
     rs = sorted(set(rs))
     return ("rank " if len(rs) == 1 else "ranks ") + rank_list(rs)
 
@@ -107,7 +107,7 @@ def _where(s: dict, step: int) -> str:
     else:
         where = {"data": "a data fetch", "wait": "a wait on communication"}.get(where, where)
         where = f"{where} of step {s.get('step', step)}"
-    at = _at(s)
+    at = stack_at(s)
     return f"in {where} since {clock(s.get('since_unix_ns'))}" + (f", at {at}" if at else "")
 
 
@@ -149,7 +149,7 @@ def analyse(stalls: dict[int, dict], world_size: int,
         extra = ([shapes.pop()] if len(shapes) == 1 else []) + (
             [] if how == {"collective"} else [f"from {'/'.join(sorted(how - {'collective'}))}"])
         what = f"{kind or 'collective'} #{seq} ({', '.join([f'{group} group'] + extra)})"
-        parts.append(f"{_ranks(at)} waiting in {what} since {clock(since)}")
+        parts.append(f"{ranks_said(at)} waiting in {what} since {clock(since)}")
         behind = sorted(r for r, s in stalls.items() if r not in at and (
             _issued(s, group) is None or _issued(s, group) < seq))
         # of those, the ranks furthest behind hold the others: a rank that issued collectives
@@ -162,19 +162,19 @@ def analyse(stalls: dict[int, dict], world_size: int,
         for r in out["never_reached"]:
             told.setdefault(_where(stalls[r], step), []).append(r)
         for text, rs in told.items():
-            parts.append(f"{_ranks(rs)} never reached it: {text}")
+            parts.append(f"{ranks_said(rs)} never reached it: {text}")
         if between:
             out["behind_them"] = between
             parts.append("; ".join(
                 f"rank {r} got as far as #{counts[r]} ({_where(stalls[r], step)}): it waits on "
-                f"{_ranks(out['never_reached'])} too" for r in between))
+                f"{ranks_said(out['never_reached'])} too" for r in between))
         if ahead:
             out["past_it"] = sorted(ahead)
             further = {}
             for r, t in ahead.items():
                 further.setdefault((t[1], t[2], stalls[r].get("in")), []).append(r)
             for (n, kind, how), rs in sorted(further.items()):
-                parts.append(f"{_ranks(rs)} went past it and wait{'s' if len(rs) == 1 else ''} "
+                parts.append(f"{ranks_said(rs)} went past it and wait{'s' if len(rs) == 1 else ''} "
                              f"in {kind or 'collective'} #{n}"
                              + (f" (from {how})" if how and how != "collective" else ""))
     else:
@@ -210,12 +210,12 @@ def _mismatched(stalls, targets, at, group, seq, world_size, others, out) -> dic
                mismatched={f"{k} {s}".strip(): v for (k, s), v in ordered}, odd_ones=odd)
     since = min((stalls[r].get("since_unix_ns") or 0) for r in at) or None
     text = (f"mismatched collectives at #{seq} on the {group} group since {clock(since)}: "
-            + "; ".join(f"{_ranks(v)} in {k}" + (f" of {s}" if s else "")
+            + "; ".join(f"{ranks_said(v)} in {k}" + (f" of {s}" if s else "")
                         for (k, s), v in ordered))
     if odd:
-        frames = [(f"rank {r} " if len(odd) > 1 else "") + f"at {_at(stalls[r])}" for r in odd
-                  if _at(stalls[r])]
-        text += f" ({_ranks(odd)} the odd one{'s' if len(odd) > 1 else ''} out" + (
+        frames = [(f"rank {r} " if len(odd) > 1 else "") + f"at {stack_at(stalls[r])}" for r in odd
+                  if stack_at(stalls[r])]
+        text += f" ({ranks_said(odd)} the odd one{'s' if len(odd) > 1 else ''} out" + (
             ", " + ", ".join(frames) if frames else "") + ")"
     silent = sorted(set(range(world_size)) - set(stalls))
     out["silent"] = silent

@@ -31,7 +31,7 @@ MUTANTS = [
      "            except ZeroDivisionError as exc:\n                warn_once(f\"recorder-close-{name}\"",
      ["tests/test_recorder.py", "-k", "one_loop"]),
     ("plain path still forks", "gpuscope/readers/speed.py",
-     "    return FAST and _can_fork()", "    return _can_fork()",
+     "    return FAST and can_fork()", "    return can_fork()",
      ["tests/test_reader_fast_paths.py", "-k", "plain_path"]),
     ("comm hook averaging", "gpuscope/record/ddp_timing.py", "    buf.div_(group.size())\n",
      "    pass\n", ["tests/test_same_maths.py"]),

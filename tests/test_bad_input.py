@@ -227,12 +227,12 @@ def test_a_decoder_still_working_is_stopped_when_the_parent_gives_up():
     is terminated on the way out, not left to finish or to block on its pipe."""
     import time
 
-    from gpuscope.readers.fork import _in_child
+    from gpuscope.readers.fork import in_child
 
     before = set(live_children())
     t0 = time.perf_counter()
     with pytest.raises(_ParentFailed):
-        with _in_child(lambda: time.sleep(60)):
+        with in_child(lambda: time.sleep(60)):
             raise _ParentFailed()
     assert time.perf_counter() - t0 < 10
     assert set(live_children()) - before == set()

@@ -16,7 +16,7 @@ import pytest
 
 from gpuscope.cli import main
 from gpuscope.readers import read_path
-from gpuscope.readers.fork import _can_fork
+from gpuscope.readers.fork import can_fork
 from gpuscope.readers.kineto import parse, reader
 from gpuscope.readers.kineto.prefetch import prefetching
 from gpuscope.trace_files import find_trace_files
@@ -33,7 +33,7 @@ def _first_cycle_each() -> tuple[str, ...]:
 
 ONE_CYCLE_EACH = _first_cycle_each()
 
-pytestmark = pytest.mark.skipif(not _can_fork(), reason="needs fork and two cores")
+pytestmark = pytest.mark.skipif(not can_fork(), reason="needs fork and two cores")
 
 
 @pytest.fixture
@@ -261,7 +261,7 @@ def test_a_sigterm_right_after_the_fork_still_stops_the_child():
                 os.kill(os.getpid(), signal.SIGTERM)  # the parent stops it right now
 
             mp.process.BaseProcess.start = start
-            with fork._in_child(lambda: time.sleep(30)):
+            with fork.in_child(lambda: time.sleep(30)):
                 time.sleep(30)
         except SystemExit:
             pass
@@ -294,7 +294,7 @@ def test_a_child_whose_parent_is_killed_outright_does_not_stay_behind():
                 os.write(w, f"{self.pid}\n".encode())
 
             mp.process.BaseProcess.start = start
-            with fork._in_child(lambda: b"x" * (8 << 20)):  # far more than a pipe buffers
+            with fork.in_child(lambda: b"x" * (8 << 20)):  # far more than a pipe buffers
                 time.sleep(0.5)  # the child is writing now, the pipe full
                 os.kill(os.getpid(), signal.SIGKILL)
         finally:

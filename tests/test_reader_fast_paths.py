@@ -171,8 +171,8 @@ def test_two_processes_read_what_one_reads(tmp_path, monkeypatch):
 
     monkeypatch.setattr(rec_reader, "PARALLEL_MIN_FILES", 2)
     forks = []
-    real = fork._in_child
-    monkeypatch.setattr(fork, "_in_child", lambda work: forks.append(1) or real(work))
+    real = fork.in_child
+    monkeypatch.setattr(fork, "in_child", lambda work: forks.append(1) or real(work))
     before = live_children()
     two = read_path(str(run))
     assert forks == [1] and live_children() == before
@@ -277,12 +277,12 @@ def test_group_waits_match_the_pandas_reference(seed, path, monkeypatch):
 def test_shared_arena_carries_arrays_across_the_fork():
     """The child's arrays reach the parent through shared memory (slots, not bytes, in the
     pipe); what does not fit, holds objects or is empty travels pickled, unchanged."""
-    from gpuscope.readers.fork import SharedArena, _in_child, _Slot
+    from gpuscope.readers.fork import SharedArena, in_child, _Slot
 
     arena = SharedArena(1 << 16)
     arrays = [np.arange(10, dtype=np.int64), np.arange(12.0).reshape(3, 4)[:, 1],  # a view
               np.zeros(0), np.array(["a", None], dtype=object), np.arange(100_000)]
-    with _in_child(lambda: [arena.put(a) for a in arrays]) as collect:
+    with in_child(lambda: [arena.put(a) for a in arrays]) as collect:
         status, value = collect()
     assert status == "ok"
     assert [type(v) is _Slot for v in value] == [True, True, False, False, False]

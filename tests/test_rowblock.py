@@ -46,7 +46,7 @@ def _same(a, b):
 
 @pytest.fixture
 def two_processes(monkeypatch):
-    if not fork._can_fork():
+    if not fork.can_fork():
         pytest.skip("the reader forks only with 2+ cores and no other thread")
     monkeypatch.setattr(rundir, "PARALLEL_MIN_FILES", 2)
     blocks = []
@@ -177,7 +177,7 @@ def test_an_analysis_that_owns_its_table_leaves_the_warm_up_out_in_place(
 
     _make_run(tmp_path / "run", 6, 30)
     if forked:
-        if not fork._can_fork():
+        if not fork.can_fork():
             pytest.skip("the reader forks only with 2+ cores and no other thread")
         monkeypatch.setattr(rundir, "PARALLEL_MIN_FILES", 2)
     else:
@@ -273,7 +273,7 @@ def test_a_run_dir_that_may_not_fit_in_memory_says_so_before_it_is_read(tmp_path
         assert "read by one process here" in said[0]
     else:
         assert f"are kept in files under {spill}" in said[0]
-    if rundir.forks() and fork._can_fork():  # the two-process reader maps its tables there
+    if rundir.forks() and fork.can_fork():  # the two-process reader maps its tables there
         with open("/proc/self/maps") as fh:
             mapped = {line.split()[-2] for line in fh if f" {spill}/" in line
                       and line.rstrip().endswith("(deleted)")}

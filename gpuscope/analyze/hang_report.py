@@ -10,7 +10,7 @@ import os
 from collections import Counter
 
 from ..dumps import RankDump
-from ..stall_story import _ranks, clock, rank_list
+from ..stall_story import ranks_said, clock, rank_list
 from .fr_groups import Group, Groups, build, label
 from .hang import Hang, Stuck, behind_by, find_hang, reaches
 
@@ -69,14 +69,14 @@ def _place_text(st: Stuck, culprits: list[int]) -> str:
     """One place the culprits hold: who waits there in what, since when, and why they hold it."""
     since = f" since {clock(st.since_ns)}" if st.since_ns else ""
     if len(st.calls) > 1:
-        parties = "; ".join(f"{_ranks(rs)} called {text}" for text, rs in st.calls.items())
+        parties = "; ".join(f"{ranks_said(rs)} called {text}" for text, rs in st.calls.items())
         return (f"{_group(st.group)}: mismatched collectives at #{st.seq}{since}: {parties} "
-                + (f"({_ranks(st.odd)} the odd one{'s' if len(st.odd) > 1 else ''} out)"
+                + (f"({ranks_said(st.odd)} the odd one{'s' if len(st.odd) > 1 else ''} out)"
                    if st.odd else "(which is out of order the calls do not tell)"))
     if st.unknown and not st.blockers():
-        return (f"{_group(st.group)}: {_ranks(st.waiting)} wait in {st.call()} #{st.seq}{since}; "
+        return (f"{_group(st.group)}: {ranks_said(st.waiting)} wait in {st.call()} #{st.seq}{since}; "
                 f"{st.unknown} member{'s' if st.unknown > 1 else ''} of it left no dump (among "
-                f"{_ranks(st.candidates)}): the group has fewer members in the dumps than the "
+                f"{ranks_said(st.candidates)}): the group has fewer members in the dumps than the "
                 "others of its kind")
     if not st.blockers():
         return (f"{_group(st.group)}: every member entered {st.call()} #{st.seq} and none "
@@ -86,9 +86,9 @@ def _place_text(st: Stuck, culprits: list[int]) -> str:
     for b in culprits:
         told.setdefault(_why_blocked(st, b), []).append(b)
     what = st.call() if not st.p2p else st.call()
-    return (f"{_group(st.group)}: {_ranks(st.waiting)} wait{'s' if len(st.waiting) == 1 else ''}"
+    return (f"{_group(st.group)}: {ranks_said(st.waiting)} wait{'s' if len(st.waiting) == 1 else ''}"
             f" in {what} #{st.seq}{since}; "
-            + "; ".join(f"{_ranks(rs)} {why}" for why, rs in told.items()))
+            + "; ".join(f"{ranks_said(rs)} {why}" for why, rs in told.items()))
 
 
 def _culprit_text(r: int, h: Hang, dumps, gs: Groups, places: list[Stuck]) -> str:
@@ -111,7 +111,7 @@ def _culprit_lines(h: Hang, dumps, gs: Groups) -> list[str]:
         sets.setdefault(key, []).append(st)
     lines = []
     if len(sets) > 1 and h.blamed:
-        lines.append(f"{_ranks(h.blamed)} stopped it, each holding groups of its own:")
+        lines.append(f"{ranks_said(h.blamed)} stopped it, each holding groups of its own:")
     for i, (culprits, places) in enumerate(sets.items()):
         places.sort(key=lambda s: (s.since_ns or 0, s.seq))
         n = f"{len(places)} place{'s' if len(places) > 1 else ''}"
@@ -201,8 +201,8 @@ def tell(dumps: dict[int, RankDump], bad: list[tuple[str, str]] | None = None,
     lines = []
     if h.circle:
         lines.append("in a circle: " + "; ".join(
-            f"{_ranks(s.waiting)} wait in {s.call()} #{s.seq} of {_group(s.group)} for "
-            f"{_ranks(s.blockers())}" for s in h.circle[:4])
+            f"{ranks_said(s.waiting)} wait in {s.call()} #{s.seq} of {_group(s.group)} for "
+            f"{ranks_said(s.blockers())}" for s in h.circle[:4])
             + " (the ranks call collectives of these groups in another order)")
     elif h.roots:
         lines += _culprit_lines(h, dumps, gs)
@@ -212,8 +212,8 @@ def tell(dumps: dict[int, RankDump], bad: list[tuple[str, str]] | None = None,
                      "collectives)")
     if h.unread:
         ranks = sorted({b for st in h.unread for b in st.blockers() if b not in dumps})
-        lines.append(f"{_ranks(ranks)} left no readable dump; "
-                     f"{_ranks(sorted({r for st in h.unread for r in st.waiting}))} wait on "
+        lines.append(f"{ranks_said(ranks)} left no readable dump; "
+                     f"{ranks_said(sorted({r for st in h.unread for r in st.waiting}))} wait on "
                      f"{'it' if len(ranks) == 1 else 'them'} in {len(h.unread)} group"
                      f"{'s' if len(h.unread) > 1 else ''} (through "
                      f"{'it' if len(ranks) == 1 else 'them'}, on the ranks above, most likely)")
@@ -222,12 +222,12 @@ def tell(dumps: dict[int, RankDump], bad: list[tuple[str, str]] | None = None,
         groups = {id(h.waits[r].group): h.waits[r].group for r in victims}
         kinds = Counter((g.desc or "group") + (" send / recv" if h.waits[r].p2p else "")
                         for r in victims for g in [h.waits[r].group])
-        lines.append(f"Waiting on it: {_ranks(victims)}, in {len(groups)} other group"
+        lines.append(f"Waiting on it: {ranks_said(victims)}, in {len(groups)} other group"
                      f"{'s' if len(groups) > 1 else ''} ("
                      + ", ".join(f"{n} in {k}" for k, n in kinds.most_common()) + ")")
     idle = sorted(set(dumps) - set(h.waits) - set(h.blamed))
     if idle and (h.roots or h.circle):
-        lines.append(f"{_ranks(idle)}: every collective in their dumps completed (they wait "
+        lines.append(f"{ranks_said(idle)}: every collective in their dumps completed (they wait "
                      "outside them: a send / recv gloo does not record, a host sync, their next "
                      "step)")
     kinds = _kinds(gs, h)
@@ -249,7 +249,7 @@ def tell(dumps: dict[int, RankDump], bad: list[tuple[str, str]] | None = None,
 def _notes(dumps, gs: Groups, missing, bad) -> list[str]:
     notes = []
     if missing:
-        notes.append(f"no dump from {_ranks(missing)} of {gs.world_size} (their processes dead, "
+        notes.append(f"no dump from {ranks_said(missing)} of {gs.world_size} (their processes dead, "
                      "or their dumps not written or elsewhere)")
     by_name = [r for r, d in dumps.items() if d.rank_from == "its file name"]
     if by_name:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from ..stall_story import _at, _ranks, analyse, short_error
+from ..stall_story import stack_at, ranks_said, analyse, short_error
 
 def _unresumed(info) -> dict | None:
     """The rank's last stall record when its steps had not resumed as the record ends (no
@@ -53,11 +53,11 @@ def pauses(table) -> list[dict]:
             s = stalls.get(e["step"])
             if s is not None:
                 out.append({"rank": int(r), "step": int(e["step"]), "lasted_s": e.get("lasted_s"),
-                            "in": s.get("in"), "at": _at(s)})
+                            "in": s.get("in"), "at": stack_at(s)})
         last, end = _unresumed(info), info.meta.get("end")
         if last is not None and _closed_cleanly(end) and end.get("end_unix_ns"):
             out.append({"rank": int(r), "step": int(last["step"]), "in": last.get("in"),
-                        "at": _at(last), "until_end": True,
+                        "at": stack_at(last), "until_end": True,
                         "lasted_s": round((end["end_unix_ns"] - last["since_unix_ns"]) / 1e9, 3)})
     return out
 
@@ -165,10 +165,10 @@ def ended(table, stalled) -> str:
             termed.append(int(r))
     parts = []
     if timed:
-        parts.append(f"then the collective timeout ended the run: {_ranks(r for r, _ in timed)}"
+        parts.append(f"then the collective timeout ended the run: {ranks_said(r for r, _ in timed)}"
                      f" timed out waiting ({timed[0][1]})")
     if termed and (timed or not all(r in stalled for r in termed)):
-        parts.append(f"{_ranks(termed)} stopped by SIGTERM")
+        parts.append(f"{ranks_said(termed)} stopped by SIGTERM")
     elif termed:
         parts.append(f"a SIGTERM stopped {'it' if len(termed) == 1 else 'them'} "
                      f"{_idle_for(table, termed)}")
@@ -209,16 +209,16 @@ def section(table, report) -> dict:
             return _from_dumps(fr, report, back)
         else:
             return {"pauses": back} if back else {}
-    from .stopped import _why
+    from .stopped import end_why
 
     others = {}
     for r, info in table.ranks.items():
         if r in stalls:
             continue
         end = info.meta.get("end")
-        why = _why(end)
+        why = end_why(end)
         err = (end or {}).get("error_where") if isinstance(end, dict) else None
-        at = _at(err) if isinstance(err, dict) else None
+        at = stack_at(err) if isinstance(err, dict) else None
         others[int(r)] = (f"stopped: {why}" if why else "ended") + (f", at {at}" if at else "")
     for r in sorted(set(range(table.world_size)) - set(table.ranks)):
         others[r] = "has no record"
@@ -229,7 +229,7 @@ def section(table, report) -> dict:
                     if st["seq"] == found.get("seq") and st["odd_ones"]), None)
         if odd:
             found["odd_ones"] = odd
-            found["text"] += (f" ({_ranks(odd)} the odd one{'s' if len(odd) > 1 else ''} out: "
+            found["text"] += (f" ({ranks_said(odd)} the odd one{'s' if len(odd) > 1 else ''} out: "
                               "not the call the group makes there each step, as its Flight "
                               "Recorder shows)")
     found["blamed"] = culprits(found)
@@ -239,8 +239,8 @@ def section(table, report) -> dict:
             found["flight_recorder_text"] = "Flight Recorder: " + fr["text"]
         else:  # taken as ranks exited: what a peer's exit failed reads as completed
             found["flight_recorder_text"] = (
-                f"Flight Recorder: its dumps blame {_ranks(fr['blamed']) if fr['blamed'] else 'no rank'}"
-                f", but {_ranks(fr['dumped_at_exit'])} dumped as the job ended, as peers exited "
+                f"Flight Recorder: its dumps blame {ranks_said(fr['blamed']) if fr['blamed'] else 'no rank'}"
+                f", but {ranks_said(fr['dumped_at_exit'])} dumped as the job ended, as peers exited "
                 "(collectives their exit failed read as completed): the ranks' own records "
                 "above are the story")
     found["late_before"] = {r: late_before(report, r) for r in culprits(found)}
@@ -248,7 +248,7 @@ def section(table, report) -> dict:
                                                                         "stalled")]
     said = [t for r, t in found["late_before"].items() if r not in plain]
     if len(plain) > 1:
-        said.append(f"{_ranks(plain)} were not late before they stalled")
+        said.append(f"{ranks_said(plain)} were not late before they stalled")
     elif plain:
         said.append(found["late_before"][plain[0]])
     if said:
@@ -257,7 +257,7 @@ def section(table, report) -> dict:
     if how:
         found["ended"] = how
         found["text"] += "; " + how
-    found["ranks"] = {int(r): {k: v for k, v in s.items() if k != "stack"} | {"at": _at(s)}
+    found["ranks"] = {int(r): {k: v for k, v in s.items() if k != "stack"} | {"at": stack_at(s)}
                       for r, s in stalls.items()}
     found["stacks"] = {int(r): s.get("stack") or [] for r, s in stalls.items()}
     if back:

@@ -15,11 +15,11 @@ from __future__ import annotations
 import re
 
 from ..runtable import RunTable
-from ..stall_story import _ranks, clock, in_step, short_error
+from ..stall_story import ranks_said, clock, in_step, short_error
 from .rowgroups import step_by_rank
 
 
-def _why(end) -> str:
+def end_why(end) -> str:
     if not isinstance(end, dict) or not end:
         return ("no end record: killed (SIGKILL, the OOM killer, a node lost) before it could "
                 "close; its last rows may not have been written")
@@ -59,7 +59,7 @@ def stopped_ranks(table: RunTable) -> tuple[list[dict], list[int]]:
     frame = table.frame
     last = step_by_rank(frame, "max")
     ends = {r: info.meta.get("end") for r, info in table.ranks.items()}
-    cut = {r: _why(e) for r, e in ends.items() if _why(e)}
+    cut = {r: end_why(e) for r, e in ends.items() if end_why(e)}
     victims = {r for r in cut if failed_on_a_peer(ends[r])}
     out = []
     for rank in sorted(cut):
@@ -141,7 +141,7 @@ def deaths(table: RunTable, stopped: list[dict], memory, last: dict) -> list[dic
     out = []
     for rank, info in sorted(table.ranks.items()):
         end = info.meta.get("end")
-        if not _why(end) or failed_on_a_peer(end):
+        if not end_why(end) or failed_on_a_peer(end):
             continue
         mine = last.get(rank)
         killed = _killed(end)
@@ -190,7 +190,7 @@ def _fatal_text(rank: int, fatal: dict, step, victims: dict) -> str:
     """A rank a fatal signal ended (its faulthandler trace): which, where; where it was in a
     collective at another place of the program than the others were in theirs (another kind, or
     the same kind called from another line), the mismatch first."""
-    from ..stall_story import _at
+    from ..stall_story import stack_at
 
     call, site = fatal.get("collective"), fatal.get("at")
     theirs: dict = {}  # (kind, where it was called) of each rank that failed on it
@@ -200,13 +200,13 @@ def _fatal_text(rank: int, fatal: dict, step, victims: dict) -> str:
         kind = w.get("kind") if w.get("in") == "collective" else last.get("kind")
         if kind:
             how = w.get("in") if w.get("in") not in (None, "collective") else None
-            theirs.setdefault((kind, _at(w), how, str(last.get("sizes") or "")),
+            theirs.setdefault((kind, stack_at(w), how, str(last.get("sizes") or "")),
                               []).append(int(r))
     died = (f"rank {rank} died of {fatal['signal']} ({fatal['error']}: "
             f"{_SIGNAL_MEANS.get(fatal['signal'], 'a fatal signal')}) " + (in_step(step) or ""))
     where = (f"in {call}" if call else "") + (f" at {site}" if site else "")
     if call and theirs and all((k, at) != (call, site) for k, at, _, _ in theirs):
-        others = "; ".join(f"{_ranks(rs)} in {k}" + (f" of {sz}" if sz else "")
+        others = "; ".join(f"{ranks_said(rs)} in {k}" + (f" of {sz}" if sz else "")
                            + (f" from {how}" if how else "") + (f" at {at}" if at else "")
                            for (k, at, how, sz), rs in theirs.items())
         return (f"mismatched collectives: rank {rank} {where}; {others} (rank {rank} the odd "
@@ -241,8 +241,8 @@ def _place(end, frame: bool = False) -> str:
     else:
         return ""
     if frame:
-        from ..stall_story import _at
+        from ..stall_story import stack_at
 
-        at = _at(w)
+        at = stack_at(w)
         text += f", at {at}" if at else ""
     return text

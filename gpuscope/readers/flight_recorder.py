@@ -275,12 +275,12 @@ def _load_all(folder: str, names: list[str]) -> list:
     paths = [os.path.join(folder, n) for n in names]
     if len(paths) < 64:
         return [load(p) for p in paths]
-    from .fork import _can_fork, _in_child
+    from .fork import can_fork, in_child
 
-    if not _can_fork():
+    if not can_fork():
         return [load(p) for p in paths]
     cut = len(paths) // 2
-    with _in_child(lambda: [load(p) for p in paths[:cut]]) as collect:
+    with in_child(lambda: [load(p) for p in paths[:cut]]) as collect:
         mine = [load(p) for p in paths[cut:]]
         status, theirs = collect()
     if status != "ok":

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 
-def _can_fork() -> bool:
+def can_fork() -> bool:
     return (hasattr(os, "fork") and (os.cpu_count() or 1) >= 2
             and threading.active_count() == 1)  # never fork a threaded host (TensorBoard)
 
@@ -33,7 +33,7 @@ def _die_with_parent() -> None:
 
 
 @contextmanager
-def _in_child(work, daemon: bool = True):
+def in_child(work, daemon: bool = True):
     """Run `work()` in a forked process (it sees this process's memory as it is now); yields a
     function that returns ("ok", value) or ("error", reason). On leaving the block the child is
     gone on every path: joined when it delivered, terminated (then killed) when the parent

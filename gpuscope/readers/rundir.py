@@ -472,7 +472,7 @@ def _load_all(names: list[str], warnings: list[str], warm: int = 0) -> tuple[lis
     written into, its regions) or None; a big run dir is read by two processes (the child takes
     the first files), anything unexpected falls back to one. A run dir that may need more
     memory than is available says so first (`warnings`, and the log, before it is read)."""
-    from .fork import SharedArena, _in_child
+    from .fork import SharedArena, in_child
     from .rowblock import Region, memory_plan, rows_bound, side_rows_bound
 
     big = len(names) >= PARALLEL_MIN_FILES or (
@@ -512,7 +512,7 @@ def _load_all(names: list[str], warnings: list[str], warm: int = 0) -> tuple[lis
             out.append((name, _packed(got, arena.put)))
         return out, regions[0].used if regions[0] is not None else 0
 
-    with _in_child(child) as collect:
+    with in_child(child) as collect:
         # the bar tracks the parent's half
         done = _load_files(mine, 1.0 / max(share, 1e-9), regions[1], sizes[cut:], warm)
         status, value = collect()

@@ -16,14 +16,14 @@ from __future__ import annotations
 import os
 from contextlib import contextmanager
 
-from .fork import _can_fork
+from .fork import can_fork
 
 FAST = os.environ.get("GPUSCOPE_PLAIN_READ", "") in ("", "0")
 
 
 def forks() -> bool:
     """Whether a reader may fork a process for part of its input now."""
-    return FAST and _can_fork()
+    return FAST and can_fork()
 
 
 def bulk() -> bool:

@@ -14,7 +14,7 @@ import msgspec
 import gpuscope.progress as progress
 from ...trace_files import file_size
 from ..speed import forks
-from ..fork import _in_child
+from ..fork import in_child
 from .decode import Salvaged, batches, decode_trace, events_of, read_bytes, split_events
 from .events import RankEvents, sort_events
 
@@ -53,7 +53,7 @@ def parse_file(path: str, split: bool = False) -> tuple[str, object, RankEvents]
                     let_go(blob, 0, middle)  # the parent's half
                     return _sorted(pieces[half:], blob, spans[half:])
 
-                with _in_child(theirs) as collect:
+                with in_child(theirs) as collect:
                     let_go(blob, middle, len(blob))  # the child's half (it holds its own pages)
                     mine = _sorted(pieces[:half], blob, spans[:half])
                     status, other = collect()
@@ -111,7 +111,7 @@ def has_profiler_events(ev: RankEvents) -> bool:
                 or len(ev.mem_ts))
 
 
-def _parse_all(files: list[str], jobs: int | None) -> list:
+def parse_all(files: list[str], jobs: int | None) -> list:
     """Parse every file: two processes share the work when there are two cores (files split
     in two groups by size, or one big file in two halves); a pool when there are more."""
     jobs = jobs if jobs is not None else min(max(len(files), 2), os.cpu_count() or 1)
@@ -146,7 +146,7 @@ def _parse_all(files: list[str], jobs: int | None) -> list:
         groups[g].append(i)
         load[g] += sizes[i]
     mine, theirs = groups
-    with _in_child(lambda: [parse_alone(files[i], alone[i]) for i in theirs]) as collect:
+    with in_child(lambda: [parse_alone(files[i], alone[i]) for i in theirs]) as collect:
         done = {i: parse(i) for i in mine}
         status, value = collect()
     if status == "ok":

@@ -21,7 +21,7 @@ from contextlib import ExitStack, contextmanager
 
 import gpuscope.progress as progress
 from ..speed import forks
-from ..fork import _in_child
+from ..fork import in_child
 from .parse import alone_files, parse_file, prepared
 
 def _stamp(path: str):
@@ -62,7 +62,7 @@ class Prefetch:
 
         def work(slot, group):
             # stopped early (the command failed before it read): unwind, so that the child
-            # this process may have forked for half a file is stopped too (fork._in_child)
+            # this process may have forked for half a file is stopped too (fork.in_child)
             signal.signal(signal.SIGTERM, _unwind)
             out, done = [], 0
             for i in group:
@@ -76,7 +76,7 @@ class Prefetch:
             return out
 
         # not daemons: a process with one file cuts it in two with a child of its own
-        self._pending = [(group, stack.enter_context(_in_child(lambda s=slot, g=group: work(s, g),
+        self._pending = [(group, stack.enter_context(in_child(lambda s=slot, g=group: work(s, g),
                                                                daemon=False)))
                          for slot, group in enumerate(groups)]
 

@@ -21,7 +21,7 @@ from ...trace_files import file_size
 from .collectives import comm_table, sync_points
 from .decode import DEVICE_KEY, head_facts
 from ..memory_records import MEMORY_COLUMNS
-from .parse import _parse_all, alone_files, host_of, parse_alone, parse_file, process_of
+from .parse import parse_all, alone_files, host_of, parse_alone, parse_file, process_of
 from .rank import identify
 from .summary import RankSummary, file_warnings, span, summarize
 
@@ -51,7 +51,7 @@ def _parse_or_skip(path: str, files: list[str], jobs: int | None,
     todo = [f for f in files if f not in early]
     parsed, bad = [], []
     try:
-        parsed = _parse_all(todo, jobs) if todo else []
+        parsed = parse_all(todo, jobs) if todo else []
     except TraceFormatError as exc:
         if len(files) == 1:
             raise
