@@ -17,19 +17,15 @@ from __future__ import annotations
 import math
 import statistics
 
-from .analyze.t_table import T
+from .analyze.consistency import t_critical
 
 #: two-sided 95%: the one-sided level of the t table
 LEVEL = 0.025
 
 
 def t95(df: int) -> float:
-    """Student's t for a two-sided 95% interval; between table rows the smaller df
-    (conservative); past the table, the normal's 1.96."""
-    row = T[LEVEL]
-    if df > max(row):
-        return 1.96
-    return row[max(k for k in row if k <= max(df, 1))]
+    """Student's t for a two-sided 95% interval (consistency.t_critical at LEVEL)."""
+    return t_critical(df, LEVEL)
 
 
 def round_noise(groups: list[list]) -> tuple[float, int] | None:
