@@ -412,6 +412,7 @@ class RankResult:
     host_pct: float | None = None     # share of step time the GPU waited on the host to launch
     sync_idle_pct: float | None = None  # ... of it, after the host's syncs returned (traces)
     cpu_math_pct: float | None = None   # ... of it, while the host ran maths on CPU tensors
+    python_pct: float | None = None     # ... of it, while the host ran Python between ops
     bubble_ns: float = 0.0   # mean exposed point-to-point wait (a pipeline stage's bubble)
     bubble_pct: float = 0.0
 
@@ -455,6 +456,8 @@ class RankResult:
             d["sync_idle_pct"] = _r3(self.sync_idle_pct)
         if self.cpu_math_pct is not None:
             d["cpu_math_pct"] = _r3(self.cpu_math_pct)
+        if self.python_pct is not None:
+            d["python_pct"] = _r3(self.python_pct)
         if self.bubble_ns or self.bubble_pct:
             d["bubble_ms"] = _r3(self.bubble_ns / MS)
             d["bubble_pct"] = _r3(self.bubble_pct)
@@ -478,6 +481,7 @@ class RankResult:
                    comm_by_kind={k: v * MS for k, v in d.get("comm_by_kind", {}).items()},
                    between_pct=d.get("between_pct"), host_pct=d.get("host_pct"),
                    sync_idle_pct=d.get("sync_idle_pct"), cpu_math_pct=d.get("cpu_math_pct"),
+                   python_pct=d.get("python_pct"),
                    bubble_ns=d.get("bubble_ms", 0.0) * MS, bubble_pct=d.get("bubble_pct", 0.0))
 
 

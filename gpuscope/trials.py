@@ -368,7 +368,7 @@ def summary(cands: list[Candidate]) -> list[dict]:
         got = gain_spread(cands, c) if c.knob is not None else None
         if got is not None:
             row["gain_pct"] = round((1 / got[0] - 1) * 100, 1)
-            lo, hi = gain_interval(cands, c)
+            lo, hi = gain_interval(got)
             # a repeat may measure any gain above lo: no upper end (None)
             row["gain_pct_range"] = [round(lo, 1), round(hi, 1) if math.isfinite(hi) else None]
         if c.estimate is not None:
@@ -385,14 +385,11 @@ def summary(cands: list[Candidate]) -> list[dict]:
     return out
 
 
-def gain_interval(cands: list[Candidate], c: Candidate) -> tuple[float, float]:
-    """(low, high) gain %: where a repeat of as many rounds lands 95 times in 100 (gain_spread;
-    two rounds alone are a min and a max); high is infinite where the interval reaches a step of
-    0."""
-    got = gain_spread(cands, c)
-    if got is None:
-        return math.inf, -math.inf
-    r, h = got
+def gain_interval(spread: tuple[float, float]) -> tuple[float, float]:
+    """(low, high) gain %: where a repeat of as many rounds lands 95 times in 100, from a
+    candidate's gain_spread (its mean step ratio and the interval's half-width as a share of
+    it); high is infinite where the interval reaches a step of 0."""
+    r, h = spread
     return (1 / (r * (1 + h)) - 1) * 100, (1 / (r * (1 - h)) - 1) * 100 if h < 1 else math.inf
 
 

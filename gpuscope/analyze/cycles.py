@@ -20,7 +20,7 @@ import pandas as pd
 SUMMED = ("step_ns", "data_ns", "compute_ns", "comm_ns", "comm_exposed_ns", "wait_ns", "other_ns",
           "forward_ns", "backward_ns", "optimizer_ns", "n_comm", "data_cpu_ns", "between_ns",
           "host_ns", "bubble_ns", "data_ops_ns", "syncs", "sync_ns",
-          "sync_idle_ns", "launches", "cpu_math_ns")
+          "sync_idle_ns", "launches", "cpu_math_ns", "python_ns")
 
 
 def cycle_ends(frame: pd.DataFrame) -> np.ndarray | None:

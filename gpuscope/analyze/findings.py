@@ -68,6 +68,8 @@ class TypicalStep:
     launches: float = 0.0
     #: GPU traces: of `host`, the GPU's idle while the training thread ran maths on CPU tensors
     cpu_math: float = 0.0
+    #: GPU traces: of `host`, the GPU's idle while the host ran Python between torch ops
+    python: float = 0.0
 
     @property
     def busy(self) -> float:  # time the step needs besides data
@@ -115,7 +117,8 @@ def typical_step(frame: pd.DataFrame) -> TypicalStep:
                        interval, avg(mean("host_ns")),
                        avg(data_ops) if data_ops is not None else None, fast,
                        avg(mean("sync_ns")), avg(mean("syncs")), avg(mean("sync_idle_ns")),
-                       avg(mean("launches")), avg(mean("cpu_math_ns")))
+                       avg(mean("launches")), avg(mean("cpu_math_ns")),
+                       avg(mean("python_ns")))
 
 
 def ms_range(e: "whatif.Estimate") -> tuple[float, float]:

@@ -139,8 +139,9 @@ def summarize_ranks(table: RunTable, frame: pd.DataFrame, telemetry: dict,
     between = (share("between_ns") if table.source == "record" and "between_ns" in frame
                and frame["between_ns"].notna().all() else None)
     host = share("host_ns") if "host_ns" in frame and frame["host_ns"].any() else None
-    after_syncs, in_maths = (share(c) if host is not None and c in frame and frame[c].any()
-                             else None for c in ("sync_idle_ns", "cpu_math_ns"))
+    after_syncs, in_maths, in_python = (
+        share(c) if host is not None and c in frame and frame[c].any() else None
+        for c in ("sync_idle_ns", "cpu_math_ns", "python_ns"))
     has_bubble = "bubble_ns" in frame and frame["bubble_ns"].any()
     bubble_med = per_rank.mean("bubble_ns").tolist() if has_bubble else None
     bubble_pct = share("bubble_ns") if has_bubble else None
@@ -158,6 +159,7 @@ def summarize_ranks(table: RunTable, frame: pd.DataFrame, telemetry: dict,
             host_pct=host[i] if host is not None else None,
             sync_idle_pct=after_syncs[i] if after_syncs is not None else None,
             cpu_math_pct=in_maths[i] if in_maths is not None else None,
+            python_pct=in_python[i] if in_python is not None else None,
             bubble_ns=bubble_med[i] if has_bubble else 0.0,
             bubble_pct=bubble_pct[i] if has_bubble else 0.0))
     return out

@@ -41,9 +41,9 @@ import numpy as np
 from . import spans
 from .cpu_maths import cpu_maths
 from ...vocab import RESUME_NS
-from .events import (ANNOTATION, BACKWARD, CALL, COMM, COMM_HOST, COMPUTE, DATA, FINISH,
-                     FORWARD, LAUNCH, MICROBATCH, OP, OPTIMIZER, STEP, WAITS, WRAPS, RankEvents,
-                     p2p_masks)
+from .events import (ANNOTATION, BACKWARD, CALL, COMM, COMM_HOST, COMPUTE, CPU_OP, DATA,
+                     FINISH, FORWARD, LAUNCH, MICROBATCH, OP, OPTIMIZER, STEP, WAITS, WRAPS,
+                     RankEvents, p2p_masks)
 
 #: in a record_function range (a schedule's "Backward 0"), a stretch this long with no op of
 #: its own running while a collective is in flight is waiting on it; gaps between ops (Python,
@@ -184,12 +184,12 @@ def _by_start(*columns: np.ndarray) -> tuple:
     return tuple(c[order] for c in columns)
 
 
-def _syncs(v: dict, host_lo: int, host_hi: int, idle) -> dict:
+def _syncs(v: dict, host_lo: int, host_hi: int, idle) -> tuple[dict, tuple, tuple]:
     """The runtime calls that waited on the device or copied and began in the step's host
     window: how many syncs among them, the host's time blocked in them all (their union,
     within the window), and the GPU's idle time after the syncs (`idle`: the step's idle
     spans): from a sync's return to the next device work, which the host could have queued
-    ahead had it not waited."""
+    ahead had it not waited; with the spans blocked and the spans idle after."""
     start, end, point = v["syncs"]
     a, b = np.searchsorted(start, [host_lo, host_hi], "left")
     blocked = spans.merge(start[a:b], np.minimum(end[a:b], host_hi))
@@ -199,8 +199,23 @@ def _syncs(v: dict, host_lo: int, host_hi: int, idle) -> dict:
     k, back = k[inside], back[inside]
     inside = idle[0][k] <= back  # the GPU idle when the sync returned
     after = spans.merge(back[inside], idle[1][k[inside]])
-    return {"syncs": int(point[a:b].sum()), "sync_ns": spans.length(blocked),
-            "sync_idle_ns": spans.length(after)}
+    return ({"syncs": int(point[a:b].sum()), "sync_ns": spans.length(blocked),
+             "sync_idle_ns": spans.length(after)}, blocked, after)
+
+
+def _host_causes(v: dict, waits_host, idle, host_lo: int, host_hi: int) -> dict:
+    """The GPU's wait on the host (`waits_host`, issue 70): when, the part after the host's
+    syncs returned (_syncs); and what the host did meanwhile: maths on CPU tensors (cpu_maths),
+    Python between torch ops (no op of a thread that feeds the GPU and no runtime call running:
+    the loop's own code, a framework's outside its ops), the rest inside other ops (dispatch
+    and launch). The two views overlap; each adds up within itself."""
+    synced, blocked, _ = _syncs(v, host_lo, host_hi, idle)
+    out = {**synced,
+           "cpu_math_ns": spans.overlap(waits_host, v["maths_r"].window(host_lo, host_hi)[0])}
+    if v["feeding_r"] is not None:
+        busy = spans.union(v["feeding_r"].window(host_lo, host_hi)[0], blocked)
+        out["python_ns"] = spans.length(spans.subtract(waits_host, busy))
+    return out
 
 
 def _device_step(v: dict, ev: RankEvents, lo: int, hi: int, host_lo: int, host_hi: int,
@@ -220,8 +235,6 @@ def _device_step(v: dict, ev: RankEvents, lo: int, hi: int, host_lo: int, host_h
     startup_ns = spans.length(spans.subtract(spans.intersect(idle, stalls), known))
     waits_host = spans.subtract(idle, spans.union(known, stalls))
     host_ns = spans.length(waits_host)
-    # of it, while the training thread ran maths on CPU tensors
-    cpu_math_ns = spans.overlap(waits_host, v["maths_r"].window(host_lo, host_hi)[0])
     p2p = spans.union(spans.window(v["p2p_all"], lo, hi), v["p2p_r"].window(lo, hi)[0])
     # the collectives the step launched (host window), with the part of each that no compute
     # kernel hides: the wait split compares it across ranks
@@ -248,8 +261,7 @@ def _device_step(v: dict, ev: RankEvents, lo: int, hi: int, host_lo: int, host_h
             "in_flight_ns": 0,  # measured on the device: what ran, not what was in flight
             "data_ns": data_ns, "host_ns": host_ns, "startup_ns": startup_ns,
             "bubble_ns": spans.length(spans.subtract(p2p, comp)), "launches": launches,
-            "cpu_math_ns": cpu_math_ns,
-            **_syncs(v, host_lo, host_hi, idle)}
+            **_host_causes(v, waits_host, idle, host_lo, host_hi)}
 
 
 def _host_view(ev: RankEvents, main, leaves_main, windows: list, host_p2p) -> dict:
@@ -371,6 +383,13 @@ def rank_rows(ev: RankEvents, rank: int, drop: frozenset = frozenset()):
             _host_view(ev, main, leaves_main, windows, host_p2p))
     if gpu:  # the training thread's maths on CPU tensors: the GPU gets nothing meanwhile
         view["maths_r"] = Ranges(ev, OP, cpu_maths(ev, leaves_main))
+        # the torch ops of the threads that feed the GPU (the training thread, autograd's):
+        # outside them and the runtime calls, the host runs Python (a Python function's own
+        # range, with_stack, is that Python); a trace without torch ops cannot tell it
+        torch_ops = (ev.host_kind == OP) & (ev.host_op == CPU_OP)
+        feeding = np.union1d(np.unique(ev.launch_tid), [ev.step_thread])
+        view["feeding_r"] = (Ranges(ev, OP, torch_ops & np.isin(ev.host_tid, feeding))
+                             if torch_ops.any() else None)
     markers = bool((ev.host_kind == STEP).any())
     rows, colls, startup_total = [], [], 0
     for i, (sid, host_lo, host_hi) in enumerate(windows):
@@ -412,6 +431,7 @@ def rank_rows(ev: RankEvents, rank: int, drop: frozenset = frozenset()):
                      # the host blocked on the device (GPU traces; 0 in host-only ones)
                      "launches": p.get("launches", 0),
                      "cpu_math_ns": min(p.get("cpu_math_ns", 0), host_ns),
+                     "python_ns": min(p.get("python_ns", 0), host_ns),
                      "syncs": p.get("syncs", 0), "sync_ns": min(p.get("sync_ns", 0), step_ns),
                      "sync_idle_ns": min(p.get("sync_idle_ns", 0), host_ns)})
     warnings += _trace_warnings(ev, gpu, markers, startup_total, rows)
