@@ -140,8 +140,9 @@ def analyse(stalls: dict[int, dict], world_size: int,
         odd = [r for r in stalls if r not in at and targets[r][0] == group
                and targets[r][1] == seq]
         if len(kinds) > 1 or odd:
-            return _mismatched(stalls, targets, set(at) | set(odd), group, seq, world_size,
-                               others, out)
+            fields, text = _mismatched(stalls, targets, set(at) | set(odd), group, seq)
+            out.update(fields)
+            return _closed(out, [text], stalls, world_size, others)
         out.update(group=group, seq=seq, kind=kind, waiting=sorted(at))
         since = min((stalls[r].get("since_unix_ns") or 0) for r in at) or None
         how = {stalls[r]["in"] for r in at}
@@ -180,12 +181,18 @@ def analyse(stalls: dict[int, dict], world_size: int,
     else:
         out["never_reached"] = []
         parts.append("; ".join(f"rank {r} {_where(s, step)}" for r, s in sorted(stalls.items())))
+    return _closed(out, parts, stalls, world_size, others)
+
+
+def _closed(out: dict, parts: list[str], stalls: dict, world_size: int, others: dict) -> dict:
+    """`out` with the ranks of the world that left no stall record (`silent`), each said with
+    what its end record says (`others`), and the whole told after `parts`."""
     silent = sorted(set(range(world_size)) - set(stalls))
     out["silent"] = silent
-    for r in silent:
-        parts.append(f"rank {r} " + others.get(r, "left no word (no stall record: its process "
-                                                "dead, frozen, or not recorded)"))
-    out["text"] = f"stalled at step {step}: " + "; ".join(parts)
+    parts = parts + [f"rank {r} " + others.get(r, "left no word (no stall record: its process "
+                                                   "dead, frozen, or not recorded)")
+                     for r in silent]
+    out["text"] = f"stalled at step {out['step']}: " + "; ".join(parts)
     return out
 
 
@@ -196,9 +203,10 @@ def _shape(sizes) -> str:
     return ", ".join(str(list(x)) if isinstance(x, (list, tuple)) else str(x) for x in sizes)
 
 
-def _mismatched(stalls, targets, at, group, seq, world_size, others, out) -> dict:
-    """Ranks at the same collective number in different collectives (kind or sizes): the
-    smaller party is the odd one out (never named where the parties are even)."""
+def _mismatched(stalls: dict, targets: dict, at: set, group: str, seq: int) -> tuple[dict, str]:
+    """(The stall's fields, its words) where ranks `at` the same collective number `seq` of
+    `group` are in different collectives (kind or sizes): the smaller party is the odd one out
+    (never named where the parties are even)."""
     parties: dict = {}
     for r in sorted(at):
         t = targets[r]
@@ -206,7 +214,7 @@ def _mismatched(stalls, targets, at, group, seq, world_size, others, out) -> dic
     ordered = sorted(parties.items(), key=lambda kv: (-len(kv[1]), kv[1]))
     odd = [] if len(ordered) > 1 and len(ordered[0][1]) == len(ordered[1][1]) else \
         sorted(r for _, rs in ordered[1:] for r in rs)
-    out.update(group=group, seq=seq, kind=None, waiting=sorted(at), never_reached=[],
+    out = dict(group=group, seq=seq, kind=None, waiting=sorted(at), never_reached=[],
                mismatched={f"{k} {s}".strip(): v for (k, s), v in ordered}, odd_ones=odd)
     since = min((stalls[r].get("since_unix_ns") or 0) for r in at) or None
     text = (f"mismatched collectives at #{seq} on the {group} group since {clock(since)}: "
@@ -217,12 +225,7 @@ def _mismatched(stalls, targets, at, group, seq, world_size, others, out) -> dic
                   if stack_at(stalls[r])]
         text += f" ({ranks_said(odd)} the odd one{'s' if len(odd) > 1 else ''} out" + (
             ", " + ", ".join(frames) if frames else "") + ")"
-    silent = sorted(set(range(world_size)) - set(stalls))
-    out["silent"] = silent
-    parts = [text] + [f"rank {r} " + (others or {}).get(r, "left no word") for r in silent]
-    out["text"] = f"stalled at step {max(s.get('step', 0) for s in stalls.values())}: " + \
-        "; ".join(parts)
-    return out
+    return out, text
 
 
 def tell(stalls: dict[int, dict], world_size: int) -> str:

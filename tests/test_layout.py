@@ -221,3 +221,46 @@ def test_no_function_is_longer_than_80_lines(tmp_path):
     # the check sees one: a function of 81 lines
     (tmp_path / "long.py").write_text("def f():\n" + "    x = 1\n" * 79 + "    return x\n")
     assert long_functions(str(tmp_path)) == [("long.py", "f", 81)]
+
+
+#: the most parameters a function in gpuscope/ takes without a default (self aside), and in
+#: all: more are a bag of locals moved into a signature; group them in a named tuple or a
+#: frozen struct (kineto/steps.StepCut, bottlenecks/data.WorkerModel, kineto/events.Columns)
+MOST_REQUIRED, MOST_PARAMETERS = 6, 9
+
+
+def parameter_bags(root: str = ROOT) -> list:
+    """(path, function, parameters without a default, parameters) of every function in `root`
+    past MOST_REQUIRED or MOST_PARAMETERS."""
+    out = []
+    for dirpath, _, files in os.walk(root):
+        for name in files:
+            if not name.endswith(".py"):
+                continue
+            path = os.path.join(dirpath, name)
+            with open(path) as fh:
+                tree = ast.parse(fh.read())
+            for n in ast.walk(tree):
+                if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    continue
+                a = n.args
+                pos = a.posonlyargs + a.args
+                if pos and pos[0].arg in ("self", "cls"):
+                    pos = pos[1:]
+                required = len(pos) - len(a.defaults) + sum(d is None for d in a.kw_defaults)
+                total = len(pos) + len(a.kwonlyargs)
+                if required > MOST_REQUIRED or total > MOST_PARAMETERS:
+                    out.append((os.path.relpath(path, root), n.name, required, total))
+    return out
+
+
+def test_no_function_takes_a_bag_of_parameters(tmp_path):
+    assert parameter_bags() == []
+    # the check sees both: seven without a default, and ten in all (four keyword options); not
+    # six and three options
+    (tmp_path / "bags.py").write_text(
+        "def f(a, b, c, d, e, g, h):\n    return a\n\n\n"
+        "class C:\n    def m(self, a, b, c, d, e, g, *, h=1, i=2, j=3, k=4):\n        return a"
+        "\n\n\ndef ok(a, b, c, d, e, g, h=1, *, i=2, j=3):\n    return a\n")
+    assert sorted(parameter_bags(str(tmp_path))) == [("bags.py", "f", 7, 7),
+                                                      ("bags.py", "m", 6, 10)]

@@ -131,7 +131,10 @@ def per_step(ops: pd.DataFrame, frame: pd.DataFrame, gpu_ranks: set[int],
     return g.drop(columns=["ns", "gpu_ns"])
 
 
-def _row(name, time_ms, calls, host_ms, gpu_ms, kind: str, gpu: bool) -> dict:
+def _row(v: tuple, kind: str, gpu: bool) -> dict:
+    """One op's row of a rank's table: `v` its (name, time, calls, host time, GPU time), of
+    `kind`, on a rank whose ops ran on a GPU (`gpu`)."""
+    name, time_ms, calls, host_ms, gpu_ms = v
     d = {"name": name, "per_step_ms": _r(time_ms), "count_per_step": _r(calls, 2)}
     if kind == "module":  # one clock measured it: CUDA events (device time) or the host's
         d["gpu_ms" if gpu_ms > 0 else "host_ms"] = _r(time_ms)
@@ -184,7 +187,7 @@ def rank_tables(per: pd.DataFrame, types: dict, gpu_ranks: set[int]) -> list[dic
         ranked = t[pick]
         top = a + pick[:TOP]
         gpu = r in gpu_ranks
-        rows = [_row(*v, kind, gpu) for v in zip(cols["name"][top].tolist(),
+        rows = [_row(v, kind, gpu) for v in zip(cols["name"][top].tolist(),
                                                  cols["time_ms"][top].tolist(),
                                                  cols["calls"][top].tolist(),
                                                  cols["host_ms"][top].tolist(),

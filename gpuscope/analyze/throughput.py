@@ -129,9 +129,11 @@ def _data_ranks(layout, ranks: list[int]) -> tuple[list[int], str]:
     return ranks, "each rank trains its own samples (data parallel)"
 
 
-def _add_mfu(out: dict, rows: list, assumes: list, knobs: dict, fps, peak, peak_what) -> None:
-    """FLOP/s and MFU in the section and its rows, where the FLOPs of a step are known; an MFU
-    over 100% (an input is wrong) is said, not given."""
+def _add_mfu(out: dict, rows: list, assumes: list, knobs: dict, fps, peak_of: tuple) -> None:
+    """FLOP/s and MFU in the section and its rows, where the FLOPs of a step (`fps`) are known;
+    `peak_of`: the device's peak FLOP/s and where it comes from (_peak); an MFU over 100% (an
+    input is wrong) is said, not given."""
+    peak, peak_what = peak_of
     if fps:
         out.update(flops_per_step=fps, flops_source=knobs.get("flops_source", "given"),
                    flop_per_s=round(float(np.mean([r["flop_per_s"] for r in rows])), 1))
@@ -241,7 +243,7 @@ def throughput_section(micro: pd.DataFrame, firsts: dict, knobs: dict, table,
     if tokens:
         assumes.append(f"{tokens} tokens per sample (the batch's integer id tensor, padding "
                        "included)")
-    _add_mfu(out, rows, assumes, knobs, fps, peak, peak_what)
+    _add_mfu(out, rows, assumes, knobs, fps, (peak, peak_what))
     out["assumes"] = assumes
     return out
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -311,7 +312,7 @@ def _steps(df: pd.DataFrame):
         "optimizer_ns": u(is_["optimizer"]), "n_comm": n_comm, "data_cpu_ns": 0,
         "bubble_ns": bubble})
     comm_key = _comm_keys(df, kind, comm_m, stage_of, dp_of, where)
-    comm = _comm_table(comm_key, comm_m, compute_m, start, end, gid, ranks, steps)
+    comm = _comm_table(comm_key, comm_m, compute_m, OpSpans(start, end, gid), ranks, steps)
     sync_rows = pd.DataFrame({"rank": ranks, "step": steps, "key": SYNC_KEY, "comm_ns": sync,
                               "exposed_ns": sync, "count": 1})
     comm = pd.concat([comm, sync_rows], ignore_index=True).sort_values(
@@ -326,10 +327,18 @@ def _steps(df: pd.DataFrame):
     return frame, comm, per_rank
 
 
-def _comm_table(key, comm_m, compute_m, start, end, gid, ranks, steps) -> pd.DataFrame:
+class OpSpans(NamedTuple):
+    """Every op's start and end (ns) and its (rank, step) group's number."""
+    start: np.ndarray
+    end: np.ndarray
+    gid: np.ndarray
+
+
+def _comm_table(key, comm_m, compute_m, ops: OpSpans, ranks, steps) -> pd.DataFrame:
     """(rank, step, key): time in its calls (overlapping ones once: a send and a receive with
     one neighbour often run together), exposed time (its union with the rank's compute, less the
-    compute), count."""
+    compute), count; `ranks`, `steps`: each group's."""
+    start, end, gid = ops
     codes, names = pd.factorize(key[comm_m])
     k = len(names)
     g2 = gid[comm_m] * k + codes                      # one group per (rank, step, key)

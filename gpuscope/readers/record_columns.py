@@ -13,6 +13,7 @@ None, and the record file's JSON is decoded as before: the side file only ever s
 from __future__ import annotations
 
 import struct
+from typing import NamedTuple
 
 import msgspec
 import numpy as np
@@ -59,18 +60,34 @@ def read_columns(path: str, record, start: int, columns: list, rank: int,
         return None
 
 
-def _accounts(magic: bytes, crc: int, own: int, body, record: RecordBytes, off: int,
-              length: int) -> bool:
-    """Whether a chunk stands for the record file's bytes [off, off + length): its body's own
+class Head(NamedTuple):
+    """A chunk's header (CHUNK_HEADER): its layout, the record file's bytes it stands for
+    [off, off + length) and their crc32, the lines they hold, its rows, collectives, side lines
+    and key bytes, and its body's own crc32."""
+    magic: bytes
+    off: int
+    length: int
+    crc: int
+    lines: int
+    n: int
+    n_comm: int
+    n_side: int
+    n_keys: int
+    own: int
+
+
+def _accounts(head: Head, body, record: RecordBytes) -> bool:
+    """Whether a chunk stands for the record file's bytes its header names: its body's own
     crc32 matches (a chunk of CHUNK_MAGIC), and the record file's bytes match theirs, checked
     where the record file is not trusted (record_file.py); a chunk of the first layout
     (CHUNK_MAGIC_V1) has one crc32 over both, always checked."""
     def record_crc() -> int:  # the whole file read where it has not been
-        return crc32(memoryview(record.whole())[off:off + length])
+        return crc32(memoryview(record.whole())[head.off:head.off + head.length])
 
-    if magic == CHUNK_MAGIC:
-        return crc32(body) == own and (record.trusted or record_crc() == crc)
-    return magic == CHUNK_MAGIC_V1 and not own and crc32(body, record_crc()) == crc
+    if head.magic == CHUNK_MAGIC:
+        return crc32(body) == head.own and (record.trusted or record_crc() == head.crc)
+    return head.magic == CHUNK_MAGIC_V1 and not head.own and \
+        crc32(body, record_crc()) == head.crc
 
 
 def _read(side: bytes, record: RecordBytes, start: int, rank: int, place=None) -> Body:
@@ -82,11 +99,12 @@ def _read(side: bytes, record: RecordBytes, start: int, rank: int, place=None) -
     rows, samples, comm, places = [], [], [], []
     n_rows = 0
     while pos < size:
-        magic, off, length, crc, lines, n, n_comm, n_side, n_keys, own = unpack(side, pos)
+        head = Head(*unpack(side, pos))
+        _, off, length, _, lines, n, n_comm, n_side, n_keys, _ = head
         w = (pos + _HEAD.size) // 8
         end = 8 * (w + n * (_WIDTH + 1) + 5 * n_comm + 3 * n_side) + n_keys
         if off != at or lines != n + n_side or end > size or off + length > record.size or \
-                not _accounts(magic, crc, own, side_[pos + _HEAD.size:end], record, off, length):
+                not _accounts(head, side_[pos + _HEAD.size:end], record):
             raise _Unfit
         rows.append(words[w:w + n * _WIDTH])
         w += n * _WIDTH

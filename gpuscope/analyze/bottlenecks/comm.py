@@ -104,7 +104,7 @@ def suggest_comm(t: TypicalStep, knobs: dict, th: Thresholds,
             f"rate or steps accordingly); assumes: {e.assumes}", COMM, gain(t.step, e.ms),
             ms_range(e)))
     out += _reshard(t, gather)
-    out += _bigger_batch(t, knobs, T, rest, cur, micro, growth, on_step)
+    out += _bigger_batch(t, knobs, micro, growth, on_step)
     return out + _fewer_bytes(t, knobs, T, gather)
 
 
@@ -128,11 +128,13 @@ def _reshard(t: TypicalStep, gather: float) -> list[Suggestion]:
     return out
 
 
-def _bigger_batch(t: TypicalStep, knobs: dict, T: float, rest: float, cur: int, micro,
-                  growth: dict | None, on_step) -> list[Suggestion]:
-    """A bigger per-rank micro-batch spreads the same collectives (T ns a step) over more
-    samples, where memory allows: estimated on today's global batch."""
+def _bigger_batch(t: TypicalStep, knobs: dict, micro, growth: dict | None,
+                  on_step) -> list[Suggestion]:
+    """A bigger per-rank micro-batch spreads the same collectives (the step's exposed transfer)
+    over more samples, where memory allows: estimated on today's global batch (`micro`, `growth`,
+    `on_step`: suggest_comm's)."""
     out: list[Suggestion] = []
+    T, rest, cur = t.transfer, max(t.step - t.transfer, 1.0), max(1, t.sync_interval)
     bs = knobs.get("batch_size")
     used = knobs.get("memory_used_fraction")
     headroom = int(0.9 / used) if used else None  # how many times the batch fits in memory

@@ -5,6 +5,8 @@ a worker costs per batch), pinned memory, persistent workers, each with its esti
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 
@@ -151,30 +153,98 @@ def _edge(need: float, proposed: int, step_with, cores) -> str:
             f"{other}: ~{step_with(other, cores) / MS:.1f} ms/step)")
 
 
-def _worker_assumes(knobs: dict, *, load: float, warm: float, busy: float, spare: bool,
-                    cost: float, worker: float, cores, cores_how: str, f, f_how: str, cur: int,
-                    proposed: int) -> tuple[list[str], float]:
+@dataclass(frozen=True)
+class WorkerModel:
+    """What the workers' estimate is made of (suggest_data): today's workers and the count
+    proposed, a batch's load time, the rest of the step as it is (`busy`) and as warm as the
+    loop's fastest steps say (`warm`, the range's `warm_least`), whether the rank has cores to
+    spare beside the workers, what the training thread pays a batch (`cost`; `worker`: a
+    worker's hand-over on 2 cores), the cores per rank and the share of loading that uses the
+    CPU, each with where it comes from (None: not known)."""
+    cur: int
+    proposed: int
+    load: float
+    busy: float
+    warm: float
+    warm_least: float
+    spare: bool
+    cost: float
+    worker: float
+    cores: int | None
+    cores_how: str
+    f: float | None
+    f_how: str
+
+    @property
+    def point_cores(self) -> int:
+        """The cores the point estimate takes: the known ones, else one (the least a rank has)."""
+        return self.cores if self.cores is not None else 1
+
+    def step(self, w: int, c: int | None, b: float | None = None, h: float | None = None,
+             deliver: float | None = None) -> float:
+        """The step with `w` workers on `c` cores a rank (None: as many as they need): the
+        longest of the rest of the step `b` (warm) plus the hand-over `h` (cost), a batch's
+        `deliver` time (load) over the workers plus the hand-over, and the CPU the rank needs
+        over its cores."""
+        b = self.warm if b is None else b
+        h = self.cost if h is None else h
+        deliver = self.load if deliver is None else deliver
+        s = max(b + h, deliver / w + h)
+        if c is not None and self.f is not None:
+            s = max(s, (b + self.f * self.load + h) / c)
+        return s
+
+
+def worker_model(t: TypicalStep, knobs: dict, cur: int) -> tuple[WorkerModel, float]:
+    """(The workers' model for a run with `cur` workers today, how many workers' worth of
+    loading its data wait holds)."""
+    cores, cores_how = cores_per_rank(knobs)
+    if cur == 0:
+        load = t.data  # loading runs in the training process: each batch costs its full load time
+        f, f_how = loading_cpu(t, knobs)
+    else:
+        load = cur * t.step  # steady state: `cur` workers deliver one batch per step
+        f, f_how = None, ""  # the workers' own CPU: not measured by either source
+    busy = t.busy
+    worker = worker_cost_ns(knobs) if cur == 0 else 0.0  # what a worker costs, 2 cores
+    need = load / busy if busy > 0 else 1.0
+    enough = need / (1 + HIDE_SLACK)
+    proposed = max(next((n for n in WORKER_COUNTS if n >= enough), WORKER_COUNTS[-1]), cur + 1)
+    proposed = min(proposed, WORKER_COUNTS[-1])
+    # a core for each worker and two to spare: the training thread keeps its core, takes a
+    # ready batch cheaply, and (loading in its own thread today) no longer starts its work cold
+    # after each load (WARM_WHEN_LOAD_OVER_BUSY); else its core is shared with the workers
+    spare = cur == 0 and cores is not None and cores >= proposed + 2
+    warm = warm_least = busy
+    if spare and t.busy_fast is not None and load >= WARM_WHEN_LOAD_OVER_BUSY * busy:
+        warm, warm_least = warm_rest(t)
+    cost = HANDOVER_SPARE_NS if spare else worker  # what the training thread pays a batch
+    return WorkerModel(cur, proposed, load, busy, warm, warm_least, spare, cost, worker, cores,
+                       cores_how, f, f_how), need
+
+
+def _worker_assumes(knobs: dict, m: WorkerModel) -> tuple[list[str], float]:
     """(What the workers' estimate assumes, in words; the ns a step that restarting the workers
     every epoch adds to its upper end)."""
-    assumes = [f"a batch keeps loading in ~{load / MS:.1f} ms in a worker"]
-    if warm < busy:
+    assumes = [f"a batch keeps loading in ~{m.load / MS:.1f} ms in a worker"]
+    if m.warm < m.busy:
         assumes.append(f"with the load out of the training thread, the rest of the step runs as "
-                       f"in today's fastest tenth of steps, ~{warm / MS:.1f} ms against "
-                       f"{busy / MS:.1f} ms on average (a thread that leaves its work for the load "
-                       "finds its caches cold; range: as far again below, to the average)")
-    if spare:
-        assumes.append(f"the training thread takes a ready batch in ~{cost / MS:.1f} ms "
-                       f"({cores} cores a rank leave two to spare beside {proposed} workers; "
-                       f"the range's upper end: {worker / MS:.1f} ms, what a worker costs the "
+                       f"in today's fastest tenth of steps, ~{m.warm / MS:.1f} ms against "
+                       f"{m.busy / MS:.1f} ms on average (a thread that leaves its work for the "
+                       "load finds its caches cold; range: as far again below, to the average)")
+    if m.spare:
+        assumes.append(f"the training thread takes a ready batch in ~{m.cost / MS:.1f} ms "
+                       f"({m.cores} cores a rank leave two to spare beside {m.proposed} workers; "
+                       f"the range's upper end: {m.worker / MS:.1f} ms, what a worker costs the "
                        "loop on 2 cores, with the rest of the step as it is)")
-    if f is not None:
-        assumes.append(f"loading uses the CPU {f:.0%} of its time ({f_how})")
-    if cores is not None:
-        assumes.append(f"{cores} CPU core(s) per rank ({cores_how})")
+    if m.f is not None:
+        assumes.append(f"loading uses the CPU {m.f:.0%} of its time ({m.f_how})")
+    if m.cores is not None:
+        assumes.append(f"{m.cores} CPU core(s) per rank ({m.cores_how})")
     else:
         assumes.append("CPU cores per rank are not in the trace: one per rank (the least a rank "
                        "has; the range's low end: as many as the workers need)")
-    if f is None and cur == 0:
+    if m.f is None and m.cur == 0:
         assumes.append("how much of loading uses the CPU is not known: the workers are taken "
                        "to have the cores they need")
     restart = 0.0
@@ -182,7 +252,7 @@ def _worker_assumes(knobs: dict, *, load: float, warm: float, busy: float, spare
     persistent = knobs.get("persistent_workers")
     if not persistent:  # workers start again every epoch: its first batches wait for them
         if isinstance(epoch, int) and epoch > 0:
-            restart = (load + proposed * WORKER_START_NS) / epoch
+            restart = (m.load + m.proposed * WORKER_START_NS) / epoch
             assumes.append(f"persistent_workers=True (else they restart every epoch of {epoch} "
                            f"batches: ~{restart / MS:.2f} ms more per step, the range's upper "
                            "end)")
@@ -191,16 +261,16 @@ def _worker_assumes(knobs: dict, *, load: float, warm: float, busy: float, spare
     return assumes, restart
 
 
-def _workers_would_not_help(knobs: dict, f, cores, cores_how: str, busy: float, load: float,
-                            cost: float, est: float) -> str:
+def _workers_would_not_help(knobs: dict, m: WorkerModel, est: float) -> str:
     """Why more workers are not proposed: the rank's cores are busy, or a worker costs the loop
     more than the load it takes over."""
-    if f is not None and cores is not None and (busy + f * load + cost) / cores >= est - 1:
-        return (f"loading uses the CPU {f:.0%} of its time and there is {cores} CPU core per "
-                f"rank ({cores_how}): worker processes would take their CPU time from training; "
-                "make loading cheaper (pre-process once, cache decoded samples) or give each "
-                "rank more cores")
-    return (f"a batch loads in {load / MS:.2f} ms; a worker process costs the loop about "
+    if m.f is not None and m.cores is not None and \
+            (m.busy + m.f * m.load + m.cost) / m.cores >= est - 1:
+        return (f"loading uses the CPU {m.f:.0%} of its time and there is {m.cores} CPU core per "
+                f"rank ({m.cores_how}): worker processes would take their CPU time from "
+                "training; make loading cheaper (pre-process once, cache decoded samples) or "
+                "give each rank more cores")
+    return (f"a batch loads in {m.load / MS:.2f} ms; a worker process costs the loop about "
             f"{worker_cost_ns(knobs) / MS:.1f} ms per batch (benchmarks/bench_workers.py) "
             "and the rank's CPU, so workers would not make the step faster")
 
@@ -223,64 +293,33 @@ def suggest_data(t: TypicalStep, knobs: dict, th: Thresholds) -> tuple[list[Sugg
                      "worker processes load ahead")
     workers = knobs.get("num_workers")
     cur = int(workers) if isinstance(workers, int) else 0
-    cores, cores_how = cores_per_rank(knobs)
-    if cur == 0:
-        load = t.data  # loading runs in the training process: each batch costs its full load time
-        f, f_how = loading_cpu(t, knobs)
-    else:
-        load = cur * t.step  # steady state: `cur` workers deliver one batch per step
-        f, f_how = None, ""  # the workers' own CPU: not measured by either source
-    busy = t.busy
-    worker = worker_cost_ns(knobs) if cur == 0 else 0.0  # what a worker costs, 2 cores
-    need = load / busy if busy > 0 else 1.0
-    enough = need / (1 + HIDE_SLACK)
-    proposed = max(next((n for n in WORKER_COUNTS if n >= enough), WORKER_COUNTS[-1]), cur + 1)
-    proposed = min(proposed, WORKER_COUNTS[-1])
-    point_cores = cores if cores is not None else 1  # unknown: the least a rank has
-    # a core for each worker and two to spare: the training thread keeps its core, takes a
-    # ready batch cheaply, and (loading in its own thread today) no longer starts its work cold
-    # after each load (WARM_WHEN_LOAD_OVER_BUSY); else its core is shared with the workers
-    spare = cur == 0 and cores is not None and cores >= proposed + 2
-    warm = warm_least = busy
-    if spare and t.busy_fast is not None and load >= WARM_WHEN_LOAD_OVER_BUSY * busy:
-        warm, warm_least = warm_rest(t)
-    cost = HANDOVER_SPARE_NS if spare else worker  # what the training thread pays a batch
-
-    def step_with(w: int, c: int | None, b: float = warm, h: float = cost,
-                  deliver: float = load) -> float:
-        s = max(b + h, deliver / w + h)
-        if c is not None and f is not None:
-            s = max(s, (b + f * load + h) / c)
-        return s
-
-    est = step_with(proposed, point_cores)
+    m, need = worker_model(t, knobs, cur)
+    proposed, load, busy = m.proposed, m.load, m.busy
+    est = m.step(proposed, m.point_cores)
     # the low end: the rest of the step as warm as the spread says, the workers delivering as
     # fast as the training needs (a worker's load does not start cold, nor pin: the pin thread
     # does); the high end: the rest as it is, a batch handed over at the 2-core cost
-    lo = step_with(proposed, None, warm_least, deliver=0.0 if spare else load)
-    hi = max(est, step_with(proposed, point_cores, busy, worker))
-    assumes, restart = _worker_assumes(knobs, load=load, warm=warm, busy=busy, spare=spare,
-                                       cost=cost, worker=worker, cores=cores,
-                                       cores_how=cores_how, f=f, f_how=f_how, cur=cur,
-                                       proposed=proposed)
+    lo = m.step(proposed, None, m.warm_least, deliver=0.0 if m.spare else load)
+    hi = max(est, m.step(proposed, m.point_cores, busy, m.worker))
+    assumes, restart = _worker_assumes(knobs, m)
     hi += restart  # workers restarted every epoch: their first batches wait
     refill, refill_most, said = _epoch_refill(knobs, load)
     steady = est
     if said:
         est, lo, hi = est + refill, lo + refill, hi + refill_most
         assumes.append(said)
-    if est >= t.step - max(0.05 * t.step, 2 * cost):
-        return out, _workers_would_not_help(knobs, f, cores, cores_how, busy, load, cost, est)
+    if est >= t.step - max(0.05 * t.step, 2 * m.cost):
+        return out, _workers_would_not_help(knobs, m, est)
     why = (f"each step waits {t.data / MS:.1f} ms for data against {busy / MS:.1f} ms of other "
            f"work: {need:.1f} workers' worth of loading (a batch takes ~{load / MS:.1f} ms), so "
            f"{proposed} hide it" + (f" (to within {HIDE_SLACK:.0%} of the step)"
                                      if proposed < need else "")
            + (f"; the rank's CPU holds the step at ~{steady / MS:.1f} ms (training, loading and "
-              f"the hand-over on {point_cores} core(s))" if f is not None and cores is not None
-              and steady > step_with(proposed, None) + 0.05 * MS else "")
-           + (f"; a worker costs ~{cost / MS:.1f} ms per batch to hand over, included"
-              if cur == 0 and not spare else "")
-           + _edge(need, proposed, lambda w, c: step_with(w, c) + refill, point_cores)
+              f"the hand-over on {m.point_cores} core(s))" if m.f is not None
+              and m.cores is not None and steady > m.step(proposed, None) + 0.05 * MS else "")
+           + (f"; a worker costs ~{m.cost / MS:.1f} ms per batch to hand over, included"
+              if cur == 0 and not m.spare else "")
+           + _edge(need, proposed, lambda w, c: m.step(w, c) + refill, m.point_cores)
            + "; assumes: " + "; ".join(assumes))
     out.append(Suggestion("num_workers", cur, proposed, est / MS, why, DATA, gain(t.step, est),
                           (lo / MS, hi / MS)))

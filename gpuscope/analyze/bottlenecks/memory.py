@@ -199,24 +199,28 @@ def growth_findings(host: list[Series], device: list[Series], ranks: dict,
             by_host.setdefault(ranks[s.rank].host if s.rank in ranks else "", []).append(s)
     for name, grow in by_host.items():
         on_host = [s for s in host if (ranks[s.rank].host if s.rank in ranks else "") == name]
-        cap, what = host_capacity(ranks[grow[0].rank].meta if grow[0].rank in ranks else {})
-        rate = sum(s.rate_bytes_per_step for s in grow)
+        capacity = host_capacity(ranks[grow[0].rank].meta if grow[0].rank in ranks else {})
         used = sum(s.last_bytes for s in on_host)
-        out.append(_growth("host", [s.rank for s in grow], rate, used, cap, what, step_s,
-                           grow, name))
+        out.append(_growth("host", grow, used, capacity, step_s, name))
     for s in device:
         if s.growing:
-            cap, what = device_capacity(ranks[s.rank].meta) if s.rank in ranks else (None, "")
-            out.append(_growth("device", [s.rank], s.rate_bytes_per_step, s.last_bytes,
-                               cap, what, step_s, [s], "", died.get(s.rank)))
+            capacity = device_capacity(ranks[s.rank].meta) if s.rank in ranks else (None, "")
+            out.append(_growth("device", [s], s.last_bytes, capacity, step_s,
+                               oom=died.get(s.rank)))
     for s in host_alloc:  # a trace's CPU allocator: what the host holds is not in it
         if s.growing:
-            out.append(_growth("host_alloc", [s.rank], s.rate_bytes_per_step, s.last_bytes,
-                               None, "", step_s, [s], ""))
+            out.append(_growth("host_alloc", [s], s.last_bytes, (None, ""), step_s))
     return out
 
 
-def _growth(kind, ranks_, rate, used, cap, what, step_s, grow, host, oom=None) -> dict:
+def _growth(kind: str, grow: list, used: float, capacity: tuple, step_s, host: str = "",
+            oom: dict | None = None) -> dict:
+    """The finding of memory of `kind` growing on the ranks of `grow` (their series; on `host`
+    for resident memory): `used` now, `capacity` (bytes, what holds them; None: not known),
+    when it fills at `step_s` a step, or the out-of-memory error it ended in (`oom`)."""
+    ranks_ = [s.rank for s in grow]
+    rate = sum(s.rate_bytes_per_step for s in grow)
+    cap, what = capacity
     who = f"rank {ranks_[0]}" if len(ranks_) == 1 else f"ranks {', '.join(map(str, ranks_))}"
     span = "; ".join(f"rank {s.rank}: {_bytes(s.first_bytes)} -> {_bytes(s.last_bytes)} over "
                      f"{s.points} steps" for s in grow[:4])

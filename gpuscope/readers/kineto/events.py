@@ -13,6 +13,7 @@ import functools
 import math
 import zlib
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -499,9 +500,9 @@ def sort_events(batches) -> RankEvents:
         (start[runtime], end[runtime], tids[runtime]))
     sync = np.flatnonzero(waits_of_key[inv]) if waits_of_key.any() else runtime[:0]
     syncs_of_key = np.array([_is_sync_call(n) for n in table_names], dtype=bool)
+    cols = Columns(start, end, kind, tids, nid, corr, streams)
     return RankEvents(
-        **_host_view(host, table, inv[host], kind[host], tids[host], start, end, nid),
-        **_device_view(dev, kind, nid, names, c.coll_args, start, end, corr, streams),
+        **_host_view(host, table, inv[host], cols), **_device_view(dev, names, c.coll_args, cols),
         launch_corr=corr[launch], launch_ts=start[launch], launch_tid=tids[launch],
         float_ts=bool(c.n) and bool(np.any(ts != np.floor(ts))),
         loader=_loader_kind(table, table_names),
@@ -516,9 +517,24 @@ def sort_events(batches) -> RankEvents:
         **_memory_columns(c.mem, base), names=names)
 
 
-def _host_view(host, table: list, host_inv, host_kind, host_tid, start, end, nid) -> dict:
-    """RankEvents' host columns, and the training thread: the one with the most ProfilerSteps
-    (without any, the busiest thread stands in for it)."""
+class Columns(NamedTuple):
+    """Every event's columns in the decoder's order (sort_events): times in ns, its kind, thread,
+    name id, correlation and stream."""
+    start: np.ndarray
+    end: np.ndarray
+    kind: np.ndarray
+    tid: np.ndarray
+    nid: np.ndarray
+    corr: np.ndarray
+    stream: np.ndarray
+
+
+def _host_view(host, table: list, host_inv, cols: Columns) -> dict:
+    """RankEvents' host columns (`host`: the host events' rows, `host_inv`: their classes in
+    `table`), and the training thread: the one with the most ProfilerSteps (without any, the
+    busiest thread stands in for it)."""
+    start, end, nid = cols.start, cols.end, cols.nid
+    host_kind, host_tid = cols.kind[host], cols.tid[host]
     step_rows = host_kind == STEP
     values, counts = np.unique(host_tid[step_rows] if step_rows.any() else host_tid,
                                return_counts=True)
@@ -534,10 +550,12 @@ def _host_view(host, table: list, host_inv, host_kind, host_tid, start, end, nid
         step_thread=int(values[counts.argmax()]) if values.size else -1)
 
 
-def _device_view(dev, kind, nid, names: list, coll_args: dict, start, end, corr,
-                 streams) -> dict:
-    """RankEvents' device columns: each communication kernel's collective key (its process
-    group and collective from its args where they say) and message sizes."""
+def _device_view(dev, names: list, coll_args: dict, cols: Columns) -> dict:
+    """RankEvents' device columns (`dev`: the device events' rows): each communication kernel's
+    collective key (its process group and collective from its args where they say) and message
+    sizes."""
+    kind, nid, start, end, corr, streams = (cols.kind, cols.nid, cols.start, cols.end,
+                                            cols.corr, cols.stream)
     dev_coll: list = [None] * dev.size
     dev_msg: list = [None] * dev.size
     for p in np.flatnonzero(kind[dev] == COMM).tolist():

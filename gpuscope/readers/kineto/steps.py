@@ -36,6 +36,8 @@ ranks; named phases (forward, backward, optimizer) are host ranges in the host w
 
 from __future__ import annotations
 
+from typing import Callable, NamedTuple
+
 import numpy as np
 
 from . import spans
@@ -152,6 +154,19 @@ class Ranges:
         return spans.clip(spans.merge(s[keep], e[keep]), lo, hi), self.index[a:b][keep]
 
 
+class StepCut(NamedTuple):
+    """One step to cut from a rank's events: its id, its device window [lo, hi) (its host
+    window in a host-only trace), its host window, the data waits in it and which of its
+    collectives are gradient sync (grad_span)."""
+    sid: int
+    lo: int
+    hi: int
+    host_lo: int
+    host_hi: int
+    data_set: tuple
+    grads_of: Callable
+
+
 def _device_view(ev: RankEvents, windows: list, host_p2p, dev_p2p) -> dict:
     """What every step of a trace with device events is cut from, indexed once: the device
     windows, the merged spans of compute, communication, p2p, queued gaps and one-off host
@@ -176,7 +191,8 @@ def _device_view(ev: RankEvents, windows: list, host_p2p, dev_p2p) -> dict:
             "syncs": _by_start(ev.sync_start, ev.sync_end, ev.sync_point),
             "comm_r": Ranges(ev, COMM_HOST, cpu_coll),
             "p2p_r": Ranges(ev, COMM_HOST, cpu_coll & host_p2p),
-            "dev_order": dev_order, "launched_sorted": launched[dev_order]}
+            "dev_order": dev_order, "launched_sorted": launched[dev_order],
+            "host_p2p": host_p2p, "dev_p2p": dev_p2p}
 
 
 def _by_start(*columns: np.ndarray) -> tuple:
@@ -218,10 +234,11 @@ def _host_causes(v: dict, waits_host, idle, host_lo: int, host_hi: int) -> dict:
     return out
 
 
-def _device_step(v: dict, ev: RankEvents, lo: int, hi: int, host_lo: int, host_hi: int,
-                 data_set, grads_of, sid, colls: list, dev_p2p, host_p2p) -> dict:
+def _device_step(v: dict, ev: RankEvents, cut: StepCut, colls: list) -> dict:
     """One step's parts on a device: everything the device did inside its device window
     [lo, hi); its collectives (launched in the host window) join `colls`."""
+    sid, lo, hi, host_lo, host_hi, data_set, grads_of = cut
+    host_p2p, dev_p2p = v["host_p2p"], v["dev_p2p"]
     comp = spans.window(v["comp_all"], lo, hi)
     host_comm, _ = v["comm_r"].window(lo, hi)
     comm = spans.union(spans.window(v["comm_all"], lo, hi), host_comm)
@@ -294,13 +311,14 @@ def _host_view(ev: RankEvents, main, leaves_main, windows: list, host_p2p) -> di
             "finish_r": Ranges(ev, OP, finish),
             # where a collective is issued or waited on
             "issue_r": Ranges(ev, OP, strict | launches),
-            "p2p_r": Ranges(ev, COMM_HOST, host_p2p)}
+            "p2p_r": Ranges(ev, COMM_HOST, host_p2p), "host_p2p": host_p2p}
 
 
-def _host_step(v: dict, ev: RankEvents, lo: int, hi: int, data_set, grads_of, sid,
-               colls: list, host_p2p) -> dict:
+def _host_step(v: dict, ev: RankEvents, cut: StepCut, colls: list) -> dict:
     """One step's parts on the host: the training thread's ops, less the time it was blocked
     on communication; its collectives join `colls`."""
+    sid, lo, hi, _, _, data_set, grads_of = cut
+    host_p2p = v["host_p2p"]
     ops, _ = v["ops_r"].window(lo, hi)
     comm, csel = v["comm_r"].window(lo, hi)
     waiting, _ = v["wait_r"].window(lo, hi)
@@ -355,6 +373,17 @@ def _host_step(v: dict, ev: RankEvents, lo: int, hi: int, data_set, grads_of, si
             "bubble_ns": spans.overlap(v["p2p_r"].window(lo, hi)[0], exposed)}
 
 
+def feeding_ops(ev: RankEvents) -> Ranges | None:
+    """The torch ops of the threads that feed the GPU (the training thread, autograd's):
+    outside them and the runtime calls, the host runs Python (a Python function's own range,
+    with_stack, is that Python); None in a trace without torch ops, which cannot tell it."""
+    torch_ops = (ev.host_kind == OP) & (ev.host_op == CPU_OP)
+    if not torch_ops.any():
+        return None
+    feeding = np.union1d(np.unique(ev.launch_tid), [ev.step_thread])
+    return Ranges(ev, OP, torch_ops & np.isin(ev.host_tid, feeding))
+
+
 def rank_rows(ev: RankEvents, rank: int, drop: frozenset = frozenset()):
     """RunTable rows and collective instances (step, key, dur_ns, end_ns, exposed_ns) of one
     rank; the steps in `drop` (last_step of each of its files) are left out. Each row also
@@ -383,13 +412,7 @@ def rank_rows(ev: RankEvents, rank: int, drop: frozenset = frozenset()):
             _host_view(ev, main, leaves_main, windows, host_p2p))
     if gpu:  # the training thread's maths on CPU tensors: the GPU gets nothing meanwhile
         view["maths_r"] = Ranges(ev, OP, cpu_maths(ev, leaves_main))
-        # the torch ops of the threads that feed the GPU (the training thread, autograd's):
-        # outside them and the runtime calls, the host runs Python (a Python function's own
-        # range, with_stack, is that Python); a trace without torch ops cannot tell it
-        torch_ops = (ev.host_kind == OP) & (ev.host_op == CPU_OP)
-        feeding = np.union1d(np.unique(ev.launch_tid), [ev.step_thread])
-        view["feeding_r"] = (Ranges(ev, OP, torch_ops & np.isin(ev.host_tid, feeding))
-                             if torch_ops.any() else None)
+        view["feeding_r"] = feeding_ops(ev)
     markers = bool((ev.host_kind == STEP).any())
     rows, colls, startup_total = [], [], 0
     for i, (sid, host_lo, host_hi) in enumerate(windows):
@@ -400,14 +423,14 @@ def rank_rows(ev: RankEvents, rank: int, drop: frozenset = frozenset()):
         grads_of = grad_span(bwd_any, opt_any, host_lo, host_hi)
         step_ns = hi - lo
         data_set, _ = data_r.window(lo, hi)
+        cut = StepCut(sid, lo, hi, host_lo, host_hi, data_set, grads_of)
         if gpu:
-            p = _device_step(view, ev, lo, hi, host_lo, host_hi, data_set, grads_of, sid,
-                             colls, dev_p2p, host_p2p)
+            p = _device_step(view, ev, cut, colls)
             if not markers:  # the whole trace as one step: its startup is not part of it
                 step_ns -= p["startup_ns"]
             startup_total += p["startup_ns"]
         else:
-            p = _host_step(view, ev, lo, hi, data_set, grads_of, sid, colls, host_p2p)
+            p = _host_step(view, ev, cut, colls)
         data_ns = min(p["data_ns"], step_ns)
         data_len = spans.length(data_set)
         data_ops_ns = (int(spans.overlap(leaf_main.window(lo, hi)[0], data_set) * data_ns
