@@ -291,7 +291,8 @@ def host_causes(ranks: list[RankResult]) -> str:
     out = []
     for field, words in (("sync_idle_pct", "after the host's syncs returned"),
                          ("cpu_math_pct", "while it computed on CPU tensors"),
-                         ("python_pct", "while it ran Python between torch ops")):
+                         ("python_pct",
+                          "while it ran no torch op (its Python, or work not in the trace)")):
         pct = sum(getattr(r, field) or 0.0 for r in ranks) / len(ranks)
         if pct >= 1:
             out.append(f"in {pct:.0f}%, {words}")

@@ -175,31 +175,39 @@ def launch_gaps(t: TypicalStep) -> str:
             f"{gap / 1e3:,.0f} us idle waiting for the next")
 
 
-#: the GPU's idle while the host ran Python between torch ops, as a share of the idle that
-#: launching faster can close, from which the report names it apart
-PYTHON_SHARE = 0.1
+#: the GPU's idle while the host ran no torch op, as a share of the idle that launching
+#: faster can close, from which the report names it apart; past OUTSIDE_OPS_LEADS it leads the
+#: advice
+OUTSIDE_OPS_SHARE = 0.1
+OUTSIDE_OPS_LEADS = 0.5
+#: what the host does outside torch ops, as far as a trace can tell
+OUTSIDE_OPS = "ran no torch op (its Python, or work the trace does not hold)"
+#: the launch fix where the idle is mostly inside ops (dispatch and launch)
+LAUNCH_FIX = ("capture the step in CUDA graphs (torch.compile(mode='reduce-overhead')) or fuse "
+              "kernels with torch.compile, remove host syncs from the loop (.item(), .cpu(), "
+              "printing tensors), or give each launch more work (a larger batch)")
 
 
-def python_part(t: TypicalStep, gaps: float) -> str:
-    """"; of it 3.1 ms while the host ran Python between torch ops, 1.2 ms inside them" where
-    the trace tells it (GPU traces with host ops) and it is PYTHON_SHARE of `gaps` or more."""
-    if gaps <= 0 or t.python < PYTHON_SHARE * gaps:
+def outside_ops_part(t: TypicalStep, gaps: float) -> str:
+    """"; of it 3.1 ms while the host ran no torch op (...), 1.2 ms inside ops (dispatch and
+    launch)" where the trace tells it (GPU traces with torch ops) and it is OUTSIDE_OPS_SHARE
+    of `gaps` or more."""
+    if gaps <= 0 or t.python < OUTSIDE_OPS_SHARE * gaps:
         return ""
     inside = max(gaps - t.python, 0.0)
-    return (f"; of it {t.python / MS:.1f} ms while the host ran Python between torch ops, "
-            f"{inside / MS:.1f} ms inside them (dispatch and launch)")
+    return (f"; of it {t.python / MS:.1f} ms while the host {OUTSIDE_OPS}, {inside / MS:.1f} ms "
+            "inside ops (dispatch and launch)")
 
 
-def python_advice(t: TypicalStep, gaps: float) -> str:
-    """Where most of the idle is the host's Python between ops: what removes it and what does
-    not ("" otherwise)."""
-    if gaps <= 0 or t.python < 0.5 * gaps:
-        return ""
-    return (f"; {t.python / MS:.1f} ms of it the host ran Python between torch ops (the loop's "
-            "own code, a framework's outside its ops): move per-step Python work (logging, "
-            "metrics, loops over tensors) out of the loop, or capture the step (CUDA graphs, "
-            "torch.compile), which replays its kernels without that Python; fusing kernels "
-            "alone does not shorten it")
+def host_fix(t: TypicalStep, gaps: float) -> str:
+    """What closes the idle gaps: where the host mostly ran no torch op in them, moving that
+    work out of the loop or capturing the step (not fusing kernels); else LAUNCH_FIX."""
+    if gaps <= 0 or t.python < OUTSIDE_OPS_LEADS * gaps:
+        return LAUNCH_FIX
+    return (f"{t.python / MS:.1f} ms of it the host {OUTSIDE_OPS}: move per-step Python work "
+            "(logging, metrics, loops over tensors) out of the loop, or capture the step in CUDA "
+            "graphs (torch.compile(mode='reduce-overhead')), which replays its kernels without "
+            "the Python between them; fusing kernels does not shorten it")
 
 
 def suggest_host(t: TypicalStep, where: str = "") -> tuple[list[Suggestion], str]:
@@ -223,13 +231,10 @@ def suggest_host(t: TypicalStep, where: str = "") -> tuple[list[Suggestion], str
     est = t.step - 0.5 * gaps
     return maths + [Suggestion(
         "host_overhead", f"GPU idle {gaps / MS:.1f} ms per step waiting for launches"
-        + launch_gaps(t) + python_part(t, gaps),
+        + launch_gaps(t) + outside_ops_part(t, gaps),
         "CUDA graphs / torch.compile", est / MS,
         f"the GPU sits idle {gaps / MS:.1f} ms of each {t.step / MS:.1f} ms step after a kernel "
         "ends and before the host has launched the next" + (
             " (besides its idle in the maths on CPU tensors)" if maths else "")
-        + python_advice(t, gaps) + ": capture the step in CUDA graphs "
-        "(torch.compile(mode='reduce-overhead')) or fuse kernels with torch.compile, remove host "
-        "syncs from the loop (.item(), .cpu(), printing tensors), or give each launch more work "
-        "(a larger batch); assumes half of the idle gaps close (range: all of them)", HOST,
+        + f": {host_fix(t, gaps)}; assumes half of the idle gaps close (range: all of them)", HOST,
         gain(t.step, est), ((t.step - gaps) / MS, est / MS))], ""
