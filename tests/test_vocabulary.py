@@ -110,3 +110,31 @@ def _port() -> int:
     from gpuscope.doctor import free_port
 
     return free_port()
+
+
+def test_every_bottleneck_label_has_one_entry_in_the_bottleneck_table():
+    """Issue 72: a label is declared once, by its module (bottlenecks/<x>.SPEC), and confidence
+    and invariants read it from bottlenecks/table.py: a bottleneck label of vocab.LABELS with no
+    entry (or two) fails here, as does an entry whose share or threshold does not exist."""
+    from dataclasses import fields
+
+    from gpuscope.analyze import confidence, invariants
+    from gpuscope.analyze.bottlenecks import table
+    from gpuscope.analyze.bottlenecks.spec import Bottleneck
+    from gpuscope.thresholds import Thresholds
+    from gpuscope.vocab import COMPUTE, LABEL_COLORS, LABEL_STYLES, LABELS, UNEXPLAINED
+
+    bottlenecks = [x for x in LABELS if x not in (COMPUTE, UNEXPLAINED)]
+    assert table.missing(bottlenecks) == []
+    assert {b.label for b in table.TABLE} == set(bottlenecks)
+    limits = {f.name for f in fields(Thresholds)}
+    for b in table.TABLE:
+        assert b.threshold in limits and b.share.endswith("_share") and b.recovers, b
+        assert b.label in LABEL_COLORS and b.label in LABEL_STYLES
+        assert confidence._DECIDING[b.label] == (b.share, b.threshold)
+        assert invariants.RECOVERS[b.label] == b.recovers
+    # the check sees a label left out, and one declared twice
+    short = tuple(b for b in table.TABLE if b.label != bottlenecks[0])
+    assert table.missing(bottlenecks, short) == [bottlenecks[0]]
+    twice = table.TABLE + (Bottleneck(bottlenecks[1], "x_share", "wait", "x"),)
+    assert table.missing(bottlenecks, twice) == [bottlenecks[1]]

@@ -47,7 +47,8 @@ import pandas as pd
 
 from ..results import Verdict
 from ..thresholds import Thresholds
-from ..vocab import COMM, COMPUTE, DATA, HOST, IMBALANCED, JITTER_BOUND, PIPELINE
+from ..vocab import COMM, COMPUTE, IMBALANCED, JITTER_BOUND
+from .bottlenecks.table import TABLE
 from .classify import NEAR_TIE, changes_without_one_step, resampled_lead
 
 LEVELS = ("low", "medium", "high")
@@ -88,9 +89,7 @@ def start_level(share: float) -> str:
 
 
 #: the per-step share that decides each label, and its threshold's name
-_DECIDING = {IMBALANCED: ("wait_share", "wait"), JITTER_BOUND: ("wait_share", "wait"),
-             DATA: ("data_share", "data_high"), COMM: ("comm_share", "comm"),
-             HOST: ("host_share", "host"), PIPELINE: ("bubble_share", "bubble")}
+_DECIDING = {b.label: (b.share, b.threshold) for b in TABLE}
 
 
 def share_of_time(steps: pd.DataFrame, col: str) -> float:

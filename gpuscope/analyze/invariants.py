@@ -24,6 +24,7 @@ import pandas as pd
 
 from ..results import ReportData, Suggestion
 from ..vocab import COMM, DATA, HOST, IMBALANCED, JITTER_BOUND, MS, PIPELINE
+from .bottlenecks.table import TABLE
 from .whatif import HIDDEN_COST
 
 #: a bound is broken when it is missed by more than this share of the step (rounding in ms)
@@ -191,9 +192,7 @@ RECOVERS = {"sync_frequency": "the skipped syncs' communication, what it cost ba
                               "optimizer steps",
             "num_workers": "the data wait, and what the loop's own work lost to starting cold "
                            "after the load in its thread",
-            DATA: "the data wait", COMM: "the exposed transfer and waiting",
-            IMBALANCED: "the waiting", JITTER_BOUND: "the waiting", HOST: "the GPU's wait on the "
-            "host", PIPELINE: "the bubble and the waiting"}
+            **{b.label: b.recovers for b in TABLE}}
 
 
 def bound_suggestions(suggestions: list[Suggestion], typical, frame: pd.DataFrame,

@@ -14,9 +14,11 @@ from ...thresholds import Thresholds
 from ...vocab import COMM, MS
 from .. import whatif
 from ..findings import TypicalStep, gain, ms_range
+from .spec import Bottleneck
 
 
 LABEL = COMM
+SPEC = Bottleneck(LABEL, "comm_share", "comm", "the exposed transfer and waiting")
 
 
 def share(steps, th):

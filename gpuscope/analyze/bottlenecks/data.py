@@ -14,9 +14,11 @@ from ...results import Suggestion
 from ...thresholds import Thresholds
 from ...vocab import DATA, MS
 from ..findings import TypicalStep, gain
+from .spec import Bottleneck
 
 
 LABEL = DATA
+SPEC = Bottleneck(LABEL, "data_share", "data_high", "the data wait")
 
 
 def share(steps, th):

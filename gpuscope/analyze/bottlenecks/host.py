@@ -11,9 +11,11 @@ from ...results import Suggestion
 from ...vocab import HOST, MS
 from ..findings import TypicalStep, gain
 from ..rowgroups import Groups
+from .spec import Bottleneck
 
 
 LABEL = HOST
+SPEC = Bottleneck(LABEL, "host_share", "host", "the GPU's wait on the host")
 
 
 def share(steps, th):

@@ -18,9 +18,12 @@ from ..findings import TypicalStep, gain
 from ..consistency import Roles, persistent_steps
 from ..routing import routing_note
 from ..rowgroups import count_distinct
+from .spec import Bottleneck
 
 
 LABEL, JITTER_LABEL = IMBALANCED, JITTER_BOUND
+SPEC = Bottleneck(LABEL, "wait_share", "wait", "the waiting")
+JITTER_SPEC = Bottleneck(JITTER_LABEL, "wait_share", "wait", "the waiting")
 
 
 def waiting_steps(steps: pd.DataFrame, th, roles: Roles | None) -> tuple[np.ndarray, np.ndarray]:

@@ -32,8 +32,10 @@ from ...results import PipelineResult, StageResult, Suggestion
 from ...runtable import RunTable
 from ...vocab import MS, PIPELINE
 from ..layout import Layout
+from .spec import Bottleneck
 
 LABEL = PIPELINE
+SPEC = Bottleneck(LABEL, "bubble_share", "bubble", "the bubble and the waiting")
 
 
 def share(steps: pd.DataFrame, th) -> np.ndarray:

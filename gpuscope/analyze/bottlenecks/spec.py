@@ -1,0 +1,19 @@
+"""What each bottleneck module declares of its label (SPEC): the per-step share column classify
+computes for it, the Thresholds field that share is held to, and what a change that removes
+the bottleneck can recover at most (invariants.bound_suggestions). bottlenecks/table.py gathers
+them; confidence and invariants read them from there, and tests/test_vocabulary.py fails when a
+label of vocab.LABELS has none."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class Bottleneck(NamedTuple):
+    label: str
+    #: classify's per-step share column that holds the evidence
+    share: str
+    #: the Thresholds field the share is held to
+    threshold: str
+    #: what removing it can recover at most, in words
+    recovers: str
