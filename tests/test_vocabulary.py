@@ -130,11 +130,12 @@ def test_every_bottleneck_label_has_one_entry_in_the_bottleneck_table():
     limits = {f.name for f in fields(Thresholds)}
     for b in table.TABLE:
         assert b.threshold in limits and b.share.endswith("_share") and b.recovers, b
+        assert callable(b.recover)
         assert b.label in LABEL_COLORS and b.label in LABEL_STYLES
         assert confidence._DECIDING[b.label] == (b.share, b.threshold)
         assert invariants.RECOVERS[b.label] == b.recovers
     # the check sees a label left out, and one declared twice
     short = tuple(b for b in table.TABLE if b.label != bottlenecks[0])
     assert table.missing(bottlenecks, short) == [bottlenecks[0]]
-    twice = table.TABLE + (Bottleneck(bottlenecks[1], "x_share", "wait", "x"),)
+    twice = table.TABLE + (Bottleneck(bottlenecks[1], "x_share", "wait", "x", lambda t, f: 0),)
     assert table.missing(bottlenecks, twice) == [bottlenecks[1]]

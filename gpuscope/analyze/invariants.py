@@ -23,8 +23,8 @@ import numpy as np
 import pandas as pd
 
 from ..results import ReportData, Suggestion
-from ..vocab import COMM, DATA, HOST, IMBALANCED, JITTER_BOUND, MS, PIPELINE
-from .bottlenecks.table import TABLE
+from ..vocab import IMBALANCED, MS
+from .bottlenecks.table import BY_LABEL, TABLE
 from .whatif import HIDDEN_COST
 
 #: a bound is broken when it is missed by more than this share of the step (rounding in ms)
@@ -168,23 +168,8 @@ def recoverable(s: Suggestion, typical, frame: pd.DataFrame,
         from .bottlenecks.data import warm_rest
 
         return typical.data + max(typical.busy - warm_rest(typical)[1], 0.0)
-    if label == DATA:
-        return typical.data
-    if label == COMM:
-        return typical.transfer + typical.wait
-    if label == IMBALANCED:
-        return typical.wait
-    if label == JITTER_BOUND:
-        return typical.wait
-    if label == HOST:
-        return typical.host
-    if label == PIPELINE and not frame.empty:
-        lost = frame["wait_ns"].to_numpy(np.float64)
-        if "bubble_ns" in frame:
-            lost = lost + frame["bubble_ns"].to_numpy(np.float64)
-        per_step = pd.Series(lost).groupby(frame["step"].to_numpy()).max()
-        return float(per_step.mean())
-    return None
+    spec = BY_LABEL.get(label)  # what removing the bottleneck it addresses recovers
+    return spec.recover(typical, frame) if spec is not None else None
 
 
 #: what each change can recover, in words (recoverable() computes it)

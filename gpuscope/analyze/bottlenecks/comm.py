@@ -18,7 +18,8 @@ from .spec import Bottleneck
 
 
 LABEL = COMM
-SPEC = Bottleneck(LABEL, "comm_share", "comm", "the exposed transfer and waiting")
+SPEC = Bottleneck(LABEL, "comm_share", "comm", "the exposed transfer and waiting",
+                  lambda t, _: t.transfer + t.wait)
 
 
 def share(steps, th):

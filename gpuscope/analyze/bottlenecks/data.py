@@ -18,7 +18,7 @@ from .spec import Bottleneck
 
 
 LABEL = DATA
-SPEC = Bottleneck(LABEL, "data_share", "data_high", "the data wait")
+SPEC = Bottleneck(LABEL, "data_share", "data_high", "the data wait", lambda t, _: t.data)
 
 
 def share(steps, th):

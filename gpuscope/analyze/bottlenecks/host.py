@@ -15,7 +15,7 @@ from .spec import Bottleneck
 
 
 LABEL = HOST
-SPEC = Bottleneck(LABEL, "host_share", "host", "the GPU's wait on the host")
+SPEC = Bottleneck(LABEL, "host_share", "host", "the GPU's wait on the host", lambda t, _: t.host)
 
 
 def share(steps, th):

@@ -22,8 +22,8 @@ from .spec import Bottleneck
 
 
 LABEL, JITTER_LABEL = IMBALANCED, JITTER_BOUND
-SPEC = Bottleneck(LABEL, "wait_share", "wait", "the waiting")
-JITTER_SPEC = Bottleneck(JITTER_LABEL, "wait_share", "wait", "the waiting")
+SPEC = Bottleneck(LABEL, "wait_share", "wait", "the waiting", lambda t, _: t.wait)
+JITTER_SPEC = SPEC._replace(label=JITTER_LABEL)
 
 
 def waiting_steps(steps: pd.DataFrame, th, roles: Roles | None) -> tuple[np.ndarray, np.ndarray]:

@@ -35,7 +35,20 @@ from ..layout import Layout
 from .spec import Bottleneck
 
 LABEL = PIPELINE
-SPEC = Bottleneck(LABEL, "bubble_share", "bubble", "the bubble and the waiting")
+
+
+def recoverable(t, frame: pd.DataFrame) -> float | None:
+    """What a pipeline change can recover at most: each step's largest wait and bubble, the
+    mean over steps; None without rows."""
+    if frame.empty:
+        return None
+    lost = frame["wait_ns"].to_numpy(np.float64)
+    if "bubble_ns" in frame:
+        lost = lost + frame["bubble_ns"].to_numpy(np.float64)
+    return float(pd.Series(lost).groupby(frame["step"].to_numpy()).max().mean())
+
+
+SPEC = Bottleneck(LABEL, "bubble_share", "bubble", "the bubble and the waiting", recoverable)
 
 
 def share(steps: pd.DataFrame, th) -> np.ndarray:

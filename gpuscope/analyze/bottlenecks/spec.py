@@ -1,12 +1,12 @@
 """What each bottleneck module declares of its label (SPEC): the per-step share column classify
 computes for it, the Thresholds field that share is held to, and what a change that removes
-the bottleneck can recover at most (invariants.bound_suggestions). bottlenecks/table.py gathers
-them; confidence and invariants read them from there, and tests/test_vocabulary.py fails when a
-label of vocab.LABELS has none."""
+the bottleneck can recover at most, in words and in ns (invariants.bound_suggestions).
+bottlenecks/table.py gathers them; confidence and invariants read them from there, and
+tests/test_vocabulary.py fails when a label of vocab.LABELS has none."""
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 
 class Bottleneck(NamedTuple):
@@ -17,3 +17,5 @@ class Bottleneck(NamedTuple):
     threshold: str
     #: what removing it can recover at most, in words
     recovers: str
+    #: ... in ns of the typical step: (TypicalStep, the rows) -> ns, or None where no bound holds
+    recover: Callable
