@@ -131,6 +131,7 @@ def test_every_bottleneck_label_has_one_entry_in_the_bottleneck_table():
     for b in table.TABLE:
         assert b.threshold in limits and b.share.endswith("_share") and b.recovers, b
         assert callable(b.recover)
+        assert (b.asks is None) == (b.suggest is None)  # asked, it makes suggestions
         assert b.label in LABEL_COLORS and b.label in LABEL_STYLES
         assert confidence._DECIDING[b.label] == (b.share, b.threshold)
         assert invariants.RECOVERS[b.label] == b.recovers

@@ -5,47 +5,28 @@ best estimated gain first, with why none was made where a label got none."""
 from __future__ import annotations
 
 from ..results import Suggestion
-from ..vocab import COMM, DATA, HOST, IMBALANCED, JITTER_BOUND
-from .bottlenecks.comm import suggest_comm
-from .bottlenecks.data import suggest_data
-from .bottlenecks.host import from_where, suggest_host, whose_syncs
-from .bottlenecks.imbalance import suggest_imbalance, suggest_jitter
+from .bottlenecks.table import TABLE
 from .findings import Findings, TypicalStep, typical_step
 
 
 def suggest(found: Findings, t: TypicalStep | None = None
             ) -> tuple[list[Suggestion], dict[str, str]]:
-    """(suggestions for every bottleneck present (label or secondary), best estimated gain
-    first; label -> why none was made for it). `t`: the typical step, when already known.
-
-    Jitter gets a suggestion when its steps hold a material share (>= 20%) of the time."""
-    frame, labels, th, knobs = found.frame, found.labels, found.thresholds, found.knobs
-    if frame.empty:
+    """(suggestions for every bottleneck present, best estimated gain first; label -> why none
+    was made for it). `t`: the typical step, when already known. Each bottleneck of the table
+    (bottlenecks/table.py) that the findings ask (its SPEC's `asks`: its label, or a share that
+    matters, e.g. jitter steps holding 20% of the time) makes its own (its `suggest`)."""
+    if found.frame.empty:
         return [], {}
-    t = t or typical_step(frame)
+    t = t or typical_step(found.frame)
     out: list[Suggestion] = []
     why_not: dict[str, str] = {}
-    if IMBALANCED in labels:
-        out += suggest_imbalance(t, found.stragglers, knobs, found.early_ranks, frame,
-                                 found.exposed_by_kind, found.routing)
-    if ((JITTER_BOUND in labels or found.jitter.steps_share >= 0.2)
-            and found.jitter.wait_share > 0):
-        out += suggest_jitter(t, found.jitter, found.stragglers)
-    if DATA in labels or found.data_share >= th.data_moderate:
-        data, why_not[DATA] = suggest_data(t, knobs, th)
-        out += data
-    if COMM in labels:
-        out += suggest_comm(t, knobs, th, found.exposed_by_kind, found.micro, found.growth,
-                            found.grad_share)
-        if t.transfer <= 0:
-            why_not[COMM] = ("comm-bound steps are a minority: the typical step has no exposed "
-                             "transfer, so no change to how often gradients sync is suggested")
-    if HOST in labels:
-        where = ", ".join(x for x in (from_where(found.sync_sources), whose_syncs(frame)) if x)
-        host, why = suggest_host(t, where)
-        out += host
+    for b in TABLE:
+        if b.asks is None or not b.asks(found):
+            continue
+        got, why = b.suggest(found, t)
+        out += got
         if why:
-            why_not[HOST] = why
+            why_not[b.label] = why
     return sorted(out, key=lambda s: -s.gain_pct), why_not
 
 

@@ -13,13 +13,11 @@ from ...results import Suggestion
 from ...thresholds import Thresholds
 from ...vocab import COMM, MS
 from .. import whatif
-from ..findings import TypicalStep, gain, ms_range
+from ..findings import Findings, TypicalStep, gain, ms_range
 from .spec import Bottleneck
 
 
 LABEL = COMM
-SPEC = Bottleneck(LABEL, "comm_share", "comm", "the exposed transfer and waiting",
-                  lambda t, _: t.transfer + t.wait)
 
 
 def share(steps, th):
@@ -204,3 +202,17 @@ def _fewer_bytes(t: TypicalStep, knobs: dict, T: float, gather: float) -> list[S
                 "ddp.register_comm_hook(None, bf16_compress_hook); with your own "
                 "dist.all_reduce, cast to bf16 before it", COMM, gain(t.step, est), rng))
     return out
+
+
+def suggest(found: Findings, t: TypicalStep) -> tuple[list[Suggestion], str]:
+    """suggest_comm from the findings, and why none where the typical step has no exposed
+    transfer."""
+    out = suggest_comm(t, found.knobs, found.thresholds, found.exposed_by_kind, found.micro,
+                       found.growth, found.grad_share)
+    why = ("" if t.transfer > 0 else "comm-bound steps are a minority: the typical step has no "
+           "exposed transfer, so no change to how often gradients sync is suggested")
+    return out, why
+
+
+SPEC = Bottleneck(LABEL, "comm_share", "comm", "the exposed transfer and waiting",
+                  lambda t, _: t.transfer + t.wait, lambda found: LABEL in found.labels, suggest)

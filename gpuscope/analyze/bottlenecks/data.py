@@ -13,12 +13,11 @@ import numpy as np
 from ...results import Suggestion
 from ...thresholds import Thresholds
 from ...vocab import DATA, MS
-from ..findings import TypicalStep, gain
+from ..findings import Findings, TypicalStep, gain
 from .spec import Bottleneck
 
 
 LABEL = DATA
-SPEC = Bottleneck(LABEL, "data_share", "data_high", "the data wait", lambda t, _: t.data)
 
 
 def share(steps, th):
@@ -351,3 +350,12 @@ def _loader_settings(t: TypicalStep, knobs: dict, cur: int, proposed: int) -> li
                               "typical step stays, the slow ones shrink (range: up to the data "
                               "wait saved)", DATA, 0.0, ((t.step - t.data) / MS, t.step / MS)))
     return out
+
+
+def asks(found: Findings) -> bool:
+    """Data-bound, or a data wait of the moderate share or more."""
+    return LABEL in found.labels or found.data_share >= found.thresholds.data_moderate
+
+
+SPEC = Bottleneck(LABEL, "data_share", "data_high", "the data wait", lambda t, _: t.data, asks,
+                  lambda found, t: suggest_data(t, found.knobs, found.thresholds))

@@ -9,13 +9,12 @@ import numpy as np
 
 from ...results import Suggestion
 from ...vocab import HOST, MS
-from ..findings import TypicalStep, gain
+from ..findings import Findings, TypicalStep, gain
 from ..rowgroups import Groups
 from .spec import Bottleneck
 
 
 LABEL = HOST
-SPEC = Bottleneck(LABEL, "host_share", "host", "the GPU's wait on the host", lambda t, _: t.host)
 
 
 def share(steps, th):
@@ -240,3 +239,13 @@ def suggest_host(t: TypicalStep, where: str = "") -> tuple[list[Suggestion], str
             " (besides its idle in the maths on CPU tensors)" if maths else "")
         + f": {host_fix(t, gaps)}; assumes half of the idle gaps close (range: all of them)", HOST,
         gain(t.step, est), ((t.step - gaps) / MS, est / MS))], ""
+
+
+def suggest(found: Findings, t: TypicalStep) -> tuple[list[Suggestion], str]:
+    """suggest_host from the findings, its syncs said with whose they are."""
+    where = ", ".join(x for x in (from_where(found.sync_sources), whose_syncs(found.frame)) if x)
+    return suggest_host(t, where)
+
+
+SPEC = Bottleneck(LABEL, "host_share", "host", "the GPU's wait on the host", lambda t, _: t.host,
+                  lambda found: LABEL in found.labels, suggest)

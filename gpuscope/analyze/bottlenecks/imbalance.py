@@ -14,7 +14,7 @@ from ...op_names import excess_words
 from ...results import Jitter, Straggler, Suggestion
 from ...vocab import IMBALANCED, JITTER_BOUND, MS
 from .. import order_stats
-from ..findings import TypicalStep, gain
+from ..findings import Findings, TypicalStep, gain
 from ..consistency import Roles, persistent_steps
 from ..routing import routing_note
 from ..rowgroups import count_distinct
@@ -22,8 +22,6 @@ from .spec import Bottleneck
 
 
 LABEL, JITTER_LABEL = IMBALANCED, JITTER_BOUND
-SPEC = Bottleneck(LABEL, "wait_share", "wait", "the waiting", lambda t, _: t.wait)
-JITTER_SPEC = SPEC._replace(label=JITTER_LABEL)
 
 
 def waiting_steps(steps: pd.DataFrame, th, roles: Roles | None) -> tuple[np.ndarray, np.ndarray]:
@@ -256,3 +254,18 @@ def suggest_jitter(t: TypicalStep, jitter: Jitter,
         "neighbours or CPU oversubscription on the hosts, and host work that runs on some steps "
         "(logging, checkpointing, garbage collection); assumes all the waiting goes (range: "
         "none of it)", JITTER_BOUND, gain(t.step, est), (est / MS, t.step / MS))]
+
+
+def jitter_asks(found: Findings) -> bool:
+    """Jitter-bound, or jitter steps holding a material share (20%) of the time, with waiting."""
+    j = found.jitter
+    return (JITTER_LABEL in found.labels or j.steps_share >= 0.2) and j.wait_share > 0
+
+
+SPEC = Bottleneck(
+    LABEL, "wait_share", "wait", "the waiting", lambda t, _: t.wait,
+    lambda found: LABEL in found.labels,
+    lambda found, t: (suggest_imbalance(t, found.stragglers, found.knobs, found.early_ranks,
+                                        found.frame, found.exposed_by_kind, found.routing), ""))
+JITTER_SPEC = SPEC._replace(label=JITTER_LABEL, asks=jitter_asks, suggest=lambda found, t: (
+    suggest_jitter(t, found.jitter, found.stragglers), ""))

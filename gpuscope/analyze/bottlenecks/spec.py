@@ -1,7 +1,9 @@
 """What each bottleneck module declares of its label (SPEC): the per-step share column classify
 computes for it, the Thresholds field that share is held to, and what a change that removes
 the bottleneck can recover at most, in words and in ns (invariants.bound_suggestions).
-bottlenecks/table.py gathers them; confidence and invariants read them from there, and
+when the findings ask it for suggestions, and how it makes them (one signature for all).
+bottlenecks/table.py gathers them; confidence, invariants and the suggestions' dispatch read
+them from there, and
 tests/test_vocabulary.py fails when a label of vocab.LABELS has none."""
 
 from __future__ import annotations
@@ -19,3 +21,8 @@ class Bottleneck(NamedTuple):
     recovers: str
     #: ... in ns of the typical step: (TypicalStep, the rows) -> ns, or None where no bound holds
     recover: Callable
+    #: whether the findings ask it for suggestions: (Findings) -> bool; None: it makes none in
+    #: the dispatch (analyze/suggestions.py)
+    asks: Callable | None = None
+    #: its suggestions: (Findings, TypicalStep) -> (suggestions, why none where it made none)
+    suggest: Callable | None = None
