@@ -5,8 +5,9 @@ Per step, across ranks (a synchronous step is as slow as its slowest rank):
   data share     = mean over ranks of data_ns / step_ns
   comm share     = mean over ranks of (comm_exposed_ns - wait_ns) / step_ns   (exposed transfer)
   wait share     = max over ranks of wait_ns / step_ns                       (the waiting ranks)
-Each share over its threshold is a candidate (each bottleneck's module, bottlenecks/, holds its
-own test: `share(steps, th)`); the largest candidate is the label, the others are secondary; with
+Each share over its threshold is a candidate (each bottleneck's module, bottlenecks/, declares
+its share, threshold and own rule in its SPEC; bottlenecks/table.py holds them in one order:
+Bottleneck.held(steps, th)); the largest candidate is the label, the others are secondary; with
 no candidate the step is compute-bound when compute is the larger of compute and "other" (time
 in no op, data wait or collective gpuscope saw), else unexplained: a step made mostly of time
 nobody can attribute is not the healthy state. The run verdict is the label that holds
@@ -34,8 +35,8 @@ from ..results import Jitter, StepResult, Verdict
 from ..runtable import shares
 from ..thresholds import Thresholds
 from ..vocab import COMPUTE, JITTER, JITTER_BOUND, MODERATE_DATA, UNEXPLAINED
-from .bottlenecks import comm, host, imbalance, pipeline
-from .bottlenecks import data as data_bound
+from .bottlenecks import imbalance
+from .bottlenecks.table import TABLE
 from .consistency import Roles
 from .rowgroups import Groups
 
@@ -71,10 +72,10 @@ def classify_steps(frame: pd.DataFrame, th: Thresholds, roles: Roles | None = No
     # each bottleneck's module says, per step, whether its label holds and with what share
     waits, jitter = imbalance.waiting_steps(out, th, roles)
     out["jitter"] = jitter
-    cand = np.column_stack([*imbalance.shares(out, waits, jitter), data_bound.share(out, th),
-                            comm.share(out, th), host.share(out, th), pipeline.share(out, th)])
-    names = np.array([imbalance.LABEL, imbalance.JITTER_LABEL, data_bound.LABEL, comm.LABEL,
-                      host.LABEL, pipeline.LABEL])
+    out["waiting"] = waits  # read by imbalance's evidence, not kept
+    cand = np.column_stack([b.held(out, th) for b in TABLE])
+    names = np.array([b.label for b in TABLE])
+    out = out.drop(columns="waiting")
     best = cand.argmax(axis=1)
     has = cand.max(axis=1) >= 0
     unexplained = ~has & (out["other_share"].to_numpy() > out["compute_share"].to_numpy())

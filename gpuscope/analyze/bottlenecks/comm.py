@@ -23,8 +23,7 @@ LABEL = COMM
 def share(steps, th):
     """The evidence, per step: its exposed-transfer share (exposed communication less waiting
     for other ranks) where it is comm-bound (at least th.comm), else -1."""
-    s = steps["comm_share"].to_numpy()
-    return np.where(s >= th.comm, s, -1.0)
+    return SPEC.held(steps, th)
 
 def _global_batch(knobs: dict, micro: int, accum: int) -> str:
     world = knobs.get("world_size")

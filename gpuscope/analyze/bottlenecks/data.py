@@ -23,8 +23,7 @@ LABEL = DATA
 def share(steps, th):
     """The evidence, per step of classify's table: its data share where it is data-bound (at
     least th.data_high of the step waiting for the next batch), else -1."""
-    s = steps["data_share"].to_numpy()
-    return np.where(s >= th.data_high, s, -1.0)
+    return SPEC.held(steps, th)
 
 #: what a DataLoader worker process costs the loop per batch, measured with
 #: benchmarks/bench_workers.py (loading that costs nothing, num_workers 1 against 0, on a 2-core

@@ -20,8 +20,7 @@ LABEL = HOST
 def share(steps, th):
     """The evidence, per step: the share the GPU idled waiting for launches (GPU traces) where
     it is host-bound (at least th.host), else -1."""
-    s = steps["host_share"].to_numpy()
-    return np.where(s >= th.host, s, -1.0)
+    return SPEC.held(steps, th)
 
 #: why no launch-overhead fix is suggested where the step holds no GPU work
 NO_KERNELS = ("the step holds no GPU kernel: its work runs on the host (maths on CPU tensors: CPU "

@@ -262,10 +262,18 @@ def jitter_asks(found: Findings) -> bool:
     return (JITTER_LABEL in found.labels or j.steps_share >= 0.2) and j.wait_share > 0
 
 
+def _waiting(column: str):
+    """The evidence of a waiting label: the wait share in the steps whose `column` (classify's
+    waiting_steps) marks them, else -1."""
+    return lambda steps, th: np.where(steps[column].to_numpy(), steps["wait_share"].to_numpy(),
+                                      -1.0)
+
+
 SPEC = Bottleneck(
     LABEL, "wait_share", "wait", "the waiting", lambda t, _: t.wait,
     lambda found: LABEL in found.labels,
     lambda found, t: (suggest_imbalance(t, found.stragglers, found.knobs, found.early_ranks,
-                                        found.frame, found.exposed_by_kind, found.routing), ""))
+                                        found.frame, found.exposed_by_kind, found.routing), ""),
+    evidence=_waiting("waiting"))
 JITTER_SPEC = SPEC._replace(label=JITTER_LABEL, asks=jitter_asks, suggest=lambda found, t: (
-    suggest_jitter(t, found.jitter, found.stragglers), ""))
+    suggest_jitter(t, found.jitter, found.stragglers), ""), evidence=_waiting("jitter"))

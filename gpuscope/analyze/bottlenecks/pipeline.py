@@ -55,8 +55,7 @@ def share(steps: pd.DataFrame, th) -> np.ndarray:
     """The evidence, per step of classify's table: the bubble share (a stage waiting on its
     neighbours, the largest over ranks) where the step is pipeline-bound (at least th.bubble),
     else -1."""
-    s = steps["bubble_share"].to_numpy()
-    return np.where(s >= th.bubble, s, -1.0)
+    return SPEC.held(steps, th)
 
 BALANCED = 1.15   # slowest stage's busy within 15% of the mean: balanced
 EXCESS = 0.10     # bubble this far above the ideal (share of the step): stages block each other

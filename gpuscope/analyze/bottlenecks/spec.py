@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple
 
+import numpy as np
+
 
 class Bottleneck(NamedTuple):
     label: str
@@ -26,3 +28,15 @@ class Bottleneck(NamedTuple):
     asks: Callable | None = None
     #: its suggestions: (Findings, TypicalStep) -> (suggestions, why none where it made none)
     suggest: Callable | None = None
+    #: its own rule for the evidence per step (held()), (steps, Thresholds) -> shares; None:
+    #: the share at or past its threshold
+    evidence: Callable | None = None
+
+    def held(self, steps, th) -> np.ndarray:
+        """The evidence per step of classify's table: its share where its label holds, else -1
+        (`evidence` where the module has its own rule, else the share at or past its
+        threshold)."""
+        if self.evidence is not None:
+            return self.evidence(steps, th)
+        s = steps[self.share].to_numpy()
+        return np.where(s >= getattr(th, self.threshold), s, -1.0)
