@@ -204,10 +204,10 @@ def test_each_bottleneck_holds_its_own_evidence_on_a_hand_built_step_table():
                           "comm_share": [0.0, 0.2, 0.1, 0.0], "host_share": [0.0, 0.0, 0.3, 0.0],
                           "bubble_share": [0.0, 0.0, 0.0, 0.2],
                           "wait_share": [0.0, 0.12, 0.0, 0.3]})
-    assert data.share(steps, TH).tolist() == [0.25, -1, -1, -1]   # >= 20%
-    assert comm.share(steps, TH).tolist() == [-1, 0.2, -1, -1]    # >= 15%
-    assert host.share(steps, TH).tolist() == [-1, -1, 0.3, -1]    # >= 15%
-    assert pipeline.share(steps, TH).tolist() == [-1, -1, -1, 0.2]
+    assert data.SPEC.held(steps, TH).tolist() == [0.25, -1, -1, -1]   # >= 20%
+    assert comm.SPEC.held(steps, TH).tolist() == [-1, 0.2, -1, -1]    # >= 15%
+    assert host.SPEC.held(steps, TH).tolist() == [-1, -1, 0.3, -1]    # >= 15%
+    assert pipeline.SPEC.held(steps, TH).tolist() == [-1, -1, -1, 0.2]
     # waiting >= 10% in steps 2 and 4: imbalance while roles are undecided ...
     waits, jitter = imbalance.waiting_steps(steps, TH, None)
     assert waits.tolist() == [False, True, False, True] and not jitter.any()
@@ -216,7 +216,8 @@ def test_each_bottleneck_holds_its_own_evidence_on_a_hand_built_step_table():
                   slow=np.zeros((4, 2), dtype=bool))
     waits, jitter = imbalance.waiting_steps(steps, TH, roles)
     assert not waits.any() and jitter.tolist() == [False, True, False, True]
-    imb, jit = imbalance.shares(steps, waits, jitter)
+    marked = steps.assign(waiting=waits, jitter=jitter)  # as classify marks them
+    imb, jit = imbalance.SPEC.held(marked, TH), imbalance.JITTER_SPEC.held(marked, TH)
     assert imb.tolist() == [-1] * 4 and jit.tolist() == [-1, 0.12, -1, 0.3]
 
 

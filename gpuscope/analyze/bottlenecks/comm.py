@@ -5,8 +5,6 @@ sizes; each with its estimate from the measured micro-steps (whatif.py).
 
 from __future__ import annotations
 
-import numpy as np
-
 import math
 
 from ...results import Suggestion
@@ -19,11 +17,6 @@ from .spec import Bottleneck
 
 LABEL = COMM
 
-
-def share(steps, th):
-    """The evidence, per step: its exposed-transfer share (exposed communication less waiting
-    for other ranks) where it is comm-bound (at least th.comm), else -1."""
-    return SPEC.held(steps, th)
 
 def _global_batch(knobs: dict, micro: int, accum: int) -> str:
     world = knobs.get("world_size")

@@ -7,9 +7,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
-
 from ...results import Suggestion
 from ...thresholds import Thresholds
 from ...vocab import DATA, MS
@@ -19,11 +16,6 @@ from .spec import Bottleneck
 
 LABEL = DATA
 
-
-def share(steps, th):
-    """The evidence, per step of classify's table: its data share where it is data-bound (at
-    least th.data_high of the step waiting for the next batch), else -1."""
-    return SPEC.held(steps, th)
 
 #: what a DataLoader worker process costs the loop per batch, measured with
 #: benchmarks/bench_workers.py (loading that costs nothing, num_workers 1 against 0, on a 2-core

@@ -17,11 +17,6 @@ from .spec import Bottleneck
 LABEL = HOST
 
 
-def share(steps, th):
-    """The evidence, per step: the share the GPU idled waiting for launches (GPU traces) where
-    it is host-bound (at least th.host), else -1."""
-    return SPEC.held(steps, th)
-
 #: why no launch-overhead fix is suggested where the step holds no GPU work
 NO_KERNELS = ("the step holds no GPU kernel: its work runs on the host (maths on CPU tensors: CPU "
               "ops with no kernel under them), which fewer or fused launches cannot shorten; move "

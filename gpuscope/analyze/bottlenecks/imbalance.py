@@ -38,12 +38,6 @@ def waiting_steps(steps: pd.DataFrame, th, roles: Roles | None) -> tuple[np.ndar
     return waits, jitter
 
 
-def shares(steps: pd.DataFrame, waits: np.ndarray, jitter: np.ndarray):
-    """The evidence per step: the wait share where the step is imbalanced, and where it is
-    jitter-bound (else -1 each)."""
-    s = steps["wait_share"].to_numpy()
-    return np.where(waits, s, -1.0), np.where(jitter, s, -1.0)
-
 #: the share of the exposed time in all-to-all at which the waiting is taken for expert routing
 EXPERT_SHARE = 0.5
 

@@ -51,12 +51,6 @@ def recoverable(t, frame: pd.DataFrame) -> float | None:
 SPEC = Bottleneck(LABEL, "bubble_share", "bubble", "the bubble and the waiting", recoverable)
 
 
-def share(steps: pd.DataFrame, th) -> np.ndarray:
-    """The evidence, per step of classify's table: the bubble share (a stage waiting on its
-    neighbours, the largest over ranks) where the step is pipeline-bound (at least th.bubble),
-    else -1."""
-    return SPEC.held(steps, th)
-
 BALANCED = 1.15   # slowest stage's busy within 15% of the mean: balanced
 EXCESS = 0.10     # bubble this far above the ideal (share of the step): stages block each other
 #: more micro-batches only when that saves this share of the step by the model: smaller

@@ -200,12 +200,12 @@ def _by_start(*columns: np.ndarray) -> tuple:
     return tuple(c[order] for c in columns)
 
 
-def _syncs(v: dict, host_lo: int, host_hi: int, idle) -> tuple[dict, tuple, tuple]:
+def _syncs(v: dict, host_lo: int, host_hi: int, idle) -> tuple[dict, tuple]:
     """The runtime calls that waited on the device or copied and began in the step's host
     window: how many syncs among them, the host's time blocked in them all (their union,
     within the window), and the GPU's idle time after the syncs (`idle`: the step's idle
     spans): from a sync's return to the next device work, which the host could have queued
-    ahead had it not waited; with the spans blocked and the spans idle after."""
+    ahead had it not waited; with the spans the host was blocked in."""
     start, end, point = v["syncs"]
     a, b = np.searchsorted(start, [host_lo, host_hi], "left")
     blocked = spans.merge(start[a:b], np.minimum(end[a:b], host_hi))
@@ -216,7 +216,7 @@ def _syncs(v: dict, host_lo: int, host_hi: int, idle) -> tuple[dict, tuple, tupl
     inside = idle[0][k] <= back  # the GPU idle when the sync returned
     after = spans.merge(back[inside], idle[1][k[inside]])
     return ({"syncs": int(point[a:b].sum()), "sync_ns": spans.length(blocked),
-             "sync_idle_ns": spans.length(after)}, blocked, after)
+             "sync_idle_ns": spans.length(after)}, blocked)
 
 
 def _host_causes(v: dict, waits_host, idle, host_lo: int, host_hi: int) -> dict:
@@ -225,7 +225,7 @@ def _host_causes(v: dict, waits_host, idle, host_lo: int, host_hi: int) -> dict:
     Python between torch ops (no op of a thread that feeds the GPU and no runtime call running:
     the loop's own code, a framework's outside its ops), the rest inside other ops (dispatch
     and launch). The two views overlap; each adds up within itself."""
-    synced, blocked, _ = _syncs(v, host_lo, host_hi, idle)
+    synced, blocked = _syncs(v, host_lo, host_hi, idle)
     out = {**synced,
            "cpu_math_ns": spans.overlap(waits_host, v["maths_r"].window(host_lo, host_hi)[0])}
     if v["feeding_r"] is not None:
