@@ -210,13 +210,14 @@ def throughput(a: Analysis) -> None:
     """frame (or, with accumulation, the table's micro-steps from the first analysed one),
     knobs, layout, stragglers -> the throughput section; each straggler's MFU gap."""
     micro = a.frame if a.mapping is None else a.table.frame
-    firsts = step_by_rank(a.frame, "min")
+    firsts, lasts = step_by_rank(a.frame, "min"), None
     if a.mapping is not None:  # a cycle's step is its last micro-step: back to its first
         per = a.knobs.get("sync_interval") or 1
         firsts = {r: s - int(per) + 1 for r, s in firsts.items()}
+        lasts = step_by_rank(a.frame, "max")  # not the micro-steps of an unfinished cycle
     cycles = (np.bincount(a.frame["rank"].to_numpy(np.int64)) if a.mapping is not None
               and len(a.frame) else None)  # steps/s in the report's steps: optimizer steps
-    a.throughput = throughput_section(micro, firsts, a.knobs, a.table, a.layout, cycles)
+    a.throughput = throughput_section(micro, firsts, a.knobs, a.table, a.layout, cycles, lasts)
     if a.throughput.get("mfu_impossible"):
         a.warnings.append(a.throughput["mfu_impossible"])
     gaps = straggler_mfu_gap(a.throughput, [s.rank for s in a.stragglers])

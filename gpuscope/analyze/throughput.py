@@ -179,11 +179,14 @@ def _per_rank(micro: pd.DataFrame, rank: np.ndarray, keep, batch: int | None) ->
 
 
 def throughput_section(micro: pd.DataFrame, firsts: dict, knobs: dict, table,
-                       layout=None, optimizer_steps: np.ndarray | None = None) -> dict:
+                       layout=None, optimizer_steps: np.ndarray | None = None,
+                       lasts: dict | None = None) -> dict:
     """The report's `throughput` section from the micro-step table (each rank's rows from its
-    first analysed step on); {} without steps. `optimizer_steps`: with accumulation, each
-    rank's analysed optimizer steps (by rank): steps/s counts those, the report's step, not
-    micro-steps (19.59 steps/s beside a step of 1,222.8 ms)."""
+    first analysed step on, to its last where `lasts` says); {} without steps.
+    `optimizer_steps`: with accumulation, each rank's analysed optimizer steps (by rank):
+    steps/s counts those, the report's step, not micro-steps (19.59 steps/s beside a step of
+    1,222.8 ms), over their own time: `lasts` (each rank's last micro-step of an analysed
+    optimizer step) leaves out the micro-steps of an optimizer step the run did not finish."""
     if micro is None or micro.empty:
         return {}
     batch = knobs.get("batch_size") if isinstance(knobs.get("batch_size"), int) else None
@@ -197,6 +200,10 @@ def throughput_section(micro: pd.DataFrame, firsts: dict, knobs: dict, table,
     first = np.array([firsts.get(int(r), 0) for r in range(int(rank.max()) + 1)], np.int64) \
         if len(rank) else np.zeros(0, np.int64)
     keep = step >= first[rank]
+    if lasts:
+        last = np.full(len(first), np.iinfo(np.int64).max, np.int64)
+        last[list(lasts)] = list(lasts.values())
+        keep &= step <= last[rank]
     if keep.all():  # the analysed frame itself (no accumulation): every row, no copies
         keep = slice(None)
     t_all, busy_all, count, samples_all = _per_rank(micro, rank[keep], keep, batch)
