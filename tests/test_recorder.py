@@ -173,8 +173,13 @@ def test_options_are_one_frozen_dataclass_and_keywords_set_its_fields(tmp_path):
     rec = gpuscope.record(tmp_path / "a", options=o, flush_s=2.0)
     assert (rec.options.flush_rows, rec.options.flush_s, rec.options.tensorboard) == (4, 2.0, True)
     assert gpuscope.record(tmp_path / "b", live_every=8).options.live_every == 8
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="did you mean flush_rows"):
         gpuscope.record(tmp_path / "c", flush_row=4)  # a misspelt option is not ignored
+    # a knob is not an option: the error says where knobs come from (a newcomer's first guess)
+    with pytest.raises(TypeError, match=r"no option 'batch_size'.*rec\.data\(loader\)"):
+        gpuscope.record(tmp_path / "d", batch_size=8)
+    with pytest.raises(TypeError, match="no option 'flush_row'"):
+        gpuscope.record(tmp_path / "e", options=o, flush_row=4)
     # every field is documented where it is declared (its doc, which help() shows)
     for f in dataclasses.fields(RecordOptions):
         assert len(f.metadata.get("doc", "")) > 10, f.name

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Callable
 
 
@@ -90,6 +90,26 @@ class RecordOptions:
     @classmethod
     def names(cls) -> tuple[str, ...]:
         return tuple(f.name for f in fields(cls))
+
+    @classmethod
+    def of(cls, base: "RecordOptions | None", kw: dict) -> "RecordOptions":
+        """`base` (or the defaults) with the keywords set; an unknown keyword is a TypeError
+        that names the nearest options, and says where the knobs come from (a newcomer's
+        `record(..., batch_size=8)` is not an option)."""
+        unknown = sorted(set(kw) - set(cls.names()))
+        if unknown:
+            import difflib
+
+            near = sorted({m for k in unknown for m in difflib.get_close_matches(k, cls.names())})
+            raise TypeError(
+                f"gpuscope.record() has no option {', '.join(map(repr, unknown))}"
+                + (f" (did you mean {', '.join(near)}?)" if near else "")
+                + ": the knobs (batch size, workers, accumulation) are read from rec.data(loader)"
+                " and the model, or given by rec.note_knobs({...}); every option: "
+                "help(gpuscope.RecordOptions)")
+        if base is None:
+            return cls(**kw)
+        return replace(base, **kw) if kw else base
 
 
 def options_help() -> str:

@@ -28,7 +28,6 @@ import sys
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import replace
 
 from .._log import warn_once
 from ..run_format import COMM_KEY, SCHEMA, STEP_COLUMNS
@@ -94,8 +93,7 @@ class Recorder:
 
     def __init__(self, run_dir, model=None, options: RecordOptions | None = None, **kw):
         """`options`: a RecordOptions; keywords set its fields one by one (record()'s way)."""
-        o = RecordOptions(**kw) if options is None else (replace(options, **kw) if kw
-                                                          else options)
+        o = RecordOptions.of(options, kw)
         self.options = o
         self.run_dir = trial_run_dir(run_dir)  # a `gpuscope try` trial's, else the code's
         self.model = model
