@@ -5,6 +5,7 @@ best estimated gain first, with why none was made where a label got none."""
 from __future__ import annotations
 
 from ..results import Suggestion
+from ..vocab import DATA
 from .bottlenecks.table import TABLE
 from .findings import Findings, TypicalStep, typical_step
 
@@ -70,6 +71,25 @@ def in_order(suggestions: list, leading: set[str], held: set[str]) -> list:
     by gain; then break_ties."""
     ordered = sorted(suggestions, key=lambda s: (s.addresses not in leading, -s.gain_pct))
     return break_ties(ordered, leading, held)
+
+
+def data_before_late_loader(ordered: list, stragglers: list, knobs: dict) -> list:
+    """`ordered` with the data's fixes (more workers, ...) moved before the suggestion of a
+    straggler late in its data where every rank loads with one DataLoader configuration: they
+    fix its loading whether it is slower there or as short on every rank (the record cannot
+    tell them apart: imbalance._straggler_fix), where matching the median rank pays in the
+    first reading only (an own 2-rank script, 1 worker each: the straggler first in 2 of 3 runs,
+    a different rank each time, no straggler in the third)."""
+    from .bottlenecks.imbalance import same_loaders
+
+    late = {s.rank for s in stragglers if s.cause == "data"}
+    at = next((i for i, s in enumerate(ordered) if s.knob == "straggler" and s.rank in late),
+              None)
+    if at is None or not same_loaders(knobs):
+        return ordered
+    data = [s for s in ordered[at + 1:] if s.addresses == DATA and s.gain_pct > 0]
+    rest = [s for s in ordered[at:] if not any(s is d for d in data)]
+    return ordered[:at] + data + rest
 
 
 def break_ties(ordered: list, leading: set[str], held: set[str]) -> list:

@@ -38,6 +38,12 @@ def waiting_steps(steps: pd.DataFrame, th, roles: Roles | None) -> tuple[np.ndar
     return waits, jitter
 
 
+def same_loaders(knobs: dict) -> bool:
+    """Whether every rank loads with one DataLoader configuration the record knows (its
+    num_workers: one knob for all ranks)."""
+    return knobs.get("dataloader") is not False and isinstance(knobs.get("num_workers"), int)
+
+
 #: the share of the exposed time in all-to-all at which the waiting is taken for expert routing
 EXPERT_SHARE = 0.5
 
@@ -54,6 +60,14 @@ def _straggler_fix(s: Straggler, knobs: dict, exposed_by_kind: dict | None,
                 "this one comes last; more DataLoader workers fix both (the data suggestion); "
                 "if it stays behind after that, check its storage/decoder and whether its shard "
                 "holds larger samples")
+    if s.cause == "data" and same_loaders(knobs):
+        return (f"every rank loads with the same DataLoader ({knobs['num_workers']} worker(s)), "
+                "and the record cannot tell a loader slower on this rank from loaders as short "
+                "on all of them, where this one fell behind and the others' prefetched batches "
+                "hide theirs (another run of the same setup may name another rank, or none); "
+                "more DataLoader workers fix either (the data suggestion); if it stays behind "
+                "after that, check its storage/decoder and whether its shard holds larger "
+                "samples")
     fixes = {
         "data": "its data loading is slower: check its storage/decoder, its DataLoader workers "
                 "and whether its shard holds larger samples",
@@ -122,6 +136,11 @@ def suggest_imbalance(t: TypicalStep, stragglers: list[Straggler], knobs: dict,
         if fixed is not None and fixed[0] < t.step:
             est = max(fixed[0], floor)
             rng = (max(min(fixed[1], fixed[0]), floor) / MS, max(min(fixed[2], t.step), est) / MS)
+        pace = ""
+        if s.cause == "data" and same_loaders(knobs) and t.data < s.excess_ns:
+            # the others' pace may be their own loaders', as short as its: no gain at all
+            rng, pace = (rng[0], t.step / MS), (" (if their loaders are as short as its, no "
+                                                 "gain: the range's upper end)")
         grow, shared = shared_cores(knobs, len(stragglers))
         if grow > 1:  # the others computed on the straggler's core while it waited
             rng = (rng[0], max(rng[1], min(est * grow, t.step) / MS))
@@ -142,7 +161,7 @@ def suggest_imbalance(t: TypicalStep, stragglers: list[Straggler], knobs: dict,
             f"mostly in {part}, and the others wait for it ({s.lateness})"
             + (f"; {evidence}" if evidence else "") + f": {fix}; assumes the other "
             "ranks keep their pace and their own step-to-step variation (the step then waits "
-            "for the last of them)" + shared, IMBALANCED, gain(t.step, est), rng,
+            "for the last of them)" + pace + shared, IMBALANCED, gain(t.step, est), rng,
             rank=s.rank))
     return out
 
