@@ -673,7 +673,7 @@ class ReportData:
                 routing=load(Routing, d.get("routing"), "routing"),
                 ops=load(Ops, d.get("ops"), "ops"),
                 died=[dict(x) for x in d.get("died", [])],
-                stall=dict(d.get("stall", {})),
+                stall=stall_read(d.get("stall", {})),
                 minor_stragglers=[MinorStraggler.from_dict(x)
                                   for x in d.get("minor_stragglers", [])],
                 not_ruled_out=dict(d.get("straggler_not_ruled_out", {})),
@@ -691,6 +691,21 @@ class ReportData:
                 return cls.from_dict(msgspec.json.decode(fh.read()))
         except (OSError, msgspec.DecodeError) as exc:
             raise InputError(f"{path}: cannot read the report ({exc})") from None
+
+
+def stall_read(stall: dict) -> dict:
+    """A JSON report's `stall` as the analysis makes it: its ranks' stacks keyed by rank (int),
+    and its `story` (what a front end shows after "The run stalled:") said once here for a
+    report written before it carried one."""
+    out = dict(stall or {})
+    if isinstance(out.get("stacks"), dict):
+        out["stacks"] = {int(r): v for r, v in out["stacks"].items()}
+    if out.get("text") and not out.get("story"):
+        from .stall_story import said
+
+        text = str(out["text"])
+        said(out, text[len("stalled "):] if text.startswith("stalled ") else text)
+    return out
 
 
 def _jsonable(x):

@@ -192,8 +192,17 @@ def _closed(out: dict, parts: list[str], stalls: dict, world_size: int, others: 
     parts = parts + [f"rank {r} " + others.get(r, "left no word (no stall record: its process "
                                                    "dead, frozen, or not recorded)")
                      for r in silent]
-    out["text"] = f"stalled at step {out['step']}: " + "; ".join(parts)
-    return out
+    return said(out, f"at step {out['step']}: " + "; ".join(parts))
+
+
+def said(stall: dict, story: str) -> dict:
+    """`stall` with its words: `story`, what happened ("at step 40: rank 1 waiting in ..."), as
+    the report's front ends show it after their own "The run stalled:", and `text`, the same
+    as one line ("stalled at step 40: ..."). Made here only: a front end shows `story` and
+    never cuts `text`; more words are added by saying the longer story."""
+    stall["story"] = story
+    stall["text"] = f"stalled {story}"
+    return stall
 
 
 def _shape(sizes) -> str:

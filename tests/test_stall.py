@@ -468,14 +468,16 @@ def test_whether_the_rank_was_late_before_from_the_report_s_stragglers():
     small = MinorStraggler(rank=1, late_ns=1_200_000, late_share=0.03, excess_ns=1_000_000,
                            cause="compute")
     rep = SimpleNamespace(stragglers=[big], minor_stragglers=[small], steps=[1, 2], ranks=ranks)
-    assert late_before(rep, 2) == ("rank 2 was already the straggler before it stalled (3.1 ms a "
-                                   "step busier than the median rank, last to arrive in 17 of "
-                                   "19 steps)")
-    assert late_before(rep, 1, "died").startswith("rank 1 was already slightly late before it "
-                                                  "died (1.2 ms a step")
-    assert late_before(rep, 3) == "rank 3 was not late before it stalled"
+    assert late_before(rep, 2) == ("straggler", "rank 2 was already the straggler before it "
+                                   "stalled (3.1 ms a step busier than the median rank, last "
+                                   "to arrive in 17 of 19 steps)")
+    assert late_before(rep, 1, "died").kind == "minor"
+    assert late_before(rep, 1, "died").text.startswith("rank 1 was already slightly late before "
+                                                       "it died (1.2 ms a step")
+    assert late_before(rep, 3) == ("not_late", "rank 3 was not late before it stalled")
     rep.ranks = ranks[:3]
-    assert late_before(rep, 3).startswith("no steps of rank 3")
+    assert late_before(rep, 3).kind == "unknown"
+    assert late_before(rep, 3).text.startswith("no steps of rank 3")
 
 
 def test_the_idle_flush_of_a_real_recorder_writes_its_rows_once(tmp_path):
@@ -503,3 +505,38 @@ def test_the_idle_flush_of_a_real_recorder_writes_its_rows_once(tmp_path):
             time.sleep(0.02)
         assert sum(line.startswith("[") for line in path.read_text().splitlines()) == 5
     assert read_path(str(tmp_path / "run")).frame["step"].tolist() == [0, 1, 2, 3, 4]
+
+
+def test_the_stall_s_words_are_made_once_and_read_back_from_an_older_report():
+    """Issue 72, 1.: the stall carries `story`, what every front end shows after its own "The
+    run stalled:" (terminal, HTML, the tab's index.js read it; none cuts `text`, which is the
+    same words as one line). A report written before `story` existed gets it once, where it is
+    read; the ranks' stacks come back keyed by rank, so the HTML finds the stack of the rank
+    that never reached the collective without trying both key types."""
+    from gpuscope.results import ReportData
+
+    here = os.path.join(os.path.dirname(__file__), "fixtures", "golden", "reports", "stalled")
+    with open(os.path.join(here, "expected.json")) as fh:
+        new = json.load(fh)
+    new.setdefault("path", "run")  # the golden leaves out the machine's path
+    stall = new["stall"]
+    assert stall["text"] == "stalled " + stall["story"]
+    assert stall["story"].startswith("at step 20: ranks 0, 1, 3 waiting in all_reduce #46")
+    old = json.loads(json.dumps(new))
+    del old["stall"]["story"]
+    a, b = ReportData.from_dict(new), ReportData.from_dict(old)
+    assert a.stall["story"] == b.stall["story"] == stall["story"]
+    assert sorted(b.stall["stacks"]) == [0, 1, 2, 3]
+    from gpuscope.render import html, terminal
+
+    for rep in (a, b):
+        shown = " ".join(terminal.render(rep, width=400, color=False).split())
+        assert f"THE RUN STALLED: {stall['story']}" in shown
+        assert "rank 2: its stack as it stalled" in html.render(rep)
+    # no front end cuts the sentence it is given
+    root = os.path.join(os.path.dirname(__file__), "..", "gpuscope")
+    for path in ("render/terminal.py", "render/html.py",
+                 "integrations/tensorboard/static/index.js"):
+        with open(os.path.join(root, path)) as fh:
+            src = fh.read()
+        assert 'len("stalled' not in src and '"stalled ".length' not in src, path

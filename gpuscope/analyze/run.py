@@ -372,7 +372,7 @@ def report(a: Analysis) -> None:
     if hung and hung <= killed and {d["rank"] for d in a.report.died} <= hung:
         a.report.died = []  # the hung job killed at once: the stall says what happened
     for d in a.report.died[:1]:  # the rank that died first: was it late before?
-        d["late_before"] = late_before(a.report, d["rank"], "died")
+        d["late_before"] = late_before(a.report, d["rank"], "died").text
         d["text"] += f"; {d['late_before']}"
 
 

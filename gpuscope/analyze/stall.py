@@ -7,8 +7,10 @@ was killed) and the slowness report of the steps before; told by stall_story.py.
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 
-from ..stall_story import stack_at, ranks_said, analyse, short_error
+from ..stall_story import analyse, ranks_said, said, short_error, stack_at
+
 
 def _unresumed(info) -> dict | None:
     """The rank's last stall record when its steps had not resumed as the record ends (no
@@ -68,22 +70,37 @@ def culprits(found: dict) -> list[int]:
                   | set(found.get("odd_ones") or []))
 
 
-def late_before(report, rank: int, verb: str = "stalled") -> str:
+class Before(NamedTuple):
+    """Whether a rank the stall (or a death) points at was late in the steps before, from the
+    slowness report: `kind` one of BEFORE_KINDS, `text` its words."""
+    kind: str
+    text: str
+
+
+#: what a rank was before it stalled: the straggler (or probably it), slightly late, not late,
+#: or no steps of it to tell
+BEFORE_KINDS = ("straggler", "minor", "not_late", "unknown")
+
+
+def late_before(report, rank: int, verb: str = "stalled") -> Before:
     """Whether `rank` was late in the steps before, from the slowness report."""
     for s in report.stragglers:
         if s.rank == rank:
             word = "probably the straggler" if s.probable else "the straggler"
             n, of = s.last_in
-            return (f"rank {rank} was already {word} before it {verb} ({s.excess_ns / 1e6:.1f} "
-                    "ms a step busier than the median rank" + (f", last to arrive in {n} of "
-                                                               f"{of} steps" if of else "") + ")")
+            return Before("straggler", (
+                f"rank {rank} was already {word} before it {verb} ({s.excess_ns / 1e6:.1f} ms a "
+                "step busier than the median rank"
+                + (f", last to arrive in {n} of {of} steps" if of else "") + ")"))
     for m in report.minor_stragglers or ():
         if m.rank == rank:
-            return (f"rank {rank} was already slightly late before it {verb} "
-                    f"({m.late_ns / 1e6:.1f} ms a step, under the imbalance threshold)")
+            return Before("minor", f"rank {rank} was already slightly late before it {verb} "
+                                   f"({m.late_ns / 1e6:.1f} ms a step, under the imbalance "
+                                   "threshold)")
     if not report.steps or all(r.rank != rank for r in report.ranks):
-        return f"no steps of rank {rank} to tell whether it was late before it {verb}"
-    return f"rank {rank} was not late before it {verb}"
+        return Before("unknown",
+                      f"no steps of rank {rank} to tell whether it was late before it {verb}")
+    return Before("not_late", f"rank {rank} was not late before it {verb}")
 
 
 def _dumps(table) -> dict | None:
@@ -98,10 +115,10 @@ def _dumps(table) -> dict | None:
 
 def _from_dumps(fr: dict, report, back) -> dict:
     """A stall the recorder did not see (the job ended before `stall_s`) but the dumps show."""
-    out = {"text": "stalled (Flight Recorder) " + fr["text"].splitlines()[0],
-           "blamed": fr["blamed"], "flight_recorder": fr,
-           "flight_recorder_text": "\n".join(fr["text"].splitlines()[1:])}
-    out["late_before"] = {r: late_before(report, r) for r in fr["blamed"]}
+    out = said({"blamed": fr["blamed"], "flight_recorder": fr,
+                "flight_recorder_text": "\n".join(fr["text"].splitlines()[1:])},
+               "(Flight Recorder) " + fr["text"].splitlines()[0])
+    out["late_before"] = {r: late_before(report, r).text for r in fr["blamed"]}
     if back:
         out["pauses"] = back
     return out
@@ -229,9 +246,9 @@ def section(table, report) -> dict:
                     if st["seq"] == found.get("seq") and st["odd_ones"]), None)
         if odd:
             found["odd_ones"] = odd
-            found["text"] += (f" ({ranks_said(odd)} the odd one{'s' if len(odd) > 1 else ''} out: "
-                              "not the call the group makes there each step, as its Flight "
-                              "Recorder shows)")
+            said(found, found["story"] + (
+                f" ({ranks_said(odd)} the odd one{'s' if len(odd) > 1 else ''} out: not the "
+                "call the group makes there each step, as its Flight Recorder shows)"))
     found["blamed"] = culprits(found)
     if fr and fr["hung"]:  # the Flight Recorder's dumps beside the records
         found["flight_recorder"] = fr
@@ -243,20 +260,20 @@ def section(table, report) -> dict:
                 f", but {ranks_said(fr['dumped_at_exit'])} dumped as the job ended, as peers exited "
                 "(collectives their exit failed read as completed): the ranks' own records "
                 "above are the story")
-    found["late_before"] = {r: late_before(report, r) for r in culprits(found)}
-    plain = [r for r, t in found["late_before"].items() if t.endswith("was not late before it "
-                                                                        "stalled")]
-    said = [t for r, t in found["late_before"].items() if r not in plain]
+    before = {r: late_before(report, r) for r in culprits(found)}
+    found["late_before"] = {r: b.text for r, b in before.items()}
+    plain = [r for r, b in before.items() if b.kind == "not_late"]  # told once, together
+    more = [b.text for r, b in before.items() if r not in plain]
     if len(plain) > 1:
-        said.append(f"{ranks_said(plain)} were not late before they stalled")
+        more.append(f"{ranks_said(plain)} were not late before they stalled")
     elif plain:
-        said.append(found["late_before"][plain[0]])
-    if said:
-        found["text"] += "; " + "; ".join(said)
+        more.append(before[plain[0]].text)
     how = ended(table, set(stalls))
     if how:
         found["ended"] = how
-        found["text"] += "; " + how
+        more.append(how)
+    if more:
+        said(found, "; ".join([found["story"], *more]))
     found["ranks"] = {int(r): {k: v for k, v in s.items() if k != "stack"} | {"at": stack_at(s)}
                       for r, s in stalls.items()}
     found["stacks"] = {int(r): s.get("stack") or [] for r, s in stalls.items()}

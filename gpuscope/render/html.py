@@ -480,13 +480,12 @@ def _stall_html(stall: dict) -> list[str]:
     out: list[str] = []
     if stall.get("text"):  # a run that hung says so first, with the stacks of the ranks
         out.append(f'<p class="died" id="stall">The run stalled: '
-                   f'{esc(stall["text"][len("stalled "):])}</p>')
+                   f'{esc(stall["story"])}</p>')
         if stall.get("flight_recorder_text"):  # what the dumps beside the records say
             out.append('<pre class="meta" id="flight-recorder">'
                        f'{esc(stall["flight_recorder_text"])}</pre>')
         for r in stall.get("never_reached", []) + stall.get("odd_ones", []):
-            frames = (stall.get("stacks") or {}).get(str(r)) or \
-                (stall.get("stacks") or {}).get(r) or []
+            frames = (stall.get("stacks") or {}).get(r) or []  # by rank: results.stall_read
             if frames:
                 out.append(f'<details><summary>rank {r}: its stack as it stalled (innermost '
                            'first)</summary><pre>' + esc("\n".join(

@@ -93,7 +93,7 @@ def _header(report: ReportData, console: Console) -> None:
     stall = report.stall or {}
     if stall.get("text"):  # a run that hung says so first: who waits, who never came
         head.append("THE RUN STALLED: ", style="bold red")
-        head.append(stall["text"][len("stalled "):] + "\n", style="red")
+        head.append(stall["story"] + "\n", style="red")
         if stall.get("flight_recorder_text"):
             head.append(stall["flight_recorder_text"] + "\n")
     for p in stall.get("pauses", [])[:3]:

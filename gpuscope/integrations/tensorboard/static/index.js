@@ -68,7 +68,7 @@ function summary(report, colors, words) {
   const stall = report.stall || {};
   if (stall.text) {  // a run that hung says so first: who waits, who never came
     box.append(el("p", {class: "died", id: "stall"},
-                  "The run stalled: " + stall.text.slice("stalled ".length)));
+                  "The run stalled: " + stall.story));
   }
   (stall.pauses || []).slice(0, 3).forEach((p) => {
     box.append(el("p", {class: "meta"}, `Paused: rank ${p.rank} made no step for ` +
