@@ -20,7 +20,7 @@ from .vocab import COMPUTE_PHASES, JITTER, MS, PARTS
 
 if TYPE_CHECKING:  # the table needs pandas; a Report read from JSON has none
     from .runtable import RunTable
-    from .sections import CommGroup, DataParallel, Memory, Ops, Routing
+    from .sections import CommGroup, DataParallel, Memory, NotRuledOut, Ops, Routing, StragglerFloor
 
 SCHEMA = "gpuscope.report/1"
 #: the one statistic of every figure of a quantity in a report (ms per step, shares, estimates,
@@ -536,13 +536,10 @@ class ReportData:
     comm_by_dim_steps: object = field(default=None, compare=False, repr=False)
     #: ranks consistently late by less than the imbalance threshold (MinorStraggler)
     minor_stragglers: list = field(default_factory=list)
-    #: where no straggler is named: the rank these steps leave most room to be one ({"rank",
-    #: "late_ms": its mean lateness, "up_to_ms": the most within chance, "material_ms": the
-    #: imbalance threshold's share of the step, "steps"}; consistency.Roles.unruled), else {}
-    not_ruled_out: dict = field(default_factory=dict)
-    #: where no rank is named late: what the steps can see ({"up_to_ms": the most a rank's mean
-    #: lateness could be and look like chance, "pct": of the typical step, "steps"}), else {}
-    straggler_floor: dict = field(default_factory=dict)
+    #: where no straggler is named: the rank these steps leave most room to be one, else None
+    not_ruled_out: "NotRuledOut | None" = None
+    #: where no rank is named late: what the steps can see, else None
+    straggler_floor: "StragglerFloor | None" = None
 
     @property
     def step_ns(self) -> float:
@@ -565,23 +562,12 @@ class ReportData:
     @property
     def not_ruled_out_line(self) -> str:
         """What the report says of a straggler its steps cannot rule out ("" where none)."""
-        u = self.not_ruled_out
-        if not u:
-            return ""
-        return (f"rank {u['rank']} is not ruled out as a straggler: it arrived {u['late_ms']:.1f} ms after the "
-                f"others on average over {u['steps']} steps, and up to {u['up_to_ms']:.1f} ms is "
-                f"within chance (a straggler from {u['material_ms']:.1f} ms on is imbalance): "
-                "more steps would settle it")
+        return self.not_ruled_out.line() if self.not_ruled_out else ""
 
     @property
     def straggler_floor_line(self) -> str:
         """What the steps can see of a straggler where none is named ("" where not said)."""
-        f = self.straggler_floor
-        if not f:
-            return ""
-        return (f"these {f['steps']} steps cannot tell a rank late by up to {f['up_to_ms']:.1f} ms "
-                f"a step on average ({f['pct']:.0f}% of it) from chance: a smaller straggler "
-                "would not be seen")
+        return self.straggler_floor.line() if self.straggler_floor else ""
 
     @property
     def probable_straggler_ranks(self) -> list[int]:
@@ -615,9 +601,9 @@ class ReportData:
             "warnings": list(self.warnings),
         }
         if self.not_ruled_out:
-            d["straggler_not_ruled_out"] = dict(self.not_ruled_out)
+            d["straggler_not_ruled_out"] = self.not_ruled_out.to_dict()
         if self.straggler_floor:
-            d["straggler_floor"] = dict(self.straggler_floor)
+            d["straggler_floor"] = self.straggler_floor.to_dict()
         if self.early_ranks:
             d["early_ranks"] = list(self.early_ranks)
         if self.layout:
@@ -650,7 +636,8 @@ class ReportData:
         if not isinstance(d, dict) or d.get("schema") != SCHEMA:
             got = d.get("schema") if isinstance(d, dict) else type(d).__name__
             raise InputError(f"not a {SCHEMA} JSON report (schema {got!r})")
-        from .sections import CommGroup, DataParallel, Memory, Ops, Routing, load, load_list
+        from .sections import (CommGroup, DataParallel, Memory, NotRuledOut, Ops, Routing,
+                               StragglerFloor, load, load_list)
 
         try:
             verdict = Verdict(d["verdict"], d["verdict_share"], d["confidence"],
@@ -676,8 +663,10 @@ class ReportData:
                 stall=stall_read(d.get("stall", {})),
                 minor_stragglers=[MinorStraggler.from_dict(x)
                                   for x in d.get("minor_stragglers", [])],
-                not_ruled_out=dict(d.get("straggler_not_ruled_out", {})),
-                straggler_floor=dict(d.get("straggler_floor", {})))
+                not_ruled_out=load(NotRuledOut, d.get("straggler_not_ruled_out"),
+                                   "straggler_not_ruled_out"),
+                straggler_floor=load(StragglerFloor, d.get("straggler_floor"),
+                                     "straggler_floor"))
         except (KeyError, TypeError, ValueError) as exc:
             raise InputError(f"a {SCHEMA} report with a missing or malformed field ({exc!r})") \
                 from None

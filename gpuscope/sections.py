@@ -104,6 +104,37 @@ class Ops(Section):
     kernel_breakdown: dict | None = None
 
 
+class NotRuledOut(Section):
+    """The rank these steps leave room to be a straggler though no test named one, where
+    nobody is named late (consistency.Roles.unruled; JSON `straggler_not_ruled_out`)."""
+
+    rank: int
+    late_ms: float              # how late it arrived, on average
+    up_to_ms: float             # up to this much is within chance over these steps
+    material_ms: float          # a straggler from this much on is imbalance
+    steps: int
+
+    def line(self) -> str:
+        return (f"rank {self.rank} is not ruled out as a straggler: it arrived "
+                f"{self.late_ms:.1f} ms after the others on average over {self.steps} steps, and "
+                f"up to {self.up_to_ms:.1f} ms is within chance (a straggler from "
+                f"{self.material_ms:.1f} ms on is imbalance): more steps would settle it")
+
+
+class StragglerFloor(Section):
+    """What the steps can see of a straggler where no rank is named late
+    (consistency.Roles.floor_ns; JSON `straggler_floor`)."""
+
+    up_to_ms: float             # a rank late by up to this much a step is not told from chance
+    pct: float                  # ... this share of the typical step
+    steps: int
+
+    def line(self) -> str:
+        return (f"these {self.steps} steps cannot tell a rank late by up to {self.up_to_ms:.1f} "
+                f"ms a step on average ({self.pct:.0f}% of it) from chance: a smaller "
+                "straggler would not be seen")
+
+
 def load(kind: type, value, key: str):
     """A section read back from a JSON report, checked against its type (None where absent)."""
     if value is None or value == {}:

@@ -537,6 +537,7 @@ def test_a_straggler_not_ruled_out_in_the_report_its_json_and_every_view():
     from helpers import table_from_rows
 
     from gpuscope.analyze.run import analyze_table
+    from gpuscope.errors import InputError
     from gpuscope.render import html, terminal
     from gpuscope.results import ReportData
 
@@ -556,20 +557,24 @@ def test_a_straggler_not_ruled_out_in_the_report_its_json_and_every_view():
     late[0, [2, 5, 7]] = 30
     report = analyze_table(table_from_rows(rows_for(late)), skip=0)
     assert report.late_ranks == [] and report.verdict.confidence in ("low", "medium")
-    u = report.not_ruled_out
-    assert u["rank"] == 1 and u["late_ms"] == pytest.approx(13.75) and u["steps"] == 8
-    assert u["up_to_ms"] > u["material_ms"] > 0
+    u = report.not_ruled_out  # a typed section, its JSON its fields
+    assert u.rank == 1 and u.late_ms == pytest.approx(13.75) and u.steps == 8
+    assert u.up_to_ms > u.material_ms > 0
     d = report.to_dict()
-    assert d["straggler_not_ruled_out"] == u
+    assert d["straggler_not_ruled_out"] == u.to_dict()
+    assert sorted(u.to_dict()) == ["late_ms", "material_ms", "rank", "steps", "up_to_ms"]
     assert ReportData.from_dict(d).not_ruled_out == u
     text = " ".join(terminal.render(report, width=200).split())
     assert "Rank 1 is not ruled out as a straggler: it arrived 13.8 ms after" in text
     assert 'id="not-ruled-out"' in html.render(report, plotlyjs="cdn")
     # and what the steps can see at all: no rank's lateness under that is told from chance
     f = report.straggler_floor
-    assert f["steps"] == 8 and f["up_to_ms"] == pytest.approx(u["up_to_ms"], rel=0.01)
-    assert d["straggler_floor"] == f and ReportData.from_dict(d).straggler_floor == f
-    assert f"cannot tell a rank late by up to {f['up_to_ms']:.1f} ms a step" in text
+    assert f.steps == 8 and f.up_to_ms == pytest.approx(u.up_to_ms, rel=0.01)
+    assert d["straggler_floor"] == f.to_dict() and ReportData.from_dict(d).straggler_floor == f
+    # a malformed section read back is one clear error
+    with pytest.raises(InputError, match="straggler_floor"):
+        ReportData.from_dict(dict(d, straggler_floor={"up_to_ms": "x", "pct": 1, "steps": 8}))
+    assert f"cannot tell a rank late by up to {f.up_to_ms:.1f} ms a step" in text
     # a named rank says more: nothing "not ruled out" beside it
     late[1] += 30  # rank 1 late every step: named, and nothing "not ruled out" beside it
     named = analyze_table(table_from_rows(rows_for(late)), skip=0)

@@ -62,6 +62,7 @@ from .suggestions import (data_before_late_loader, in_order, leading_labels, sug
                           unaddressed)
 from .findings import Findings, typical_step
 from ..calibration import calibrated, noise_for
+from ..sections import NotRuledOut, StragglerFloor
 from .floors import hold_to_findings
 from .rerun_noise import widen
 from .window import profiled_hint, windowed
@@ -376,24 +377,24 @@ def report(a: Analysis) -> None:
         d["text"] += f"; {d['late_before']}"
 
 
-def not_ruled_out(a: Analysis) -> dict:
+def not_ruled_out(a: Analysis) -> NotRuledOut | None:
     """The rank these steps leave room to be a straggler though no test named one
-    (consistency.Roles.unruled), where nobody is named late at all; {} otherwise."""
+    (consistency.Roles.unruled), where nobody is named late at all; None otherwise."""
     u = a.roles.unruled if a.roles is not None else None
     if u is None or a.stragglers or a.minor:
-        return {}
+        return None
     rank, late, upper, bound = u
-    return {"rank": rank, "late_ms": round(late / 1e6, 3), "up_to_ms": round(upper / 1e6, 3),
-            "material_ms": round(bound / 1e6, 3), "steps": int(a.roles.n_steps)}
+    return NotRuledOut(rank=rank, late_ms=round(late / 1e6, 3), up_to_ms=round(upper / 1e6, 3),
+                       material_ms=round(bound / 1e6, 3), steps=int(a.roles.n_steps))
 
 
-def straggler_floor(a: Analysis) -> dict:
+def straggler_floor(a: Analysis) -> StragglerFloor | None:
     """What the steps can see, where no rank is named late (consistency.Roles.floor_ns)."""
     r = a.roles
     if r is None or not r.floor_ns or a.stragglers or a.minor or not r.typical_ns:
-        return {}
-    return {"up_to_ms": round(r.floor_ns / 1e6, 3),
-            "pct": round(100 * r.floor_ns / r.typical_ns, 1), "steps": int(r.n_steps)}
+        return None
+    return StragglerFloor(up_to_ms=round(r.floor_ns / 1e6, 3),
+                          pct=round(100 * r.floor_ns / r.typical_ns, 1), steps=int(r.n_steps))
 
 
 @declares("report table per_rank steps unseen broken stragglers minor roles verdict th warnings",
