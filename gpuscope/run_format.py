@@ -114,7 +114,7 @@ THROTTLE_BITS = {0x1: "gpu_idle", 0x2: "app_clocks", 0x4: "sw_power_cap", 0x8: "
 
 
 #: the side records a rank file holds beside its step rows: one JSON object a line, whose key is
-#: one of these (a knob update also has "at_step"); the reader (readers/rundir.py) has one
+#: one of these (a knob update also has "at_step"); the reader (readers/rundir/side_records.py) has one
 #: handler for each, and tests/test_vocabulary.py checks that both, and what the recorder
 #: writes, agree
 SIDE_RECORDS = {

@@ -75,7 +75,7 @@ MUTANTS = [
     ("CLI internal error exit 0", "gpuscope/cli.py",
      "              file=sys.stderr)\n        return 1\n", "              file=sys.stderr)\n        return 0\n",
      ["tests/test_cli_paths.py", "-k", "internal"]),
-    ("reader keeps out-of-range rows", "gpuscope/readers/rundir.py",
+    ("reader keeps out-of-range rows", "gpuscope/readers/rundir/frames.py",
      "    inside = ok & ((arr >= lo) & (arr <= hi)).all(axis=1)\n", "    inside = ok\n",
      ["tests/test_bad_input.py"]),
     ("decoder child left running", "gpuscope/readers/fork.py",

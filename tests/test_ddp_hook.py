@@ -101,7 +101,7 @@ def test_the_backward_tail_is_timed_and_phases_found(pg, tmp_path):
 
 
 def test_ddp_s_first_sampled_iteration_is_set_apart_from_the_hidden_share():
-    from gpuscope.readers.rundir import ddp_sampled, hidden_share
+    from gpuscope.analyze.ddp_share import ddp_sampled, hidden_share
 
     assert [ddp_sampled(i) for i in (1, 10, 99, 100, 250)] == [1, 10, 10, 11, 12]
     # the logging of the run above: iteration 1 had 0.09 ms of overlap in 15.65 ms; the mean of

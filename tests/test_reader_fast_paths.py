@@ -15,7 +15,8 @@ import pytest
 import gpuscope
 from helpers import spy_taken
 from gpuscope.analyze.rowgroups import Groups
-from gpuscope.readers import rundir as rec_reader
+from gpuscope.readers.rundir import frames, parallel_load
+from gpuscope.readers.rundir import rank_file as rec_reader
 from gpuscope.readers import read_path
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "sample_traces")
@@ -26,7 +27,7 @@ RUNS = [os.path.join(OLD, s, "record") for s in ("imbalanced", "comm", "data")]
 
 def _slow(monkeypatch):
     monkeypatch.setattr(rec_reader, "decode_body", lambda *a: None)  # no typed decoding
-    monkeypatch.setattr(rec_reader, "_comm_only", lambda *a: None)
+    monkeypatch.setattr(frames, "_comm_only", lambda *a: None)
 
     def one_by_one(body, text=b""):
         idx, out = [], []
@@ -169,7 +170,7 @@ def test_two_processes_read_what_one_reads(tmp_path, monkeypatch):
     one = read_path(str(run))
     from gpuscope.readers import fork
 
-    monkeypatch.setattr(rec_reader, "PARALLEL_MIN_FILES", 2)
+    monkeypatch.setattr(parallel_load, "PARALLEL_MIN_FILES", 2)
     forks = []
     real = fork.in_child
     monkeypatch.setattr(fork, "in_child", lambda work: forks.append(1) or real(work))

@@ -19,7 +19,7 @@ import pytest
 from helpers import spy_taken
 
 from gpuscope.readers import read_path
-from gpuscope.readers import rundir as rec_reader
+from gpuscope.readers.rundir import rank_file as rec_reader
 from gpuscope.record.columns import Chunk
 from gpuscope.record.writer import RecordWriter
 from gpuscope.run_format import (CHUNK_HEADER, CHUNK_MAGIC, CHUNK_MAGIC_V1, COLUMNS_SUFFIX,

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from gpuscope.readers import fork, read_path
-from gpuscope.readers import rundir
+from gpuscope.readers.rundir import parallel_load
 from gpuscope.readers.record_body import BLOCK_ROWS
 from gpuscope.readers.rowblock import Region, RowBlock, rows_bound
 
@@ -34,7 +34,7 @@ def _make_run(path, ranks: int, steps: int) -> None:
 
 def _one_process(path, monkeypatch):
     with monkeypatch.context() as m:
-        m.setattr(rundir, "forks", lambda: False)
+        m.setattr(parallel_load, "forks", lambda: False)
         return read_path(str(path))
 
 
@@ -48,7 +48,7 @@ def _same(a, b):
 def two_processes(monkeypatch):
     if not fork.can_fork():
         pytest.skip("the reader forks only with 2+ cores and no other thread")
-    monkeypatch.setattr(rundir, "PARALLEL_MIN_FILES", 2)
+    monkeypatch.setattr(parallel_load, "PARALLEL_MIN_FILES", 2)
     blocks = []
     real = RowBlock.__init__
 
@@ -179,9 +179,9 @@ def test_an_analysis_that_owns_its_table_leaves_the_warm_up_out_in_place(
     if forked:
         if not fork.can_fork():
             pytest.skip("the reader forks only with 2+ cores and no other thread")
-        monkeypatch.setattr(rundir, "PARALLEL_MIN_FILES", 2)
+        monkeypatch.setattr(parallel_load, "PARALLEL_MIN_FILES", 2)
     else:
-        monkeypatch.setattr(rundir, "forks", lambda: False)
+        monkeypatch.setattr(parallel_load, "forks", lambda: False)
     borrowed = read_path(str(tmp_path / "run"))
     before = borrowed.frame.copy()
     want = _report_json(analyze_table(borrowed))
@@ -254,26 +254,26 @@ def test_a_run_dir_that_may_not_fit_in_memory_says_so_before_it_is_read(tmp_path
 
     run = tmp_path / "run"
     _make_run(run, 6, 40)
-    monkeypatch.setattr(rundir, "PARALLEL_MIN_FILES", 2)
+    monkeypatch.setattr(parallel_load, "PARALLEL_MIN_FILES", 2)
     plain = read_path(str(run))
     assert not any("memory" in w for w in plain.warnings)
     rows = sum(rowblock.side_rows_bound(str(p)) for p in run.glob("rank-*.gpuscope.jsonl"))
     assert 6 * 40 <= rows < 2 * 6 * 40
     need = rows * rowblock.PEAK_BYTES_PER_ROW
     read_first = []
-    real = rundir.load_rank_file
-    monkeypatch.setattr(rundir, "load_rank_file",
+    real = parallel_load.load_rank_file
+    monkeypatch.setattr(parallel_load, "load_rank_file",
                         lambda *a, **k: read_first.append(len(caplog.records)) or real(*a, **k))
     monkeypatch.setattr(rowblock, "available_memory", lambda: need - 1)
     with caplog.at_level("WARNING", logger="gpuscope"):
         tight = read_path(str(run))
     said = [w for w in tight.warnings if "may take about" in w]
     assert len(said) == 1 and f"up to {rows:,} rank-steps" in said[0]
-    if not rundir.forks():  # one process reads: its tables stay in memory, and it says so
+    if not parallel_load.forks():  # one process reads: its tables stay in memory, and it says so
         assert "read by one process here" in said[0]
     else:
         assert f"are kept in files under {spill}" in said[0]
-    if rundir.forks() and fork.can_fork():  # the two-process reader maps its tables there
+    if parallel_load.forks() and fork.can_fork():  # the two-process reader maps its tables there
         with open("/proc/self/maps") as fh:
             mapped = {line.split()[-2] for line in fh if f" {spill}/" in line
                       and line.rstrip().endswith("(deleted)")}
@@ -372,7 +372,7 @@ def test_a_spill_directory_whose_disk_runs_out_keeps_the_table_in_memory(tmp_pat
 
     run = tmp_path / "run"
     _make_run(run, 6, 40)
-    monkeypatch.setattr(rundir, "PARALLEL_MIN_FILES", 2)
+    monkeypatch.setattr(parallel_load, "PARALLEL_MIN_FILES", 2)
     plain = read_path(str(run))
     spill = tmp_path / "spill"
     spill.mkdir()
@@ -386,6 +386,6 @@ def test_a_spill_directory_whose_disk_runs_out_keeps_the_table_in_memory(tmp_pat
     full_disk = read_path(str(run))
     pd.testing.assert_frame_equal(plain.frame, full_disk.frame)
     pd.testing.assert_frame_equal(plain.comm, full_disk.comm)
-    if rundir.forks():
+    if parallel_load.forks():
         assert any("could not be kept in a file" in w and "No space left" in w
                    for w in full_disk.warnings)

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from gpuscope.analyze.run import analyze_table
-from gpuscope.readers import read_path, rundir
+from gpuscope.readers import read_path
+from gpuscope.readers.rundir import parallel_load
 from gpuscope.readers.speed import forks
 from gpuscope.record.writer import RecordWriter
 from gpuscope.run_format import SCHEMA, STEP_COLUMNS
@@ -24,7 +25,7 @@ RANKS, STEPS = 8, 40
 def _two_processes(monkeypatch):
     if not forks():
         pytest.skip("the reader places rows in a shared block only where it forks (2+ cores)")
-    monkeypatch.setattr(rundir, "PARALLEL_MIN_FILES", 4)
+    monkeypatch.setattr(parallel_load, "PARALLEL_MIN_FILES", 4)
 
 
 def _write(path, change=None, steps=STEPS, knobs=None, seed=0):

@@ -18,6 +18,7 @@ import pandas as pd
 from ..errors import InputError
 from ..runtable import RunTable
 from .cycles import cycle_ends, group_cycles, sync_interval
+from .ddp_share import ddp_knobs
 from .rowgroups import count_distinct, dense_unique, step_by_rank, warm_rows
 from .stopped import stopped_ranks, stopped_warnings
 from .wait import estimate_wait, is_column, wait_cells
@@ -144,13 +145,10 @@ def prepare(a) -> None:
         a.table = with_warm_rows(a.table)
         a.table = without_empty_steps(a.table, a.warnings)  # (split: none, over both parts)
     a.knobs = a.table.knobs()
+    a.knobs.update(ddp_knobs(a.table.ranks))  # what DDP's own logging says backward hid
     if not a.knobs.get("world_size") and a.table.world_size:
         # a trace's knobs lack it: what the traces hold (distributedInfo, the rank files read)
         a.knobs["world_size"] = int(a.table.world_size)
-    shares = [i.knobs.get("hidden_comm_share") for i in a.table.ranks.values()]
-    if shares and all(isinstance(x, float) for x in shares):
-        # DDP's own measure on each rank (readers/rundir.hidden_share): their mean
-        a.knobs["hidden_comm_share"] = sum(shares) / len(shares)
     a.stopped, a.missing = stopped_ranks(a.table)
     a.warnings += stopped_warnings(a.stopped)
     whole = a.table.frame

@@ -1,4 +1,4 @@
-"""Readers: a gpuscope run dir (rundir.py), torch.profiler traces (kineto/) or an op timeline
+"""Readers: a gpuscope run dir (rundir/), torch.profiler traces (kineto/) or an op timeline
 (optimeline.py) -> RunTable."""
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 What one machine cannot read in its time or memory (a job's profiler traces are 50-500 MB per
 rank) runs on Ray (`pip install 'gpuscope[ray]'`): every file is a task that decodes it where it
 runs and works out there what the reader keeps of its rank (readers/kineto/summary.py, through
-parse.py `prepared`; readers/rundir.py `load_rank_file`); only that comes back. The gathered table is
+parse.py `prepared`; readers/rundir/rank_file.py `load_rank_file`); only that comes back. The gathered table is
 analysed as the local engine's is, so the report is the same.
 
 - The cluster: the one at `RAY_ADDRESS` (Ray's own convention), else a local one started for the
