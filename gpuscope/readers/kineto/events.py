@@ -13,6 +13,7 @@ import functools
 import math
 import zlib
 from dataclasses import dataclass, field
+from enum import IntEnum
 from typing import NamedTuple
 
 import numpy as np
@@ -23,38 +24,74 @@ from .kernels import family_of, kind_of, looks_like_comm
 #: timestamps (µs) accepted: up to year 2096 in unix µs, so ns fit int64; durations up to ~11 days
 MAX_TS_US = 4e15
 MAX_DUR_US = 1e12
-# host range kinds
-STEP, DATA, COMM_HOST, OP = 0, 1, 2, 3
-# what an OP range is part of (host_sub)
-NONE, FORWARD, BACKWARD, OPTIMIZER = 0, 1, 2, 3
-MICROBATCH = 4  # a pipeline schedule's forward of one micro-batch ("Forward 3"): forward too
-# what an OP range may hold of waiting (host_wait)
-NO_WAIT, WAITS, ANNOTATION = 0, 1, 2  # none; only waits on collectives; a record_function range
-#: a collective call of the c10d API (c10d::allreduce_, c10d::_reduce_scatter_base_, ...): all of
-#: it is the collective's, the ops it runs too (gloo's reduce-scatter copies its input first), as
-#: the recorder times a call from its start to its end
-CALL = 3
-#: FSDP's ranges (FSDP::*, FullyShardedDataParallel.*): they wait on collectives and also work
-#: (copy in and out, Python); a stretch with no op running is waiting while a collective is
-#: pending, not after (the same RESUME_NS rule as for a thread idle after a collective)
-WRAPS = 4
+class HostKind(IntEnum):
+    """What a host range is (`host_kind`)."""
+    STEP = 0
+    DATA = 1
+    COMM_HOST = 2  # the collective itself, on a CPU backend (gloo:, nccl:, ...)
+    OP = 3
+
+
+class Sub(IntEnum):
+    """What an OP range is part of (`host_sub`)."""
+    NONE = 0
+    FORWARD = 1
+    BACKWARD = 2
+    OPTIMIZER = 3
+    MICROBATCH = 4  # a pipeline schedule's forward of one micro-batch ("Forward 3"): forward too
+
+
+class Waits(IntEnum):
+    """What an OP range may hold of waiting (`host_wait`)."""
+    NO_WAIT = 0
+    WAITS = 1       # only waits on collectives
+    ANNOTATION = 2  # a record_function range
+    #: a collective call of the c10d API (c10d::allreduce_, c10d::_reduce_scatter_base_, ...):
+    #: all of it is the collective's, the ops it runs too (gloo's reduce-scatter copies its
+    #: input first), as the recorder times a call from its start to its end
+    CALL = 3
+    #: FSDP's ranges (FSDP::*, FullyShardedDataParallel.*): they wait on collectives and also
+    #: work (copy in and out, Python); a stretch with no op running is waiting while a
+    #: collective is pending, not after (the same RESUME_NS rule as for a thread idle after a
+    #: collective)
+    WRAPS = 4
+    #: a functional collective's launch (_c10d_functional::all_gather_into_tensor, ...): host
+    #: work, the c10d call inside it too, as the recorder counts a functional collective's
+    #: launch call; its wait_tensor is the waiting
+    LAUNCH = 5
+    #: DDP's reducer writing a synchronized bucket back into the gradients once its all-reduce
+    #: is done (copy_bucket_to_grad, the ops it runs too): work that only a synchronizing step
+    #: does, so part of the synchronization, as the recorder's DDP tail (which ends when
+    #: backward returns, after it) counts it. A busy core can stretch it to tens of ms
+    FINISH = 6
+
+
+class DeviceKind(IntEnum):
+    """What a device event is (`dev_kind`)."""
+    COMPUTE = 0
+    COMM = 1
+    MEMORY = 2
+
+
+class OpKind(IntEnum):
+    """What kind of op an OP range is (`host_op`): a torch op (cpu_op / Operator), a
+    record_function range (user_annotation: the user's, a module's, "## forward ##"), a Python
+    function (with_stack); 0: not an op."""
+    CPU_OP = 1
+    ANNOTATION_OP = 2
+    PYTHON_OP = 3
+
+
+# the kinds by name, as the modules that read the columns compare them (HTA's types.py keeps
+# its kinds as IntEnums too): a member is an int, so a column compares to it as to its value
+STEP, DATA, COMM_HOST, OP = HostKind
+NONE, FORWARD, BACKWARD, OPTIMIZER, MICROBATCH = Sub
+NO_WAIT, WAITS, ANNOTATION, CALL, WRAPS, LAUNCH, FINISH = Waits
+COMPUTE, COMM, MEMORY = DeviceKind
+CPU_OP, ANNOTATION_OP, PYTHON_OP = OpKind
 WRAP_RANGE_PREFIXES = ("FSDP::", "FullyShardedDataParallel.")
-#: a functional collective's launch (_c10d_functional::all_gather_into_tensor, ...): host work,
-#: the c10d call inside it too, as the recorder counts a functional collective's launch call;
-#: its wait_tensor is the waiting
-LAUNCH = 5
 FUNCOL_PREFIXES = ("_c10d_functional::", "c10d_functional::", "_c10d_functional_autograd::")
-#: DDP's reducer writing a synchronized bucket back into the gradients once its all-reduce is
-#: done (copy_bucket_to_grad, the ops it runs too): work that only a synchronizing step does, so
-#: part of the synchronization, as the recorder's DDP tail (which ends when backward returns,
-#: after it) counts it. A busy core can stretch it to tens of ms
-FINISH = 6
 FINISH_PREFIXES = ("torch.distributed.ddp.reducer::copy_bucket_to_grad",)
-# device event kinds
-COMPUTE, COMM, MEMORY = 0, 1, 2
-# what kind of op an OP range is (host_op): a torch op (cpu_op / Operator), a record_function
-# range (user_annotation: the user's, a module's, "## forward ##"), a Python function (with_stack)
-CPU_OP, ANNOTATION_OP, PYTHON_OP = 1, 2, 3
 
 _DEVICE_SKIP_CATS = {"gpu_user_annotation", "gpu_annotation"}
 _COMM_HOST_PREFIX = ("gloo:", "nccl:", "mpi:", "ucc:")  # the collective itself (CPU backends)
