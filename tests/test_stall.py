@@ -408,7 +408,7 @@ def test_a_forked_child_s_sigterm_is_not_taken_for_the_parent_s(tmp_path):
     handler, theirs = signal.signal(signal.SIGTERM, signal.SIG_DFL), signal.set_wakeup_fd(-1)
     rec = gpuscope.record(tmp_path / "run", telemetry=False).start()
     try:
-        assert getattr(rec, "_wakeup", None) is not None  # the wakeup fd is ours here
+        assert rec._sigterm.wakeup is not None  # the wakeup fd is ours here
         pid = os.fork()
         if pid == 0:  # the child: as a worker the parent terminates
             os.kill(os.getpid(), signal.SIGTERM)

@@ -27,7 +27,24 @@ The lists (times are the recorder's clock, integer ns), by how often a step has 
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 WAIT, COLL, SAMPLES, ROWS, BEGAN, LOOP_FORWARD = range(6)
+
+
+class Taken(NamedTuple):
+    """A micro-step handed over by take(): its lists, its number and when it ran."""
+    phases: list
+    data: list
+    tails: list
+    rare: list
+    step: int
+    start: int | None  # None: the first, begun before anything ran
+    end: int
+    synced: object     # the model's sync flag for it (ddp_timing: None where not known)
+
+
+_taken = tuple.__new__  # a Taken made as a plain tuple is (one C call on the per-step path)
 
 
 class StepLog:
@@ -177,9 +194,8 @@ class StepLog:
         return bool(self.phases) or self.in_backward or self.fwd_t0 is not None or \
             self.opt_t0 is not None
 
-    def take(self, step: int, now: int) -> tuple | None:
-        """The micro-step `step` that ends now, as rows.build's items (phases, data, tails,
-        rare, step, start, end, sync flag); None when nothing of it began (the first one, before
+    def take(self, step: int, now: int) -> Taken | None:
+        """The micro-step `step` that ends now, as rows.build's items (Taken); None when nothing of it began (the first one, before
         anything ran: what other threads delivered is kept for the next). The next one begins
         now; read `opt_ran` before."""
         rare = self.rare
@@ -189,11 +205,12 @@ class StepLog:
         if self.opt_t0 is not None:
             rare.append((BEGAN, self.opt_t0))
             self.opt_t0 = None
-        out = (self.phases, self.data, self.tails, rare, step, self.start, now, self.sync_flag)
+        out = _taken(Taken, (self.phases, self.data, self.tails, rare, step, self.start, now,
+                             self.sync_flag))
         self.start = now
         self.opt_ran = False
         self.phases, self.data, self.rare = [], [], []
-        if out[5] is None and not _begins(out):
+        if out.start is None and not _begins(out):
             self.rare = [e for e in rare if e[0] == COLL]  # delivered by other threads
             return None
         self.tails = []
@@ -206,7 +223,7 @@ class StepLog:
         self.opt_ran = False
 
 
-def _begins(taken: tuple) -> bool:
+def _begins(taken: Taken) -> bool:
     """Whether something of a micro-step began: a part, a fetch, a wait, a blocked collective."""
     phases, data, _, rare = taken[:4]
     return bool(phases or data) or any(

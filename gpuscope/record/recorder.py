@@ -33,10 +33,12 @@ from .._log import warn_once
 from ..run_format import COMM_KEY, SCHEMA, STEP_COLUMNS
 from .events import StepLog
 from .hooks import Hooks
+from .lifecycle import State, next_state
 from .knobs import batch_knobs, batch_size_of, loader_knobs, model_knobs, process_knobs
 from .options import RecordOptions, options_help, stop_after, trial_run_dir
 from .placement import detect_placement, job_id
 from .rows import build
+from .sigterm import SigtermGuard
 from .sinks import (Closing, DataParallelTimes, DeviceTimes, FlopCounting, LiveDiagnosis,
                     ModuleTimes, RoutingSink, Sink, Telemetry, TensorBoardScalars)
 from .writer import RecordWriter
@@ -51,38 +53,6 @@ CPU_SAMPLE_EVERY = 16
 #: phase names that count as communication (blocking, host-visible) when used with rec.phase()
 COMM_PHASES = {"comm", "communication", "allreduce", "all_reduce", "all_gather", "reduce_scatter",
                "broadcast", "barrier", "send", "recv"}
-
-_NEW, _RUNNING, _STOPPED = "new", "running", "stopped"
-
-#: the wakeup fds a recording set (Recorder._watch_signals); a forked child (a DataLoader
-#: worker) lets go of them at once: a SIGTERM to the child must not read as the parent's
-_OUR_WAKEUP_FDS: set = set()
-_forks_watched = False
-
-
-def _watch_forks() -> None:
-    global _forks_watched
-    if not _forks_watched:
-        _forks_watched = True
-        os.register_at_fork(after_in_child=_forget_wakeup_in_child)
-
-
-def _forget_wakeup_in_child() -> None:
-    if not _OUR_WAKEUP_FDS:
-        return
-    try:
-        old = signal.set_wakeup_fd(-1)
-        if old not in _OUR_WAKEUP_FDS | {-1}:
-            signal.set_wakeup_fd(old)  # not ours: put back
-    except (ValueError, OSError):
-        pass
-    for fd in list(_OUR_WAKEUP_FDS):
-        try:
-            os.close(fd)
-        except OSError:
-            pass
-    _OUR_WAKEUP_FDS.clear()
-
 
 class TrialEnd(SystemExit):
     """A `gpuscope try` trial's end (Recorder._end_trial): exit status 0."""
@@ -103,8 +73,10 @@ class Recorder:
         self.steps = 0
         self._stop_after = stop_after()  # a trial ends after this many micro-steps
         self.warnings: list[str] = []
-        self._status = _NEW
-        self._active = False     # per-step state is kept only while this is True
+        self.state = State.NEW   # lifecycle.py: what start() and stop() may do
+        #: the hot path's one flag: True while steps are recorded (RUNNING, enabled, opened);
+        #: per-step state is kept only while it is
+        self._active = False
         self._writer: RecordWriter | None = None
         self._hooks: Hooks | None = None
         #: the side channels (sinks.py), in the order opened: flushed, called at each step's end
@@ -128,34 +100,38 @@ class Recorder:
         self._flush_at = 0       # when the oldest of them is flush_s old (clock ns)
         self._micro = 0          # micro-steps since the last optimizer step
         self.live_summaries: list[dict] = []  # rank 0: the live diagnoses, in order
-        self._stopping = False        # stop() is closing the recording
-        self._sigterm_pending = False  # a SIGTERM came in meanwhile: taken once closed
+        self._t0_perf: int | None = None  # when the recording opened: the clock's ...
+        self._t0_unix: int | None = None  # ... and the unix time then
+        #: why training ended, where the end record says (_end_record): its error, where it
+        #: was raised, and a SIGTERM that stopped it (the training thread's or the watcher's)
+        self._error: str | None = None
+        self._error_where: dict | None = None
+        self._terminated: str | None = None
+        self._terminated_where: dict | None = None
+        self._sigterm = SigtermGuard(lambda: self.state is State.STOPPING, self._on_sigterm)
 
     # ----------------------------------------------------------------- lifecycle
     def start(self) -> "Recorder":
         """Start recording (once); returns self. Never raises into training."""
-        if self._status != _NEW:
+        if not self._move("start"):
             warn_once("recorder-restart", "gpuscope: a recorder starts once; create a new one "
                                           "with gpuscope.record() for another recording")
             return self
-        self._status = _RUNNING
         if not self.enabled:
             return self
         try:
             self._open()
             self._active = self._log.active = True
             atexit.register(self._at_exit)
-            self._catch_sigterm()
+            self._sigterm.install()
         except Exception as exc:
             self._fail("open", exc)
         return self
 
     def stop(self, crashed: bool = False) -> None:
         """Write what is left and tear down; safe to call more than once."""
-        if self._status != _RUNNING:
+        if not self._move("stop"):
             return
-        self._status = _STOPPED
-        self._stopping = True
         end = None
         try:
             if self._active:
@@ -164,9 +140,17 @@ class Recorder:
             self._fail("close", exc)
         finally:
             self._teardown(end)
-            self._stopping = False
-            if self._sigterm_pending:  # came in while closing: now taken
-                os.kill(os.getpid(), signal.SIGTERM)
+            self._move("closed")
+            self._sigterm.take_pending()  # one that came in while closing: now taken
+
+    def _move(self, event: str) -> bool:
+        """The lifecycle's move for `event` (lifecycle.TRANSITIONS); False where the state
+        does not take it."""
+        state = next_state(self.state, event)
+        if state is None:
+            return False
+        self.state = state
+        return True
 
     @property
     def active(self) -> bool:
@@ -252,91 +236,19 @@ class Recorder:
         self._add_collectives(w, "sigterm")
         return w
 
-    def _catch_sigterm(self) -> None:
-        """A launcher stops the other ranks with SIGTERM when one dies (torchrun does), and by
-        default that ends Python without its exit handlers: the last rows would be lost. Where
-        nobody handles SIGTERM yet (the default action), the recording is closed first (end
-        record `terminated`), then the default action is taken as before. A handler of the
-        user's own is left alone; so are forked children (DataLoader workers)."""
-        if threading.current_thread() is not threading.main_thread():
-            return
-        try:
-            if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-                return
-            pid = os.getpid()
-
-            def on_sigterm(signum, frame):
-                if os.getpid() == pid and self._stopping:
-                    # the recording is being closed (training raised, or the loop ended) and
-                    # the signal interrupted that: let the close finish, stop() then takes it
-                    self._sigterm_pending = True
-                    return
-                signal.signal(signal.SIGTERM, signal.SIG_DFL)
-                if os.getpid() == pid:
-                    self._terminated = "SIGTERM"
-                    self._terminated_where = self._where_signalled(frame)
-                    self.stop()
-                os.kill(os.getpid(), signal.SIGTERM)
-
-            signal.signal(signal.SIGTERM, on_sigterm)
-            self._on_sigterm = on_sigterm
-            self._watch_signals()
-        except (ValueError, OSError):
-            pass
-
-    def _watch_signals(self) -> None:
-        """Python runs a signal's handler on the main thread only, between bytecodes: a training
-        thread blocked in native code (a collective that never completes) would hold off the
-        SIGTERM our handler took over, until the launcher's SIGKILL. A wakeup fd (where nobody
-        has one) tells the stall watcher the signal came, which then ends the process itself
-        (stall.StallWatch.sigterm)."""
-        r, w = os.pipe()
-        os.set_blocking(r, False)
-        os.set_blocking(w, False)
-        try:
-            old = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
-        except (ValueError, OSError):
-            old = None
-        if old != -1:  # someone else's (an event loop's), or none could be set: left alone
-            if old is not None:
-                signal.set_wakeup_fd(old)
-            os.close(r)
-            os.close(w)
-            return
-        self._wakeup = (r, w)
-        _watch_forks()
-        _OUR_WAKEUP_FDS.update((r, w))
-
-    def _release_sigterm(self) -> None:
-        handler, self._on_sigterm = getattr(self, "_on_sigterm", None), None
-        if handler is None or threading.current_thread() is not threading.main_thread():
-            return
-        wakeup, self._wakeup = getattr(self, "_wakeup", None), None
-        if wakeup is not None:
-            try:
-                now = signal.set_wakeup_fd(-1)
-                if now != wakeup[1]:  # replaced by someone since: theirs stays
-                    signal.set_wakeup_fd(now)
-            except (ValueError, OSError):
-                pass
-            for fd in wakeup:
-                _OUR_WAKEUP_FDS.discard(fd)
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
-        try:
-            if signal.getsignal(signal.SIGTERM) is handler:
-                signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        except (ValueError, OSError):
-            pass
+    def _on_sigterm(self, frame) -> None:
+        """A SIGTERM came to the training thread while recording (sigterm.SigtermGuard): the
+        recording is closed with where it came; the default action then ends the process."""
+        self._terminated = "SIGTERM"
+        self._terminated_where = self._where_signalled(frame)
+        self.stop()
 
     def _at_exit(self) -> None:
         """The interpreter is exiting and stop() was never called (start() without stop()): an
         exception that ended the program (the interpreter keeps it as sys.last_value) is noted
         as `with` notes it."""
         exc = getattr(sys, "last_value", None)
-        if exc is not None and self._status == _RUNNING and self._active:
+        if exc is not None and self.state is State.RUNNING and self._active:
             self._note_error(type(exc), exc, getattr(sys, "last_traceback", None))
         self.stop(crashed=exc is not None)
 
@@ -486,18 +398,7 @@ class Recorder:
             self._flush_rows_now()
         self._flush_sinks(None, final=True)
 
-        end: dict = {"steps": self.steps, "crashed": crashed,
-                     "end_unix_ns": self._unix(self.options.clock())}
-        if getattr(self, "_terminated", None):
-            end["terminated"] = self._terminated
-            if getattr(self, "_terminated_where", None):
-                end["terminated_where"] = self._terminated_where
-        if crashed and getattr(self, "_error", None):
-            end["error"] = self._error
-            if getattr(self, "_error_where", None):
-                end["error_where"] = self._error_where
-        if crashed and self._memory_at_error:
-            end["memory_at_error"] = self._memory_at_error
+        end = self._end_record(crashed)
         if self._dev is not None:
             try:
                 import torch
@@ -512,6 +413,26 @@ class Recorder:
                                  "run dir stalled")
         if self.warnings:
             end["warnings"] = self.warnings
+        return end
+
+    def _end_record(self, crashed: bool, blocked: bool = False) -> dict:
+        """The end record's facts of how training ended, one builder for both ways out: the
+        training thread's close (_finish adds what the hooks and sinks learnt) and the stall
+        watcher's, which writes it while training is blocked in native code (`blocked`)."""
+        end: dict = {"steps": self.steps, "crashed": crashed,
+                     "end_unix_ns": self._unix(self.options.clock())}
+        if self._terminated:
+            end["terminated"] = self._terminated
+            if self._terminated_where:
+                end["terminated_where"] = self._terminated_where
+        if blocked:
+            end["blocked"] = True
+        if crashed and self._error:
+            end["error"] = self._error
+            if self._error_where:
+                end["error_where"] = self._error_where
+        if crashed and self._memory_at_error:
+            end["memory_at_error"] = self._memory_at_error
         return end
 
     def _end_of_hooks(self, end: dict) -> None:
@@ -553,7 +474,7 @@ class Recorder:
         if writer is not None:
             self._close_writer(writer, end)
         # last: a SIGTERM during the close above still waits for the end record
-        self._release_sigterm()
+        self._sigterm.release()
 
     def _close_writer(self, writer: RecordWriter, end: dict | None) -> None:
         try:
@@ -787,7 +708,7 @@ class Recorder:
                         self._sink_failed(sink, exc)
                 # its events only: they are made into rows in batches, off the per-step path
                 if not self._raw:
-                    since = taken[5] if taken[5] is not None else now
+                    since = taken.start if taken.start is not None else now
                     self._flush_at = since + int(self.options.flush_s * 1e9)
                 self._raw.append(taken)
                 self.steps += 1
@@ -947,9 +868,11 @@ class Recorder:
         """The process groups the timed collectives went through, with their ranks (the
         layout of a hybrid run), and the mesh dimension each stands for, noted once they
         change; off the per-step path."""
-        mod = sys.modules.get("gpuscope.record.collectives")
-        if mod is None:
+        timer = self._hooks.collectives if self._hooks is not None else None
+        if timer is None:  # no collective timed: no groups to note
             return
+        from . import collectives as mod
+
         if not self._mesh_checked and self.model is not None:
             # once, at the first flush: a model's DTensor parameters are made before it trains
             # (walking up to 4,096 parameters every flush cost a large plain model ~1 ms each)
@@ -1003,12 +926,12 @@ class _Watched:
     @property
     def started(self) -> int | None:
         """When the recording started (its clock)."""
-        return getattr(self._rec, "_t0_perf", None)
+        return self._rec._t0_perf
 
     def last_step_end(self) -> int | None:
         """When the last micro-step ended (the recording's start before the first)."""
         start = self.log.start
-        return start if start is not None else getattr(self._rec, "_t0_perf", None)
+        return start if start is not None else self._rec._t0_perf
 
     def idle_flush(self) -> None:
         """Steps stopped coming: the rows made so far go to the file (not the side channels:
@@ -1023,19 +946,12 @@ class _Watched:
 
     def sigterm_came(self) -> bool:
         """A SIGTERM reached the process since the last look (the wakeup fd's bytes)."""
-        wakeup = getattr(self._rec, "_wakeup", None)
-        if wakeup is None:
-            return False
-        try:
-            got = os.read(wakeup[0], 512)
-        except (BlockingIOError, OSError):
-            return False
-        return signal.SIGTERM in got
+        return self._rec._sigterm.came()
 
     def sigterm_unhandled(self) -> bool:
         """Our SIGTERM handler is in place and has not run (the recording is open)."""
         rec = self._rec
-        return rec._active and not rec._stopping and getattr(rec, "_on_sigterm", None) is not None
+        return rec._active and rec.state is State.RUNNING and rec._sigterm.handler is not None
 
     def terminate(self, frame) -> None:
         """The training thread cannot take the SIGTERM that came (blocked in native code): write
@@ -1050,11 +966,7 @@ class _Watched:
                 with rec._flush_lock:
                     if rec._raw:
                         writer.add_rows(rec._drain().rows)
-                end = {"steps": rec.steps, "crashed": False, "end_unix_ns": self.unix(self.clock()),
-                       "terminated": "SIGTERM", "blocked": True}
-                if rec._terminated_where:
-                    end["terminated_where"] = rec._terminated_where
-                writer.close(end)
+                writer.close(rec._end_record(False, blocked=True))
         finally:
             from .fatal import drop_if_empty
 
