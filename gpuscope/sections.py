@@ -9,8 +9,9 @@ report always wrote them (DESIGN.md keys). Where a section's parts vary by what 
 Adding a section: a struct here; the field on results.ReportData with its key in
 `ReportData.to_dict` / `from_dict` (through `dump` / `load`); the pass that builds it in
 analyze/run.py with what it reads and writes declared (`PASSES`); its renderer in
-render/terminal.py and render/html.py reading its fields; and a golden report case whose input
-has it (tests/fixtures/golden/reports/, scripts/golden_cases.py).
+render/terminal.py and render/html.py reading its fields; the tab's (integrations/tensorboard);
+its entry in render/shown.py; and a golden report case whose input has it
+(tests/fixtures/golden/reports/, scripts/golden_cases.py). docs/how-it-works.md has the recipe.
 """
 
 from __future__ import annotations

@@ -77,18 +77,25 @@ def write_rows(name: str) -> None:
     print(f"rows/{name}: {len(rows)} rank(s), {steps} rows")
 
 
-def report_case(folder: str) -> tuple[dict, str]:
-    """The JSON report (less its input path) and the terminal report of one case folder."""
+def analysed_case(folder: str) -> tuple:
+    """(the report, as `gpuscope analyze` makes it with the case's arguments; its input path)
+    of one case folder."""
     from gpuscope.cli import _analyze, build_parser
-    from gpuscope.render import json as render_json
-    from gpuscope.render.terminal import render
 
     with open(os.path.join(folder, "case.json")) as fh:
         case = json.load(fh)
     here = os.path.join(folder, "input")
     path = here if os.path.exists(here) else os.path.join(FIXTURES, case["input"])
     args = build_parser().parse_args(["analyze", path, *case.get("args", [])])
-    rep = _analyze(args, None)
+    return _analyze(args, None), path
+
+
+def report_case(folder: str) -> tuple[dict, str]:
+    """The JSON report (less its input path) and the terminal report of one case folder."""
+    from gpuscope.render import json as render_json
+    from gpuscope.render.terminal import render
+
+    rep, path = analysed_case(folder)
     data = json.loads(render_json.render(rep))
     data.pop("path", None)
     return data, render(rep, width=REPORT_WIDTH).replace(path, "<input>")

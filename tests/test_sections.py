@@ -66,3 +66,74 @@ def test_each_section_writes_its_optional_fields_only_when_known():
                 busiest_rank=0, busiest_share=0.75, max_over_mean=1.5, uneven=True)
     rep = gpuscope.Report.from_dict({**_saved("comm"), "routing": r.to_dict()})
     assert rep.routing == r
+
+
+def _keys_a_report_writes() -> set:
+    """Every top-level key ReportData.to_dict can write: its dict's keys and those it adds."""
+    import ast
+    import inspect
+
+    from gpuscope.results import ReportData
+
+    tree = ast.parse(inspect.getsource(ReportData.to_dict).replace("\n    ", "\n")[4:])
+    keys = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Dict):  # d = {...} and **({"stall": ...} if ...)
+            keys |= {k.value for k in node.keys if isinstance(k, ast.Constant)}
+        elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store) and \
+                isinstance(node.value, ast.Name) and node.value.id == "d":
+            keys.add(node.slice.value)
+    return keys
+
+
+def test_every_key_a_report_writes_has_its_entry_in_the_front_ends_table():
+    """Issue 72: render/shown.py says, key by key, where the terminal, the HTML and the tab
+    show it, or why one does not; a key added to the report without an entry fails here, as
+    an entry for a key the report no longer writes."""
+    from gpuscope.render.shown import SHOWN
+
+    written = _keys_a_report_writes()
+    assert len(written) > 30  # the ast walk found the report's keys
+    assert sorted(written - set(SHOWN)) == [], "keys without an entry in render/shown.py"
+    assert sorted(set(SHOWN) - written) == [], "entries for keys the report does not write"
+    for key, shown in SHOWN.items():
+        assert all(shown[:3]) or len(shown.why) > 20, f"{key}: a front end without why"
+
+
+@pytest.mark.parametrize("case", sorted(os.listdir(GOLDEN)))
+def test_each_front_end_shows_what_its_entry_says(case):
+    """For each key a golden case's report holds (analysed from its input, as the CLI does),
+    each place its entry names is in that front end's output: the terminal's text, the HTML,
+    the tab's index.js (and its backend's words)."""
+    import json as json_module
+    import sys
+
+    from gpuscope.render import html, json as render_json, terminal
+    from gpuscope.render.shown import SHOWN
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scripts"))
+    import golden_cases
+
+    rep, _ = golden_cases.analysed_case(os.path.join(GOLDEN, case))
+    d = json_module.loads(render_json.render(rep))
+    text = " ".join(terminal.render(rep, width=400).split())
+    page = html.render(rep, plotlyjs="cdn")
+    tab_dir = os.path.join(os.path.dirname(gpuscope.__file__), "integrations", "tensorboard")
+    with open(os.path.join(tab_dir, "static", "index.js")) as fh:
+        tab = fh.read()
+    with open(os.path.join(tab_dir, "plugin.py")) as fh:
+        backend = fh.read()
+    scalars = {k: v for k, v in d.items() if isinstance(v, (str, int, float))}
+    for key, shown in SHOWN.items():
+        if d.get(key) in (None, [], {}, "") or (shown.holds and not shown.holds(d)):
+            continue
+        if shown.terminal:
+            assert shown.terminal.format(**scalars) in text, (key, shown.terminal)
+        if shown.html:
+            assert shown.html.format(**scalars) in page, (key, shown.html)
+        if shown.tab and shown.tab.startswith("panel-"):
+            assert f'id="{shown.tab}"' in page, (key, shown.tab)  # the tab draws figures()
+        elif shown.tab:
+            assert shown.tab in tab, (key, shown.tab)
+            if shown.tab.startswith("words."):
+                assert f'"{shown.tab[6:]}":' in backend, (key, shown.tab)

@@ -529,9 +529,11 @@ def _summary_html(report: ReportData) -> str:
            f'<div class="verdict" style="border-color:{color}"><span class="label" '
            f'style="background:{color}">{esc(v.label)}</span> {v.share:.0%} of step time, '
            f'confidence {esc(v.confidence)}']
-    others = [f"{esc(k)} {s:.0%}" for k, s in v.others()]  # the terminal's order
-    if others:
-        out.append(f' <span class="dim">(also: {", ".join(others)})</span>')
+    from .terminal import also_words
+
+    also = also_words(v)  # the terminal's words
+    if also:
+        out.append(f' <span class="dim">({esc(also)})</span>')
     if v.evidence:
         out.append(f'<div class="dim" id="confidence-why">confidence {esc(v.confidence)}: '
                    f'{esc("; ".join(v.evidence))}</div>')

@@ -119,9 +119,9 @@ def _header(report: ReportData, console: Console) -> None:
                 style="bold")
     head.append(v.label.upper(), style=f"bold {LABEL_STYLES.get(v.label, 'white')}")
     head.append(f"  {_pct(v.share, 2):.0f}% of step time, confidence {v.confidence}")
-    others = [f"{k} {s:.0%}" for k, s in v.others()]
-    if others:
-        head.append(f"  (also: {', '.join(others)})", style="dim")
+    also = also_words(v)
+    if also:
+        head.append(f"  ({also})", style="dim")
     if v.evidence:
         head.append(f"\nconfidence {v.confidence}: " + "; ".join(v.evidence), style="dim")
     line = throughput_line(report.throughput)
@@ -133,6 +133,13 @@ def _header(report: ReportData, console: Console) -> None:
         head.append("\nEnergy: ", style="bold")
         head.append(line)
     console.print(head)
+
+
+def also_words(v) -> str:
+    """The labels beside the verdict, in its order: "also: jitter-bound 22%" ("" for none);
+    every front end shows these words."""
+    others = [f"{k} {s:.0%}" for k, s in v.others()]
+    return f"also: {', '.join(others)}" if others else ""
 
 
 def energy_line(e: dict) -> str:

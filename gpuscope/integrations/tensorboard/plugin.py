@@ -205,6 +205,7 @@ def build_payload(path: str, run: str) -> dict:
     from ...op_names import excess_words
     from ...render import ops_text
     from ...render.html import esc, figures
+    from ...render.terminal import also_words, energy_line, throughput_line
 
     try:
         report = analyze(path)
@@ -217,6 +218,9 @@ def build_payload(path: str, run: str) -> dict:
              "straggler_ops": {str(s.rank): excess_words(s.ops) for s in report.stragglers
                                if s.ops},
              "minor": [m.line(report.thresholds.wait) for m in report.minor_stragglers],
+             "also": also_words(report.verdict),
+             "throughput": throughput_line(report.throughput),
+             "energy": energy_line(report.energy),
              "not_ruled_out": report.not_ruled_out_line,
              "straggler_floor": report.straggler_floor_line,
              "jitter": report.jitter.note(report.late_ranks)}

@@ -85,8 +85,14 @@ function summary(report, colors, words) {
   verdict.append(label, document.createTextNode(
       ` ${Math.round(100 * report.verdict_share)}% of step time, confidence ${report.confidence}` +
       ` (${report.ranks_analysed} of ${report.world_size} ranks, ${report.steps_analysed} steps,` +
-      ` ${report.source})`));
+      ` ${report.source})` + (words && words.also ? ` (${words.also})` : "")));
   box.append(verdict);
+  if ((report.confidence_why || []).length) {  // why the confidence is what it is
+    box.append(el("div", {class: "meta", id: "confidence-why"},
+                  `confidence ${report.confidence}: ` + report.confidence_why.join("; ")));
+  }
+  if (words && words.throughput) box.append(el("p", {id: "throughput"}, "Throughput: " + words.throughput));
+  if (words && words.energy) box.append(el("p", {id: "energy"}, "Energy: " + words.energy));
   if (report.straggler_details.length) {
     box.append(el("h3", {}, "Stragglers"));
     const ul = el("ul", {id: "stragglers"});
