@@ -481,12 +481,12 @@ def test_whether_the_rank_was_late_before_from_the_report_s_stragglers():
 
 
 def test_the_idle_flush_of_a_real_recorder_writes_its_rows_once(tmp_path):
-    """The watcher's view of a real recorder (_Watched): its idle flush hands the writer the
+    """The watcher's view of a real recorder (watched.Watched): its idle flush hands the writer the
     rows made so far, as rows (a flush's build was handed over whole once, and the rows of a
     rank killed mid-run were lost), and the close does not write them again."""
     import gpuscope
     from gpuscope.readers import read_path
-    from gpuscope.record.recorder import _Watched
+    from gpuscope.record.watched import Watched
 
     now = [0]
     rec = gpuscope.record(tmp_path / "run", flush_rows=1000, flush_s=1000.0, telemetry=False,
@@ -497,7 +497,7 @@ def test_the_idle_flush_of_a_real_recorder_writes_its_rows_once(tmp_path):
             now[0] += 10_000_000
             rec.step()
         assert len(rec._raw) == 5
-        _Watched(rec).idle_flush()
+        Watched(rec).idle_flush()
         assert not rec._raw
         for _ in range(100):  # the writer thread's turn
             if sum(line.startswith("[") for line in path.read_text().splitlines()) == 5:

@@ -3,8 +3,10 @@
 The hot path only takes host timestamps (``time.perf_counter_ns``) and appends to lists; rows are
 summed every few steps and go to an append-only file. No device synchronization, no collective.
 
-Lifecycle: ``start()`` (or entering the ``with`` block) opens the file and installs the hooks;
-``stop()`` (or leaving it) writes what is left and tears everything down. Every way out - a clean
+Lifecycle (lifecycle.py: one state and the table of what moves it): ``start()`` (or entering
+the ``with`` block) opens the file and installs the hooks; ``stop()`` (or leaving it) writes what
+is left and tears everything down. SIGTERM is taken by sigterm.py's guard; the stall watcher
+reads the recorder through watched.py, and both ways out write one end record (_end_record). Every way out - a clean
 stop, an exception in training, an error inside gpuscope, the interpreter exiting without
 ``stop()`` - goes through the one teardown: the sinks closed in one loop, last opened first
 (sinks.py: device times, NVML, DataParallel, memory, live diagnosis, TensorBoard, the profiler
@@ -23,7 +25,6 @@ from __future__ import annotations
 import atexit
 import collections
 import os
-import signal
 import sys
 import threading
 import time
@@ -782,13 +783,14 @@ class Recorder:
     def _start_stall_watch(self, p) -> None:
         """The stall watcher (stall.py): a thread that reads, never waits on, this recorder."""
         from .stall import StallWatch, wrapper_codes
+        from .watched import Watched
 
         exchange = None
         if p.world_size > 1:  # rank 0 logs the hang as it happens (nothing runs per step)
             from .stall_exchange import Exchange
 
             exchange = Exchange(p.rank, p.world_size, log=self.options.live_log and p.rank == 0)
-        watch = StallWatch(_Watched(self), self.options.stall_s, self.options.flush_s,
+        watch = StallWatch(Watched(self), self.options.stall_s, self.options.flush_s,
                            wrapper_codes(Recorder.time_fetches.__code__), exchange)
         watch.start()
 
@@ -904,86 +906,6 @@ class Recorder:
         self.warnings.append(f"internal error in {where}: {exc!r}")
         self._teardown({"steps": self.steps, "crashed": False,
                         "recorder_error": f"{where}: {exc!r}", "warnings": self.warnings})
-
-
-class _Watched:
-    """What the stall watcher (stall.py) reads of a recorder, from its own thread."""
-
-    def __init__(self, rec: Recorder):
-        self._rec = rec
-        self.log = rec._log
-        self.clock = rec.options.clock
-        self.unix = rec._unix
-
-    @property
-    def active(self) -> bool:
-        return self._rec._active
-
-    @property
-    def steps(self) -> int:
-        return self._rec.steps
-
-    @property
-    def started(self) -> int | None:
-        """When the recording started (its clock)."""
-        return self._rec._t0_perf
-
-    def last_step_end(self) -> int | None:
-        """When the last micro-step ended (the recording's start before the first)."""
-        start = self.log.start
-        return start if start is not None else self._rec._t0_perf
-
-    def idle_flush(self) -> None:
-        """Steps stopped coming: the rows made so far go to the file (not the side channels:
-        they stay for the next flush, or the end)."""
-        rec = self._rec
-        writer = rec._writer
-        if not rec._raw or writer is None or writer.error is not None:
-            return
-        with rec._flush_lock:
-            if rec._raw and rec._active:
-                writer.add_rows(rec._drain().rows)
-
-    def sigterm_came(self) -> bool:
-        """A SIGTERM reached the process since the last look (the wakeup fd's bytes)."""
-        return self._rec._sigterm.came()
-
-    def sigterm_unhandled(self) -> bool:
-        """Our SIGTERM handler is in place and has not run (the recording is open)."""
-        rec = self._rec
-        return rec._active and rec.state is State.RUNNING and rec._sigterm.handler is not None
-
-    def terminate(self, frame) -> None:
-        """The training thread cannot take the SIGTERM that came (blocked in native code): write
-        the rows and the end record from here, then end the process as SIGTERM's default action
-        would have (exit status 128 + 15)."""
-        rec = self._rec
-        try:
-            rec._terminated = "SIGTERM"
-            rec._terminated_where = rec._where_signalled(frame)
-            writer = rec._writer
-            if writer is not None:
-                with rec._flush_lock:
-                    if rec._raw:
-                        writer.add_rows(rec._drain().rows)
-                writer.close(rec._end_record(False, blocked=True))
-        finally:
-            from .fatal import drop_if_empty
-
-            drop_if_empty(rec.path)  # no fatal signal came: its trace file goes
-            os._exit(128 + signal.SIGTERM)
-
-    def write_side(self, obj: dict) -> None:
-        writer = self._rec._writer
-        if writer is not None:
-            writer.add_meta(obj)
-
-    def dump_flight_recorder(self) -> dict | None:
-        """torch's Flight Recorder, where it records (TORCH_FR_BUFFER_SIZE), written beside the
-        record file: {"file", "entries"}; None where it records nothing."""
-        from .stall import dump_flight_recorder
-
-        return dump_flight_recorder(self._rec.path)
 
 
 def record(run_dir, model=None, options: RecordOptions | None = None, **kw) -> Recorder:
