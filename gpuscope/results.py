@@ -20,7 +20,8 @@ from .vocab import COMPUTE_PHASES, JITTER, MS, PARTS
 
 if TYPE_CHECKING:  # the table needs pandas; a Report read from JSON has none
     from .runtable import RunTable
-    from .sections import CommGroup, DataParallel, Memory, NotRuledOut, Ops, Routing, StragglerFloor
+    from .sections import (CommGroup, DataParallel, Energy, Memory, NotRuledOut, Ops, Routing,
+                           StragglerFloor)
 
 SCHEMA = "gpuscope.report/1"
 #: the one statistic of every figure of a quantity in a report (ms per step, shares, estimates,
@@ -515,7 +516,7 @@ class ReportData:
     #: steps/s, samples/s, tokens/s, FLOP/s and MFU per rank and globally: analyze/throughput.py
     throughput: dict = field(default_factory=dict)
     #: joules per step and sample, the share spent waiting, cost per 1,000 steps: analyze/energy.py
-    energy: dict = field(default_factory=dict)
+    energy: "Energy | None" = None
     #: communication per process group, named by its mesh dimension where known
     comm_by_group: list[CommGroup] = field(default_factory=list)
     #: how unevenly all-to-alls deliver rows (an expert layer's tokens): analyze/routing.py
@@ -621,7 +622,7 @@ class ReportData:
         if self.throughput:
             d["throughput"] = self.throughput
         if self.energy:
-            d["energy"] = self.energy
+            d["energy"] = self.energy.to_dict()
         if self.comm_by_group:
             d["comm_by_group"] = [g.to_dict() for g in self.comm_by_group]
         if self.routing is not None:
@@ -636,8 +637,8 @@ class ReportData:
         if not isinstance(d, dict) or d.get("schema") != SCHEMA:
             got = d.get("schema") if isinstance(d, dict) else type(d).__name__
             raise InputError(f"not a {SCHEMA} JSON report (schema {got!r})")
-        from .sections import (CommGroup, DataParallel, Memory, NotRuledOut, Ops, Routing,
-                               StragglerFloor, load, load_list)
+        from .sections import (CommGroup, DataParallel, Energy, Memory, NotRuledOut, Ops,
+                               Routing, StragglerFloor, load, load_list)
 
         try:
             verdict = Verdict(d["verdict"], d["verdict_share"], d["confidence"],
@@ -655,7 +656,7 @@ class ReportData:
                 load(DataParallel, d.get("dataparallel"), "dataparallel"),
                 [dict(s) for s in d.get("stopped_ranks", [])], list(d.get("missing_ranks", [])),
                 memory=load(Memory, d.get("memory"), "memory"),
-                throughput=dict(d.get("throughput", {})), energy=dict(d.get("energy", {})),
+                throughput=dict(d.get("throughput", {})), energy=load(Energy, d.get("energy"), "energy"),
                 comm_by_group=load_list(CommGroup, d.get("comm_by_group", []), "comm_by_group"),
                 routing=load(Routing, d.get("routing"), "routing"),
                 ops=load(Ops, d.get("ops"), "ops"),

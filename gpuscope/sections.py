@@ -136,6 +136,60 @@ class StragglerFloor(Section):
                 "straggler would not be seen")
 
 
+class EnergyRank(Section):
+    """One rank's energy over the steps the NVML samples cover."""
+
+    rank: int
+    steps: int
+    joules_per_step: float
+    watts: float
+    joules_per_sample: float | None = None
+
+
+class EnergyCost(Section):
+    """What 1,000 steps cost at the price given, and each part's share of it by time."""
+
+    price_per_gpu_hour: float
+    per_1000_steps: float
+    data: float
+    comm: float                 # exposed transfer
+    waiting: float              # waiting for other ranks
+
+
+class Energy(Section):
+    """Energy per rank and step from NVML and what the waiting costs; with a price, the cost
+    per 1,000 steps (analyze/energy.py). Either part may be absent (no samples, no price)."""
+
+    source: str | None = None           # "NVML energy counter" | "power samples"
+    per_rank: list[EnergyRank] | None = None
+    joules_per_step: float | None = None  # summed over the ranks
+    waiting_pct: dict[str, float] | None = None  # data / comm / waiting: % of the energy
+    assumes: str | None = None
+    joules_per_sample: float | None = None
+    cost: EnergyCost | None = None
+
+    def line(self) -> str:
+        """Joules, watts, the share spent waiting, and the cost, in one line ("" without
+        any): what every front end says of it."""
+        parts = []
+        if self.per_rank:
+            w = self.waiting_pct or {}
+            watts = sum(r.watts for r in self.per_rank) / len(self.per_rank)
+            parts.append(
+                f"{self.joules_per_step:,.1f} J/step over {len(self.per_rank)} GPU(s)"
+                + (f", {self.joules_per_sample:.3g} J/sample"
+                   if self.joules_per_sample is not None else "")
+                + f", {watts:.0f} W per GPU ({self.source}); {sum(w.values()):.0f}% of it while "
+                f"waiting (data {w['data']:.0f}%, communication {w['comm']:.0f}%, other ranks "
+                f"{w['waiting']:.0f}%)")
+        c = self.cost
+        if c:
+            parts.append(f"{c.per_1000_steps:,.2f} per 1,000 steps at {c.price_per_gpu_hour:g} "
+                         f"per GPU hour, of which data {c.data:,.2f}, communication "
+                         f"{c.comm:,.2f}, waiting for other ranks {c.waiting:,.2f}")
+        return "; ".join(parts)
+
+
 def load(kind: type, value, key: str):
     """A section read back from a JSON report, checked against its type (None where absent)."""
     if value is None or value == {}:

@@ -358,16 +358,16 @@ def test_energy_per_step_from_the_counter_and_the_cost_of_waiting(tmp_path, monk
     assert len(table.telemetry) == 16  # the first fetch and 40 steps: 1.61 s, one every 0.1 s
     assert table.telemetry["energy_mj"].notna().all()
     rep = analyze_table(table)
-    e = rep.energy
-    assert e["source"] == "NVML energy counter"
-    (r,) = e["per_rank"]
+    e = rep.energy  # a typed section (sections.Energy)
+    assert e.source == "NVML energy counter"
+    (r,) = e.per_rank
     assert (rep.table.frame["step_ns"] == 40_000_000).all()
     step_s = float(rep.table.frame["step_ns"].mean()) / 1e9
-    assert r["joules_per_step"] == pytest.approx(12.0) and r["watts"] == pytest.approx(300)
-    assert e["waiting_pct"]["data"] == pytest.approx(25.0)
-    c = e["cost"]
+    assert r.joules_per_step == pytest.approx(12.0) and r.watts == pytest.approx(300)
+    assert e.waiting_pct["data"] == pytest.approx(25.0)
+    c = e.cost
     per_1000 = step_s * 1000 / 3600 * 2.0  # the report rounds money to 4 places
-    assert (c["per_1000_steps"], c["data"]) == (round(per_1000, 4), round(per_1000 / 4, 4))
+    assert (c.per_1000_steps, c.data) == (round(per_1000, 4), round(per_1000 / 4, 4))
     from gpuscope.render.terminal import render
 
     assert "J/step" in render(rep, width=200) and "per 1,000 steps" in render(rep, width=200)
@@ -387,8 +387,8 @@ def test_older_nvml_samples_without_the_counter_still_read(tmp_path, monkeypatch
     table = load_table(tmp_path)
     assert len(table.telemetry) and table.telemetry["energy_mj"].isna().all()
     e = analyze_table(table).energy
-    assert e["source"] == "power samples"
-    assert e["per_rank"][0]["watts"] == pytest.approx(350.0, rel=0.02)
+    assert e.source == "power samples"
+    assert e.per_rank[0].watts == pytest.approx(350.0, rel=0.02)
 
 
 def test_collectives_outside_ddp_on_a_gpu_keep_their_host_times_and_say_what_is_not_seen(

@@ -45,6 +45,9 @@ def test_the_cases_hold_the_sections():
     ("dataparallel", {"forward_ms": {"0": 1.0}}, "devices"),
     ("memory", {"series": [{"rank": 0}], "findings": []}, "$.series[0]"),
     ("ops", {"basis": "x", "ranks": "all", "run": {}}, "ranks"),
+    ("energy", {"source": "power samples", "per_rank": [{"rank": 0, "steps": 3}]},
+     "$.per_rank[0]"),
+    ("straggler_floor", {"up_to_ms": 1.0, "pct": 2.0}, "steps"),
 ])
 def test_a_malformed_section_is_one_clear_error_on_load(key, bad, says):
     d = {**_saved("comm"), key: bad}

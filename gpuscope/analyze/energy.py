@@ -14,9 +14,11 @@ and each bottleneck's share of it by time, energy or not.
 
 from __future__ import annotations
 
+import msgspec
 import numpy as np
 import pandas as pd
 
+from ..sections import Energy
 from .rowgroups import count_distinct
 
 PARTS = (("data", "data_ns"), ("comm", None), ("waiting", "wait_ns"))
@@ -48,8 +50,9 @@ def step_joules(g: pd.DataFrame, t: pd.DataFrame) -> tuple[np.ndarray, str]:
     return np.full(len(g), np.nan), ""
 
 
-def energy_section(frame: pd.DataFrame, telemetry: pd.DataFrame | None, knobs: dict) -> dict:
-    """The report's `energy` section ({} with neither NVML samples nor a price)."""
+def energy_section(frame: pd.DataFrame, telemetry: pd.DataFrame | None,
+                   knobs: dict) -> Energy | None:
+    """The report's `energy` section (None with neither NVML samples nor a price)."""
     out: dict = {}
     batch = knobs.get("batch_size") if isinstance(knobs.get("batch_size"), int) else None
     if telemetry is not None and len(telemetry) and len(frame):
@@ -92,4 +95,4 @@ def energy_section(frame: pd.DataFrame, telemetry: pd.DataFrame | None, knobs: d
             share = float((_part_ns(frame, part, col) / np.maximum(step, 1)).mean())
             cost[part] = round(per_k * share, 4)
         out["cost"] = cost
-    return out
+    return msgspec.convert(out, Energy) if out else None

@@ -100,7 +100,7 @@ class Analysis:
     telemetry: dict = field(default_factory=dict)   # telemetry
     memory: object = None                           # memory: sections.Memory, or None
     throughput: dict = field(default_factory=dict)  # throughput: the report's section
-    energy: dict = field(default_factory=dict)      # energy: the report's section
+    energy: object = None                           # energy: the report's section (sections.Energy)
     comm_groups: list = field(default_factory=list)  # suggest: [sections.CommGroup]
     wait_cells: object = UNSET                       # prepare: wait.wait_cells (let go in suggest)
     key_waits: object = None                         # suggest: wait per collective key (wait.py)

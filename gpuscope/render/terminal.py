@@ -142,23 +142,9 @@ def also_words(v) -> str:
     return f"also: {', '.join(others)}" if others else ""
 
 
-def energy_line(e: dict) -> str:
-    """Joules, watts, the share spent waiting, and the cost, in one line ("" without any)."""
-    parts = []
-    if e.get("per_rank"):
-        w = e["waiting_pct"]
-        watts = sum(r["watts"] for r in e["per_rank"]) / len(e["per_rank"])
-        parts.append(f"{e['joules_per_step']:,.1f} J/step over {len(e['per_rank'])} GPU(s)"
-                     + (f", {e['joules_per_sample']:.3g} J/sample" if "joules_per_sample" in e
-                        else "") + f", {watts:.0f} W per GPU ({e['source']}); "
-                     f"{sum(w.values()):.0f}% of it while waiting (data {w['data']:.0f}%, "
-                     f"communication {w['comm']:.0f}%, other ranks {w['waiting']:.0f}%)")
-    c = e.get("cost")
-    if c:
-        parts.append(f"{c['per_1000_steps']:,.2f} per 1,000 steps at {c['price_per_gpu_hour']:g} "
-                     f"per GPU hour, of which data {c['data']:,.2f}, communication "
-                     f"{c['comm']:,.2f}, waiting for other ranks {c['waiting']:,.2f}")
-    return "; ".join(parts)
+def energy_line(e) -> str:
+    """The energy section's line (sections.Energy.line; "" without one)."""
+    return e.line() if e else ""
 
 
 def _si(x: float) -> str:
