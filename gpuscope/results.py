@@ -20,8 +20,8 @@ from .vocab import COMPUTE_PHASES, JITTER, MS, PARTS
 
 if TYPE_CHECKING:  # the table needs pandas; a Report read from JSON has none
     from .runtable import RunTable
-    from .sections import (CommGroup, DataParallel, Energy, Memory, NotRuledOut, Ops, Routing,
-                           StragglerFloor)
+    from .sections import (CommGroup, DataParallel, Death, Energy, Memory, NotRuledOut, Ops,
+                           Routing, StragglerFloor)
 
 SCHEMA = "gpuscope.report/1"
 #: the one statistic of every figure of a quantity in a report (ms per step, shares, estimates,
@@ -526,7 +526,7 @@ class ReportData:
     ops: Ops | None = None
     #: how the run died, the rank that died first first (analyze/stopped.deaths): each with
     #: its rank, the step it died in (from 0), its cause and what it says; [] when it did not
-    died: list = field(default_factory=list)
+    died: "list[Death]" = field(default_factory=list)  # the first to die first
     #: a run whose steps stopped coming (analyze/stall.py): who waits where, who never came,
     #: since when, whether it was late before; the pauses it came back from. {} when none
     stall: dict = field(default_factory=dict)
@@ -580,7 +580,7 @@ class ReportData:
         d = {
             "schema": SCHEMA, "source": self.source, "path": self.path, "basis": BASIS,
             **({"stall": _jsonable(self.stall)} if self.stall else {}),
-            **({"died": [dict(x) for x in self.died]} if self.died else {}),
+            **({"died": [x.to_dict() for x in self.died]} if self.died else {}),
             "world_size": int(self.world_size),
             "ranks_analysed": len(self.ranks),
             "steps_analysed": len(self.steps),
@@ -637,8 +637,8 @@ class ReportData:
         if not isinstance(d, dict) or d.get("schema") != SCHEMA:
             got = d.get("schema") if isinstance(d, dict) else type(d).__name__
             raise InputError(f"not a {SCHEMA} JSON report (schema {got!r})")
-        from .sections import (CommGroup, DataParallel, Energy, Memory, NotRuledOut, Ops,
-                               Routing, StragglerFloor, load, load_list)
+        from .sections import (CommGroup, DataParallel, Death, Energy, Memory, NotRuledOut,
+                               Ops, Routing, StragglerFloor, load, load_list)
 
         try:
             verdict = Verdict(d["verdict"], d["verdict_share"], d["confidence"],
@@ -660,7 +660,7 @@ class ReportData:
                 comm_by_group=load_list(CommGroup, d.get("comm_by_group", []), "comm_by_group"),
                 routing=load(Routing, d.get("routing"), "routing"),
                 ops=load(Ops, d.get("ops"), "ops"),
-                died=[dict(x) for x in d.get("died", [])],
+                died=load_list(Death, d.get("died", []), "died"),
                 stall=stall_read(d.get("stall", {})),
                 minor_stragglers=[MinorStraggler.from_dict(x)
                                   for x in d.get("minor_stragglers", [])],

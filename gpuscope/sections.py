@@ -16,6 +16,8 @@ its entry in render/shown.py; and a golden report case whose input has it
 
 from __future__ import annotations
 
+from typing import Literal
+
 import msgspec
 
 from .errors import InputError
@@ -188,6 +190,21 @@ class Energy(Section):
                          f"per GPU hour, of which data {c.data:,.2f}, communication "
                          f"{c.comm:,.2f}, waiting for other ranks {c.waiting:,.2f}")
         return "; ".join(parts)
+
+
+class Death(Section):
+    """A rank whose training ended by its own error or a kill, not by waiting on a lost peer
+    (analyze/stopped.deaths), the one that died first leading; `text` says it, with whether
+    it was late before (`late_before`, the first only), as every front end shows it."""
+
+    rank: int
+    step: int | None            # the step it died in (from 0, as every step); None: not known
+    last_step: int | None       # its last recorded step
+    cause: Literal["out_of_memory", "fatal_signal", "killed", "exception"]
+    first: bool                 # among the ranks that stopped first
+    unix_ns: int | None         # when (None: killed, no end record to say)
+    text: str
+    late_before: str | None = None
 
 
 def load(kind: type, value, key: str):

@@ -400,7 +400,7 @@ def case_oom(out: str, device: str, check) -> None:
 
     lines = render(rep, width=200).splitlines()
     first = lines[1] if len(lines) > 1 else ""
-    d = rep.died[0] if rep.died else {}
+    d = rep.died[0].to_dict() if rep.died else {}
     text = " ".join(lines)
     check("oom: told first, in the step it died in, against what it could use",
           died_in is not None and d.get("step") == died_in and "THE RUN DIED" in first

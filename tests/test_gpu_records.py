@@ -68,8 +68,8 @@ def test_a_run_that_died_of_oom_says_so_first_against_what_it_could_use():
     per step; died in its step 10 (steps 0-9 completed)."""
     rep = gpuscope.analyze(_run("oom_capped"))
     (died,) = rep.died
-    assert died["cause"] == "out_of_memory" and died["rank"] == 0 and died["step"] == 10
-    assert "5.6 GiB this process was allowed" in died["text"]
+    assert died.cause == "out_of_memory" and died.rank == 0 and died.step == 10
+    assert "5.6 GiB this process was allowed" in died.text
     lines = render(rep).splitlines()
     first = next(i for i, line in enumerate(lines) if "THE RUN DIED" in line)
     verdict = next(i for i, line in enumerate(lines) if "Verdict" in line)

@@ -48,6 +48,8 @@ def test_the_cases_hold_the_sections():
     ("energy", {"source": "power samples", "per_rank": [{"rank": 0, "steps": 3}]},
      "$.per_rank[0]"),
     ("straggler_floor", {"up_to_ms": 1.0, "pct": 2.0}, "steps"),
+    ("died", [{"rank": 1, "step": 4, "last_step": 3, "cause": "eaten", "first": True,
+               "unix_ns": None, "text": "rank 1 ..."}], "cause"),
 ])
 def test_a_malformed_section_is_one_clear_error_on_load(key, bad, says):
     d = {**_saved("comm"), key: bad}

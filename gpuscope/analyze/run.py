@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
+import msgspec
 import numpy as np
 import pandas as pd
 
@@ -369,12 +370,14 @@ def report(a: Analysis) -> None:
         straggler_floor=straggler_floor(a))
     a.report.stall = stall_section(t, a.report)
     hung = {int(r) for r in a.report.stall.get("ranks") or ()}
-    killed = {d["rank"] for d in a.report.died if d["cause"] == "killed"}
-    if hung and hung <= killed and {d["rank"] for d in a.report.died} <= hung:
+    killed = {d.rank for d in a.report.died if d.cause == "killed"}
+    if hung and hung <= killed and {d.rank for d in a.report.died} <= hung:
         a.report.died = []  # the hung job killed at once: the stall says what happened
-    for d in a.report.died[:1]:  # the rank that died first: was it late before?
-        d["late_before"] = late_before(a.report, d["rank"], "died").text
-        d["text"] += f"; {d['late_before']}"
+    if a.report.died:  # the rank that died first: was it late before?
+        d = a.report.died[0]
+        before = late_before(a.report, d.rank, "died").text
+        a.report.died[0] = msgspec.structs.replace(d, late_before=before,
+                                                   text=f"{d.text}; {before}")
 
 
 def not_ruled_out(a: Analysis) -> NotRuledOut | None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 
+from ..sections import Death
 from ..runtable import RunTable
 from ..stall_story import ranks_said, clock, in_step, short_error
 from .rowgroups import step_by_rank
@@ -118,7 +119,7 @@ def died_in(end, last: int | None) -> int | None:
     return None if last is None else int(last) + 1
 
 
-def deaths(table: RunTable, stopped: list[dict], memory, last: dict) -> list[dict]:
+def deaths(table: RunTable, stopped: list[dict], memory, last: dict) -> list[Death]:
     """How the run died, where it did: the ranks whose training ended by their own error or a
     kill (not by waiting on a lost peer), each with the step it died in (numbered from 0, as
     every step in a report: died_in), first the one that died first (then the earliest to die);
@@ -172,11 +173,11 @@ def deaths(table: RunTable, stopped: list[dict], memory, last: dict) -> list[dic
                 text += (f"; the other ranks failed {min(after) / 1e9:.1f}-"
                          f"{max(after) / 1e9:.1f} s later, waiting on it" if len(after) > 1 else
                          f"; the other rank failed {after[0] / 1e9:.1f} s later, waiting on it")
-        out.append({"rank": int(rank), "step": step, "last_step": None if mine is None
-                    else int(mine), "cause": cause, "first": rank in first or not stopped,
-                    "unix_ns": when, "text": text})
-    out.sort(key=lambda d: (not d["first"], d["unix_ns"] or float("inf"),
-                            d["last_step"] if d["last_step"] is not None else -1, d["rank"]))
+        out.append(Death(rank=int(rank), step=step,
+                         last_step=None if mine is None else int(mine), cause=cause,
+                         first=rank in first or not stopped, unix_ns=when, text=text))
+    out.sort(key=lambda d: (not d.first, d.unix_ns or float("inf"),
+                            d.last_step if d.last_step is not None else -1, d.rank))
     return out
 
 

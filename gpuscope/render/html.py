@@ -522,7 +522,7 @@ def _summary_html(report: ReportData) -> str:
     out = [f'<h1>gpuscope <small>{esc(report.source)}: {esc(report.path)}</small></h1>']
     out += _stall_html(report.stall or {})  # a run that hung says so first
     out += [('<p class="died">Also died: ' if i else '<p class="died" id="died">The run died: ')
-            + f'{esc(d["text"])}</p>'
+            + f'{esc(d.text)}</p>'
             for i, d in enumerate(report.died[:4])]  # a run that died says so first
     out += [f'<p class="meta">{len(report.ranks)} of {report.world_size} ranks, '
            f'{_steps_text(report)}</p>',

@@ -103,7 +103,7 @@ def _header(report: ReportData, console: Console) -> None:
                     + f" (in {p['in']}" + (f", at {p['at']}" if p.get("at") else "") + ")\n")
     for i, d in enumerate(report.died[:4]):  # a run that died says so first
         head.append("THE RUN DIED: " if i == 0 else "also died: ", style="bold red")
-        head.append(d["text"] + "\n", style="red" if i == 0 else "")
+        head.append(d.text + "\n", style="red" if i == 0 else "")
     hosts = {r.host for r in report.ranks if r.host}
     skip = report.thresholds.warmup_steps or 0
     micro = report.knobs.get("sync_interval") or 1
