@@ -204,6 +204,13 @@ def test_2d_sample_splits_each_dimension_into_wait_and_transfer():
     assert mesh["holds_back"] == top == MESH2D_WANT["record"]["holds_back"]
     for d in mesh["by_dim"].values():
         assert d["wait_ms"] + d["transfer_ms"] == pytest.approx(d["exposed_ms"], abs=2e-3)
+    # one sentence for it, made once: the terminal and the HTML show the same words
+    from gpuscope.render import html, terminal
+
+    said = terminal.holds_back_words(rep.layout)
+    assert said.startswith(f"The {top!r} dimension holds the step back: ")
+    assert said in " ".join(terminal.render(rep, width=400).split())
+    assert f'<p id="mesh-holds-back"><b>{html.esc(said)}</b></p>' in html.render(rep)
 
 
 def test_2d_sample_traces_say_why_they_have_no_split():

@@ -416,11 +416,10 @@ def _mesh_html(report: ReportData) -> str:
         f"<td>{g.comm_ms:.1f}</td><td>{g.exposed_ms:.1f}</td>"
         + (f"<td>{g.wait_ms:.1f}</td><td>{g.transfer_ms:.1f}</td>" if split else "")
         + "</tr>" for g in groups)
-    mesh = report.layout.get("mesh") or {}
-    held = mesh.get("holds_back")
-    note = (f'<p id="mesh-holds-back"><b>The {esc(repr(held))} dimension holds the step back'
-            f"</b>: {mesh['by_dim'][held]['exposed_ms']:.1f} ms of exposed communication per "
-            "step</p>" if held else "")
+    from .terminal import holds_back_words
+
+    held = holds_back_words(report.layout)  # the terminal's words
+    note = f'<p id="mesh-holds-back"><b>{esc(held)}</b></p>' if held else ""
     return ("<h2>Communication by mesh dimension</h2><p class=\"dim\">mean ms per analysed step "
             "over each group's ranks</p>"
             f'<table id="mesh">{head}{rows}</table>{note}')

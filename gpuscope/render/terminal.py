@@ -351,12 +351,20 @@ def _comm_groups(report: ReportData, console: Console) -> None:
                 if g.wait_ms is not None else "") for g in groups[:8]]
     console.print(Text("Communication by mesh dimension / group, mean ms per step: "
                        + "; ".join(cells)))
-    mesh = report.layout.get("mesh") or {}
-    if mesh.get("holds_back"):
-        d = mesh["by_dim"][mesh["holds_back"]]
-        console.print(Text(f"The {mesh['holds_back']!r} dimension holds the step back: "
-                           f"{d['exposed_ms']:.1f} ms of exposed communication per step",
-                           style="bold"))
+    held = holds_back_words(report.layout)
+    if held:
+        console.print(Text(held, style="bold"))
+
+
+def holds_back_words(layout: dict) -> str:
+    """The mesh dimension that holds the step back, in words every front end shows ("" where
+    none does)."""
+    mesh = layout.get("mesh") or {}
+    held = mesh.get("holds_back")
+    if not held:
+        return ""
+    return (f"The {held!r} dimension holds the step back: "
+            f"{mesh['by_dim'][held]['exposed_ms']:.1f} ms of exposed communication per step")
 
 
 def _routing(report: ReportData, console: Console) -> None:
