@@ -146,20 +146,22 @@ def test_the_step_whose_flops_were_counted_is_left_out():
     assert 2 in [s.step for s in analyze_table(t2, Thresholds(warmup_steps=0)).steps]
 
 
+def _accumulated(micro_steps: int):
+    """(report, step ms) of 2 ranks accumulating over 4 micro-steps of 10 ms, a 2 ms all-reduce
+    on the last, batch 8, `micro_steps` micro-steps recorded."""
+    rows = [{"rank": r, "step": s, "compute": 10, "synced": int(s % 4 == 3),
+             **({"comm": 2, "comm_exposed": 2} if s % 4 == 3 else {})}
+            for r in range(2) for s in range(micro_steps)]
+    rep = analyze_table(table_from_rows(rows, knobs={"batch_size": 8}),
+                        Thresholds(warmup_steps=1))
+    return rep, max(r.step_ns for r in rep.ranks) / 1e6
+
+
 def test_with_accumulation_steps_per_s_counts_the_report_s_steps():
     """Issue 71, 13.: with accumulation the report's step is the optimizer step (here 4
     micro-steps of ~10 ms and a 2 ms all-reduce on the last), and steps/s counted micro-steps
     ("19.59 steps/s" beside a step of 1,222.8 ms): now steps/s x the step is one second."""
-    from gpuscope.analyze.run import analyze_table
-    from gpuscope.thresholds import Thresholds
-    from helpers import table_from_rows
-
-    rows = [{"rank": r, "step": s, "compute": 10, "synced": int(s % 4 == 3),
-             **({"comm": 2, "comm_exposed": 2} if s % 4 == 3 else {})}
-            for r in range(2) for s in range(40)]
-    rep = analyze_table(table_from_rows(rows, knobs={"batch_size": 8}),
-                        Thresholds(warmup_steps=1))
-    step_ms = max(r.step_ns for r in rep.ranks) / 1e6
+    rep, step_ms = _accumulated(40)
     assert step_ms == pytest.approx(42, abs=1)
     assert rep.throughput["steps_per_s"] * step_ms / 1000 == pytest.approx(1.0, rel=0.02)
     # samples still count every micro-step's batch: 4 x 8 per optimizer step and rank
@@ -171,12 +173,7 @@ def test_with_accumulation_an_unfinished_optimizer_step_is_not_in_the_time():
     of an eighth, as the demo's --sync-every 4 leaves): steps/s counted the finished cycles over
     a time that also held the unfinished one's 2 micro-steps (8.28 steps/s beside a 113.1 ms
     step, 7% apart). Its samples, of no analysed step, are left out with it."""
-    rows = [{"rank": r, "step": s, "compute": 10, "synced": int(s % 4 == 3),
-             **({"comm": 2, "comm_exposed": 2} if s % 4 == 3 else {})}
-            for r in range(2) for s in range(30)]
-    rep = analyze_table(table_from_rows(rows, knobs={"batch_size": 8}),
-                        Thresholds(warmup_steps=1))
-    step_ms = max(r.step_ns for r in rep.ranks) / 1e6
+    rep, step_ms = _accumulated(30)
     assert step_ms == pytest.approx(42, abs=1)
     assert rep.throughput["steps_per_s"] * step_ms / 1000 == pytest.approx(1.0, rel=0.01)
     assert rep.throughput["samples_per_s"] == pytest.approx(2 * 32 * 1000 / step_ms, rel=0.01)
