@@ -10,11 +10,13 @@ equal report, less the rank x step table (`table`), which the JSON does not carr
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .breakdown import GpuBreakdown
 from .errors import InputError
+from .json_form import (IN_MS, IN_PCT, MS_OF_NS, PCT_OF_SHARE, WHOLE, Col, Jsonable, empty, load,
+                        none)
 from .thresholds import Thresholds
 from .vocab import COMPUTE_PHASES, JITTER, MS, PARTS
 
@@ -33,12 +35,8 @@ def _r3(x) -> float:
     return round(float(x), 3)
 
 
-def _ns(ms) -> int:
-    return int(round(float(ms) * MS))
-
-
 @dataclass(frozen=True)
-class Verdict:
+class Verdict(Jsonable):
     """The run's label: the one that holds the most step time."""
 
     label: str
@@ -46,6 +44,10 @@ class Verdict:
     confidence: str       # high / medium / low: the share, capped by evidence (confidence.py)
     time_by_label: dict   # label -> share of step time
     evidence: tuple = ()  # what in the input limits the confidence, one line each
+
+    #: at the report's top level (ReportData's columns spread them)
+    JSON = (Col("verdict", "label"), Col("verdict_share", "share", digits=4),
+            Col("confidence"), Col("confidence_why", "evidence"), Col("time_by_label"))
 
     def others(self) -> list[tuple[str, float]]:
         """The other labels with their shares, largest first, those that round to 0% left out:
@@ -55,7 +57,7 @@ class Verdict:
 
 
 @dataclass(frozen=True)
-class Jitter:
+class Jitter(Jsonable):
     """Waiting in steps where the late rank changes from step to step (no consistent straggler)."""
 
     steps_share: float = 0.0   # share of step time in those steps
@@ -92,18 +94,12 @@ class Jitter:
                 f"that waits longest, in steps where the late rank changes from step to step ({d['steps_time_pct']:.0f}% of step "
                 "time): no consistent straggler")
 
-    def to_dict(self) -> dict:
-        return {"steps_time_pct": round(100 * self.steps_share, 2),
-                "wait_pct": round(100 * self.wait_share, 2),
-                "intermittent": self.intermittent}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "Jitter":
-        return cls(d["steps_time_pct"] / 100, d["wait_pct"] / 100, d.get("intermittent"))
+    JSON = (Col("steps_time_pct", "steps_share", PCT_OF_SHARE, 2),
+            Col("wait_pct", "wait_share", PCT_OF_SHARE, 2), Col("intermittent"))
 
 
 @dataclass(frozen=True)
-class TelemetrySummary:
+class TelemetrySummary(Jsonable):
     """One rank's NVML samples summed up."""
 
     samples: int
@@ -115,18 +111,12 @@ class TelemetrySummary:
     temp_max_c: int
     throttle: tuple[str, ...]  # throttle reasons seen (idle excluded)
 
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d["throttle"] = list(self.throttle)
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "TelemetrySummary":
-        return cls(**{**d, "throttle": tuple(d.get("throttle", ()))})
+    JSON = tuple(Col(k) for k in ("samples", "util_pct", "mem_used_max_pct", "power_w",
+                                  "sm_clock_mhz", "sm_clock_min_mhz", "temp_max_c", "throttle"))
 
 
 @dataclass
-class Straggler:
+class Straggler(Jsonable):
     """A rank the others wait for, consistently."""
 
     rank: int
@@ -173,29 +163,15 @@ class Straggler:
                      f"({when}), {b['excess_ms']:.1f} ms late in each: intermittent")
         return said
 
-    def to_dict(self) -> dict:
-        return {"rank": self.rank, "host": self.host,
-                "slow_steps_pct": round(100 * self.slow_steps_share, 1),
-                "excess_ms": _r3(self.excess_ns / MS), "cause": self.cause,
-                "cause_detail": self.cause_detail, "telemetry": self.telemetry,
-                **({"group": list(self.group)} if self.group else {}),
-                **({"probable": self.probable} if self.probable else {}),
-                **({"ops": [dict(o) for o in self.ops]} if self.ops else {}),
-                **({"last_in": list(self.last_in)} if self.last_in[1] else {}),
-                **({"bursts": dict(self.bursts)} if self.bursts else {}),
-                "lateness": self.lateness}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "Straggler":
-        return cls(d["rank"], d["slow_steps_pct"] / 100, _ns(d["excess_ms"]), d["cause"],
-                   d.get("cause_detail", ""), host=d.get("host", ""),
-                   telemetry=d.get("telemetry", ""), group=list(d.get("group", [])),
-                   probable=d.get("probable", ""), ops=[dict(o) for o in d.get("ops", [])],
-                   last_in=tuple(d.get("last_in", (0, 0))), bursts=dict(d.get("bursts", {})))
+    JSON = (Col("rank"), Col("host"), Col("slow_steps_pct", "slow_steps_share", PCT_OF_SHARE, 1),
+            Col("excess_ms", "excess_ns", MS_OF_NS, 3), Col("cause"), Col("cause_detail"),
+            Col("telemetry"), Col("group", omit=empty), Col("probable", omit=empty),
+            Col("ops", omit=empty), Col("last_in", omit=lambda n_m: not n_m[1]),
+            Col("bursts", omit=empty), Col("lateness", write=lambda s, d: s.lateness))
 
 
 @dataclass(frozen=True)
-class MinorStraggler:
+class MinorStraggler(Jsonable):
     """A rank consistently late by less than the imbalance threshold (consistency.Roles.minor):
     it decides no verdict and gets no suggestion, and is named so that its cause can be looked
     at before it grows."""
@@ -223,21 +199,14 @@ class MinorStraggler:
                 f"{self.part}: under the {100 * threshold:.0f}% at which waiting for it "
                 "decides the verdict, so no suggestion; its cause is worth a look before it grows")
 
-    def to_dict(self) -> dict:
-        return {"rank": self.rank, "host": self.host, "late_ms": _r3(self.late_ns / MS),
-                "late_pct": round(100 * self.late_share, 1), "excess_ms": _r3(self.excess_ns / MS),
-                "cause": self.cause, "cause_detail": self.cause_detail,
-                **({"last_in": list(self.last_in)} if self.last_in[1] else {})}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "MinorStraggler":
-        return cls(d["rank"], _ns(d["late_ms"]), d["late_pct"] / 100, _ns(d["excess_ms"]),
-                   d["cause"], d.get("cause_detail", ""), d.get("host", ""),
-                   tuple(d.get("last_in", (0, 0))))
+    JSON = (Col("rank"), Col("host"), Col("late_ms", "late_ns", MS_OF_NS, 3),
+            Col("late_pct", "late_share", PCT_OF_SHARE, 1),
+            Col("excess_ms", "excess_ns", MS_OF_NS, 3), Col("cause"), Col("cause_detail"),
+            Col("last_in", omit=lambda n_m: not n_m[1]))
 
 
 @dataclass(frozen=True)
-class StageResult:
+class StageResult(Jsonable):
     """One pipeline stage (a rank with point-to-point communication), mean ns per step."""
 
     rank: int
@@ -251,25 +220,17 @@ class StageResult:
     bubble_ns: float           # all point-to-point waiting (the two above, or without peers)
     microbatches: int | None   # forward calls per step
 
-    def to_dict(self) -> dict:
-        d = {"rank": self.rank, "stage": self.stage, "pipeline": self.pipeline}
-        for k in ("step", "busy", "compute", "wait_prev", "wait_next", "bubble"):
-            d[f"{k}_ms"] = _r3(getattr(self, f"{k}_ns") / MS)
-        # from the figures as written, so that reading the JSON back gives the same one
-        d["bubble_pct"] = round(100 * d["bubble_ms"] / max(d["step_ms"], 1e-6), 2)
-        d["microbatches"] = self.microbatches
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "StageResult":
-        ns = {f"{k}_ns": d[f"{k}_ms"] * MS
-              for k in ("step", "busy", "compute", "wait_prev", "wait_next", "bubble")}
-        return cls(d["rank"], d.get("stage"), d.get("pipeline"), microbatches=d.get("microbatches"),
-                   **ns)
+    JSON = (Col("rank"), Col("stage"), Col("pipeline"),
+            *(Col(f"{k}_ms", f"{k}_ns", MS_OF_NS, 3)
+              for k in ("step", "busy", "compute", "wait_prev", "wait_next", "bubble")),
+            # from the figures as written, so that reading the JSON back gives the same one
+            Col("bubble_pct", write=lambda s, d: round(100 * d["bubble_ms"] / max(d["step_ms"],
+                                                                                  1e-6), 2)),
+            Col("microbatches"))
 
 
 @dataclass(frozen=True)
-class PipelineResult:
+class PipelineResult(Jsonable):
     """Pipeline parallelism: per stage its busy time and waiting, the bubble against the
     schedule's ideal, and the slowest stage."""
 
@@ -284,24 +245,14 @@ class PipelineResult:
     def slowest(self) -> StageResult:
         return next(s for s in self.stages if s.rank == self.slowest_rank)
 
-    def to_dict(self) -> dict:
-        return {"stages": [s.to_dict() for s in self.stages], "n_stages": self.n_stages,
-                "microbatches": self.microbatches,
-                "bubble_pct": round(100 * self.bubble_share, 2),
-                "ideal_bubble_pct": (round(100 * self.ideal_bubble_share, 2)
-                                     if self.ideal_bubble_share is not None else None),
-                "slowest_rank": self.slowest_rank, "imbalance": round(self.imbalance, 3)}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "PipelineResult":
-        ideal = d.get("ideal_bubble_pct")
-        return cls(tuple(StageResult.from_dict(s) for s in d["stages"]), d["n_stages"],
-                   d.get("microbatches"), d["bubble_pct"] / 100,
-                   ideal / 100 if ideal is not None else None, d["slowest_rank"], d["imbalance"])
+    JSON = (Col("stages", kind=StageResult), Col("n_stages"), Col("microbatches"),
+            Col("bubble_pct", "bubble_share", PCT_OF_SHARE, 2),
+            Col("ideal_bubble_pct", "ideal_bubble_share", PCT_OF_SHARE, 2),
+            Col("slowest_rank"), Col("imbalance", digits=3))
 
 
 @dataclass
-class Suggestion:
+class Suggestion(Jsonable):
     """One change to make: the knob, its current and proposed value, the step time expected."""
 
     knob: str
@@ -321,26 +272,14 @@ class Suggestion:
     #: (rerun_noise.widen); not in the JSON form
     measured_share: float | None = field(default=None, compare=False)
 
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d.pop("rank")
-        d.pop("measured_share")
-        d["estimated_step_ms"] = _r3(self.estimated_step_ms)
-        rng = self.estimated_step_ms_range
-        d["estimated_step_ms_range"] = None if rng is None else [_r3(rng[0]), _r3(rng[1])]
-        d["gain_pct"] = round(float(self.gain_pct), 1)
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "Suggestion":
-        kw = {f.name: d[f.name] for f in fields(cls) if f.name in d}
-        if kw.get("estimated_step_ms_range") is not None:
-            kw["estimated_step_ms_range"] = tuple(kw["estimated_step_ms_range"])
-        return cls(**kw)
+    JSON = (Col("knob"), Col("current"), Col("proposed"),
+            Col("estimated_step_ms", unit=IN_MS, digits=3), Col("why"), Col("addresses"),
+            Col("gain_pct", unit=IN_PCT, digits=1),
+            Col("estimated_step_ms_range", unit=IN_MS, digits=3))
 
 
 @dataclass(frozen=True)
-class StepResult:
+class StepResult(Jsonable):
     """One step across ranks (a synchronous step is as slow as its slowest rank)."""
 
     step: int                     # with accumulation: the optimizer step's last micro-step
@@ -359,30 +298,18 @@ class StepResult:
     def jitter(self) -> bool:
         return JITTER in self.secondary
 
-    def to_dict(self) -> dict:
-        d = {"step": self.step, "label": self.label, "step_ms": _r3(self.step_ns / MS),
-             "data_pct": _r3(100 * self.data_share),
-             "comm_exposed_pct": _r3(100 * self.comm_share),
-             "wait_pct": _r3(100 * self.wait_share),
-             "compute_pct": _r3(100 * self.compute_share), "secondary": list(self.secondary)}
-        if self.micro_steps != 1:
-            d["micro_steps"] = self.micro_steps
-        if self.host_share:
-            d["host_pct"] = _r3(100 * self.host_share)
-        if self.bubble_share:
-            d["bubble_pct"] = _r3(100 * self.bubble_share)
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "StepResult":
-        return cls(d["step"], d["label"], _ns(d["step_ms"]), d["data_pct"] / 100,
-                   d["comm_exposed_pct"] / 100, d["wait_pct"] / 100, d["compute_pct"] / 100,
-                   tuple(d.get("secondary", ())), d.get("micro_steps", 1),
-                   d.get("host_pct", 0.0) / 100, d.get("bubble_pct", 0.0) / 100)
+    JSON = (Col("step"), Col("label"), Col("step_ms", "step_ns", MS_OF_NS, 3),
+            Col("data_pct", "data_share", PCT_OF_SHARE, 3),
+            Col("comm_exposed_pct", "comm_share", PCT_OF_SHARE, 3),
+            Col("wait_pct", "wait_share", PCT_OF_SHARE, 3),
+            Col("compute_pct", "compute_share", PCT_OF_SHARE, 3), Col("secondary"),
+            Col("micro_steps", omit=lambda n: n == 1),
+            Col("host_pct", "host_share", PCT_OF_SHARE, 3, omit=empty),
+            Col("bubble_pct", "bubble_share", PCT_OF_SHARE, 3, omit=empty))
 
 
 @dataclass(frozen=True)
-class RankResult:
+class RankResult(Jsonable):
     """One rank over the analysed steps: the mean ns per step of each part (`<part>_ns`) and its
     share of the rank's summed step time in % (`<part>_pct`: the same figure over the mean
     step), and where known the compute phases, collectives by kind (mean ns per step) and what
@@ -432,62 +359,44 @@ class RankResult:
         """Mean exposed communication that is moving bytes, not waiting."""
         return max(self.comm_exposed_ns - self.wait_ns - self.bubble_ns, 0.0)
 
-    def to_dict(self) -> dict:
-        # a report has a row per rank (100,000 of them at fleet size): the parts written out
-        # field by field, not looked up by name
-        d = {"rank": self.rank, "host": self.host, "steps": self.steps,
-             "step_ms": _r3(self.step_ns / MS),
-             "data_ms": _r3(self.data_ns / MS), "data_pct": _r3(self.data_pct),
-             "compute_ms": _r3(self.compute_ns / MS), "compute_pct": _r3(self.compute_pct),
-             "comm_ms": _r3(self.comm_ns / MS), "comm_pct": _r3(self.comm_pct),
-             "comm_exposed_ms": _r3(self.comm_exposed_ns / MS),
-             "comm_exposed_pct": _r3(self.comm_exposed_pct),
-             "wait_ms": _r3(self.wait_ns / MS), "wait_pct": _r3(self.wait_pct),
-             "other_ms": _r3(self.other_ns / MS), "other_pct": _r3(self.other_pct)}
+    JSON = (Col("rank"), Col("host"), Col("steps"), Col("step_ms", "step_ns", MS_OF_NS, 3),
+            *(c for p in PARTS for c in (Col(f"{p}_ms", f"{p}_ns", MS_OF_NS, 3),
+                                         Col(f"{p}_pct", unit=IN_PCT, digits=3))),
+            Col("phases", spread=True, write=lambda r, d: r.phases_out(),
+                read=lambda d: RankResult.phases_in(d)),
+            Col("comm_by_kind", unit=MS_OF_NS, digits=3, omit=empty),
+            *(Col(k, unit=IN_PCT, digits=3, omit=none)
+              for k in ("between_pct", "host_pct", "sync_idle_pct", "cpu_math_pct",
+                        "python_pct")),
+            # both or neither, as one
+            Col("bubble", spread=True, write=lambda r, d: r.bubble_out(),
+                read=lambda d: {"bubble_ns": d.get("bubble_ms", 0.0) * MS,
+                                "bubble_pct": d.get("bubble_pct", 0.0)}),
+            Col("telemetry", kind=TelemetrySummary, omit=none),
+            Col("gpu_breakdown", kind=GpuBreakdown, omit=none))
+
+    def phases_out(self) -> dict:
+        """Each compute phase's mean ms and % as the JSON has them (forward_ms, forward_pct)."""
+        d = {}
         for phase, ns in self.phases_ns.items():
             d[f"{phase}_ms"] = _r3(ns / MS)
             d[f"{phase}_pct"] = _r3(self.phases_pct.get(phase, 0.0))
-        if self.comm_by_kind:
-            d["comm_by_kind"] = {k: _r3(v / MS) for k, v in self.comm_by_kind.items()}
-        if self.between_pct is not None:
-            d["between_pct"] = _r3(self.between_pct)
-        if self.host_pct is not None:
-            d["host_pct"] = _r3(self.host_pct)
-        if self.sync_idle_pct is not None:
-            d["sync_idle_pct"] = _r3(self.sync_idle_pct)
-        if self.cpu_math_pct is not None:
-            d["cpu_math_pct"] = _r3(self.cpu_math_pct)
-        if self.python_pct is not None:
-            d["python_pct"] = _r3(self.python_pct)
-        if self.bubble_ns or self.bubble_pct:
-            d["bubble_ms"] = _r3(self.bubble_ns / MS)
-            d["bubble_pct"] = _r3(self.bubble_pct)
-        if self.telemetry is not None:
-            d["telemetry"] = self.telemetry.to_dict()
-        if self.gpu_breakdown is not None:
-            d["gpu_breakdown"] = self.gpu_breakdown.to_dict()
         return d
 
-    @classmethod
-    def from_dict(cls, d: dict) -> "RankResult":
-        parts = {f"{p}_ns": d[f"{p}_ms"] * MS for p in PARTS}
-        pcts = {f"{p}_pct": d[f"{p}_pct"] for p in PARTS}
-        tel, gb = d.get("telemetry"), d.get("gpu_breakdown")
+    @staticmethod
+    def phases_in(d: dict) -> dict:
         phases = [p for p in COMPUTE_PHASES if f"{p}_ms" in d]
-        return cls(d["rank"], d.get("host", ""), d["steps"], d["step_ms"] * MS, **parts, **pcts,
-                   telemetry=TelemetrySummary.from_dict(tel) if tel else None,
-                   gpu_breakdown=GpuBreakdown.from_dict(gb) if gb else None,
-                   phases_ns={p: d[f"{p}_ms"] * MS for p in phases},
-                   phases_pct={p: d.get(f"{p}_pct", 0.0) for p in phases},
-                   comm_by_kind={k: v * MS for k, v in d.get("comm_by_kind", {}).items()},
-                   between_pct=d.get("between_pct"), host_pct=d.get("host_pct"),
-                   sync_idle_pct=d.get("sync_idle_pct"), cpu_math_pct=d.get("cpu_math_pct"),
-                   python_pct=d.get("python_pct"),
-                   bubble_ns=d.get("bubble_ms", 0.0) * MS, bubble_pct=d.get("bubble_pct", 0.0))
+        return {"phases_ns": {p: d[f"{p}_ms"] * MS for p in phases},
+                "phases_pct": {p: d.get(f"{p}_pct", 0.0) for p in phases}}
+
+    def bubble_out(self) -> dict:
+        if not (self.bubble_ns or self.bubble_pct):
+            return {}
+        return {"bubble_ms": _r3(self.bubble_ns / MS), "bubble_pct": _r3(self.bubble_pct)}
 
 
 @dataclass
-class ReportData:
+class ReportData(Jsonable):
     """What an analysis found, as data: renderers read these fields; `to_dict` is the JSON
     contract. `gpuscope.Report` adds the ways out (print, write_json, write_html)."""
 
@@ -542,6 +451,32 @@ class ReportData:
     #: where no rank is named late: what the steps can see, else None
     straggler_floor: "StragglerFloor | None" = None
 
+    #: the JSON report (DESIGN.md keys; times in ms, shares in %), in its key order
+    JSON = (Col("schema", write=lambda r, d: SCHEMA), Col("source"), Col("path"),
+            Col("basis", write=lambda r, d: BASIS),
+            Col("stall", spread=True, write=lambda r, d: {"stall": _jsonable(r.stall)}
+                if r.stall else {}, read=lambda d: {"stall": stall_read(d.get("stall", {}))}),
+            Col("died", kind="Death", omit=empty), Col("world_size", unit=WHOLE),
+            Col("ranks_analysed", write=lambda r, d: len(r.ranks)),
+            Col("steps_analysed", write=lambda r, d: len(r.steps)),
+            Col("verdict", kind=Verdict, spread=True),
+            Col("stragglers", write=lambda r, d: r.straggler_ranks),
+            Col("probable_stragglers", write=lambda r, d: r.probable_straggler_ranks),
+            Col("straggler_details", "stragglers", kind=Straggler),
+            Col("minor_stragglers", kind=MinorStraggler), Col("jitter", kind=Jitter),
+            Col("steps", kind=StepResult), Col("ranks", kind=RankResult),
+            Col("suggestions", kind=Suggestion), Col("knobs"),
+            Col("thresholds", kind=Thresholds), Col("warnings"),
+            Col("straggler_not_ruled_out", "not_ruled_out", kind="NotRuledOut", omit=none),
+            Col("straggler_floor", kind="StragglerFloor", omit=none),
+            Col("early_ranks", omit=empty), Col("layout", omit=empty),
+            Col("pipeline", kind=PipelineResult, omit=none),
+            Col("dataparallel", kind="DataParallel", omit=none),
+            Col("stopped_ranks", omit=empty), Col("missing_ranks", omit=empty),
+            Col("memory", kind="Memory", omit=none), Col("throughput", omit=empty),
+            Col("energy", kind="Energy", omit=none), Col("comm_by_group", kind="CommGroup", omit=empty),
+            Col("routing", kind="Routing", omit=none), Col("ops", kind="Ops", omit=none))
+
     @property
     def step_ns(self) -> float:
         """The report's step time: the slowest rank's mean over the analysed steps (the rank
@@ -575,99 +510,15 @@ class ReportData:
         """Ranks late in most steps, too few of them to confirm it."""
         return [s.rank for s in self.stragglers if s.probable]
 
-    def to_dict(self) -> dict:
-        """The JSON report (DESIGN.md keys; times in ms, shares in %)."""
-        d = {
-            "schema": SCHEMA, "source": self.source, "path": self.path, "basis": BASIS,
-            **({"stall": _jsonable(self.stall)} if self.stall else {}),
-            **({"died": [x.to_dict() for x in self.died]} if self.died else {}),
-            "world_size": int(self.world_size),
-            "ranks_analysed": len(self.ranks),
-            "steps_analysed": len(self.steps),
-            "verdict": self.verdict.label,
-            "verdict_share": round(self.verdict.share, 4),
-            "confidence": self.verdict.confidence,
-            "confidence_why": list(self.verdict.evidence),
-            "time_by_label": self.verdict.time_by_label,
-            "stragglers": self.straggler_ranks,
-            "probable_stragglers": self.probable_straggler_ranks,
-            "straggler_details": [s.to_dict() for s in self.stragglers],
-            "minor_stragglers": [s.to_dict() for s in self.minor_stragglers],
-            "jitter": self.jitter.to_dict(),
-            "steps": [s.to_dict() for s in self.steps],
-            "ranks": [r.to_dict() for r in self.ranks],
-            "suggestions": [s.to_dict() for s in self.suggestions],
-            "knobs": self.knobs,
-            "thresholds": self.thresholds.to_dict(),
-            "warnings": list(self.warnings),
-        }
-        if self.not_ruled_out:
-            d["straggler_not_ruled_out"] = self.not_ruled_out.to_dict()
-        if self.straggler_floor:
-            d["straggler_floor"] = self.straggler_floor.to_dict()
-        if self.early_ranks:
-            d["early_ranks"] = list(self.early_ranks)
-        if self.layout:
-            d["layout"] = self.layout
-        if self.pipeline is not None:
-            d["pipeline"] = self.pipeline.to_dict()
-        if self.dataparallel is not None:
-            d["dataparallel"] = self.dataparallel.to_dict()
-        if self.stopped_ranks:
-            d["stopped_ranks"] = [dict(s) for s in self.stopped_ranks]
-        if self.missing_ranks:
-            d["missing_ranks"] = list(self.missing_ranks)
-        if self.memory is not None:
-            d["memory"] = self.memory.to_dict()
-        if self.throughput:
-            d["throughput"] = self.throughput
-        if self.energy:
-            d["energy"] = self.energy.to_dict()
-        if self.comm_by_group:
-            d["comm_by_group"] = [g.to_dict() for g in self.comm_by_group]
-        if self.routing is not None:
-            d["routing"] = self.routing.to_dict()
-        if self.ops is not None:
-            d["ops"] = self.ops.to_dict()
-        return d
-
     @classmethod
     def from_dict(cls, d: dict) -> "ReportData":
-        """Read back a saved JSON report (`to_dict`'s form)."""
+        """Read back a saved JSON report (`to_dict`'s form), checked: a report of another
+        schema, or with a missing or malformed field, is one InputError."""
         if not isinstance(d, dict) or d.get("schema") != SCHEMA:
             got = d.get("schema") if isinstance(d, dict) else type(d).__name__
             raise InputError(f"not a {SCHEMA} JSON report (schema {got!r})")
-        from .sections import (CommGroup, DataParallel, Death, Energy, Memory, NotRuledOut,
-                               Ops, Routing, StragglerFloor, load, load_list)
-
         try:
-            verdict = Verdict(d["verdict"], d["verdict_share"], d["confidence"],
-                              dict(d["time_by_label"]), tuple(d.get("confidence_why", ())))
-            return cls(
-                d["source"], d["path"], d["world_size"], verdict,
-                [StepResult.from_dict(s) for s in d["steps"]],
-                [RankResult.from_dict(r) for r in d["ranks"]],
-                [Straggler.from_dict(s) for s in d["straggler_details"]],
-                [Suggestion.from_dict(s) for s in d["suggestions"]],
-                Thresholds(**d["thresholds"]), Jitter.from_dict(d["jitter"]),
-                dict(d["knobs"]), list(d["warnings"]), list(d.get("early_ranks", [])),
-                dict(d.get("layout", {})),
-                PipelineResult.from_dict(d["pipeline"]) if d.get("pipeline") else None,
-                load(DataParallel, d.get("dataparallel"), "dataparallel"),
-                [dict(s) for s in d.get("stopped_ranks", [])], list(d.get("missing_ranks", [])),
-                memory=load(Memory, d.get("memory"), "memory"),
-                throughput=dict(d.get("throughput", {})), energy=load(Energy, d.get("energy"), "energy"),
-                comm_by_group=load_list(CommGroup, d.get("comm_by_group", []), "comm_by_group"),
-                routing=load(Routing, d.get("routing"), "routing"),
-                ops=load(Ops, d.get("ops"), "ops"),
-                died=load_list(Death, d.get("died", []), "died"),
-                stall=stall_read(d.get("stall", {})),
-                minor_stragglers=[MinorStraggler.from_dict(x)
-                                  for x in d.get("minor_stragglers", [])],
-                not_ruled_out=load(NotRuledOut, d.get("straggler_not_ruled_out"),
-                                   "straggler_not_ruled_out"),
-                straggler_floor=load(StragglerFloor, d.get("straggler_floor"),
-                                     "straggler_floor"))
+            return load(cls, d)
         except (KeyError, TypeError, ValueError) as exc:
             raise InputError(f"a {SCHEMA} report with a missing or malformed field ({exc!r})") \
                 from None

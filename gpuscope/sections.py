@@ -207,6 +207,15 @@ class Death(Section):
     late_before: str | None = None
 
 
+def named(name: str) -> type:
+    """A section's struct by its class name (json_form's columns name them: msgspec loads
+    only where a report holds one)."""
+    kind = globals().get(name)
+    if not (isinstance(kind, type) and issubclass(kind, Section)):
+        raise ValueError(f"no report section is named {name!r}")
+    return kind
+
+
 def load(kind: type, value, key: str):
     """A section read back from a JSON report, checked against its type (None where absent)."""
     if value is None or value == {}:

@@ -74,21 +74,11 @@ def test_each_section_writes_its_optional_fields_only_when_known():
 
 
 def _keys_a_report_writes() -> set:
-    """Every top-level key ReportData.to_dict can write: its dict's keys and those it adds."""
-    import ast
-    import inspect
-
+    """Every top-level key ReportData.to_dict can write: its declared columns (json_form)."""
+    from gpuscope.json_form import keys
     from gpuscope.results import ReportData
 
-    tree = ast.parse(inspect.getsource(ReportData.to_dict).replace("\n    ", "\n")[4:])
-    keys = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Dict):  # d = {...} and **({"stall": ...} if ...)
-            keys |= {k.value for k in node.keys if isinstance(k, ast.Constant)}
-        elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store) and \
-                isinstance(node.value, ast.Name) and node.value.id == "d":
-            keys.add(node.slice.value)
-    return keys
+    return set(keys(ReportData))
 
 
 def test_every_key_a_report_writes_has_its_entry_in_the_front_ends_table():
@@ -98,7 +88,7 @@ def test_every_key_a_report_writes_has_its_entry_in_the_front_ends_table():
     from gpuscope.render.shown import SHOWN
 
     written = _keys_a_report_writes()
-    assert len(written) > 30  # the ast walk found the report's keys
+    assert len(written) > 30
     assert sorted(written - set(SHOWN)) == [], "keys without an entry in render/shown.py"
     assert sorted(set(SHOWN) - written) == [], "entries for keys the report does not write"
     for key, shown in SHOWN.items():
