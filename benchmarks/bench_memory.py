@@ -91,7 +91,7 @@ def tokens(tmp: str) -> dict:
     if proc.returncode:
         raise SystemExit(proc.stderr[-2000:])
     rep = gpuscope.analyze(out)
-    t = rep.throughput
+    t = rep.throughput.to_dict()  # as the JSON has it
     skip = rep.thresholds.warmup_steps
     theirs = 0.0
     for r in range(2):

@@ -23,7 +23,7 @@ from .vocab import COMPUTE_PHASES, JITTER, MS, PARTS
 if TYPE_CHECKING:  # the table needs pandas; a Report read from JSON has none
     from .runtable import RunTable
     from .sections import (CommGroup, DataParallel, Death, Energy, Memory, NotRuledOut, Ops,
-                           Routing, StragglerFloor)
+                           Routing, StragglerFloor, Throughput)
 
 SCHEMA = "gpuscope.report/1"
 #: the one statistic of every figure of a quantity in a report (ms per step, shares, estimates,
@@ -423,7 +423,7 @@ class ReportData(Jsonable):
     #: memory per rank (series) and what it tells (findings): analyze/bottlenecks/memory.py
     memory: Memory | None = None
     #: steps/s, samples/s, tokens/s, FLOP/s and MFU per rank and globally: analyze/throughput.py
-    throughput: dict = field(default_factory=dict)
+    throughput: "Throughput | None" = None
     #: joules per step and sample, the share spent waiting, cost per 1,000 steps: analyze/energy.py
     energy: "Energy | None" = None
     #: communication per process group, named by its mesh dimension where known
@@ -473,7 +473,7 @@ class ReportData(Jsonable):
             Col("pipeline", kind=PipelineResult, omit=none),
             Col("dataparallel", kind="DataParallel", omit=none),
             Col("stopped_ranks", omit=empty), Col("missing_ranks", omit=empty),
-            Col("memory", kind="Memory", omit=none), Col("throughput", omit=empty),
+            Col("memory", kind="Memory", omit=none), Col("throughput", kind="Throughput", omit=none),
             Col("energy", kind="Energy", omit=none), Col("comm_by_group", kind="CommGroup", omit=empty),
             Col("routing", kind="Routing", omit=none), Col("ops", kind="Ops", omit=none))
 

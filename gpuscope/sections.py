@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Literal
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
 from .errors import InputError
 
@@ -190,6 +191,45 @@ class Energy(Section):
                          f"per GPU hour, of which data {c.data:,.2f}, communication "
                          f"{c.comm:,.2f}, waiting for other ranks {c.waiting:,.2f}")
         return "; ".join(parts)
+
+
+def known(value) -> bool:
+    """A field that holds a value: not None (said unknown) and not UNSET (not said at all)."""
+    return value is not None and value is not UNSET
+
+
+class RankRate(Section):
+    """One rank's rates over its analysed steps (analyze/throughput.py)."""
+
+    rank: int
+    steps_per_s: float
+    samples_per_s: float | None         # null: the batch size is not known
+    tokens_per_s: float | UnsetType = UNSET
+    flop_per_s: float | UnsetType = UNSET
+    mfu_pct: float | UnsetType = UNSET  # absent: no peak, or an impossible MFU
+    busy_mfu_pct: float | UnsetType = UNSET   # over its steps less their waiting
+
+
+class Throughput(Section, kw_only=True):
+    """Steps/s, samples/s, tokens/s, FLOP/s and MFU per rank and for the run
+    (analyze/throughput.py): a key is absent where its input is (no token count, no FLOPs),
+    and null where the input is there but the figure cannot be had (samples/s without a batch
+    size; MFU without a peak, or above 100%)."""
+
+    per_rank: list[RankRate]
+    steps_per_s: float                  # the median rank's
+    samples_per_s: float | None         # summed over the ranks that count samples
+    tokens_per_s: float | UnsetType = UNSET
+    flops_per_step: float | UnsetType = UNSET
+    flops_source: str | UnsetType = UNSET
+    flop_per_s: float | UnsetType = UNSET   # mean per rank
+    peak_flops: float | None | UnsetType = UNSET
+    peak_source: str | UnsetType = UNSET
+    mfu_pct: float | None | UnsetType = UNSET
+    mfu_impossible: str | UnsetType = UNSET  # why the MFU would be above 100%
+    assumes: list[str]
+    #: per straggler, the median rank's busy MFU minus its own (points)
+    straggler_mfu_gap_pct: dict[str, float] | UnsetType = UNSET
 
 
 class Death(Section):

@@ -225,7 +225,7 @@ def case_mfu(out: str, device: str, check) -> None:
         flops = 6 * n_params * tokens + 12 * layers * seq * d_model * tokens
         t = statistics.mean(times[5:]) if len(times) > 6 else None
         rep = gpuscope.analyze(os.path.join(out, "mfu", how))
-        th = rep.throughput
+        th = rep.throughput.to_dict() if rep.throughput else {}  # as the JSON has it
         key = {"bf16": "bf16", "fp16": "fp16", "tf32": "tf32", "fp32": "fp32"}[how]
         truth = 100 * flops / t / (peaks[key] * 1e12) if t and cuda else None
         got = th.get("mfu_pct")

@@ -49,7 +49,7 @@ def test_mfu_of_a_record_that_does_not_say_its_dtype_is_never_above_100_percent(
     path = _run("mfu_autocast")
     rep = gpuscope.analyze(path)
     t = rep.throughput
-    assert t["mfu_pct"] is None and "autocast" in t["mfu_impossible"]
+    assert t.mfu_pct is None and "autocast" in t.mfu_impossible
     text = render(rep)
     assert not re.search(r"MFU \d", text) and "MFU unknown (above 100%" in text
     # what a record of today says of the same run (the probe's knob): 8.3% of the bf16 peak
@@ -59,8 +59,8 @@ def test_mfu_of_a_record_that_does_not_say_its_dtype_is_never_above_100_percent(
         info.knobs["float32_matmul_precision"] = "highest"
     rep = analyze_table(table)
     t = rep.throughput
-    assert "dense bf16 (989 TFLOPS)" in t["peak_source"] and "autocast" in t["peak_source"]
-    assert t["mfu_pct"] == pytest.approx(8.3, abs=0.3)  # 82.6 TFLOP/s over 989.4
+    assert "dense bf16 (989 TFLOPS)" in t.peak_source and "autocast" in t.peak_source
+    assert t.mfu_pct == pytest.approx(8.3, abs=0.3)  # 82.6 TFLOP/s over 989.4
 
 
 def test_a_run_that_died_of_oom_says_so_first_against_what_it_could_use():

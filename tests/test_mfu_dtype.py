@@ -11,6 +11,7 @@ import json
 import os
 
 import pytest
+from msgspec import UNSET
 import torch
 
 import gpuscope
@@ -82,13 +83,13 @@ def test_the_peak_follows_the_dtype_the_maths_ran_in(tmp_path, how, dtype, peak_
     assert knobs["float32_matmul_precision"] == ("high" if how == "tf32" else "highest")
     rep = _on_h200(str(tmp_path))
     t = rep.throughput
-    assert t["peak_flops"] == pytest.approx(H200[peak_key] * 1e12)
-    assert f"dense {peak_key} " in t["peak_source"]
+    assert t.peak_flops == pytest.approx(H200[peak_key] * 1e12)
+    assert f"dense {peak_key} " in t.peak_source
     # MFU by hand: FLOPs per step over the mean step time, over that peak
     want = 100 * knobs["flops_per_step"] / (1e-9 * float(rep.table.frame["step_ns"].mean())) \
         / (H200[peak_key] * 1e12)
-    assert 100 * t["flop_per_s"] / t["peak_flops"] == pytest.approx(want, rel=0.02)
-    assert t["mfu_pct"] == pytest.approx(want, abs=0.011)
+    assert 100 * t.flop_per_s / t.peak_flops == pytest.approx(want, rel=0.02)
+    assert t.mfu_pct == pytest.approx(want, abs=0.011)
 
 
 def test_the_probe_leaves_the_model_without_hooks(tmp_path):
@@ -130,8 +131,8 @@ def test_an_mfu_above_100_percent_is_never_given(tmp_path):
         info.knobs["flops_source"] = "given"
     rep = analyze_table(table, Thresholds(warmup_steps=1))
     t = rep.throughput
-    assert t["mfu_pct"] is None and all("mfu_pct" not in r for r in t["per_rank"])
-    assert "no device runs above its peak" in t["mfu_impossible"]
+    assert t.mfu_pct is None and all(r.mfu_pct is UNSET for r in t.per_rank)
+    assert "no device runs above its peak" in t.mfu_impossible
     assert any("no device runs above its peak" in w for w in rep.warnings)
     from gpuscope.render.terminal import render
 

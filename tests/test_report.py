@@ -111,9 +111,11 @@ def test_wrapped_lines_keep_figures_whole_and_end_without_spaces(width):
 
 def test_rates_carry_their_multiplier_on_the_number():
     from gpuscope.render.terminal import throughput_line
+    from gpuscope.sections import RankRate, Throughput
 
-    line = throughput_line({"steps_per_s": 9.18, "samples_per_s": 75_200.0,
-                            "tokens_per_s": 3_100_000.0, "per_rank": [{}, {}]})
+    rows = [RankRate(rank=r, steps_per_s=9.18, samples_per_s=37_600.0) for r in (0, 1)]
+    line = throughput_line(Throughput(per_rank=rows, steps_per_s=9.18, samples_per_s=75_200.0,
+                                      tokens_per_s=3_100_000.0, assumes=[]))
     assert "75.2k samples/s (37.6k per rank)" in line and "3.1M tokens/s" in line
     assert "ksamples" not in line and "kper" not in line
 

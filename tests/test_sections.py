@@ -50,6 +50,8 @@ def test_the_cases_hold_the_sections():
     ("straggler_floor", {"up_to_ms": 1.0, "pct": 2.0}, "steps"),
     ("died", [{"rank": 1, "step": 4, "last_step": 3, "cause": "eaten", "first": True,
                "unix_ns": None, "text": "rank 1 ..."}], "cause"),
+    ("throughput", {"per_rank": [], "steps_per_s": "fast", "samples_per_s": None,
+                    "assumes": []}, "steps_per_s"),
 ])
 def test_a_malformed_section_is_one_clear_error_on_load(key, bad, says):
     d = {**_saved("comm"), key: bad}
@@ -132,3 +134,20 @@ def test_each_front_end_shows_what_its_entry_says(case):
             assert shown.tab in tab, (key, shown.tab)
             if shown.tab.startswith("words."):
                 assert f'"{shown.tab[6:]}":' in backend, (key, shown.tab)
+
+
+def test_throughput_keeps_unknown_apart_from_absent_when_read_back():
+    """samples/s without a batch size is written as null, a token rate without a token count
+    not at all (analyze/throughput.py): the typed section keeps both when read back."""
+    from msgspec import UNSET
+
+    d = {**_saved("comm"), "throughput": {
+        "per_rank": [{"rank": 0, "steps_per_s": 2.0, "samples_per_s": None}],
+        "steps_per_s": 2.0, "samples_per_s": None, "flops_per_step": 1e9, "flops_source": "given",
+        "flop_per_s": 2e9, "peak_flops": None, "peak_source": "x", "mfu_pct": None,
+        "assumes": ["a"]}}
+    rep = gpuscope.Report.from_dict(d)
+    t = rep.throughput
+    assert t.samples_per_s is None and t.mfu_pct is None and t.tokens_per_s is UNSET
+    assert rep.to_dict()["throughput"] == d["throughput"]
+    assert list(rep.to_dict()["throughput"]) == list(d["throughput"])  # in its key order

@@ -8,6 +8,7 @@ import sys
 
 import numpy as np
 import pytest
+from msgspec import UNSET
 
 import gpuscope
 from gpuscope.analyze.run import analyze_table
@@ -32,12 +33,12 @@ def test_rates_tokens_flops_and_mfu_on_a_table():
     rep = analyze_table(_table(tokens_per_sample=128, flops_per_step=1e12,
                                flops_source="given"), Thresholds(warmup_steps=0))
     t = rep.throughput
-    assert t["steps_per_s"] == pytest.approx(10.0)
-    assert t["samples_per_s"] == pytest.approx(2 * 320)      # 32 samples per 0.1 s, 2 ranks
-    assert t["tokens_per_s"] == pytest.approx(2 * 320 * 128)
-    assert t["flop_per_s"] == pytest.approx(1e13)             # 1e12 per 0.1 s step
-    assert t["mfu_pct"] == pytest.approx(100 * 1e13 / 989.4e12, abs=0.01)
-    assert "H100 SXM dense bf16" in t["peak_source"]
+    assert t.steps_per_s == pytest.approx(10.0)
+    assert t.samples_per_s == pytest.approx(2 * 320)      # 32 samples per 0.1 s, 2 ranks
+    assert t.tokens_per_s == pytest.approx(2 * 320 * 128)
+    assert t.flop_per_s == pytest.approx(1e13)             # 1e12 per 0.1 s step
+    assert t.mfu_pct == pytest.approx(100 * 1e13 / 989.4e12, abs=0.01)
+    assert "H100 SXM dense bf16" in t.peak_source
     d = json.loads(json.dumps(rep.to_dict()))
     assert type(rep).from_dict(d).throughput == rep.throughput
     from gpuscope.render.terminal import render
@@ -47,14 +48,14 @@ def test_rates_tokens_flops_and_mfu_on_a_table():
 
 def test_unknown_device_or_batch_stays_unknown():
     rep = analyze_table(_table("", flops_per_step=1e12), Thresholds(warmup_steps=0))
-    assert rep.throughput["mfu_pct"] is None and rep.throughput["flop_per_s"] > 0
-    assert any("MFU unknown" in a for a in rep.throughput["assumes"])
+    assert rep.throughput.mfu_pct is None and rep.throughput.flop_per_s > 0
+    assert any("MFU unknown" in a for a in rep.throughput.assumes)
     t = _table()
     for info in t.ranks.values():
         info.knobs.pop("batch_size")
     rep = analyze_table(t, Thresholds(warmup_steps=0))
-    assert rep.throughput["samples_per_s"] is None and rep.throughput["steps_per_s"] > 0
-    assert "flop_per_s" not in rep.throughput
+    assert rep.throughput.samples_per_s is None and rep.throughput.steps_per_s > 0
+    assert rep.throughput.flop_per_s is UNSET and "flop_per_s" not in rep.throughput.to_dict()
 
 
 def test_a_stragglers_busy_mfu_is_lower_and_the_gap_is_given():
@@ -67,9 +68,9 @@ def test_a_stragglers_busy_mfu_is_lower_and_the_gap_is_given():
         info.meta["gpu"] = {"name": "NVIDIA A100-SXM4-80GB"}
     rep = analyze_table(t, Thresholds(warmup_steps=0))
     assert rep.straggler_ranks == [1]
-    busy = {r["rank"]: r["busy_mfu_pct"] for r in rep.throughput["per_rank"]}
+    busy = {r.rank: r.busy_mfu_pct for r in rep.throughput.per_rank}
     assert busy[1] < min(busy[r] for r in (0, 2, 3))
-    assert rep.throughput["straggler_mfu_gap_pct"]["1"] > 0
+    assert rep.throughput.straggler_mfu_gap_pct["1"] > 0
 
 
 @pytest.mark.parametrize("name, dtype, tflops", [
@@ -113,8 +114,8 @@ def test_real_two_rank_tokens_and_flops_against_the_loop(tmp_path):
         loop = json.loads((out / f"loop-rank{r}.json").read_text())
         theirs += (sum(loop["samples"][i] for i in analysed)
                    / sum(loop["step_s"][i] for i in analysed))
-    assert t["samples_per_s"] == pytest.approx(theirs, rel=0.05)
-    assert t["tokens_per_s"] == pytest.approx(t["samples_per_s"] * 64, rel=1e-3)
+    assert t.samples_per_s == pytest.approx(theirs, rel=0.05)
+    assert t.tokens_per_s == pytest.approx(t.samples_per_s * 64, rel=1e-3)
 
     import torch
     from torch.utils.flop_counter import FlopCounterMode
@@ -127,9 +128,9 @@ def test_real_two_rank_tokens_and_flops_against_the_loop(tmp_path):
     with FlopCounterMode(display=False) as fc:
         logits = model(x)
         torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB), x.reshape(-1)).backward()
-    assert t["flops_per_step"] == fc.get_total_flops()
-    assert t["flops_source"].startswith("FlopCounterMode")
-    assert t["mfu_pct"] is None  # a CPU: no peak, none guessed
+    assert t.flops_per_step == fc.get_total_flops()
+    assert t.flops_source.startswith("FlopCounterMode")
+    assert t.mfu_pct is None  # a CPU: no peak, none guessed
 
 
 def test_the_step_whose_flops_were_counted_is_left_out():
@@ -141,7 +142,7 @@ def test_the_step_whose_flops_were_counted_is_left_out():
                                      "flops_counted_step": 2})
     rep = analyze_table(t, Thresholds(warmup_steps=0))
     assert 2 not in [s.step for s in rep.steps] and len(rep.steps) == 9
-    assert rep.throughput["steps_per_s"] == pytest.approx(10.0)
+    assert rep.throughput.steps_per_s == pytest.approx(10.0)
     t2 = table_from_rows(rows, knobs={"batch_size": 4})  # not counted: the step stays
     assert 2 in [s.step for s in analyze_table(t2, Thresholds(warmup_steps=0)).steps]
 
@@ -163,9 +164,9 @@ def test_with_accumulation_steps_per_s_counts_the_report_s_steps():
     ("19.59 steps/s" beside a step of 1,222.8 ms): now steps/s x the step is one second."""
     rep, step_ms = _accumulated(40)
     assert step_ms == pytest.approx(42, abs=1)
-    assert rep.throughput["steps_per_s"] * step_ms / 1000 == pytest.approx(1.0, rel=0.02)
+    assert rep.throughput.steps_per_s * step_ms / 1000 == pytest.approx(1.0, rel=0.02)
     # samples still count every micro-step's batch: 4 x 8 per optimizer step and rank
-    assert rep.throughput["samples_per_s"] == pytest.approx(2 * 32 * 1000 / step_ms, rel=0.02)
+    assert rep.throughput.samples_per_s == pytest.approx(2 * 32 * 1000 / step_ms, rel=0.02)
 
 
 def test_with_accumulation_an_unfinished_optimizer_step_is_not_in_the_time():
@@ -175,5 +176,5 @@ def test_with_accumulation_an_unfinished_optimizer_step_is_not_in_the_time():
     step, 7% apart). Its samples, of no analysed step, are left out with it."""
     rep, step_ms = _accumulated(30)
     assert step_ms == pytest.approx(42, abs=1)
-    assert rep.throughput["steps_per_s"] * step_ms / 1000 == pytest.approx(1.0, rel=0.01)
-    assert rep.throughput["samples_per_s"] == pytest.approx(2 * 32 * 1000 / step_ms, rel=0.01)
+    assert rep.throughput.steps_per_s * step_ms / 1000 == pytest.approx(1.0, rel=0.01)
+    assert rep.throughput.samples_per_s == pytest.approx(2 * 32 * 1000 / step_ms, rel=0.01)

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from ..report import Report
+from ..sections import known
 from ..vocab import MS
 from .ops import op_changes
 
@@ -316,10 +317,16 @@ def _memory_stat(rep: Report, key: str):
     return max(ss) if ss else None
 
 
+def _rate(section, key: str):
+    """A rate of a typed section, None where it has none (absent or unknown)."""
+    value = getattr(section, key, None) if section is not None else None
+    return value if known(value) else None
+
+
 def rates_before_after(before: Report, after: Report) -> dict:
     out = {}
     for name, (section, key) in RATES:
-        pair = tuple((getattr(r, section) or {}).get(key) for r in (before, after))
+        pair = tuple(_rate(getattr(r, section), key) for r in (before, after))
         if any(v is not None for v in pair):
             out[name] = pair
     for name, key in (("resident_peak_bytes", "peak_bytes"),

@@ -63,7 +63,7 @@ from .suggestions import (data_before_late_loader, in_order, leading_labels, sug
                           unaddressed)
 from .findings import Findings, typical_step
 from ..calibration import calibrated, noise_for
-from ..sections import NotRuledOut, StragglerFloor
+from ..sections import NotRuledOut, StragglerFloor, Throughput, load
 from .floors import hold_to_findings
 from .rerun_noise import widen
 from .window import profiled_hint, windowed
@@ -100,7 +100,7 @@ class Analysis:
     minor: list = field(default_factory=list)       # stragglers: minor ones (under threshold)
     telemetry: dict = field(default_factory=dict)   # telemetry
     memory: object = None                           # memory: sections.Memory, or None
-    throughput: dict = field(default_factory=dict)  # throughput: the report's section
+    throughput: Throughput | None = None  # throughput: the report's section
     energy: object = None                           # energy: the report's section (sections.Energy)
     comm_groups: list = field(default_factory=list)  # suggest: [sections.CommGroup]
     wait_cells: object = UNSET                       # prepare: wait.wait_cells (let go in suggest)
@@ -220,12 +220,13 @@ def throughput(a: Analysis) -> None:
         lasts = step_by_rank(a.frame, "max")  # not the micro-steps of an unfinished cycle
     cycles = (np.bincount(a.frame["rank"].to_numpy(np.int64)) if a.mapping is not None
               and len(a.frame) else None)  # steps/s in the report's steps: optimizer steps
-    a.throughput = throughput_section(micro, firsts, a.knobs, a.table, a.layout, cycles, lasts)
-    if a.throughput.get("mfu_impossible"):
-        a.warnings.append(a.throughput["mfu_impossible"])
-    gaps = straggler_mfu_gap(a.throughput, [s.rank for s in a.stragglers])
+    section = throughput_section(micro, firsts, a.knobs, a.table, a.layout, cycles, lasts)
+    if section.get("mfu_impossible"):
+        a.warnings.append(section["mfu_impossible"])
+    gaps = straggler_mfu_gap(section, [s.rank for s in a.stragglers])
     if gaps:
-        a.throughput["straggler_mfu_gap_pct"] = {str(k): v for k, v in gaps.items()}
+        section["straggler_mfu_gap_pct"] = {str(k): v for k, v in gaps.items()}
+    a.throughput = load(Throughput, section, "throughput")  # typed once, here (None: no steps)
 
 
 @declares("frame table knobs",

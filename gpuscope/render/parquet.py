@@ -67,7 +67,8 @@ def step_table(report: "ReportData") -> "pd.DataFrame":
     out["knobs_json"] = json.dumps(knobs, sort_keys=True, default=str)
     _memory_columns(out, report)
     _mesh_columns(out, report)
-    per_rank = {r["rank"]: r for r in report.throughput.get("per_rank", [])}
+    per_rank = {r.rank: r.to_dict() for r in (report.throughput.per_rank
+                                               if report.throughput is not None else [])}
     for key in ("samples_per_s", "tokens_per_s", "mfu_pct"):
         out[f"rank_{key}"] = pd.Series([per_rank.get(r, {}).get(key) for r in
                                         out["rank"].tolist()], dtype="Float64")

@@ -7,10 +7,10 @@ import textwrap
 from typing import TYPE_CHECKING
 
 from rich.console import Console
-from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
+from ..sections import known
 from ..vocab import COMPUTE_PHASES, IMBALANCED, LABEL_STYLES, MS, PART_HEADS, PARTS, rest_of_other
 
 PHASE_HEADS = {"forward": "fwd", "backward": "bwd", "optimizer": "opt"}
@@ -19,6 +19,7 @@ from ._console import text_console, text_of
 
 if TYPE_CHECKING:
     from ..results import RankResult, ReportData
+    from ..sections import Throughput
 
 MAX_RANK_ROWS = 16
 
@@ -163,22 +164,22 @@ def _count(x: float) -> str:
     return f"{x:.3g}"
 
 
-def throughput_line(t: dict) -> str:
+def throughput_line(t: Throughput | None) -> str:
     """The run's rates in one line ("" without a throughput section)."""
-    if not t:
+    if t is None:
         return ""
-    n = len(t.get("per_rank", []))
-    parts = [f"{t['steps_per_s']:.2f} steps/s"]
-    if t.get("samples_per_s") is not None:
-        parts.append(f"{_count(t['samples_per_s'])} samples/s"
-                     + (f" ({_count(t['samples_per_s'] / n)} per rank)" if n > 1 else ""))
-    if t.get("tokens_per_s") is not None:
-        parts.append(f"{_count(t['tokens_per_s'])} tokens/s")
-    if t.get("flop_per_s") is not None:
-        parts.append(f"{_si(t['flop_per_s'])}FLOP/s per rank")
-        parts.append(f"MFU {t['mfu_pct']:.1f}% of {t['peak_source']}" if t.get("mfu_pct")
-                     is not None else "MFU unknown (above 100% of the peak: an input is wrong, "
-                     "see the warning)" if t.get("mfu_impossible") else "MFU unknown")
+    n = len(t.per_rank)
+    parts = [f"{t.steps_per_s:.2f} steps/s"]
+    if t.samples_per_s is not None:
+        parts.append(f"{_count(t.samples_per_s)} samples/s"
+                     + (f" ({_count(t.samples_per_s / n)} per rank)" if n > 1 else ""))
+    if known(t.tokens_per_s):
+        parts.append(f"{_count(t.tokens_per_s)} tokens/s")
+    if known(t.flop_per_s):
+        parts.append(f"{_si(t.flop_per_s)}FLOP/s per rank")
+        parts.append(f"MFU {t.mfu_pct:.1f}% of {t.peak_source}" if known(t.mfu_pct)
+                     else "MFU unknown (above 100% of the peak: an input is wrong, "
+                     "see the warning)" if known(t.mfu_impossible) else "MFU unknown")
     return ", ".join(parts)
 
 
