@@ -23,7 +23,7 @@ from .vocab import COMPUTE_PHASES, JITTER, MS, PARTS
 if TYPE_CHECKING:  # the table needs pandas; a Report read from JSON has none
     from .runtable import RunTable
     from .sections import (CommGroup, DataParallel, Death, Energy, Memory, NotRuledOut, Ops,
-                           Routing, StragglerFloor, Throughput)
+                           ParallelLayout, Routing, StragglerFloor, Throughput)
 
 SCHEMA = "gpuscope.report/1"
 #: the one statistic of every figure of a quantity in a report (ms per step, shares, estimates,
@@ -413,7 +413,8 @@ class ReportData(Jsonable):
     knobs: dict = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     early_ranks: list[int] = field(default_factory=list)  # ranks that wait for all others
-    layout: dict = field(default_factory=dict)  # process groups and pipelines (layout.Layout)
+    #: process groups, pipelines and the mesh's communication (analyze/layout.py), None: none
+    layout: "ParallelLayout | None" = None
     pipeline: PipelineResult | None = None
     #: the structured sections are typed (sections.py), None (or []) where the input has none
     dataparallel: DataParallel | None = None  # nn.DataParallel per device (ms, GB)
@@ -469,7 +470,7 @@ class ReportData(Jsonable):
             Col("thresholds", kind=Thresholds), Col("warnings"),
             Col("straggler_not_ruled_out", "not_ruled_out", kind="NotRuledOut", omit=none),
             Col("straggler_floor", kind="StragglerFloor", omit=none),
-            Col("early_ranks", omit=empty), Col("layout", omit=empty),
+            Col("early_ranks", omit=empty), Col("layout", kind="ParallelLayout", omit=none),
             Col("pipeline", kind=PipelineResult, omit=none),
             Col("dataparallel", kind="DataParallel", omit=none),
             Col("stopped_ranks", omit=empty), Col("missing_ranks", omit=empty),

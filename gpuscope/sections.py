@@ -193,6 +193,49 @@ class Energy(Section):
         return "; ".join(parts)
 
 
+class ProcessGroup(Section):
+    """A process group the run's collectives went through, with its global ranks."""
+
+    name: str
+    ranks: list[int]
+
+
+class DimComm(Section, kw_only=True):
+    """One mesh dimension's communication, mean ms per step over its groups' ranks."""
+
+    exposed_ms: float
+    comm_ms: float
+    wait_ms: float | None = None        # of the exposed time, waiting for a late rank ...
+    transfer_ms: float | None = None    # ... and the rest (absent: not split)
+    kinds: list[str]
+
+
+class Mesh(Section, kw_only=True):
+    """Communication by DeviceMesh dimension, and the one that holds the step back."""
+
+    by_dim: dict[str, DimComm]
+    holds_back: str | None              # null: no dimension holds COMM of the step
+
+    def holds_back_words(self) -> str:
+        """The dimension that holds the step back in words every front end shows ("" where
+        none does)."""
+        if not self.holds_back:
+            return ""
+        return (f"The {self.holds_back!r} dimension holds the step back: "
+                f"{self.by_dim[self.holds_back].exposed_ms:.1f} ms of exposed communication per "
+                "step")
+
+
+class ParallelLayout(Section):
+    """The run's parallel layout (analyze/layout.py): its process groups, pipeline chains (each
+    in stage order), the ranks with point-to-point traffic, and the mesh's communication."""
+
+    groups: list[ProcessGroup] | None = None   # [] where none but the pipelines
+    pipelines: list[list[int]] | None = None
+    stage_ranks: list[int] | None = None
+    mesh: Mesh | None = None
+
+
 def known(value) -> bool:
     """A field that holds a value: not None (said unknown) and not UNSET (not said at all)."""
     return value is not None and value is not UNSET

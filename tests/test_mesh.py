@@ -86,10 +86,10 @@ def test_real_2d_run_fsdp_over_dp_and_tensor_parallel_over_tp(tmp_path):
     assert _kinds_by_dim(rec) == {"dp": {"all_gather", "reduce_scatter"}, "tp": {"all_reduce"}}, \
         rec.comm_by_group
     by_dim = {g.dim: g for g in rec.comm_by_group}
-    mesh = rec.layout["mesh"]
-    assert set(mesh["by_dim"]) == {"dp", "tp"}
-    top = max(mesh["by_dim"], key=lambda k: mesh["by_dim"][k]["exposed_ms"])
-    assert mesh["holds_back"] in (top, None)  # named when it holds 15% of the step or more
+    mesh = rec.layout.mesh
+    assert set(mesh.by_dim) == {"dp", "tp"}
+    top = max(mesh.by_dim, key=lambda k: mesh.by_dim[k].exposed_ms)
+    assert mesh.holds_back in (top, None)  # named when it holds 15% of the step or more
     assert sorted(len(g.ranks) for g in rec.comm_by_group) == [2, 2, 2, 2]
     assert by_dim["tp"].comm_ms > 0 and by_dim["dp"].comm_ms > 0
     kin = gpuscope.analyze(str(tmp_path / "kineto"))
@@ -109,9 +109,9 @@ def test_real_sequence_parallel_run_sees_its_gathers_and_scatters(tmp_path):
     kinds = _kinds_by_dim(rec)
     assert kinds["dp"] == {"all_gather", "reduce_scatter"}, rec.comm_by_group
     assert {"all_gather", "reduce_scatter"} <= kinds["tp"], rec.comm_by_group
-    mesh = rec.layout["mesh"]
-    top = max(mesh["by_dim"], key=lambda k: mesh["by_dim"][k]["exposed_ms"])
-    assert mesh["holds_back"] in (top, None)
+    mesh = rec.layout.mesh
+    top = max(mesh.by_dim, key=lambda k: mesh.by_dim[k].exposed_ms)
+    assert mesh.holds_back in (top, None)
     _comm_agrees(tmp_path)
     kin = gpuscope.analyze(str(tmp_path / "kineto"))
     assert any("carry no process group" in w for w in kin.warnings)
@@ -199,11 +199,11 @@ def test_2d_sample_splits_each_dimension_into_wait_and_transfer():
         assert g.wait_ms + g.transfer_ms == pytest.approx(g.exposed_ms, abs=2e-3)
     assert kinds["dp"] == {"all_gather", "reduce_scatter"}
     assert {"all_gather", "reduce_scatter"} <= kinds["tp"]  # sequence parallel's pair
-    mesh = rep.layout["mesh"]
-    top = max(mesh["by_dim"], key=lambda d: mesh["by_dim"][d]["exposed_ms"])
-    assert mesh["holds_back"] == top == MESH2D_WANT["record"]["holds_back"]
-    for d in mesh["by_dim"].values():
-        assert d["wait_ms"] + d["transfer_ms"] == pytest.approx(d["exposed_ms"], abs=2e-3)
+    mesh = rep.layout.mesh
+    top = max(mesh.by_dim, key=lambda d: mesh.by_dim[d].exposed_ms)
+    assert mesh.holds_back == top == MESH2D_WANT["record"]["holds_back"]
+    for d in mesh.by_dim.values():
+        assert d.wait_ms + d.transfer_ms == pytest.approx(d.exposed_ms, abs=2e-3)
     # one sentence for it, made once: the terminal and the HTML show the same words
     from gpuscope.render import html, terminal
 
@@ -218,7 +218,7 @@ def test_2d_sample_traces_say_why_they_have_no_split():
     split is left out, and the report says so rather than guessing."""
     rep = gpuscope.analyze(os.path.join(MESH2D, "kineto"))
     assert rep.verdict.label == MESH2D_WANT["kineto"]["verdict"]
-    assert rep.comm_by_group == [] and "mesh" not in rep.layout
+    assert rep.comm_by_group == [] and (rep.layout is None or rep.layout.mesh is None)
     assert any("carry no process group" in w and "dp, tp" in w for w in rep.warnings)
 
 
@@ -230,12 +230,12 @@ def test_2d_sample_views_show_each_dimension(tmp_path):
 
     rep = gpuscope.analyze(os.path.join(MESH2D, "record"))
     t = step_table(rep)
-    by_dim = rep.layout["mesh"]["by_dim"]
+    by_dim = rep.layout.mesh.by_dim
     for dim in ("dp", "tp"):
-        assert t[f"comm_{dim}_ms"].mean() == pytest.approx(by_dim[dim]["comm_ms"], rel=1e-3)
-        assert t[f"comm_exposed_{dim}_ms"].mean() == pytest.approx(by_dim[dim]["exposed_ms"],
+        assert t[f"comm_{dim}_ms"].mean() == pytest.approx(by_dim[dim].comm_ms, rel=1e-3)
+        assert t[f"comm_exposed_{dim}_ms"].mean() == pytest.approx(by_dim[dim].exposed_ms,
                                                                    rel=1e-3)
-        assert t[f"wait_{dim}_ms"].mean() == pytest.approx(by_dim[dim]["wait_ms"], rel=1e-3)
+        assert t[f"wait_{dim}_ms"].mean() == pytest.approx(by_dim[dim].wait_ms, rel=1e-3)
     # a rank's dimensions never hold more communication than its step does
     assert (t["comm_dp_ms"] + t["comm_tp_ms"] <= t["comm_ms"] * 2 + 1e-6).all()
     page = render(rep, plotlyjs="plotly.js")
@@ -247,9 +247,9 @@ def test_2d_sample_views_show_each_dimension(tmp_path):
     for dim in ("dp", "tp"):
         keys = [k for k in bars["wait"] if k[0] == dim]
         mean = lambda part: sum(bars[part][k] for k in keys) / len(keys)  # noqa: E731
-        assert mean("wait") + mean("transfer") == pytest.approx(by_dim[dim]["exposed_ms"],
+        assert mean("wait") + mean("transfer") == pytest.approx(by_dim[dim].exposed_ms,
                                                                abs=2e-3)
-        assert mean("wait") == pytest.approx(by_dim[dim]["wait_ms"], abs=2e-3)
+        assert mean("wait") == pytest.approx(by_dim[dim].wait_ms, abs=2e-3)
     out = tmp_path / "t.json"
     from gpuscope.cli import main
 
@@ -481,7 +481,7 @@ def test_gpu_traces_split_each_dimension_by_its_kernels_groups(tmp_path):
     # tp group 3: rank 0's all-reduce 200 us (100 of it waiting for rank 1), rank 1's 100 us
     assert by["3"].comm_ms == pytest.approx(0.15)
     assert by["3"].wait_ms == pytest.approx(0.05) and by["4"].wait_ms == pytest.approx(0)
-    assert rep.layout["mesh"]["by_dim"]["tp"]["wait_ms"] == pytest.approx(0.025)
+    assert rep.layout.mesh.by_dim["tp"].wait_ms == pytest.approx(0.025)
     out = tmp_path / "t.json"
     assert main(["export", str(tmp_path), "--perfetto", str(out)]) == 0
     doc = __import__("json").loads(out.read_text())

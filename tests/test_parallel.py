@@ -72,7 +72,7 @@ def test_pipelining_heavy_stage_is_named_and_repartitioned(parallel_run):
     s0, s1 = p.stages
     assert (s0.rank, s0.stage, s1.rank, s1.stage) == (0, 0, 1, 1)
     assert s0.wait_next_ns > 3 * s1.wait_prev_ns  # stage 0 waits for stage 1's gradients
-    assert rep.layout["pipelines"] == [[0, 1]]
+    assert rep.layout.pipelines == [[0, 1]]
     assert rep.knobs["pipeline_stage"] == 0 and rep.knobs["pipeline_stages"] == 2
     assert not rep.stragglers  # a heavy stage is not a straggler: every replica has it
     top = rep.suggestions[0]
@@ -151,7 +151,7 @@ def test_hybrid_slow_rank_named_in_its_data_parallel_group(parallel_run):
         assert rep.verdict.label == "imbalanced", src
         assert rep.straggler_ranks == [3], src
         assert rep.stragglers[0].group == [1, 3], src
-        groups = {tuple(g["ranks"]) for g in rep.layout["groups"]}
+        groups = {tuple(g.ranks) for g in rep.layout.groups}
         assert {(0, 2), (1, 3)} <= groups, src
         ranks = {r.rank: r for r in rep.ranks}
         # rank 2's waiting on rank 3 is imbalance; what stays bubble is no more than the
@@ -160,7 +160,7 @@ def test_hybrid_slow_rank_named_in_its_data_parallel_group(parallel_run):
         assert ranks[2].bubble_ns <= ranks[0].bubble_ns + 1e6, src
     rec = gpuscope.analyze(os.path.join(out, "record"))
     check_step_times(rec, out)
-    assert rec.layout["pipelines"] == [[0, 1], [2, 3]]
+    assert rec.layout.pipelines == [[0, 1], [2, 3]]
     assert rec.suggestions[0].knob == "straggler" and "rank 3" in rec.suggestions[0].current
     # no repartition: stage 1 is slow in one replica only
     assert not any(s.knob == "pipeline_partition" for s in rec.suggestions)

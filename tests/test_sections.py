@@ -52,6 +52,10 @@ def test_the_cases_hold_the_sections():
                "unix_ns": None, "text": "rank 1 ..."}], "cause"),
     ("throughput", {"per_rank": [], "steps_per_s": "fast", "samples_per_s": None,
                     "assumes": []}, "steps_per_s"),
+    ("layout", {"groups": [{"name": "dp"}], "mesh": {"by_dim": {}, "holds_back": None}},
+     "$.groups[0]"),
+    ("layout", {"groups": [], "mesh": {"by_dim": {"tp": {"comm_ms": 1.0, "kinds": []}},
+                                       "holds_back": "tp"}}, "exposed_ms"),
 ])
 def test_a_malformed_section_is_one_clear_error_on_load(key, bad, says):
     d = {**_saved("comm"), key: bad}

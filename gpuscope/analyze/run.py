@@ -63,7 +63,7 @@ from .suggestions import (data_before_late_loader, in_order, leading_labels, sug
                           unaddressed)
 from .findings import Findings, typical_step
 from ..calibration import calibrated, noise_for
-from ..sections import NotRuledOut, StragglerFloor, Throughput, load
+from ..sections import NotRuledOut, ParallelLayout, StragglerFloor, Throughput, load
 from .floors import hold_to_findings
 from .rerun_noise import widen
 from .window import profiled_hint, windowed
@@ -362,7 +362,7 @@ def report(a: Analysis) -> None:
         t.source, t.path, int(t.world_size), a.verdict, step_results(a.steps), ranks,
         a.stragglers, a.suggestions, a.th, jitter=a.jitter, knobs=a.knobs,
         warnings=a.warnings, early_ranks=sorted(a.roles.early),
-        layout=layout_d,
+        layout=load(ParallelLayout, layout_d, "layout"),  # typed once, here (None: none)
         pipeline=a.pipeline, dataparallel=a.dp_section, stopped_ranks=a.stopped,
         missing_ranks=a.missing, memory=a.memory, throughput=a.throughput, energy=a.energy,
         comm_by_group=a.comm_groups, routing=a.routing, ops=a.ops, died=a.died, table=analysed,

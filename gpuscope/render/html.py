@@ -372,9 +372,10 @@ def _steps_text(report: ReportData) -> str:
 
 
 def _layout_html(report: ReportData) -> str:
-    groups = report.layout.get("groups") or []
-    chains = report.layout.get("pipelines") or []
-    items = [f"<li>process group {esc(g['name'])}: ranks {esc(', '.join(map(str, g['ranks'])))}"
+    lay = report.layout
+    groups = (lay.groups if lay is not None else None) or []
+    chains = (lay.pipelines if lay is not None else None) or []
+    items = [f"<li>process group {esc(g.name)}: ranks {esc(', '.join(map(str, g.ranks)))}"
              "</li>" for g in groups]
     items += [f"<li>pipeline {i}: ranks {esc(' → '.join(map(str, c)))}</li>"
               for i, c in enumerate(chains)]

@@ -19,7 +19,7 @@ from ._console import text_console, text_of
 
 if TYPE_CHECKING:
     from ..results import RankResult, ReportData
-    from ..sections import Throughput
+    from ..sections import ParallelLayout, Throughput
 
 MAX_RANK_ROWS = 16
 
@@ -357,15 +357,10 @@ def _comm_groups(report: ReportData, console: Console) -> None:
         console.print(Text(held, style="bold"))
 
 
-def holds_back_words(layout: dict) -> str:
+def holds_back_words(layout: ParallelLayout | None) -> str:
     """The mesh dimension that holds the step back, in words every front end shows ("" where
     none does)."""
-    mesh = layout.get("mesh") or {}
-    held = mesh.get("holds_back")
-    if not held:
-        return ""
-    return (f"The {held!r} dimension holds the step back: "
-            f"{mesh['by_dim'][held]['exposed_ms']:.1f} ms of exposed communication per step")
+    return layout.mesh.holds_back_words() if layout is not None and layout.mesh else ""
 
 
 def _routing(report: ReportData, console: Console) -> None:
@@ -382,14 +377,15 @@ def _routing(report: ReportData, console: Console) -> None:
 
 
 def _layout(report: ReportData, console: Console) -> None:
-    groups = report.layout.get("groups") or []
-    chains = report.layout.get("pipelines") or []
+    lay = report.layout
+    groups = (lay.groups if lay is not None else None) or []
+    chains = (lay.pipelines if lay is not None else None) or []
     if not groups and not chains:
         return
     parts = []
     if groups:
         parts.append("process groups " + "; ".join(
-            f"{g['name']} = ranks {', '.join(map(str, g['ranks']))}" for g in groups))
+            f"{g.name} = ranks {', '.join(map(str, g.ranks))}" for g in groups))
     if chains:
         parts.append("pipelines " + "; ".join(" -> ".join(map(str, c)) for c in chains))
     console.print(Text("Layout: " + "; ".join(parts)))
