@@ -23,7 +23,7 @@ from .vocab import COMPUTE_PHASES, JITTER, MS, PARTS
 if TYPE_CHECKING:  # the table needs pandas; a Report read from JSON has none
     from .runtable import RunTable
     from .sections import (CommGroup, DataParallel, Death, Energy, Memory, NotRuledOut, Ops,
-                           ParallelLayout, Routing, StragglerFloor, Throughput)
+                           ParallelLayout, Routing, Stall, StragglerFloor, Throughput)
 
 SCHEMA = "gpuscope.report/1"
 #: the one statistic of every figure of a quantity in a report (ms per step, shares, estimates,
@@ -438,8 +438,8 @@ class ReportData(Jsonable):
     #: its rank, the step it died in (from 0), its cause and what it says; [] when it did not
     died: "list[Death]" = field(default_factory=list)  # the first to die first
     #: a run whose steps stopped coming (analyze/stall.py): who waits where, who never came,
-    #: since when, whether it was late before; the pauses it came back from. {} when none
-    stall: dict = field(default_factory=dict)
+    #: since when, whether it was late before; the pauses it came back from. None when none
+    stall: "Stall | None" = None
     #: the analysed rank x step table (with wait and telemetry joined); None when read from JSON
     table: RunTable | None = field(default=None, compare=False, repr=False)
     #: per analysed rank and step, each mesh dimension's comm, exposed and wait ns
@@ -455,8 +455,8 @@ class ReportData(Jsonable):
     #: the JSON report (DESIGN.md keys; times in ms, shares in %), in its key order
     JSON = (Col("schema", write=lambda r, d: SCHEMA), Col("source"), Col("path"),
             Col("basis", write=lambda r, d: BASIS),
-            Col("stall", spread=True, write=lambda r, d: {"stall": _jsonable(r.stall)}
-                if r.stall else {}, read=lambda d: {"stall": stall_read(d.get("stall", {}))}),
+            Col("stall", spread=True, write=lambda r, d: {"stall": r.stall.to_dict()}
+                if r.stall is not None else {}, read=lambda d: {"stall": stall_read(d.get("stall"))}),
             Col("died", kind="Death", omit=empty), Col("world_size", unit=WHOLE),
             Col("ranks_analysed", write=lambda r, d: len(r.ranks)),
             Col("steps_analysed", write=lambda r, d: len(r.steps)),
@@ -535,25 +535,17 @@ class ReportData(Jsonable):
             raise InputError(f"{path}: cannot read the report ({exc})") from None
 
 
-def stall_read(stall: dict) -> dict:
-    """A JSON report's `stall` as the analysis makes it: its ranks' stacks keyed by rank (int),
-    and its `story` (what a front end shows after "The run stalled:") said once here for a
+def stall_read(stall: dict | None) -> "Stall | None":
+    """A JSON report's `stall` as the analysis makes it (typed, its ranks' stacks keyed by
+    rank), its `story` (what a front end shows after "The run stalled:") said once here for a
     report written before it carried one."""
-    out = dict(stall or {})
-    if isinstance(out.get("stacks"), dict):
-        out["stacks"] = {int(r): v for r, v in out["stacks"].items()}
-    if out.get("text") and not out.get("story"):
-        from .stall_story import said
+    if not stall:
+        return None
+    from .sections import Stall, load
+    from .stall_story import said
 
+    out = dict(stall) if isinstance(stall, dict) else stall
+    if isinstance(out, dict) and out.get("text") and not out.get("story"):
         text = str(out["text"])
         said(out, text[len("stalled "):] if text.startswith("stalled ") else text)
-    return out
-
-
-def _jsonable(x):
-    """A section with int keys (ranks) as JSON has them: string keys."""
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    return x
+    return load(Stall, out, "stall")

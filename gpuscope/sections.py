@@ -16,6 +16,7 @@ its entry in render/shown.py; and a golden report case whose input has it
 
 from __future__ import annotations
 
+from enum import Enum
 from typing import Literal
 
 import msgspec
@@ -236,6 +237,63 @@ class ParallelLayout(Section):
     mesh: Mesh | None = None
 
 
+class StallState(str, Enum):
+    """What kind of stall it is (as the Flight Recorder's MatchState says how entries match)."""
+
+    WAITING = "waiting"          # ranks wait in one collective; the others never reached it
+    MISMATCHED = "mismatched"    # ranks at one collective number entered different collectives
+    ELSEWHERE = "elsewhere"      # no rank waits on a peer: each is where it stopped
+    FROM_DUMPS = "from_dumps"    # told by the Flight Recorder's dumps alone (no stall record)
+
+
+class Pause(Section, kw_only=True):
+    """A stall the run came back from, or that the program closed the recording in."""
+
+    rank: int
+    step: int
+    lasted_s: float | None
+    in_: str | None = msgspec.field(name="in")   # what the rank was in (data, forward, ...)
+    at: str | None                               # file:line (function) of the user's code
+    until_end: bool | None = None                # the recording closed before it ended
+
+
+class Stall(Section, kw_only=True):
+    """A run whose steps stopped coming (analyze/stall.py; its words by stall_story.py): who
+    waits where, who never came and where, since when, whether it was late before, how it
+    ended; the pauses it came back from. A run that only paused has `pauses` alone."""
+
+    state: StallState | None = None
+    step: int | None = None
+    group: str | None = None
+    seq: int | None = None
+    kind: str | None | UnsetType = UNSET    # the collective; null: the ranks' kinds differ
+    waiting: list[int] | None = None
+    never_reached: list[int] | None = None
+    behind_them: list[int] | None = None    # reached further than those, not as far as it
+    past_it: list[int] | None = None
+    mismatched: dict[str, list[int]] | None = None   # "kind [shape]" -> ranks
+    odd_ones: list[int] | None = None
+    silent: list[int] | None = None         # ranks that left no stall record
+    story: str | None = None   # what happened, as a front end shows it after "The run stalled:"
+    text: str | None = None    # the same in one line: "stalled " + story
+    blamed: list[int] | None = None
+    flight_recorder: dict | None = None     # the dumps told (analyze/hang_report.tell)
+    flight_recorder_text: str | None = None
+    late_before: dict[int, str] | None = None
+    ended: str | None = None
+    ranks: dict[int, dict] | None = None    # each stalled rank's record, with "at"
+    stacks: dict[int, list[dict]] | None = None
+    pauses: list[Pause] | None = None
+
+    def to_dict(self) -> dict:
+        return msgspec.to_builtins(self, str_keys=True)
+
+    @property
+    def stalled(self) -> bool:
+        """It stalled (not only paused)."""
+        return bool(self.text)
+
+
 def known(value) -> bool:
     """A field that holds a value: not None (said unknown) and not UNSET (not said at all)."""
     return value is not None and value is not UNSET
@@ -304,7 +362,7 @@ def load(kind: type, value, key: str):
     if value is None or value == {}:
         return None
     try:
-        return msgspec.convert(value, kind)
+        return msgspec.convert(value, kind, str_keys=True)  # ranks as JSON keys: "3"
     except msgspec.ValidationError as exc:
         raise InputError(f"the report's {key!r} section is malformed: {exc}") from None
 

@@ -113,8 +113,9 @@ def _where(s: dict, step: int) -> str:
 
 def analyse(stalls: dict[int, dict], world_size: int,
             others: dict[int, str] | None = None) -> dict:
-    """The stall from each stalled rank's record: {"step", "group", "seq", "kind", "waiting",
-    "never_reached", "mismatched", "silent", "text"}; `others`: {rank: what its end record says}
+    """The stall from each stalled rank's record: {"state" (sections.StallState's values),
+    "step", "group", "seq", "kind", "waiting", "never_reached", "mismatched", "silent",
+    "story", "text"}; `others`: {rank: what its end record says}
     of ranks with no open stall (raised, killed)."""
     others = dict(others or {})
     step = max(s.get("step", 0) for s in stalls.values())
@@ -143,7 +144,7 @@ def analyse(stalls: dict[int, dict], world_size: int,
             fields, text = _mismatched(stalls, targets, set(at) | set(odd), group, seq)
             out.update(fields)
             return _closed(out, [text], stalls, world_size, others)
-        out.update(group=group, seq=seq, kind=kind, waiting=sorted(at))
+        out.update(state="waiting", group=group, seq=seq, kind=kind, waiting=sorted(at))
         since = min((stalls[r].get("since_unix_ns") or 0) for r in at) or None
         how = {stalls[r]["in"] for r in at}
         shapes = {_shape(t[3]) for t in at.values() if t[3]}
@@ -179,7 +180,7 @@ def analyse(stalls: dict[int, dict], world_size: int,
                              f"in {kind or 'collective'} #{n}"
                              + (f" (from {how})" if how and how != "collective" else ""))
     else:
-        out["never_reached"] = []
+        out.update(state="elsewhere", never_reached=[])
         parts.append("; ".join(f"rank {r} {_where(s, step)}" for r, s in sorted(stalls.items())))
     return _closed(out, parts, stalls, world_size, others)
 
@@ -223,7 +224,7 @@ def _mismatched(stalls: dict, targets: dict, at: set, group: str, seq: int) -> t
     ordered = sorted(parties.items(), key=lambda kv: (-len(kv[1]), kv[1]))
     odd = [] if len(ordered) > 1 and len(ordered[0][1]) == len(ordered[1][1]) else \
         sorted(r for _, rs in ordered[1:] for r in rs)
-    out = dict(group=group, seq=seq, kind=None, waiting=sorted(at), never_reached=[],
+    out = dict(state="mismatched", group=group, seq=seq, kind=None, waiting=sorted(at), never_reached=[],
                mismatched={f"{k} {s}".strip(): v for (k, s), v in ordered}, odd_ones=odd)
     since = min((stalls[r].get("since_unix_ns") or 0) for r in at) or None
     text = (f"mismatched collectives at #{seq} on the {group} group since {clock(since)}: "

@@ -209,6 +209,7 @@ def test_dumps_beside_a_run_dir_that_never_saw_the_stall_tell_it(tmp_path):
     s = rep.to_dict()["stall"]
     assert s["blamed"] == [2] and s["flight_recorder"]["blamed"] == [2], s
     assert s["text"].startswith("stalled (Flight Recorder) rank 2 stopped it"), s["text"]
+    assert s["state"] == rep.stall.state == "from_dumps"  # no stall record: the dumps tell it
     assert "rank 2 was already" in s["late_before"]["2"], s["late_before"]  # the straggler
     from gpuscope.render.terminal import render
 

@@ -293,6 +293,7 @@ def test_a_rank_in_another_collective_is_the_odd_one_out_and_sigterm_still_ends_
     run, out, _, took = _hang(tmp_path, "mismatch")
     s = gpuscope.analyze(run).to_dict()["stall"]
     assert s["odd_ones"] == [2] and s["seq"] is not None, s["text"]
+    assert s["state"] == "mismatched"
     assert "mismatched collectives" in s["text"] and "all_gather" in s["text"]
     assert "rank 2 was already" in s["text"], s["text"]  # late by 10 ms a step before
     # blocked in gloo (native code), yet each rank closed its record on the SIGTERM (the
@@ -525,8 +526,9 @@ def test_the_stall_s_words_are_made_once_and_read_back_from_an_older_report():
     old = json.loads(json.dumps(new))
     del old["stall"]["story"]
     a, b = ReportData.from_dict(new), ReportData.from_dict(old)
-    assert a.stall["story"] == b.stall["story"] == stall["story"]
-    assert sorted(b.stall["stacks"]) == [0, 1, 2, 3]
+    assert a.stall.story == b.stall.story == stall["story"]
+    assert sorted(b.stall.stacks) == [0, 1, 2, 3]
+    assert a.stall.state == b.stall.state == "waiting"  # sections.StallState.WAITING
     from gpuscope.render import html, terminal
 
     for rep in (a, b):

@@ -370,7 +370,7 @@ def report(a: Analysis) -> None:
         minor_stragglers=a.minor, not_ruled_out=not_ruled_out(a),
         straggler_floor=straggler_floor(a))
     a.report.stall = stall_section(t, a.report)
-    hung = {int(r) for r in a.report.stall.get("ranks") or ()}
+    hung = set(a.report.stall.ranks or ()) if a.report.stall is not None else set()
     killed = {d.rank for d in a.report.died if d.cause == "killed"}
     if hung and hung <= killed and {d.rank for d in a.report.died} <= hung:
         a.report.died = []  # the hung job killed at once: the stall says what happened

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
+from ..sections import Stall, load
 from ..stall_story import analyse, ranks_said, said, short_error, stack_at
 
 
@@ -115,7 +116,7 @@ def _dumps(table) -> dict | None:
 
 def _from_dumps(fr: dict, report, back) -> dict:
     """A stall the recorder did not see (the job ended before `stall_s`) but the dumps show."""
-    out = said({"blamed": fr["blamed"], "flight_recorder": fr,
+    out = said({"state": "from_dumps", "blamed": fr["blamed"], "flight_recorder": fr,
                 "flight_recorder_text": "\n".join(fr["text"].splitlines()[1:])},
                "(Flight Recorder) " + fr["text"].splitlines()[0])
     out["late_before"] = {r: late_before(report, r).text for r in fr["blamed"]}
@@ -204,8 +205,13 @@ def _idle_for(table, ranks) -> str:
     return f"{min(idle) / 1e9:.0f} s after the last step" if idle else ""
 
 
-def section(table, report) -> dict:
-    """The report's `stall` section ({} when no rank stalled): analyse()'s fields, with whether
+def section(table, report) -> Stall | None:
+    """The report's `stall` section, typed once here (None when no rank stalled or paused)."""
+    return load(Stall, _found(table, report), "stall")
+
+
+def _found(table, report) -> dict:
+    """The stall's fields ({} when no rank stalled): analyse()'s fields, with whether
     each rank the stall points at was late before, the pauses the run came back from, and what
     the Flight Recorder's dumps beside the records say (`flight_recorder`)."""
     if table.source != "record":

@@ -28,6 +28,7 @@ from . import ops_html
 
 if TYPE_CHECKING:
     from ..results import ReportData
+    from ..sections import Stall
 
 MAX_HEAT_RANKS = 256
 MAX_HEAT_STEPS = 400
@@ -474,25 +475,26 @@ def mesh_bars(report: ReportData):
     return fig
 
 
-def _stall_html(stall: dict) -> list[str]:
+def _stall_html(stall: Stall | None) -> list[str]:
     """The stall (analyze/stall.py), with the stacks of the ranks it points at, and the pauses
     the run came back from."""
     out: list[str] = []
-    if stall.get("text"):  # a run that hung says so first, with the stacks of the ranks
-        out.append(f'<p class="died" id="stall">The run stalled: '
-                   f'{esc(stall["story"])}</p>')
-        if stall.get("flight_recorder_text"):  # what the dumps beside the records say
+    if stall is None:
+        return out
+    if stall.stalled:  # a run that hung says so first, with the stacks of the ranks
+        out.append(f'<p class="died" id="stall">The run stalled: {esc(stall.story)}</p>')
+        if stall.flight_recorder_text:  # what the dumps beside the records say
             out.append('<pre class="meta" id="flight-recorder">'
-                       f'{esc(stall["flight_recorder_text"])}</pre>')
-        for r in stall.get("never_reached", []) + stall.get("odd_ones", []):
-            frames = (stall.get("stacks") or {}).get(r) or []  # by rank: results.stall_read
+                       f'{esc(stall.flight_recorder_text)}</pre>')
+        for r in (stall.never_reached or []) + (stall.odd_ones or []):
+            frames = (stall.stacks or {}).get(r) or []
             if frames:
                 out.append(f'<details><summary>rank {r}: its stack as it stalled (innermost '
                            'first)</summary><pre>' + esc("\n".join(
                                f'{f["file"]}:{f["line"]} in {f["func"]}' for f in frames[:12]))
                            + '</pre></details>')
-    out += [f'<p class="meta">Paused: rank {p["rank"]} made no step for {p["lasted_s"]:.0f} s at '
-            f'step {p["step"]} (in {esc(str(p["in"]))})</p>' for p in stall.get("pauses", [])[:3]]
+    out += [f'<p class="meta">Paused: rank {p.rank} made no step for {p.lasted_s:.0f} s at '
+            f'step {p.step} (in {esc(str(p.in_))})</p>' for p in (stall.pauses or [])[:3]]
     return out
 
 
@@ -520,7 +522,7 @@ def _summary_html(report: ReportData) -> str:
     v = report.verdict
     color = LABEL_COLORS.get(v.label, "#333")
     out = [f'<h1>gpuscope <small>{esc(report.source)}: {esc(report.path)}</small></h1>']
-    out += _stall_html(report.stall or {})  # a run that hung says so first
+    out += _stall_html(report.stall)  # a run that hung says so first
     out += [('<p class="died">Also died: ' if i else '<p class="died" id="died">The run died: ')
             + f'{esc(d.text)}</p>'
             for i, d in enumerate(report.died[:4])]  # a run that died says so first

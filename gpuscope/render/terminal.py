@@ -91,17 +91,18 @@ def _header(report: ReportData, console: Console) -> None:
     head.append("gpuscope ", style="bold")
     head.append(f"{report.source} ", style="dim")
     head.append(f"{report.path}\n", style="dim")
-    stall = report.stall or {}
-    if stall.get("text"):  # a run that hung says so first: who waits, who never came
+    stall = report.stall
+    stalled = stall is not None and stall.stalled
+    if stalled:  # a run that hung says so first: who waits, who never came
         head.append("THE RUN STALLED: ", style="bold red")
-        head.append(stall["story"] + "\n", style="red")
-        if stall.get("flight_recorder_text"):
-            head.append(stall["flight_recorder_text"] + "\n")
-    for p in stall.get("pauses", [])[:3]:
+        head.append(stall.story + "\n", style="red")
+        if stall.flight_recorder_text:
+            head.append(stall.flight_recorder_text + "\n")
+    for p in ((stall.pauses if stall is not None else None) or [])[:3]:
         head.append("Paused: ", style="bold")
-        head.append(f"rank {p['rank']} made no step for {p['lasted_s']:.0f} s at step "
-                    f"{p['step']}" + (" until the recording closed" if p.get("until_end") else "")
-                    + f" (in {p['in']}" + (f", at {p['at']}" if p.get("at") else "") + ")\n")
+        head.append(f"rank {p.rank} made no step for {p.lasted_s:.0f} s at step "
+                    f"{p.step}" + (" until the recording closed" if p.until_end else "")
+                    + f" (in {p.in_}" + (f", at {p.at}" if p.at else "") + ")\n")
     for i, d in enumerate(report.died[:4]):  # a run that died says so first
         head.append("THE RUN DIED: " if i == 0 else "also died: ", style="bold red")
         head.append(d.text + "\n", style="red" if i == 0 else "")
@@ -115,7 +116,7 @@ def _header(report: ReportData, console: Console) -> None:
                 + (f" (first {skip} left out as warm-up)" if skip else
                    " (profiled steps)" if report.source == "kineto" else "") + "\n")
     head.append("Verdict" + (" of the steps before it died" if report.died else
-                             " of the steps before it stalled" if stall.get("text") else "")
+                             " of the steps before it stalled" if stalled else "")
                 + ": ",
                 style="bold")
     head.append(v.label.upper(), style=f"bold {LABEL_STYLES.get(v.label, 'white')}")
