@@ -23,7 +23,8 @@ from .vocab import COMPUTE_PHASES, JITTER, MS, PARTS
 if TYPE_CHECKING:  # the table needs pandas; a Report read from JSON has none
     from .runtable import RunTable
     from .sections import (CommGroup, DataParallel, Death, Energy, Memory, NotRuledOut, Ops,
-                           ParallelLayout, Routing, Stall, StragglerFloor, Throughput)
+                           ParallelLayout, Routing, Stall, StoppedRank, StragglerFloor,
+                           Throughput)
 
 SCHEMA = "gpuscope.report/1"
 #: the one statistic of every figure of a quantity in a report (ms per step, shares, estimates,
@@ -419,7 +420,7 @@ class ReportData(Jsonable):
     #: the structured sections are typed (sections.py), None (or []) where the input has none
     dataparallel: DataParallel | None = None  # nn.DataParallel per device (ms, GB)
     #: ranks that stopped before the others (analyze/stopped.py), and ranks with no data
-    stopped_ranks: list[dict] = field(default_factory=list)
+    stopped_ranks: "list[StoppedRank]" = field(default_factory=list)
     missing_ranks: list[int] = field(default_factory=list)
     #: memory per rank (series) and what it tells (findings): analyze/bottlenecks/memory.py
     memory: Memory | None = None
@@ -473,7 +474,7 @@ class ReportData(Jsonable):
             Col("early_ranks", omit=empty), Col("layout", kind="ParallelLayout", omit=none),
             Col("pipeline", kind=PipelineResult, omit=none),
             Col("dataparallel", kind="DataParallel", omit=none),
-            Col("stopped_ranks", omit=empty), Col("missing_ranks", omit=empty),
+            Col("stopped_ranks", kind="StoppedRank", omit=empty), Col("missing_ranks", omit=empty),
             Col("memory", kind="Memory", omit=none), Col("throughput", kind="Throughput", omit=none),
             Col("energy", kind="Energy", omit=none), Col("comm_by_group", kind="CommGroup", omit=empty),
             Col("routing", kind="Routing", omit=none), Col("ops", kind="Ops", omit=none))

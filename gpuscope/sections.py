@@ -333,6 +333,22 @@ class Throughput(Section, kw_only=True):
     straggler_mfu_gap_pct: dict[str, float] | UnsetType = UNSET
 
 
+class StoppedRank(Section):
+    """A rank that stopped before the others (analyze/stopped.stopped_ranks); `line()` is the
+    warning every front end shows."""
+
+    rank: int
+    last_step: int              # its last recorded step (-1: none)
+    others_reached: int         # the last step the others recorded
+    reason: str                 # how it ended, and whether the others then failed on it
+
+    def line(self) -> str:
+        return (f"rank {self.rank} stopped first: "
+                + (f"its last recorded step is {self.last_step}" if self.last_step >= 0 else
+                   "it recorded no step")
+                + f"; the other ranks recorded up to step {self.others_reached} ({self.reason})")
+
+
 class Death(Section):
     """A rank whose training ended by its own error or a kill, not by waiting on a lost peer
     (analyze/stopped.deaths), the one that died first leading; `text` says it, with whether

@@ -175,7 +175,7 @@ def test_a_whole_job_killed_at_once_names_no_one_within_a_flush():
     assert stopped_ranks(_cut_table({0: 43, 1: 42}, killed)) == ([], [])
     assert stopped_ranks(_cut_table({0: 43, 1: 27}, killed)) == ([], [])
     (s,), _ = stopped_ranks(_cut_table({0: 43, 1: 26}, killed))
-    assert (s["rank"], s["last_step"], s["others_reached"]) == (1, 26, 43)
+    assert (s.rank, s.last_step, s.others_reached) == (1, 26, 43)
     assert stopped_ranks(_cut_table({0: 43, 1: 26}, killed, flush_rows=64)) == ([], [])
     (s,), _ = stopped_ranks(_cut_table({0: 43, 1: 42}, {0: {"steps": 44}, 1: None}))
-    assert s["rank"] == 1 and "no end record" in s["reason"]
+    assert s.rank == 1 and "no end record" in s.reason

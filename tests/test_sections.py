@@ -52,6 +52,8 @@ def test_the_cases_hold_the_sections():
                "unix_ns": None, "text": "rank 1 ..."}], "cause"),
     ("throughput", {"per_rank": [], "steps_per_s": "fast", "samples_per_s": None,
                     "assumes": []}, "steps_per_s"),
+    ("stopped_ranks", [{"rank": 1, "last_step": "26", "others_reached": 43, "reason": "x"}],
+     "last_step"),
     ("layout", {"groups": [{"name": "dp"}], "mesh": {"by_dim": {}, "holds_back": None}},
      "$.groups[0]"),
     ("layout", {"groups": [], "mesh": {"by_dim": {"tp": {"comm_ms": 1.0, "kinds": []}},

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-from ..sections import Death
+from ..sections import Death, StoppedRank
 from ..runtable import RunTable
 from ..stall_story import ranks_said, clock, in_step, short_error
 from .rowgroups import step_by_rank
@@ -47,8 +47,8 @@ def failed_on_a_peer(end) -> bool:
     return bool(end.get("terminated")) or bool(_PEER_FAILED.search(str(end.get("error", ""))))
 
 
-def stopped_ranks(table: RunTable) -> tuple[list[dict], list[int]]:
-    """([{rank, last_step, others_reached, reason}], ranks with no data) for recorded runs.
+def stopped_ranks(table: RunTable) -> tuple[list[StoppedRank], list[int]]:
+    """(The ranks that stopped first, the ranks with no data) for recorded runs.
 
     A rank stopped early when its last recorded step is before the others' last; in a
     synchronous job the others cannot go further than the dead rank, so, all being cut at the
@@ -73,8 +73,8 @@ def stopped_ranks(table: RunTable) -> tuple[list[dict], list[int]]:
             continue  # all killed: their unwritten rows may hold the difference
         if mine < reach or (first and mine <= reach):
             why = cut[rank] + ("; the other ranks then failed waiting on it" if first else "")
-            out.append({"rank": int(rank), "last_step": int(mine), "others_reached": int(reach),
-                        "reason": why})
+            out.append(StoppedRank(rank=int(rank), last_step=int(mine),
+                                   others_reached=int(reach), reason=why))
     missing = sorted(set(range(table.world_size)) - set(table.ranks))
     return out, missing
 
@@ -102,12 +102,8 @@ def _flush_s(info) -> float:
     return s if isinstance(s, (int, float)) and s > 0 else 1.0
 
 
-def stopped_warnings(stopped: list[dict]) -> list[str]:
-    return [f"rank {s['rank']} stopped first: "
-            + (f"its last recorded step is {s['last_step']}" if s['last_step'] >= 0 else
-               "it recorded no step")
-            + f"; the other ranks recorded up to step {s['others_reached']} ({s['reason']})"
-            for s in stopped]
+def stopped_warnings(stopped: list[StoppedRank]) -> list[str]:
+    return [s.line() for s in stopped]
 
 
 def died_in(end, last: int | None) -> int | None:
@@ -131,7 +127,7 @@ def deaths(table: RunTable, stopped: list[dict], memory, last: dict) -> list[Dea
     if table.source != "record":
         return []
     ooms = {f["ranks"][0]: f for f in (memory.of_kind("out_of_memory") if memory else [])}
-    first = {s["rank"] for s in stopped}
+    first = {s.rank for s in stopped}
     victims = {r: info.meta.get("end") for r, info in table.ranks.items()
                if failed_on_a_peer(info.meta.get("end"))}
     # where the ranks that failed on a lost peer were: the collective its death broke
