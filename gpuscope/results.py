@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 
 from .breakdown import GpuBreakdown
 from .errors import InputError
-from .json_form import (IN_MS, IN_PCT, MS_OF_NS, PCT_OF_SHARE, WHOLE, Col, Jsonable, empty, load,
-                        none)
+from .json_form import (IN_MS, IN_PCT, MS_OF_NS, PCT_OF_SHARE, WHOLE, Col, Jsonable, Unit, empty,
+                        load, none)
 from .thresholds import Thresholds
 from .vocab import COMPUTE_PHASES, JITTER, MS, PARTS
 
@@ -112,8 +112,10 @@ class TelemetrySummary(Jsonable):
     temp_max_c: int
     throttle: tuple[str, ...]  # throttle reasons seen (idle excluded)
 
-    JSON = tuple(Col(k) for k in ("samples", "util_pct", "mem_used_max_pct", "power_w",
-                                  "sm_clock_mhz", "sm_clock_min_mhz", "temp_max_c", "throttle"))
+    JSON = (Col("samples"), Col("util_pct", unit=IN_PCT), Col("mem_used_max_pct", unit=IN_PCT),
+            Col("power_w", unit=Unit("W")), Col("sm_clock_mhz", unit=Unit("MHz")),
+            Col("sm_clock_min_mhz", unit=Unit("MHz")), Col("temp_max_c", unit=Unit("C")),
+            Col("throttle"))
 
 
 @dataclass
@@ -225,8 +227,8 @@ class StageResult(Jsonable):
             *(Col(f"{k}_ms", f"{k}_ns", MS_OF_NS, 3)
               for k in ("step", "busy", "compute", "wait_prev", "wait_next", "bubble")),
             # from the figures as written, so that reading the JSON back gives the same one
-            Col("bubble_pct", write=lambda s, d: round(100 * d["bubble_ms"] / max(d["step_ms"],
-                                                                                  1e-6), 2)),
+            Col("bubble_pct", unit=IN_PCT, write=lambda s, d: round(
+                100 * d["bubble_ms"] / max(d["step_ms"], 1e-6), 2)),
             Col("microbatches"))
 
 
