@@ -1,11 +1,14 @@
 """The typed result of an analysis as data (Verdict, StepResult, RankResult, Straggler,
-Suggestion, ..., ReportData) and its stable JSON form (`to_dict` / `from_dict`). Renderers and the
-analysis import these; `report.Report` adds the ways out.
+Suggestion, ..., ReportData) and its stable JSON form: each class declares its keys as columns
+(`JSON`: key, field, unit, rounding, when left out), which json_form.py's one serializer writes
+(`to_dict`) and reads (`from_dict`). Renderers and the analysis import these; `report.Report`
+adds the ways out.
 
 Times inside are integer (or mean) nanoseconds and shares are fractions 0..1 unless a field
 says `_pct`; every figure of a quantity is its mean per step over the analysed steps (the one
-statistic, named in the report as `basis`); the JSON form uses ms and % (DESIGN.md keys). `from_dict(to_dict())` gives back an
-equal report, less the rank x step table (`table`), which the JSON does not carry.
+statistic, named in the report as `basis`); the JSON form uses ms and % (DESIGN.md keys).
+`from_dict(to_dict())` gives back an equal report, less the rank x step table (`table`), which
+the JSON does not carry.
 """
 
 from __future__ import annotations

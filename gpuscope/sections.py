@@ -3,11 +3,12 @@ the renderers read their fields, and a JSON report read back is checked against 
 malformed section is one clear InputError, not a KeyError in a renderer).
 
 Their JSON form is their fields (`to_dict`), an optional field that is None left out, as the
-report always wrote them (DESIGN.md keys). Where a section's parts vary by what the input holds
+report always wrote them (DESIGN.md keys); a field that is null where unknown and absent where
+the input has nothing to say defaults to msgspec's UNSET (`known` tells a value). Where a section's parts vary by what the input holds
 (a memory finding, an op table's rows), the part stays a dict and its module says its keys.
 
-Adding a section: a struct here; the field on results.ReportData with its key in
-`ReportData.to_dict` / `from_dict` (through `dump` / `load`); the pass that builds it in
+Adding a section: a struct here; the field on results.ReportData with its column in
+`ReportData.JSON` (json_form.Col, naming the struct); the pass that builds it in
 analyze/run.py with what it reads and writes declared (`PASSES`); its renderer in
 render/terminal.py and render/html.py reading its fields; the tab's (integrations/tensorboard);
 its entry in render/shown.py; and a golden report case whose input has it
