@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 import re
 import time
+from dataclasses import dataclass
+from typing import NamedTuple
 
 #: the states in which a rank waits on its peers (a collective, or work that waits on one)
 WAITING = ("collective", "wait", "backward", "optimizer")
@@ -33,26 +35,62 @@ def stack_at(stall: dict) -> str | None:
     return None
 
 
-def _target(s: dict) -> tuple[str, int | None, str | None, object]:
-    """(group, sequence number, kind, sizes) of the collective a stalled rank is in or waits on;
-    (group, collectives issued, None, None) for one that is not in any."""
-    if s.get("in") == "collective" and s.get("seq") is not None:
-        return s.get("group") or "default", s["seq"], s.get("kind"), s.get("sizes")
-    w = s.get("waits_on")
-    if isinstance(w, dict) and w.get("seq") is not None:
-        return w.get("group") or "default", w["seq"], w.get("kind"), w.get("sizes")
-    groups = s.get("groups") or {}
-    g = "default" if "default" in groups else next(iter(groups), "default")
-    return g, groups.get(g), None, None
+class Target(NamedTuple):
+    """A collective by its group, number on that group (seq), kind and tensor sizes; for a rank
+    in none, its group and how many it issued there (kind None)."""
+
+    group: str | None
+    seq: int | None
+    kind: str | None
+    sizes: object
 
 
-def _issued(s: dict, group: str) -> int | None:
-    """How many collectives the rank issued on `group`."""
-    n = (s.get("groups") or {}).get(group)
-    if n is None:
-        g, seq, _, _ = _target(s)
-        n = seq if g == group else None
-    return n
+@dataclass(frozen=True)
+class StallRecord:
+    """One rank's stall record (record/stall.py's, or its place at a SIGTERM), parsed once where
+    the telling takes it in, as the Flight Recorder's EntryState wraps a dump's raw entry."""
+
+    step: int | None            # the step it stalled in
+    in_: str | None             # collective | wait | data | forward | ... | between steps
+    since_unix_ns: int | None
+    at: str | None              # the innermost frame of the user's code, file:line (function)
+    own: Target                 # the collective it is in, as its record says (where it is in one)
+    waits_on: Target | None     # the collective the work it is in waits on (Flight Recorder)
+    groups: dict                # group -> collectives it issued there
+
+    @classmethod
+    def of(cls, s: dict) -> "StallRecord":
+        w = s.get("waits_on")
+        step = s.get("step")
+        return cls(step if isinstance(step, int) else None, s.get("in"), s.get("since_unix_ns"),
+                   stack_at(s), Target(s.get("group"), s.get("seq"), s.get("kind"), s.get("sizes")),
+                   Target(w.get("group"), w.get("seq"), w.get("kind"), w.get("sizes"))
+                   if isinstance(w, dict) else None, dict(s.get("groups") or {}))
+
+    @property
+    def target(self) -> Target:
+        """The collective it is in or waits on (its group "default" where unnamed); where it is
+        in none, its group and how many it issued there."""
+        if self.in_ == "collective" and self.own.seq is not None:
+            return self.own._replace(group=self.own.group or "default")
+        w = self.waits_on
+        if w is not None and w.seq is not None:
+            return w._replace(group=w.group or "default")
+        g = "default" if "default" in self.groups else next(iter(self.groups), "default")
+        return Target(g, self.groups.get(g), None, None)
+
+    @property
+    def waits(self) -> bool:
+        """It waits on its peers: in a collective, or in work that waits on one."""
+        return self.target.seq is not None and (self.in_ in WAITING or self.waits_on is not None)
+
+    def issued(self, group: str) -> int | None:
+        """How many collectives it issued on `group`."""
+        n = self.groups.get(group)
+        if n is None:
+            t = self.target
+            n = t.seq if t.group == group else None
+        return n
 
 
 _SOURCE = re.compile(r"\[[^\]]*\.(?:cc|cpp|cu|c|h|hpp):\d+\]\s*")
@@ -96,19 +134,19 @@ def ranks_said(rs) -> str:
     return ("rank " if len(rs) == 1 else "ranks ") + rank_list(rs)
 
 
-def _where(s: dict, step: int) -> str:
-    where = s.get("in") or "?"
+def _where(s: StallRecord, step: int) -> str:
+    where = s.in_ or "?"
+    mine = s.step if s.step is not None else step
     if where == "collective":
-        where = f"{s.get('kind')} #{s.get('seq')} ({s.get('group')} group)"
+        where = f"{s.own.kind} #{s.own.seq} ({s.own.group} group)"
     elif where == "between steps":
         where = f"between steps {step - 1} and {step}"
     elif where.startswith("after "):
-        where = f"step {s.get('step', step)} after its {where[len('after '):]}"
+        where = f"step {mine} after its {where[len('after '):]}"
     else:
         where = {"data": "a data fetch", "wait": "a wait on communication"}.get(where, where)
-        where = f"{where} of step {s.get('step', step)}"
-    at = stack_at(s)
-    return f"in {where} since {clock(s.get('since_unix_ns'))}" + (f", at {at}" if at else "")
+        where = f"{where} of step {mine}"
+    return f"in {where} since {clock(s.since_unix_ns)}" + (f", at {s.at}" if s.at else "")
 
 
 def analyse(stalls: dict[int, dict], world_size: int,
@@ -118,10 +156,10 @@ def analyse(stalls: dict[int, dict], world_size: int,
     "story", "text"}; `others`: {rank: what its end record says}
     of ranks with no open stall (raised, killed)."""
     others = dict(others or {})
-    step = max(s.get("step", 0) for s in stalls.values())
-    targets = {r: _target(s) for r, s in stalls.items()}
-    waiting = {r: t for r, t in targets.items() if t[1] is not None and (
-        stalls[r].get("in") in WAITING or isinstance(stalls[r].get("waits_on"), dict))}
+    stalls = {r: StallRecord.of(s) for r, s in stalls.items()}  # parsed once, here
+    step = max(s.step or 0 for s in stalls.values())
+    targets = {r: s.target for r, s in stalls.items()}
+    waiting = {r: targets[r] for r, s in stalls.items() if s.waits}
     out: dict = {"step": step}
     parts = []
     if waiting:
@@ -129,34 +167,34 @@ def analyse(stalls: dict[int, dict], world_size: int,
         # waiting further on went past it and wait for those still in it or behind it
         on = {}
         for t in waiting.values():
-            on[t[0]] = on.get(t[0], 0) + 1
+            on[t.group] = on.get(t.group, 0) + 1
         group = max(on, key=lambda g: (on[g], g == "default"))
-        seq = min(t[1] for t in waiting.values() if t[0] == group)
-        at = {r: t for r, t in waiting.items() if t[0] == group and t[1] == seq}
-        ahead = {r: t for r, t in waiting.items() if t[0] == group and t[1] > seq}
-        kinds = {(t[2], str(t[3])) for t in at.values() if t[2] is not None}
+        seq = min(t.seq for t in waiting.values() if t.group == group)
+        at = {r: t for r, t in waiting.items() if t.group == group and t.seq == seq}
+        ahead = {r: t for r, t in waiting.items() if t.group == group and t.seq > seq}
+        kinds = {(t.kind, str(t.sizes)) for t in at.values() if t.kind is not None}
         kind = next(iter(kinds))[0] if len(kinds) == 1 else None
         # the same collective number entered as different collectives, or by a rank that is not
         # waiting in it
-        odd = [r for r in stalls if r not in at and targets[r][0] == group
-               and targets[r][1] == seq]
+        odd = [r for r in stalls if r not in at and targets[r].group == group
+               and targets[r].seq == seq]
         if len(kinds) > 1 or odd:
-            fields, text = _mismatched(stalls, targets, set(at) | set(odd), group, seq)
+            fields, text = _mismatched(stalls, set(at) | set(odd), group, seq)
             out.update(fields)
             return _closed(out, [text], stalls, world_size, others)
         out.update(state="waiting", group=group, seq=seq, kind=kind, waiting=sorted(at))
-        since = min((stalls[r].get("since_unix_ns") or 0) for r in at) or None
-        how = {stalls[r]["in"] for r in at}
-        shapes = {_shape(t[3]) for t in at.values() if t[3]}
+        since = min((stalls[r].since_unix_ns or 0) for r in at) or None
+        how = {stalls[r].in_ for r in at}
+        shapes = {_shape(t.sizes) for t in at.values() if t.sizes}
         extra = ([shapes.pop()] if len(shapes) == 1 else []) + (
             [] if how == {"collective"} else [f"from {'/'.join(sorted(how - {'collective'}))}"])
         what = f"{kind or 'collective'} #{seq} ({', '.join([f'{group} group'] + extra)})"
         parts.append(f"{ranks_said(at)} waiting in {what} since {clock(since)}")
         behind = sorted(r for r, s in stalls.items() if r not in at and (
-            _issued(s, group) is None or _issued(s, group) < seq))
+            s.issued(group) is None or s.issued(group) < seq))
         # of those, the ranks furthest behind hold the others: a rank that issued collectives
         # they never did cannot complete those without them (it waits on them too)
-        counts = {r: _issued(stalls[r], group) for r in behind}
+        counts = {r: stalls[r].issued(group) for r in behind}
         low = min((c for c in counts.values() if c is not None), default=None)
         between = [r for r in behind if counts[r] is not None and counts[r] > low]
         out["never_reached"] = [r for r in behind if r not in between]
@@ -174,7 +212,7 @@ def analyse(stalls: dict[int, dict], world_size: int,
             out["past_it"] = sorted(ahead)
             further = {}
             for r, t in ahead.items():
-                further.setdefault((t[1], t[2], stalls[r].get("in")), []).append(r)
+                further.setdefault((t.seq, t.kind, stalls[r].in_), []).append(r)
             for (n, kind, how), rs in sorted(further.items()):
                 parts.append(f"{ranks_said(rs)} went past it and wait{'s' if len(rs) == 1 else ''} "
                              f"in {kind or 'collective'} #{n}"
@@ -213,26 +251,28 @@ def _shape(sizes) -> str:
     return ", ".join(str(list(x)) if isinstance(x, (list, tuple)) else str(x) for x in sizes)
 
 
-def _mismatched(stalls: dict, targets: dict, at: set, group: str, seq: int) -> tuple[dict, str]:
+def _mismatched(stalls: dict[int, StallRecord], at: set, group: str,
+                seq: int) -> tuple[dict, str]:
     """(The stall's fields, its words) where ranks `at` the same collective number `seq` of
     `group` are in different collectives (kind or sizes): the smaller party is the odd one out
     (never named where the parties are even)."""
     parties: dict = {}
     for r in sorted(at):
-        t = targets[r]
-        parties.setdefault((t[2] or stalls[r].get("in"), _shape(t[3])), []).append(r)
+        t = stalls[r].target
+        parties.setdefault((t.kind or stalls[r].in_, _shape(t.sizes)), []).append(r)
     ordered = sorted(parties.items(), key=lambda kv: (-len(kv[1]), kv[1]))
     odd = [] if len(ordered) > 1 and len(ordered[0][1]) == len(ordered[1][1]) else \
         sorted(r for _, rs in ordered[1:] for r in rs)
-    out = dict(state="mismatched", group=group, seq=seq, kind=None, waiting=sorted(at), never_reached=[],
-               mismatched={f"{k} {s}".strip(): v for (k, s), v in ordered}, odd_ones=odd)
-    since = min((stalls[r].get("since_unix_ns") or 0) for r in at) or None
+    out = dict(state="mismatched", group=group, seq=seq, kind=None, waiting=sorted(at),
+               never_reached=[], mismatched={f"{k} {s}".strip(): v for (k, s), v in ordered},
+               odd_ones=odd)
+    since = min((stalls[r].since_unix_ns or 0) for r in at) or None
     text = (f"mismatched collectives at #{seq} on the {group} group since {clock(since)}: "
             + "; ".join(f"{ranks_said(v)} in {k}" + (f" of {s}" if s else "")
                         for (k, s), v in ordered))
     if odd:
-        frames = [(f"rank {r} " if len(odd) > 1 else "") + f"at {stack_at(stalls[r])}" for r in odd
-                  if stack_at(stalls[r])]
+        frames = [(f"rank {r} " if len(odd) > 1 else "") + f"at {stalls[r].at}" for r in odd
+                  if stalls[r].at]
         text += f" ({ranks_said(odd)} the odd one{'s' if len(odd) > 1 else ''} out" + (
             ", " + ", ".join(frames) if frames else "") + ")"
     return out, text

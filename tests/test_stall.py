@@ -542,3 +542,25 @@ def test_the_stall_s_words_are_made_once_and_read_back_from_an_older_report():
         with open(os.path.join(root, path)) as fh:
             src = fh.read()
         assert 'len("stalled' not in src and '"stalled ".length' not in src, path
+
+
+def test_a_stall_record_is_parsed_once_into_what_the_telling_reads():
+    """Issue 72: each rank's stall record is a StallRecord (stall_story.py) from where the
+    telling takes it in: the collective it is in or waits on, whether it waits on its peers,
+    how many it issued on a group, its frame of user code."""
+    from gpuscope.stall_story import StallRecord, Target
+
+    in_backward = StallRecord.of({
+        "step": 7, "in": "backward", "since_unix_ns": 5, "groups": {"default": 12},
+        "waits_on": {"kind": "all_reduce", "group": None, "seq": 12, "sizes": [[4]]},
+        "stack": [{"file": "/x/lib.py", "line": 1, "func": "f", "user": False},
+                  {"file": "/x/train.py", "line": 40, "func": "step", "user": True}]})
+    assert in_backward.target == Target("default", 12, "all_reduce", [[4]])
+    assert in_backward.waits and in_backward.at == "train.py:40 (step)"
+    in_data = StallRecord.of({"step": 7, "in": "data", "groups": {"default": 11, "tp": 3}})
+    assert in_data.target == Target("default", 11, None, None) and not in_data.waits
+    assert in_data.issued("tp") == 3 and in_data.issued("pp") is None
+    in_one = StallRecord.of({"step": "?", "in": "collective", "kind": "broadcast", "seq": 4,
+                             "group": "tp"})
+    assert in_one.step is None and in_one.target == Target("tp", 4, "broadcast", None)
+    assert in_one.waits and in_one.issued("tp") == 4
