@@ -560,6 +560,9 @@ def test_a_stall_record_is_parsed_once_into_what_the_telling_reads():
     in_data = StallRecord.of({"step": 7, "in": "data", "groups": {"default": 11, "tp": 3}})
     assert in_data.target == Target("default", 11, None, None) and not in_data.waits
     assert in_data.issued("tp") == 3 and in_data.issued("pp") is None
+    fetching = StallRecord.of({"step": 7, "in": "data", "groups": {"default": 11},
+                               "waits_on": {"kind": "all_gather", "seq": 12}})
+    assert fetching.waits  # in no collective, but its work waits on one (Flight Recorder)
     in_one = StallRecord.of({"step": "?", "in": "collective", "kind": "broadcast", "seq": 4,
                              "group": "tp"})
     assert in_one.step is None and in_one.target == Target("tp", 4, "broadcast", None)
