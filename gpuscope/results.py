@@ -277,6 +277,10 @@ class Suggestion(Jsonable):
     #: point, of their mean's 95% interval; a re-run's noise then adds to it in quadrature
     #: (rerun_noise.widen); not in the JSON form
     measured_share: float | None = field(default=None, compare=False)
+    #: the label whose gaining fixes come before it whatever the gains (suggestions.in_order):
+    #: a straggler late in its data where every rank loads with one DataLoader configuration
+    #: comes after the data's fixes, which fix it either way; "" for none; not in the JSON form
+    after: str = field(default="", compare=False)
 
     JSON = (Col("knob"), Col("current"), Col("proposed"),
             Col("estimated_step_ms", unit=IN_MS, digits=3), Col("why"), Col("addresses"),

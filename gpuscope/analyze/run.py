@@ -59,8 +59,7 @@ from .rowgroups import PerRank, count_distinct, same_rows, step_by_rank
 from .stragglers import find_minor, find_stragglers
 from .stall import late_before, section as stall_section
 from .stopped import deaths
-from .suggestions import (data_before_late_loader, in_order, leading_labels, suggest,
-                          unaddressed)
+from .suggestions import in_order, leading_labels, suggest, unaddressed
 from .findings import Findings, typical_step
 from ..calibration import calibrated, noise_for
 from ..sections import NotRuledOut, ParallelLayout, StragglerFloor, Throughput, load
@@ -318,8 +317,7 @@ def bound(a: Analysis) -> None:
     ordered, notes, held = hold_to_findings(ordered, a.frame, a.stragglers, a.typical,
                                             a.knobs, a.labels, shares)
     a.unbound += notes
-    ordered = data_before_late_loader(in_order(ordered, leading_labels(a.verdict), held),
-                                      a.stragglers, a.knobs)
+    ordered = in_order(ordered, leading_labels(a.verdict), held)
     a.suggestions = widen(ordered,
                           a.steps["step_ns"].to_numpy() if len(a.steps) else [], a.knobs,
                           noise_for(hosts))

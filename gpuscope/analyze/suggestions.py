@@ -5,7 +5,6 @@ best estimated gain first, with why none was made where a label got none."""
 from __future__ import annotations
 
 from ..results import Suggestion
-from ..vocab import DATA
 from .bottlenecks.table import TABLE
 from .findings import Findings, TypicalStep, typical_step
 
@@ -68,28 +67,26 @@ def leading_labels(verdict) -> set[str]:
 def in_order(suggestions: list, leading: set[str], held: set[str]) -> list:
     """The fixes of the leading labels first (leading_labels: in a near tie of two labels, either
     could be the verdict and the record and the traces of one run can name either), each group
-    by gain; then break_ties."""
+    by gain; then break_ties; then each suggestion that names a label to come after (`after`)
+    behind that label's fixes that gain."""
     ordered = sorted(suggestions, key=lambda s: (s.addresses not in leading, -s.gain_pct))
-    return break_ties(ordered, leading, held)
+    return _after_their_fixes(break_ties(ordered, leading, held))
 
 
-def data_before_late_loader(ordered: list, stragglers: list, knobs: dict) -> list:
-    """`ordered` with the data's fixes (more workers, ...) moved before the suggestion of a
-    straggler late in its data where every rank loads with one DataLoader configuration: they
-    fix its loading whether it is slower there or as short on every rank (the record cannot
-    tell them apart: imbalance._straggler_fix), where matching the median rank pays in the
-    first reading only (an own 2-rank script, 1 worker each: the straggler first in 2 of 3 runs,
-    a different rank each time, no straggler in the third)."""
-    from .bottlenecks.imbalance import same_loaders
-
-    late = {s.rank for s in stragglers if s.cause == "data"}
-    at = next((i for i, s in enumerate(ordered) if s.knob == "straggler" and s.rank in late),
-              None)
-    if at is None or not same_loaders(knobs):
-        return ordered
-    data = [s for s in ordered[at + 1:] if s.addresses == DATA and s.gain_pct > 0]
-    rest = [s for s in ordered[at:] if not any(s is d for d in data)]
-    return ordered[:at] + data + rest
+def _after_their_fixes(ordered: list) -> list:
+    """Each suggestion with `after` moved behind the suggestions of that label that gain and
+    come after it: a straggler late in its data where every rank loads with one DataLoader
+    configuration behind the data's fixes (more workers, ...), which fix its loading whether it
+    is slower there or as short on every rank (the record cannot tell them apart:
+    imbalance._straggler_fix), where matching the median rank pays in the first reading only
+    (an own 2-rank script, 1 worker each: the straggler first in 2 of 3 runs, a different rank
+    each time, no straggler in the third)."""
+    for s in [s for s in ordered if s.after]:
+        at = next(i for i, x in enumerate(ordered) if x is s)
+        first = [x for x in ordered[at + 1:] if x.addresses == s.after and x.gain_pct > 0]
+        rest = [x for x in ordered[at:] if not any(x is f for f in first)]
+        ordered = ordered[:at] + first + rest
+    return ordered
 
 
 def break_ties(ordered: list, leading: set[str], held: set[str]) -> list:

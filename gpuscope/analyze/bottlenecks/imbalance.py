@@ -12,7 +12,7 @@ import pandas as pd
 
 from ...op_names import excess_words
 from ...results import Jitter, Straggler, Suggestion
-from ...vocab import IMBALANCED, JITTER_BOUND, MS
+from ...vocab import DATA, IMBALANCED, JITTER_BOUND, MS
 from .. import order_stats
 from ..findings import Findings, TypicalStep, gain
 from ..consistency import Roles, persistent_steps
@@ -162,7 +162,7 @@ def suggest_imbalance(t: TypicalStep, stragglers: list[Straggler], knobs: dict,
             + (f"; {evidence}" if evidence else "") + f": {fix}; assumes the other "
             "ranks keep their pace and their own step-to-step variation (the step then waits "
             "for the last of them)" + pace + shared, IMBALANCED, gain(t.step, est), rng,
-            rank=s.rank))
+            rank=s.rank, after=DATA if s.cause == "data" and same_loaders(knobs) else ""))
     return out
 
 
